@@ -1,0 +1,18 @@
+# CMake package of the installed xla_gpu dialect. Find it with
+#   find_package(XlaGpu CONFIG REQUIRED
+#                HINTS "$(python -c 'import xla_gpu; print(xla_gpu.cmake_dir())')")
+# You also need MLIR 22.1's headers (find_package(MLIR)) on the include path.
+get_filename_component(_xla_gpu_root "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+set(XlaGpu_INCLUDE_DIRS "${_xla_gpu_root}/include/xla_gpu")
+set(XlaGpu_PLUGIN "${_xla_gpu_root}/lib/XlaGpuPlugin.so")
+if(NOT TARGET XlaGpu::XlaGpu)
+  add_library(XlaGpu::XlaGpu SHARED IMPORTED)
+  set_target_properties(XlaGpu::XlaGpu PROPERTIES
+    IMPORTED_LOCATION "${_xla_gpu_root}/lib/libXlaGpu.so"
+    INTERFACE_INCLUDE_DIRECTORIES "${XlaGpu_INCLUDE_DIRS}")
+  add_library(XlaGpu::XlaGpuStatic STATIC IMPORTED)
+  set_target_properties(XlaGpu::XlaGpuStatic PROPERTIES
+    IMPORTED_LOCATION "${_xla_gpu_root}/lib/libXlaGpuStatic.a"
+    INTERFACE_INCLUDE_DIRECTORIES "${XlaGpu_INCLUDE_DIRS}")
+endif()
+set(XlaGpu_FOUND TRUE)

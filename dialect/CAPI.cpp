@@ -1,0 +1,123 @@
+//===- CAPI.cpp - C API of the xla_gpu dialect ----------------------------===//
+
+#include "CAPI.h"
+
+#include <cstring>
+
+#include "Passes.h"
+#include "XlaGpuDialect.h"
+#include "mlir/CAPI/AffineExpr.h"
+#include "mlir/CAPI/AffineMap.h"
+#include "mlir/CAPI/IR.h"
+#include "mlir/CAPI/Registration.h"
+#include "mlir/CAPI/Support.h"
+
+using namespace mlir;
+using namespace mlir::xla_gpu;
+
+MLIR_DEFINE_CAPI_DIALECT_REGISTRATION(XlaGpu, xla_gpu, XlaGpuDialect)
+
+void xlaGpuRegisterDialect(MlirDialectRegistry registry) {
+  registerXlaGpuDialect(*unwrap(registry));
+}
+
+void xlaGpuRegisterPasses(void) {
+  static bool registered = [] {
+    registerXlaGpuPasses();
+    return true;
+  }();
+  (void)registered;
+}
+
+static const IndexingMap &mapOf(MlirAttribute attr) {
+  return cast<IndexingMapAttr>(unwrap(attr)).getIndexingMap();
+}
+
+bool xlaGpuAttributeIsAIndexingMap(MlirAttribute attr) {
+  return isa<IndexingMapAttr>(unwrap(attr));
+}
+
+MlirAttribute xlaGpuIndexingMapAttrGet(
+    MlirContext ctx, MlirAffineMap map, const MlirStringRef *dimNames,
+    const int64_t *dimBounds, const MlirStringRef *symbolNames,
+    const int64_t *symbolBounds, intptr_t numConstraints,
+    const MlirAffineExpr *constraintExprs, const int64_t *constraintBounds,
+    char *error, size_t errorSize) {
+  AffineMap affineMap = unwrap(map);
+  auto variables = [](unsigned n, const MlirStringRef *names,
+                      const int64_t *bounds) {
+    std::vector<Variable> vars;
+    for (unsigned i = 0; i < n; ++i)
+      vars.push_back({Interval{bounds[2 * i], bounds[2 * i + 1]},
+                      names ? unwrap(names[i]).str() : std::string()});
+    return vars;
+  };
+  std::vector<Variable> dims =
+      variables(affineMap.getNumDims(), dimNames, dimBounds);
+  std::vector<Variable> symbols =
+      variables(affineMap.getNumSymbols(), symbolNames, symbolBounds);
+  for (unsigned i = 0; i < dims.size(); ++i)
+    if (dims[i].name == "d" + std::to_string(i)) dims[i].name.clear();
+  for (unsigned i = 0; i < symbols.size(); ++i)
+    if (symbols[i].name == "s" + std::to_string(i)) symbols[i].name.clear();
+  std::vector<Constraint> constraints;
+  for (intptr_t i = 0; i < numConstraints; ++i)
+    constraints.push_back({unwrap(constraintExprs[i]),
+                           Interval{constraintBounds[2 * i],
+                                    constraintBounds[2 * i + 1]}});
+  if (auto err = IndexingMap::validate(affineMap, dims, symbols, constraints)) {
+    if (error && errorSize > 0) {
+      std::strncpy(error, err->c_str(), errorSize - 1);
+      error[errorSize - 1] = '\0';
+    }
+    return MlirAttribute{nullptr};
+  }
+  return wrap(IndexingMapAttr::get(
+      unwrap(ctx), IndexingMap(affineMap, std::move(dims), std::move(symbols),
+                               std::move(constraints))));
+}
+
+MlirAffineMap xlaGpuIndexingMapAttrGetAffineMap(MlirAttribute attr) {
+  return wrap(mapOf(attr).getAffineMap());
+}
+
+MlirStringRef xlaGpuIndexingMapAttrGetDimName(MlirAttribute attr,
+                                              intptr_t pos) {
+  return wrap(llvm::StringRef(mapOf(attr).getDims()[pos].name));
+}
+
+MlirStringRef xlaGpuIndexingMapAttrGetSymbolName(MlirAttribute attr,
+                                                 intptr_t pos) {
+  return wrap(llvm::StringRef(mapOf(attr).getSymbols()[pos].name));
+}
+
+void xlaGpuIndexingMapAttrGetDimBounds(MlirAttribute attr, intptr_t pos,
+                                       int64_t *lo, int64_t *hi) {
+  const Interval &b = mapOf(attr).getDims()[pos].bounds;
+  *lo = b.lower;
+  *hi = b.upper;
+}
+
+void xlaGpuIndexingMapAttrGetSymbolBounds(MlirAttribute attr, intptr_t pos,
+                                          int64_t *lo, int64_t *hi) {
+  const Interval &b = mapOf(attr).getSymbols()[pos].bounds;
+  *lo = b.lower;
+  *hi = b.upper;
+}
+
+intptr_t xlaGpuIndexingMapAttrGetNumConstraints(MlirAttribute attr) {
+  return mapOf(attr).getConstraints().size();
+}
+
+MlirAffineExpr xlaGpuIndexingMapAttrGetConstraint(MlirAttribute attr,
+                                                  intptr_t pos, int64_t *lo,
+                                                  int64_t *hi) {
+  const Constraint &c = mapOf(attr).getConstraints()[pos];
+  *lo = c.bounds.lower;
+  *hi = c.bounds.upper;
+  return wrap(c.expr);
+}
+
+bool xlaGpuIndexingMapAttrIsKnownEmpty(MlirAttribute attr) {
+  return mapOf(attr).isKnownEmpty();
+}

@@ -1,0 +1,447 @@
+//===- XlaGpuOps.cpp - xla_gpu ops: syntax, verifiers, folds --------------===//
+
+#include "XlaGpuDialect.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
+
+namespace mlir::xla_gpu {
+namespace {
+
+ParseResult parseIndexingMapAttr(OpAsmParser &parser, IndexingMapAttr &attr) {
+  llvm::SMLoc loc = parser.getCurrentLocation();
+  Attribute raw;
+  if (parser.parseAttribute(raw)) return failure();
+  attr = dyn_cast<IndexingMapAttr>(raw);
+  if (!attr)
+    return parser.emitError(loc, "expected an #xla_gpu.indexing_map, got ")
+           << raw;
+  return success();
+}
+
+// `(%a, %b)`; the comma may be left out (the seed's transpose listing writes
+// `(%thread_id_x %block_id_x)`).
+ParseResult
+parseDimOperands(OpAsmParser &parser,
+                 SmallVectorImpl<OpAsmParser::UnresolvedOperand> &operands) {
+  if (parser.parseLParen()) return failure();
+  while (failed(parser.parseOptionalRParen())) {
+    if (parser.parseOperand(operands.emplace_back())) return failure();
+    (void)parser.parseOptionalComma();
+  }
+  return success();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// ApplyIndexingOp
+//===----------------------------------------------------------------------===//
+
+void ApplyIndexingOp::build(OpBuilder &builder, OperationState &result,
+                            ValueRange operands, const IndexingMap &map) {
+  result.addOperands(operands);
+  result.getOrAddProperties<Properties>().indexing_map_attr =
+      IndexingMapAttr::get(builder.getContext(), map);
+  result.addTypes(
+      SmallVector<Type>(map.getNumResults(), builder.getIndexType()));
+}
+
+ParseResult ApplyIndexingOp::parse(OpAsmParser &parser,
+                                   OperationState &result) {
+  IndexingMapAttr map;
+  SmallVector<OpAsmParser::UnresolvedOperand> operands;
+  if (parseIndexingMapAttr(parser, map) || parseDimOperands(parser, operands) ||
+      parser.parseOperandList(operands, OpAsmParser::Delimiter::OptionalSquare) ||
+      parser.parseOptionalAttrDict(result.attributes))
+    return failure();
+  Type index = parser.getBuilder().getIndexType();
+  if (parser.resolveOperands(operands, index, result.operands))
+    return failure();
+  result.getOrAddProperties<Properties>().indexing_map_attr = map;
+  result.addTypes(SmallVector<Type>(map.getIndexingMap().getNumResults(), index));
+  return success();
+}
+
+void ApplyIndexingOp::print(OpAsmPrinter &p) {
+  p << ' ';
+  p.printAttribute(getIndexingMapAttr());
+  unsigned numDims =
+      std::min<unsigned>(getIndexingMap().getNumDims(), getNumOperands());
+  p << '(' << getOperands().take_front(numDims) << ')';
+  if (getNumOperands() > numDims)
+    p << '[' << getOperands().drop_front(numDims) << ']';
+  p.printOptionalAttrDict((*this)->getAttrs(), {"indexing_map_attr"});
+}
+
+LogicalResult ApplyIndexingOp::verify() {
+  const IndexingMap &map = getIndexingMap();
+  unsigned expected = map.getNumDims() + map.getNumSymbols();
+  if (getNumOperands() != expected)
+    return emitOpError("expects ")
+           << expected << " operands (" << map.getNumDims()
+           << " dimensions + " << map.getNumSymbols()
+           << " symbols of the indexing map), got " << getNumOperands();
+  if (getNumResults() != map.getNumResults())
+    return emitOpError("expects one result per indexing map result (")
+           << map.getNumResults() << "), got " << getNumResults();
+  return success();
+}
+
+LogicalResult ApplyIndexingOp::fold(FoldAdaptor adaptor,
+                                    SmallVectorImpl<OpFoldResult> &results) {
+  const IndexingMap &map = getIndexingMap();
+  if (map.isIdentity()) {
+    results.append(getOperands().begin(), getOperands().end());
+    return success();
+  }
+  // All results constant once the constant operands are substituted.
+  MLIRContext *ctx = getContext();
+  SmallVector<AffineExpr> dimRepl, symRepl;
+  for (auto [i, attr] : llvm::enumerate(adaptor.getOperands())) {
+    bool isDim = i < map.getNumDims();
+    AffineExpr var = isDim ? getAffineDimExpr(i, ctx)
+                           : getAffineSymbolExpr(i - map.getNumDims(), ctx);
+    if (auto c = dyn_cast_or_null<IntegerAttr>(attr))
+      var = getAffineConstantExpr(c.getInt(), ctx);
+    (isDim ? dimRepl : symRepl).push_back(var);
+  }
+  SmallVector<OpFoldResult> folded;
+  for (AffineExpr e : map.getAffineMap().getResults()) {
+    auto c = dyn_cast<AffineConstantExpr>(e.replaceDimsAndSymbols(dimRepl, symRepl));
+    if (!c) return failure();
+    folded.push_back(IntegerAttr::get(IndexType::get(ctx), c.getValue()));
+  }
+  results.append(folded);
+  return success();
+}
+
+namespace {
+
+// Drops constant, duplicate and unused operands: constants are substituted
+// into the map, a repeated value reuses the first variable (ranges are
+// intersected), unused variables disappear.
+struct SimplifyApplyIndexingOperands : OpRewritePattern<ApplyIndexingOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(ApplyIndexingOp op,
+                                PatternRewriter &rewriter) const override {
+    const IndexingMap &map = op.getIndexingMap();
+    MLIRContext *ctx = op.getContext();
+    unsigned numDims = map.getNumDims();
+    auto varOf = [&](unsigned i) -> const Variable & {
+      return i < numDims ? map.getDims()[i] : map.getSymbols()[i - numDims];
+    };
+
+    // 1. Substitute constants, merge duplicates.
+    SmallVector<AffineExpr> dimRepl, symRepl;
+    std::vector<Variable> dims, symbols;
+    SmallVector<Value> dimOps, symOps;
+    llvm::DenseMap<Value, AffineExpr> seen;
+    bool changed = false;
+    for (auto [i, operand] : llvm::enumerate(op.getOperands())) {
+      bool isDim = i < numDims;
+      auto &repl = isDim ? dimRepl : symRepl;
+      APInt cst;
+      if (matchPattern(operand, m_ConstantInt(&cst))) {
+        repl.push_back(getAffineConstantExpr(cst.getSExtValue(), ctx));
+        changed = true;
+        continue;
+      }
+      if (auto it = seen.find(operand); it != seen.end()) {
+        repl.push_back(it->second);
+        Variable &first = isa<AffineDimExpr>(it->second)
+            ? dims[cast<AffineDimExpr>(it->second).getPosition()]
+            : symbols[cast<AffineSymbolExpr>(it->second).getPosition()];
+        first.bounds = first.bounds.intersect(varOf(i).bounds);
+        changed = true;
+        continue;
+      }
+      AffineExpr fresh = isDim ? getAffineDimExpr(dims.size(), ctx)
+                               : getAffineSymbolExpr(symbols.size(), ctx);
+      (isDim ? dims : symbols).push_back(varOf(i));
+      (isDim ? dimOps : symOps).push_back(operand);
+      seen[operand] = fresh;
+      repl.push_back(fresh);
+    }
+    auto substitute = [&](AffineExpr e) {
+      return e.replaceDimsAndSymbols(dimRepl, symRepl);
+    };
+    SmallVector<AffineExpr> results;
+    for (AffineExpr e : map.getAffineMap().getResults())
+      results.push_back(substitute(e));
+    std::vector<Constraint> constraints;
+    for (const Constraint &c : map.getConstraints())
+      constraints.push_back({substitute(c.expr), c.bounds});
+
+    // 2. Drop variables nothing refers to.
+    llvm::SmallBitVector usedDims(dims.size()), usedSyms(symbols.size());
+    auto markUsed = [&](AffineExpr e) {
+      e.walk([&](AffineExpr sub) {
+        if (auto d = dyn_cast<AffineDimExpr>(sub)) usedDims.set(d.getPosition());
+        if (auto s = dyn_cast<AffineSymbolExpr>(sub)) usedSyms.set(s.getPosition());
+      });
+    };
+    llvm::for_each(results, markUsed);
+    for (const Constraint &c : constraints) markUsed(c.expr);
+    if (!changed && usedDims.all() && usedSyms.all()) return failure();
+
+    SmallVector<AffineExpr> dimCompact, symCompact;
+    std::vector<Variable> keptDims, keptSyms;
+    SmallVector<Value> operands;
+    for (unsigned i = 0; i < dims.size(); ++i) {
+      dimCompact.push_back(getAffineDimExpr(keptDims.size(), ctx));
+      if (!usedDims.test(i)) continue;
+      keptDims.push_back(dims[i]);
+      operands.push_back(dimOps[i]);
+    }
+    for (unsigned i = 0; i < symbols.size(); ++i) {
+      symCompact.push_back(getAffineSymbolExpr(keptSyms.size(), ctx));
+      if (!usedSyms.test(i)) continue;
+      keptSyms.push_back(symbols[i]);
+      operands.push_back(symOps[i]);
+    }
+    auto compact = [&](AffineExpr e) {
+      return e.replaceDimsAndSymbols(dimCompact, symCompact);
+    };
+    for (AffineExpr &e : results) e = compact(e);
+    for (Constraint &c : constraints) c.expr = compact(c.expr);
+    // Names that now collide (a kept `s1` renumbered to `s0`) fall back to
+    // the defaults.
+    AffineMap newMap =
+        AffineMap::get(keptDims.size(), keptSyms.size(), results, ctx);
+    if (IndexingMap::validate(newMap, keptDims, keptSyms, constraints)) {
+      for (Variable &v : keptDims) v.name.clear();
+      for (Variable &v : keptSyms) v.name.clear();
+    }
+    IndexingMap simplified(newMap, keptDims, keptSyms, constraints);
+    rewriter.replaceOpWithNewOp<ApplyIndexingOp>(op, operands, simplified);
+    return success();
+  }
+};
+
+} // namespace
+
+void ApplyIndexingOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                                  MLIRContext *context) {
+  results.add<SimplifyApplyIndexingOperands>(context);
+}
+
+//===----------------------------------------------------------------------===//
+// LoopOp
+//===----------------------------------------------------------------------===//
+
+void LoopOp::build(OpBuilder &builder, OperationState &result,
+                   IndexingMapAttr map, ValueRange dims, ValueRange inits) {
+  result.addOperands(dims);
+  result.addOperands(inits);
+  auto &props = result.getOrAddProperties<Properties>();
+  props.indexing_map_attr = map;
+  props.operandSegmentSizes = {static_cast<int32_t>(dims.size()),
+                               static_cast<int32_t>(inits.size())};
+  result.addTypes(inits.getTypes());
+  const IndexingMap &m = map.getIndexingMap();
+  SmallVector<Type> argTypes(m.getNumSymbols() + m.getNumResults(),
+                             builder.getIndexType());
+  llvm::append_range(argTypes, inits.getTypes());
+  Region *body = result.addRegion();
+  OpBuilder::InsertionGuard guard(builder);
+  builder.createBlock(body, {}, argTypes,
+                      SmallVector<Location>(argTypes.size(), result.location));
+}
+
+ParseResult LoopOp::parse(OpAsmParser &parser, OperationState &result) {
+  SmallVector<OpAsmParser::UnresolvedOperand> dims, inits;
+  SmallVector<OpAsmParser::Argument> ivs, mapResults, iterArgs;
+  SmallVector<Type> resultTypes;
+  IndexingMapAttr map;
+  Type index = parser.getBuilder().getIndexType();
+  if (parseDimOperands(parser, dims) ||
+      parser.parseArgumentList(ivs, OpAsmParser::Delimiter::OptionalSquare) ||
+      parser.parseArrow() ||
+      parser.parseArgumentList(mapResults, OpAsmParser::Delimiter::Paren) ||
+      parser.parseKeyword("in") || parseIndexingMapAttr(parser, map))
+    return failure();
+  llvm::SMLoc initsLoc = parser.getCurrentLocation();
+  if (succeeded(parser.parseOptionalKeyword("iter_args"))) {
+    if (parser.parseAssignmentList(iterArgs, inits) ||
+        parser.parseArrowTypeList(resultTypes))
+      return failure();
+    if (iterArgs.size() != resultTypes.size())
+      return parser.emitError(initsLoc, "expected ")
+             << iterArgs.size() << " result types for " << iterArgs.size()
+             << " iter_args, got " << resultTypes.size();
+  }
+  if (parser.parseOptionalAttrDictWithKeyword(result.attributes))
+    return failure();
+  if (parser.resolveOperands(dims, index, result.operands) ||
+      parser.resolveOperands(inits, resultTypes, initsLoc, result.operands))
+    return failure();
+  SmallVector<OpAsmParser::Argument> regionArgs;
+  for (auto &arg : llvm::concat<OpAsmParser::Argument>(ivs, mapResults))
+    regionArgs.push_back(arg), regionArgs.back().type = index;
+  for (auto [arg, type] : llvm::zip(iterArgs, resultTypes))
+    regionArgs.push_back(arg), regionArgs.back().type = type;
+  Region *body = result.addRegion();
+  if (parser.parseRegion(*body, regionArgs)) return failure();
+  LoopOp::ensureTerminator(*body, parser.getBuilder(), result.location);
+  auto &props = result.getOrAddProperties<Properties>();
+  props.indexing_map_attr = map;
+  props.operandSegmentSizes = {static_cast<int32_t>(dims.size()),
+                               static_cast<int32_t>(inits.size())};
+  result.addTypes(resultTypes);
+  return success();
+}
+
+void LoopOp::print(OpAsmPrinter &p) {
+  Block *body = getBody();
+  unsigned numIvs = std::min<unsigned>(getNumInductionVars(),
+                                       body->getNumArguments());
+  auto args = body->getArguments();
+  p << " (" << getDims() << ")";
+  if (numIvs > 0) {
+    p << '[';
+    llvm::interleaveComma(args.take_front(numIvs), p,
+                          [&](BlockArgument a) { p.printOperand(a); });
+    p << ']';
+  }
+  unsigned numIter = std::min<unsigned>(getInits().size(), args.size() - numIvs);
+  p << " -> (";
+  llvm::interleaveComma(args.drop_front(numIvs).drop_back(numIter), p,
+                        [&](BlockArgument a) { p.printOperand(a); });
+  p << ") in ";
+  p.printAttribute(getIndexingMapAttr());
+  if (!getInits().empty()) {
+    p << " iter_args(";
+    llvm::interleaveComma(
+        llvm::zip(args.take_back(numIter), getInits()), p, [&](auto pair) {
+          p.printOperand(std::get<0>(pair));
+          p << " = ";
+          p.printOperand(std::get<1>(pair));
+        });
+    p << ") -> (" << getResultTypes() << ')';
+  }
+  p.printOptionalAttrDictWithKeyword(
+      (*this)->getAttrs(), {"indexing_map_attr", "operandSegmentSizes"});
+  p << ' ';
+  p.printRegion(getRegion(), /*printEntryBlockArgs=*/false,
+                /*printBlockTerminators=*/!getInits().empty());
+}
+
+LogicalResult LoopOp::verifyRegions() {
+  const IndexingMap &map = getIndexingMap();
+  if (getDims().size() != map.getNumDims())
+    return emitOpError("expects ")
+           << map.getNumDims() << " dimension operands (the indexing map's "
+           << "dimensions), got " << getDims().size();
+  Block *body = getBody();
+  unsigned expectedArgs =
+      map.getNumSymbols() + map.getNumResults() + getInits().size();
+  if (body->getNumArguments() != expectedArgs)
+    return emitOpError("expects ")
+           << map.getNumSymbols() << " induction variables (the map's "
+           << "symbols) and " << map.getNumResults()
+           << " map results (the map's results), got "
+           << int64_t(body->getNumArguments()) - int64_t(getInits().size())
+           << " values in total";
+  for (BlockArgument arg : body->getArguments().drop_back(getInits().size()))
+    if (!arg.getType().isIndex())
+      return emitOpError("induction variables and map results must be index");
+  for (auto [i, arg, init] :
+       llvm::enumerate(getRegionIterArgs(), getInits()))
+    if (arg.getType() != init.getType())
+      return emitOpError("iter_arg #") << i << " has type " << arg.getType()
+                                      << " but its init has type "
+                                      << init.getType();
+  if (getResultTypes() != getInits().getTypes())
+    return emitOpError("result types must match the iter_args types");
+  auto yield = cast<YieldOp>(body->getTerminator());
+  if (yield.getValues().getTypes() != getResultTypes())
+    return yield.emitOpError("yields (")
+           << yield.getValues().getTypes() << ") but the loop carries ("
+           << getResultTypes() << ")";
+  return success();
+}
+
+LogicalResult LoopOp::canonicalize(LoopOp op, PatternRewriter &rewriter) {
+  // No iteration runs: the results are the inits.
+  if (!op.getIndexingMap().isKnownEmpty()) return failure();
+  rewriter.replaceOp(op, op.getInits());
+  return success();
+}
+
+void LoopOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  if (getNumResults() > 0) setNameFn(getResult(0), "xla_loop");
+}
+
+//===----------------------------------------------------------------------===//
+// PureCallOp
+//===----------------------------------------------------------------------===//
+
+void PureCallOp::build(OpBuilder &builder, OperationState &result,
+                       func::FuncOp callee, ValueRange operands) {
+  result.addOperands(operands);
+  result.getOrAddProperties<Properties>().callee =
+      FlatSymbolRefAttr::get(callee);
+  result.addTypes(callee.getResultTypes());
+}
+
+LogicalResult PureCallOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto callee =
+      symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, getCalleeAttr());
+  if (!callee)
+    return emitOpError("'") << getCallee()
+                            << "' does not reference a func.func in scope";
+  FunctionType type = callee.getFunctionType();
+  if (type.getNumInputs() != getNumOperands())
+    return emitOpError("passes ") << getNumOperands() << " operands but @"
+                                  << getCallee() << " takes "
+                                  << type.getNumInputs();
+  for (auto [i, expected, actual] :
+       llvm::enumerate(type.getInputs(), getOperandTypes()))
+    if (expected != actual)
+      return emitOpError("operand #") << i << " has type " << actual << " but @"
+                                      << getCallee() << " expects " << expected;
+  if (type.getNumResults() != getNumResults())
+    return emitOpError("has ") << getNumResults() << " results but @"
+                               << getCallee() << " returns "
+                               << type.getNumResults();
+  for (auto [i, expected, actual] :
+       llvm::enumerate(type.getResults(), getResultTypes()))
+    if (expected != actual)
+      return emitOpError("result #") << i << " has type " << actual << " but @"
+                                     << getCallee() << " returns " << expected;
+  return success();
+}
+
+void PureCallOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  if (getNumResults() > 0) setNameFn(getResult(0), "pure_call");
+}
+
+//===----------------------------------------------------------------------===//
+// AllocateSharedOp, SyncThreadsOp
+//===----------------------------------------------------------------------===//
+
+void AllocateSharedOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getResult(), "shmem");
+}
+
+LogicalResult SyncThreadsOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, ValueRange operands,
+    DictionaryAttr, OpaqueProperties, RegionRange,
+    SmallVectorImpl<Type> &inferred) {
+  llvm::append_range(inferred, operands.getTypes());
+  return success();
+}
+
+void SyncThreadsOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  if (getNumResults() > 0) setNameFn(getResult(0), "synced_tensor");
+}
+
+} // namespace mlir::xla_gpu
+
+#define GET_OP_CLASSES
+#include "XlaGpuOps.cpp.inc"

@@ -1,0 +1,52 @@
+"""xla_gpu: XLA:GPU's MLIR-based fusion emitters as a Python compiler.
+
+Importing the package is cheap and does not import MLIR: `xla_gpu.hlo` and
+`xla_gpu.runtime` must work where no compiler is installed. The MLIR side
+lives in `xla_gpu.ir` (contexts, the dialect, indexing maps) and
+`xla_gpu.dialects.xla_gpu` (op builders).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__version__ = "0.1.0"
+
+
+def _find_native_dir() -> Path:
+    # A wheel install has _native/ next to this file; an editable install
+    # keeps it in site-packages while the sources stay in the work tree, and
+    # lists both in __path__.
+    for entry in [*__path__, str(Path(__file__).resolve().parent)]:
+        candidate = Path(entry) / "_native"
+        if (candidate / "lib").is_dir():
+            return candidate
+    return Path(__file__).resolve().parent / "_native"
+
+
+_NATIVE_DIR = _find_native_dir()
+
+
+def native_dir() -> Path:
+    """The installed native part: lib/, bin/, include/, lib/cmake/."""
+    return _NATIVE_DIR
+
+
+def library_path() -> str:
+    """libXlaGpu.so: the dialect, passes and C API (over the bindings' MLIR)."""
+    return str(_NATIVE_DIR / "lib" / "libXlaGpu.so")
+
+
+def plugin_path() -> str:
+    """The mlir-opt plugin: `mlir-opt --load-dialect-plugin=P --load-pass-plugin=P`."""
+    return str(_NATIVE_DIR / "lib" / "XlaGpuPlugin.so")
+
+
+def cmake_dir() -> str:
+    """The directory of XlaGpuConfig.cmake, for `find_package(XlaGpu)`."""
+    return str(_NATIVE_DIR / "lib" / "cmake" / "XlaGpu")
+
+
+def include_dir() -> str:
+    """Headers of the dialect, its C API and passes (with the generated .inc)."""
+    return str(_NATIVE_DIR / "include" / "xla_gpu")

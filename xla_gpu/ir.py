@@ -1,0 +1,153 @@
+"""MLIR contexts with the xla_gpu dialect, and a Python view of
+`#xla_gpu.indexing_map`.
+
+    from xla_gpu import ir
+    ctx = ir.Context()                       # an ordinary mlir.ir.Context
+    m = ir.IndexingMap.parse("(d0)[s0] -> (d0 * 4 + s0), "
+                             "domain: d0 in [0, 31], s0 in [0, 3]", ctx)
+    m.dims[0].upper                          # 31
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from mlir import ir as _ir
+
+from . import _native
+
+__all__ = ["Context", "register_dialect", "IndexingMap", "Variable",
+           "Constraint", "is_indexing_map"]
+
+
+def register_dialect(context: _ir.Context, load: bool = True) -> None:
+    """Adds xla_gpu (and the func inliner extension it relies on) to
+    `context`; with `load`, loads every registered dialect."""
+    lib = _native.lib()
+    registry = _ir.DialectRegistry()
+    lib.xlaGpuRegisterDialect(_native.to_handle(registry))
+    context.append_dialect_registry(registry)
+    if load:
+        context.load_all_available_dialects()
+
+
+def Context() -> _ir.Context:  # noqa: N802 - reads like the class it returns
+    """An `mlir.ir.Context` with xla_gpu and every upstream dialect loaded
+    and the xla_gpu passes registered (PassManager.parse knows them)."""
+    context = _ir.Context()
+    register_dialect(context)
+    return context
+
+
+@dataclass(frozen=True)
+class Variable:
+    """A dimension or symbol: its name and closed range [lower, upper]."""
+    name: str
+    lower: int
+    upper: int
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """`expr in [lower, upper]` over the map's dimensions and symbols."""
+    expr: _ir.AffineExpr
+    lower: int
+    upper: int
+
+
+def is_indexing_map(attr: _ir.Attribute) -> bool:
+    return bool(_native.lib().xlaGpuAttributeIsAIndexingMap(_native.to_handle(attr)))
+
+
+@dataclass
+class IndexingMap:
+    """A view of `#xla_gpu.indexing_map`: an affine map, a named range per
+    dimension and symbol, and constraints. Empty names print as d<i>/s<i>."""
+
+    affine_map: _ir.AffineMap
+    dims: list[Variable]
+    symbols: list[Variable]
+    constraints: list[Constraint] = field(default_factory=list)
+
+    @staticmethod
+    def parse(text: str, context: _ir.Context | None = None) -> "IndexingMap":
+        """Parses the text between the quotes of `#xla_gpu.indexing_map<"...">`.
+        Raises mlir.ir.MLIRError with the diagnostic on bad input."""
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        attr = _ir.Attribute.parse(f'#xla_gpu.indexing_map<"{escaped}">',
+                                   context=context)
+        return IndexingMap.from_attr(attr)
+
+    @staticmethod
+    def from_attr(attr: _ir.Attribute) -> "IndexingMap":
+        if not is_indexing_map(attr):
+            raise TypeError(f"not an #xla_gpu.indexing_map: {attr}")
+        lib, h = _native.lib(), _native.to_handle(attr)
+        affine_map = _native.from_handle(
+            _ir.AffineMap, lib.xlaGpuIndexingMapAttrGetAffineMap(h))
+        lo, hi = ctypes.c_int64(), ctypes.c_int64()
+
+        def variables(count, get_name, get_bounds, prefix):
+            out = []
+            for i in range(count):
+                ref = get_name(h, i)
+                name = ctypes.string_at(ref.data, ref.length).decode() if ref.length else ""
+                get_bounds(h, i, ctypes.byref(lo), ctypes.byref(hi))
+                out.append(Variable(name or f"{prefix}{i}", lo.value, hi.value))
+            return out
+
+        dims = variables(affine_map.n_dims, lib.xlaGpuIndexingMapAttrGetDimName,
+                         lib.xlaGpuIndexingMapAttrGetDimBounds, "d")
+        symbols = variables(affine_map.n_symbols,
+                            lib.xlaGpuIndexingMapAttrGetSymbolName,
+                            lib.xlaGpuIndexingMapAttrGetSymbolBounds, "s")
+        constraints = []
+        for i in range(lib.xlaGpuIndexingMapAttrGetNumConstraints(h)):
+            expr = lib.xlaGpuIndexingMapAttrGetConstraint(h, i, ctypes.byref(lo),
+                                                          ctypes.byref(hi))
+            constraints.append(Constraint(
+                _native.from_handle(_ir.AffineExpr, expr), lo.value, hi.value))
+        return IndexingMap(affine_map, dims, symbols, constraints)
+
+    def to_attr(self) -> _ir.Attribute:
+        """Builds the attribute (in the affine map's context). Raises
+        ValueError when the parts do not agree."""
+        def variables(vars_: Sequence[Variable]):
+            names = (_native._StringRef * max(len(vars_), 1))(
+                *[_native.string_ref(v.name) for v in vars_])
+            bounds = (ctypes.c_int64 * max(2 * len(vars_), 1))(
+                *[b for v in vars_ for b in (v.lower, v.upper)])
+            return names, bounds
+
+        if len(self.dims) != self.affine_map.n_dims or \
+                len(self.symbols) != self.affine_map.n_symbols:
+            raise ValueError(
+                f"the affine map has {self.affine_map.n_dims} dims and "
+                f"{self.affine_map.n_symbols} symbols, but {len(self.dims)} dim "
+                f"and {len(self.symbols)} symbol variables were given")
+        dim_names, dim_bounds = variables(self.dims)
+        sym_names, sym_bounds = variables(self.symbols)
+        n = len(self.constraints)
+        exprs = (_native._Handle * max(n, 1))(
+            *[_native.to_handle(c.expr) for c in self.constraints])
+        bounds = (ctypes.c_int64 * max(2 * n, 1))(
+            *[b for c in self.constraints for b in (c.lower, c.upper)])
+        error = ctypes.create_string_buffer(512)
+        handle = _native.lib().xlaGpuIndexingMapAttrGet(
+            _native.to_handle(self.affine_map.context),
+            _native.to_handle(self.affine_map), dim_names, dim_bounds,
+            sym_names, sym_bounds, n, exprs, bounds, error, len(error))
+        if not handle.ptr:
+            raise ValueError(f"invalid indexing map: {error.value.decode()}")
+        return _native.from_handle(_ir.Attribute, handle)
+
+    @property
+    def is_known_empty(self) -> bool:
+        return bool(_native.lib().xlaGpuIndexingMapAttrIsKnownEmpty(
+            _native.to_handle(self.to_attr())))
+
+    def __str__(self) -> str:
+        text = str(self.to_attr())
+        return text[text.index('"') + 1:text.rindex('"')]
