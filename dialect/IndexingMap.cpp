@@ -63,6 +63,23 @@ std::optional<std::string> checkPureAffine(AffineExpr expr) {
 // Construction and queries
 //===----------------------------------------------------------------------===//
 
+IndexingMap::IndexingMap(AffineMap map, std::vector<Variable> dims,
+                         std::vector<Variable> symbols,
+                         std::vector<Constraint> constraints)
+    : map(map), dims(std::move(dims)), symbols(std::move(symbols)) {
+  for (Constraint &c : constraints) {
+    Variable *var = nullptr;
+    if (auto d = dyn_cast<AffineDimExpr>(c.expr))
+      var = &this->dims[d.getPosition()];
+    else if (auto s = dyn_cast<AffineSymbolExpr>(c.expr))
+      var = &this->symbols[s.getPosition()];
+    if (var)
+      var->bounds = var->bounds.intersect(c.bounds);
+    else
+      this->constraints.push_back(std::move(c));
+  }
+}
+
 static std::string defaultName(char prefix, unsigned i) {
   return prefix + std::to_string(i);
 }

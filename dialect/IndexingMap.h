@@ -65,11 +65,12 @@ struct Constraint {
 class IndexingMap {
 public:
   IndexingMap() = default;
+  /// The parts must pass validate(). A constraint on a bare dimension or
+  /// symbol narrows that variable's range instead of being kept, so that
+  /// every map prints in one unambiguous form.
   IndexingMap(AffineMap map, std::vector<Variable> dims,
               std::vector<Variable> symbols,
-              std::vector<Constraint> constraints = {})
-      : map(map), dims(std::move(dims)), symbols(std::move(symbols)),
-        constraints(std::move(constraints)) {}
+              std::vector<Constraint> constraints = {});
 
   /// Checks the parts agree (one variable per dim/symbol, distinct valid
   /// names, pure affine results and constraints). Returns an error message,

@@ -57,6 +57,15 @@ void XlaGpuDialect::initialize() {
   addInterfaces<XlaGpuOpAsmInterface, XlaGpuInlinerInterface>();
 }
 
+Operation *XlaGpuDialect::materializeConstant(OpBuilder &builder,
+                                              Attribute value, Type type,
+                                              Location loc) {
+  auto typed = dyn_cast<TypedAttr>(value);
+  if (!typed || !arith::ConstantOp::isBuildableWith(typed, type))
+    return nullptr;
+  return arith::ConstantOp::create(builder, loc, type, typed);
+}
+
 void registerXlaGpuDialect(DialectRegistry &registry) {
   registry.insert<XlaGpuDialect, func::FuncDialect>();
   // Inlining a pure_call moves func.return-terminated bodies: the func

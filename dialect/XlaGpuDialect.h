@@ -9,6 +9,7 @@
 #define XLA_GPU_DIALECT_XLAGPUDIALECT_H
 
 #include "IndexingMap.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Attributes.h"
 #include "mlir/IR/BuiltinAttributes.h"

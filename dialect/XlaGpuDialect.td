@@ -23,7 +23,10 @@ def XlaGpu_Dialect : Dialect {
     value (tensor) semantics.
   }];
   let useDefaultAttributePrinterParser = 1;
-  let dependentDialects = ["::mlir::func::FuncDialect"];
+  // Folded apply_indexing results become arith.constant.
+  let hasConstantMaterializer = 1;
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect"];
   let extraClassDeclaration = [{
     void registerAttributes();
   }];

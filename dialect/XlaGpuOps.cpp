@@ -377,6 +377,27 @@ void LoopOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
   if (getNumResults() > 0) setNameFn(getResult(0), "xla_loop");
 }
 
+// Induction variables print with their symbol's name (`%vector_index`),
+// map results as `%dim`, iteration arguments as `%iter`.
+void LoopOp::getAsmBlockArgumentNames(Region &region,
+                                      OpAsmSetValueNameFn setNameFn) {
+  if (region.empty()) return;
+  const IndexingMap &map = getIndexingMap();
+  Block &body = region.front();
+  unsigned numIvs = std::min<unsigned>(map.getNumSymbols(), body.getNumArguments());
+  for (unsigned i = 0; i < numIvs; ++i) {
+    std::string name = map.getSymbols()[i].name;
+    setNameFn(body.getArgument(i), name.empty() ? "s" : name);
+  }
+  unsigned numIter = std::min<unsigned>(getInits().size(),
+                                        body.getNumArguments() - numIvs);
+  for (BlockArgument arg :
+       body.getArguments().drop_front(numIvs).drop_back(numIter))
+    setNameFn(arg, "dim");
+  for (BlockArgument arg : body.getArguments().take_back(numIter))
+    setNameFn(arg, "iter");
+}
+
 //===----------------------------------------------------------------------===//
 // PureCallOp
 //===----------------------------------------------------------------------===//

@@ -55,7 +55,8 @@ def XlaGpu_ApplyIndexingOp : XlaGpu_Op<"apply_indexing", [Pure]> {
 def XlaGpu_LoopOp : XlaGpu_Op<"loop", [
     AttrSizedOperandSegments, RecursiveMemoryEffects,
     SingleBlockImplicitTerminator<"::mlir::xla_gpu::YieldOp">,
-    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
+    DeclareOpInterfaceMethods<OpAsmOpInterface,
+        ["getAsmResultNames", "getAsmBlockArgumentNames"]>]> {
   let summary = "A loop over the domain of an indexing map";
   let description = [{
     ```

@@ -118,12 +118,16 @@ LogicalResult runOnModule(MLIRContext &context, llvm::SourceMgr &sourceMgr,
   PassManager pm(&context, ModuleOp::getOperationName(),
                  OpPassManager::Nesting::Implicit);
   pm.enableVerifier(verifyPasses);
-  if (printIRAfterAll || printIRBeforeAll)
+  if (printIRAfterAll || printIRBeforeAll) {
+    // Module-scope dumps need a single-threaded pass manager (else MLIR
+    // aborts).
+    context.disableMultithreading();
     pm.enableIRPrinting(
         [](Pass *, Operation *) { return printIRBeforeAll.getValue(); },
         [](Pass *, Operation *) { return printIRAfterAll.getValue(); },
         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
         /*printAfterOnlyOnFailure=*/false, llvm::errs());
+  }
   auto errorHandler = [&](const llvm::Twine &msg) {
     return emitError(UnknownLoc::get(&context)) << msg;
   };
@@ -140,6 +144,8 @@ LogicalResult processChunk(DialectRegistry &registry, Chunk chunk,
                            llvm::raw_ostream &os) {
   MLIRContext context(registry);
   context.allowUnregisteredDialects(allowUnregisteredDialects);
+  // As mlir-opt: expected-* annotations never list the op dumps.
+  if (verifyDiagnostics) context.printOpOnDiagnostic(false);
   // Leading newlines keep the line numbers of the whole file in diagnostics.
   std::string text(chunk.firstLine, '\n');
   text += chunk.text;

@@ -1,0 +1,52 @@
+# lit configuration of xla_gpu's IR tests. Tools come from the installed
+# package (xla-gpu-opt, the mlir-opt plugin), FileCheck from the `filecheck`
+# package (`not` is lit's builtin), mlir-opt from the MLIR tools wheel.
+import importlib.util
+import os
+import shutil
+import sys
+
+import lit.formats
+
+config.name = "xla_gpu"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["lit.cfg.py", "Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.test_source_root, "Output")
+config.environment["PYTHONUNBUFFERED"] = "1"
+# Diagnostics must not depend on the terminal.
+config.environment.pop("MLIR_ENABLE_DUMP", None)
+
+import xla_gpu  # noqa: E402
+
+native_bin = xla_gpu.native_dir() / "bin"
+opt = native_bin / "xla-gpu-opt"
+if not opt.exists():
+    lit_config.fatal(f"xla-gpu-opt not found at {opt}: install xla_gpu first")
+
+
+def _package_dir(name):
+    spec = importlib.util.find_spec(name)
+    for path in (spec.submodule_search_locations or []) if spec else []:
+        return path
+    return None
+
+
+mlir_bin = os.path.join(_package_dir("mlir") or "", "bin")
+
+filecheck = shutil.which("filecheck")
+if not filecheck:
+    lit_config.fatal("the `filecheck` command is missing: pip install filecheck")
+
+config.substitutions.append(("%python", sys.executable))
+config.substitutions.append(("xla-gpu-opt", str(opt)))
+config.substitutions.append(("FileCheck", filecheck))
+
+mlir_opt = os.path.join(mlir_bin, "mlir-opt")
+plugin = xla_gpu.plugin_path()
+if os.path.exists(mlir_opt) and os.path.exists(plugin):
+    config.available_features.add("mlir-opt-plugin")
+    config.substitutions.append((
+        "%mlir-opt-plugin",
+        f"{mlir_opt} --load-dialect-plugin={plugin} --load-pass-plugin={plugin}"))
