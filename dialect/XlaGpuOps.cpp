@@ -381,7 +381,8 @@ void LoopOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
 // map results as `%dim`, iteration arguments as `%iter`.
 void LoopOp::getAsmBlockArgumentNames(Region &region,
                                       OpAsmSetValueNameFn setNameFn) {
-  if (region.empty()) return;
+  // Also called to print unverified ops: check before trusting the IR.
+  if (region.empty() || !getProperties().indexing_map_attr) return;
   const IndexingMap &map = getIndexingMap();
   Block &body = region.front();
   unsigned numIvs = std::min<unsigned>(map.getNumSymbols(), body.getNumArguments());

@@ -239,3 +239,68 @@ func.func @f() {
   xla_gpu.no_such_op
   return
 }
+
+// -----
+
+// Generic forms that skip the custom parser still meet the verifiers.
+func.func @f(%a: index, %t: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'xla_gpu.loop' op requires attribute 'indexing_map_attr'}}
+  %r = "xla_gpu.loop"(%a, %t) <{operandSegmentSizes = array<i32: 1, 1>}> ({
+  ^bb0(%i: index, %x: index, %it: tensor<4xf32>):
+    "xla_gpu.yield"(%it) : (tensor<4xf32>) -> ()
+  }) : (index, tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%a: index, %t: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{Invalid attribute `indexing_map_attr` in property conversion: 5 : i32}}
+  %r = "xla_gpu.loop"(%a, %t) <{indexing_map_attr = 5 : i32, operandSegmentSizes = array<i32: 1, 1>}> ({
+  ^bb0(%i: index, %x: index, %it: tensor<4xf32>):
+    "xla_gpu.yield"(%it) : (tensor<4xf32>) -> ()
+  }) : (index, tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%a: index, %t: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'xla_gpu.loop' op region #0 ('region') failed to verify constraint: region with 1 blocks}}
+  %r = "xla_gpu.loop"(%a, %t) <{indexing_map_attr = #xla_gpu.indexing_map<"(d0)[s0] -> (d0), domain: d0 in [0, 3], s0 in [0, 1]">, operandSegmentSizes = array<i32: 1, 1>}> ({
+  }) : (index, tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%a: index, %t: tensor<4xf32>) -> tensor<4xf32> {
+  %r = "xla_gpu.loop"(%a, %t) <{indexing_map_attr = #xla_gpu.indexing_map<"(d0)[s0] -> (d0), domain: d0 in [0, 3], s0 in [0, 1]">, operandSegmentSizes = array<i32: 1, 1>}> ({
+  ^bb0(%i: index, %x: index, %it: tensor<4xf32>):
+    // expected-error @+1 {{block with no terminator}}
+    %c = arith.constant 0 : index
+  }) : (index, tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%a: index, %t: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'xla_gpu.loop' op iter_arg #0 has type 'tensor<8xf32>' but its init has type 'tensor<4xf32>'}}
+  %r = "xla_gpu.loop"(%a, %t) <{indexing_map_attr = #xla_gpu.indexing_map<"(d0)[s0] -> (d0), domain: d0 in [0, 3], s0 in [0, 1]">, operandSegmentSizes = array<i32: 1, 1>}> ({
+  ^bb0(%i: index, %x: index, %it: tensor<8xf32>):
+    "xla_gpu.yield"(%t) : (tensor<4xf32>) -> ()
+  }) : (index, tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%a: index, %t: tensor<4xf32>) {
+  // expected-error @+1 {{'xla_gpu.loop' op induction variables and map results must be index}}
+  "xla_gpu.loop"(%a) <{indexing_map_attr = #xla_gpu.indexing_map<"(d0)[s0] -> (d0), domain: d0 in [0, 3], s0 in [0, 1]">, operandSegmentSizes = array<i32: 1, 0>}> ({
+  ^bb0(%i: i32, %x: index):
+    "xla_gpu.yield"() : () -> ()
+  }) : (index) -> ()
+  return
+}
