@@ -8,6 +8,7 @@ lives in `xla_gpu.ir` (contexts, the dialect, indexing maps) and
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 __version__ = "0.1.0"
@@ -17,7 +18,10 @@ def _find_native_dir() -> Path:
     # A wheel install has _native/ next to this file; an editable install
     # keeps it in site-packages while the sources stay in the work tree, and
     # lists both in __path__.
-    for entry in [*__path__, str(Path(__file__).resolve().parent)]:
+    # A source checkout on sys.path (tests run from the repo root) shadows
+    # the installed package but has no _native/: look in site-packages too.
+    entries = [*__path__, *(str(Path(p) / "xla_gpu") for p in sys.path if p)]
+    for entry in entries:
         candidate = Path(entry) / "_native"
         if (candidate / "lib").is_dir():
             return candidate
