@@ -121,3 +121,17 @@ MlirAffineExpr xlaGpuIndexingMapAttrGetConstraint(MlirAttribute attr,
 bool xlaGpuIndexingMapAttrIsKnownEmpty(MlirAttribute attr) {
   return mapOf(attr).isKnownEmpty();
 }
+
+MlirAttribute xlaGpuIndexingMapAttrSimplify(MlirAttribute attr) {
+  IndexingMap map = mapOf(attr);
+  map.simplify();
+  return wrap(IndexingMapAttr::get(unwrap(attr).getContext(), map));
+}
+
+MlirAttribute xlaGpuIndexingMapAttrGetLinearization(MlirContext ctx,
+                                                    intptr_t rank,
+                                                    const int64_t *shape) {
+  return wrap(IndexingMapAttr::get(
+      unwrap(ctx), IndexingMap::getLinearization(
+                       llvm::ArrayRef<int64_t>(shape, rank), unwrap(ctx))));
+}

@@ -50,6 +50,12 @@ MLIR_CAPI_EXPORTED void xlaGpuIndexingMapAttrGetSymbolBounds(MlirAttribute attr,
 MLIR_CAPI_EXPORTED intptr_t xlaGpuIndexingMapAttrGetNumConstraints(MlirAttribute attr);
 MLIR_CAPI_EXPORTED MlirAffineExpr xlaGpuIndexingMapAttrGetConstraint(MlirAttribute attr, intptr_t pos, int64_t *lo, int64_t *hi);
 MLIR_CAPI_EXPORTED bool xlaGpuIndexingMapAttrIsKnownEmpty(MlirAttribute attr);
+/* The map after range-aware simplification (constraints that always hold
+ * dropped). */
+MLIR_CAPI_EXPORTED MlirAttribute xlaGpuIndexingMapAttrSimplify(MlirAttribute attr);
+/* The row-major linearization of a tensor of the given shape. */
+MLIR_CAPI_EXPORTED MlirAttribute xlaGpuIndexingMapAttrGetLinearization(
+    MlirContext ctx, intptr_t rank, const int64_t *shape);
 
 #ifdef __cplusplus
 }

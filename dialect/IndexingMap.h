@@ -105,6 +105,21 @@ public:
   /// constraints.
   bool isIdentity() const;
 
+  /// Range-aware simplification of one expression over this map's variables:
+  /// `(d0 mod 8)` with d0 in [0, 7] is `d0`, `(d0 * 4 + s0) floordiv 4` with
+  /// s0 in [0, 3] is `d0`, floordiv/mod pairs that recombine cancel.
+  /// Equivalent on the domain; idempotent.
+  AffineExpr simplifyExpr(AffineExpr expr) const;
+
+  /// Simplifies every result and constraint; constraints that always hold
+  /// are dropped. Returns true when the map changed.
+  bool simplify();
+
+  /// `(d0, ..., dn) -> (d0 * stride0 + ... + dn)`: the row-major linear index
+  /// of a tensor of `shape`, each di in [0, shape[i] - 1].
+  static IndexingMap getLinearization(llvm::ArrayRef<int64_t> shape,
+                                      MLIRContext *context);
+
   /// `(th_x, bl_x)[s0] -> (...), domain: th_x in [0, 127], ...`
   void print(llvm::raw_ostream &os) const;
   std::string toString() const;

@@ -121,11 +121,68 @@ LogicalResult ApplyIndexingOp::fold(FoldAdaptor adaptor,
 
 namespace {
 
-// Drops constant, duplicate and unused operands: constants are substituted
-// into the map, a repeated value reuses the first variable (ranges are
-// intersected), unused variables disappear.
-struct SimplifyApplyIndexingOperands : OpRewritePattern<ApplyIndexingOp> {
+// Whether `a` comes before `b` in program order: block arguments before the
+// ops of their block, an enclosing block's values before those of regions
+// nested after them. Unrelated values compare as not before.
+bool definedBefore(Value a, Value b) {
+  auto owner = [](Value v) -> Operation * {
+    if (auto arg = dyn_cast<BlockArgument>(v)) return arg.getOwner()->getParentOp();
+    return v.getDefiningOp();
+  };
+  Block *blockA = a.getParentBlock(), *blockB = b.getParentBlock();
+  if (blockA == blockB) {
+    auto argA = dyn_cast<BlockArgument>(a), argB = dyn_cast<BlockArgument>(b);
+    if (argA || argB)
+      return argA && (!argB || argA.getArgNumber() < argB.getArgNumber());
+    Operation *opA = a.getDefiningOp(), *opB = b.getDefiningOp();
+    if (opA == opB)
+      return cast<OpResult>(a).getResultNumber() < cast<OpResult>(b).getResultNumber();
+    return opA->isBeforeInBlock(opB);
+  }
+  if (Operation *ownerB = owner(b))
+    if (Operation *ancestor = blockA->findAncestorOpInBlock(*ownerB))
+      return isa<BlockArgument>(a) || a.getDefiningOp() == ancestor ||
+             a.getDefiningOp()->isBeforeInBlock(ancestor);
+  if (Operation *ownerA = owner(a))
+    if (Operation *ancestor = blockB->findAncestorOpInBlock(*ownerA))
+      return !isa<BlockArgument>(b) && b.getDefiningOp() != ancestor &&
+             ancestor->isBeforeInBlock(b.getDefiningOp());
+  return false;
+}
+
+// Rebuilds an apply_indexing from its operands: constants are substituted
+// into the map, an operand produced by another apply_indexing is replaced by
+// that op's expression over its operands (composition, with its domain kept
+// as constraints), a value passed twice becomes one variable (ranges
+// intersect), unused variables disappear, and the result is simplified.
+struct FoldApplyIndexingOperands : OpRewritePattern<ApplyIndexingOp> {
   using OpRewritePattern::OpRewritePattern;
+
+  // The variables of the rebuilt map, one per distinct operand value.
+  struct Variables {
+    std::vector<Variable> dims, symbols;
+    SmallVector<Value> dimValues, symbolValues;
+    llvm::DenseMap<Value, AffineExpr> exprOf;
+    bool merged = false;
+
+    AffineExpr get(Value value, const Variable &var, bool asDim,
+                   MLIRContext *ctx) {
+      if (auto it = exprOf.find(value); it != exprOf.end()) {
+        Variable &first = isa<AffineDimExpr>(it->second)
+            ? dims[cast<AffineDimExpr>(it->second).getPosition()]
+            : symbols[cast<AffineSymbolExpr>(it->second).getPosition()];
+        first.bounds = first.bounds.intersect(var.bounds);
+        merged = true;
+        return it->second;
+      }
+      AffineExpr e = asDim ? getAffineDimExpr(dims.size(), ctx)
+                           : getAffineSymbolExpr(symbols.size(), ctx);
+      (asDim ? dims : symbols).push_back(var);
+      (asDim ? dimValues : symbolValues).push_back(value);
+      exprOf[value] = e;
+      return e;
+    }
+  };
 
   LogicalResult matchAndRewrite(ApplyIndexingOp op,
                                 PatternRewriter &rewriter) const override {
@@ -136,49 +193,64 @@ struct SimplifyApplyIndexingOperands : OpRewritePattern<ApplyIndexingOp> {
       return i < numDims ? map.getDims()[i] : map.getSymbols()[i - numDims];
     };
 
-    // 1. Substitute constants, merge duplicates.
-    SmallVector<AffineExpr> dimRepl, symRepl;
-    std::vector<Variable> dims, symbols;
-    SmallVector<Value> dimOps, symOps;
-    llvm::DenseMap<Value, AffineExpr> seen;
+    // Symbols of this op stay symbols; everything else becomes a dimension.
+    // Own dimensions are collected first so that they keep their order.
+    Variables vars;
+    SmallVector<AffineExpr> replacement(op.getNumOperands());
+    std::vector<Constraint> extra;
     bool changed = false;
+    SmallVector<std::pair<unsigned, ApplyIndexingOp>> producers;
     for (auto [i, operand] : llvm::enumerate(op.getOperands())) {
-      bool isDim = i < numDims;
-      auto &repl = isDim ? dimRepl : symRepl;
       APInt cst;
       if (matchPattern(operand, m_ConstantInt(&cst))) {
-        repl.push_back(getAffineConstantExpr(cst.getSExtValue(), ctx));
+        replacement[i] = getAffineConstantExpr(cst.getSExtValue(), ctx);
         changed = true;
-        continue;
-      }
-      if (auto it = seen.find(operand); it != seen.end()) {
-        repl.push_back(it->second);
-        Variable &first = isa<AffineDimExpr>(it->second)
-            ? dims[cast<AffineDimExpr>(it->second).getPosition()]
-            : symbols[cast<AffineSymbolExpr>(it->second).getPosition()];
-        first.bounds = first.bounds.intersect(varOf(i).bounds);
+      } else if (auto producer = operand.getDefiningOp<ApplyIndexingOp>()) {
+        producers.push_back({static_cast<unsigned>(i), producer});
         changed = true;
-        continue;
+      } else {
+        replacement[i] = vars.get(operand, varOf(i), i < numDims, ctx);
       }
-      AffineExpr fresh = isDim ? getAffineDimExpr(dims.size(), ctx)
-                               : getAffineSymbolExpr(symbols.size(), ctx);
-      (isDim ? dims : symbols).push_back(varOf(i));
-      (isDim ? dimOps : symOps).push_back(operand);
-      seen[operand] = fresh;
-      repl.push_back(fresh);
     }
-    auto substitute = [&](AffineExpr e) {
-      return e.replaceDimsAndSymbols(dimRepl, symRepl);
-    };
+    for (auto [i, producer] : producers) {
+      const IndexingMap &inner = producer.getIndexingMap();
+      SmallVector<AffineExpr> innerDims, innerSyms;
+      for (auto [j, operand] : llvm::enumerate(producer.getOperands())) {
+        bool isDim = j < inner.getNumDims();
+        const Variable &v = isDim ? inner.getDims()[j]
+                                  : inner.getSymbols()[j - inner.getNumDims()];
+        (isDim ? innerDims : innerSyms)
+            .push_back(vars.get(operand, v, /*asDim=*/true, ctx));
+      }
+      auto substitute = [&](AffineExpr e) {
+        return e.replaceDimsAndSymbols(innerDims, innerSyms);
+      };
+      unsigned resultNumber = cast<OpResult>(op.getOperand(i)).getResultNumber();
+      replacement[i] =
+          substitute(inner.getAffineMap().getResult(resultNumber));
+      // The producer's domain, and this operand's range, still restrict.
+      for (const Constraint &c : inner.getConstraints())
+        extra.push_back({substitute(c.expr), c.bounds});
+      extra.push_back({replacement[i], varOf(i).bounds});
+    }
+    changed |= vars.merged;
+
+    // Substitute and compact away unused variables. Own dims come before the
+    // producers' variables, so positions only need renumbering.
+    SmallVector<AffineExpr> dimRepl(replacement.begin(),
+                                    replacement.begin() + numDims);
+    SmallVector<AffineExpr> symRepl(replacement.begin() + numDims,
+                                    replacement.end());
     SmallVector<AffineExpr> results;
     for (AffineExpr e : map.getAffineMap().getResults())
-      results.push_back(substitute(e));
-    std::vector<Constraint> constraints;
+      results.push_back(e.replaceDimsAndSymbols(dimRepl, symRepl));
+    std::vector<Constraint> constraints = extra;
     for (const Constraint &c : map.getConstraints())
-      constraints.push_back({substitute(c.expr), c.bounds});
+      constraints.push_back({c.expr.replaceDimsAndSymbols(dimRepl, symRepl),
+                             c.bounds});
 
-    // 2. Drop variables nothing refers to.
-    llvm::SmallBitVector usedDims(dims.size()), usedSyms(symbols.size());
+    llvm::SmallBitVector usedDims(vars.dims.size()),
+        usedSyms(vars.symbols.size());
     auto markUsed = [&](AffineExpr e) {
       e.walk([&](AffineExpr sub) {
         if (auto d = dyn_cast<AffineDimExpr>(sub)) usedDims.set(d.getPosition());
@@ -187,37 +259,50 @@ struct SimplifyApplyIndexingOperands : OpRewritePattern<ApplyIndexingOp> {
     };
     llvm::for_each(results, markUsed);
     for (const Constraint &c : constraints) markUsed(c.expr);
-    if (!changed && usedDims.all() && usedSyms.all()) return failure();
+    changed |= !usedDims.all() || !usedSyms.all();
 
-    SmallVector<AffineExpr> dimCompact, symCompact;
+    // After a composition, dimensions follow the program order of their
+    // values (thread id before block id before an inner loop's induction
+    // variable), whichever producer brought them in.
+    SmallVector<unsigned> dimOrder;
+    for (unsigned i = 0; i < vars.dims.size(); ++i)
+      if (usedDims.test(i)) dimOrder.push_back(i);
+    if (!producers.empty())
+      std::stable_sort(dimOrder.begin(), dimOrder.end(), [&](unsigned a, unsigned b) {
+        return definedBefore(vars.dimValues[a], vars.dimValues[b]);
+      });
+    SmallVector<AffineExpr> dimCompact(vars.dims.size()), symCompact;
     std::vector<Variable> keptDims, keptSyms;
     SmallVector<Value> operands;
-    for (unsigned i = 0; i < dims.size(); ++i) {
-      dimCompact.push_back(getAffineDimExpr(keptDims.size(), ctx));
-      if (!usedDims.test(i)) continue;
-      keptDims.push_back(dims[i]);
-      operands.push_back(dimOps[i]);
+    for (unsigned i : dimOrder) {
+      dimCompact[i] = getAffineDimExpr(keptDims.size(), ctx);
+      keptDims.push_back(vars.dims[i]);
+      operands.push_back(vars.dimValues[i]);
     }
-    for (unsigned i = 0; i < symbols.size(); ++i) {
+    for (AffineExpr &e : dimCompact)
+      if (!e) e = getAffineConstantExpr(0, ctx);  // unused: never referenced
+    for (unsigned i = 0; i < vars.symbols.size(); ++i) {
       symCompact.push_back(getAffineSymbolExpr(keptSyms.size(), ctx));
       if (!usedSyms.test(i)) continue;
-      keptSyms.push_back(symbols[i]);
-      operands.push_back(symOps[i]);
+      keptSyms.push_back(vars.symbols[i]);
+      operands.push_back(vars.symbolValues[i]);
     }
-    auto compact = [&](AffineExpr e) {
-      return e.replaceDimsAndSymbols(dimCompact, symCompact);
-    };
-    for (AffineExpr &e : results) e = compact(e);
-    for (Constraint &c : constraints) c.expr = compact(c.expr);
-    // Names that now collide (a kept `s1` renumbered to `s0`) fall back to
-    // the defaults.
+    for (AffineExpr &e : results)
+      e = e.replaceDimsAndSymbols(dimCompact, symCompact);
+    for (Constraint &c : constraints)
+      c.expr = c.expr.replaceDimsAndSymbols(dimCompact, symCompact);
+
     AffineMap newMap =
         AffineMap::get(keptDims.size(), keptSyms.size(), results, ctx);
+    // Names that now collide (two producers' `th_x`, a kept `s1` renumbered
+    // to `s0`) fall back to the defaults.
     if (IndexingMap::validate(newMap, keptDims, keptSyms, constraints)) {
       for (Variable &v : keptDims) v.name.clear();
       for (Variable &v : keptSyms) v.name.clear();
     }
     IndexingMap simplified(newMap, keptDims, keptSyms, constraints);
+    changed |= simplified.simplify();
+    if (!changed) return failure();
     rewriter.replaceOpWithNewOp<ApplyIndexingOp>(op, operands, simplified);
     return success();
   }
@@ -227,7 +312,7 @@ struct SimplifyApplyIndexingOperands : OpRewritePattern<ApplyIndexingOp> {
 
 void ApplyIndexingOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                                   MLIRContext *context) {
-  results.add<SimplifyApplyIndexingOperands>(context);
+  results.add<FoldApplyIndexingOperands>(context);
 }
 
 //===----------------------------------------------------------------------===//
@@ -368,8 +453,15 @@ LogicalResult LoopOp::verifyRegions() {
 
 LogicalResult LoopOp::canonicalize(LoopOp op, PatternRewriter &rewriter) {
   // No iteration runs: the results are the inits.
-  if (!op.getIndexingMap().isKnownEmpty()) return failure();
-  rewriter.replaceOp(op, op.getInits());
+  if (op.getIndexingMap().isKnownEmpty()) {
+    rewriter.replaceOp(op, op.getInits());
+    return success();
+  }
+  IndexingMap map = op.getIndexingMap();
+  if (!map.simplify()) return failure();
+  rewriter.modifyOpInPlace(op, [&] {
+    op.setIndexingMapAttrAttr(IndexingMapAttr::get(op.getContext(), map));
+  });
   return success();
 }
 

@@ -84,6 +84,9 @@ def lib() -> ctypes.CDLL:
     _declare(handle, "xlaGpuIndexingMapAttrGetConstraint", H, H,
              ctypes.c_ssize_t, I64P, I64P)
     _declare(handle, "xlaGpuIndexingMapAttrIsKnownEmpty", ctypes.c_bool, H)
+    _declare(handle, "xlaGpuIndexingMapAttrSimplify", H, H)
+    _declare(handle, "xlaGpuIndexingMapAttrGetLinearization", H, H,
+             ctypes.c_ssize_t, I64P)
     handle.xlaGpuRegisterPasses()
     return handle
 

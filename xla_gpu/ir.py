@@ -143,6 +143,23 @@ class IndexingMap:
             raise ValueError(f"invalid indexing map: {error.value.decode()}")
         return _native.from_handle(_ir.Attribute, handle)
 
+    @staticmethod
+    def linearization(shape: Sequence[int],
+                      context: _ir.Context | None = None) -> "IndexingMap":
+        """`(d0, ..., dn) -> (row-major linear index)` over a tensor of `shape`."""
+        context = context or _ir.Context.current
+        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        handle = _native.lib().xlaGpuIndexingMapAttrGetLinearization(
+            _native.to_handle(context), len(shape), dims)
+        return IndexingMap.from_attr(_native.from_handle(_ir.Attribute, handle))
+
+    def simplified(self) -> "IndexingMap":
+        """Range-aware simplification of results and constraints; constraints
+        that always hold are dropped."""
+        handle = _native.lib().xlaGpuIndexingMapAttrSimplify(
+            _native.to_handle(self.to_attr()))
+        return IndexingMap.from_attr(_native.from_handle(_ir.Attribute, handle))
+
     @property
     def is_known_empty(self) -> bool:
         return bool(_native.lib().xlaGpuIndexingMapAttrIsKnownEmpty(
