@@ -115,6 +115,15 @@ public:
   /// are dropped. Returns true when the map changed.
   bool simplify();
 
+  /// The map with the single result `expr` (over the same variables and
+  /// ranges) and no constraints: what a loop lowered to scf evaluates once
+  /// its bounds checks passed.
+  IndexingMap withSingleResult(AffineExpr expr) const {
+    return IndexingMap(AffineMap::get(getNumDims(), getNumSymbols(), expr,
+                                      getContext()),
+                       dims, symbols);
+  }
+
   /// `(d0, ..., dn) -> (d0 * stride0 + ... + dn)`: the row-major linear index
   /// of a tensor of `shape`, each di in [0, shape[i] - 1].
   static IndexingMap getLinearization(llvm::ArrayRef<int64_t> shape,

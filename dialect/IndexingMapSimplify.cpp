@@ -230,19 +230,21 @@ private:
     return expanded;
   }
 
-  // Dimensions, then symbols (each in order), then compound atoms, then the
+  // Compound atoms, then dimensions, then symbols (each in order), then the
   // constant: one canonical order, so that simplification is idempotent.
   AffineExpr toExpr(const LinearSum &sum) {
     // Compound atoms order by their text: the order must not depend on how
     // the terms were collected, nor differ between processes.
+    // Compound atoms first, as emitters write them:
+    // `(bl_x mod 8) * 512 + th_x * 4 + vector_index`.
     auto rank = [](AffineExpr a) -> std::tuple<int, unsigned, std::string> {
-      if (auto d = dyn_cast<AffineDimExpr>(a)) return {0, d.getPosition(), ""};
+      if (auto d = dyn_cast<AffineDimExpr>(a)) return {1, d.getPosition(), ""};
       if (auto s = dyn_cast<AffineSymbolExpr>(a))
-        return {1, s.getPosition(), ""};
+        return {2, s.getPosition(), ""};
       std::string text;
       llvm::raw_string_ostream os(text);
       a.print(os);
-      return {2, 0, text};
+      return {0, 0, text};
     };
     llvm::SmallVector<std::pair<AffineExpr, int64_t>> terms(sum.terms);
     std::stable_sort(terms.begin(), terms.end(), [&](auto &x, auto &y) {

@@ -5,7 +5,10 @@
 
 #include <memory>
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
 
 namespace mlir::xla_gpu {
@@ -15,6 +18,11 @@ namespace mlir::xla_gpu {
 
 #define GEN_PASS_REGISTRATION
 #include "Passes.h.inc"
+
+/// Lowers every xla_gpu.loop under `root` to scf.for + scf.if +
+/// apply_indexing (shared by the two lowering passes). Fails, with a
+/// diagnostic at the loop, when one cannot be lowered.
+LogicalResult lowerXlaLoopsToScf(Operation *root);
 
 } // namespace mlir::xla_gpu
 

@@ -21,4 +21,30 @@ def ConvertPureCallOpsPass
   let dependentDialects = ["mlir::func::FuncDialect"];
 }
 
+def LowerXlaLoopsToScfPass
+    : Pass<"xla-lower-xla-loops-to-scf", "mlir::func::FuncOp"> {
+  let summary = "Lowers xla_gpu.loop to scf.for + scf.if + apply_indexing";
+  let description = [{
+    Each `xla_gpu.loop` becomes one `scf.for` per symbol (over the symbol's
+    range, outermost first), then an `scf.if` that checks the dimension
+    operands and the constraints against the domain, and inside it one
+    single-result `xla_gpu.apply_indexing` per map result followed by the
+    loop body. Iterations outside the domain yield their iteration
+    arguments unchanged.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect",
+                           "mlir::scf::SCFDialect"];
+}
+
+def LowerXlaToScfPass : Pass<"xla-lower-xla-to-scf", "mlir::func::FuncOp"> {
+  let summary = "Lowers the xla_gpu ops that have no LLVM lowering to scf";
+  let description = [{
+    Everything `xla-lower-xla-loops-to-scf` does, and the other xla_gpu
+    control ops as they are added; after it only apply_indexing,
+    allocate_shared and sync_threads (lowered later) remain.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect",
+                           "mlir::scf::SCFDialect"];
+}
+
 #endif  // XLA_GPU_PASSES_TD
