@@ -47,4 +47,30 @@ def LowerXlaToScfPass : Pass<"xla-lower-xla-to-scf", "mlir::func::FuncOp"> {
                            "mlir::scf::SCFDialect"];
 }
 
+def SimplifyArithPass : Pass<"xla-simplify-arith", "mlir::func::FuncOp"> {
+  let summary = "Folds integer comparisons and min/max whose outcome the "
+                "ranges decide";
+  let description = [{
+    Ranges come from constants, `xla.range` on gpu ids, scf.for bounds and
+    apply_indexing domains: `arith.cmpi sle %thread_id_x, %c127` with
+    `xla.range = [0 : index, 127 : index]` is `true`, so the bounds checks of
+    a lowered loop disappear once canonicalize folds the scf.if.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect"];
+}
+
+def FlattenTensorsPass : Pass<"xla-flatten-tensors", "mlir::ModuleOp"> {
+  let summary = "Makes every statically shaped tensor one-dimensional";
+  let description = [{
+    `tensor<6x512x4096xbf16>` becomes `tensor<12582912xbf16>` in function
+    signatures, calls and returns, scf.for/scf.if carried values,
+    constants, allocate_shared, sync_threads and pure_call; every
+    tensor.extract / tensor.insert indexes through an `xla_gpu.apply_indexing`
+    of the row-major linearization, which the canonicalizer composes with
+    the indexing that produced the indices. Rank-0 tensors become one
+    element. Ops it does not know that carry such tensors are an error.
+  }];
+  let dependentDialects = ["mlir::xla_gpu::XlaGpuDialect"];
+}
+
 #endif  // XLA_GPU_PASSES_TD

@@ -1,0 +1,143 @@
+//===- flatten_tensors.cpp - N-d tensors -> 1-d ---------------------------===//
+
+#include "Passes.h"
+#include "XlaGpuDialect.h"
+#include "mlir/Dialect/Func/Transforms/FuncConversions.h"
+#include "mlir/Dialect/SCF/Transforms/Patterns.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+namespace mlir::xla_gpu {
+
+#define GEN_PASS_DEF_FLATTENTENSORSPASS
+#include "Passes.h.inc"
+
+namespace {
+
+bool needsFlattening(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.hasStaticShape() && tensor.getRank() != 1;
+}
+
+class FlatTypeConverter : public TypeConverter {
+public:
+  FlatTypeConverter() {
+    addConversion([](Type type) { return type; });
+    addConversion([](RankedTensorType type) -> Type {
+      if (!type.hasStaticShape() || type.getRank() == 1) return type;
+      return RankedTensorType::get({type.getNumElements()},
+                                   type.getElementType());
+    });
+  }
+};
+
+// The 1-d index of `indices` into a tensor of `type`.
+Value linearIndex(OpBuilder &b, Location loc, RankedTensorType type,
+                  ValueRange indices) {
+  if (type.getRank() == 0) return arith::ConstantIndexOp::create(b, loc, 0);
+  return ApplyIndexingOp::create(
+             b, loc, indices,
+             IndexingMap::getLinearization(type.getShape(), b.getContext()))
+      .getResult(0);
+}
+
+struct FlattenExtract : OpConversionPattern<tensor::ExtractOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(tensor::ExtractOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto type = op.getTensor().getType();
+    if (!needsFlattening(type)) return failure();
+    Value index = linearIndex(rewriter, op.getLoc(), type, adaptor.getIndices());
+    rewriter.replaceOpWithNewOp<tensor::ExtractOp>(op, adaptor.getTensor(),
+                                                   index);
+    return success();
+  }
+};
+
+struct FlattenInsert : OpConversionPattern<tensor::InsertOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(tensor::InsertOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto type = op.getDest().getType();
+    if (!needsFlattening(type)) return failure();
+    Value index = linearIndex(rewriter, op.getLoc(), type, adaptor.getIndices());
+    rewriter.replaceOpWithNewOp<tensor::InsertOp>(op, adaptor.getScalar(),
+                                                  adaptor.getDest(), index);
+    return success();
+  }
+};
+
+struct FlattenConstant : OpConversionPattern<arith::ConstantOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(arith::ConstantOp op, OpAdaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
+    if (!dense || !needsFlattening(op.getType())) return failure();
+    auto type = cast<ShapedType>(getTypeConverter()->convertType(op.getType()));
+    rewriter.replaceOpWithNewOp<arith::ConstantOp>(op, dense.reshape(type));
+    return success();
+  }
+};
+
+// Ops whose only change is the types of their operands and results.
+template <typename Op>
+struct RetypeOp : OpConversionPattern<Op> {
+  using OpConversionPattern<Op>::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(Op op, typename Op::Adaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    SmallVector<Type> types;
+    if (failed(this->getTypeConverter()->convertTypes(op->getResultTypes(),
+                                                      types)))
+      return failure();
+    Operation *converted = rewriter.clone(*op);
+    converted->setOperands(adaptor.getOperands());
+    for (auto [result, type] : llvm::zip(converted->getResults(), types))
+      result.setType(type);
+    rewriter.replaceOp(op, converted->getResults());
+    return success();
+  }
+};
+
+struct FlattenTensorsPass
+    : impl::FlattenTensorsPassBase<FlattenTensorsPass> {
+  void runOnOperation() override {
+    MLIRContext *ctx = &getContext();
+    FlatTypeConverter converter;
+    RewritePatternSet patterns(ctx);
+    ConversionTarget target(*ctx);
+
+    populateFunctionOpInterfaceTypeConversionPattern<func::FuncOp>(patterns,
+                                                                   converter);
+    populateReturnOpTypeConversionPattern(patterns, converter);
+    populateCallOpTypeConversionPattern(patterns, converter);
+    scf::populateSCFStructuralTypeConversionsAndLegality(converter, patterns,
+                                                         target);
+    patterns.add<FlattenExtract, FlattenInsert, FlattenConstant,
+                 RetypeOp<AllocateSharedOp>, RetypeOp<SyncThreadsOp>,
+                 RetypeOp<PureCallOp>>(converter, ctx);
+
+    target.addDynamicallyLegalOp<func::FuncOp>([&](func::FuncOp f) {
+      return converter.isSignatureLegal(f.getFunctionType()) &&
+             converter.isLegal(&f.getBody());
+    });
+    // Everything else is legal once no value of it is an N-d tensor.
+    target.markUnknownOpDynamicallyLegal([&](Operation *op) {
+      auto hasNd = [](TypeRange types) {
+        return llvm::any_of(types, needsFlattening);
+      };
+      return !hasNd(op->getOperandTypes()) && !hasNd(op->getResultTypes());
+    });
+    target.addLegalOp<ModuleOp>();
+
+    if (failed(applyPartialConversion(getOperation(), target,
+                                      std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace mlir::xla_gpu
