@@ -15,7 +15,7 @@
 
 // COMPOSED: #[[MAP:.*]] = #xla_gpu.indexing_map<"(th_x, bl_x, vector_index) -> (th_x * 4 + bl_x * 512 + vector_index), domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]">
 // COMPOSED-LABEL: func.func @gelu(
-// COMPOSED: scf.for %[[V:.*]] =
+// COMPOSED: scf.for %[[V:[a-z0-9_]+]] =
 // COMPOSED-NEXT: %[[I:.*]] = xla_gpu.apply_indexing #[[MAP]](%thread_id_x, %block_id_x, %[[V]])
 // COMPOSED-NEXT: tensor.extract %arg0[%[[I]]]
 // COMPOSED: tensor.insert %{{.*}}[%[[I]]]
