@@ -73,4 +73,39 @@ def FlattenTensorsPass : Pass<"xla-flatten-tensors", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::xla_gpu::XlaGpuDialect"];
 }
 
+def VectorizeLoadsStoresPass
+    : Pass<"xla-vectorize-loads-stores", "mlir::func::FuncOp"> {
+  let summary = "Turns per-element tensor accesses in small loops into "
+                "vector transfers";
+  let description = [{
+    In an `scf.for %i = 0 to N step 1` (N * element bits <= 128), a
+    `tensor.extract %t[%idx]` of a loop-invariant 1-d tensor whose index is
+    an `xla_gpu.apply_indexing` equal to `base + %i` with `base` a multiple of
+    N becomes one `vector.transfer_read` hoisted before the loop and a
+    `vector.extract` inside it. A `tensor.insert` into an iteration argument,
+    yielded right back, becomes a `vector.insert` into a new vector
+    iteration argument and one `vector.transfer_write` after the loop.
+  }];
+  let dependentDialects = ["mlir::vector::VectorDialect",
+                           "mlir::arith::ArithDialect"];
+}
+
+def OptimizeLoopsPass : Pass<"xla-gpu-optimize-loops", "mlir::func::FuncOp"> {
+  let summary = "Fully unrolls small constant-trip loops";
+  let description = [{
+    An `scf.for` with constant bounds whose trip count is at most
+    `max-trip-count` and whose unrolled body stays under `max-unrolled-ops`
+    operations is unrolled completely: the loop over a vector's elements
+    disappears and its `vector.extract`/`vector.insert` get constant
+    positions. Innermost loops first.
+  }];
+  let options = [
+    Option<"maxTripCount", "max-trip-count", "int64_t", /*default=*/"16",
+           "Unroll loops with at most this many iterations">,
+    Option<"maxUnrolledOps", "max-unrolled-ops", "int64_t", /*default=*/"512",
+           "Unroll only while trip count * body size stays under this">,
+  ];
+  let dependentDialects = ["mlir::arith::ArithDialect"];
+}
+
 #endif  // XLA_GPU_PASSES_TD

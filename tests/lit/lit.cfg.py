@@ -40,7 +40,8 @@ if not filecheck:
     lit_config.fatal("the `filecheck` command is missing: pip install filecheck")
 
 config.substitutions.append(("%python", sys.executable))
-config.substitutions.append(("xla-gpu-opt", str(opt)))
+# A whole word only: pass flags such as --xla-gpu-optimize-loops contain it.
+config.substitutions.append((r"(?<![\w.-])xla-gpu-opt(?![\w-])", str(opt)))
 config.substitutions.append(("FileCheck", filecheck))
 
 mlir_opt = os.path.join(mlir_bin, "mlir-opt")
