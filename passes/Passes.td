@@ -108,4 +108,21 @@ def OptimizeLoopsPass : Pass<"xla-gpu-optimize-loops", "mlir::func::FuncOp"> {
   let dependentDialects = ["mlir::arith::ArithDialect"];
 }
 
+def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
+  let summary = "Lowers tensors to bare LLVM pointers, loads and stores";
+  let description = [{
+    The kernel ABI: every tensor argument becomes a bare `!llvm.ptr` and
+    functions return nothing (a returned tensor must be one of the
+    arguments, written in place). `tensor.extract`/`tensor.insert` and 1-d
+    `vector.transfer_read`/`transfer_write` become a `getelementptr` and an
+    `llvm.load`/`llvm.store` (vector-wide where vectorized; `invariant` on
+    arguments the function never writes; `i1` stored as `i8`);
+    `xla_gpu.allocate_shared` becomes a global in shared memory (address
+    space 3), `xla_gpu.sync_threads` a `gpu.barrier`, tensor constants
+    private globals.
+  }];
+  let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::gpu::GPUDialect",
+                           "mlir::arith::ArithDialect"];
+}
+
 #endif  // XLA_GPU_PASSES_TD

@@ -1,6 +1,7 @@
 //===- flatten_tensors.cpp - N-d tensors -> 1-d ---------------------------===//
 
 #include "Passes.h"
+#include "RetypeOp.h"
 #include "XlaGpuDialect.h"
 #include "mlir/Dialect/Func/Transforms/FuncConversions.h"
 #include "mlir/Dialect/SCF/Transforms/Patterns.h"
@@ -78,26 +79,6 @@ struct FlattenConstant : OpConversionPattern<arith::ConstantOp> {
     if (!dense || !needsFlattening(op.getType())) return failure();
     auto type = cast<ShapedType>(getTypeConverter()->convertType(op.getType()));
     rewriter.replaceOpWithNewOp<arith::ConstantOp>(op, dense.reshape(type));
-    return success();
-  }
-};
-
-// Ops whose only change is the types of their operands and results.
-template <typename Op>
-struct RetypeOp : OpConversionPattern<Op> {
-  using OpConversionPattern<Op>::OpConversionPattern;
-  LogicalResult
-  matchAndRewrite(Op op, typename Op::Adaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    SmallVector<Type> types;
-    if (failed(this->getTypeConverter()->convertTypes(op->getResultTypes(),
-                                                      types)))
-      return failure();
-    Operation *converted = rewriter.clone(*op);
-    converted->setOperands(adaptor.getOperands());
-    for (auto [result, type] : llvm::zip(converted->getResults(), types))
-      result.setType(type);
-    rewriter.replaceOp(op, converted->getResults());
     return success();
   }
 };
