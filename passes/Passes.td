@@ -125,4 +125,41 @@ def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
                            "mlir::arith::ArithDialect"];
 }
 
+def SimplifyAffinePass : Pass<"xla-simplify-affine", "mlir::ModuleOp"> {
+  let summary = "Lowers apply_indexing to arith, narrowed by ranges";
+  let description = [{
+    Every `xla_gpu.apply_indexing` becomes arith ops. Its operands' ranges
+    (from `xla.range`, loop bounds, the map's domain) simplify the
+    expressions first; a computation whose every intermediate value fits in
+    32 bits is done in i32 (then cast to index), divisions and remainders of
+    non-negative values are unsigned, and adds and multiplies carry
+    nsw/nuw where the ranges prove them.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect"];
+}
+
+def ExpandFloatOpsPass : Pass<"xla-expand-float-ops", "mlir::ModuleOp"> {
+  let summary = "Computes in f32 what the GPU cannot do in narrow floats";
+  let description = [{
+    `math` ops on bf16, f16 and the f8/f6/f4 types, and `arith`
+    arithmetic and comparisons on f8/f6/f4 types, extend their operands to
+    f32, compute there and truncate the result back (seed 000: `math.tanh`
+    on bf16 becomes `__nv_tanhf` between `fpext` and `fptrunc`). bf16 and
+    f16 arith stays native.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect"];
+}
+
+def LowerToLLVMPass : Pass<"xla-lower-to-llvm", "mlir::ModuleOp"> {
+  let summary = "Lowers what is left to the LLVM and NVVM dialects";
+  let description = [{
+    func/arith/cf/math/vector/index to the llvm dialect, gpu ids and
+    barriers to `nvvm.read.ptx.sreg.*` / `nvvm.barrier0`, math functions
+    without an LLVM intrinsic to libdevice `__nv_*` calls. Entry functions
+    (`xla.entry`, else every public function without results) become NVPTX
+    kernels (`nvvm.kernel`). Index arithmetic is 64-bit.
+  }];
+  let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::NVVM::NVVMDialect"];
+}
+
 #endif  // XLA_GPU_PASSES_TD

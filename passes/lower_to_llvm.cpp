@@ -1,0 +1,68 @@
+//===- lower_to_llvm.cpp - to the llvm and nvvm dialects ------------------===//
+
+#include "Passes.h"
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
+#include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/LLVMCommon/ConversionTarget.h"
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+namespace mlir::xla_gpu {
+
+#define GEN_PASS_DEF_LOWERTOLLVMPASS
+#include "Passes.h.inc"
+
+namespace {
+
+struct LowerToLLVMPass : impl::LowerToLLVMPassBase<LowerToLLVMPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *ctx = &getContext();
+
+    // Kernels: functions marked xla.entry, else public ones without results.
+    llvm::DenseSet<StringRef> kernels;
+    bool anyMarked = false;
+    for (auto f : module.getOps<func::FuncOp>())
+      anyMarked |= f->hasAttr("xla.entry");
+    for (auto f : module.getOps<func::FuncOp>()) {
+      bool isKernel = anyMarked ? f->hasAttr("xla.entry")
+                                : f.isPublic() && f.getNumResults() == 0 &&
+                                      !f.isExternal();
+      if (isKernel) kernels.insert(f.getSymName());
+    }
+
+    LowerToLLVMOptions options(ctx);
+    LLVMTypeConverter converter(ctx, options);
+    RewritePatternSet patterns(ctx);
+    populateFuncToLLVMConversionPatterns(converter, patterns);
+    arith::populateArithToLLVMConversionPatterns(converter, patterns);
+    cf::populateControlFlowToLLVMConversionPatterns(converter, patterns);
+    index::populateIndexToLLVMConversionPatterns(converter, patterns);
+    populateVectorToLLVMConversionPatterns(converter, patterns);
+    // libdevice calls win over generic math lowerings where both exist.
+    populateLibDeviceConversionPatterns(converter, patterns, /*benefit=*/10);
+    populateGpuToNVVMConversionPatterns(converter, patterns);
+    populateMathToLLVMConversionPatterns(converter, patterns);
+
+    LLVMConversionTarget target(*ctx);
+    target.addLegalOp<ModuleOp>();
+    configureGpuToNVVMConversionLegality(target);
+    if (failed(applyFullConversion(module, target, std::move(patterns))))
+      return signalPassFailure();
+
+    for (auto f : module.getOps<LLVM::LLVMFuncOp>()) {
+      if (!kernels.contains(f.getSymName())) continue;
+      f->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), UnitAttr::get(ctx));
+      f->removeAttr("xla.entry");
+    }
+  }
+};
+
+} // namespace
+} // namespace mlir::xla_gpu
