@@ -1,0 +1,100 @@
+"""LLVM/NVVM dialect -> PTX (NVPTX backend, libdevice linked) -> cubin.
+
+PTX needs no CUDA toolkit: MLIR's `gpu-module-to-binary` runs LLVM's NVPTX
+backend in process. libdevice comes from the `nvidia-nvvm` wheel or a CUDA
+install; a cubin needs `ptxas` (PATH, the `nvidia-cuda-nvcc` wheel, a CUDA
+install) and is skipped when there is none.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from mlir import ir as _ir
+from mlir.dialects import gpu
+from mlir.passmanager import PassManager
+
+__all__ = ["to_ptx", "to_cubin", "find_libdevice", "find_ptxas", "CodegenError"]
+
+
+class CodegenError(RuntimeError):
+    """PTX or cubin generation failed; the message has the tool's output."""
+
+
+def _nvidia_dirs() -> list[Path]:
+    spec = importlib.util.find_spec("nvidia")
+    dirs = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            dirs.append(Path(os.environ[env]))
+    dirs += [Path(p) for p in sorted(glob.glob("/usr/local/cuda*"), reverse=True)]
+    return dirs
+
+
+def find_libdevice() -> str | None:
+    for base in _nvidia_dirs():
+        for pattern in ("nvvm/libdevice/libdevice*.bc", "*/nvvm/libdevice/libdevice*.bc"):
+            found = sorted(base.glob(pattern))
+            if found:
+                return str(found[-1])
+    return None
+
+
+def find_ptxas() -> str | None:
+    if shutil.which("ptxas"):
+        return shutil.which("ptxas")
+    for base in _nvidia_dirs():
+        for pattern in ("bin/ptxas", "*/bin/ptxas"):
+            found = sorted(base.glob(pattern))
+            if found:
+                return str(found[-1])
+    return None
+
+
+def _check_arch(arch: str) -> None:
+    if not re.fullmatch(r"sm_\d+[af]?", arch):
+        raise ValueError(f"arch must look like sm_90, got {arch!r}")
+
+
+def to_ptx(module: _ir.Module, arch: str = "sm_90", opt_level: int = 3) -> str:
+    """PTX for the llvm/nvvm-dialect `module` (after the pipeline). The
+    module is left as it was."""
+    _check_arch(arch)
+    libdevice = find_libdevice()
+    link = f', link = ["{libdevice}"]' if libdevice else ""
+    target = f'#nvvm.target<O = {opt_level}, chip = "{arch}"{link}>'
+    body = "\n".join(str(op) for op in module.body.operations)
+    wrapped = _ir.Module.parse(
+        f"module attributes {{gpu.container_module}} {{\n"
+        f"gpu.module @kernels [{target}] {{\n{body}\n}}\n}}", module.context)
+    try:
+        PassManager.parse("builtin.module(gpu-module-to-binary{format=isa})",
+                          module.context).run(wrapped.operation)
+    except _ir.MLIRError as e:
+        raise CodegenError(f"NVPTX code generation failed: {e}") from e
+    binary = wrapped.body.operations[0]
+    (obj,) = [gpu.ObjectAttr(a) for a in binary.attributes["objects"]]
+    return bytes(obj.object).decode()
+
+
+def to_cubin(ptx: str, arch: str = "sm_90") -> bytes | None:
+    """The cubin of `ptx` through ptxas, or None when no ptxas is found."""
+    _check_arch(arch)
+    ptxas = find_ptxas()
+    if ptxas is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+        src.write_text(ptx)
+        result = subprocess.run([ptxas, f"-arch={arch}", "-O3", str(src), "-o", str(out)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise CodegenError(f"ptxas failed:\n{result.stderr}")
+        return out.read_bytes()
