@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from . import native_dir
 
@@ -21,3 +22,114 @@ def _exec(tool: str) -> None:
 def opt() -> None:
     """xla-gpu-opt: mlir-opt with the xla_gpu dialect and passes."""
     _exec("xla-gpu-opt")
+
+
+def _diagnostics(error, rename: dict[str, str] | None = None) -> str:
+    """An MLIRError's diagnostics as `file:line:col: error: message` lines."""
+    import re
+
+    def where(location) -> str:
+        text = str(location)
+        match = re.fullmatch(r'loc\("(.*)":(\d+):(\d+)\)', text)
+        if not match:
+            return text
+        path = (rename or {}).get(match.group(1), match.group(1))
+        return f"{path}:{match.group(2)}:{match.group(3)}"
+
+    lines = []
+    for diag in getattr(error, "error_diagnostics", []):
+        lines.append(f"{where(diag.location)}: error: {diag.message}")
+        for note in diag.notes:
+            lines.append(f"{where(note.location)}: note: {note.message}")
+    return "\n".join(lines) or str(error)
+
+
+def translate(argv: list[str] | None = None) -> int:
+    """xla-gpu-translate FILE.mlir --emit=mlir|llvm|ptx|cubin --arch=sm_90:
+    runs the lowering pipeline on the input and prints the result."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(
+        prog="xla-gpu-translate",
+        description="Runs the xla_gpu lowering pipeline on an MLIR file and "
+                    "emits the LLVM-dialect MLIR, LLVM IR, PTX or a cubin.")
+    parser.add_argument("input", help="an .mlir file, or - for stdin")
+    parser.add_argument("--emit", choices=["mlir", "llvm", "ptx", "cubin"],
+                        default="ptx")
+    parser.add_argument("--arch", default="sm_90", help="sm_XX (default sm_90)")
+    parser.add_argument("-o", "--output", default="-",
+                        help="output file (default stdout)")
+    parser.add_argument("--dump-dir", help="write the IR after each pass here")
+    parser.add_argument("--dump-regex", default=".*",
+                        help="only passes whose name matches (with --dump-dir)")
+    parser.add_argument("--stop-after", metavar="PASS",
+                        help="run the pipeline up to the first PASS (e.g. "
+                             "xla-flatten-tensors) and emit the MLIR there")
+    args = parser.parse_args(argv)
+
+    from mlir import ir as mlir_ir
+
+    from . import codegen, ir, pipeline
+
+    ctx = ir.Context()
+    rename: dict[str, str] = {}
+    try:
+        if args.input == "-":
+            with tempfile.NamedTemporaryFile("w", suffix=".mlir", delete=False) as f:
+                f.write(sys.stdin.read())
+            path = f.name
+            rename[path] = "<stdin>"
+        else:
+            path = args.input
+        if not os.path.exists(path):
+            sys.stderr.write(f"xla-gpu-translate: cannot open input file '{path}'\n")
+            return 1
+        module = mlir_ir.Module.parseFile(path, ctx)
+        passes = pipeline.PASSES
+        if args.stop_after:
+            names = [pipeline.pass_name(p) for p in passes]
+            if args.stop_after not in names:
+                sys.stderr.write(f"xla-gpu-translate: no pass named "
+                                 f"'{args.stop_after}' in the pipeline: "
+                                 f"{', '.join(dict.fromkeys(names))}\n")
+                return 1
+            passes = passes[:names.index(args.stop_after) + 1]
+        pipeline.run(module, dump_dir=args.dump_dir, dump_regex=args.dump_regex,
+                     passes=passes)
+        if args.emit == "mlir" or args.stop_after:
+            out: str | bytes = str(module)
+        elif args.emit == "llvm":
+            out = codegen.to_llvm_ir(module, args.arch)
+        else:
+            out = codegen.to_ptx(module, args.arch)
+            if args.emit == "cubin":
+                cubin = codegen.to_cubin(out, args.arch)
+                if cubin is None:
+                    sys.stderr.write("xla-gpu-translate: no ptxas found (install "
+                                     "nvidia-cuda-nvcc or a CUDA toolkit)\n")
+                    return 1
+                out = cubin
+    except mlir_ir.MLIRError as e:
+        sys.stderr.write(_diagnostics(e, rename) + "\n")
+        return 1
+    except (codegen.CodegenError, ValueError) as e:
+        sys.stderr.write(f"xla-gpu-translate: {e}\n")
+        return 1
+    finally:
+        for temp in rename:
+            os.unlink(temp)
+    if isinstance(out, bytes):
+        if args.output == "-":
+            sys.stdout.buffer.write(out)
+        else:
+            Path(args.output).write_bytes(out)
+    elif args.output == "-":
+        sys.stdout.write(out)
+    else:
+        Path(args.output).write_text(out)
+    return 0
+
+
+def translate_main() -> None:
+    raise SystemExit(translate())

@@ -21,7 +21,8 @@ from mlir import ir as _ir
 from mlir.dialects import gpu
 from mlir.passmanager import PassManager
 
-__all__ = ["to_ptx", "to_cubin", "find_libdevice", "find_ptxas", "CodegenError"]
+__all__ = ["to_ptx", "to_cubin", "to_llvm_ir", "find_libdevice", "find_ptxas",
+           "CodegenError"]
 
 
 class CodegenError(RuntimeError):
@@ -63,9 +64,8 @@ def _check_arch(arch: str) -> None:
         raise ValueError(f"arch must look like sm_90, got {arch!r}")
 
 
-def to_ptx(module: _ir.Module, arch: str = "sm_90", opt_level: int = 3) -> str:
-    """PTX for the llvm/nvvm-dialect `module` (after the pipeline). The
-    module is left as it was."""
+def _gpu_object(module: _ir.Module, arch: str, opt_level: int, fmt: str) -> bytes:
+    """Runs gpu-module-to-binary on `module`'s ops wrapped in a gpu.module."""
     _check_arch(arch)
     libdevice = find_libdevice()
     link = f', link = ["{libdevice}"]' if libdevice else ""
@@ -75,13 +75,30 @@ def to_ptx(module: _ir.Module, arch: str = "sm_90", opt_level: int = 3) -> str:
         f"module attributes {{gpu.container_module}} {{\n"
         f"gpu.module @kernels [{target}] {{\n{body}\n}}\n}}", module.context)
     try:
-        PassManager.parse("builtin.module(gpu-module-to-binary{format=isa})",
+        PassManager.parse(f"builtin.module(gpu-module-to-binary{{format={fmt}}})",
                           module.context).run(wrapped.operation)
     except _ir.MLIRError as e:
         raise CodegenError(f"NVPTX code generation failed: {e}") from e
     binary = wrapped.body.operations[0]
     (obj,) = [gpu.ObjectAttr(a) for a in binary.attributes["objects"]]
-    return bytes(obj.object).decode()
+    return bytes(obj.object)
+
+
+def to_ptx(module: _ir.Module, arch: str = "sm_90", opt_level: int = 3) -> str:
+    """PTX for the llvm/nvvm-dialect `module` (after the pipeline), libdevice
+    linked. The module is left as it was."""
+    return _gpu_object(module, arch, opt_level, "isa").decode()
+
+
+def to_llvm_ir(module: _ir.Module, arch: str = "sm_90") -> str:
+    """The LLVM IR (text) that the NVPTX backend receives, libdevice linked."""
+    bitcode = _gpu_object(module, arch, 3, "offloading")
+    llvm_dis = Path(importlib.util.find_spec("llvm").submodule_search_locations[0]) / "bin" / "llvm-dis"
+    result = subprocess.run([str(llvm_dis), "-o", "-", "-"], input=bitcode,
+                            capture_output=True)
+    if result.returncode != 0:
+        raise CodegenError(f"llvm-dis failed: {result.stderr.decode()}")
+    return result.stdout.decode()
 
 
 def to_cubin(ptx: str, arch: str = "sm_90") -> bytes | None:

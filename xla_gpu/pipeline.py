@@ -22,7 +22,7 @@ from mlir.passmanager import PassManager
 
 from . import ir as _xla_ir  # noqa: F401  (registers the xla_gpu passes)
 
-__all__ = ["PASSES", "pipeline_string", "run"]
+__all__ = ["PASSES", "pipeline_string", "pass_name", "run"]
 
 # Stage by stage, as seed 000 walks through them. Each entry is one element
 # of a `builtin.module(...)` pipeline.
@@ -63,7 +63,7 @@ def pipeline_string(passes: tuple[str, ...] = PASSES) -> str:
     return "builtin.module(" + ",".join(passes) + ")"
 
 
-def _pass_name(element: str) -> str:
+def pass_name(element: str) -> str:
     # "func.func(xla-lower-xla-to-scf)" -> "xla-lower-xla-to-scf"
     inner = element[element.rfind("(") + 1:].rstrip(")") if "(" in element else element
     return inner.split("{")[0]
@@ -83,7 +83,7 @@ def run(module: _ir.Module, *, dump_dir: str | Path | None = None,
         dump_dir.mkdir(parents=True, exist_ok=True)
         (dump_dir / "00.input.mlir").write_text(str(module))
     for i, element in enumerate(passes, start=1):
-        name = _pass_name(element)
+        name = pass_name(element)
         start = time.perf_counter()
         PassManager.parse(pipeline_string((element,)), module.context).run(
             module.operation)

@@ -44,6 +44,18 @@ config.substitutions.append(("%python", sys.executable))
 config.substitutions.append((r"(?<![\w.-])xla-gpu-opt(?![\w-])", str(opt)))
 config.substitutions.append(("FileCheck", filecheck))
 
+translate = shutil.which("xla-gpu-translate")
+if not translate:
+    lit_config.fatal("xla-gpu-translate not found: install xla_gpu first")
+config.substitutions.append((r"(?<![\w.-])xla-gpu-translate(?![\w-])", translate))
+
+from xla_gpu import codegen  # noqa: E402
+
+ptxas = codegen.find_ptxas()
+if ptxas:
+    config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", ptxas))
+
 mlir_opt = os.path.join(mlir_bin, "mlir-opt")
 plugin = xla_gpu.plugin_path()
 if os.path.exists(mlir_opt) and os.path.exists(plugin):
