@@ -135,3 +135,22 @@ MlirAttribute xlaGpuIndexingMapAttrGetLinearization(MlirContext ctx,
       unwrap(ctx), IndexingMap::getLinearization(
                        llvm::ArrayRef<int64_t>(shape, rank), unwrap(ctx))));
 }
+
+MlirAttribute xlaGpuIndexingMapAttrCompose(MlirAttribute first,
+                                           MlirAttribute second) {
+  return wrap(IndexingMapAttr::get(unwrap(first).getContext(),
+                                   IndexingMap::compose(mapOf(first),
+                                                        mapOf(second))));
+}
+
+MlirAttribute xlaGpuIndexingMapAttrRemoveUnusedSymbols(MlirAttribute attr) {
+  return wrap(IndexingMapAttr::get(unwrap(attr).getContext(),
+                                   mapOf(attr).withoutUnusedSymbols()));
+}
+
+void xlaGpuIndexingMapAttrEvaluateRange(MlirAttribute attr, MlirAffineExpr expr,
+                                        int64_t *lo, int64_t *hi) {
+  Interval r = mapOf(attr).evaluateRange(unwrap(expr));
+  *lo = r.lower;
+  *hi = r.upper;
+}

@@ -53,6 +53,15 @@ MLIR_CAPI_EXPORTED bool xlaGpuIndexingMapAttrIsKnownEmpty(MlirAttribute attr);
 /* The map after range-aware simplification (constraints that always hold
  * dropped). */
 MLIR_CAPI_EXPORTED MlirAttribute xlaGpuIndexingMapAttrSimplify(MlirAttribute attr);
+/* `second ∘ first` (first's results feed second's dimensions), simplified. */
+MLIR_CAPI_EXPORTED MlirAttribute xlaGpuIndexingMapAttrCompose(MlirAttribute first,
+                                                           MlirAttribute second);
+/* The map without the symbols nothing uses. */
+MLIR_CAPI_EXPORTED MlirAttribute xlaGpuIndexingMapAttrRemoveUnusedSymbols(MlirAttribute attr);
+/* The range of `expr` (over the map's variables) on the map's box domain. */
+MLIR_CAPI_EXPORTED void xlaGpuIndexingMapAttrEvaluateRange(MlirAttribute attr,
+                                                           MlirAffineExpr expr,
+                                                           int64_t *lo, int64_t *hi);
 /* The row-major linearization of a tensor of the given shape. */
 MLIR_CAPI_EXPORTED MlirAttribute xlaGpuIndexingMapAttrGetLinearization(
     MlirContext ctx, intptr_t rank, const int64_t *shape);

@@ -124,6 +124,17 @@ public:
                        dims, symbols);
   }
 
+  /// `second ∘ first`: first's results feed second's dimensions. The result
+  /// has first's dimensions, then first's symbols followed by second's
+  /// symbols; first's constraints stay, second's are substituted, and each
+  /// first result must lie in the range of the dimension it feeds (kept as a
+  /// constraint unless the ranges imply it). Simplified.
+  static IndexingMap compose(const IndexingMap &first,
+                             const IndexingMap &second);
+
+  /// The map without the symbols that no result or constraint uses.
+  IndexingMap withoutUnusedSymbols() const;
+
   /// `(d0, ..., dn) -> (d0 * stride0 + ... + dn)`: the row-major linear index
   /// of a tensor of `shape`, each di in [0, shape[i] - 1].
   static IndexingMap getLinearization(llvm::ArrayRef<int64_t> shape,

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "IndexingMap.h"
+#include "llvm/ADT/SmallBitVector.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/MathExtras.h"
 #include "mlir/IR/MLIRContext.h"
@@ -315,6 +316,73 @@ bool IndexingMap::simplify() {
   if (next == *this) return false;
   *this = std::move(next);
   return true;
+}
+
+IndexingMap IndexingMap::compose(const IndexingMap &first,
+                                 const IndexingMap &second) {
+  MLIRContext *ctx = first.getContext();
+  unsigned numSyms = first.getNumSymbols();
+  // second's dims become first's results; its symbols follow first's.
+  SmallVector<AffineExpr> dimRepl(first.getAffineMap().getResults());
+  SmallVector<AffineExpr> symRepl;
+  for (unsigned i = 0; i < second.getNumSymbols(); ++i)
+    symRepl.push_back(getAffineSymbolExpr(numSyms + i, ctx));
+  auto substitute = [&](AffineExpr e) {
+    return e.replaceDimsAndSymbols(dimRepl, symRepl);
+  };
+  SmallVector<AffineExpr> results;
+  for (AffineExpr e : second.getAffineMap().getResults())
+    results.push_back(substitute(e));
+  std::vector<Variable> dims = first.getDims(), symbols = first.getSymbols();
+  llvm::append_range(symbols, second.getSymbols());
+  std::vector<Constraint> constraints = first.getConstraints();
+  for (const Constraint &c : second.getConstraints())
+    constraints.push_back({substitute(c.expr), c.bounds});
+  for (auto [result, dim] :
+       llvm::zip(first.getAffineMap().getResults(), second.getDims()))
+    constraints.push_back({result, dim.bounds});
+  AffineMap map = AffineMap::get(dims.size(), symbols.size(), results, ctx);
+  if (validate(map, dims, symbols, constraints)) {
+    // Colliding names (both maps call a variable `s0` or `th_x`).
+    for (Variable &v : dims) v.name.clear();
+    for (Variable &v : symbols) v.name.clear();
+  }
+  IndexingMap composed(map, std::move(dims), std::move(symbols),
+                       std::move(constraints));
+  composed.simplify();
+  return composed;
+}
+
+IndexingMap IndexingMap::withoutUnusedSymbols() const {
+  llvm::SmallBitVector used(getNumSymbols());
+  auto mark = [&](AffineExpr e) {
+    e.walk([&](AffineExpr sub) {
+      if (auto s = dyn_cast<AffineSymbolExpr>(sub)) used.set(s.getPosition());
+    });
+  };
+  for (AffineExpr e : map.getResults()) mark(e);
+  for (const Constraint &c : constraints) mark(c.expr);
+  SmallVector<AffineExpr> symRepl;
+  std::vector<Variable> kept;
+  for (unsigned i = 0; i < getNumSymbols(); ++i) {
+    symRepl.push_back(getAffineSymbolExpr(kept.size(), getContext()));
+    if (used.test(i)) kept.push_back(symbols[i]);
+  }
+  SmallVector<AffineExpr> dimRepl;
+  for (unsigned i = 0; i < getNumDims(); ++i)
+    dimRepl.push_back(getAffineDimExpr(i, getContext()));
+  SmallVector<AffineExpr> results;
+  for (AffineExpr e : map.getResults())
+    results.push_back(e.replaceDimsAndSymbols(dimRepl, symRepl));
+  std::vector<Constraint> kept_constraints;
+  for (const Constraint &c : constraints)
+    kept_constraints.push_back(
+        {c.expr.replaceDimsAndSymbols(dimRepl, symRepl), c.bounds});
+  AffineMap newMap =
+      AffineMap::get(getNumDims(), kept.size(), results, getContext());
+  if (validate(newMap, dims, kept, kept_constraints))
+    for (Variable &v : kept) v.name.clear();  // a renumbered default name
+  return IndexingMap(newMap, dims, std::move(kept), std::move(kept_constraints));
 }
 
 IndexingMap IndexingMap::getLinearization(llvm::ArrayRef<int64_t> shape,

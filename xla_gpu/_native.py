@@ -85,6 +85,9 @@ def lib() -> ctypes.CDLL:
              ctypes.c_ssize_t, I64P, I64P)
     _declare(handle, "xlaGpuIndexingMapAttrIsKnownEmpty", ctypes.c_bool, H)
     _declare(handle, "xlaGpuIndexingMapAttrSimplify", H, H)
+    _declare(handle, "xlaGpuIndexingMapAttrCompose", H, H, H)
+    _declare(handle, "xlaGpuIndexingMapAttrRemoveUnusedSymbols", H, H)
+    _declare(handle, "xlaGpuIndexingMapAttrEvaluateRange", None, H, H, I64P, I64P)
     _declare(handle, "xlaGpuIndexingMapAttrGetLinearization", H, H,
              ctypes.c_ssize_t, I64P)
     handle.xlaGpuRegisterPasses()

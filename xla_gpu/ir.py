@@ -156,9 +156,26 @@ class IndexingMap:
     def simplified(self) -> "IndexingMap":
         """Range-aware simplification of results and constraints; constraints
         that always hold are dropped."""
-        handle = _native.lib().xlaGpuIndexingMapAttrSimplify(
-            _native.to_handle(self.to_attr()))
-        return IndexingMap.from_attr(_native.from_handle(_ir.Attribute, handle))
+        return self._apply(_native.lib().xlaGpuIndexingMapAttrSimplify)
+
+    def _apply(self, fn, *more: "IndexingMap") -> "IndexingMap":
+        args = [_native.to_handle(m.to_attr()) for m in (self, *more)]
+        return IndexingMap.from_attr(_native.from_handle(_ir.Attribute, fn(*args)))
+
+    def compose(self, second: "IndexingMap") -> "IndexingMap":
+        """`second ∘ self`: this map's results feed `second`'s dimensions."""
+        return self._apply(_native.lib().xlaGpuIndexingMapAttrCompose, second)
+
+    def without_unused_symbols(self) -> "IndexingMap":
+        return self._apply(_native.lib().xlaGpuIndexingMapAttrRemoveUnusedSymbols)
+
+    def evaluate_range(self, expr: _ir.AffineExpr) -> tuple[int, int]:
+        """The range [lo, hi] of `expr` over this map's variable ranges."""
+        lo, hi = ctypes.c_int64(), ctypes.c_int64()
+        _native.lib().xlaGpuIndexingMapAttrEvaluateRange(
+            _native.to_handle(self.to_attr()), _native.to_handle(expr),
+            ctypes.byref(lo), ctypes.byref(hi))
+        return lo.value, hi.value
 
     @property
     def is_known_empty(self) -> bool:

@@ -99,3 +99,28 @@ def test_simplification_is_sound_and_idempotent(ctx):
             for a, b in zip(original.affine_map.results, simplified.affine_map.results):
                 assert _evaluate(a, [d0, d1], [s0]) == _evaluate(b, [d0, d1], [s0]), (
                     f"{original} -> {simplified} at {(d0, d1, s0)}")
+
+
+def test_compose(ctx):
+    loop = ir.IndexingMap.parse(
+        "(th_x, bl_x)[v] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512, "
+        "(bl_x mod 8) * 512 + th_x * 4 + v), "
+        "domain: th_x in [0, 127], bl_x in [0, 24575], v in [0, 3]")
+    # The seed's flattening: ranges make the 6x512x4096 bounds redundant.
+    assert str(loop.compose(ir.IndexingMap.linearization([6, 512, 4096]))) == (
+        "(th_x, bl_x)[v] -> (th_x * 4 + bl_x * 512 + v), "
+        "domain: th_x in [0, 127], bl_x in [0, 24575], v in [0, 3]")
+    # Symbols append; a bound the ranges do not imply stays a constraint.
+    first = ir.IndexingMap.parse("(d0)[s0] -> (d0 * 4 + s0), domain: d0 in [0, 15], s0 in [0, 3]")
+    second = ir.IndexingMap.parse(
+        "(d0)[s0] -> (d0 floordiv 2 + s0), domain: d0 in [0, 20], s0 in [0, 1]")
+    assert str(first.compose(second)) == (
+        "(d0)[s0, s1] -> (d0 * 2 + s0 floordiv 2 + s1), "
+        "domain: d0 in [0, 15], s0 in [0, 3], s1 in [0, 1], d0 * 4 + s0 in [0, 20]")
+
+
+def test_without_unused_symbols_and_ranges(ctx):
+    m = ir.IndexingMap.parse(
+        "(d0)[s0, s1] -> (d0 + s1), domain: d0 in [0, 15], s0 in [0, 3], s1 in [0, 7]")
+    assert str(m.without_unused_symbols()) == "(d0)[s0] -> (d0 + s0), domain: d0 in [0, 15], s0 in [0, 7]"
+    assert m.evaluate_range(m.affine_map.results[0]) == (0, 22)
