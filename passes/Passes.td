@@ -162,4 +162,36 @@ def LowerToLLVMPass : Pass<"xla-lower-to-llvm", "mlir::ModuleOp"> {
   let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::NVVM::NVVMDialect"];
 }
 
+def EraseDeadFunctionsPass
+    : Pass<"xla-erase-dead-functions", "mlir::ModuleOp"> {
+  let summary = "Erases functions no public function reaches";
+  let description = [{
+    After inlining, the outlined subgraph functions whose calls were all
+    inlined are dead: everything not reachable from a public function
+    through calls (`func.call`, `xla_gpu.pure_call`) is erased.
+  }];
+}
+
+def PropagateSliceIndicesPass
+    : Pass<"xla-propagate-slice-indices", "mlir::ModuleOp"> {
+  let summary = "Copies xla.slice_index / xla.invariant to callee parameters";
+  let description = [{
+    A callee parameter that receives, at every call site, the same
+    caller argument annotated with `xla.slice_index` (the buffer slice it
+    lives in) gets that annotation too, and `xla.invariant` (read-only)
+    likewise; repeated through the call graph. xla-lower-tensors marks
+    loads through `xla.invariant` parameters invariant, and
+    xla-merge-pointers relies on the slice indices.
+  }];
+}
+
+def MergePointersPass : Pass<"xla-merge-pointers", "mlir::ModuleOp"> {
+  let summary = "Passes arguments that share a buffer slice once";
+  let description = [{
+    In every function nothing calls (the kernels), arguments with the same
+    `xla.slice_index` are the same buffer: later ones are replaced by the
+    first and removed from the signature, which is XLA's kernel ABI.
+  }];
+}
+
 #endif  // XLA_GPU_PASSES_TD

@@ -273,7 +273,10 @@ LogicalResult analyze(func::FuncOp func, Analysis &analysis) {
     if (auto read = dyn_cast<vector::TransferReadOp>(op)) source = read.getBase();
     if (!source) return;
     BlockArgument arg = traceToArgument(source);
-    if (arg && !written.contains(arg)) analysis.invariantReads.insert(op);
+    bool declaredInvariant =
+        arg && func.getArgAttr(arg.getArgNumber(), "xla.invariant");
+    if (arg && (declaredInvariant || !written.contains(arg)))
+      analysis.invariantReads.insert(op);
   });
   return success();
 }

@@ -34,6 +34,7 @@ PASSES: tuple[str, ...] = (
     "func.func(xla-simplify-arith)",            # xla.range decides the bounds checks
     "canonicalize",
     "cse",
+    "xla-propagate-slice-indices",              # buffer slices of callee params
     "xla-flatten-tensors",                      # N-d -> 1-d, composed indexing
     "canonicalize",
     "cse",
@@ -43,11 +44,13 @@ PASSES: tuple[str, ...] = (
     "canonicalize",
     "cse",
     "func.func(xla-convert-pure-call-ops)",
+    "xla-erase-dead-functions",
     "func.func(xla-simplify-arith)",
     "xla-simplify-affine",                      # apply_indexing -> (i32) arith
     "canonicalize",
     "cse",
     "xla-lower-tensors",                        # bare pointers, loads, stores
+    "xla-merge-pointers",                       # one argument per buffer slice
     "canonicalize",
     "cse",
     "xla-expand-float-ops",                     # bf16 math through f32
