@@ -136,6 +136,28 @@ private:
     }
   }
 
+  // `sum` as g * multiples + small, g a proper divisor of c shared by some
+  // coefficients and small in [0, g - 1], if there is such a g.
+  struct Split {
+    int64_t g;
+    LinearSum multiples, small;
+  };
+  std::optional<Split> splitByDivisorOf(const LinearSum &sum, int64_t c) {
+    for (auto &[a, k] : sum.terms) {
+      int64_t g = std::gcd(std::abs(k), c);
+      if (g <= 1 || g == c) continue;
+      Split split{g, {}, {}};
+      split.small.constant = sum.constant;
+      for (auto &[b, kb] : sum.terms) {
+        if (kb % g == 0) addTerm(split.multiples, b, kb / g);
+        else addTerm(split.small, b, kb);
+      }
+      Interval r = range(split.small);
+      if (!r.isEmpty() && r.lower >= 0 && r.upper < g) return split;
+    }
+    return std::nullopt;
+  }
+
   // `num floordiv c` as a sum.
   LinearSum floorDiv(const LinearSum &num, int64_t c) {
     if (c == 1) return num;
@@ -156,19 +178,8 @@ private:
     }
     // (g * G + S) floordiv c == G floordiv (c / g) when g divides c and S
     // stays in [0, g - 1]: `(th_x * 4 + s0) floordiv 8` is th_x floordiv 2.
-    for (auto &[a, k] : rest.terms) {
-      int64_t g = std::gcd(std::abs(k), c);
-      if (g <= 1 || g == c) continue;
-      LinearSum multiples, small;
-      small.constant = rest.constant;
-      for (auto &[b, kb] : rest.terms) {
-        if (kb % g == 0) addTerm(multiples, b, kb / g);
-        else addTerm(small, b, kb);
-      }
-      Interval sr = range(small);
-      if (sr.isEmpty() || sr.lower < 0 || sr.upper >= g) continue;
-      LinearSum inner = floorDiv(multiples, c / g);
-      addSum(quotient, inner, 1);
+    if (auto split = splitByDivisorOf(rest, c)) {
+      addSum(quotient, floorDiv(split->multiples, c / split->g), 1);
       return quotient;
     }
     // (x floordiv a) floordiv c == x floordiv (a * c).
@@ -202,19 +213,9 @@ private:
     }
     // (g * G + S) mod c == (G mod (c / g)) * g + S when g divides c and S
     // stays in [0, g - 1]: `(th_x * 4 + s0) mod 8` is (th_x mod 2) * 4 + s0.
-    for (auto &[a, k] : rest.terms) {
-      int64_t g = std::gcd(std::abs(k), c);
-      if (g <= 1 || g == c) continue;
-      LinearSum multiples, small;
-      small.constant = rest.constant;
-      for (auto &[b, kb] : rest.terms) {
-        if (kb % g == 0) addTerm(multiples, b, kb / g);
-        else addTerm(small, b, kb);
-      }
-      Interval sr = range(small);
-      if (sr.isEmpty() || sr.lower < 0 || sr.upper >= g) continue;
-      addSum(small, mod(multiples, c / g), g);
-      return small;
+    if (auto split = splitByDivisorOf(rest, c)) {
+      addSum(split->small, mod(split->multiples, c / split->g), split->g);
+      return split->small;
     }
     // (x mod a) mod c == x mod c when c divides a.
     if (rest.constant == 0 && rest.terms.size() == 1 &&

@@ -1,10 +1,8 @@
 //===- flatten_tensors.cpp - N-d tensors -> 1-d ---------------------------===//
 
 #include "Passes.h"
-#include "RetypeOp.h"
+#include "TensorTypeConversion.h"
 #include "XlaGpuDialect.h"
-#include "mlir/Dialect/Func/Transforms/FuncConversions.h"
-#include "mlir/Dialect/SCF/Transforms/Patterns.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Transforms/DialectConversion.h"
 
@@ -91,29 +89,10 @@ struct FlattenTensorsPass
     RewritePatternSet patterns(ctx);
     ConversionTarget target(*ctx);
 
-    populateFunctionOpInterfaceTypeConversionPattern<func::FuncOp>(patterns,
-                                                                   converter);
-    populateReturnOpTypeConversionPattern(patterns, converter);
-    populateCallOpTypeConversionPattern(patterns, converter);
-    scf::populateSCFStructuralTypeConversionsAndLegality(converter, patterns,
-                                                         target);
+    populateTensorTypeConversion(converter, patterns, target, needsFlattening);
     patterns.add<FlattenExtract, FlattenInsert, FlattenConstant,
                  RetypeOp<AllocateSharedOp>, RetypeOp<SyncThreadsOp>,
                  RetypeOp<PureCallOp>>(converter, ctx);
-
-    target.addDynamicallyLegalOp<func::FuncOp>([&](func::FuncOp f) {
-      return converter.isSignatureLegal(f.getFunctionType()) &&
-             converter.isLegal(&f.getBody());
-    });
-    // Everything else is legal once no value of it is an N-d tensor.
-    target.markUnknownOpDynamicallyLegal([&](Operation *op) {
-      auto hasNd = [](TypeRange types) {
-        return llvm::any_of(types, needsFlattening);
-      };
-      return !hasNd(op->getOperandTypes()) && !hasNd(op->getResultTypes());
-    });
-    target.addLegalOp<ModuleOp>();
-
     if (failed(applyPartialConversion(getOperation(), target,
                                       std::move(patterns))))
       signalPassFailure();

@@ -1,11 +1,9 @@
 //===- lower_tensors.cpp - tensors -> bare pointers, loads and stores -----===//
 
 #include "Passes.h"
-#include "RetypeOp.h"
+#include "TensorTypeConversion.h"
 #include "XlaGpuDialect.h"
 #include "llvm/ADT/DenseSet.h"
-#include "mlir/Dialect/Func/Transforms/FuncConversions.h"
-#include "mlir/Dialect/SCF/Transforms/Patterns.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Transforms/DialectConversion.h"
 
@@ -297,25 +295,12 @@ struct LowerTensorsPass : impl::LowerTensorsPassBase<LowerTensorsPass> {
 
     RewritePatternSet patterns(ctx);
     ConversionTarget target(*ctx);
-    populateFunctionOpInterfaceTypeConversionPattern<func::FuncOp>(patterns,
-                                                                   converter);
-    populateReturnOpTypeConversionPattern(patterns, converter);
-    populateCallOpTypeConversionPattern(patterns, converter);
-    scf::populateSCFStructuralTypeConversionsAndLegality(converter, patterns,
-                                                         target);
+    populateTensorTypeConversion(converter, patterns, target,
+                                 [](Type t) { return isa<TensorType>(t); });
     patterns.add<LowerExtract, LowerTransferRead>(converter, ctx, analysis);
     patterns.add<LowerInsert, LowerTransferWrite, LowerAllocateShared,
                  LowerSyncThreads, LowerTensorConstant, RetypeOp<PureCallOp>>(
         converter, ctx);
-    target.addDynamicallyLegalOp<func::FuncOp>([&](func::FuncOp f) {
-      return converter.isSignatureLegal(f.getFunctionType()) &&
-             converter.isLegal(&f.getBody());
-    });
-    target.markUnknownOpDynamicallyLegal([&](Operation *op) {
-      auto isTensor = [](Type t) { return isa<TensorType>(t); };
-      return llvm::none_of(op->getOperandTypes(), isTensor) &&
-             llvm::none_of(op->getResultTypes(), isTensor);
-    });
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
 
