@@ -91,13 +91,21 @@ def VectorizeLoadsStoresPass
 }
 
 def OptimizeLoopsPass : Pass<"xla-gpu-optimize-loops", "mlir::func::FuncOp"> {
-  let summary = "Fully unrolls small constant-trip loops";
+  let summary = "Fully unrolls small loops, software-pipelines loads in "
+                "the others";
   let description = [{
     An `scf.for` with constant bounds whose trip count is at most
     `max-trip-count` and whose unrolled body stays under `max-unrolled-ops`
     operations is unrolled completely: the loop over a vector's elements
     disappears and its `vector.extract`/`vector.insert` get constant
     positions. Innermost loops first.
+
+    In a loop that stays, the first load of its body (`tensor.extract` or
+    `vector.transfer_read` of a loop-invariant tensor, indexed by pure
+    computations of the induction variable) is pipelined: the load of the
+    first iteration moves before the loop, and each iteration loads the next
+    iteration's value (guarded by the upper bound), so the load's latency
+    overlaps the iteration's work.
   }];
   let options = [
     Option<"maxTripCount", "max-trip-count", "int64_t", /*default=*/"16",
