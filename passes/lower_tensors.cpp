@@ -65,8 +65,12 @@ Value gepIndex(OpBuilder &b, Location loc, Value index) {
   return arith::IndexCastUIOp::create(b, loc, b.getI64Type(), index);
 }
 
+// The address of element `indices` (one index, or none for a rank-0
+// tensor) of the buffer at `ptr`.
 Value elementAddress(OpBuilder &b, Location loc, Value ptr, Type element,
-                     Value index) {
+                     ValueRange indices) {
+  Value index = indices.empty() ? arith::ConstantIndexOp::create(b, loc, 0)
+                                : indices.front();
   return LLVM::GEPOp::create(b, loc, ptr.getType(), storageType(element), ptr,
                              ValueRange{gepIndex(b, loc, index)},
                              LLVM::GEPNoWrapFlags::inbounds);
@@ -86,11 +90,8 @@ struct LowerExtract : OpConversionPattern<tensor::ExtractOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     Type element = op.getType();
-    Value index = adaptor.getIndices().empty()
-                      ? arith::ConstantIndexOp::create(rewriter, loc, 0)
-                      : adaptor.getIndices()[0];
     Value addr = elementAddress(rewriter, loc, adaptor.getTensor(), element,
-                                index);
+                                adaptor.getIndices());
     Value loaded = LLVM::LoadOp::create(
         rewriter, loc, storageType(element), addr, /*alignment=*/0,
         /*isVolatile=*/false, /*isNonTemporal=*/false,
@@ -110,11 +111,8 @@ struct LowerInsert : OpConversionPattern<tensor::InsertOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     Type element = op.getScalar().getType();
-    Value index = adaptor.getIndices().empty()
-                      ? arith::ConstantIndexOp::create(rewriter, loc, 0)
-                      : adaptor.getIndices()[0];
-    Value addr =
-        elementAddress(rewriter, loc, adaptor.getDest(), element, index);
+    Value addr = elementAddress(rewriter, loc, adaptor.getDest(), element,
+                                adaptor.getIndices());
     Value value = adaptor.getScalar();
     if (storageType(element) != element)
       value = arith::ExtUIOp::create(rewriter, loc, storageType(element), value);
@@ -137,7 +135,7 @@ struct LowerTransferRead : OpConversionPattern<vector::TransferReadOp> {
       return rewriter.notifyMatchFailure(op, "not an in-bounds 1-d read");
     Location loc = op.getLoc();
     Value addr = elementAddress(rewriter, loc, adaptor.getBase(),
-                                type.getElementType(), adaptor.getIndices()[0]);
+                                type.getElementType(), adaptor.getIndices());
     rewriter.replaceOp(op, LLVM::LoadOp::create(
                                rewriter, loc, type, addr, /*alignment=*/0,
                                false, false,
@@ -159,7 +157,7 @@ struct LowerTransferWrite : OpConversionPattern<vector::TransferWriteOp> {
       return rewriter.notifyMatchFailure(op, "not an in-bounds 1-d write");
     Location loc = op.getLoc();
     Value addr = elementAddress(rewriter, loc, adaptor.getBase(),
-                                type.getElementType(), adaptor.getIndices()[0]);
+                                type.getElementType(), adaptor.getIndices());
     LLVM::StoreOp::create(rewriter, loc, adaptor.getValueToStore(), addr);
     rewriter.replaceOp(op, adaptor.getBase());
     return success();
