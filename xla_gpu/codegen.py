@@ -2,8 +2,9 @@
 
 PTX needs no CUDA toolkit: MLIR's `gpu-module-to-binary` runs LLVM's NVPTX
 backend in process. libdevice comes from the `nvidia-nvvm` wheel or a CUDA
-install; a cubin needs `ptxas` (PATH, the `nvidia-cuda-nvcc` wheel, a CUDA
-install) and is skipped when there is none.
+install; a cubin comes from `ptxas` (PATH, the `nvidia-cuda-nvcc` wheel, a
+CUDA install) or else nvJitLink (`cuda.bindings.nvjitlink` with the
+`nvidia-nvjitlink` wheel), and is skipped when neither is there.
 """
 
 from __future__ import annotations
@@ -101,12 +102,37 @@ def to_llvm_ir(module: _ir.Module, arch: str = "sm_90") -> str:
     return result.stdout.decode()
 
 
-def to_cubin(ptx: str, arch: str = "sm_90") -> bytes | None:
-    """The cubin of `ptx` through ptxas, or None when no ptxas is found."""
-    _check_arch(arch)
-    ptxas = find_ptxas()
-    if ptxas is None:
+def _nvjitlink_cubin(ptx: str, arch: str) -> bytes | None:
+    """The cubin through nvJitLink, or None when its library is missing."""
+    try:
+        from cuda.bindings import nvjitlink
+        handle = nvjitlink.create(2, [f"-arch={arch}", "-O3"])
+    except Exception:  # no cuda-python, or no libnvJitLink to load
         return None
+    try:
+        data = ptx.encode()
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data),
+                               "kernel.ptx")
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as e:
+            log = bytearray(nvjitlink.get_error_log_size(handle))
+            nvjitlink.get_error_log(handle, log)
+            raise CodegenError(f"nvJitLink failed: {e}\n{log.decode(errors='replace')}") from e
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+        return bytes(cubin)
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def to_cubin(ptx: str, arch: str = "sm_90", use_ptxas: bool = True) -> bytes | None:
+    """The cubin of `ptx` through ptxas (if found and `use_ptxas`), else
+    nvJitLink; None when neither is available."""
+    _check_arch(arch)
+    ptxas = find_ptxas() if use_ptxas else None
+    if ptxas is None:
+        return _nvjitlink_cubin(ptx, arch)
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)

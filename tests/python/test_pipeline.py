@@ -36,6 +36,10 @@ def test_gelu_to_ptx(ctx):
     assert "__nv_tanhf" not in ptx or codegen.find_libdevice() is None
     if codegen.find_ptxas():
         assert codegen.to_cubin(ptx, "sm_90")[:4] == b"\x7fELF"
+    # nvJitLink where its library is installed (the nvidia-nvjitlink wheel).
+    through_jitlink = codegen.to_cubin(ptx, "sm_90", use_ptxas=False)
+    if through_jitlink is not None:
+        assert through_jitlink[:4] == b"\x7fELF"
 
 
 def test_dump_dir_has_one_file_per_matching_stage(ctx, tmp_path):
@@ -78,3 +82,15 @@ def test_translate_cli(tmp_path):
     assert bad.stderr.startswith("<stdin>:2:8: error: custom op 'xla_gpu.nope' is unknown")
     stop = translate(str(ROOT / "examples" / "gelu.mlir"), "--stop-after=no-such-pass")
     assert stop.returncode == 1 and "no pass named 'no-such-pass'" in stop.stderr
+
+
+def test_bad_ptx_is_a_codegen_error():
+    for use_ptxas in (True, False):
+        if use_ptxas and not codegen.find_ptxas():
+            continue
+        try:
+            codegen.to_cubin(".version 7.8\n.target sm_90\nnot ptx", "sm_90", use_ptxas=use_ptxas)
+        except codegen.CodegenError as e:
+            assert "failed" in str(e)
+        else:  # nvJitLink absent: nothing was built, and nothing claimed
+            assert not use_ptxas
