@@ -56,10 +56,6 @@ MlirAttribute xlaGpuIndexingMapAttrGet(
       variables(affineMap.getNumDims(), dimNames, dimBounds);
   std::vector<Variable> symbols =
       variables(affineMap.getNumSymbols(), symbolNames, symbolBounds);
-  for (unsigned i = 0; i < dims.size(); ++i)
-    if (dims[i].name == "d" + std::to_string(i)) dims[i].name.clear();
-  for (unsigned i = 0; i < symbols.size(); ++i)
-    if (symbols[i].name == "s" + std::to_string(i)) symbols[i].name.clear();
   std::vector<Constraint> constraints;
   for (intptr_t i = 0; i < numConstraints; ++i)
     constraints.push_back({unwrap(constraintExprs[i]),

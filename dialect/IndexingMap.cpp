@@ -63,10 +63,20 @@ std::optional<std::string> checkPureAffine(AffineExpr expr) {
 // Construction and queries
 //===----------------------------------------------------------------------===//
 
+static std::string defaultName(char prefix, unsigned i) {
+  return prefix + std::to_string(i);
+}
+
 IndexingMap::IndexingMap(AffineMap map, std::vector<Variable> dims,
                          std::vector<Variable> symbols,
                          std::vector<Constraint> constraints)
     : map(map), dims(std::move(dims)), symbols(std::move(symbols)) {
+  // Names equal to the defaults are stored as "" so that `(d0) -> (d0)` and
+  // a map built without names are the same attribute.
+  for (auto [i, d] : llvm::enumerate(this->dims))
+    if (d.name == defaultName('d', i)) d.name.clear();
+  for (auto [i, s] : llvm::enumerate(this->symbols))
+    if (s.name == defaultName('s', i)) s.name.clear();
   for (Constraint &c : constraints) {
     Variable *var = nullptr;
     if (auto d = dyn_cast<AffineDimExpr>(c.expr))
@@ -78,10 +88,6 @@ IndexingMap::IndexingMap(AffineMap map, std::vector<Variable> dims,
     else
       this->constraints.push_back(std::move(c));
   }
-}
-
-static std::string defaultName(char prefix, unsigned i) {
-  return prefix + std::to_string(i);
 }
 
 std::string IndexingMap::getDimName(unsigned i) const {
@@ -635,12 +641,6 @@ std::optional<IndexingMap> MapParser::parse() {
         !parseDomain(dims, symbols, constraints))
       return std::nullopt;
   }
-  // Names equal to the defaults are stored as "" so that `(d0) -> (d0)`
-  // and a map built without names are the same attribute.
-  for (auto [i, d] : llvm::enumerate(dims))
-    if (d.name == defaultName('d', i)) d.name.clear();
-  for (auto [i, s] : llvm::enumerate(symbols))
-    if (s.name == defaultName('s', i)) s.name.clear();
   AffineMap map =
       AffineMap::get(dims.size(), symbols.size(), results, ctx);
   if (auto err = IndexingMap::validate(map, dims, symbols, constraints)) {

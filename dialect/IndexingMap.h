@@ -65,9 +65,10 @@ struct Constraint {
 class IndexingMap {
 public:
   IndexingMap() = default;
-  /// The parts must pass validate(). A constraint on a bare dimension or
-  /// symbol narrows that variable's range instead of being kept, so that
-  /// every map prints in one unambiguous form.
+  /// The parts must pass validate(). Default names (`d<i>`, `s<i>`) are
+  /// stored empty, and a constraint on a bare dimension or symbol narrows
+  /// that variable's range instead of being kept, so that every map has one
+  /// form.
   IndexingMap(AffineMap map, std::vector<Variable> dims,
               std::vector<Variable> symbols,
               std::vector<Constraint> constraints = {});

@@ -235,10 +235,10 @@ private:
   // Compound atoms, then dimensions, then symbols (each in order), then the
   // constant: one canonical order, so that simplification is idempotent.
   AffineExpr toExpr(const LinearSum &sum) {
-    // Compound atoms order by their text: the order must not depend on how
-    // the terms were collected, nor differ between processes.
-    // Compound atoms first, as emitters write them:
-    // `(bl_x mod 8) * 512 + th_x * 4 + vector_index`.
+    // Compound atoms first, as emitters write them (`(bl_x mod 8) * 512 +
+    // th_x * 4 + vector_index`), ordered by their text: the order must not
+    // depend on how the terms were collected, nor differ between processes.
+    // Keys are computed once per term.
     auto rank = [](AffineExpr a) -> std::tuple<int, unsigned, std::string> {
       if (auto d = dyn_cast<AffineDimExpr>(a)) return {1, d.getPosition(), ""};
       if (auto s = dyn_cast<AffineSymbolExpr>(a))
@@ -248,12 +248,15 @@ private:
       a.print(os);
       return {0, 0, text};
     };
-    llvm::SmallVector<std::pair<AffineExpr, int64_t>> terms(sum.terms);
-    std::stable_sort(terms.begin(), terms.end(), [&](auto &x, auto &y) {
-      return rank(x.first) < rank(y.first);
-    });
+    llvm::SmallVector<std::pair<std::tuple<int, unsigned, std::string>,
+                                std::pair<AffineExpr, int64_t>>>
+        terms;
+    for (auto &term : sum.terms) terms.push_back({rank(term.first), term});
+    std::stable_sort(terms.begin(), terms.end(),
+                     [](auto &x, auto &y) { return x.first < y.first; });
     AffineExpr result;
-    for (auto &[a, k] : terms) {
+    for (auto &[key, atomAndCoeff] : terms) {
+      auto [a, k] = atomAndCoeff;
       if (k == 0) continue;
       AffineExpr term = k == 1 ? a : a * k;
       result = result ? result + term : term;

@@ -149,24 +149,17 @@ void vectorizeWrites(scf::ForOp loop, int64_t n) {
   auto newLoop = cast<scf::ForOp>(*loop.replaceWithAdditionalYields(
       rewriter, vectorInits, /*replaceInitOperandUsesInLoop=*/false,
       [&](OpBuilder &b, Location loc, ArrayRef<BlockArgument> newArgs) {
+        // The new body's induction variable is its first argument.
+        Value iv = newArgs.front().getOwner()->getArgument(0);
         SmallVector<Value> yielded;
         for (auto [w, arg] : llvm::zip(writes, newArgs))
           yielded.push_back(vector::InsertOp::create(
               b, w.insert.getLoc(), w.insert.getScalar(), arg,
-              ArrayRef<OpFoldResult>{b.getIndexAttr(0)}));
+              ArrayRef<OpFoldResult>{iv}));
         return yielded;
       }));
-  // The yield callback could not see the induction variable yet: point the
-  // inserts at it now, and let the tensor pass through unchanged.
-  auto newYield = cast<scf::YieldOp>(newLoop.getBody()->getTerminator());
-  for (auto [i, w] : llvm::enumerate(writes)) {
-    auto insert = newYield.getOperand(firstNew + i).getDefiningOp<vector::InsertOp>();
-    rewriter.setInsertionPoint(insert);
-    rewriter.replaceOpWithNewOp<vector::InsertOp>(
-        insert, insert.getValueToStore(), insert.getDest(),
-        ArrayRef<OpFoldResult>{newLoop.getInductionVar()});
-    rewriter.replaceOp(w.insert, w.insert.getDest());
-  }
+  // The tensor passes through the loop unchanged.
+  for (Write &w : writes) rewriter.replaceOp(w.insert, w.insert.getDest());
   rewriter.setInsertionPointAfter(newLoop);
   for (auto [i, w] : llvm::enumerate(writes)) {
     Value tensor = newLoop.getInitArgs()[w.position];

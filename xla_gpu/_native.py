@@ -99,4 +99,4 @@ def string_ref(text: str) -> _StringRef:
     return _StringRef(data, len(data))
 
 
-__all__ = ["ir", "lib", "to_handle", "from_handle", "string_ref"]
+__all__ = ["lib", "to_handle", "from_handle", "string_ref"]

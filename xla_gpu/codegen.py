@@ -40,24 +40,22 @@ def _nvidia_dirs() -> list[Path]:
     return dirs
 
 
-def find_libdevice() -> str | None:
+def _find(patterns: tuple[str, ...]) -> str | None:
+    """The newest file matching one of `patterns` under the CUDA locations."""
     for base in _nvidia_dirs():
-        for pattern in ("nvvm/libdevice/libdevice*.bc", "*/nvvm/libdevice/libdevice*.bc"):
+        for pattern in patterns:
             found = sorted(base.glob(pattern))
             if found:
                 return str(found[-1])
     return None
+
+
+def find_libdevice() -> str | None:
+    return _find(("nvvm/libdevice/libdevice*.bc", "*/nvvm/libdevice/libdevice*.bc"))
 
 
 def find_ptxas() -> str | None:
-    if shutil.which("ptxas"):
-        return shutil.which("ptxas")
-    for base in _nvidia_dirs():
-        for pattern in ("bin/ptxas", "*/bin/ptxas"):
-            found = sorted(base.glob(pattern))
-            if found:
-                return str(found[-1])
-    return None
+    return shutil.which("ptxas") or _find(("bin/ptxas", "*/bin/ptxas"))
 
 
 def _check_arch(arch: str) -> None:
