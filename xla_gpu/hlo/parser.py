@@ -1,0 +1,1469 @@
+"""A parser of HLO text as XLA and JAX print it. numpy and ml_dtypes only.
+
+    module = parse_module(text)          # or parse_file(path)
+    module.entry.root.opcode
+
+Accepted: the `HloModule name, key=value...` header (optional: XLA's emitter
+tests write bare computations), the `FileNames` / `FunctionNames` /
+`FileLocations` / `StackFrames` sections (kept raw in `module.sections`),
+computations with or without a signature, `ENTRY`, `ROOT`, names with or
+without `%`, typed or untyped operands, `/* */` and `//` comments.
+
+Attributes after the operand list are typed where their meaning is known:
+
+  int lists (`dimensions={0,1}`, `slice_sizes`, gather/scatter/dot dimension
+    numbers...)                                     -> tuple[int, ...]
+  ints (`index`, `iota_dimension`, `index_vector_dim`, `exponent_bits`...)
+                                                    -> int
+  booleans (`indices_are_sorted`, `unique_indices`, `is_stable`...) -> bool
+  `slice={[0:2], [1:5:2]}`                          -> [(start, limit, stride)]
+  `padding=0_0x1_2_1`                               -> [(lo, hi, interior)]
+  `window={size=2x2 stride=1x1 pad=0_1x0_1 ...}`    -> dict of tuples
+                                                       (`pad`: [(lo, hi)])
+  computations (`to_apply`, `calls`, `condition`, `body`, `select`,
+    `scatter`, `true_computation`, `false_computation`) -> HloComputation
+  `branch_computations={%a, %b}`, `called_computations` -> [HloComputation]
+  `metadata={op_name="..." source_line=3}`          -> dict (str / int values)
+  `frontend_attributes={a="b"}`                     -> dict[str, str]
+  `backend_config={...}` / `backend_config="..."`   -> str (the JSON text)
+  `control-predecessors={%a, %b}`                   -> tuple of names
+  `custom_call_target="x"`                          -> str (unquoted)
+  `kind`, `direction`, `type`... and any unknown attribute -> the raw text
+
+Malformed text raises `HloParseError` (message, line, column, instruction);
+no other exception type escapes `parse_module`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .module import (HloComputation, HloError, HloInstruction, HloModule,
+                     HloParseError, Location)
+from .shape import ELEMENT_TYPES, Shape, bit_width
+
+__all__ = ["parse_module", "parse_file"]
+
+_SECTION_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_IDENT_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_IDENT_CHARS = _IDENT_START | frozenset("0123456789.-")
+_NAME_CHARS = _IDENT_CHARS
+_MAX_DEPTH = 256
+
+# Attribute typing (see the module docstring).
+_INT_LIST_ATTRS = frozenset({
+    "dimensions", "dynamic_slice_sizes", "slice_sizes", "offset_dims",
+    "collapsed_slice_dims", "start_index_map", "operand_batching_dims",
+    "start_indices_batching_dims", "update_window_dims",
+    "inserted_window_dims", "scatter_dims_to_operand_dims",
+    "input_batching_dims", "scatter_indices_batching_dims", "lhs_batch_dims",
+    "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims",
+    "fft_length", "lhs_ragged_dims", "rhs_group_dims",
+})
+_INT_ATTRS = frozenset({
+    "index", "iota_dimension", "index_vector_dim", "exponent_bits",
+    "mantissa_bits", "feature_group_count", "batch_group_count",
+    "all_gather_dimension", "split_dimension", "concat_dimension",
+    "tuple_index",
+})
+_BOOL_ATTRS = frozenset({
+    "indices_are_sorted", "unique_indices", "is_stable", "constrain_layout",
+    "use_global_device_ids", "is_host_transfer", "largest",
+})
+_COMPUTATION_ATTRS = frozenset({
+    "to_apply", "calls", "condition", "body", "select", "scatter",
+    "true_computation", "false_computation", "comparator",
+})
+_COMPUTATION_LIST_ATTRS = frozenset({"branch_computations",
+                                     "called_computations"})
+
+# Operand counts of the fixed-arity opcodes.
+_UNARY_ELEMENTWISE = frozenset({
+    "abs", "negate", "sign", "ceil", "floor", "round-nearest-afz",
+    "round-nearest-even", "not", "exponential", "exponential-minus-one",
+    "log", "log-plus-one", "sqrt", "rsqrt", "cbrt", "tanh", "logistic",
+    "sine", "cosine", "tan", "erf", "is-finite", "popcnt",
+    "count-leading-zeros", "real", "imag", "copy", "convert",
+    "reduce-precision",
+})
+_BINARY_ELEMENTWISE = frozenset({
+    "add", "subtract", "multiply", "divide", "remainder", "maximum",
+    "minimum", "power", "atan2", "and", "or", "xor", "shift-left",
+    "shift-right-arithmetic", "shift-right-logical", "compare", "complex",
+})
+_TERNARY_ELEMENTWISE = frozenset({"select", "clamp"})
+_ARITY = {op: 1 for op in _UNARY_ELEMENTWISE}
+_ARITY.update({op: 2 for op in _BINARY_ELEMENTWISE})
+_ARITY.update({op: 3 for op in _TERNARY_ELEMENTWISE})
+_ARITY.update({
+    "parameter": 0, "constant": 0, "iota": 0, "bitcast-convert": 1,
+    "broadcast": 1, "reshape": 1, "bitcast": 1, "transpose": 1, "slice": 1,
+    "reverse": 1, "get-tuple-element": 1, "pad": 2, "gather": 2, "dot": 2,
+    "reduce-precision": 1,
+})
+# Ops on arrays only (no tuple operands or results).
+_ARRAY_OPS = (_UNARY_ELEMENTWISE | _BINARY_ELEMENTWISE | _TERNARY_ELEMENTWISE
+              | frozenset({"bitcast-convert", "broadcast", "reshape", "bitcast",
+                           "transpose", "slice", "reverse", "pad", "iota",
+                           "concatenate", "dynamic-slice",
+                           "dynamic-update-slice", "gather", "dot"}))
+# Element-type rules of the elementwise ops: operands share the result type.
+_SAME_TYPE_OPS = frozenset({
+    "negate", "sign", "ceil", "floor", "round-nearest-afz",
+    "round-nearest-even", "not", "exponential", "exponential-minus-one",
+    "log", "log-plus-one", "sqrt", "rsqrt", "cbrt", "tanh", "logistic",
+    "sine", "cosine", "tan", "erf", "popcnt", "count-leading-zeros", "copy",
+    "reduce-precision", "add", "subtract", "multiply", "divide",
+    "remainder", "maximum", "minimum", "power", "atan2", "and", "or", "xor",
+    "shift-left", "shift-right-arithmetic", "shift-right-logical", "clamp",
+})
+
+
+def parse_module(text: str, source: str = "<hlo>") -> HloModule:
+    """Parses HLO text into an `HloModule`. Raises `HloParseError`."""
+    if not isinstance(text, str):
+        raise HloParseError(f"expected HLO text (str), got {type(text).__name__}",
+                            source=source)
+    parser = _Parser(text, source)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return parser.parse()
+    except HloParseError:
+        raise
+    except RecursionError:
+        raise parser.make_error("nesting too deep") from None
+    except Exception as e:  # a parser bug must still surface as a parse error
+        raise parser.make_error(
+            f"internal parser error: {type(e).__name__}: {e}") from e
+
+
+def parse_file(path: str | os.PathLike) -> HloModule:
+    """Reads and parses an HLO text file; the path names the source."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return parse_module(text, source=str(path))
+
+
+class _PendingRef:
+    """A computation reference, resolved when every computation is known."""
+    __slots__ = ("names", "pos", "is_list")
+
+    def __init__(self, names: list[tuple[str, int]], pos: int, is_list: bool):
+        self.names, self.pos, self.is_list = names, pos, is_list
+
+
+class _Parser:
+    def __init__(self, text: str, source: str):
+        self.text = text
+        self.n = len(text)
+        self.pos = 0
+        self.source = source
+        self.line_starts = [0]
+        for i, c in enumerate(text):
+            if c == "\n":
+                self.line_starts.append(i + 1)
+        self.inst_name: str | None = None
+        # (instruction, key, _PendingRef)
+        self.pending_refs: list[tuple[HloInstruction, str, _PendingRef]] = []
+        # instruction -> (operand names with positions)
+        self.operand_refs: dict[int, list[tuple[str, int]]] = {}
+        self.inst_pos: dict[int, int] = {}
+        self.comp_pos: dict[int, int] = {}
+        # (instruction, [(name, position)]) of `control-predecessors`
+        self.control_refs: list[tuple[HloInstruction, list]] = []
+
+    # ---------------------------------------------------------------- errors
+
+    def location(self, pos: int) -> tuple[int, int]:
+        pos = max(0, min(pos, self.n))
+        line = bisect.bisect_right(self.line_starts, pos) - 1
+        return line + 1, pos - self.line_starts[line] + 1
+
+    def make_error(self, message: str, pos: int | None = None,
+                   instruction: str | None = None) -> HloParseError:
+        line, col = self.location(self.pos if pos is None else pos)
+        inst = instruction if instruction is not None else self.inst_name
+        return HloParseError(message, line, col, inst or None, self.source)
+
+    def error(self, message: str, pos: int | None = None,
+              instruction: str | None = None):
+        raise self.make_error(message, pos, instruction)
+
+    def inst_error(self, inst: HloInstruction, message: str):
+        pos = self.inst_pos.get(id(inst), 0)
+        raise self.make_error(message, pos, inst.name)
+
+    # --------------------------------------------------------------- lexing
+
+    def peek(self, k: int = 0) -> str:
+        i = self.pos + k
+        return self.text[i] if i < self.n else ""
+
+    def at(self, s: str) -> bool:
+        return self.text.startswith(s, self.pos)
+
+    def describe(self) -> str:
+        if self.pos >= self.n:
+            return "end of text"
+        end = self.pos
+        while end < self.n and end - self.pos < 20 and \
+                not self.text[end].isspace():
+            end += 1
+        return repr(self.text[self.pos:max(end, self.pos + 1)])
+
+    def skip(self, newlines: bool = True) -> None:
+        """Skips whitespace and comments (only on this line unless
+        `newlines`)."""
+        text, n = self.text, self.n
+        while self.pos < n:
+            c = text[self.pos]
+            if c == "\n":
+                if not newlines:
+                    return
+                self.pos += 1
+            elif c in " \t\r\f\v":
+                self.pos += 1
+            elif c == "/" and self.pos + 1 < n and text[self.pos + 1] == "*":
+                end = text.find("*/", self.pos + 2)
+                if end < 0:
+                    self.error("unterminated /* comment")
+                if not newlines and "\n" in text[self.pos:end]:
+                    return
+                self.pos = end + 2
+            elif c == "/" and self.pos + 1 < n and text[self.pos + 1] == "/":
+                end = text.find("\n", self.pos)
+                self.pos = n if end < 0 else end
+            else:
+                return
+
+    def expect(self, s: str, what: str | None = None) -> None:
+        self.skip()
+        if not self.at(s):
+            self.error(f"expected '{s}'{' ' + what if what else ''}, "
+                       f"found {self.describe()}")
+        self.pos += len(s)
+
+    def accept(self, s: str) -> bool:
+        self.skip()
+        if self.at(s):
+            self.pos += len(s)
+            return True
+        return False
+
+    def at_keyword(self, word: str) -> bool:
+        if not self.at(word):
+            return False
+        nxt = self.pos + len(word)
+        return nxt >= self.n or self.text[nxt] not in _IDENT_CHARS
+
+    def ident(self, what: str = "an identifier") -> str:
+        self.skip()
+        start = self.pos
+        if self.pos >= self.n or self.text[self.pos] not in _IDENT_START:
+            self.error(f"expected {what}, found {self.describe()}")
+        self.pos += 1
+        self._scan_name_chars()
+        return self.text[start:self.pos]
+
+    def _scan_name_chars(self) -> None:
+        text, n = self.text, self.n
+        while self.pos < n and text[self.pos] in _NAME_CHARS:
+            # `x->y`: the arrow is not part of the name.
+            if text[self.pos] == "-" and self.pos + 1 < n and \
+                    text[self.pos + 1] == ">":
+                break
+            self.pos += 1
+
+    def name(self, what: str = "a name") -> tuple[str, int]:
+        """A `%name` or a bare identifier; returns (name, position)."""
+        self.skip()
+        start = self.pos
+        if self.peek() == "%":
+            self.pos += 1
+            begin = self.pos
+            self._scan_name_chars()
+            if self.pos == begin:
+                self.error(f"expected {what} after '%'", start)
+            return self.text[begin:self.pos], start
+        if self.pos >= self.n or self.text[self.pos] not in _IDENT_START:
+            self.error(f"expected {what}, found {self.describe()}")
+        self.pos += 1
+        self._scan_name_chars()
+        return self.text[start:self.pos], start
+
+    def integer(self, what: str = "an integer") -> int:
+        self.skip()
+        start = self.pos
+        if self.peek() in "+-":
+            self.pos += 1
+        digits = self.pos
+        while self.pos < self.n and self.text[self.pos].isdigit() and \
+                self.text[self.pos].isascii():
+            self.pos += 1
+        if self.pos == digits:
+            self.pos = start
+            self.error(f"expected {what}, found {self.describe()}")
+        return int(self.text[start:self.pos])
+
+    def string(self) -> str:
+        """A double-quoted string with C escapes; returns its value."""
+        self.skip()
+        start = self.pos
+        if self.peek() != '"':
+            self.error(f"expected a string, found {self.describe()}")
+        end = _string_end(self.text, self.pos)
+        if end < 0:
+            self.error("unterminated string", start)
+        self.pos = end
+        return _unescape(self.text[start + 1:end - 1])
+
+    def raw_value(self) -> tuple[str, int]:
+        """The text of an attribute value: up to the next ',' or line end
+        outside brackets and strings. Returns (text, start position)."""
+        self.skip(newlines=False)
+        start = self.pos
+        text, n = self.text, self.n
+        stack: list[tuple[str, int]] = []
+        closers = {"{": "}", "[": "]", "(": ")"}
+        i = self.pos
+        while i < n:
+            c = text[i]
+            if c == '"':
+                end = _string_end(text, i)
+                if end < 0:
+                    self.error("unterminated string", i)
+                i = end
+                continue
+            if c in closers:
+                stack.append((closers[c], i))
+                if len(stack) > _MAX_DEPTH:
+                    self.error("nesting too deep", i)
+            elif c in "}])":
+                if not stack:
+                    break
+                want, opened = stack.pop()
+                if c != want:
+                    self.error(f"unbalanced brackets: '{c}' closes "
+                               f"'{text[opened]}' opened at "
+                               f"{':'.join(map(str, self.location(opened)))}",
+                               i)
+            elif not stack and c in ",\n":
+                break
+            i += 1
+        if stack:
+            self.error(f"unbalanced brackets: '{text[stack[-1][1]]}' is never "
+                       "closed", stack[-1][1])
+        self.pos = i
+        return text[start:i].rstrip(), start
+
+    # --------------------------------------------------------------- shapes
+
+    def shape(self, depth: int = 0) -> Shape:
+        self.skip()
+        if depth > _MAX_DEPTH:
+            self.error("shape nesting too deep")
+        start = self.pos
+        if self.peek() == "(":
+            self.pos += 1
+            elements: list[Shape] = []
+            self.skip()
+            if self.peek() == ")":
+                self.pos += 1
+                return Shape("", (), None, ())
+            while True:
+                elements.append(self.shape(depth + 1))
+                self.skip()
+                if self.peek() == ",":
+                    self.pos += 1
+                    continue
+                if self.peek() == ")":
+                    self.pos += 1
+                    return Shape("", (), None, tuple(elements))
+                self.error(f"expected ',' or ')' in a tuple shape, found "
+                           f"{self.describe()}")
+        if self.pos >= self.n or self.text[self.pos] not in _IDENT_START:
+            self.error(f"expected a shape, found {self.describe()}")
+        while self.pos < self.n and (self.text[self.pos].isalnum() and
+                                     self.text[self.pos].isascii()
+                                     or self.text[self.pos] == "_"):
+            self.pos += 1
+        etype = self.text[start:self.pos]
+        if self.peek() != "[":
+            self.pos = start
+            self.error(f"expected a shape, found {self.describe()}")
+        if etype not in ELEMENT_TYPES and etype != "token":
+            self.error(f"unknown element type '{etype}'", start)
+        self.pos += 1
+        dims: list[int] = []
+        self.skip()
+        if self.peek() != "]":
+            while True:
+                self.skip()
+                if self.at("<="):
+                    self.error("dynamic dimensions ('<=') are not supported")
+                if self.peek() == "?":
+                    self.error("unbounded dynamic dimensions ('?') are not "
+                               "supported")
+                dim_pos = self.pos
+                dim = self.integer("a dimension size")
+                if dim < 0:
+                    self.error("negative dimension size", dim_pos)
+                dims.append(dim)
+                self.skip()
+                if self.peek() == ",":
+                    self.pos += 1
+                    continue
+                if self.peek() == "]":
+                    break
+                self.error(f"expected ',' or ']' in the dimensions, found "
+                           f"{self.describe()}")
+        self.pos += 1
+        if etype == "token" and dims:
+            self.error("a token shape has no dimensions", start)
+        layout = None
+        if self.peek() == "{":  # the layout follows the ']' directly
+            layout = self.layout(len(dims))
+        return Shape(etype, tuple(dims), layout)
+
+    def layout(self, rank: int) -> tuple[int, ...]:
+        start = self.pos
+        self.pos += 1
+        minor_to_major: list[int] = []
+        self.skip()
+        while self.peek() not in ("}", ":", ""):
+            minor_to_major.append(self.integer("a layout dimension"))
+            self.skip()
+            if self.peek() == ",":
+                self.pos += 1
+                self.skip()
+            elif self.peek() not in ("}", ":"):
+                self.error(f"expected ',' or '}}' in a layout, found "
+                           f"{self.describe()}")
+        if self.peek() == ":":  # tiling, memory space...: skipped
+            depth = 1
+            self.pos += 1
+            while self.pos < self.n and depth:
+                c = self.text[self.pos]
+                depth += {"{": 1, "}": -1}.get(c, 0)
+                self.pos += 1
+            if depth:
+                self.error("unterminated layout", start)
+        else:
+            self.expect("}")
+        if minor_to_major and sorted(minor_to_major) != list(range(rank)):
+            self.error(f"layout {{{','.join(map(str, minor_to_major))}}} is "
+                       f"not a permutation of the {rank} dimensions", start)
+        if not minor_to_major and rank:
+            return None  # `{}` on an array: no layout
+        return tuple(minor_to_major)
+
+    # --------------------------------------------------------------- module
+
+    def parse(self) -> HloModule:
+        self.skip()
+        module = HloModule(name="", source=self.source)
+        if self.at_keyword("HloModule"):
+            self.pos += len("HloModule")
+            name, _ = self.name("a module name")
+            module.name = name
+            self.skip(newlines=False)
+            if self.peek() == ":":  # tolerated (seen in hand-written texts)
+                self.pos += 1
+            while True:
+                self.skip(newlines=False)
+                if self.peek() != ",":
+                    break
+                self.pos += 1
+                self.skip(newlines=False)
+                key_pos = self.pos
+                key = self.attr_key()
+                self.expect("=")
+                value, _ = self.raw_value()
+                if not value:
+                    self.error(f"missing value of module attribute '{key}'")
+                if key in module.attrs:
+                    self.error(f"duplicate module attribute '{key}'", key_pos)
+                module.attrs[key] = value
+            self.skip(newlines=False)
+            if self.pos < self.n and self.peek() != "\n":
+                self.error(f"unexpected {self.describe()} after the module "
+                           "header")
+        else:
+            base = os.path.basename(self.source) if self.source else ""
+            module.name = base.split(".")[0] if base and \
+                not base.startswith("<") else "module"
+        sections: dict[str, list[str]] = {}
+        seen_names: dict[str, int] = {}
+        while True:
+            self.skip()
+            if self.pos >= self.n:
+                break
+            if self.at_keyword("HloModule"):
+                self.error("a second 'HloModule' header")
+            section = self.section_name()
+            if section is not None:
+                if section in sections:
+                    self.error(f"duplicate section '{section}'")
+                sections[section] = self.section_body()
+                continue
+            comp_pos = self.pos
+            comp = self.computation()
+            if comp.name in seen_names:
+                self.error(f"duplicate computation name '{comp.name}'",
+                           comp_pos, instruction="")
+            seen_names[comp.name] = comp_pos
+            module.computations.append(comp)
+        if not module.computations:
+            self.error("no computation in the module" if self.n and
+                       self.text.strip() else "empty HLO text")
+        entries = [c for c in module.computations if c.is_entry]
+        if len(entries) > 1:
+            self.error("more than one ENTRY computation",
+                       self.comp_pos[id(entries[1])], instruction="")
+        module.sections = sections
+        self.resolve_computation_refs(module)
+        for comp in module.computations:
+            self.verify(comp)
+        return module
+
+    def section_name(self) -> str | None:
+        for section in _SECTION_NAMES:
+            if self.at_keyword(section):
+                after = self.pos + len(section)
+                save = self.pos
+                self.pos = after
+                self.skip(newlines=False)
+                if self.pos >= self.n or self.peek() == "\n":
+                    return section
+                self.pos = save
+        return None
+
+    def section_body(self) -> list[str]:
+        entries: list[str] = []
+        while True:
+            self.skip()
+            if not (self.peek().isdigit() and self.peek().isascii()):
+                return entries
+            start = self.pos
+            self.integer("a section entry id")
+            value, _ = self.raw_value()
+            if not value:
+                self.error("a section entry without a value", start)
+            entries.append(self.text[start:self.pos].strip())
+            self.skip(newlines=False)
+            if self.pos < self.n and self.peek() != "\n":
+                self.error(f"unexpected {self.describe()} in a section")
+
+    def computation(self) -> HloComputation:
+        self.inst_name = None
+        is_entry = False
+        if self.at_keyword("ENTRY"):
+            is_entry = True
+            self.pos += len("ENTRY")
+        name, name_pos = self.name("a computation name")
+        comp = HloComputation(name=name, is_entry=is_entry,
+                              location=Location(*self.location(name_pos)))
+        self.comp_pos[id(comp)] = name_pos
+        signature: tuple[list[tuple[str, Shape, int]], Shape] | None = None
+        self.skip()
+        if self.peek() == "(":
+            self.pos += 1
+            params: list[tuple[str, Shape, int]] = []
+            self.skip()
+            if self.peek() != ")":
+                while True:
+                    pname, ppos = self.name("a parameter name")
+                    self.expect(":")
+                    params.append((pname, self.shape(), ppos))
+                    self.skip()
+                    if self.peek() == ",":
+                        self.pos += 1
+                        continue
+                    if self.peek() == ")":
+                        break
+                    self.error(f"expected ',' or ')' in the parameter list, "
+                               f"found {self.describe()}")
+            self.pos += 1
+            self.expect("->", "before the result shape")
+            signature = (params, self.shape())
+        self.skip()
+        if self.peek() != "{":
+            self.error(f"expected '{{' to open computation '{name}', found "
+                       f"{self.describe()}")
+        open_pos = self.pos
+        self.pos += 1
+        names: dict[str, HloInstruction] = {}
+        root: HloInstruction | None = None
+        while True:
+            self.skip()
+            if self.pos >= self.n:
+                self.error(f"unbalanced braces: computation '{name}' is never "
+                           "closed", open_pos, instruction="")
+            if self.peek() == "}":
+                self.pos += 1
+                break
+            inst, is_root = self.instruction()
+            if inst.name in names:
+                self.error(f"duplicate instruction name '{inst.name}'",
+                           self.inst_pos[id(inst)])
+            names[inst.name] = inst
+            inst.parent = comp
+            comp.instructions.append(inst)
+            if is_root:
+                if root is not None:
+                    self.error(f"more than one ROOT in computation '{name}'",
+                               self.inst_pos[id(inst)])
+                root = inst
+        self.inst_name = None
+        # `}, execution_thread="main"`
+        while True:
+            save = self.pos
+            self.skip(newlines=False)
+            if self.peek() != ",":
+                self.pos = save
+                break
+            self.pos += 1
+            self.attr_key()
+            self.expect("=")
+            self.raw_value()
+        if not comp.instructions:
+            self.error(f"computation '{name}' has no instructions", open_pos,
+                       instruction="")
+        comp.root = root if root is not None else comp.instructions[-1]
+        self.resolve_operands(comp, names)
+        self.check_parameters(comp, signature)
+        return comp
+
+    # ---------------------------------------------------------- instruction
+
+    def instruction(self) -> tuple[HloInstruction, bool]:
+        self.skip()
+        start = self.pos
+        is_root = False
+        if self.at_keyword("ROOT"):
+            is_root = True
+            self.pos += 4
+        name, name_pos = self.name("an instruction name")
+        self.inst_name = name
+        self.expect("=", f"after the instruction name '{name}'")
+        shape = self.shape()
+        self.skip()
+        opcode_pos = self.pos
+        if self.pos >= self.n or self.text[self.pos] not in _IDENT_START:
+            self.error(f"expected an opcode, found {self.describe()}")
+        opcode = self.ident("an opcode")
+        inst = HloInstruction(name=name, opcode=opcode, shape=shape,
+                              location=Location(*self.location(name_pos)))
+        self.inst_pos[id(inst)] = name_pos
+        self.skip()
+        if self.peek() != "(":
+            self.error(f"expected '(' after opcode '{opcode}', found "
+                       f"{self.describe()}")
+        self.pos += 1
+        refs: list[tuple[str, int]] = []
+        if opcode == "constant":
+            inst.literal = self.literal(shape)
+            self.expect(")", "to close the constant")
+        elif opcode == "parameter":
+            num_pos = self.pos
+            number = self.integer("a parameter number")
+            if number < 0:
+                self.error("negative parameter number", num_pos)
+            inst.parameter_number = number
+            self.expect(")", "to close the parameter")
+        else:
+            self.skip()
+            if self.peek() != ")":
+                while True:
+                    self.skip()
+                    # A typed operand starts with its shape.
+                    if self.peek() == "(" or self._at_shape():
+                        self.shape()
+                    refs.append(self.name("an operand name"))
+                    self.skip()
+                    if self.peek() == ",":
+                        self.pos += 1
+                        continue
+                    if self.peek() == ")":
+                        break
+                    self.error(f"expected ',' or ')' in the operand list, "
+                               f"found {self.describe()}")
+            self.pos += 1
+        self.operand_refs[id(inst)] = refs
+        arity = _ARITY.get(opcode)
+        if arity is not None and len(refs) != arity and \
+                opcode not in ("constant", "parameter"):
+            self.error(f"'{opcode}' takes {arity} operand"
+                       f"{'s' if arity != 1 else ''}, got {len(refs)}",
+                       opcode_pos)
+        # Attributes.
+        while True:
+            save = self.pos
+            self.skip()
+            if self.peek() != ",":
+                self.pos = save
+                break
+            self.pos += 1
+            self.skip()
+            key_pos = self.pos
+            key = self.attr_key()
+            self.expect("=", f"after attribute '{key}'")
+            value, value_pos = self.raw_value()
+            if not value:
+                self.error(f"missing value of attribute '{key}'", value_pos)
+            if key in inst.attrs:
+                self.error(f"duplicate attribute '{key}'", key_pos)
+            inst.attrs[key] = self.typed_attr(inst, key, value, value_pos)
+        return inst, is_root
+
+    def _at_shape(self) -> bool:
+        i = self.pos
+        text, n = self.text, self.n
+        if i >= n or text[i] not in _IDENT_START:
+            return False
+        while i < n and (text[i].isalnum() and text[i].isascii()
+                         or text[i] == "_"):
+            i += 1
+        return i < n and text[i] == "["
+
+    def attr_key(self) -> str:
+        self.skip()
+        start = self.pos
+        if self.pos >= self.n or self.text[self.pos] not in _IDENT_START:
+            self.error(f"expected an attribute name, found {self.describe()}")
+        while self.pos < self.n and (self.text[self.pos] in _IDENT_START or
+                                     self.text[self.pos].isdigit() or
+                                     self.text[self.pos] == "-"):
+            self.pos += 1
+        return self.text[start:self.pos]
+
+    # ----------------------------------------------------------- attributes
+
+    def typed_attr(self, inst: HloInstruction, key: str, raw: str,
+                   pos: int) -> Any:
+        sub = _SubParser(self, raw, pos)
+        if key in _INT_LIST_ATTRS:
+            value = sub.int_list()
+        elif key in _INT_ATTRS:
+            value = sub.integer(f"an integer value of '{key}'")
+        elif key in _BOOL_ATTRS:
+            word = sub.ident(f"true or false for '{key}'")
+            if word not in ("true", "false"):
+                sub.error(f"expected true or false for '{key}', got '{word}'",
+                          sub.pos - len(word))
+            value = word == "true"
+        elif key == "slice":
+            value = sub.slice_spec()
+        elif key == "padding":
+            value = sub.padding_spec(3)
+        elif key == "window":
+            value = sub.window_spec()
+        elif key in _COMPUTATION_ATTRS or key in _COMPUTATION_LIST_ATTRS:
+            names, is_list = sub.name_list(f"a computation name for '{key}'")
+            if key in _COMPUTATION_ATTRS and is_list and key != "calls":
+                sub.error(f"'{key}' takes one computation", 0)
+            ref = _PendingRef(names, pos,
+                              is_list or key in _COMPUTATION_LIST_ATTRS)
+            self.pending_refs.append((inst, key, ref))
+            return ref
+        elif key == "control-predecessors":
+            names, _ = sub.name_list("an instruction name")
+            value = tuple(n for n, _ in names)
+            self.control_refs.append((inst, names))
+            return value
+        elif key == "metadata" or key == "frontend_attributes":
+            return _dict_attr(raw) if raw.startswith("{") else raw
+        elif key in ("backend_config", "custom_call_target") and \
+                raw.startswith('"'):
+            value = sub.string()
+        else:
+            return raw
+        sub.finish(key)
+        return value
+
+    # ------------------------------------------------------------- literals
+
+    def literal(self, shape: Shape) -> Any:
+        self.skip()
+        if shape.is_tuple:
+            return self.tuple_literal(shape, 0)
+        if shape.element_type == "token":
+            self.error("a token cannot be a constant")
+        # An old-style literal may repeat the shape: `constant(f32[2] {1, 2})`.
+        if self._at_shape():
+            self.shape()
+            self.skip()
+        if self.at("{...}") or self.at("{ ... }"):
+            self.pos += 5 if self.at("{...}") else 7
+            return None  # elided by the printer: unknown values
+        start = self.pos
+        if shape.rank == 0:
+            values = [self.scalar(shape.element_type)]
+        else:
+            if self.peek() != "{":
+                self.error(f"expected '{{' to open the literal of "
+                           f"{shape}, found {self.describe()}")
+            nested = self.nested(shape.element_type, 0)
+            values = _flatten_literal(nested, shape.dims)
+            if values is None:
+                self.error(f"the literal does not match the shape {shape}",
+                           start)
+        return self.to_array(values, shape, start)
+
+    def tuple_literal(self, shape: Shape, depth: int) -> tuple:
+        if depth > _MAX_DEPTH:
+            self.error("literal nesting too deep")
+        self.expect("(", "to open a tuple literal")
+        out = []
+        for i, element in enumerate(shape.tuple_shapes):
+            if i:
+                self.expect(",")
+            self.skip()
+            if element.is_tuple:
+                out.append(self.tuple_literal(element, depth + 1))
+            else:
+                out.append(self.literal(element))
+        self.expect(")", "to close a tuple literal")
+        return tuple(out)
+
+    def nested(self, etype: str, depth: int) -> list:
+        if depth > _MAX_DEPTH:
+            self.error("literal nesting too deep")
+        self.expect("{")
+        items: list = []
+        self.skip()
+        if self.peek() == "}":
+            self.pos += 1
+            return items
+        while True:
+            self.skip()
+            if self.peek() == "{":
+                items.append(self.nested(etype, depth + 1))
+            else:
+                items.append(self.scalar(etype))
+            self.skip()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            if self.peek() == "}":
+                self.pos += 1
+                return items
+            self.error(f"expected ',' or '}}' in a literal, found "
+                       f"{self.describe()}")
+
+    def scalar(self, etype: str) -> Any:
+        self.skip()
+        start = self.pos
+        if etype in ("c64", "c128"):
+            if self.peek() == "(":
+                self.pos += 1
+                re_ = self.number("f64")
+                self.expect(",")
+                im = self.number("f64")
+                self.expect(")")
+                return complex(re_, im)
+            return complex(self.number("f64"), 0.0)
+        if etype == "pred":
+            if self.at_keyword("true"):
+                self.pos += 4
+                return True
+            if self.at_keyword("false"):
+                self.pos += 5
+                return False
+            value = self.number("s64")
+            if value not in (0, 1):
+                self.error(f"a pred literal must be true or false, got "
+                           f"{self.text[start:self.pos]}", start)
+            return bool(value)
+        return self.number(etype)
+
+    def number(self, etype: str) -> Any:
+        self.skip()
+        start = self.pos
+        text = self.text
+        i = self.pos
+        if i < self.n and text[i] in "+-":
+            i += 1
+        j = i
+        while j < self.n and (text[j].isalnum() and text[j].isascii() or
+                              text[j] in "._" or
+                              (text[j] in "+-" and j > i and
+                               text[j - 1] in "eE" and
+                               not text[i:j].lower().startswith("0x"))):
+            j += 1
+        token = text[start:j]
+        body = text[i:j].lower()
+        self.pos = j
+        is_float_type = etype not in ELEMENT_TYPES or not (
+            etype == "pred" or etype[0] in "su")
+        if body.startswith("nan") and self.peek() == "(":
+            # nan(0x7fffff): a payload; kept as a plain NaN
+            end = text.find(")", self.pos)
+            if end < 0:
+                self.error("unterminated NaN payload", start)
+            self.pos = end + 1
+            body = "nan"
+        if not body:
+            self.error(f"expected a number, found {self.describe()}", start)
+        try:
+            if body.startswith("0x"):
+                value: Any = int(body, 16)
+                if token.startswith("-"):
+                    value = -value
+            elif body in ("inf", "nan"):
+                value = float(token[:len(token) - len(body)] + body)
+            elif any(c in body for c in ".e") or body in ("infinity",):
+                value = float(token)
+            else:
+                value = int(token)
+        except ValueError:
+            self.error(f"malformed number '{token}'", start)
+        if not is_float_type:
+            if isinstance(value, float):
+                if value != value or math.isinf(value) or \
+                        value != int(value):
+                    self.error(f"'{token}' is not a valid {etype} value",
+                               start)
+                value = int(value)
+            lo, hi = _int_range(etype)
+            if not lo <= value <= hi:
+                self.error(f"value {token} out of range for {etype}", start)
+        return value
+
+    def to_array(self, values: list, shape: Shape, pos: int) -> np.ndarray:
+        etype = shape.element_type
+        dtype = ELEMENT_TYPES[etype]
+        try:
+            if etype == "pred":
+                arr = np.array(values, dtype=np.bool_)
+            elif etype in ("c64", "c128"):
+                arr = np.array(values, dtype=np.complex128).astype(dtype)
+            elif etype[0] in "su":
+                wide = np.uint64 if etype[0] == "u" else np.int64
+                arr = np.array(values, dtype=wide).astype(dtype)
+            else:
+                arr = np.array([float(v) for v in values],
+                               dtype=np.float64).astype(dtype)
+        except (ValueError, OverflowError, TypeError) as e:
+            self.error(f"bad literal for {shape}: {e}", pos)
+        return arr.reshape(shape.dims)
+
+    # -------------------------------------------------------------- linking
+
+    def resolve_operands(self, comp: HloComputation,
+                         names: dict[str, HloInstruction]) -> None:
+        for inst in comp.instructions:
+            refs = self.operand_refs.pop(id(inst), [])
+            for ref, pos in refs:
+                operand = names.get(ref)
+                if operand is None:
+                    self.error(f"use of undefined instruction '%{ref}'", pos,
+                               instruction=inst.name)
+                inst.operands.append(operand)
+        for inst, ctl in self.control_refs:
+            if inst.parent is comp:
+                for ref, pos in ctl:
+                    if ref not in names:
+                        self.error(f"control predecessor '%{ref}' is not "
+                                   "defined", pos, instruction=inst.name)
+        # The graph must be acyclic (operands may be written after users).
+        state: dict[int, int] = {}
+        for inst in comp.instructions:
+            if state.get(id(inst)):
+                continue
+            stack = [(inst, 0)]
+            state[id(inst)] = 1
+            while stack:
+                node, i = stack[-1]
+                if i < len(node.operands):
+                    stack[-1] = (node, i + 1)
+                    op = node.operands[i]
+                    s = state.get(id(op), 0)
+                    if s == 1:
+                        self.inst_error(node, f"cycle through operand "
+                                              f"'%{op.name}'")
+                    if s == 0:
+                        state[id(op)] = 1
+                        stack.append((op, 0))
+                else:
+                    state[id(node)] = 2
+                    stack.pop()
+        for inst in comp.instructions:
+            for op in inst.operands:
+                if not any(u is inst for u in op.users):
+                    op.users.append(inst)
+
+    def check_parameters(self, comp: HloComputation, signature) -> None:
+        params = [i for i in comp.instructions if i.opcode == "parameter"]
+        numbers: dict[int, HloInstruction] = {}
+        for p in params:
+            if p.parameter_number in numbers:
+                self.inst_error(p, f"duplicate parameter number "
+                                   f"{p.parameter_number}")
+            numbers[p.parameter_number] = p
+        for k in range(len(params)):
+            if k not in numbers:
+                bad = max(numbers)
+                self.inst_error(numbers[bad], f"parameter numbers must be 0.."
+                                              f"{len(params) - 1}, got {bad}")
+        if signature is None:
+            return
+        declared, result = signature
+        if len(declared) != len(params):
+            self.error(f"computation '{comp.name}' declares {len(declared)} "
+                       f"parameters but has {len(params)}",
+                       self.comp_pos[id(comp)], instruction="")
+        for k, (pname, pshape, ppos) in enumerate(declared):
+            if not _compatible(pshape, numbers[k].shape):
+                self.error(f"parameter {k} is declared {pshape} in the "
+                           f"signature but is {numbers[k].shape}", ppos,
+                           instruction="")
+        if not _compatible(result, comp.root.shape):
+            self.error(f"computation '{comp.name}' returns {result} but its "
+                       f"root '{comp.root.name}' is {comp.root.shape}",
+                       self.comp_pos[id(comp)], instruction="")
+
+    def resolve_computation_refs(self, module: HloModule) -> None:
+        comps = {c.name: c for c in module.computations}
+        for inst, key, ref in self.pending_refs:
+            resolved = []
+            for cname, pos in ref.names:
+                target = comps.get(cname)
+                if target is None:
+                    self.error(f"unknown computation '%{cname}' in '{key}'",
+                               pos, instruction=inst.name)
+                if target is inst.parent:
+                    self.error(f"computation '{cname}' calls itself", pos,
+                               instruction=inst.name)
+                resolved.append(target)
+            inst.attrs[key] = resolved if ref.is_list else resolved[0]
+        self.pending_refs = []
+
+    # ----------------------------------------------------------- validation
+
+    def verify(self, comp: HloComputation) -> None:
+        for inst in comp.instructions:
+            self.verify_instruction(inst)
+
+    def verify_instruction(self, inst: HloInstruction) -> None:
+        op = inst.opcode
+        shape = inst.shape
+        operands = inst.operands
+        if op in _ARRAY_OPS:
+            if shape.is_tuple:
+                self.inst_error(inst, f"'{op}' cannot produce a tuple")
+            for o in operands:
+                if o.shape.is_tuple:
+                    self.inst_error(inst, f"operand '%{o.name}' of '{op}' is a "
+                                          f"tuple {o.shape}")
+        if op in _UNARY_ELEMENTWISE or op in _BINARY_ELEMENTWISE or \
+                op in _TERNARY_ELEMENTWISE:
+            for k, o in enumerate(operands):
+                if op in ("select", "clamp") and o.shape.rank == 0 and \
+                        (op == "clamp" and k != 1 or op == "select" and k == 0):
+                    continue  # scalar predicate / bounds are broadcast
+                if o.shape.dims != shape.dims:
+                    self.inst_error(inst, f"operand {k} '%{o.name}' has "
+                                          f"dimensions {list(o.shape.dims)} but "
+                                          f"'{op}' produces {shape}")
+            etype = shape.element_type
+            if op in _SAME_TYPE_OPS:
+                for k, o in enumerate(operands):
+                    if o.shape.element_type != etype:
+                        self.inst_error(inst, f"operand {k} '%{o.name}' is "
+                                              f"{o.shape.element_type}, "
+                                              f"'{op}' produces {etype}")
+            elif op in ("compare", "is-finite"):
+                if etype != "pred":
+                    self.inst_error(inst, f"'{op}' produces pred, not {etype}")
+                if op == "compare" and operands[0].shape.element_type != \
+                        operands[1].shape.element_type:
+                    self.inst_error(inst, "compare operands differ in type")
+            elif op == "select":
+                if operands[0].shape.element_type != "pred":
+                    self.inst_error(inst, "the select predicate must be pred")
+                for o in operands[1:]:
+                    if o.shape.element_type != etype:
+                        self.inst_error(inst, f"select operand '%{o.name}' is "
+                                              f"{o.shape.element_type}, not "
+                                              f"{etype}")
+        if op == "compare" and "direction" not in inst.attrs:
+            self.inst_error(inst, "compare needs a 'direction'")
+        if op == "get-tuple-element":
+            src = operands[0].shape
+            index = inst.attrs.get("index")
+            if not src.is_tuple:
+                self.inst_error(inst, f"operand '%{operands[0].name}' is not "
+                                      "a tuple")
+            if not isinstance(index, int) or \
+                    not 0 <= index < len(src.tuple_shapes):
+                self.inst_error(inst, f"bad tuple index {index!r} into {src}")
+            if not _compatible(src.tuple_shapes[index], shape):
+                self.inst_error(inst, f"element {index} of {src} is not "
+                                      f"{shape}")
+        elif op == "tuple":
+            if not shape.is_tuple or len(shape.tuple_shapes) != len(operands) \
+                    or not all(_compatible(s, o.shape) for s, o in
+                               zip(shape.tuple_shapes, operands)):
+                self.inst_error(inst, f"tuple shape {shape} does not match "
+                                      "its operands")
+        elif op in ("fusion", "call"):
+            key = "calls" if op == "fusion" else "to_apply"
+            callee = inst.attrs.get(key)
+            if not isinstance(callee, HloComputation):
+                self.inst_error(inst, f"'{op}' needs '{key}=' naming a "
+                                      "computation")
+            nparams = len(callee.parameters)
+            if nparams != len(operands):
+                self.inst_error(inst, f"'{callee.name}' takes {nparams} "
+                                      f"parameters, '{op}' passes "
+                                      f"{len(operands)}")
+            if not _compatible(callee.root.shape, shape):
+                self.inst_error(inst, f"'{callee.name}' returns "
+                                      f"{callee.root.shape}, not {shape}")
+        elif op == "reduce":
+            if len(operands) % 2 or not operands:
+                self.inst_error(inst, "reduce takes N inputs and N init values")
+            callee = inst.attrs.get("to_apply")
+            if not isinstance(callee, HloComputation):
+                self.inst_error(inst, "reduce needs 'to_apply='")
+            if len(callee.parameters) != len(operands):
+                self.inst_error(inst, f"the reducer '{callee.name}' takes "
+                                      f"{len(callee.parameters)} parameters, "
+                                      f"expected {len(operands)}")
+            if "dimensions" not in inst.attrs:
+                self.inst_error(inst, "reduce needs 'dimensions='")
+        elif op == "scatter":
+            if len(operands) < 3 or len(operands) % 2 == 0:
+                self.inst_error(inst, "scatter takes N operands, the indices "
+                                      "and N updates")
+        elif op == "dynamic-slice":
+            rank = operands[0].shape.rank if operands else 0
+            if len(operands) != 1 + rank and not (
+                    len(operands) == 2 and operands[1].shape.rank == 1):
+                self.inst_error(inst, f"dynamic-slice of a rank-{rank} operand "
+                                      f"takes {rank} start indices")
+        elif op == "dynamic-update-slice":
+            rank = operands[0].shape.rank if operands else 0
+            if len(operands) != 2 + rank and not (
+                    len(operands) == 3 and operands[2].shape.rank == 1):
+                self.inst_error(inst, f"dynamic-update-slice of a rank-{rank} "
+                                      f"operand takes {rank} start indices")
+        elif op == "concatenate":
+            if not operands:
+                self.inst_error(inst, "concatenate needs operands")
+        elif op == "map":
+            if not isinstance(inst.attrs.get("to_apply"), HloComputation):
+                self.inst_error(inst, "map needs 'to_apply='")
+        elif op in ("broadcast", "transpose", "reverse"):
+            dims = inst.attrs.get("dimensions", ())
+            if not isinstance(dims, tuple):
+                self.inst_error(inst, f"'{op}' needs 'dimensions={{...}}'")
+            rank = operands[0].shape.rank
+            if op == "broadcast" and len(dims) != rank:
+                self.inst_error(inst, f"broadcast dimensions {list(dims)} do not "
+                                      f"map the rank-{rank} operand")
+            if op == "transpose" and sorted(dims) != list(range(rank)):
+                self.inst_error(inst, f"transpose dimensions {list(dims)} are "
+                                      "not a permutation")
+        elif op == "reshape":
+            if operands[0].shape.num_elements != shape.num_elements:
+                self.inst_error(inst, f"reshape from {operands[0].shape} to "
+                                      f"{shape} changes the element count")
+
+
+class _SubParser(_Parser):
+    """Parses one attribute value; positions map back into the text."""
+
+    def __init__(self, parent: _Parser, raw: str, offset: int):
+        self.parent = parent
+        self.text = parent.text
+        self.n = offset + len(raw)
+        self.pos = offset
+        self.source = parent.source
+        self.line_starts = parent.line_starts
+        self.inst_name = parent.inst_name
+
+    def finish(self, key: str) -> None:
+        self.skip()
+        if self.pos < self.n:
+            self.error(f"unexpected {self.describe()} in the value of "
+                       f"'{key}'")
+
+    def int_list(self) -> tuple[int, ...]:
+        self.skip()
+        if self.peek() != "{":
+            return (self.integer(),)
+        self.pos += 1
+        out: list[int] = []
+        self.skip()
+        if self.peek() == "}":
+            self.pos += 1
+            return ()
+        while True:
+            out.append(self.integer())
+            self.skip()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            if self.peek() == "}":
+                self.pos += 1
+                return tuple(out)
+            self.error(f"expected ',' or '}}' in an integer list, found "
+                       f"{self.describe()}")
+
+    def slice_spec(self) -> list[tuple[int, int, int]]:
+        self.expect("{")
+        out: list[tuple[int, int, int]] = []
+        self.skip()
+        if self.peek() == "}":
+            self.pos += 1
+            return out
+        while True:
+            self.expect("[")
+            start = self.integer("a slice start")
+            self.expect(":")
+            limit = self.integer("a slice limit")
+            stride = 1
+            if self.accept(":"):
+                stride_pos = self.pos
+                stride = self.integer("a slice stride")
+                if stride <= 0:
+                    self.error("slice strides must be positive", stride_pos)
+            self.expect("]")
+            out.append((start, limit, stride))
+            self.skip()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            self.expect("}")
+            return out
+
+    def padding_spec(self, parts: int) -> list[tuple[int, ...]]:
+        out: list[tuple[int, ...]] = []
+        while True:
+            dim: list[int] = [self.integer("a padding amount")]
+            while self.peek() == "_":
+                self.pos += 1
+                dim.append(self.integer("a padding amount"))
+            if len(dim) not in (2, 3) or len(dim) > parts:
+                self.error(f"a padding entry has {len(dim)} parts; expected "
+                           f"lo_hi{'_interior' if parts == 3 else ''}")
+            if len(dim) == 2 and parts == 3:
+                dim.append(0)
+            if parts == 3 and dim[2] < 0:
+                self.error("negative interior padding")
+            out.append(tuple(dim))
+            if self.peek() == "x":
+                self.pos += 1
+                continue
+            return out
+
+    def dim_list(self) -> tuple[int, ...]:
+        out = [self.integer()]
+        while self.peek() == "x":
+            self.pos += 1
+            out.append(self.integer())
+        return tuple(out)
+
+    def window_spec(self) -> dict[str, Any]:
+        self.expect("{")
+        out: dict[str, Any] = {}
+        while True:
+            self.skip()
+            if self.peek() == "}":
+                self.pos += 1
+                break
+            key = self.attr_key()
+            self.expect("=")
+            self.skip()
+            if key == "pad":
+                out[key] = self.padding_spec(2)
+            else:
+                out[key] = self.dim_list()
+        rank = {len(v) for v in out.values()}
+        if len(rank) > 1:
+            self.error("window fields differ in rank")
+        return out
+
+    def name_list(self, what: str) -> tuple[list[tuple[str, int]], bool]:
+        self.skip()
+        if self.peek() != "{":
+            return [self.name(what)], False
+        self.pos += 1
+        out: list[tuple[str, int]] = []
+        self.skip()
+        if self.peek() == "}":
+            self.pos += 1
+            return out, True
+        while True:
+            out.append(self.name(what))
+            self.skip()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            self.expect("}")
+            return out, True
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _string_end(text: str, i: int) -> int:
+    """Index after the string that opens at text[i] == '"', or -1."""
+    j = i + 1
+    n = len(text)
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == '"':
+            return j + 1
+        if c == "\n":
+            return -1
+        j += 1
+    return -1
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\",
+            "0": "\0", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "?": "?"}
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    out: list[str] = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c != "\\" or i + 1 >= len(s):
+            out.append(c)
+            i += 1
+            continue
+        nxt = s[i + 1]
+        if nxt in "01234567":
+            j = i + 1
+            while j < len(s) and j < i + 4 and s[j] in "01234567":
+                j += 1
+            out.append(chr(int(s[i + 1:j], 8)))
+            i = j
+        elif nxt == "x":
+            j = i + 2
+            while j < len(s) and s[j] in "0123456789abcdefABCDEF":
+                j += 1
+            out.append(chr(int(s[i + 2:j], 16)) if j > i + 2 else "x")
+            i = j
+        else:
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+    return "".join(out)
+
+
+def _dict_attr(raw: str) -> dict[str, Any] | str:
+    """`{key=value key2="v" ...}` (spaces or commas between entries) as a
+    dict; the raw text when it does not have that form."""
+    text = raw.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return raw
+    body = text[1:-1]
+    out: dict[str, Any] = {}
+    i, n = 0, len(body)
+    while True:
+        while i < n and (body[i].isspace() or body[i] == ","):
+            i += 1
+        if i >= n:
+            return out
+        j = i
+        while j < n and (body[j].isalnum() or body[j] in "_-."):
+            j += 1
+        if j == i or j >= n or body[j] != "=":
+            return raw
+        key = body[i:j]
+        i = j + 1
+        if i < n and body[i] == '"':
+            end = _string_end(body, i)
+            if end < 0:
+                return raw
+            out[key] = _unescape(body[i + 1:end - 1])
+            i = end
+        elif i < n and body[i] == "{":
+            depth, j = 0, i
+            while j < n:
+                if body[j] == '"':
+                    end = _string_end(body, j)
+                    if end < 0:
+                        return raw
+                    j = end
+                    continue
+                depth += {"{": 1, "}": -1}.get(body[j], 0)
+                j += 1
+                if depth == 0:
+                    break
+            if depth:
+                return raw
+            out[key] = body[i:j]
+            i = j
+        else:
+            j = i
+            while j < n and not body[j].isspace() and body[j] != ",":
+                j += 1
+            word = body[i:j]
+            if not word:
+                return raw
+            try:
+                out[key] = int(word)
+            except ValueError:
+                out[key] = word
+            i = j
+
+
+def _int_range(etype: str) -> tuple[int, int]:
+    bits = bit_width(etype)
+    if etype[0] == "u":
+        return 0, (1 << bits) - 1
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def _flatten_literal(nested: list, dims: tuple[int, ...]) -> list | None:
+    """Row-major values of a nested literal that matches `dims`; a flat list
+    with the right element count is accepted for any rank."""
+    out: list = []
+
+    def walk(node, level: int) -> bool:
+        if level == len(dims):
+            if isinstance(node, list):
+                return False
+            out.append(node)
+            return True
+        if not isinstance(node, list) or len(node) != dims[level]:
+            return False
+        return all(walk(child, level + 1) for child in node)
+
+    if walk(nested, 0):
+        return out
+    if all(not isinstance(v, list) for v in nested) and \
+            len(nested) == math.prod(dims):
+        return list(nested)
+    return None
+
+
+def _compatible(a: Shape, b: Shape) -> bool:
+    """Same element type and dimensions (layouts ignored), recursively."""
+    if a.is_tuple or b.is_tuple:
+        return a.is_tuple and b.is_tuple and \
+            len(a.tuple_shapes) == len(b.tuple_shapes) and \
+            all(_compatible(x, y) for x, y in zip(a.tuple_shapes,
+                                                    b.tuple_shapes))
+    return a.element_type == b.element_type and a.dims == b.dims
+
+
+# Keep HloError importable from here for callers that catch both.
+_ = HloError

@@ -1,0 +1,118 @@
+"""HLO element types and shapes, mapped to numpy (bf16/f8 through ml_dtypes).
+
+This module imports only numpy and ml_dtypes: compiled kernels run where no
+compiler is installed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["ELEMENT_TYPES", "Shape", "numpy_dtype", "bit_width", "is_float",
+           "is_signed_int", "is_unsigned_int", "is_integral", "is_complex"]
+
+# HLO element type name -> numpy dtype. Sub-byte integers are held unpacked,
+# one element per byte, in the ml_dtypes types of that width.
+ELEMENT_TYPES: dict[str, np.dtype] = {
+    "pred": np.dtype(np.bool_),
+    "s2": np.dtype(ml_dtypes.int2), "s4": np.dtype(ml_dtypes.int4),
+    "s8": np.dtype(np.int8), "s16": np.dtype(np.int16),
+    "s32": np.dtype(np.int32), "s64": np.dtype(np.int64),
+    "u2": np.dtype(ml_dtypes.uint2), "u4": np.dtype(ml_dtypes.uint4),
+    "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16),
+    "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
+    "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+    "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "f8e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8e4m3b11fnuz": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
+    "f8e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "f8e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "f8e4m3": np.dtype(ml_dtypes.float8_e4m3),
+    "f8e3m4": np.dtype(ml_dtypes.float8_e3m4),
+    "c64": np.dtype(np.complex64), "c128": np.dtype(np.complex128),
+}
+
+_BITS = {"pred": 1, "s2": 2, "u2": 2, "s4": 4, "u4": 4}
+
+
+def numpy_dtype(element_type: str) -> np.dtype:
+    return ELEMENT_TYPES[element_type]
+
+
+def bit_width(element_type: str) -> int:
+    """Bits of one element as XLA stores it (pred: 1, s4: 4, c64: 64)."""
+    return _BITS.get(element_type, ELEMENT_TYPES[element_type].itemsize * 8)
+
+
+def is_float(t: str) -> bool:
+    return t.startswith(("f", "bf"))
+
+
+def is_complex(t: str) -> bool:
+    return t.startswith("c")
+
+
+def is_signed_int(t: str) -> bool:
+    return t.startswith("s")
+
+
+def is_unsigned_int(t: str) -> bool:
+    return t.startswith("u")
+
+
+def is_integral(t: str) -> bool:
+    return t == "pred" or is_signed_int(t) or is_unsigned_int(t)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An array shape (`f32[2,3]{1,0}`) or a tuple of shapes (`(f32[2], s32[])`).
+
+    `layout` is minor-to-major as printed; None when the text had none (XLA's
+    default, row-major)."""
+    element_type: str = ""
+    dims: tuple[int, ...] = ()
+    layout: tuple[int, ...] | None = None
+    tuple_shapes: tuple["Shape", ...] | None = field(default=None)
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.tuple_shapes is not None
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def num_elements(self) -> int:
+        return prod(self.dims)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return ELEMENT_TYPES[self.element_type]
+
+    @property
+    def is_row_major(self) -> bool:
+        return self.layout is None or \
+            tuple(self.layout) == tuple(range(self.rank - 1, -1, -1))
+
+    def leaves(self) -> list["Shape"]:
+        """The array shapes, depth first (itself when not a tuple)."""
+        if not self.is_tuple:
+            return [self]
+        return [leaf for s in self.tuple_shapes for leaf in s.leaves()]
+
+    def with_dims(self, dims, element_type: str | None = None) -> "Shape":
+        return Shape(element_type or self.element_type, tuple(dims), None)
+
+    def __str__(self) -> str:
+        if self.is_tuple:
+            return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+        text = f"{self.element_type}[{','.join(map(str, self.dims))}]"
+        if self.layout is not None:
+            text += "{" + ",".join(map(str, self.layout)) + "}"
+        return text
