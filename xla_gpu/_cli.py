@@ -133,3 +133,55 @@ def translate(argv: list[str] | None = None) -> int:
 
 def translate_main() -> None:
     raise SystemExit(translate())
+
+
+def fusion_to_mlir(argv: list[str] | None = None) -> int:
+    """xla-gpu-fusion-to-mlir FILE.hlo [--fusion NAME]: prints the MLIR the
+    emitter XLA would choose produces for one fusion (before any pass)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="xla-gpu-fusion-to-mlir",
+        description="Emits one HLO fusion as MLIR in the xla_gpu dialect.")
+    parser.add_argument("input", help="an .hlo file, or - for stdin")
+    parser.add_argument("--fusion", help="the fusion instruction (or its "
+                        "computation) to emit; default: the only one")
+    parser.add_argument("-o", "--output", default="-", help="default stdout")
+    args = parser.parse_args(argv)
+
+    from mlir import ir as mlir_ir
+
+    from . import emitters, hlo, ir
+
+    source = "<stdin>" if args.input == "-" else args.input
+    try:
+        text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text()
+    except OSError as e:
+        sys.stderr.write(f"xla-gpu-fusion-to-mlir: cannot read '{source}': {e.strerror}\n")
+        return 1
+    try:
+        module = hlo.parse_module(text, source=source)
+        kernel = emitters.emit(module, ir.Context(), fusion=args.fusion)
+        kernel.module.operation.verify()
+    except hlo.HloError as e:
+        sys.stderr.write(f"xla-gpu-fusion-to-mlir: {source}: {e}\n"
+                         if not isinstance(e, hlo.HloParseError) else f"{e}\n")
+        return 1
+    except mlir_ir.MLIRError as e:
+        sys.stderr.write(f"xla-gpu-fusion-to-mlir: invalid IR emitted: {_diagnostics(e)}\n")
+        return 1
+    launch = kernel.launch
+    header = (f"// fusion: {kernel.fusion.name}, emitter: {kernel.emitter} "
+              f"(hero: {kernel.fusion.kind}), threads: {launch.threads}, "
+              f"blocks: {launch.blocks}\n")
+    header += "".join(f"// note: {n}\n" for n in kernel.notes)
+    out = header + str(kernel.module)
+    if args.output == "-":
+        sys.stdout.write(out)
+    else:
+        Path(args.output).write_text(out)
+    return 0
+
+
+def fusion_to_mlir_main() -> None:
+    raise SystemExit(fusion_to_mlir())

@@ -10,7 +10,7 @@ import lit.formats
 
 config.name = "xla_gpu"
 config.test_format = lit.formats.ShTest(execute_external=False)
-config.suffixes = [".mlir", ".test"]
+config.suffixes = [".mlir", ".test", ".hlo"]
 config.excludes = ["lit.cfg.py", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.test_source_root, "Output")
@@ -48,6 +48,12 @@ translate = shutil.which("xla-gpu-translate")
 if not translate:
     lit_config.fatal("xla-gpu-translate not found: install xla_gpu first")
 config.substitutions.append((r"(?<![\w.-])xla-gpu-translate(?![\w-])", translate))
+
+fusion_to_mlir = shutil.which("xla-gpu-fusion-to-mlir")
+if not fusion_to_mlir:
+    lit_config.fatal("xla-gpu-fusion-to-mlir not found: install xla_gpu first")
+config.substitutions.append(
+    (r"(?<![\w.-])xla-gpu-fusion-to-mlir(?![\w-])", fusion_to_mlir))
 
 from xla_gpu import codegen  # noqa: E402
 

@@ -1,0 +1,724 @@
+"""The elemental emitter: the value of an HLO instruction at an index, as
+arith/math/tensor/scf ops (seed 000, "elemental emission").
+
+Elementwise ops map to arith/math with XLA's semantics where they differ
+from the MLIR ops' (integer division by zero, shifts past the bit width,
+float-to-int saturation, NaN-propagating min/max). Pure index transformations
+(broadcast, transpose, reshape, slice, reverse, ...) apply their
+output-to-input indexing map with `xla_gpu.apply_indexing`. Parameters are
+read with `tensor.extract`; instructions of other subgraphs are reached with
+`xla_gpu.pure_call`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from mlir import ir
+from mlir.dialects import arith, math, scf, tensor
+
+from ..analysis.indexing import output_to_input
+from ..dialects import xla_gpu
+from ..hlo import HloComputation, HloError, HloInstruction
+from ..hlo.shape import (Shape, bit_width, is_float, is_signed_int,
+                         is_unsigned_int)
+from .types import check_supported, dense_attr, element_type, scalar_attr
+
+__all__ = ["FunctionEmitter", "IndexMaps"]
+
+Values = list[ir.Value]
+
+_F8_PREFIX = "f8"
+
+
+class IndexMaps:
+    """Parsed `#xla_gpu.indexing_map` attributes, cached by text."""
+
+    def __init__(self) -> None:
+        self._attrs: dict[str, ir.Attribute] = {}
+
+    def attr(self, text: str) -> ir.Attribute:
+        if text not in self._attrs:
+            escaped = text.replace('"', '\\"')
+            self._attrs[text] = ir.Attribute.parse(f'#xla_gpu.indexing_map<"{escaped}">')
+        return self._attrs[text]
+
+    def apply(self, text: str, dims: Sequence[ir.Value],
+              symbols: Sequence[ir.Value] = ()) -> Values:
+        return xla_gpu.build_apply_indexing(self.attr(text), dims, symbols)
+
+
+def _index_const(value: int) -> ir.Value:
+    return arith.constant(ir.IndexType.get(), value)
+
+
+def _const(type_name: str, value) -> ir.Value:
+    return arith.constant(element_type(type_name), scalar_attr(type_name, value))
+
+
+class FunctionEmitter:
+    """Emits instructions into the function whose body is current.
+
+    `tensors[n]` is the tensor of fusion parameter n (subgraph functions);
+    `scalars[n]` the value of parameter n (scalar computations: reducers).
+    `is_local(inst)` says whether `inst` is emitted here; otherwise
+    `call_other(inst, indices)` gives its value (a pure_call)."""
+
+    def __init__(self, maps: IndexMaps, *,
+                 tensors: Sequence[ir.Value] = (),
+                 scalars: Sequence[ir.Value] | None = None,
+                 is_local: Callable[[HloInstruction], bool] = lambda i: True,
+                 call_other: Callable[[HloInstruction, Values], Values] | None = None,
+                 call_computation: Callable[[HloComputation, Values], Values] | None = None,
+                 injected: dict[int, Callable[[Values], Values]] | None = None):
+        self.maps = maps
+        self.tensors = list(tensors)
+        self.scalars = None if scalars is None else list(scalars)
+        self.is_local = is_local
+        self.call_other = call_other
+        self.call_computation = call_computation
+        self.injected = injected or {}
+        self._scopes: list[dict] = [{}]
+        self._constants: dict[int, ir.Value] = {}
+
+    # -- caching -----------------------------------------------------------
+    def _lookup(self, key):
+        for scope in reversed(self._scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def _in_region(self, block: ir.Block, body: Callable[[], Values]) -> Values:
+        with ir.InsertionPoint(block):
+            self._scopes.append({})
+            try:
+                return body()
+            finally:
+                self._scopes.pop()
+
+    # -- entry point -------------------------------------------------------
+    def emit(self, inst: HloInstruction, indices: Sequence[ir.Value]) -> Values:
+        """The value(s) of `inst` at `indices` (one index per output dim);
+        several values for tuple-shaped instructions (variadic reduce)."""
+        indices = list(indices)
+        key = (id(inst), tuple(indices))
+        cached = self._lookup(key)
+        if cached is not None:
+            return cached
+        if id(inst) in self.injected:
+            values = self.injected[id(inst)](indices)
+        elif inst.opcode == "parameter":
+            values = self._parameter(inst, indices)
+        elif inst.opcode == "constant":
+            values = [self._constant(inst, indices)]
+        elif not self.is_local(inst):
+            values = self.call_other(inst, indices)
+        else:
+            check_supported(inst.shape, inst)
+            handler = _HANDLERS.get(inst.opcode)
+            if handler is None:
+                if inst.opcode in _UNARY or inst.opcode in _BINARY:
+                    handler = FunctionEmitter._elementwise
+                else:
+                    raise inst.error("not supported by the elemental emitter")
+            values = handler(self, inst, indices)
+        self._scopes[-1][key] = values
+        return values
+
+    def emit1(self, inst: HloInstruction, indices: Sequence[ir.Value]) -> ir.Value:
+        values = self.emit(inst, indices)
+        if len(values) != 1:
+            raise inst.error("a tuple value is used where an array is expected")
+        return values[0]
+
+    # -- leaves --------------------------------------------------------------
+    def _parameter(self, inst: HloInstruction, indices: Values) -> Values:
+        n = inst.parameter_number
+        if self.scalars is not None:
+            return [self.scalars[n]]
+        return [tensor.extract(self.tensors[n], indices)]
+
+    def _constant(self, inst: HloInstruction, indices: Values) -> ir.Value:
+        shape = inst.shape
+        check_supported(shape, inst)
+        literal = inst.literal
+        if shape.rank == 0 or (literal is not None and literal.size and
+                               (literal == literal.reshape(-1)[0]).all()):
+            value = literal.reshape(-1)[0] if literal is not None and literal.size else 0
+            return _const(shape.element_type, value)
+        if id(inst) not in self._constants:
+            # Array constants: one dense tensor per function (hoisted to the
+            # function's entry so every region can read it).
+            func_block = self._function_entry_block()
+            with ir.InsertionPoint.at_block_begin(func_block):
+                self._constants[id(inst)] = arith.constant(
+                    ir.RankedTensorType.get(list(shape.dims), element_type(shape.element_type)),
+                    dense_attr(shape, literal))
+        return tensor.extract(self._constants[id(inst)], indices)
+
+    def _function_entry_block(self) -> ir.Block:
+        op = ir.InsertionPoint.current.block.owner
+        while op is not None and op.name != "func.func":
+            op = op.parent
+        return op.regions[0].blocks[0]
+
+    # -- elementwise -------------------------------------------------------
+    def _elementwise(self, inst: HloInstruction, indices: Values) -> Values:
+        operand_types = [o.shape.element_type for o in inst.operands]
+        args = [self.emit1(o, indices if o.shape.rank else []) for o in inst.operands]
+        return [emit_elementwise(inst, operand_types, args,
+                                 self._call_scalar_computation)]
+
+    def _call_scalar_computation(self, comp: HloComputation, args: Values) -> Values:
+        return self.call_computation(comp, args)
+
+    def _select(self, inst, indices):
+        return self._elementwise(inst, indices)
+
+    def _map(self, inst, indices):
+        args = [self.emit1(o, indices) for o in inst.operands]
+        return self.call_computation(inst.attrs["to_apply"], args)
+
+    # -- index transformations --------------------------------------------
+    def _through_map(self, inst: HloInstruction, indices: Values) -> Values:
+        indexing = output_to_input(inst, 0)
+        operand = inst.operands[0]
+        operand_indices = self.maps.apply(str(indexing), indices) if operand.shape.rank else []
+        return self.emit(operand, operand_indices)
+
+    def _iota(self, inst, indices):
+        t = inst.shape.element_type
+        i64 = ir.IntegerType.get_signless(64)
+        value = arith.index_cast(i64, indices[inst.attrs["iota_dimension"]])
+        return [convert(value, "s64", t)]
+
+    def _concatenate(self, inst, indices):
+        axis = inst.attrs["dimensions"][0]
+        types = [element_type(inst.shape.element_type)]
+        pieces, offset = [], 0
+        for op in inst.operands:
+            pieces.append((op, offset))
+            offset += op.shape.dims[axis]
+
+        def branch(k: int) -> Values:
+            op, start = pieces[k]
+            shifted = list(indices)
+            if start:
+                shifted[axis] = arith.subi(indices[axis], _index_const(start))
+            if k == len(pieces) - 1:
+                return self.emit(op, shifted)
+            end = start + op.shape.dims[axis]
+            cond = arith.cmpi(arith.CmpIPredicate.ult, indices[axis], _index_const(end))
+            if_op = scf.IfOp(cond, types, has_else=True)
+            then = self._in_region(if_op.then_block, lambda: self.emit(op, shifted))
+            with ir.InsertionPoint(if_op.then_block):
+                scf.YieldOp(then)
+            rest = self._in_region(if_op.else_block, lambda: branch(k + 1))
+            with ir.InsertionPoint(if_op.else_block):
+                scf.YieldOp(rest)
+            return list(if_op.results)
+
+        return branch(0)
+
+    def _pad(self, inst, indices):
+        operand, pad_value = inst.operands
+        conds, operand_indices = [], []
+        for i, (lo, _, interior) in enumerate(inst.attrs["padding"]):
+            step, size = interior + 1, operand.shape.dims[i]
+            d = indices[i]
+            if lo == 0 and step == 1 and size == inst.shape.dims[i]:
+                operand_indices.append(d)
+                continue
+            shifted = arith.subi(d, _index_const(lo)) if lo else d
+            conds.append(arith.cmpi(arith.CmpIPredicate.sge, shifted, _index_const(0)))
+            conds.append(arith.cmpi(arith.CmpIPredicate.sle, shifted,
+                                    _index_const((size - 1) * step)))
+            if step > 1:
+                rem = arith.remsi(shifted, _index_const(step))
+                conds.append(arith.cmpi(arith.CmpIPredicate.eq, rem, _index_const(0)))
+                shifted = arith.divsi(shifted, _index_const(step))
+            operand_indices.append(shifted)
+        if not conds:
+            return self.emit(operand, operand_indices)
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = arith.andi(cond, c)
+        return self._if_else(cond, [element_type(inst.shape.element_type)],
+                             lambda: self.emit(operand, operand_indices),
+                             lambda: self.emit(pad_value, []))
+
+    def _if_else(self, cond, types, then_fn, else_fn) -> Values:
+        if_op = scf.IfOp(cond, types, has_else=True)
+        for block, fn in ((if_op.then_block, then_fn), (if_op.else_block, else_fn)):
+            values = self._in_region(block, fn)
+            with ir.InsertionPoint(block):
+                scf.YieldOp(values)
+        return list(if_op.results)
+
+    def _start_index(self, inst: HloInstruction, limit: int) -> ir.Value:
+        """A scalar start index operand, as index, clamped to [0, limit]."""
+        value = self.emit1(inst, [])
+        t = inst.shape.element_type
+        index = ir.IndexType.get()
+        value = (arith.index_castui(index, value) if is_unsigned_int(t)
+                 else arith.index_cast(index, value))
+        value = arith.maxsi(value, _index_const(0))
+        return arith.minsi(value, _index_const(max(limit, 0)))
+
+    def _dynamic_slice(self, inst, indices):
+        operand = inst.operands[0]
+        sizes = inst.shape.dims
+        starts = [self._start_index(s, operand.shape.dims[i] - sizes[i])
+                  for i, s in enumerate(inst.operands[1:])]
+        return self.emit(operand, [arith.addi(d, s) for d, s in zip(indices, starts)])
+
+    def _dynamic_update_slice(self, inst, indices):
+        operand, update = inst.operands[:2]
+        starts = [self._start_index(s, operand.shape.dims[i] - update.shape.dims[i])
+                  for i, s in enumerate(inst.operands[2:])]
+        cond, inner = None, []
+        for d, s, size in zip(indices, starts, update.shape.dims):
+            local = arith.subi(d, s)
+            inner.append(local)
+            c = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, local, _index_const(0)),
+                           arith.cmpi(arith.CmpIPredicate.slt, local, _index_const(size)))
+            cond = c if cond is None else arith.andi(cond, c)
+        if cond is None:  # rank 0
+            return self.emit(update, [])
+        return self._if_else(cond, [element_type(inst.shape.element_type)],
+                             lambda: self.emit(update, inner),
+                             lambda: self.emit(operand, indices))
+
+    def _gather(self, inst, indices):
+        operand, starts = inst.operands
+        a = inst.attrs
+        if a.get("operand_batching_dims"):
+            raise inst.error("gather with batching dimensions is not supported yet")
+        offset_dims = list(a.get("offset_dims", ()))
+        collapsed = set(a.get("collapsed_slice_dims", ()))
+        start_map = list(a.get("start_index_map", ()))
+        slice_sizes = list(a["slice_sizes"])
+        ivd = a.get("index_vector_dim", starts.shape.rank)
+        batch = [d for i, d in enumerate(indices) if i not in offset_dims]
+        offsets = [d for i, d in enumerate(indices) if i in offset_dims]
+        result = [None] * operand.shape.rank
+        offset_iter = iter(offsets)
+        for dim in range(operand.shape.rank):
+            result[dim] = _index_const(0) if dim in collapsed else next(offset_iter)
+        for k, dim in enumerate(start_map):
+            position = list(batch)
+            if ivd < starts.shape.rank:
+                position.insert(ivd, _index_const(k))
+            value = self.emit1(starts, position)
+            t = starts.shape.element_type
+            index = ir.IndexType.get()
+            value = (arith.index_castui(index, value) if is_unsigned_int(t)
+                     else arith.index_cast(index, value))
+            value = arith.maxsi(value, _index_const(0))
+            value = arith.minsi(value, _index_const(operand.shape.dims[dim] - slice_sizes[dim]))
+            result[dim] = arith.addi(result[dim], value)
+        return self.emit(operand, result)
+
+    def _reduce(self, inst, indices):
+        n = len(inst.operands) // 2
+        inputs, inits = inst.operands[:n], inst.operands[n:]
+        reduced = list(inst.attrs["dimensions"])
+        in_dims = inputs[0].shape.dims
+        accs = [self.emit1(init, []) for init in inits]
+        comp = inst.attrs["to_apply"]
+
+        def nest(level: int, ivs: Values, accs: Values) -> Values:
+            if level == len(reduced):
+                kept = iter(indices)
+                pos = [ivs[reduced.index(i)] if i in reduced else next(kept)
+                       for i in range(len(in_dims))]
+                xs = [self.emit1(x, pos) for x in inputs]
+                return self.call_computation(comp, [*accs, *xs])
+            loop = scf.ForOp(_index_const(0), _index_const(in_dims[reduced[level]]),
+                             _index_const(1), accs)
+            body = self._in_region(loop.body, lambda: nest(
+                level + 1, [*ivs, loop.induction_variable], list(loop.inner_iter_args)))
+            with ir.InsertionPoint(loop.body):
+                scf.YieldOp(body)
+            return list(loop.results)
+
+        return nest(0, [], accs)
+
+    def _reduce_window(self, inst, indices):
+        n = len(inst.operands) // 2
+        inputs, inits = inst.operands[:n], inst.operands[n:]
+        in_dims = inputs[0].shape.dims
+        rank = len(in_dims)
+        window = inst.attrs["window"]
+        size = window.get("size", (1,) * rank)
+        stride = window.get("stride", (1,) * rank)
+        pad = window.get("pad", ((0, 0),) * rank)
+        base = window.get("lhs_dilate", (1,) * rank)
+        dilation = window.get("rhs_dilate", (1,) * rank)
+        comp = inst.attrs["to_apply"]
+        looped = [i for i in range(rank) if size[i] > 1]
+        accs = [self.emit1(init, []) for init in inits]
+        index = ir.IndexType.get()
+
+        def position(i, w):
+            # The window element's position in the (padded, dilated) input.
+            pos = indices[i]
+            if stride[i] != 1:
+                pos = arith.muli(pos, _index_const(stride[i]))
+            if w is not None:
+                step = w if dilation[i] == 1 else arith.muli(w, _index_const(dilation[i]))
+                pos = arith.addi(pos, step)
+            if pad[i][0]:
+                pos = arith.subi(pos, _index_const(pad[i][0]))
+            return pos
+
+        def body(ivs: Values, accs: Values) -> Values:
+            cond, pos = None, []
+            for i in range(rank):
+                p = position(i, ivs[looped.index(i)] if i in looped else None)
+                checks = []
+                if base[i] > 1:
+                    rem = arith.remsi(p, _index_const(base[i]))
+                    checks.append(arith.cmpi(arith.CmpIPredicate.eq, rem, _index_const(0)))
+                    p = arith.divsi(p, _index_const(base[i]))
+                if pad[i] != (0, 0) or base[i] > 1 or size[i] > 1:
+                    checks.append(arith.cmpi(arith.CmpIPredicate.sge, p, _index_const(0)))
+                    checks.append(arith.cmpi(arith.CmpIPredicate.slt, p,
+                                             _index_const(in_dims[i])))
+                for c in checks:
+                    cond = c if cond is None else arith.andi(cond, c)
+                pos.append(p)
+
+            def step() -> Values:
+                xs = [self.emit1(x, pos) for x in inputs]
+                return self.call_computation(comp, [*accs, *xs])
+
+            if cond is None:
+                return step()
+            return self._if_else(cond, [a.type for a in accs], step, lambda: list(accs))
+
+        def nest(level: int, ivs: Values, accs: Values) -> Values:
+            if level == len(looped):
+                return body(ivs, accs)
+            loop = scf.ForOp(_index_const(0), _index_const(size[looped[level]]),
+                             _index_const(1), accs)
+            inner = self._in_region(loop.body, lambda: nest(
+                level + 1, [*ivs, loop.induction_variable], list(loop.inner_iter_args)))
+            with ir.InsertionPoint(loop.body):
+                scf.YieldOp(inner)
+            return list(loop.results)
+
+        del index
+        return nest(0, [], accs)
+
+    def _get_tuple_element(self, inst, indices):
+        return [self.emit(inst.operands[0], indices)[inst.attrs["index"]]]
+
+    def _copy(self, inst, indices):
+        return self.emit(inst.operands[0], indices)
+
+
+_HANDLERS: dict[str, Callable] = {
+    "broadcast": FunctionEmitter._through_map,
+    "transpose": FunctionEmitter._through_map,
+    "reshape": FunctionEmitter._through_map,
+    "bitcast": FunctionEmitter._through_map,
+    "slice": FunctionEmitter._through_map,
+    "reverse": FunctionEmitter._through_map,
+    "copy": FunctionEmitter._copy,
+    "iota": FunctionEmitter._iota,
+    "concatenate": FunctionEmitter._concatenate,
+    "pad": FunctionEmitter._pad,
+    "dynamic-slice": FunctionEmitter._dynamic_slice,
+    "dynamic-update-slice": FunctionEmitter._dynamic_update_slice,
+    "gather": FunctionEmitter._gather,
+    "reduce": FunctionEmitter._reduce,
+    "reduce-window": FunctionEmitter._reduce_window,
+    "get-tuple-element": FunctionEmitter._get_tuple_element,
+    "map": FunctionEmitter._map,
+}
+
+# -- elementwise ops -----------------------------------------------------------
+
+_UNARY = {"abs", "negate", "sign", "ceil", "floor", "round-nearest-afz",
+          "round-nearest-even", "not", "exponential", "exponential-minus-one",
+          "log", "log-plus-one", "sqrt", "rsqrt", "cbrt", "tanh", "logistic",
+          "sine", "cosine", "tan", "erf", "is-finite", "popcnt",
+          "count-leading-zeros", "convert", "bitcast-convert", "reduce-precision",
+          "real", "imag"}
+_BINARY = {"add", "subtract", "multiply", "divide", "remainder", "maximum",
+           "minimum", "power", "atan2", "and", "or", "xor", "shift-left",
+           "shift-right-arithmetic", "shift-right-logical", "compare", "complex",
+           "select", "clamp"}
+
+_FLOAT_MATH = {
+    "exponential": math.exp, "exponential-minus-one": math.expm1, "log": math.log,
+    "log-plus-one": math.log1p, "sqrt": math.sqrt, "rsqrt": math.rsqrt,
+    "cbrt": math.cbrt, "tanh": math.tanh, "sine": math.sin, "cosine": math.cos,
+    "tan": math.tan, "erf": math.erf, "ceil": math.ceil, "floor": math.floor,
+    "round-nearest-afz": math.round, "round-nearest-even": math.roundeven,
+}
+
+_FCMP = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "oge"}
+_ICMP_SIGNED = {"EQ": "eq", "NE": "ne", "LT": "slt", "LE": "sle", "GT": "sgt", "GE": "sge"}
+_ICMP_UNSIGNED = {"EQ": "eq", "NE": "ne", "LT": "ult", "LE": "ule", "GT": "ugt", "GE": "uge"}
+
+
+def _is_f8(t: str) -> bool:
+    return t.startswith(_F8_PREFIX)
+
+
+def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
+                     args: Values, call_computation=None) -> ir.Value:
+    """One elementwise op on scalars, with XLA's semantics."""
+    op = inst.opcode
+    t = inst.shape.element_type
+    in_t = operand_types[0] if operand_types else t
+    if op == "convert":
+        return convert(args[0], in_t, t)
+    if op == "bitcast-convert":
+        if bit_width(in_t) != bit_width(t):
+            raise inst.error("bitcast-convert between different bit widths is not supported")
+        return arith.bitcast(element_type(t), args[0])
+    if op == "compare":
+        return _compare(inst, in_t, args)
+    if op == "select":
+        return arith.select(*args)
+    if op == "clamp":
+        lo, x, hi = args
+        return _min_max("minimum", t, _min_max("maximum", t, x, lo), hi)
+    if _is_f8(in_t) and op not in ("is-finite",):
+        # Arithmetic on f8 is done in f32 and rounded once, as XLA does.
+        wide = [convert(a, ot, "f32") for a, ot in zip(args, operand_types)]
+        inner = HloInstruction(inst.name, op, Shape("f32", inst.shape.dims), inst.operands,
+                               inst.attrs, location=inst.location)
+        return convert(emit_elementwise(inner, ["f32"] * len(args), wide), "f32", t)
+    if is_float(t) or (op == "is-finite" and is_float(in_t)):
+        return _float_op(inst, t, args)
+    if t.startswith("c"):
+        raise inst.error("complex arithmetic is not supported yet")
+    return _int_op(inst, t, args)
+
+
+def _float_op(inst: HloInstruction, t: str, args: Values) -> ir.Value:
+    op = inst.opcode
+    ft = element_type(t)
+    if op in _FLOAT_MATH:
+        return _FLOAT_MATH[op](args[0])
+    if op == "add":
+        return arith.addf(*args)
+    if op == "subtract":
+        return arith.subf(*args)
+    if op == "multiply":
+        return arith.mulf(*args)
+    if op == "divide":
+        return arith.divf(*args)
+    if op == "remainder":
+        return arith.remf(*args)
+    if op in ("maximum", "minimum"):
+        return _min_max(op, t, *args)
+    if op == "power":
+        return math.powf(*args)
+    if op == "atan2":
+        return math.atan2(*args)
+    if op == "abs":
+        return math.absf(args[0])
+    if op == "negate":
+        return arith.negf(args[0])
+    if op == "logistic":
+        one = arith.constant(ft, ir.FloatAttr.get(ft, 1.0))
+        return arith.divf(one, arith.addf(one, math.exp(arith.negf(args[0]))))
+    if op == "sign":
+        x = args[0]
+        zero = arith.constant(ft, ir.FloatAttr.get(ft, 0.0))
+        one = arith.constant(ft, ir.FloatAttr.get(ft, 1.0))
+        nonzero = arith.cmpf(arith.CmpFPredicate.ONE, x, zero)
+        return arith.select(nonzero, math.copysign(one, x), x)
+    if op == "is-finite":
+        return math.isfinite(args[0])
+    raise inst.error(f"{op} is not supported for {t}")
+
+
+def _int_op(inst: HloInstruction, t: str, args: Values) -> ir.Value:
+    op = inst.opcode
+    it = element_type(t)
+    signed = is_signed_int(t)
+    pred = t == "pred"
+    width = bit_width(t)
+
+    def c(v):
+        return _const(t, v)
+
+    if op in ("add", "or") and pred:
+        return arith.ori(*args)
+    if op in ("multiply", "and") and pred:
+        return arith.andi(*args)
+    if op == "add":
+        return arith.addi(*args)
+    if op == "subtract":
+        return arith.subi(*args) if not pred else arith.xori(*args)
+    if op == "multiply":
+        return arith.muli(*args)
+    if op == "and":
+        return arith.andi(*args)
+    if op == "or":
+        return arith.ori(*args)
+    if op == "xor":
+        return arith.xori(*args)
+    if op == "not":
+        return arith.xori(args[0], c(-1 if not pred else True))
+    if op in ("divide", "remainder"):
+        lhs, rhs = args
+        is_zero = arith.cmpi(arith.CmpIPredicate.eq, rhs, c(0))
+        bad = is_zero
+        if signed:
+            overflow = arith.andi(
+                arith.cmpi(arith.CmpIPredicate.eq, lhs, c(-(1 << (width - 1)))),
+                arith.cmpi(arith.CmpIPredicate.eq, rhs, c(-1)))
+            bad = arith.ori(is_zero, overflow)
+        safe = arith.select(bad, c(1), rhs)
+        if op == "divide":
+            q = arith.divsi(lhs, safe) if signed else arith.divui(lhs, safe)
+            # x / 0 = -1 (all bits set); INT_MIN / -1 = INT_MIN (x / 1).
+            return arith.select(is_zero, c(-1), q)
+        r = arith.remsi(lhs, safe) if signed else arith.remui(lhs, safe)
+        # x % 0 = x; INT_MIN % -1 = 0 (x % 1).
+        return arith.select(is_zero, lhs, r)
+    if op in ("maximum", "minimum"):
+        return _min_max(op, t, *args)
+    if op in ("shift-left", "shift-right-logical", "shift-right-arithmetic"):
+        lhs, rhs = args
+        too_far = arith.cmpi(arith.CmpIPredicate.uge, rhs, c(width))
+        if op == "shift-left":
+            return arith.select(too_far, c(0), arith.shli(lhs, rhs))
+        if op == "shift-right-logical":
+            return arith.select(too_far, c(0), arith.shrui(lhs, rhs))
+        return arith.shrsi(lhs, arith.select(too_far, c(width - 1), rhs))
+    if op == "abs":
+        return math.absi(args[0]) if signed else args[0]
+    if op == "negate":
+        return arith.subi(c(0), args[0])
+    if op == "sign":
+        x = args[0]
+        if not signed:
+            return arith.extui(it, arith.cmpi(arith.CmpIPredicate.ne, x, c(0))) if not pred else x
+        pos = arith.cmpi(arith.CmpIPredicate.sgt, x, c(0))
+        neg = arith.cmpi(arith.CmpIPredicate.slt, x, c(0))
+        return arith.select(pos, c(1), arith.select(neg, c(-1), c(0)))
+    if op == "popcnt":
+        return math.ctpop(args[0])
+    if op == "count-leading-zeros":
+        return math.ctlz(args[0])
+    if op == "power":
+        return _int_power(t, *args)
+    raise inst.error(f"{op} is not supported for {t}")
+
+
+def _int_power(t: str, base: ir.Value, exponent: ir.Value) -> ir.Value:
+    """XLA's integer power: square-and-multiply over the exponent's bits;
+    negative exponents give 0 except for bases 1 and -1."""
+    width = bit_width(t)
+
+    def c(v):
+        return _const(t, v)
+
+    loop = scf.ForOp(_index_const(0), _index_const(width), _index_const(1),
+                     [c(1), base, exponent])
+    with ir.InsertionPoint(loop.body):
+        acc, b, e = loop.inner_iter_args
+        bit = arith.andi(e, c(1))
+        odd = arith.cmpi(arith.CmpIPredicate.ne, bit, c(0))
+        acc2 = arith.select(odd, arith.muli(acc, b), acc)
+        scf.YieldOp([acc2, arith.muli(b, b), arith.shrui(e, c(1))])
+    result = loop.results[0]
+    if not is_signed_int(t):
+        return result
+    negative = arith.cmpi(arith.CmpIPredicate.slt, exponent, c(0))
+    is_one = arith.cmpi(arith.CmpIPredicate.eq, base, c(1))
+    is_minus_one = arith.cmpi(arith.CmpIPredicate.eq, base, c(-1))
+    odd = arith.cmpi(arith.CmpIPredicate.ne, arith.andi(exponent, c(1)), c(0))
+    minus_one_power = arith.select(odd, c(-1), c(1))
+    negative_result = arith.select(is_one, c(1),
+                                   arith.select(is_minus_one, minus_one_power, c(0)))
+    return arith.select(negative, negative_result, result)
+
+
+def _min_max(op: str, t: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    if is_float(t):
+        if _is_f8(t):
+            wa, wb = convert(a, t, "f32"), convert(b, t, "f32")
+            return convert(_min_max(op, "f32", wa, wb), "f32", t)
+        return arith.maximumf(a, b) if op == "maximum" else arith.minimumf(a, b)
+    if t == "pred":
+        return arith.ori(a, b) if op == "maximum" else arith.andi(a, b)
+    if is_signed_int(t):
+        return arith.maxsi(a, b) if op == "maximum" else arith.minsi(a, b)
+    return arith.maxui(a, b) if op == "maximum" else arith.minui(a, b)
+
+
+def _compare(inst: HloInstruction, t: str, args: Values) -> ir.Value:
+    direction = inst.attrs.get("direction")
+    if direction not in _FCMP:
+        raise inst.error(f"compare needs direction=EQ|NE|LT|LE|GT|GE, got {direction!r}")
+    a, b = args
+    if is_float(t):
+        if str(inst.attrs.get("type", "")).upper() == "TOTALORDER":
+            width = bit_width(t)
+            it = ir.IntegerType.get_signless(width)
+            keys = []
+            for x in (a, b):
+                bits = arith.bitcast(it, x)
+                sign = arith.shrsi(bits, arith.constant(it, width - 1))
+                mask = arith.shrui(sign, arith.constant(it, 1))
+                keys.append(arith.xori(bits, mask))
+            return arith.cmpi(getattr(arith.CmpIPredicate, _ICMP_SIGNED[direction]), *keys)
+        if _is_f8(t):
+            a, b = convert(a, t, "f32"), convert(b, t, "f32")
+        return arith.cmpf(getattr(arith.CmpFPredicate, _FCMP[direction].upper()), a, b)
+    table = _ICMP_SIGNED if is_signed_int(t) else _ICMP_UNSIGNED
+    return arith.cmpi(getattr(arith.CmpIPredicate, table[direction]), a, b)
+
+
+def convert(value: ir.Value, src: str, dst: str) -> ir.Value:
+    """HLO convert: float->int saturates (NaN -> 0), ->pred is `!= 0`."""
+    if src == dst:
+        return value
+    dt = element_type(dst)
+    if dst == "pred":
+        if is_float(src):
+            zero = arith.constant(element_type(src), ir.FloatAttr.get(element_type(src), 0.0))
+            return arith.cmpf(arith.CmpFPredicate.UNE, value, zero)
+        return arith.cmpi(arith.CmpIPredicate.ne, value, _const(src, 0))
+    if src == "pred":
+        if is_float(dst):
+            return arith.uitofp(dt, value)
+        return arith.extui(dt, value)
+    if is_float(src) and is_float(dst):
+        if bit_width(src) < bit_width(dst) or (bit_width(src) == bit_width(dst) and dst == "f32"):
+            return arith.extf(dt, value)
+        if bit_width(src) == bit_width(dst):  # f16 <-> bf16: through f32
+            return arith.truncf(dt, arith.extf(ir.F32Type.get(), value))
+        return arith.truncf(dt, value)
+    if not is_float(src) and not is_float(dst):
+        ws, wd = bit_width(src), bit_width(dst)
+        if ws == wd:
+            return value
+        if ws > wd:
+            return arith.trunci(dt, value)
+        return arith.extsi(dt, value) if is_signed_int(src) else arith.extui(dt, value)
+    if not is_float(src):  # int -> float
+        return arith.sitofp(dt, value) if is_signed_int(src) else arith.uitofp(dt, value)
+    # float -> int: saturating, NaN -> 0 (XLA).
+    if bit_width(src) < 32:
+        value, src = arith.extf(ir.F32Type.get(), value), "f32"
+    ft = element_type(src)
+    width = bit_width(dst)
+    lo, hi = ((-(1 << (width - 1)), (1 << (width - 1)) - 1) if is_signed_int(dst)
+              else (0, (1 << width) - 1))
+    raw = arith.fptosi(dt, value) if is_signed_int(dst) else arith.fptoui(dt, value)
+    too_big = arith.cmpf(arith.CmpFPredicate.OGE, value, arith.constant(ft, ir.FloatAttr.get(ft, float(hi))))
+    too_small = arith.cmpf(arith.CmpFPredicate.OLE, value, arith.constant(ft, ir.FloatAttr.get(ft, float(lo))))
+    is_nan = arith.cmpf(arith.CmpFPredicate.UNO, value, value)
+    result = arith.select(too_big, _const(dst, hi), raw)
+    result = arith.select(too_small, _const(dst, lo), result)
+    return arith.select(is_nan, _const(dst, 0), result)

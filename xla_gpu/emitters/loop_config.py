@@ -1,0 +1,86 @@
+"""Launch configuration of loop-like emitters, as XLA computes it
+(ComputeLoopFusionConfig + CalculateLaunchDimensions) for an H100/H200-class
+GPU: unroll (vector width) 4, 2 or 1 when the output is large enough to fill
+the GPU, raised so a thread writes whole bytes of sub-byte outputs; 128
+threads per block (4 warps); one element per thread per unroll step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Sequence
+
+from ..hlo import HloInstruction
+from ..hlo.shape import bit_width
+from ..analysis.indexing import delinearize, map_text
+from ..ir import IndexingMap
+
+__all__ = ["LoopConfig", "loop_config", "thread_to_output_map", "linear_thread_expr",
+           "MAX_UNROLL", "THREADS_PER_BLOCK", "GPU_THREADS"]
+
+MAX_UNROLL = 4
+THREADS_PER_BLOCK = 128          # warp size 32 x warp scheduling granularity 4
+GPU_THREADS = 132 * 2048         # H100/H200 SXM: SMs x threads per SM
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    unroll: int
+    threads: int
+    blocks: int
+    num_elements: int
+
+
+def _may_prevent_vectorization(instructions: Sequence[HloInstruction]) -> bool:
+    # XLA: concatenates of many operands spill; variadic reduces and sorts
+    # do not vectorize.
+    for inst in instructions:
+        if inst.opcode == "concatenate" and len(inst.operands) > 10:
+            return True
+        if inst.opcode in ("sort", "dot"):
+            return True
+        if inst.opcode == "reduce" and inst.shape.is_tuple:
+            return True
+    return False
+
+
+def loop_config(shape_dims: Sequence[int], instructions: Sequence[HloInstruction],
+                output_types: Sequence[str]) -> LoopConfig:
+    n = prod(shape_dims)
+    unroll = 1
+    if n >= GPU_THREADS and not _may_prevent_vectorization(instructions):
+        unroll = next((u for u in (MAX_UNROLL, 2) if n % u == 0), 1)
+    smallest = min((bit_width(t) for t in output_types), default=8)
+    unroll = max(unroll, -(-8 // smallest))
+    threads_needed = max(-(-n // unroll), 1)
+    threads = min(THREADS_PER_BLOCK, threads_needed)
+    blocks = -(-threads_needed // threads)
+    return LoopConfig(unroll, threads, blocks, n)
+
+
+def linear_thread_expr(threads: int, blocks: int, unroll: int) -> str:
+    """`bl_x * T * U + th_x * U + vector_index`, leaving out variables that
+    can only be 0."""
+    terms = []
+    if blocks > 1:
+        terms.append(f"bl_x * {threads * unroll}")
+    if threads > 1:
+        terms.append(f"th_x * {unroll}" if unroll > 1 else "th_x")
+    if unroll > 1:
+        terms.append("vector_index")
+    return " + ".join(terms) or "0"
+
+
+def thread_to_output_map(config: LoopConfig, shape_dims: Sequence[int],
+                         extra_constraints: Sequence[tuple[str, int, int]] = ()) -> str:
+    """`(th_x, bl_x)[vector_index] -> (output index)`: consecutive threads
+    write consecutive vectors of `unroll` elements (coalesced)."""
+    t, u = config.threads, config.unroll
+    linear = linear_thread_expr(t, config.blocks, u)
+    results = delinearize(linear, shape_dims) if shape_dims else []
+    constraints = list(extra_constraints)
+    if t * config.blocks * u > config.num_elements:
+        constraints.append((linear, 0, config.num_elements - 1))
+    text = map_text([("th_x", t), ("bl_x", config.blocks)], [("vector_index", u)],
+                    results, constraints)
+    return str(IndexingMap.parse(text).simplified())

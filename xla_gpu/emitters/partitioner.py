@@ -1,0 +1,135 @@
+"""The computation partitioner of seed 000: splits a fusion computation into
+subgraphs that can each be emitted as one function.
+
+An instruction joins the subgraph of its users when it has one user, or when
+all its users are in one subgraph and read it through the same indexing map
+(relative to that subgraph's root index). Otherwise it roots a subgraph of
+its own, so that no element is computed twice under different indices.
+Parameters and constants belong to no subgraph: they are read where used.
+
+Each subgraph becomes `func.func private @name(param tensors..., one index
+per root dimension) -> (one result per root element)`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from ..analysis.indexing import identity_map, output_to_input
+from ..hlo import HloComputation, HloInstruction
+from ..ir import IndexingMap
+
+__all__ = ["Subgraph", "PartitionedComputation", "partition", "sanitize"]
+
+
+def sanitize(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+@dataclass(eq=False)
+class Subgraph:
+    name: str
+    roots: list[HloInstruction]
+    members: set[int] = field(default_factory=set)   # id() of instructions
+    # Values the function receives instead of computing (epilogue heroes).
+    injected: list[HloInstruction] = field(default_factory=list)
+
+    @property
+    def index_rank(self) -> int:
+        return self.roots[0].shape.leaves()[0].rank
+
+    def contains(self, inst: HloInstruction) -> bool:
+        return id(inst) in self.members
+
+
+@dataclass
+class PartitionedComputation:
+    computation: HloComputation
+    subgraphs: list[Subgraph]
+    _owner: dict[int, Subgraph]
+
+    def subgraph_of(self, inst: HloInstruction) -> Subgraph | None:
+        return self._owner.get(id(inst))
+
+
+def _is_free(inst: HloInstruction) -> bool:
+    # Read in place wherever used: parameters, and constants.
+    return inst.opcode in ("parameter", "constant")
+
+
+def partition(computation: HloComputation,
+              root_groups: Iterable[list[HloInstruction]],
+              is_subgraph_root: Callable[[HloInstruction], bool] = lambda i: False,
+              exclude: Callable[[HloInstruction], bool] = lambda i: False,
+              ) -> PartitionedComputation:
+    """`root_groups`: instructions that must root subgraphs, grouped into one
+    function each (e.g. all roots of a loop fusion). `is_subgraph_root`
+    forces more roots (heroes); `exclude` keeps instructions out of every
+    subgraph (values the entry function computes itself)."""
+    owner: dict[int, Subgraph] = {}
+    maps: dict[int, IndexingMap | None] = {}
+    subgraphs: list[Subgraph] = []
+    base = sanitize(computation.name)
+
+    def new_subgraph(roots: list[HloInstruction]) -> Subgraph:
+        name = base if not subgraphs else f"{base}_{sanitize(roots[0].name)}"
+        sub = Subgraph(name, roots)
+        subgraphs.append(sub)
+        for root in roots:
+            sub.members.add(id(root))
+            owner[id(root)] = sub
+            maps[id(root)] = identity_map(root.shape.leaves()[0].dims)
+        return sub
+
+    for group in root_groups:
+        group = [r for r in dict.fromkeys(group) if id(r) not in owner]
+        if group:
+            new_subgraph(group)
+
+    for inst in reversed(computation.post_order()):
+        if id(inst) in owner or _is_free(inst) or inst.opcode == "tuple" or exclude(inst):
+            continue
+        if is_subgraph_root(inst) or not inst.users:
+            new_subgraph([inst])
+            continue
+        uses = [(user, j) for user in dict.fromkeys(inst.users)
+                for j, op in enumerate(user.operands) if op is inst]
+        owners = {id(owner.get(id(u))) for u, _ in uses}
+        if len(uses) == 1 or len({id(u) for u, _ in uses}) == 1:
+            user = uses[0][0]
+            sub = owner.get(id(user))
+            if sub is not None and len(owners) == 1:
+                _join(sub, inst, owner, maps, uses)
+                continue
+        elif len(owners) == 1 and None not in [owner.get(id(u)) for u, _ in uses]:
+            composed = [_compose(maps.get(id(u)), u, j) for u, j in uses]
+            if all(c is not None for c in composed) and \
+                    len({str(c) for c in composed}) == 1:
+                _join(owner[id(uses[0][0])], inst, owner, maps, uses, composed[0])
+                continue
+        new_subgraph([inst])
+    return PartitionedComputation(computation, subgraphs, owner)
+
+
+def _compose(user_map: IndexingMap | None, user: HloInstruction,
+             operand: int) -> IndexingMap | None:
+    if user_map is None:
+        return None
+    step = output_to_input(user, operand)
+    if step is None:
+        return None
+    if step.symbols:  # reads several elements per output element
+        return None
+    return user_map.compose(step).simplified()
+
+
+def _join(sub: Subgraph, inst: HloInstruction, owner, maps, uses,
+          composed: IndexingMap | None = None) -> None:
+    sub.members.add(id(inst))
+    owner[id(inst)] = sub
+    if composed is None:
+        user, j = uses[0]
+        composed = _compose(maps.get(id(user)), user, j)
+    maps[id(inst)] = composed

@@ -1,0 +1,82 @@
+"""HLO element types and shapes as MLIR types and attributes."""
+
+from __future__ import annotations
+
+import numpy as np
+from mlir import ir
+
+from ..hlo import HloError
+from ..hlo.shape import Shape, bit_width, is_float, is_integral
+
+__all__ = ["element_type", "tensor_type", "scalar_attr", "dense_attr",
+           "check_supported"]
+
+_FLOATS = {
+    "f16": ir.F16Type.get, "bf16": ir.BF16Type.get, "f32": ir.F32Type.get,
+    "f64": ir.F64Type.get, "f8e5m2": ir.Float8E5M2Type.get,
+    "f8e4m3fn": ir.Float8E4M3FNType.get, "f8e4m3b11fnuz": ir.Float8E4M3B11FNUZType.get,
+    "f8e5m2fnuz": ir.Float8E5M2FNUZType.get, "f8e4m3fnuz": ir.Float8E4M3FNUZType.get,
+    "f8e4m3": ir.Float8E4M3Type.get, "f8e3m4": ir.Float8E3M4Type.get,
+}
+
+
+def element_type(name: str) -> ir.Type:
+    """pred -> i1, s8/u8 -> i8 (signless: signedness lives in the ops), ..."""
+    if name in _FLOATS:
+        return _FLOATS[name]()
+    if is_integral(name):
+        return ir.IntegerType.get_signless(bit_width(name))
+    if name == "c64":
+        return ir.ComplexType.get(ir.F32Type.get())
+    if name == "c128":
+        return ir.ComplexType.get(ir.F64Type.get())
+    raise HloError(f"element type {name} has no MLIR type")
+
+
+def tensor_type(shape: Shape) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get(list(shape.dims), element_type(shape.element_type))
+
+
+def _signed(value: int, bits: int) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def scalar_attr(name: str, value) -> ir.Attribute:
+    t = element_type(name)
+    if is_float(name):
+        return ir.FloatAttr.get(t, float(value))
+    if name == "pred":
+        return ir.IntegerAttr.get(t, -1 if bool(value) else 0)
+    return ir.IntegerAttr.get(t, _signed(int(value), bit_width(name)))
+
+
+def dense_attr(shape: Shape, array: np.ndarray) -> ir.DenseElementsAttr:
+    t = tensor_type(shape)
+    array = np.ascontiguousarray(array.reshape(shape.dims))
+    if shape.element_type == "pred":
+        bits = np.packbits(array.reshape(-1).astype(np.bool_), bitorder="little")
+        return ir.DenseElementsAttr.get(bits, type=t.element_type, shape=list(shape.dims))
+    width = array.dtype.itemsize * 8
+    raw = array.view(np.dtype(f"u{array.dtype.itemsize}")) if width <= 64 else array
+    return ir.DenseElementsAttr.get(raw, type=t.element_type, shape=list(shape.dims))
+
+
+_SUPPORTED = {"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64",
+              "f16", "bf16", "f32", "f64"}
+# f8 values can be loaded, stored, compared and converted through f16/f32;
+# arithmetic on them is done in f32 as XLA does.
+_F8 = {"f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz",
+       "f8e4m3", "f8e3m4"}
+
+
+def check_supported(shape: Shape, where) -> None:
+    """Raises HloError for element types or layouts the emitters cannot
+    handle yet; `where` is the instruction (for the message)."""
+    for leaf in shape.leaves():
+        t = leaf.element_type
+        if t not in _SUPPORTED and t not in _F8:
+            raise where.error(f"element type {t} is not supported by the emitters yet")
+        if not leaf.is_row_major and sum(d > 1 for d in leaf.dims) > 1:
+            raise where.error(f"layout {{{','.join(map(str, leaf.layout))}}} of "
+                              f"{leaf} is not supported yet (only row-major)")
