@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo import HloComputation, HloError, HloInstruction, HloModule
+from ..hlo.verifier import verify_computation
 from .indexing import ELEMENTWISE_OPCODES
 
 __all__ = ["Fusion", "select_fusion", "analyze", "find_hero", "EMITTER_KINDS"]
@@ -218,6 +219,10 @@ def _is_input_slices(roots: list[HloInstruction]) -> bool:
 
 
 def analyze(comp: HloComputation, name: str, module: HloModule | None = None) -> Fusion:
+    verify_computation(comp)
+    for inst in comp.instructions:
+        for called in inst.called_computations:
+            verify_computation(called)
     root = comp.root
     if root is None:
         raise HloError(f"computation '{comp.name}' has no root")

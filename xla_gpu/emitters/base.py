@@ -66,6 +66,8 @@ class KernelEmitter:
         self.maps = IndexMaps()
         self.aliases: dict[int, int] = {}
         self.notes: list[str] = list(fusion.notes)
+        # Calls made in the current loop body (see `calls_shared`).
+        self._call_cache: dict | None = None
 
     # -- to override -------------------------------------------------------
     def launch_dims(self) -> LaunchDims:
@@ -160,7 +162,10 @@ class KernelEmitter:
                     for s in h.shape.leaves()]
         results = [element_type(s.element_type) for r in sub.roots for s in r.shape.leaves()]
         with ir.InsertionPoint(self.module.body):
-            f = func.FuncOp(self._unique(sub.name),
+            name = sub.name
+            if name in self._symbols:  # the kernel took the computation's name
+                name = f"{name}_{sanitize(sub.roots[0].name)}"
+            f = func.FuncOp(self._unique(name),
                             (params + [index] * sub.index_rank + injected, results),
                             visibility="private")
         self._functions[id(sub)] = f
@@ -200,17 +205,37 @@ class KernelEmitter:
         sub = self.partitioned.subgraph_of(inst)
         if sub is None:
             raise inst.error("internal: the instruction belongs to no subgraph")
-        f = self._functions[id(sub)]
-        call = xla_gpu.PureCallOp(
-            list(f.type.results), ir.FlatSymbolRefAttr.get(f.sym_name.value),
-            [*tensors, *indices, *injected])
-        results, k = list(call.results), 0
+        key = (id(sub), *map(id, tensors), *indices, *injected)
+        results = self._call_cache.get(key) if self._call_cache is not None else None
+        if results is None:
+            f = self._functions[id(sub)]
+            call = xla_gpu.PureCallOp(
+                list(f.type.results), ir.FlatSymbolRefAttr.get(f.sym_name.value),
+                [*tensors, *indices, *injected])
+            results = list(call.results)
+            if self._call_cache is not None:
+                self._call_cache[key] = results
+        k = 0
         for root in sub.roots:
             count = len(root.shape.leaves())
             if root is inst:
                 return results[k:k + count]
             k += count
         raise inst.error("internal: not a root of its subgraph")
+
+    def calls_shared(self):
+        """Within this context, calls of one subgraph at the same indices
+        are made once (several roots of one function)."""
+        emitter = self
+
+        class _Scope:
+            def __enter__(self):
+                self.saved, emitter._call_cache = emitter._call_cache, {}
+
+            def __exit__(self, *exc):
+                emitter._call_cache = self.saved
+
+        return _Scope()
 
     def call_computation(self, comp: HloComputation, args: Sequence[ir.Value]) -> list[ir.Value]:
         """A scalar computation (reducer, map) applied to `args`."""

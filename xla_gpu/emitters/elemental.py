@@ -183,7 +183,12 @@ class FunctionEmitter:
     def _through_map(self, inst: HloInstruction, indices: Values) -> Values:
         indexing = output_to_input(inst, 0)
         operand = inst.operands[0]
-        operand_indices = self.maps.apply(str(indexing), indices) if operand.shape.rank else []
+        if not operand.shape.rank:
+            operand_indices = []
+        elif indexing.affine_map == ir.AffineMap.get_identity(len(indices)):
+            operand_indices = list(indices)
+        else:
+            operand_indices = self.maps.apply(str(indexing), indices)
         return self.emit(operand, operand_indices)
 
     def _iota(self, inst, indices):

@@ -55,7 +55,7 @@ class LoopEmitter(KernelEmitter):
             loop = xla_gpu.build_loop(attr, [thread_id, block_id], [results[k] for k in mine])
             block = loop.region.blocks[0]
             rank = len(dims)
-            with ir.InsertionPoint(block):
+            with ir.InsertionPoint(block), self.calls_shared():
                 args = list(block.arguments)
                 indices = args[1:1 + rank]
                 iters = args[1 + rank:]

@@ -50,7 +50,9 @@ def loop_config(shape_dims: Sequence[int], instructions: Sequence[HloInstruction
     unroll = 1
     if n >= GPU_THREADS and not _may_prevent_vectorization(instructions):
         unroll = next((u for u in (MAX_UNROLL, 2) if n % u == 0), 1)
-    smallest = min((bit_width(t) for t in output_types), default=8)
+    # pred is stored as a byte.
+    smallest = min((max(bit_width(t), 8) if t == "pred" else bit_width(t)
+                    for t in output_types), default=8)
     unroll = max(unroll, -(-8 // smallest))
     threads_needed = max(-(-n // unroll), 1)
     threads = min(THREADS_PER_BLOCK, threads_needed)
