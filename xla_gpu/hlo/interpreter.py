@@ -359,9 +359,7 @@ def _compare(a: np.ndarray, b: np.ndarray, etype: str, direction: str,
              total_order: bool) -> np.ndarray:
     if total_order and _is_float(etype):
         ka, kb = _total_order_key(a, etype), _total_order_key(b, etype)
-    elif _is_int(etype) or etype == "pred":
-        ka, kb = _up(a, etype), _up(b, etype)
-    else:
+    else:  # exact in the compute type
         ka, kb = _up(a, etype), _up(b, etype)
     ops = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less,
            "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
@@ -373,6 +371,8 @@ def _compare(a: np.ndarray, b: np.ndarray, etype: str, direction: str,
 
 
 def _total_order_key(x: np.ndarray, etype: str) -> np.ndarray:
+    """Integers that order floats as IEEE totalOrder does:
+    -NaN < -inf < ... < -0 < +0 < ... < inf < +NaN."""
     x = np.asarray(x)
     size = x.dtype.itemsize
     sint = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[size]
@@ -423,15 +423,12 @@ def _int_power(a: np.ndarray, b: np.ndarray, etype: str) -> np.ndarray:
     if signed:
         negative = exp < 0
         odd = (exp % 2) != 0
-        special = np.where(base_is(a, etype, 1), 1,
-                           np.where(base_is(a, etype, -1),
+        original = _up(a, etype)
+        special = np.where(original == 1, 1,
+                           np.where(original == -1,
                                     np.where(odd, -1, 1), 0))
         acc = np.where(negative, special, acc)
     return _wrap_int(acc, etype)
-
-
-def base_is(a: np.ndarray, etype: str, value: int) -> np.ndarray:
-    return _up(a, etype) == value
 
 
 def _shift(a: np.ndarray, b: np.ndarray, etype: str, kind: str) -> np.ndarray:
@@ -711,7 +708,8 @@ def _check_value(inst: HloInstruction, value: Value, shape: Shape) -> None:
     if shape.is_tuple:
         if not isinstance(value, tuple) or \
                 len(value) != len(shape.tuple_shapes):
-            raise inst.error(f"internal: produced a value that is not {shape}")
+            raise inst.error(f"computed a value that is not {shape} "
+                             "(an inconsistent module?)")
         for v, s in zip(value, shape.tuple_shapes):
             _check_value(inst, v, s)
         return
@@ -721,7 +719,8 @@ def _check_value(inst: HloInstruction, value: Value, shape: Shape) -> None:
             value.dtype != shape.dtype:
         got = f"{getattr(value, 'dtype', type(value).__name__)}" \
               f"{list(getattr(value, 'shape', ()))}"
-        raise inst.error(f"internal: produced {got}, expected {shape}")
+        raise inst.error(f"computed {got}, but the instruction's shape is "
+                         f"{shape} (an inconsistent module?)")
 
 
 def _reachable_post_order(root: HloInstruction) -> list[HloInstruction]:
@@ -1136,7 +1135,9 @@ def _h_reduce_window(ev, inst, ops, batch):
     n = len(ops) // 2
     inputs = [np.asarray(o) for o in ops[:n]]
     inits = [np.asarray(o) for o in ops[n:]]
-    comp = inst.attrs["to_apply"]
+    comp = inst.attrs.get("to_apply")
+    if not isinstance(comp, HloComputation):
+        raise HloError("reduce-window needs to_apply=<computation>")
     window = inst.attrs.get("window", {})
     if not isinstance(window, dict):
         raise HloError("reduce-window needs window={size=...}")
@@ -1300,7 +1301,8 @@ def _h_scatter(ev, inst, ops, batch):
     for k, d in enumerate(sd2od):
         starts[:, d] = vec[:, k]
     if ibd:
-        coords = np.unravel_index(np.arange(count), scatter_shape)
+        coords = np.unravel_index(np.arange(count), scatter_shape) \
+            if scatter_shape else ()
         for od, sd in zip(ibd, sibd):
             starts[:, od] = coords[_batch_position(sd, ivd)]
     sizes = np.array(window_sizes, np.int64)
@@ -1309,7 +1311,7 @@ def _h_scatter(ev, inst, ops, batch):
     # Window element offsets, in row-major order of the update window dims.
     wshape = tuple(upd_shape[d] for d in uwd)
     woff = np.zeros((wcount, rank), np.int64)
-    wcoords = np.unravel_index(np.arange(wcount), wshape)
+    wcoords = np.unravel_index(np.arange(wcount), wshape) if wshape else ()
     for k, d in enumerate(window_operand_dims):
         woff[:, d] = wcoords[k]
     full = starts[valid][:, None, :] + woff[None, :, :]

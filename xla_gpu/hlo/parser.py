@@ -113,6 +113,10 @@ _ARRAY_OPS = (_UNARY_ELEMENTWISE | _BINARY_ELEMENTWISE | _TERNARY_ELEMENTWISE
                            "transpose", "slice", "reverse", "pad", "iota",
                            "concatenate", "dynamic-slice",
                            "dynamic-update-slice", "gather", "dot"}))
+# Structural ops whose (data) operands have the result's element type.
+_SAME_TYPE_STRUCTURAL = frozenset({
+    "broadcast", "reshape", "transpose", "reverse", "slice", "concatenate",
+    "pad", "dynamic-slice", "dynamic-update-slice", "gather"})
 # Element-type rules of the elementwise ops: operands share the result type.
 _SAME_TYPE_OPS = frozenset({
     "negate", "sign", "ceil", "floor", "round-nearest-afz",
@@ -667,7 +671,7 @@ class _Parser:
             self.error(f"expected '(' after opcode '{opcode}', found "
                        f"{self.describe()}")
         self.pos += 1
-        refs: list[tuple[str, int]] = []
+        refs: list[tuple[str, int, Shape | None]] = []
         if opcode == "constant":
             inst.literal = self.literal(shape)
             self.expect(")", "to close the constant")
@@ -684,9 +688,11 @@ class _Parser:
                 while True:
                     self.skip()
                     # A typed operand starts with its shape.
+                    typed = None
                     if self.peek() == "(" or self._at_shape():
-                        self.shape()
-                    refs.append(self.name("an operand name"))
+                        typed = self.shape()
+                    name_, pos_ = self.name("an operand name")
+                    refs.append((name_, pos_, typed))
                     self.skip()
                     if self.peek() == ",":
                         self.pos += 1
@@ -961,11 +967,14 @@ class _Parser:
                          names: dict[str, HloInstruction]) -> None:
         for inst in comp.instructions:
             refs = self.operand_refs.pop(id(inst), [])
-            for ref, pos in refs:
+            for ref, pos, typed in refs:
                 operand = names.get(ref)
                 if operand is None:
                     self.error(f"use of undefined instruction '%{ref}'", pos,
                                instruction=inst.name)
+                if typed is not None and not _compatible(typed, operand.shape):
+                    self.error(f"operand '%{ref}' is written {typed} but is "
+                               f"{operand.shape}", pos, instruction=inst.name)
                 inst.operands.append(operand)
         for inst, ctl in self.control_refs:
             if inst.parent is comp:
@@ -1128,6 +1137,11 @@ class _Parser:
             if not _compatible(callee.root.shape, shape):
                 self.inst_error(inst, f"'{callee.name}' returns "
                                       f"{callee.root.shape}, not {shape}")
+            for k, (param, o) in enumerate(zip(callee.parameters, operands)):
+                if not _compatible(param.shape, o.shape):
+                    self.inst_error(inst, f"operand {k} '%{o.name}' is "
+                                          f"{o.shape}, parameter {k} of "
+                                          f"'{callee.name}' is {param.shape}")
         elif op == "reduce":
             if len(operands) % 2 or not operands:
                 self.inst_error(inst, "reduce takes N inputs and N init values")
@@ -1144,6 +1158,13 @@ class _Parser:
             if len(operands) < 3 or len(operands) % 2 == 0:
                 self.inst_error(inst, "scatter takes N operands, the indices "
                                       "and N updates")
+            n = len(operands) // 2
+            leaves = shape.tuple_shapes if shape.is_tuple else (shape,)
+            if len(leaves) != n or not all(
+                    _compatible(a, o.shape) for a, o in zip(leaves,
+                                                             operands[:n])):
+                self.inst_error(inst, f"scatter of {[str(o.shape) for o in operands[:n]]} "
+                                      f"cannot give {shape}")
         elif op == "dynamic-slice":
             rank = operands[0].shape.rank if operands else 0
             if len(operands) != 1 + rank and not (
@@ -1152,6 +1173,14 @@ class _Parser:
                                       f"takes {rank} start indices")
         elif op == "dynamic-update-slice":
             rank = operands[0].shape.rank if operands else 0
+            if not _compatible(operands[0].shape, shape) or \
+                    operands[1].shape.rank != rank or any(
+                        u > n for u, n in zip(operands[1].shape.dims,
+                                              shape.dims)):
+                self.inst_error(inst, f"dynamic-update-slice of "
+                                      f"{operands[0].shape} with "
+                                      f"{operands[1].shape} cannot give "
+                                      f"{shape}")
             if len(operands) != 2 + rank and not (
                     len(operands) == 3 and operands[2].shape.rank == 1):
                 self.inst_error(inst, f"dynamic-update-slice of a rank-{rank} "
@@ -1166,17 +1195,79 @@ class _Parser:
             dims = inst.attrs.get("dimensions", ())
             if not isinstance(dims, tuple):
                 self.inst_error(inst, f"'{op}' needs 'dimensions={{...}}'")
-            rank = operands[0].shape.rank
-            if op == "broadcast" and len(dims) != rank:
-                self.inst_error(inst, f"broadcast dimensions {list(dims)} do not "
-                                      f"map the rank-{rank} operand")
-            if op == "transpose" and sorted(dims) != list(range(rank)):
-                self.inst_error(inst, f"transpose dimensions {list(dims)} are "
-                                      "not a permutation")
+            src = operands[0].shape
+            rank = src.rank
+            if op == "broadcast":
+                if len(dims) != rank or any(
+                        not 0 <= d < shape.rank or shape.dims[d] != n
+                        for d, n in zip(dims, src.dims)):
+                    self.inst_error(inst, f"broadcast dimensions {list(dims)} "
+                                          f"do not map {src} into {shape}")
+            elif op == "transpose":
+                if sorted(dims) != list(range(rank)) or shape.dims != tuple(
+                        src.dims[d] for d in dims):
+                    self.inst_error(inst, f"transpose dimensions {list(dims)} "
+                                          f"do not permute {src} into {shape}")
+            elif any(not 0 <= d < rank for d in dims) or \
+                    shape.dims != src.dims:
+                self.inst_error(inst, f"bad reverse of {src} into {shape}")
         elif op == "reshape":
             if operands[0].shape.num_elements != shape.num_elements:
                 self.inst_error(inst, f"reshape from {operands[0].shape} to "
                                       f"{shape} changes the element count")
+        elif op == "slice":
+            spec = inst.attrs.get("slice")
+            src = operands[0].shape
+            if not isinstance(spec, list) or len(spec) != src.rank or any(
+                    not 0 <= lo <= hi <= n for (lo, hi, _), n in
+                    zip(spec, src.dims)) or shape.dims != tuple(
+                    (hi - lo + st - 1) // st for lo, hi, st in spec):
+                self.inst_error(inst, f"slice={spec!r} does not take {shape} "
+                                      f"out of {src}")
+        if op in _SAME_TYPE_STRUCTURAL and operands:
+            etype = shape.element_type
+            checked = operands[:2] if op in ("pad", "dynamic-update-slice") \
+                else operands[:1] if op in ("dynamic-slice", "gather") \
+                else operands
+            for o in checked:
+                if o.shape.element_type != etype:
+                    self.inst_error(inst, f"operand '%{o.name}' is "
+                                          f"{o.shape.element_type}, '{op}' "
+                                          f"produces {etype}")
+        if op == "concatenate" and operands:
+            dims = inst.attrs.get("dimensions")
+            ok = isinstance(dims, tuple) and len(dims) == 1 and \
+                0 <= dims[0] < shape.rank
+            if ok:
+                d = dims[0]
+                total = sum(o.shape.dims[d] if o.shape.rank == shape.rank
+                            else -1 for o in operands)
+                ok = total == shape.dims[d] and all(
+                    o.shape.rank == shape.rank and all(
+                        o.shape.dims[k] == shape.dims[k]
+                        for k in range(shape.rank) if k != d)
+                    for o in operands)
+            if not ok:
+                self.inst_error(inst, f"concatenate dimensions={dims!r} do not "
+                                      f"produce {shape}")
+        if op == "reduce" and operands:
+            dims = inst.attrs.get("dimensions")
+            n = len(operands) // 2
+            src = operands[0].shape
+            if not isinstance(dims, tuple) or any(
+                    not 0 <= d < src.rank for d in dims):
+                self.inst_error(inst, f"bad reduce dimensions {dims!r}")
+            kept = tuple(n_ for k, n_ in enumerate(src.dims) if k not in dims)
+            leaves = shape.tuple_shapes if shape.is_tuple else (shape,)
+            if len(leaves) != n or any(leaf.is_tuple or leaf.dims != kept
+                                       for leaf in leaves):
+                self.inst_error(inst, f"reducing {src} over {list(dims)} does "
+                                      f"not give {shape}")
+        if op in ("reduce-window", "scatter", "map", "sort", "all-reduce",
+                  "reduce-scatter") and \
+                not isinstance(inst.attrs.get("to_apply"), HloComputation):
+            self.inst_error(inst, f"'{op}' needs 'to_apply=' naming a "
+                                  "computation")
 
 
 class _SubParser(_Parser):
