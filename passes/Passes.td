@@ -202,4 +202,64 @@ def MergePointersPass : Pass<"xla-merge-pointers", "mlir::ModuleOp"> {
   }];
 }
 
+def EmulateGridPass : Pass<"xla-emulate-grid", "mlir::ModuleOp"> {
+  let summary = "Runs a kernel's whole launch grid as loops on the host";
+  let description = [{
+    The `cpu` target's replacement for the GPU launch. Each kernel `@k`
+    (`xla.entry`, else every public function without results), after
+    `xla-lower-tensors` and before `convert-scf-to-cf`, becomes
+    `@k_host_blocks(args..., %first: index, %end: index)`, which runs blocks
+    `[first, end)` one after the other, and `@k_host(%args: !llvm.ptr)`,
+    which runs the whole grid on the kernel arguments that `%args` points
+    to (an array of one pointer per argument: the packed ABI of a host
+    kernel); both carry `llvm.emit_c_interface`. Kernel arguments must be
+    `!llvm.ptr` (after `xla-lower-tensors`).
+
+    Inside a block, the kernel is cut at its `gpu.barrier`s (what
+    `xla_gpu.sync_threads` lowers to) into phases, and each phase is a loop
+    over the block's threads in thread order: every thread finishes a phase
+    before any thread starts the next one. A value computed in one phase and
+    used in a later one is recomputed there when it is a pure computation
+    of thread and block ids, constants and arguments (`gpu.thread_id` is
+    the phase's loop counter), and otherwise kept per thread: stored to a
+    buffer of one slot per thread at the end of its phase and loaded back in
+    the phases that use it. Shared-memory globals (address space 3) become
+    per-block buffers (stack allocations reused by every block, as a GPU
+    reuses a multiprocessor's shared memory). A barrier nested in control
+    flow cannot be cut there and is an error.
+
+    Launch dimensions are one-dimensional: `threads` per block and `blocks`
+    (0: one more than the upper bound of `xla.range` on `gpu.thread_id x`
+    / `gpu.block_id x`, or 1 where the kernel never reads that id); `y` and
+    `z` ids are 0. An explicit dimension larger than the range is an error.
+  }];
+  let options = [
+    Option<"threads", "threads", "int64_t", /*default=*/"0",
+           "Threads per block (0: from the xla.range of gpu.thread_id x)">,
+    Option<"blocks", "blocks", "int64_t", /*default=*/"0",
+           "Blocks in the grid (0: from the xla.range of gpu.block_id x)">,
+  ];
+  let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::scf::SCFDialect",
+                           "mlir::arith::ArithDialect",
+                           "mlir::func::FuncDialect"];
+}
+
+def LowerToHostPass : Pass<"xla-lower-to-host", "mlir::ModuleOp"> {
+  let summary = "Lowers a grid-emulated module to the LLVM dialect for the "
+                "host";
+  let description = [{
+    The `cpu` target's `xla-lower-to-llvm`: func/arith/cf/math/vector/index
+    to the llvm dialect, with math functions that have an LLVM intrinsic as
+    intrinsics and the others as libm calls (`tanhf`), which the JIT
+    resolves in the process; no libdevice, no NVVM. Arithmetic on bf16 is
+    computed in f32 and rounded back after every op (as the GPU rounds), and
+    bf16 <-> f32 conversions become integer ops, since the JIT has no
+    `__truncsfbf2`. `llvm.emit_c_interface` functions get their
+    `_mlir_ciface_` wrappers. GPU or NVVM ops left over (no
+    `xla-emulate-grid` before) are an error.
+  }];
+  let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::func::FuncDialect",
+                           "mlir::arith::ArithDialect"];
+}
+
 #endif  // XLA_GPU_PASSES_TD

@@ -44,6 +44,10 @@ def _diagnostics(error, rename: dict[str, str] | None = None) -> str:
     return "\n".join(lines) or str(error)
 
 
+def pipeline_targets() -> tuple[str, ...]:
+    return ("cuda", "cpu")  # xla_gpu.pipeline.TARGETS, without importing MLIR
+
+
 def translate(argv: list[str] | None = None) -> int:
     """xla-gpu-translate FILE.mlir --emit=mlir|llvm|ptx|cubin --arch=sm_90:
     runs the lowering pipeline on the input and prints the result."""
@@ -56,8 +60,15 @@ def translate(argv: list[str] | None = None) -> int:
                     "emits the LLVM-dialect MLIR, LLVM IR, PTX or a cubin.")
     parser.add_argument("input", help="an .mlir file, or - for stdin")
     parser.add_argument("--emit", choices=["mlir", "llvm", "ptx", "cubin"],
-                        default="ptx")
+                        help="default: ptx for cuda, mlir for cpu")
     parser.add_argument("--arch", default="sm_90", help="sm_XX (default sm_90)")
+    parser.add_argument("--target", choices=list(pipeline_targets()),
+                        default="cuda", help="cuda (NVVM, default) or cpu "
+                        "(the grid emulated on the host, LLVM-dialect MLIR)")
+    parser.add_argument("--threads", type=int,
+                        help="cpu: threads per block (default: from xla.range)")
+    parser.add_argument("--blocks", type=int,
+                        help="cpu: blocks (default: from xla.range)")
     parser.add_argument("-o", "--output", default="-",
                         help="output file (default stdout)")
     parser.add_argument("--dump-dir", help="write the IR after each pass here")
@@ -67,6 +78,12 @@ def translate(argv: list[str] | None = None) -> int:
                         help="run the pipeline up to the first PASS (e.g. "
                              "xla-flatten-tensors) and emit the MLIR there")
     args = parser.parse_args(argv)
+    if args.emit is None:
+        args.emit = "ptx" if args.target == "cuda" else "mlir"
+    if args.target == "cpu" and args.emit != "mlir":
+        parser.error("--target=cpu emits only --emit=mlir")
+    if args.target == "cuda" and (args.threads is not None or args.blocks is not None):
+        parser.error("--threads and --blocks are options of --target=cpu")
 
     from mlir import ir as mlir_ir
 
@@ -86,7 +103,8 @@ def translate(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"xla-gpu-translate: cannot open input file '{path}'\n")
             return 1
         module = mlir_ir.Module.parseFile(path, ctx)
-        passes = pipeline.PASSES
+        passes = pipeline.passes_for(args.target, threads=args.threads,
+                                     blocks=args.blocks)
         if args.stop_after:
             names = [pipeline.pass_name(p) for p in passes]
             if args.stop_after not in names:

@@ -1,10 +1,16 @@
 """The lowering pipeline of seed 000, from emitted xla_gpu IR to the LLVM
-and NVVM dialects, as one pipeline string and one function.
+and NVVM dialects (target "cuda") or to a grid-emulating LLVM-dialect module
+for the host (target "cpu"), as one pipeline string and one function.
 
     from xla_gpu import ir, pipeline
     ctx = ir.Context()
     module = mlir_ir.Module.parse(text, ctx)
     pipeline.run(module, dump_dir="/tmp/dump", dump_regex="flatten|vectorize")
+    pipeline.run(module, target="cpu", threads=128, blocks=24576)
+
+The two targets share every pass up to xla-expand-float-ops; then "cuda"
+lowers to NVVM (xla-lower-to-llvm) and "cpu" turns the launch grid into
+loops (xla-emulate-grid) and lowers for the host (xla-lower-to-host).
 
 With `dump_dir`, the passes run one by one and the IR after every pass whose
 name matches `dump_regex` is written to `NN.<pass>.mlir` (the analog of
@@ -22,7 +28,10 @@ from mlir.passmanager import PassManager
 
 from . import ir as _xla_ir  # noqa: F401  (registers the xla_gpu passes)
 
-__all__ = ["PASSES", "pipeline_string", "pass_name", "run"]
+__all__ = ["PASSES", "TARGETS", "passes_for", "pipeline_string", "pass_name",
+           "run"]
+
+TARGETS = ("cuda", "cpu")
 
 # Stage by stage, as seed 000 walks through them. Each entry is one element
 # of a `builtin.module(...)` pipeline.
@@ -62,7 +71,48 @@ PASSES: tuple[str, ...] = (
 )
 
 
-def pipeline_string(passes: tuple[str, ...] = PASSES) -> str:
+# The passes both targets run: everything up to xla-expand-float-ops.
+_SHARED = PASSES[:PASSES.index("xla-expand-float-ops") + 1]
+
+# The cpu target after xla-emulate-grid (the grid as loops: blocks, then one
+# loop over the threads per phase between barriers): host LLVM, libm calls.
+_CPU_LOWERING = (
+    "convert-scf-to-cf",
+    "xla-lower-to-host",                        # llvm, libm, bf16 via f32
+    "reconcile-unrealized-casts",
+    "canonicalize",
+    "cse",
+)
+
+
+def passes_for(target: str = "cuda", *, threads: int | None = None,
+               blocks: int | None = None) -> tuple[str, ...]:
+    """The pipeline elements of `target`. For "cpu", `threads` (per block)
+    and `blocks` are the launch dimensions; None takes them from the
+    `xla.range` of gpu.thread_id / gpu.block_id."""
+    if target == "cuda":
+        if threads is not None or blocks is not None:
+            raise ValueError("launch dimensions are options of the cpu target only")
+        return PASSES
+    if target != "cpu":
+        raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
+    options = []
+    for name, value in (("threads", threads), ("blocks", blocks)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        options.append(f"{name}={value}")
+    emulate = "xla-emulate-grid" + ("{" + " ".join(options) + "}" if options else "")
+    return _SHARED + (emulate,) + _CPU_LOWERING
+
+
+def pipeline_string(passes: tuple[str, ...] | None = None, *, target: str = "cuda",
+                    threads: int | None = None, blocks: int | None = None) -> str:
+    """The `builtin.module(...)` pipeline of `passes`, by default those of
+    `target` (see passes_for)."""
+    if passes is None:
+        passes = passes_for(target, threads=threads, blocks=blocks)
     return "builtin.module(" + ",".join(passes) + ")"
 
 
@@ -74,9 +124,14 @@ def pass_name(element: str) -> str:
 
 def run(module: _ir.Module, *, dump_dir: str | Path | None = None,
         dump_regex: str = ".*", timings: dict[str, float] | None = None,
-        passes: tuple[str, ...] = PASSES) -> None:
-    """Runs the pipeline on `module` in place. Raises mlir.ir.MLIRError with
-    the pass's diagnostics when a pass fails."""
+        passes: tuple[str, ...] | None = None, target: str = "cuda",
+        threads: int | None = None, blocks: int | None = None) -> None:
+    """Runs the pipeline on `module` in place: `passes`, else those of
+    `target` ("cuda" or "cpu", with the cpu target's launch dimensions
+    `threads` and `blocks`). Raises mlir.ir.MLIRError with the pass's
+    diagnostics when a pass fails."""
+    if passes is None:
+        passes = passes_for(target, threads=threads, blocks=blocks)
     if dump_dir is None and timings is None:
         PassManager.parse(pipeline_string(passes), module.context).run(module.operation)
         return

@@ -1,0 +1,616 @@
+//===- emulate_grid.cpp - a kernel's launch grid as loops on the host -----===//
+//
+// The cpu target runs the emitted kernel with its GPU launch dimensions on
+// one host thread. A kernel @k becomes
+//
+//   func @k_host_blocks(args..., %first, %end) {     // blocks [first, end)
+//     <per-block buffers: shared memory, values kept across barriers>
+//     scf.for %block = %first to %end {
+//       scf.for %thread = 0 to T { phase 0 }         // up to the 1st barrier
+//       scf.for %thread = 0 to T { phase 1 }         // up to the 2nd one
+//       ...
+//     }
+//   }
+//   func @k_host(%args) {                             // the whole grid
+//     call @k_host_blocks(%args[0], ..., %args[N-1], 0, B)
+//   }
+//
+// Phases. The kernel's body is one block of top-level ops (scf still
+// structured), and its barriers are among those ops: they cut the body into
+// phases, each run by every thread of the block before the next starts,
+// which is what a barrier guarantees on the GPU. A value defined in phase i
+// and used in phase j > i is
+//   - recomputed in phase j when it is a pure, region-free computation of
+//     thread/block ids, constants and kernel arguments (at most
+//     kMaxRecomputeDepth ops deep): the index arithmetic the emitters share
+//     between the loops around a barrier;
+//   - otherwise kept per thread: phase i stores it at the end of its thread
+//     iteration into a buffer with one slot per thread, phase j loads it
+//     back at the start of its own. Loads, calls and scf results are always
+//     kept (memory may have changed at the barrier).
+// Grid queries (gpu.thread_id, ...) are not values of a phase: every use is
+// replaced by the loop counters (or launch constants) of the phase it is in.
+//
+// Sync points other than the block barrier fit the same frame: a warp
+// collective (XLA's shuffle_reduce) cuts the kernel like a barrier, its
+// operands are kept per thread by the phase before, and between the two
+// phases a loop over the block's warps combines each warp's 32 lane values
+// in the order of the GPU's butterfly shuffles and stores every lane's
+// result to a per-thread buffer that the phase after reloads. That step
+// goes where `emitBetweenPhases` is called.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Passes.h"
+#include "RangeInference.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mlir::xla_gpu {
+
+#define GEN_PASS_DEF_EMULATEGRIDPASS
+#include "Passes.h.inc"
+
+namespace {
+
+constexpr unsigned kSharedMemorySpace = 3;
+constexpr int64_t kWarpSize = 32;
+// The longest chain of pure ops recomputed in a later phase rather than kept.
+constexpr int kMaxRecomputeDepth = 16;
+
+// Ops that read the thread's place in the launch grid.
+bool isGridQuery(Operation *op) {
+  return isa<gpu::ThreadIdOp, gpu::BlockIdOp, gpu::BlockDimOp, gpu::GridDimOp,
+             gpu::LaneIdOp>(op);
+}
+
+// Where the threads of a block wait for each other; the kernel is cut there.
+enum class SyncKind {
+  kBlockBarrier,  // gpu.barrier: nothing to do between the phases
+  // kWarpCollective: a shuffle reduction, emulated between the phases.
+};
+
+std::optional<SyncKind> getSyncKind(Operation *op) {
+  if (isa<gpu::BarrierOp>(op)) return SyncKind::kBlockBarrier;
+  return std::nullopt;
+}
+
+// Kernels: functions marked xla.entry, else public ones without results
+// (xla-lower-to-llvm's rule).
+SmallVector<func::FuncOp> findKernels(ModuleOp module) {
+  bool anyMarked = false;
+  for (auto f : module.getOps<func::FuncOp>()) anyMarked |= f->hasAttr("xla.entry");
+  SmallVector<func::FuncOp> kernels;
+  for (auto f : module.getOps<func::FuncOp>()) {
+    bool isKernel = anyMarked ? f->hasAttr("xla.entry")
+                              : f.isPublic() && f.getNumResults() == 0 &&
+                                    !f.isExternal();
+    if (isKernel) kernels.push_back(f);
+  }
+  return kernels;
+}
+
+// An error about a kernel as a whole, at its location (without the whole
+// function printed after it).
+InFlightDiagnostic kernelError(func::FuncOp kernel) {
+  return emitError(kernel.getLoc())
+         << "xla-emulate-grid: kernel @" << kernel.getSymName() << ": ";
+}
+
+// The launch dimension that `IdOp x` counts (threads per block for
+// gpu.thread_id, blocks for gpu.block_id): `requested` when positive, else
+// one past the upper bound of the ids' xla.range (or upper_bound), else 1
+// when the kernel never reads the id.
+template <typename IdOp>
+FailureOr<int64_t> launchDimension(func::FuncOp kernel, int64_t requested,
+                                   StringRef option) {
+  std::optional<int64_t> bound;  // exclusive
+  Operation *unbounded = nullptr;
+  WalkResult walk = kernel.walk([&](IdOp op) -> WalkResult {
+    std::optional<int64_t> upper;
+    if (auto range = getXlaRange(op)) upper = range->upper + 1;
+    else if (auto attr = op.getUpperBound()) upper = attr->getSExtValue();
+    if (op.getDimension() != gpu::Dimension::x) {
+      if (upper && *upper > 1)
+        return op.emitOpError("ranges beyond 0 in dimension ")
+               << gpu::stringifyDimension(op.getDimension())
+               << ": only one-dimensional (x) launches are emulated";
+      return WalkResult::advance();
+    }
+    if (upper) bound = std::max(bound.value_or(0), *upper);
+    else unbounded = op;
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted()) return failure();
+  if (requested < 0)
+    return kernelError(kernel) << option << "=" << requested << " is negative";
+  if (requested > 0) {
+    if (bound && requested > *bound)
+      return kernelError(kernel)
+             << option << "=" << requested
+             << " exceeds the xla.range of the kernel's ids, which allows "
+             << *bound;
+    return requested;
+  }
+  if (bound) return *bound;
+  if (unbounded)
+    return unbounded->emitOpError("has no xla.range: give the launch "
+                                  "dimension to xla-emulate-grid (")
+           << option << "=N)";
+  return 1;
+}
+
+// One kernel's rewrite into @k_host_blocks.
+class KernelEmulation {
+public:
+  KernelEmulation(func::FuncOp kernel, int64_t threads, int64_t blocks,
+                  SymbolTableCollection &symbols)
+      : kernel_(kernel), body_(kernel.getBody().front()), threads_(threads),
+        blocks_(blocks), symbols_(symbols), entry_(kernel.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  struct Phase {
+    SmallVector<Operation *> ops;
+    scf::ForOp loop;  // over the threads of the block
+    // What a value of an earlier phase, or a grid query, is in this phase.
+    llvm::DenseMap<Value, Value> values;
+    Value threadI64;
+  };
+  struct Kept {
+    Value buffer;  // one slot per thread
+    Type stored;   // index is kept as i64
+    unsigned phase;
+  };
+
+  LogicalResult check();
+  LogicalResult replaceSharedMemory();
+  void cutIntoPhases();
+  void buildLoops();
+  LogicalResult rewriteOperands();
+  void moveOpsAndKeepValues();
+  void emitBetweenPhases(unsigned before, SyncKind kind);
+
+  std::optional<unsigned> definingPhase(Value value) const;
+  bool recomputable(Value value, int depth);
+  FailureOr<Value> valueIn(Value value, unsigned phase);
+  Value gridValue(Operation *query, unsigned phase);
+  FailureOr<Value> reload(Value value, unsigned phase);
+  Value threadSlot(OpBuilder &b, Location loc, const Kept &kept, unsigned phase);
+  Value indexConstant(int64_t value);
+  Value i64One() {
+    if (!i64One_)
+      i64One_ = LLVM::ConstantOp::create(entry_, kernel_.getLoc(),
+                                         entry_.getI64Type(), 1);
+    return i64One_;
+  }
+  OpBuilder atPhaseEnd(unsigned phase) {
+    return OpBuilder(phases_[phase].loop.getBody()->getTerminator());
+  }
+
+  func::FuncOp kernel_;
+  Block &body_;
+  int64_t threads_, blocks_;
+  SymbolTableCollection &symbols_;
+  OpBuilder entry_;  // the start of the kernel: buffers and constants
+  llvm::DenseSet<Operation *> prologue_;
+  SmallVector<Phase> phases_;
+  SmallVector<SyncKind> syncs_;  // syncs_[i] ends phases_[i]
+  llvm::DenseMap<Operation *, unsigned> phaseOf_;  // top-level op -> phase
+  llvm::MapVector<Value, Kept> kept_;
+  llvm::DenseMap<Value, bool> recomputable_;
+  llvm::DenseMap<int64_t, Value> constants_;
+  Value blockIv_, i64One_;
+};
+
+LogicalResult KernelEmulation::check() {
+  if (kernel_.getNumResults() != 0)
+    return kernelError(kernel_)
+           << "a kernel returns nothing (run xla-lower-tensors first)";
+  if (!kernel_.getBody().hasOneBlock())
+    return kernelError(kernel_) << "the kernel body must be one block (run "
+                                   "xla-emulate-grid before convert-scf-to-cf)";
+  WalkResult walk = kernel_.walk([&](Operation *op) -> WalkResult {
+    if (getSyncKind(op)) {
+      if (op->getBlock() != &body_)
+        return op->emitOpError("inside '")
+               << op->getParentOp()->getName()
+               << "' cannot be emulated on the host: the kernel is cut into "
+                  "phases at barriers, which must be at the top level of "
+                  "the kernel";
+      return WalkResult::advance();
+    }
+    if (isGridQuery(op)) return WalkResult::advance();
+    if (isa_and_nonnull<gpu::GPUDialect, NVVM::NVVMDialect>(op->getDialect()))
+      return op->emitOpError("has no host emulation");
+    return WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
+
+// Shared memory is a per-block buffer: an alloca at the kernel's start,
+// which every block reuses (blocks run one after the other).
+LogicalResult KernelEmulation::replaceSharedMemory() {
+  auto module = kernel_->getParentOfType<ModuleOp>();
+  SmallVector<std::pair<LLVM::AddressOfOp, LLVM::GlobalOp>> uses;
+  kernel_.walk([&](LLVM::AddressOfOp addr) {
+    auto global = symbols_.lookupSymbolIn<LLVM::GlobalOp>(
+        module, addr.getGlobalNameAttr());
+    if (global && global.getAddrSpace() == kSharedMemorySpace)
+      uses.emplace_back(addr, global);
+  });
+  auto ptr = LLVM::LLVMPointerType::get(kernel_.getContext());
+  for (auto [addr, global] : uses)
+    for (Operation *user : addr->getUsers()) {
+      auto cast = dyn_cast<LLVM::AddrSpaceCastOp>(user);
+      if (!cast || cast.getType() != ptr)
+        return user->emitOpError("uses shared memory @")
+               << global.getSymName()
+               << " in address space 3; the host emulation needs it cast to "
+                  "the generic address space first";
+    }
+  llvm::DenseMap<Operation *, Value> buffers;
+  Value one;
+  for (auto [addr, global] : uses) {
+    Value &buffer = buffers[global];
+    if (!buffer) {
+      Location loc = global.getLoc();
+      if (!one) {
+        one = i64One();
+        prologue_.insert(one.getDefiningOp());
+      }
+      unsigned alignment =
+          std::max<unsigned>(global.getAlignment().value_or(0), 16);
+      buffer = LLVM::AllocaOp::create(entry_, loc, ptr, global.getType(), one,
+                                      alignment);
+      prologue_.insert(buffer.getDefiningOp());
+    }
+    for (Operation *user : llvm::make_early_inc_range(addr->getUsers())) {
+      user->getResult(0).replaceAllUsesWith(buffer);
+      user->erase();
+    }
+    addr.erase();
+  }
+  return success();
+}
+
+void KernelEmulation::cutIntoPhases() {
+  phases_.emplace_back();
+  for (Operation &op : body_.without_terminator()) {
+    if (prologue_.contains(&op)) continue;
+    if (std::optional<SyncKind> kind = getSyncKind(&op)) {
+      syncs_.push_back(*kind);
+      phases_.emplace_back();
+      continue;
+    }
+    phaseOf_[&op] = phases_.size() - 1;
+    phases_.back().ops.push_back(&op);
+  }
+}
+
+Value KernelEmulation::indexConstant(int64_t value) {
+  Value &c = constants_[value];
+  if (!c) c = arith::ConstantIndexOp::create(entry_, kernel_.getLoc(), value);
+  return c;
+}
+
+void KernelEmulation::buildLoops() {
+  Location loc = kernel_.getLoc();
+  unsigned n = body_.getNumArguments();
+  Value first = body_.getArgument(n - 2), end = body_.getArgument(n - 1);
+  Value zero = indexConstant(0), one = indexConstant(1);
+  Value threads = indexConstant(threads_);
+  OpBuilder b(body_.getTerminator());
+  auto blockLoop = scf::ForOp::create(b, loc, first, end, one);
+  blockIv_ = blockLoop.getInductionVar();
+  b.setInsertionPoint(blockLoop.getBody()->getTerminator());
+  for (auto [i, phase] : llvm::enumerate(phases_)) {
+    if (i > 0) emitBetweenPhases(i - 1, syncs_[i - 1]);
+    if (phase.ops.empty()) continue;
+    phase.loop = scf::ForOp::create(b, loc, zero, threads, one);
+  }
+}
+
+void KernelEmulation::emitBetweenPhases(unsigned, SyncKind kind) {
+  switch (kind) {
+  case SyncKind::kBlockBarrier:
+    return;  // the loop structure is the barrier
+  }
+}
+
+std::optional<unsigned> KernelEmulation::definingPhase(Value value) const {
+  Operation *def = value.getDefiningOp();
+  if (!def) return std::nullopt;  // a kernel argument, or local to its op
+  Operation *top = body_.findAncestorOpInBlock(*def);
+  auto it = top ? phaseOf_.find(top) : phaseOf_.end();
+  if (it == phaseOf_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool KernelEmulation::recomputable(Value value, int depth) {
+  if (auto it = recomputable_.find(value); it != recomputable_.end())
+    return it->second;
+  Operation *def = value.getDefiningOp();
+  bool result;
+  if (!def) result = value.getParentBlock() == &body_;  // kernel argument
+  else if (isGridQuery(def)) result = true;
+  else if (depth > kMaxRecomputeDepth || def->getNumRegions() != 0 ||
+           !isMemoryEffectFree(def))
+    result = false;
+  else
+    result = llvm::all_of(def->getOperands(), [&](Value operand) {
+      return recomputable(operand, depth + 1);
+    });
+  recomputable_[value] = result;
+  return result;
+}
+
+Value KernelEmulation::gridValue(Operation *query, unsigned phase) {
+  Value thread = phases_[phase].loop.getInductionVar();
+  auto isX = [](gpu::Dimension d) { return d == gpu::Dimension::x; };
+  return llvm::TypeSwitch<Operation *, Value>(query)
+      .Case([&](gpu::ThreadIdOp op) {
+        return isX(op.getDimension()) ? thread : indexConstant(0);
+      })
+      .Case([&](gpu::BlockIdOp op) {
+        return isX(op.getDimension()) ? blockIv_ : indexConstant(0);
+      })
+      .Case([&](gpu::BlockDimOp op) {
+        return indexConstant(isX(op.getDimension()) ? threads_ : 1);
+      })
+      .Case([&](gpu::GridDimOp op) {
+        return indexConstant(isX(op.getDimension()) ? blocks_ : 1);
+      })
+      .Case([&](gpu::LaneIdOp op) -> Value {
+        OpBuilder b = atPhaseEnd(phase);
+        return arith::RemUIOp::create(b, op.getLoc(), thread,
+                                      indexConstant(kWarpSize));
+      })
+      .Default([](Operation *) { return Value(); });
+}
+
+Value KernelEmulation::threadSlot(OpBuilder &b, Location loc, const Kept &kept,
+                                  unsigned phase) {
+  Phase &p = phases_[phase];
+  if (!p.threadI64) {
+    OpBuilder start = OpBuilder::atBlockBegin(p.loop.getBody());
+    p.threadI64 = arith::IndexCastUIOp::create(
+        start, loc, start.getI64Type(), p.loop.getInductionVar());
+  }
+  return LLVM::GEPOp::create(b, loc, kept.buffer.getType(), kept.stored,
+                             kept.buffer, ValueRange{p.threadI64},
+                             LLVM::GEPNoWrapFlags::inbounds);
+}
+
+FailureOr<Value> KernelEmulation::reload(Value value, unsigned phase) {
+  auto it = kept_.find(value);
+  if (it == kept_.end()) {
+    Type stored = value.getType().isIndex()
+                      ? IntegerType::get(value.getContext(), 64)
+                      : value.getType();
+    if (!LLVM::isCompatibleType(stored))
+      return value.getDefiningOp()->emitOpError(
+                 "result is used after a barrier and must be kept per "
+                 "thread, but its type ")
+             << value.getType() << " cannot be stored";
+    Value buffer = LLVM::AllocaOp::create(
+        entry_, value.getLoc(), LLVM::LLVMPointerType::get(value.getContext()),
+        LLVM::LLVMArrayType::get(stored, threads_), i64One(), /*alignment=*/0);
+    it = kept_.insert({value, Kept{buffer, stored, *definingPhase(value)}}).first;
+  }
+  const Kept &kept = it->second;
+  Location loc = value.getLoc();
+  OpBuilder b = atPhaseEnd(phase);
+  Value loaded = LLVM::LoadOp::create(b, loc, kept.stored,
+                                      threadSlot(b, loc, kept, phase));
+  if (value.getType().isIndex())
+    loaded = arith::IndexCastOp::create(b, loc, value.getType(), loaded);
+  return loaded;
+}
+
+// `value` as phase `phase` sees it. While operands are rewritten, the
+// phase's loop body holds only what this creates, so "before the
+// terminator" is the phase's start.
+FailureOr<Value> KernelEmulation::valueIn(Value value, unsigned phase) {
+  Phase &p = phases_[phase];
+  if (auto it = p.values.find(value); it != p.values.end()) return it->second;
+  Value result = value;
+  Operation *def = value.getDefiningOp();
+  std::optional<unsigned> defined = definingPhase(value);
+  if (def && isGridQuery(def)) {
+    result = gridValue(def, phase);
+  } else if (defined && *defined < phase) {
+    if (recomputable(value, 0)) {
+      IRMapping mapping;
+      for (Value operand : def->getOperands()) {
+        FailureOr<Value> mapped = valueIn(operand, phase);
+        if (failed(mapped)) return failure();
+        mapping.map(operand, *mapped);
+      }
+      OpBuilder b = atPhaseEnd(phase);
+      Operation *clone = b.clone(*def, mapping);
+      for (auto [from, to] : llvm::zip(def->getResults(), clone->getResults()))
+        p.values[from] = to;
+      return p.values[value];
+    }
+    FailureOr<Value> loaded = reload(value, phase);
+    if (failed(loaded)) return failure();
+    result = *loaded;
+  }
+  p.values[value] = result;
+  return result;
+}
+
+// Every phase first finds what its operands are, from the ops as they
+// were (recomputation clones them); then the operands change.
+LogicalResult KernelEmulation::rewriteOperands() {
+  SmallVector<std::pair<OpOperand *, Value>> updates;
+  for (auto [i, phase] : llvm::enumerate(phases_)) {
+    for (Operation *op : phase.ops) {
+      WalkResult walk = op->walk([&](Operation *inner) -> WalkResult {
+        for (OpOperand &operand : inner->getOpOperands()) {
+          FailureOr<Value> value = valueIn(operand.get(), i);
+          if (failed(value)) return WalkResult::interrupt();
+          if (*value != operand.get()) updates.emplace_back(&operand, *value);
+        }
+        return WalkResult::advance();
+      });
+      if (walk.wasInterrupted()) return failure();
+    }
+  }
+  for (auto [operand, value] : updates) operand->set(value);
+  return success();
+}
+
+void KernelEmulation::moveOpsAndKeepValues() {
+  for (Phase &phase : phases_)
+    for (Operation *op : phase.ops)
+      op->moveBefore(phase.loop.getBody()->getTerminator());
+  for (auto &[value, kept] : kept_) {
+    Location loc = value.getLoc();
+    OpBuilder b = atPhaseEnd(kept.phase);
+    Value stored = value;
+    if (value.getType().isIndex())
+      stored = arith::IndexCastOp::create(b, loc, kept.stored, value);
+    LLVM::StoreOp::create(b, loc, stored, threadSlot(b, loc, kept, kept.phase));
+  }
+}
+
+LogicalResult KernelEmulation::run() {
+  if (failed(check())) return failure();
+  // The prologue goes before an op that stays where it is (the kernel's
+  // first op may move into a phase): the constant 0, created first.
+  OpBuilder start = OpBuilder::atBlockBegin(&body_);
+  Value zero = arith::ConstantIndexOp::create(start, kernel_.getLoc(), 0);
+  constants_[0] = zero;
+  prologue_.insert(zero.getDefiningOp());
+  entry_.setInsertionPoint(zero.getDefiningOp());
+  if (failed(replaceSharedMemory())) return failure();
+  cutIntoPhases();
+
+  Location loc = kernel_.getLoc();
+  IndexType index = entry_.getIndexType();
+  unsigned n = kernel_.getNumArguments();
+  if (failed(kernel_.insertArgument(n, index, {}, loc)) ||
+      failed(kernel_.insertArgument(n + 1, index, {}, loc)))
+    return failure();
+  buildLoops();
+  if (failed(rewriteOperands())) return failure();
+  moveOpsAndKeepValues();
+
+  // The barriers are the loop structure now; the grid queries are unused.
+  SmallVector<Operation *> dead;
+  kernel_.walk([&](Operation *op) {
+    if (isGridQuery(op) || getSyncKind(op)) dead.push_back(op);
+  });
+  for (Operation *op : dead) {
+    if (!op->use_empty())
+      return op->emitOpError("xla-emulate-grid: still used outside the phases");
+    op->erase();
+  }
+  return success();
+}
+
+struct EmulateGridPass : impl::EmulateGridPassBase<EmulateGridPass> {
+  using EmulateGridPassBase::EmulateGridPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *ctx = &getContext();
+    SmallVector<func::FuncOp> kernels = findKernels(module);
+    llvm::DenseSet<Operation *> isKernel(kernels.begin(), kernels.end());
+
+    // Only kernels run on the grid: device code elsewhere has no thread.
+    WalkResult outside = module.walk([&](Operation *op) -> WalkResult {
+      auto func = op->getParentOfType<func::FuncOp>();
+      if (!func || isKernel.contains(func)) return WalkResult::advance();
+      if (isGridQuery(op) || getSyncKind(op))
+        return op->emitOpError("outside a kernel cannot be emulated on the "
+                               "host (inline @")
+               << func.getSymName() << " into its kernel)";
+      return WalkResult::advance();
+    });
+    if (outside.wasInterrupted()) return signalPassFailure();
+
+    SymbolTableCollection symbols;
+    SymbolTable &table = symbols.getSymbolTable(module);
+    for (func::FuncOp kernel : kernels) {
+      std::string name = kernel.getSymName().str();
+      for (StringRef suffix : {"_host", "_host_blocks"})
+        if (table.lookup(name + suffix.str())) {
+          kernelError(kernel) << "the symbol @" << name << suffix
+                              << " is taken";
+          return signalPassFailure();
+        }
+      FailureOr<int64_t> threadsPerBlock =
+          launchDimension<gpu::ThreadIdOp>(kernel, threads, "threads");
+      if (failed(threadsPerBlock)) return signalPassFailure();
+      FailureOr<int64_t> gridBlocks =
+          launchDimension<gpu::BlockIdOp>(kernel, blocks, "blocks");
+      if (failed(gridBlocks)) return signalPassFailure();
+
+      auto ptr = LLVM::LLVMPointerType::get(ctx);
+      unsigned numArgs = kernel.getNumArguments();
+      for (Type type : kernel.getArgumentTypes())
+        if (type != ptr) {
+          kernelError(kernel) << "kernel arguments must be !llvm.ptr (run "
+                                 "xla-lower-tensors first), got "
+                              << type;
+          return signalPassFailure();
+        }
+      KernelEmulation emulation(kernel, *threadsPerBlock, *gridBlocks, symbols);
+      if (failed(emulation.run())) return signalPassFailure();
+      if (failed(table.rename(kernel, name + "_host_blocks")))
+        return signalPassFailure();
+      auto cInterface = StringAttr::get(ctx, "llvm.emit_c_interface");
+      kernel->setAttr(cInterface, UnitAttr::get(ctx));
+      kernel->removeAttr("xla.entry");
+
+      // @k_host(%args): the whole grid; %args points to the kernel's
+      // arguments, one pointer each (the packed ABI of a host kernel).
+      Location loc = kernel.getLoc();
+      OpBuilder b(ctx);
+      b.setInsertionPointAfter(kernel);
+      auto host = func::FuncOp::create(b, loc, name + "_host",
+                                       b.getFunctionType({ptr}, {}));
+      host->setAttr(cInterface, UnitAttr::get(ctx));
+      host->setAttr("xla.threads_per_block",
+                    b.getI64IntegerAttr(*threadsPerBlock));
+      host->setAttr("xla.blocks", b.getI64IntegerAttr(*gridBlocks));
+      host->setAttr("xla.num_args", b.getI64IntegerAttr(numArgs));
+      table.insert(host);
+      b.setInsertionPointToStart(host.addEntryBlock());
+      Value packed = host.getArgument(0);
+      SmallVector<Value> args;
+      for (unsigned i = 0; i < numArgs; ++i) {
+        Value slot = LLVM::GEPOp::create(
+            b, loc, ptr, ptr, packed,
+            ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)},
+            LLVM::GEPNoWrapFlags::inbounds);
+        args.push_back(LLVM::LoadOp::create(b, loc, ptr, slot));
+      }
+      args.push_back(arith::ConstantIndexOp::create(b, loc, 0));
+      args.push_back(arith::ConstantIndexOp::create(b, loc, *gridBlocks));
+      func::CallOp::create(b, loc, kernel, args);
+      func::ReturnOp::create(b, loc);
+    }
+
+    // Shared-memory globals are per-block buffers now.
+    for (auto global : llvm::make_early_inc_range(module.getOps<LLVM::GlobalOp>())) {
+      if (global.getAddrSpace() != kSharedMemorySpace) continue;
+      if (!SymbolTable::symbolKnownUseEmpty(global, module)) {
+        global.emitOpError("shared memory used outside a kernel cannot be "
+                           "emulated on the host");
+        return signalPassFailure();
+      }
+      table.erase(global);
+    }
+  }
+};
+
+} // namespace
+} // namespace mlir::xla_gpu

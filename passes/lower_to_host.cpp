@@ -1,0 +1,104 @@
+//===- lower_to_host.cpp - the grid-emulated kernel to LLVM for the host --===//
+//
+// The cpu target's counterpart of xla-lower-to-llvm. What differs from the
+// NVVM lowering:
+//   - math: LLVM intrinsics where MathToLLVM has them (the x86 backend turns
+//     the transcendental ones into libm calls), else libm calls (tanhf,
+//     erff, ...); the JIT resolves both in the process's libm;
+//   - bf16: x86 without AVX512-BF16 computes bf16 arithmetic in f32 and
+//     rounds through `__truncsfbf2`, which the JIT cannot resolve. Every
+//     bf16 arith op is therefore computed in f32 here and rounded back
+//     (once per op, as the GPU's bf16 instructions round), and the
+//     conversions become integer ops (round to nearest even, NaN kept);
+//   - no kernels, no special registers: gpu and nvvm ops are an error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Passes.h"
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/LLVMCommon/ConversionTarget.h"
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MathToLibm/MathToLibm.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace mlir::xla_gpu {
+
+#define GEN_PASS_DEF_LOWERTOHOSTPASS
+#include "Passes.h.inc"
+
+namespace {
+
+struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *ctx = &getContext();
+
+    WalkResult gpuLeft = module.walk([](Operation *op) -> WalkResult {
+      if (isa_and_nonnull<gpu::GPUDialect, NVVM::NVVMDialect>(op->getDialect()))
+        return op->emitOpError("has no host lowering (run xla-emulate-grid "
+                               "first)");
+      return WalkResult::advance();
+    });
+    if (gpuLeft.wasInterrupted()) return signalPassFailure();
+
+    // bf16 arithmetic in f32, one rounding per op.
+    {
+      TypeConverter converter;
+      Type bf16 = BFloat16Type::get(ctx);
+      arith::populateEmulateUnsupportedFloatsConversions(
+          converter, {bf16}, Float32Type::get(ctx));
+      RewritePatternSet patterns(ctx);
+      arith::populateEmulateUnsupportedFloatsPatterns(patterns, converter);
+      ConversionTarget target(*ctx);
+      arith::populateEmulateUnsupportedFloatsLegality(target, converter);
+      if (failed(applyPartialConversion(module, target, std::move(patterns))))
+        return signalPassFailure();
+      // The emulation marks its conversions `contract`, which lets the
+      // folder drop a truncf/extf pair between two ops: keep every rounding.
+      module.walk([](Operation *op) {
+        if (isa<arith::ExtFOp, arith::TruncFOp>(op))
+          if (auto fmf = dyn_cast<arith::ArithFastMathInterface>(op))
+            op->setAttr(fmf.getFastMathAttrName(),
+                        arith::FastMathFlagsAttr::get(
+                            op->getContext(), arith::FastMathFlags::none));
+      });
+    }
+    // bf16 <-> f32 conversions as integer ops.
+    {
+      RewritePatternSet patterns(ctx);
+      arith::populateExpandBFloat16Patterns(patterns);
+      if (failed(applyPatternsGreedily(module, std::move(patterns))))
+        return signalPassFailure();
+    }
+
+    LowerToLLVMOptions options(ctx);
+    LLVMTypeConverter converter(ctx, options);
+    RewritePatternSet patterns(ctx);
+    populateFuncToLLVMConversionPatterns(converter, patterns);
+    arith::populateArithToLLVMConversionPatterns(converter, patterns);
+    cf::populateControlFlowToLLVMConversionPatterns(converter, patterns);
+    index::populateIndexToLLVMConversionPatterns(converter, patterns);
+    populateVectorToLLVMConversionPatterns(converter, patterns);
+    // Intrinsics win over libm calls where both exist.
+    populateMathToLLVMConversionPatterns(converter, patterns,
+                                         /*approximateLog1p=*/false,
+                                         /*benefit=*/2);
+    populateMathToLibmConversionPatterns(patterns, /*benefit=*/1);
+
+    LLVMConversionTarget target(*ctx);
+    target.addLegalOp<ModuleOp>();
+    if (failed(applyFullConversion(module, target, std::move(patterns))))
+      return signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace mlir::xla_gpu

@@ -1,0 +1,45 @@
+// Seed 000's GELU fusion through the cpu target: the shared pipeline, then
+// the grid as loops (xla-emulate-grid) and host LLVM (xla-lower-to-host).
+// The kernel is the one in gelu.mlir beside this file.
+// RUN: xla-gpu-translate %S/gelu.mlir --target=cpu --stop-after=xla-emulate-grid | FileCheck %s --check-prefix=GRID
+// RUN: xla-gpu-translate %S/gelu.mlir --target=cpu | FileCheck %s --check-prefix=HOST
+// RUN: xla-gpu-translate %S/gelu.mlir --target=cpu --threads=64 --blocks=100 | FileCheck %s --check-prefix=LAUNCH
+
+// One block loop and one thread loop (no barrier): 24576 blocks of 128.
+// GRID-LABEL: func.func @main_host_blocks(
+// GRID-SAME: %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr, %[[FIRST:[^:]*]]: index, %[[END:[^:]*]]: index) attributes {llvm.emit_c_interface}
+// GRID: %[[C128:.*]] = arith.constant 128 : index
+// GRID: scf.for %[[B:.*]] = %[[FIRST]] to %[[END]]
+// GRID-NEXT: scf.for %[[T:.*]] = %{{.*}} to %[[C128]]
+// GRID: arith.index_castui %[[B]] : index to i32
+// GRID: arith.index_castui %[[T]] : index to i32
+// GRID: math.tanh
+// GRID-NOT: gpu.
+// GRID-LABEL: func.func @main_host(
+// GRID-SAME: xla.blocks = 24576 : i64, xla.num_args = 2 : i64, xla.threads_per_block = 128 : i64
+// GRID: %[[C0:.*]] = arith.constant 0 : index
+// GRID: %[[NB:.*]] = arith.constant 24576 : index
+// GRID: call @main_host_blocks(%{{.*}}, %{{.*}}, %[[C0]], %[[NB]])
+
+// Host LLVM: no NVVM, no gpu ops, no libdevice; tanh is the LLVM intrinsic
+// (libm's tanhf on x86); bf16 arithmetic in f32; the C-interface wrappers.
+// HOST-NOT: nvvm
+// HOST-NOT: __nv_
+// HOST-LABEL: llvm.func @main_host_blocks(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: i64, %arg3: i64) attributes {llvm.emit_c_interface}
+// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> vector<4xbf16>
+// HOST: llvm.fmul %{{.*}} : f32
+// HOST: llvm.intr.tanh(%{{.*}}) : (f32) -> f32
+// HOST: llvm.store %{{.*}} : vector<4xbf16>, !llvm.ptr
+// HOST-LABEL: llvm.func @_mlir_ciface_main_host_blocks(
+// HOST-LABEL: llvm.func @main_host(%arg0: !llvm.ptr)
+// HOST: llvm.call @main_host_blocks(
+// HOST-LABEL: llvm.func @_mlir_ciface_main_host(%arg0: !llvm.ptr)
+// HOST-NOT: gpu.
+// HOST-NOT: nvvm
+// HOST-NOT: func.func
+// HOST-NOT: scf.
+// HOST-NOT: fmul {{.*}} : bf16
+
+// LAUNCH: llvm.mlir.constant(64 : index) : i64
+// LAUNCH-LABEL: llvm.func @main_host(
+// LAUNCH: llvm.mlir.constant(100 : index) : i64
