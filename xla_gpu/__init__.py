@@ -54,3 +54,10 @@ def cmake_dir() -> str:
 def include_dir() -> str:
     """Headers of the dialect, its C API and passes (with the generated .inc)."""
     return str(_NATIVE_DIR / "include" / "xla_gpu")
+
+
+from . import runtime  # noqa: E402  (numpy + cuda-python only)
+from .compiler import CompileError, Executable, compile  # noqa: E402,A001
+
+__all__ = ["compile", "Executable", "CompileError", "runtime", "native_dir",
+           "library_path", "plugin_path", "cmake_dir", "include_dir", "__version__"]

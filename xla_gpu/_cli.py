@@ -203,3 +203,84 @@ def fusion_to_mlir(argv: list[str] | None = None) -> int:
 
 def fusion_to_mlir_main() -> None:
     raise SystemExit(fusion_to_mlir())
+
+
+def run_hlo(argv: list[str] | None = None) -> int:
+    """xla-gpu-run FILE.hlo: compile, run on seeded random inputs, compare
+    with the reference interpreter; exit 1 on mismatch (run_hlo_module)."""
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(
+        prog="xla-gpu-run",
+        description="Compiles one HLO fusion, runs it on seeded random inputs and "
+                    "compares the outputs with the numpy reference interpreter.")
+    parser.add_argument("input", help="an .hlo file")
+    parser.add_argument("--target", choices=["auto", "cuda", "cpu"], default="auto")
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--fusion", help="the fusion to run (default: the only one)")
+    parser.add_argument("--dump-dir", help="write the IR after each pass and the PTX here")
+    parser.add_argument("--dump-regex", default=".*",
+                        help="only passes whose name matches (with --dump-dir)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--iterations", type=int, default=1,
+                        help="runs to time (the first is checked)")
+    parser.add_argument("--no-cache", action="store_true", help="bypass the compile cache")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+
+    import xla_gpu
+    from xla_gpu import hlo
+    from xla_gpu.analysis.fusion import select_fusion
+    from xla_gpu.hlo.numerics import compare, random_inputs
+
+    prog = "xla-gpu-run"
+    try:
+        text = Path(args.input).read_text()
+    except OSError as e:
+        sys.stderr.write(f"{prog}: cannot read '{args.input}': {e.strerror}\n")
+        return 2
+    try:
+        start = time.perf_counter()
+        exe = xla_gpu.compile(text, target=args.target, arch=args.arch, fusion=args.fusion,
+                              cache=not args.no_cache, dump_dir=args.dump_dir,
+                              dump_regex=args.dump_regex)
+        compile_s = time.perf_counter() - start
+        module = hlo.parse_module(text, source=args.input)
+        fusion = select_fusion(module, args.fusion)
+        inputs = random_inputs(fusion.computation, args.seed)
+        start = time.perf_counter()
+        outputs = exe.run(*inputs)
+        run_s = time.perf_counter() - start
+        for _ in range(args.iterations - 1):
+            exe.run(*inputs)
+        if args.iterations > 1:
+            run_s = exe.time(*inputs, iterations=args.iterations, warmup=1)
+        expected = hlo.evaluate(fusion.computation, *inputs)
+    except hlo.HloError as e:
+        sys.stderr.write(f"{prog}: {args.input}: {e}\n" if not isinstance(e, hlo.HloParseError)
+                         else f"{e}\n")
+        return 2
+    except (xla_gpu.CompileError, xla_gpu.runtime.CudaError, ValueError) as e:
+        sys.stderr.write(f"{prog}: {e}\n")
+        return 2
+    worst = None
+    for k, (got, want, shape) in enumerate(zip(outputs, expected, fusion.output_shapes)):
+        mismatch = compare(np.asarray(got), np.asarray(want), shape.element_type, k)
+        if mismatch is not None and (worst is None or mismatch.count > worst.count):
+            worst = mismatch
+    launch = exe.launch_dims
+    where = (f"{exe.target} ({exe.spec.emitter} emitter, {launch['blocks']}x"
+             f"{launch['threads']} threads)")
+    times = f"compile {compile_s * 1e3:.1f} ms, run {run_s * 1e3:.3f} ms"
+    if worst is None:
+        print(f"{args.input}: fusion '{fusion.name}' on {where}: OK, "
+              f"{len(outputs)} output(s) match the reference; {times}")
+        return 0
+    print(f"{args.input}: fusion '{fusion.name}' on {where}: MISMATCH: {worst}; {times}")
+    return 1
+
+
+def run_hlo_main() -> None:
+    raise SystemExit(run_hlo())

@@ -12,17 +12,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo import HloComputation, HloError, HloInstruction, HloModule
+from ..hlo.shape import bit_width
 from ..hlo.verifier import verify_computation
-from .indexing import ELEMENTWISE_OPCODES
+from ..hlo.fusions import ELEMENTWISE_OPCODES, fusion_computation
 
-__all__ = ["Fusion", "select_fusion", "analyze", "find_hero", "EMITTER_KINDS"]
+__all__ = ["Fusion", "select_fusion", "analyze", "find_hero", "EMITTER_KINDS",
+           "normalized_transpose", "is_tiled_transpose"]
 
 EMITTER_KINDS = ("loop", "transpose", "reduction", "scatter", "concatenate",
                  "in_place_dynamic_update_slice", "input_slices")
 
 # XLA's limit above which a concatenate is left to the loop emitter.
 _MAX_CONCAT_OPERANDS = 64
+# XLA's thresholds for a tiled (shared-memory) transpose: both minor
+# dimensions (the operand's and the result's) at least 16, or both at least
+# 8 with a product of at least 64 * 128. A transpose that keeps the minor
+# dimension ("102") is tiled when that dimension is at most 8 bytes wide, so
+# that it rides along whole in the tile.
 _MIN_TILED_TRANSPOSE_DIM = 16
+_MIN_TILED_TRANSPOSE_DIM_2 = 8
+_MIN_TILED_TRANSPOSE_TOTAL = 64 * 128
+_MAX_BYTES_IN_MINOR_DIM = 8
 
 
 @dataclass
@@ -46,85 +56,8 @@ class Fusion:
 
 
 def select_fusion(module: HloModule, fusion: str | None = None) -> Fusion:
-    entries = [c for c in module.computations if c.is_entry]
-    if not entries:
-        comp = module.computations[-1]
-        if fusion not in (None, comp.name):
-            raise HloError(f"no fusion named '{fusion}': the module has no ENTRY, "
-                           f"its fusion computation is '{comp.name}'")
-        return analyze(comp, comp.name, module)
-    entry = entries[0]
-    fusions = [i for i in entry.instructions if i.opcode == "fusion"]
-    if not fusions:
-        if fusion not in (None, entry.name):
-            raise HloError(f"no fusion named '{fusion}': ENTRY '{entry.name}' "
-                           "holds no fusion instructions")
-        return analyze(inline_calls(entry), entry.name, module)
-    if fusion is None:
-        if len(fusions) > 1:
-            names = ", ".join(f.name for f in fusions)
-            raise HloError(f"ENTRY '{entry.name}' holds {len(fusions)} fusions "
-                           f"({names}): choose one with fusion=NAME")
-        chosen = fusions[0]
-    else:
-        matching = [f for f in fusions if fusion in (f.name, f.attrs["calls"].name)]
-        if not matching:
-            names = ", ".join(f.name for f in fusions)
-            raise HloError(f"no fusion named '{fusion}' in ENTRY '{entry.name}' "
-                           f"(it has: {names})")
-        chosen = matching[0]
-    calls = chosen.attrs.get("calls")
-    if not isinstance(calls, HloComputation):
-        raise chosen.error("fusion without calls=COMPUTATION")
-    return analyze(inline_calls(calls), chosen.name, module)
-
-
-def inline_calls(comp: HloComputation) -> HloComputation:
-    """`comp` with every `call` replaced by the called computation's body and
-    get-tuple-element(tuple(...)) forwarded; `comp` itself when it has none."""
-    if not any(i.opcode == "call" or (i.opcode == "get-tuple-element" and
-                                      i.operands[0].opcode == "tuple")
-               for i in comp.instructions):
-        return comp
-    mapping: dict[int, HloInstruction] = {}
-    out: list[HloInstruction] = []
-    counter = [0]
-
-    def clone(inst: HloInstruction, operands, prefix="") -> HloInstruction:
-        new = HloInstruction(prefix + inst.name, inst.opcode, inst.shape, list(operands),
-                             dict(inst.attrs), inst.literal, inst.parameter_number,
-                             inst.location)
-        out.append(new)
-        return new
-
-    def copy_into(source: HloComputation, args, prefix) -> HloInstruction:
-        local: dict[int, HloInstruction] = {}
-        for inst in source.post_order():
-            if inst.opcode == "parameter" and args is not None:
-                local[id(inst)] = args[inst.parameter_number]
-                continue
-            ops = [local[id(o)] for o in inst.operands]
-            if inst.opcode == "call":
-                counter[0] += 1
-                local[id(inst)] = copy_into(inst.attrs["to_apply"], ops,
-                                            f"{prefix}{inst.name}.{counter[0]}.")
-            elif inst.opcode == "get-tuple-element" and ops[0].opcode == "tuple":
-                local[id(inst)] = ops[0].operands[inst.attrs["index"]]
-            else:
-                local[id(inst)] = clone(inst, ops, prefix)
-        return local[id(source.root)]
-
-    root = copy_into(comp, None, "")
-    mapping[id(comp.root)] = root
-    new = HloComputation(comp.name, out, root, comp.is_entry, comp.location)
-    for inst in out:
-        inst.parent = new
-        inst.users = []
-    for inst in out:
-        for op in inst.operands:
-            if inst not in op.users:
-                op.users.append(inst)
-    return new
+    name, comp = fusion_computation(module, fusion)
+    return analyze(comp, name, module)
 
 
 def _is_trivial_operand(inst: HloInstruction) -> bool:
@@ -150,9 +83,10 @@ def find_hero(root: HloInstruction) -> HloInstruction:
         return root
 
 
-def _normalized_transpose(inst: HloInstruction) -> tuple[list[int], list[int]]:
+def normalized_transpose(inst: HloInstruction) -> tuple[list[int], list[int]]:
     """Operand dims and permutation with size-1 dims dropped and dims that
-    stay adjacent merged."""
+    stay adjacent merged (XLA's normalized transpose shape): result dim k
+    of the normalized transpose is normalized operand dim perm[k]."""
     perm = list(inst.attrs["dimensions"])
     in_dims = inst.operands[0].shape.dims
     kept = [p for p in perm if in_dims[p] != 1]
@@ -173,15 +107,28 @@ def _normalized_transpose(inst: HloInstruction) -> tuple[list[int], list[int]]:
     return dims, new_perm
 
 
-def _is_tiled_transpose(inst: HloInstruction) -> bool:
+def is_tiled_transpose(inst: HloInstruction) -> bool:
+    """Whether XLA emits `inst` with the tiled (shared-memory) transpose
+    emitter (GetDescriptionForTiledTransposeEmitter)."""
     if inst.opcode != "transpose":
         return False
-    dims, perm = _normalized_transpose(inst)
-    if len(perm) < 2 or perm[-1] == len(perm) - 1:
-        return False  # the minor dimension stays minor: a loop reads coalesced
-    minor_in = dims[-1]
-    minor_out = dims[perm[-1]]
-    return minor_in >= _MIN_TILED_TRANSPOSE_DIM and minor_out >= _MIN_TILED_TRANSPOSE_DIM
+    dims, perm = normalized_transpose(inst)
+    n = len(perm)
+    if n < 2:
+        return False
+    out = [dims[p] for p in perm]
+    if perm[-1] == n - 1:
+        # 102: the minor dimension stays minor; tiled when it is narrow.
+        byte_width = max(bit_width(inst.shape.element_type), 8) // 8
+        minor_bytes = byte_width * dims[-1]
+        return minor_bytes <= _MAX_BYTES_IN_MINOR_DIM and \
+            minor_bytes * min(dims[-2], out[-2]) >= _MIN_TILED_TRANSPOSE_DIM
+    minor_in, minor_out = dims[-1], out[-1]
+    if minor_in >= _MIN_TILED_TRANSPOSE_DIM and minor_out >= _MIN_TILED_TRANSPOSE_DIM:
+        return True
+    return minor_in >= _MIN_TILED_TRANSPOSE_DIM_2 and \
+        minor_out >= _MIN_TILED_TRANSPOSE_DIM_2 and \
+        minor_in * minor_out >= _MIN_TILED_TRANSPOSE_TOTAL
 
 
 def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
@@ -245,7 +192,7 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
         kind = "in_place_dynamic_update_slice"
     elif any(h.opcode == "reduce" for h in heroes):
         kind = "reduction"
-    elif any(_is_tiled_transpose(h) for h in heroes):
+    elif any(is_tiled_transpose(h) for h in heroes):
         kind = "transpose"
     elif len(roots) == 1 and heroes[0].opcode == "concatenate" and \
             len(heroes[0].operands) <= _MAX_CONCAT_OPERANDS:

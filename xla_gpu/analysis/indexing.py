@@ -15,20 +15,13 @@ from math import prod
 from typing import Sequence
 
 from ..hlo import HloInstruction
+from ..hlo.fusions import ELEMENTWISE_OPCODES
 from ..hlo.shape import Shape
 from ..ir import IndexingMap
 
 __all__ = ["output_to_input", "identity_map", "map_text", "delinearize",
            "linear_expr", "ELEMENTWISE_OPCODES"]
 
-ELEMENTWISE_OPCODES = frozenset("""
-abs add and atan2 bitcast-convert cbrt ceil clamp complex compare convert copy
-cosine count-leading-zeros divide erf exponential exponential-minus-one floor
-imag is-finite log log-plus-one logistic map maximum minimum multiply negate
-not or popcnt power real reduce-precision remainder round-nearest-afz
-round-nearest-even rsqrt select shift-left shift-right-arithmetic
-shift-right-logical sign sine sqrt subtract tan tanh xor
-""".split())
 
 
 def _dims(rank: int, prefix: str = "d") -> list[str]:

@@ -19,7 +19,7 @@ from mlir.dialects import arith, math, scf, tensor
 
 from ..analysis.indexing import output_to_input
 from ..dialects import xla_gpu
-from ..hlo import HloComputation, HloError, HloInstruction
+from ..hlo import HloComputation, HloInstruction
 from ..hlo.shape import (Shape, bit_width, is_float, is_signed_int,
                          is_unsigned_int)
 from .types import check_supported, dense_attr, element_type, scalar_attr

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from math import prod
 
-from .module import HloComputation, HloError, HloInstruction
+from .module import HloComputation, HloInstruction
 
 __all__ = ["verify_computation"]
 
