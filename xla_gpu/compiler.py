@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__, hlo
-from .runtime import CudaKernel, KernelSpec, cuda_available
+from .runtime import CudaKernel, HostKernel, KernelSpec, cuda_available
 from .runtime.spec import ArgSpec
 
 __all__ = ["compile", "Executable", "CompileError", "cache_dir", "clear_memory_cache"]
@@ -56,6 +56,7 @@ class Executable:
     ptx: str | None = None
     cubin: bytes | None = None
     host_mlir: str | None = None            # cpu: the grid-emulating LLVM dialect
+    host_library: bytes | None = None       # cpu: the same as a shared object
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     _kernel: Any = field(default=None, repr=False)
@@ -93,6 +94,15 @@ class Executable:
         if self._kernel is None:
             if self.target == "cuda":
                 self._kernel = CudaKernel(self.spec, cubin=self.cubin, ptx=self.ptx)
+            elif self.host_library is not None:
+                # A shared object: no MLIR needed (a cache hit, a saved kernel).
+                fd, path = tempfile.mkstemp(prefix="xla_gpu_", suffix=".so")
+                with os.fdopen(fd, "wb") as f:
+                    f.write(self.host_library)
+                try:
+                    self._kernel = HostKernel(self.spec, path)
+                finally:
+                    os.unlink(path)  # the loaded library stays mapped
             else:
                 from .backends import cpu
                 self._kernel = _HostRunner(self.spec, cpu.from_lowered(
@@ -132,6 +142,8 @@ class Executable:
             files["kernel.cubin"] = self.cubin
         if self.host_mlir is not None:
             files["kernel.host.mlir"] = self.host_mlir.encode()
+        if self.host_library is not None:
+            files["kernel.so"] = self.host_library
         for name, data in files.items():
             (directory / name).write_bytes(data)
         digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
@@ -155,7 +167,8 @@ class Executable:
             spec, data["fusion.hlo"].decode(), data["emitted.mlir"].decode(),
             ptx=data["kernel.ptx"].decode() if "kernel.ptx" in data else None,
             cubin=data.get("kernel.cubin"),
-            host_mlir=data["kernel.host.mlir"].decode() if "kernel.host.mlir" in data else None)
+            host_mlir=data["kernel.host.mlir"].decode() if "kernel.host.mlir" in data else None,
+            host_library=data.get("kernel.so"))
 
 
 # -- the compile cache ---------------------------------------------------------
@@ -202,6 +215,17 @@ def _disk_put(key: str, exe: Executable) -> None:
         pass  # a read-only or full cache only costs recompilation
 
 
+def _remember_text(raw_key: str, key: str) -> None:
+    try:
+        raw = cache_dir() / "raw"
+        raw.mkdir(parents=True, exist_ok=True)
+        tmp = raw / f".{raw_key}.{os.getpid()}"
+        tmp.write_text(key)
+        os.replace(tmp, raw / raw_key)
+    except OSError:
+        pass
+
+
 def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "sm_90",
             fusion: str | None = None, cache: bool = True,
             dump_dir: str | os.PathLike | None = None,
@@ -233,6 +257,17 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
             hit = _memory.get(raw_key)
         if hit is not None:
             return hit
+    if use_cache:
+        # The same text compiled before (any process): skip parsing too.
+        try:
+            known = (cache_dir() / "raw" / raw_key).read_text().strip()
+        except OSError:
+            known = ""
+        exe = _disk_get(known, target) if known else None
+        if exe is not None:
+            with _memory_lock:
+                _memory[raw_key] = exe
+            return exe
     start = time.perf_counter()
     module = hlo.parse_module(text, source=source)
     from .analysis.fusion import select_fusion
@@ -243,6 +278,7 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     if use_cache:
         exe = _disk_get(key, target)
         if exe is not None:
+            _remember_text(raw_key, key)
             with _memory_lock:
                 _memory[raw_key] = exe
             return exe
@@ -250,6 +286,7 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     exe.timings["total"] = time.perf_counter() - start
     if use_cache:
         _disk_put(key, exe)
+        _remember_text(raw_key, key)
         with _memory_lock:
             _memory[raw_key] = exe
     return exe
@@ -303,6 +340,11 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
                                       dump_dir=dump_dir)
             exe.host_mlir = host.llvm_ir
             exe._kernel = _HostRunner(spec, host)
+            try:  # for the disk cache and saved kernels: runs without MLIR
+                exe.host_library = cpu.shared_object(
+                    mlir_ir.Module.parse(host.llvm_ir, context), kernel.name)
+            except cpu.HostCompileError as e:
+                exe.notes.append(f"no host shared object: {e}")
             timings["pipeline+jit"] = time.perf_counter() - t0
     except mlir_ir.MLIRError as e:
         raise CompileError(f"fusion '{fusion.name}': the {target} pipeline failed: {e}") from None
