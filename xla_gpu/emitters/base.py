@@ -237,6 +237,11 @@ class KernelEmitter:
 
         return _Scope()
 
+    def scalar_function(self, comp: HloComputation) -> func.FuncOp:
+        """The function of a scalar computation (declared on first use)."""
+        f = self._scalar_functions.get(id(comp))
+        return f if f is not None else self._declare_scalar_computation(comp)
+
     def call_computation(self, comp: HloComputation, args: Sequence[ir.Value]) -> list[ir.Value]:
         """A scalar computation (reducer, map) applied to `args`."""
         f = self._scalar_functions.get(id(comp))

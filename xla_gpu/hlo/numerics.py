@@ -15,7 +15,7 @@ import numpy as np
 from .module import HloComputation, HloInstruction
 from .shape import Shape, bit_width, is_float, is_integral
 
-__all__ = ["TOLERANCES", "Mismatch", "compare", "random_inputs"]
+__all__ = ["TOLERANCES", "Mismatch", "compare", "random_inputs", "tolerance_type"]
 
 # (rtol, atol) per element type. f32 allows for transcendental functions
 # (libdevice vs numpy, a few ulp) and reassociated reductions; narrow floats
@@ -29,6 +29,29 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "f8e4m3fnuz": (0.125, 1e-2), "f8e5m2fnuz": (0.25, 1e-2),
     "f8e4m3b11fnuz": (0.125, 1e-2), "f8e3m4": (0.0625, 1e-2),
 }
+
+
+def tolerance_type(comp: HloComputation, output_type: str) -> str:
+    """The element type whose tolerance applies to an output: the least
+    precise float type the computation (or what it calls) computes in, when
+    it is less precise than the output's (an f64 output of f32 math is only
+    as exact as f32)."""
+    if not is_float(output_type):
+        return output_type
+    seen, stack, loosest = set(), [comp], output_type
+    while stack:
+        c = stack.pop()
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        for inst in c.instructions:
+            for leaf in inst.shape.leaves():
+                t = leaf.element_type
+                if is_float(t) and TOLERANCES.get(t, (0, 0))[0] > \
+                        TOLERANCES.get(loosest, (0, 0))[0]:
+                    loosest = t
+            stack.extend(inst.called_computations)
+    return loosest
 
 
 @dataclass
@@ -46,8 +69,9 @@ class Mismatch:
 
 
 def compare(actual: np.ndarray, expected: np.ndarray, element_type: str,
-            output: int = 0) -> Mismatch | None:
-    """None when `actual` matches `expected` within the type's tolerance."""
+            output: int = 0, tolerance_of: str | None = None) -> Mismatch | None:
+    """None when `actual` matches `expected` within the tolerance of
+    `tolerance_of` (default: `element_type`; see `tolerance_type`)."""
     if actual.shape != expected.shape:
         return Mismatch(output, (), actual.shape, expected.shape, -1, -1)
     if not is_float(element_type):
@@ -57,7 +81,7 @@ def compare(actual: np.ndarray, expected: np.ndarray, element_type: str,
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         return Mismatch(output, where, actual[where], expected[where],
                         int(bad.sum()), bad.size)
-    rtol, atol = TOLERANCES.get(element_type, (1e-5, 1e-6))
+    rtol, atol = TOLERANCES.get(tolerance_of or element_type, (1e-5, 1e-6))
     a = actual.astype(np.float64)
     e = expected.astype(np.float64)
     nan_a, nan_e = np.isnan(a), np.isnan(e)
