@@ -1,0 +1,158 @@
+"""The scatter emitter: one thread per update element. The output buffer is
+the operand's (the entry arguments share `xla.slice_index`, as for the
+in-place dynamic-update-slice), so only updated elements are written.
+
+    %out = xla_gpu.loop (%th, %bl)[%v] -> (update index) in #updates
+             iter_args(%o = %output) {
+      %start = <scatter index vector, as indices>       // from the indices operand
+      %ok = start fits the whole window in the operand  // else the update is skipped
+      %u = xla_gpu.pure_call @updates(..., update index)
+      scf.if %ok {
+        // unique_indices: read, combine, write
+        // otherwise:      xla_gpu.atomic_rmw %o[operand index] { combiner(%current, %u) }
+      }
+    }
+
+Combiners that map to hardware atomics (add, min, max, or, and, exchange...)
+become `llvm.atomicrmw` in lower-tensors; others a compare-and-swap loop.
+Refused (the fusion cannot be emitted yet): variadic scatters, batching
+dimensions, scatters whose operand is not a fusion parameter, epilogues.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, scf, tensor
+
+from ..dialects import xla_gpu
+from ..hlo import HloError
+from ..hlo.shape import is_unsigned_int
+from .base import KernelEmitter, LaunchDims
+from .loop_config import loop_config, thread_to_output_map
+
+__all__ = ["ScatterEmitter"]
+
+
+class ScatterEmitter(KernelEmitter):
+    name = "scatter"
+
+    def __init__(self, fusion):
+        super().__init__(fusion)
+        if len(fusion.roots) != 1 or fusion.roots[0].opcode != "scatter":
+            raise HloError(f"fusion '{fusion.name}': the scatter emitter needs the "
+                           "scatter as the only root")
+        self.scatter = s = fusion.roots[0]
+        if len(s.operands) != 3:
+            raise s.error("variadic scatter is not supported yet")
+        a = s.attrs
+        if a.get("input_batching_dims") or a.get("scatter_indices_batching_dims"):
+            raise s.error("scatter with batching dimensions is not supported yet")
+        operand = s.operands[0]
+        if operand.opcode != "parameter" or len(operand.users) != 1:
+            raise s.error("the scatter operand must be a fusion parameter used only "
+                          "by the scatter (its buffer is updated in place)")
+        self.aliases[0] = operand.parameter_number
+        self.updates_dims = list(s.operands[2].shape.dims)
+        self.config = loop_config(self.updates_dims, fusion.computation.instructions,
+                                  [s.shape.element_type])
+        self.unique = bool(a.get("unique_indices", False))
+
+    def launch_dims(self) -> LaunchDims:
+        return LaunchDims(self.config.threads, self.config.blocks)
+
+    def root_groups(self):
+        return []
+
+    def is_subgraph_root(self, inst) -> bool:
+        return any(inst is o for o in self.scatter.operands[1:])
+
+    def is_excluded(self, inst) -> bool:
+        return inst is self.scatter
+
+    def emit_entry(self, params, outputs, thread_id, block_id):
+        s = self.scatter
+        operand, indices, updates = s.operands
+        a = s.attrs
+        window_dims = list(a.get("update_window_dims", ()))
+        inserted = set(a.get("inserted_window_dims", ()))
+        to_operand = list(a.get("scatter_dims_to_operand_dims", ()))
+        ivd = a.get("index_vector_dim", indices.shape.rank)
+        index = ir.IndexType.get()
+        attr = self.index_map(thread_to_output_map(self.config, self.updates_dims))
+        loop = xla_gpu.build_loop(attr, [thread_id, block_id], [outputs[0]])
+        block = loop.region.blocks[0]
+        rank = len(self.updates_dims)
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)
+            u_index = args[1:1 + rank]
+            out = args[1 + rank]
+            emitter = self.function_emitter(params, lambda i: False)
+            batch = [d for i, d in enumerate(u_index) if i not in window_dims]
+            window = [d for i, d in enumerate(u_index) if i in window_dims]
+            window_sizes = [self.updates_dims[i] for i in window_dims]
+            # Window offsets and sizes per operand dimension.
+            offsets, sizes, w = [], [], iter(zip(window, window_sizes))
+            for dim in range(operand.shape.rank):
+                if dim in inserted:
+                    offsets.append(None)
+                    sizes.append(1)
+                else:
+                    off, size = next(w)
+                    offsets.append(off)
+                    sizes.append(size)
+            starts: list = [None] * operand.shape.rank
+            for k, dim in enumerate(to_operand):
+                position = list(batch)
+                if ivd < indices.shape.rank:
+                    position.insert(ivd, arith.constant(index, k))
+                value = (emitter.emit1(indices, position)
+                         if indices.opcode in ("parameter", "constant")
+                         else self.call_subgraph(indices, params, position)[0])
+                cast = arith.index_castui if is_unsigned_int(indices.shape.element_type) \
+                    else arith.index_cast
+                starts[dim] = cast(index, value)
+            ok = None
+            for dim, start in enumerate(starts):
+                if start is None:
+                    continue
+                c = arith.andi(
+                    arith.cmpi(arith.CmpIPredicate.sge, start, arith.constant(index, 0)),
+                    arith.cmpi(arith.CmpIPredicate.sle, start, arith.constant(
+                        index, operand.shape.dims[dim] - sizes[dim])))
+                ok = c if ok is None else arith.andi(ok, c)
+            target = [off if st is None else st if off is None else arith.addi(st, off)
+                      for st, off in zip(starts, offsets)]
+            value = (emitter.emit1(updates, u_index)
+                     if updates.opcode in ("parameter", "constant")
+                     else self.call_subgraph(updates, params, u_index)[0])
+            combiner = s.attrs["to_apply"]
+
+            def update() -> ir.Value:
+                if self.unique:
+                    current = tensor.extract(out, target)
+                    new = self.call_computation(combiner, [current, value])[0]
+                    return tensor.insert(new, out, target)
+                return self._atomic(out, target, combiner, value)
+
+            if ok is None:
+                result = update()
+            else:
+                if_op = scf.IfOp(ok, [out.type], has_else=True)
+                with ir.InsertionPoint(if_op.then_block):
+                    scf.YieldOp([update()])
+                with ir.InsertionPoint(if_op.else_block):
+                    scf.YieldOp([out])
+                result = if_op.results[0]
+            xla_gpu.YieldOp([result])
+        return list(loop.results)
+
+    def _atomic(self, out, target, combiner, value) -> ir.Value:
+        if not hasattr(xla_gpu, "AtomicRMWOp"):
+            raise self.scatter.error("scatter with possibly repeated indices needs "
+                                     "xla_gpu.atomic_rmw, which is not available")
+        op = xla_gpu.build_atomic_rmw(out, target)
+        with ir.InsertionPoint(op.regions[0].blocks[0]):
+            current = op.regions[0].blocks[0].arguments[0]
+            new = self.call_computation(combiner, [current, value])[0]
+            xla_gpu.YieldOp([new])
+        return op.result
