@@ -137,16 +137,21 @@ def translate(argv: list[str] | None = None) -> int:
     finally:
         for temp in rename:
             os.unlink(temp)
-    if isinstance(out, bytes):
-        if args.output == "-":
+    _write_output(args.output, out)
+    return 0
+
+
+def _write_output(path: str, out: str | bytes) -> None:
+    """Writes `out` to `path`, or to stdout for "-"."""
+    if path == "-":
+        if isinstance(out, bytes):
             sys.stdout.buffer.write(out)
         else:
-            Path(args.output).write_bytes(out)
-    elif args.output == "-":
-        sys.stdout.write(out)
+            sys.stdout.write(out)
+    elif isinstance(out, bytes):
+        Path(path).write_bytes(out)
     else:
-        Path(args.output).write_text(out)
-    return 0
+        Path(path).write_text(out)
 
 
 def translate_main() -> None:
@@ -193,11 +198,7 @@ def fusion_to_mlir(argv: list[str] | None = None) -> int:
               f"(hero: {kernel.fusion.kind}), threads: {launch.threads}, "
               f"blocks: {launch.blocks}\n")
     header += "".join(f"// note: {n}\n" for n in kernel.notes)
-    out = header + str(kernel.module)
-    if args.output == "-":
-        sys.stdout.write(out)
-    else:
-        Path(args.output).write_text(out)
+    _write_output(args.output, header + str(kernel.module))
     return 0
 
 

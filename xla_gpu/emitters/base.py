@@ -71,7 +71,8 @@ class KernelEmitter:
 
     # -- to override -------------------------------------------------------
     def launch_dims(self) -> LaunchDims:
-        raise NotImplementedError
+        # Loop-like emitters set `self.config` (see loop_config).
+        return LaunchDims(self.config.threads, self.config.blocks)
 
     def root_groups(self) -> list[list[HloInstruction]]:
         return [list(self.fusion.roots)]

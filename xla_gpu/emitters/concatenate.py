@@ -11,7 +11,7 @@ from mlir.dialects import arith, tensor
 from ..analysis.indexing import ELEMENTWISE_OPCODES, delinearize, map_text
 from ..dialects import xla_gpu
 from ..ir import IndexingMap
-from .base import KernelEmitter, LaunchDims
+from .base import KernelEmitter
 from .loop_config import linear_thread_expr, loop_config
 
 __all__ = ["ConcatenateEmitter", "is_elementwise_epilogue"]
@@ -60,9 +60,6 @@ class ConcatenateEmitter(KernelEmitter):
                            key=lambda d: d[self.axis])
         self.config = loop_config(self.largest, fusion.computation.instructions,
                                   [s.element_type for s in fusion.output_shapes])
-
-    def launch_dims(self) -> LaunchDims:
-        return LaunchDims(self.config.threads, self.config.blocks)
 
     def root_groups(self):
         return [] if self.root is self.hero else [[self.root]]

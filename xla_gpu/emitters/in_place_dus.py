@@ -10,7 +10,7 @@ from mlir.dialects import arith, tensor
 
 from ..dialects import xla_gpu
 from ..hlo.shape import is_unsigned_int
-from .base import KernelEmitter, LaunchDims
+from .base import KernelEmitter
 from .loop_config import loop_config, thread_to_output_map
 
 __all__ = ["InPlaceDynamicUpdateSliceEmitter"]
@@ -30,9 +30,6 @@ class InPlaceDynamicUpdateSliceEmitter(KernelEmitter):
                                   [s.element_type for s in fusion.output_shapes])
         for k, root in enumerate(self.updates):
             self.aliases[k] = root.operands[0].parameter_number
-
-    def launch_dims(self) -> LaunchDims:
-        return LaunchDims(self.config.threads, self.config.blocks)
 
     def root_groups(self):
         return []

@@ -8,7 +8,7 @@ from mlir import ir
 from mlir.dialects import arith, scf, tensor
 
 from ..dialects import xla_gpu
-from .base import KernelEmitter, LaunchDims
+from .base import KernelEmitter
 from .loop_config import loop_config, thread_to_output_map
 
 __all__ = ["InputSlicesEmitter"]
@@ -23,9 +23,6 @@ class InputSlicesEmitter(KernelEmitter):
         self.input_dims = list(self.slices[0].operands[0].shape.dims)
         self.config = loop_config(self.input_dims, fusion.computation.instructions,
                                   [s.element_type for s in fusion.output_shapes])
-
-    def launch_dims(self) -> LaunchDims:
-        return LaunchDims(self.config.threads, self.config.blocks)
 
     def root_groups(self):
         return []

@@ -15,7 +15,7 @@ from mlir import ir
 from mlir.dialects import tensor
 
 from ..dialects import xla_gpu
-from .base import KernelEmitter, LaunchDims
+from .base import KernelEmitter
 from .loop_config import loop_config, thread_to_output_map
 
 __all__ = ["LoopEmitter"]
@@ -34,9 +34,6 @@ class LoopEmitter(KernelEmitter):
         largest = max(self.groups, key=prod)
         self.config = loop_config(list(largest), fusion.computation.instructions,
                                   [s.element_type for s in fusion.output_shapes])
-
-    def launch_dims(self) -> LaunchDims:
-        return LaunchDims(self.config.threads, self.config.blocks)
 
     def root_groups(self):
         return list(self.groups.values())

@@ -193,8 +193,9 @@ class ReductionEmitter(KernelEmitter):
         if distance < 1:
             return list(values)
         f = self.scalar_function(hero.attrs["to_apply"])
-        op = xla_gpu.ShuffleReduceOp([v.type for v in values], list(values), distance,
-                                     ir.FlatSymbolRefAttr.get(f.sym_name.value))
+        op = xla_gpu.ShuffleReduceOp([v.type for v in values],
+                                     ir.FlatSymbolRefAttr.get(f.sym_name.value),
+                                     list(values), distance)
         return list(op.results)
 
     def _inits(self, params):

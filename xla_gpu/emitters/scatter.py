@@ -27,7 +27,7 @@ from mlir.dialects import arith, scf, tensor
 from ..dialects import xla_gpu
 from ..hlo import HloError
 from ..hlo.shape import is_unsigned_int
-from .base import KernelEmitter, LaunchDims
+from .base import KernelEmitter
 from .loop_config import loop_config, thread_to_output_map
 
 __all__ = ["ScatterEmitter"]
@@ -56,9 +56,6 @@ class ScatterEmitter(KernelEmitter):
         self.config = loop_config(self.updates_dims, fusion.computation.instructions,
                                   [s.shape.element_type])
         self.unique = bool(a.get("unique_indices", False))
-
-    def launch_dims(self) -> LaunchDims:
-        return LaunchDims(self.config.threads, self.config.blocks)
 
     def root_groups(self):
         return []
