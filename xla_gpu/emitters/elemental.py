@@ -22,13 +22,13 @@ from ..dialects import xla_gpu
 from ..hlo import HloComputation, HloInstruction
 from ..hlo.shape import (Shape, bit_width, is_float, is_signed_int,
                          is_unsigned_int)
+from . import float8
+from .float8 import is_f8
 from .types import check_supported, dense_attr, element_type, scalar_attr
 
 __all__ = ["FunctionEmitter", "IndexMaps"]
 
 Values = list[ir.Value]
-
-_F8_PREFIX = "f8"
 
 
 class IndexMaps:
@@ -470,7 +470,7 @@ _ICMP_UNSIGNED = {"EQ": "eq", "NE": "ne", "LT": "ult", "LE": "ule", "GT": "ugt",
 
 
 def _is_f8(t: str) -> bool:
-    return t.startswith(_F8_PREFIX)
+    return is_f8(t)
 
 
 def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
@@ -484,6 +484,8 @@ def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
     if op == "bitcast-convert":
         if bit_width(in_t) != bit_width(t):
             raise inst.error("bitcast-convert between different bit widths is not supported")
+        if element_type(in_t) == element_type(t):  # f8 <-> 8-bit ints: same i8
+            return args[0]
         return arith.bitcast(element_type(t), args[0])
     if op == "compare":
         return _compare(inst, in_t, args)
@@ -688,6 +690,10 @@ def convert(value: ir.Value, src: str, dst: str) -> ir.Value:
     """HLO convert: float->int saturates (NaN -> 0), ->pred is `!= 0`."""
     if src == dst:
         return value
+    if is_f8(src):  # exact through f32
+        return convert(float8.decode(value, src), "f32", dst)
+    if is_f8(dst):
+        return float8.encode(convert(value, src, "f32"), dst)
     dt = element_type(dst)
     if dst == "pred":
         if is_float(src):

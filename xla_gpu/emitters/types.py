@@ -6,7 +6,7 @@ import numpy as np
 from mlir import ir
 
 from ..hlo import HloError
-from ..hlo.shape import Shape, bit_width, is_float, is_integral
+from ..hlo.shape import ELEMENT_TYPES, Shape, bit_width, is_float, is_integral
 
 __all__ = ["element_type", "tensor_type", "scalar_attr", "dense_attr",
            "check_supported"]
@@ -21,7 +21,10 @@ _FLOATS = {
 
 
 def element_type(name: str) -> ir.Type:
-    """pred -> i1, s8/u8 -> i8 (signless: signedness lives in the ops), ..."""
+    """pred -> i1, s8/u8 -> i8 (signless: signedness lives in the ops), f8
+    types -> i8 (their bits; see float8.py), ..."""
+    if name.startswith("f8"):
+        return ir.IntegerType.get_signless(8)
     if name in _FLOATS:
         return _FLOATS[name]()
     if is_integral(name):
@@ -44,6 +47,9 @@ def _signed(value: int, bits: int) -> int:
 
 def scalar_attr(name: str, value) -> ir.Attribute:
     t = element_type(name)
+    if name.startswith("f8"):
+        bits = np.array([value], dtype=ELEMENT_TYPES[name]).view(np.uint8)[0]
+        return ir.IntegerAttr.get(t, _signed(int(bits), 8))
     if is_float(name):
         return ir.FloatAttr.get(t, float(value))
     if name == "pred":
