@@ -365,8 +365,8 @@ class _HostRunner:
         arrays = spec.check_arguments(arrays)
         arrays = [a.copy() if j in spec.aliases.values() else a for j, a in enumerate(arrays)]
         outputs = [arrays[spec.aliases[k]] if k in spec.aliases
-                   else np.zeros(o.shape, o.numpy_dtype) for k, o in enumerate(spec.outputs)]
+                   else np.zeros(o.shape, o.storage_dtype) for k, o in enumerate(spec.outputs)]
         buffers = [arrays[i] if kind == "param" else outputs[i] for kind, i in spec.kernel_args]
         workers = min(os.cpu_count() or 1, 8) if spec.blocks >= 64 else 1
         self.host.run(buffers, workers=workers)
-        return tuple(outputs)
+        return tuple(o.from_storage(a) for o, a in zip(spec.outputs, outputs))

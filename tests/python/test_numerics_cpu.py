@@ -78,7 +78,8 @@ f {{
 
 
 @pytest.mark.parametrize("t", [
-    "pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64",
+    "pred", "s2", "s4", "s8", "s16", "s32", "s64", "u2", "u4", "u8", "u16", "u32", "u64",
+    "f16", "bf16", "f32", "f64",
     "f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz", "f8e4m3", "f8e3m4",
 ])
 def test_every_element_type_on_both_targets(t):
@@ -112,3 +113,44 @@ def test_f8_conversions_are_exact(t):
     want = x.astype(dt).astype(np.float32)
     same = (got == want) | (np.isnan(got) & np.isnan(want))
     assert same.all(), (x[~same][:5], got[~same][:5], want[~same][:5])
+
+
+_INT_OPS = """HloModule m
+f {{
+  a = {t}[512] parameter(0)
+  b = {t}[512] parameter(1)
+  d = {t}[512] divide(a, b)
+  r = {t}[512] remainder(a, b)
+  m = {t}[512] multiply(a, b)
+  s = {t}[512] add(d, m)
+  l = {t}[512] shift-left(a, b)
+  sr = {t}[512] shift-right-logical(a, b)
+  sa = {t}[512] shift-right-arithmetic(a, b)
+  n = {t}[512] not(a)
+  p = {t}[512] popcnt(a)
+  z = {t}[512] count-leading-zeros(b)
+  lt = pred[512] compare(a, b), direction=LT
+  w = s32[512] convert(s)
+  ROOT t = ({t}[512], {t}[512], {t}[512], {t}[512], {t}[512], {t}[512], {t}[512], {t}[512], pred[512], s32[512]) tuple(s, r, l, sr, sa, n, p, z, lt, w)
+}}
+"""
+
+
+@pytest.mark.parametrize("t", ["s2", "s4", "u2", "u4", "s8", "u8", "s32", "u64"])
+def test_integer_ops_wrap_at_their_width(t):
+    """XLA semantics of integer ops (division by zero, shifts past the
+    width, overflow) at every width, sub-byte ones held in a byte."""
+    text = _INT_OPS.format(t=t)
+    comp = hlo.parse_module(text).entry
+    dt = hlo.numpy_dtype(t)
+    rng = np.random.default_rng(5)
+    bits = hlo.bit_width(t)
+    lo, hi = (-(1 << (bits - 1)), 1 << (bits - 1)) if t.startswith("s") else (0, 1 << bits)
+    lo, hi = max(lo, -1000), min(hi, 1000)
+    a = rng.integers(lo, hi, 512).astype(dt)
+    b = rng.integers(lo, hi, 512).astype(dt)
+    b[:8] = 0                                   # division by zero
+    got = xla_gpu.compile(text, target="cpu", cache=False).run(a, b)
+    want = hlo.evaluate(comp, a, b)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert np.array_equal(np.asarray(g).astype(np.int64), np.asarray(w).astype(np.int64)), k

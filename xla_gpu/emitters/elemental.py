@@ -546,7 +546,46 @@ def _float_op(inst: HloInstruction, t: str, args: Values) -> ir.Value:
     raise inst.error(f"{op} is not supported for {t}")
 
 
+def _is_sub_byte(t: str) -> bool:
+    return t != "pred" and bit_width(t) < 8
+
+
+def wrap_sub_byte(value: ir.Value, t: str) -> ir.Value:
+    """An i8 holding a sub-byte integer, brought back to its width
+    (sign-extended for s2/s4, zero-extended for u2/u4)."""
+    if not _is_sub_byte(t):
+        return value
+    i8 = ir.IntegerType.get_signless(8)
+    width = bit_width(t)
+    if is_signed_int(t):
+        shift = arith.constant(i8, 8 - width)
+        return arith.shrsi(arith.shli(value, shift), shift)
+    return arith.andi(value, arith.constant(i8, (1 << width) - 1))
+
+
 def _int_op(inst: HloInstruction, t: str, args: Values) -> ir.Value:
+    if not _is_sub_byte(t):
+        return _int_op_full_width(inst, t, args)
+    # Sub-byte integers: compute in i8 on the extended values; ops that see
+    # the bit pattern look at the low bits only; the result wraps to width.
+    op = inst.opcode
+    i8 = ir.IntegerType.get_signless(8)
+    mask = arith.constant(i8, (1 << bit_width(t)) - 1)
+    if op in ("popcnt", "count-leading-zeros"):
+        low = arith.andi(args[0], mask)
+        if op == "popcnt":
+            return math.ctpop(low)
+        return arith.subi(math.ctlz(low), arith.constant(i8, 8 - bit_width(t)))
+    if op == "shift-right-logical":
+        args = [arith.andi(args[0], mask), args[1]]
+    if op == "shift-right-arithmetic" and not is_signed_int(t):
+        # The top bit of the pattern is the sign: extend it first.
+        shift = arith.constant(i8, 8 - bit_width(t))
+        args = [arith.shrsi(arith.shli(args[0], shift), shift), args[1]]
+    return wrap_sub_byte(_int_op_full_width(inst, t, args), t)
+
+
+def _int_op_full_width(inst: HloInstruction, t: str, args: Values) -> ir.Value:
     op = inst.opcode
     it = element_type(t)
     signed = is_signed_int(t)
@@ -711,12 +750,14 @@ def convert(value: ir.Value, src: str, dst: str) -> ir.Value:
             return arith.truncf(dt, arith.extf(ir.F32Type.get(), value))
         return arith.truncf(dt, value)
     if not is_float(src) and not is_float(dst):
-        ws, wd = bit_width(src), bit_width(dst)
-        if ws == wd:
-            return value
+        # Widths of the values as held (sub-byte integers in an i8).
+        ws = ir.IntegerType(element_type(src)).width
+        wd = ir.IntegerType(dt).width
         if ws > wd:
-            return arith.trunci(dt, value)
-        return arith.extsi(dt, value) if is_signed_int(src) else arith.extui(dt, value)
+            value = arith.trunci(dt, value)
+        elif ws < wd:
+            value = arith.extsi(dt, value) if is_signed_int(src) else arith.extui(dt, value)
+        return wrap_sub_byte(value, dst)
     if not is_float(src):  # int -> float
         return arith.sitofp(dt, value) if is_signed_int(src) else arith.uitofp(dt, value)
     # float -> int: saturating, NaN -> 0 (XLA).

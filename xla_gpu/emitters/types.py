@@ -28,7 +28,9 @@ def element_type(name: str) -> ir.Type:
     if name in _FLOATS:
         return _FLOATS[name]()
     if is_integral(name):
-        return ir.IntegerType.get_signless(bit_width(name))
+        # Sub-byte integers live in a byte, sign- or zero-extended.
+        bits = bit_width(name)
+        return ir.IntegerType.get_signless(bits if bits == 1 or bits >= 8 else 8)
     if name == "c64":
         return ir.ComplexType.get(ir.F32Type.get())
     if name == "c128":
@@ -63,13 +65,15 @@ def dense_attr(shape: Shape, array: np.ndarray) -> ir.DenseElementsAttr:
     if shape.element_type == "pred":
         bits = np.packbits(array.reshape(-1).astype(np.bool_), bitorder="little")
         return ir.DenseElementsAttr.get(bits, type=t.element_type, shape=list(shape.dims))
+    if is_integral(shape.element_type) and 1 < bit_width(shape.element_type) < 8:
+        array = array.astype(np.int8 if shape.element_type.startswith("s") else np.uint8)
     width = array.dtype.itemsize * 8
     raw = array.view(np.dtype(f"u{array.dtype.itemsize}")) if width <= 64 else array
     return ir.DenseElementsAttr.get(raw, type=t.element_type, shape=list(shape.dims))
 
 
-_SUPPORTED = {"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64",
-              "f16", "bf16", "f32", "f64"}
+_SUPPORTED = {"pred", "s2", "s4", "s8", "s16", "s32", "s64", "u2", "u4", "u8", "u16",
+              "u32", "u64", "f16", "bf16", "f32", "f64"}
 # f8 values can be loaded, stored, compared and converted through f16/f32;
 # arithmetic on them is done in f32 as XLA does.
 _F8 = {"f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz",

@@ -187,7 +187,7 @@ class CudaKernel:
             if hasattr(arg, "__cuda_array_interface__") and not isinstance(arg, np.ndarray):
                 ptr = arg.__cuda_array_interface__["data"][0]
                 if j in aliased:  # never write into the caller's array
-                    copy = DeviceArray(spec.parameters[j].shape, spec.parameters[j].numpy_dtype)
+                    copy = DeviceArray(spec.parameters[j].shape, spec.parameters[j].storage_dtype)
                     copy.copy_from_device(ptr, stream)
                     keep.append(copy)
                     ptr = copy.ptr
@@ -203,7 +203,7 @@ class CudaKernel:
                 holder = next(b for b in keep if b.ptr == params[j])
                 outputs.append(holder)
             else:
-                outputs.append(DeviceArray(o.shape, o.numpy_dtype))
+                outputs.append(DeviceArray(o.shape, o.storage_dtype))
         pointers = [params[i] if kind == "param" else outputs[i].ptr
                     for kind, i in spec.kernel_args]
         return pointers, outputs, keep
@@ -214,7 +214,8 @@ class CudaKernel:
         if device_outputs:
             _check("cuStreamSynchronize", _driver().cuStreamSynchronize(stream or 0))
             return tuple(outputs)
-        return tuple(o.to_host(stream) for o in outputs)
+        return tuple(spec.from_storage(o.to_host(stream))
+                     for spec, o in zip(self.spec.outputs, outputs))
 
     def time(self, *args, iterations: int = 100, warmup: int = 10) -> float:
         """Seconds per launch, from CUDA events around `iterations` launches."""

@@ -21,11 +21,30 @@ class ArgSpec:
 
     @property
     def numpy_dtype(self) -> np.dtype:
+        """The dtype users pass and get (ml_dtypes int4 for s4, ...)."""
         return ELEMENT_TYPES[self.dtype]
 
     @property
+    def storage_dtype(self) -> np.dtype:
+        """The dtype of the kernel's buffer: sub-byte integers one per byte,
+        sign- (s2, s4) or zero-extended (u2, u4)."""
+        if self.dtype in ("s2", "s4"):
+            return np.dtype(np.int8)
+        if self.dtype in ("u2", "u4"):
+            return np.dtype(np.uint8)
+        return self.numpy_dtype
+
+    def to_storage(self, array: np.ndarray) -> np.ndarray:
+        storage = self.storage_dtype
+        return array if array.dtype == storage else array.astype(storage)
+
+    def from_storage(self, array: np.ndarray) -> np.ndarray:
+        logical = self.numpy_dtype
+        return array if array.dtype == logical else array.astype(logical)
+
+    @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.numpy_dtype.itemsize
+        return int(np.prod(self.shape, dtype=np.int64)) * self.storage_dtype.itemsize
 
     def describe(self) -> str:
         return f"{self.dtype}[{','.join(map(str, self.shape))}]"
@@ -91,12 +110,12 @@ class KernelSpec:
                 raise ValueError(f"argument {i}: expected shape {list(spec.shape)} "
                                  f"({spec.describe()}), got {list(shape)}")
             expected = spec.numpy_dtype
-            if dtype != expected and not (dtype.itemsize == expected.itemsize and
-                                          dtype.kind == "V"):
+            if dtype not in (expected, spec.storage_dtype) and not (
+                    dtype.itemsize == expected.itemsize and dtype.kind == "V"):
                 raise ValueError(f"argument {i}: expected dtype {spec.dtype} "
                                  f"({expected}), got {dtype}")
             out.append(value if value is arg and not isinstance(arg, np.ndarray)
-                       else np.ascontiguousarray(value))
+                       else np.ascontiguousarray(spec.to_storage(value)))
         return out
 
 
