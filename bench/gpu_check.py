@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from xla_gpu import hlo  # noqa: E402
 from xla_gpu.hlo.fusions import fusion_computation  # noqa: E402
-from xla_gpu.hlo.numerics import compare, random_inputs, tolerance_type  # noqa: E402
+from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type  # noqa: E402
 
 SOURCES = [ROOT / "examples" / "gelu.hlo",
            *sorted((ROOT / "tests" / "python" / "hlo_inputs").glob("*.hlo")),
@@ -125,7 +125,8 @@ def run(directory: Path, target: str, iterations: int) -> int:
             want = hlo.evaluate(comp, *inputs)
             worst = None
             for k, (g, w, o) in enumerate(zip(got, want, spec.outputs)):
-                m = compare(np.asarray(g), np.asarray(w), o.dtype, k, tolerance_type(comp, o.dtype))
+                m = compare(np.asarray(g), np.asarray(w), o.dtype, k, tolerance_type(comp, o.dtype),
+                            has_reduction(comp))
                 if m is not None and (worst is None or m.count > worst.count):
                     worst = m
             result = "ok" if worst is None else f"MISMATCH {worst}"

@@ -234,7 +234,7 @@ def run_hlo(argv: list[str] | None = None) -> int:
     import xla_gpu
     from xla_gpu import hlo
     from xla_gpu.analysis.fusion import select_fusion
-    from xla_gpu.hlo.numerics import compare, random_inputs, tolerance_type
+    from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type
 
     prog = "xla-gpu-run"
     try:
@@ -269,7 +269,8 @@ def run_hlo(argv: list[str] | None = None) -> int:
     worst = None
     for k, (got, want, shape) in enumerate(zip(outputs, expected, fusion.output_shapes)):
         mismatch = compare(np.asarray(got), np.asarray(want), shape.element_type, k,
-                           tolerance_type(fusion.computation, shape.element_type))
+                           tolerance_type(fusion.computation, shape.element_type),
+                           has_reduction(fusion.computation))
         if mismatch is not None and (worst is None or mismatch.count > worst.count):
             worst = mismatch
     launch = exe.launch_dims

@@ -12,7 +12,7 @@ import pytest
 import xla_gpu
 from xla_gpu import hlo, runtime
 from xla_gpu.analysis.fusion import select_fusion
-from xla_gpu.hlo.numerics import compare, random_inputs, tolerance_type
+from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -49,7 +49,8 @@ def _check(path: Path, fusion: str | None, target: str) -> None:
     assert len(got) == len(want)
     for k, (g, w, s) in enumerate(zip(got, want, spec.output_shapes)):
         mismatch = compare(np.asarray(g), np.asarray(w), s.element_type, k,
-                           tolerance_type(spec.computation, s.element_type))
+                           tolerance_type(spec.computation, s.element_type),
+                           has_reduction(spec.computation))
         assert mismatch is None, f"{exe.spec.emitter} emitter: {mismatch}"
 
 

@@ -72,6 +72,12 @@ def delinearize(linear: str, shape: Sequence[int]) -> list[str]:
     return out
 
 
+def _major_to_minor(shape: Shape) -> list[int]:
+    if shape.layout is None:
+        return list(range(shape.rank))
+    return list(reversed(shape.layout))
+
+
 def identity_map(shape: Sequence[int]) -> IndexingMap:
     names = _dims(len(shape))
     return IndexingMap.parse(map_text(list(zip(names, shape)), [], names))
@@ -106,6 +112,16 @@ def output_to_input(inst: HloInstruction, operand: int,
         perm = list(inst.attrs["dimensions"])
         inverse = [perm.index(j) for j in range(len(perm))]
         return _parse(map_text(dims, [], [d[inverse[j]] for j in range(len(perm))]))
+    if op == "bitcast" and not (shape.is_row_major and op_shape.is_row_major):
+        # A bitcast keeps the bytes: through the physical (layout) order.
+        out_order = _major_to_minor(shape)
+        in_order = _major_to_minor(op_shape)
+        linear = linear_expr([d[i] for i in out_order], [out[i] for i in out_order])
+        physical = delinearize(linear, [in_dims[i] for i in in_order])
+        results = [""] * len(in_dims)
+        for position, dim in enumerate(in_order):
+            results[dim] = physical[position]
+        return _parse(map_text(dims, [], results))
     if op in ("reshape", "bitcast"):
         return _parse(map_text(dims, [], delinearize(linear_expr(d, out), in_dims)))
     if op == "slice":

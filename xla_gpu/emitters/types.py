@@ -81,12 +81,11 @@ _F8 = {"f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz",
 
 
 def check_supported(shape: Shape, where) -> None:
-    """Raises HloError for element types or layouts the emitters cannot
-    handle yet; `where` is the instruction (for the message)."""
+    """Raises HloError for element types the emitters cannot handle yet;
+    `where` is the instruction (for the message). Layouts are not checked:
+    kernels take and give arrays in row-major logical order (what numpy
+    and the runtime hand over), and only bitcasts look at layouts."""
     for leaf in shape.leaves():
         t = leaf.element_type
         if t not in _SUPPORTED and t not in _F8:
             raise where.error(f"element type {t} is not supported by the emitters yet")
-        if not leaf.is_row_major and sum(d > 1 for d in leaf.dims) > 1:
-            raise where.error(f"layout {{{','.join(map(str, leaf.layout))}}} of "
-                              f"{leaf} is not supported yet (only row-major)")

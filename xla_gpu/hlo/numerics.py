@@ -15,7 +15,8 @@ import numpy as np
 from .module import HloComputation, HloInstruction
 from .shape import Shape, bit_width, is_float, is_integral
 
-__all__ = ["TOLERANCES", "Mismatch", "compare", "random_inputs", "tolerance_type"]
+__all__ = ["TOLERANCES", "Mismatch", "compare", "random_inputs", "tolerance_type",
+           "has_reduction"]
 
 # (rtol, atol) per element type. f32 allows for transcendental functions
 # (libdevice vs numpy, a few ulp) and reassociated reductions; narrow floats
@@ -68,10 +69,20 @@ class Mismatch:
                 f"worst at {list(self.index)}: got {self.actual}, expected {self.expected}")
 
 
+def has_reduction(comp: HloComputation) -> bool:
+    """Whether `comp` sums (or otherwise reduces) many elements: its outputs
+    are then compared relative to their scale (a reordered sum with
+    cancellation is off by ulps of its terms, not of its result)."""
+    return any(i.opcode in ("reduce", "reduce-window", "dot") for i in comp.instructions)
+
+
 def compare(actual: np.ndarray, expected: np.ndarray, element_type: str,
-            output: int = 0, tolerance_of: str | None = None) -> Mismatch | None:
+            output: int = 0, tolerance_of: str | None = None,
+            scale_relative: bool = False) -> Mismatch | None:
     """None when `actual` matches `expected` within the tolerance of
-    `tolerance_of` (default: `element_type`; see `tolerance_type`)."""
+    `tolerance_of` (default: `element_type`; see `tolerance_type`). With
+    `scale_relative` the absolute tolerance grows to rtol times the largest
+    finite expected magnitude (see `has_reduction`)."""
     if actual.shape != expected.shape:
         return Mismatch(output, (), actual.shape, expected.shape, -1, -1)
     if not is_float(element_type):
@@ -84,6 +95,10 @@ def compare(actual: np.ndarray, expected: np.ndarray, element_type: str,
     rtol, atol = TOLERANCES.get(tolerance_of or element_type, (1e-5, 1e-6))
     a = actual.astype(np.float64)
     e = expected.astype(np.float64)
+    if scale_relative:
+        finite = np.abs(e[np.isfinite(e)])
+        if finite.size:
+            atol = max(atol, rtol * float(finite.max()))
     nan_a, nan_e = np.isnan(a), np.isnan(e)
     inf_e = np.isinf(e)
     with np.errstate(invalid="ignore"):

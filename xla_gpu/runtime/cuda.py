@@ -102,7 +102,7 @@ class DeviceArray:
 
     @staticmethod
     def from_host(array: np.ndarray, stream=None) -> "DeviceArray":
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements='C')  # keeps 0-d arrays 0-d
         out = DeviceArray(array.shape, array.dtype)
         out.copy_from_host(array, stream)
         return out

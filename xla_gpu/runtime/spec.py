@@ -115,7 +115,7 @@ class KernelSpec:
                 raise ValueError(f"argument {i}: expected dtype {spec.dtype} "
                                  f"({expected}), got {dtype}")
             out.append(value if value is arg and not isinstance(arg, np.ndarray)
-                       else np.ascontiguousarray(spec.to_storage(value)))
+                       else np.require(spec.to_storage(value), requirements='C'))
         return out
 
 
