@@ -16,6 +16,9 @@ from .concatenate import ConcatenateEmitter
 from .in_place_dus import InPlaceDynamicUpdateSliceEmitter
 from .input_slices import InputSlicesEmitter
 from .loop import LoopEmitter
+from .reduction import ReductionEmitter, ReductionRefused
+from .scatter import ScatterEmitter
+from .transpose import TransposeEmitter, TransposeRefused
 
 __all__ = ["emit", "emit_fusion", "emitter_for", "EmittedKernel", "LaunchDims",
            "KernelEmitter"]
@@ -25,22 +28,38 @@ _EMITTERS = {
     "concatenate": ConcatenateEmitter,
     "in_place_dynamic_update_slice": InPlaceDynamicUpdateSliceEmitter,
     "input_slices": InputSlicesEmitter,
+    "transpose": TransposeEmitter,
+    "reduction": ReductionEmitter,
+    "scatter": ScatterEmitter,
 }
 
-# Heroes whose dedicated emitters are not written yet, and why the loop
-# emitter can stand in for them (it computes the same values, slower).
+# Heroes whose dedicated emitters are not written yet or refuse some
+# fusions, and why the loop emitter can stand in for them (it computes the
+# same values, slower).
 _LOOP_FALLBACK = {
-    "transpose": "the tiled transpose emitter is not implemented yet; "
-                 "the loop emitter reads the input uncoalesced",
-    "reduction": "the reduction emitter is not implemented yet; the loop "
-                 "emitter reduces sequentially in each thread",
+    # TransposeEmitter refuses transposes of different normalized shapes in
+    # one fusion, side outputs without the transpose input's number of
+    # elements, epilogues that reorder elements, a transpose feeding another,
+    # and tiles that need more shared memory than a block has.
+    "transpose": "the tiled transpose emitter refused it; the loop emitter "
+                 "reads the input uncoalesced",
+    # ReductionEmitter refuses reduced dimensions that are not contiguous,
+    # reduce heroes of different shapes and epilogues that are not
+    # elementwise.
+    "reduction": "the reduction emitter refused it; the loop emitter "
+                 "reduces sequentially in each thread",
 }
 
 
 def emitter_for(fusion: Fusion) -> KernelEmitter:
     kind = fusion.kind
     if kind in _EMITTERS:
-        return _EMITTERS[kind](fusion)
+        try:
+            return _EMITTERS[kind](fusion)
+        except (TransposeRefused, ReductionRefused) as e:
+            fusion.notes.append(f"{kind} fusion emitted by the loop emitter: "
+                                f"{_LOOP_FALLBACK[kind]} ({e})")
+            return LoopEmitter(fusion)
     if kind in _LOOP_FALLBACK:
         fusion.notes.append(f"{kind} fusion emitted by the loop emitter: {_LOOP_FALLBACK[kind]}")
         return LoopEmitter(fusion)
