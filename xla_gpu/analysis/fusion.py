@@ -76,7 +76,7 @@ def find_hero(root: HloInstruction) -> HloInstruction:
         if cur.opcode in ("reduce", "transpose", "concatenate", "scatter"):
             return cur
         if cur.opcode in ("bitcast", "reshape", "copy") or cur.opcode in ELEMENTWISE_OPCODES:
-            live = [o for o in cur.operands if not _is_trivial_operand(o)]
+            live = list(dict.fromkeys(o for o in cur.operands if not _is_trivial_operand(o)))
             if len(live) == 1 and len(live[0].users) == 1 and live[0].opcode != "parameter":
                 cur = live[0]
                 continue
