@@ -200,3 +200,32 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
     else:
         kind = "loop"
     return Fusion(name, comp, roots, heroes, kind, module)
+
+
+def reaches(inst: HloInstruction, target: HloInstruction) -> bool:
+    """Whether `target` is `inst` or one of its transitive operands."""
+    stack, seen = [inst], set()
+    while stack:
+        i = stack.pop()
+        if i is target:
+            return True
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        stack.extend(i.operands)
+    return False
+
+
+def epilogue_chain_ok(root: HloInstruction, hero: HloInstruction, accept) -> bool:
+    """Whether every instruction from `hero` up to `root` passes
+    `accept(inst)` and reads the hero's chain through one instruction
+    (several operands may be that instruction: x * x)."""
+    cur = root
+    while cur is not hero:
+        if not accept(cur):
+            return False
+        chain = list(dict.fromkeys(o for o in cur.operands if reaches(o, hero)))
+        if len(chain) != 1:
+            return False
+        cur = chain[0]
+    return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, tensor
 
+from ..analysis.fusion import epilogue_chain_ok
 from ..analysis.indexing import ELEMENTWISE_OPCODES, delinearize, map_text
 from ..dialects import xla_gpu
 from ..ir import IndexingMap
@@ -20,30 +21,8 @@ __all__ = ["ConcatenateEmitter", "is_elementwise_epilogue"]
 def is_elementwise_epilogue(root, hero) -> bool:
     """Whether every instruction from `hero` up to `root` is elementwise on
     the hero's shape (so the epilogue runs at the hero's index)."""
-    cur = root
-    while cur is not hero:
-        if cur.opcode not in ELEMENTWISE_OPCODES or cur.shape.dims != hero.shape.dims:
-            return False
-        live = [o for o in cur.operands if o.opcode not in ("parameter", "constant")
-                and o.shape.rank]
-        chain = [o for o in live if _reaches(o, hero)]
-        if len(chain) != 1:
-            return False
-        cur = chain[0]
-    return True
-
-
-def _reaches(inst, target) -> bool:
-    stack, seen = [inst], set()
-    while stack:
-        i = stack.pop()
-        if i is target:
-            return True
-        if id(i) in seen:
-            continue
-        seen.add(id(i))
-        stack.extend(i.operands)
-    return False
+    return epilogue_chain_ok(root, hero, lambda i: i.opcode in ELEMENTWISE_OPCODES
+                             and i.shape.dims == hero.shape.dims)
 
 
 class ConcatenateEmitter(KernelEmitter):

@@ -62,7 +62,7 @@ from math import prod
 from mlir import ir
 from mlir.dialects import arith, tensor
 
-from ..analysis.fusion import is_tiled_transpose, normalized_transpose
+from ..analysis.fusion import epilogue_chain_ok, is_tiled_transpose, normalized_transpose
 from ..analysis.indexing import ELEMENTWISE_OPCODES, delinearize, map_text
 from ..dialects import xla_gpu
 from ..hlo import HloInstruction
@@ -486,27 +486,7 @@ class TransposeEmitter(KernelEmitter):
 def _is_order_preserving(root: HloInstruction, hero: HloInstruction) -> bool:
     """Whether the ops from `hero` up to `root` keep every element's linear
     position (elementwise ops, bitcasts, reshapes, copies), each reading the
-    hero's chain through one operand."""
-    cur = root
-    while cur is not hero:
-        if cur.opcode not in _ORDER_PRESERVING or cur.shape.is_tuple or \
-                prod(cur.shape.dims) != prod(hero.shape.dims):
-            return False
-        chain = [o for o in cur.operands if _reaches(o, hero)]
-        if len(chain) != 1:
-            return False
-        cur = chain[0]
-    return True
-
-
-def _reaches(inst: HloInstruction, target: HloInstruction) -> bool:
-    stack, seen = [inst], set()
-    while stack:
-        i = stack.pop()
-        if i is target:
-            return True
-        if id(i) in seen:
-            continue
-        seen.add(id(i))
-        stack.extend(i.operands)
-    return False
+    hero's chain through one instruction."""
+    return epilogue_chain_ok(root, hero, lambda i: i.opcode in _ORDER_PRESERVING and
+                             not i.shape.is_tuple and
+                             prod(i.shape.dims) == prod(hero.shape.dims))
