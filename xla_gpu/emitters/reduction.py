@@ -193,10 +193,7 @@ class ReductionEmitter(KernelEmitter):
         if distance < 1:
             return list(values)
         f = self.scalar_function(hero.attrs["to_apply"])
-        op = xla_gpu.ShuffleReduceOp([v.type for v in values],
-                                     ir.FlatSymbolRefAttr.get(f.sym_name.value),
-                                     list(values), distance)
-        return list(op.results)
+        return xla_gpu.build_shuffle_reduce(f.sym_name.value, list(values), distance)
 
     def _inits(self, params):
         emitter = self.function_emitter(params, lambda i: False)
@@ -224,8 +221,8 @@ class ReductionEmitter(KernelEmitter):
         attr = self._map(index_exprs, symbols, constraints)
         inits = self._inits(params)
         flat_inits = [v for group in inits for v in group]
-        side_slots = [self.fusion.roots.index(s) for s in self.side_outputs]
-        side_outputs = [outputs[self._output_slot(s)] for s in side_slots]
+        side_slots = [self._output_slot(s) for s in self.side_outputs]
+        side_outputs = [outputs[slot] for slot in side_slots]
         loop = xla_gpu.build_loop(attr, [thread_id, block_id], [*flat_inits, *side_outputs])
         block = loop.region.blocks[0]
         rank = len(lay.dims)
@@ -247,7 +244,7 @@ class ReductionEmitter(KernelEmitter):
         partials, side_results = results[:len(flat_inits)], results[len(flat_inits):]
         outputs = list(outputs)
         for slot, value in zip(side_slots, side_results):
-            outputs[self._output_slot(self.fusion.roots[slot])] = value
+            outputs[slot] = value
         if lay.is_row:
             return self._finish_rows(params, outputs, partials, inits, thread_id, block_id)
         return self._finish_columns(params, outputs, partials, inits, thread_id, block_id)
@@ -376,7 +373,7 @@ class ReductionEmitter(KernelEmitter):
 
     def _predicated_insert(self, cond, value, dest, indices):
         if hasattr(xla_gpu, "PredicatedInsertOp"):
-            return xla_gpu.PredicatedInsertOp(value, dest, indices, cond).result
+            return xla_gpu.PredicatedInsertOp(value, dest, list(indices), cond).result
         if_op = scf.IfOp(cond, [dest.type], has_else=True)
         with ir.InsertionPoint(if_op.then_block):
             scf.YieldOp([tensor.insert(value, dest, indices)])
@@ -386,7 +383,7 @@ class ReductionEmitter(KernelEmitter):
 
     def _predicated_extract(self, cond, source, indices, default):
         if hasattr(xla_gpu, "PredicatedExtractOp"):
-            return xla_gpu.PredicatedExtractOp(source, indices, cond, default).result
+            return xla_gpu.PredicatedExtractOp(source, list(indices), cond, default).result
         if_op = scf.IfOp(cond, [default.type], has_else=True)
         with ir.InsertionPoint(if_op.then_block):
             scf.YieldOp([tensor.extract(source, indices)])
