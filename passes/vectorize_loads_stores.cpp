@@ -158,15 +158,20 @@ void vectorizeWrites(scf::ForOp loop, int64_t n) {
               ArrayRef<OpFoldResult>{iv}));
         return yielded;
       }));
-  // The tensor passes through the loop unchanged.
-  for (Write &w : writes) rewriter.replaceOp(w.insert, w.insert.getDest());
+  // The tensor passes through the loop unchanged. (The inserts are gone
+  // after this: keep their locations.)
+  SmallVector<Location> locs;
+  for (Write &w : writes) {
+    locs.push_back(w.insert.getLoc());
+    rewriter.replaceOp(w.insert, w.insert.getDest());
+  }
   rewriter.setInsertionPointAfter(newLoop);
   for (auto [i, w] : llvm::enumerate(writes)) {
     Value tensor = newLoop.getInitArgs()[w.position];
     // Computed after the loop; CSE merges it with a read's equal base.
     Value base = hoistBase(rewriter, newLoop.getLoc(), w.access);
     auto write = vector::TransferWriteOp::create(
-        rewriter, w.insert.getLoc(), newLoop.getResult(firstNew + i), tensor,
+        rewriter, locs[i], newLoop.getResult(firstNew + i), tensor,
         ValueRange{base}, ArrayRef<bool>{true});
     newLoop.getResult(w.position).replaceAllUsesWith(write.getResult());
   }
