@@ -25,8 +25,10 @@ def XlaGpu_Dialect : Dialect {
   let useDefaultAttributePrinterParser = 1;
   // Folded apply_indexing results become arith.constant.
   let hasConstantMaterializer = 1;
+  // Canonicalizations create tensor.insert / tensor.extract.
   let dependentDialects = ["::mlir::arith::ArithDialect",
-                           "::mlir::func::FuncDialect"];
+                           "::mlir::func::FuncDialect",
+                           "::mlir::tensor::TensorDialect"];
   let extraClassDeclaration = [{
     void registerAttributes();
   }];

@@ -7,6 +7,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 namespace mlir::xla_gpu {
 namespace {
@@ -553,6 +554,186 @@ LogicalResult SyncThreadsOp::inferReturnTypes(
 
 void SyncThreadsOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
   if (getNumResults() > 0) setNameFn(getResult(0), "synced_tensor");
+}
+
+//===----------------------------------------------------------------------===//
+// ShuffleReduceOp
+//===----------------------------------------------------------------------===//
+
+void ShuffleReduceOp::build(OpBuilder &builder, OperationState &result,
+                            func::FuncOp combiner, ValueRange operands,
+                            int64_t maxDistance) {
+  result.addOperands(operands);
+  auto &props = result.getOrAddProperties<Properties>();
+  props.combiner = FlatSymbolRefAttr::get(combiner);
+  props.max_distance = builder.getI64IntegerAttr(maxDistance);
+  result.addTypes(operands.getTypes());
+}
+
+// `(%a, %b) to 16 combiner=@fn : f32, i32`
+ParseResult ShuffleReduceOp::parse(OpAsmParser &parser,
+                                   OperationState &result) {
+  SmallVector<OpAsmParser::UnresolvedOperand> operands;
+  SmallVector<Type> types;
+  int64_t maxDistance;
+  FlatSymbolRefAttr combiner;
+  llvm::SMLoc operandsLoc = parser.getCurrentLocation();
+  if (parser.parseOperandList(operands, OpAsmParser::Delimiter::Paren) ||
+      parser.parseKeyword("to") || parser.parseInteger(maxDistance) ||
+      parser.parseKeyword("combiner") || parser.parseEqual() ||
+      parser.parseAttribute(combiner) ||
+      parser.parseOptionalAttrDict(result.attributes) ||
+      parser.parseColonTypeList(types) ||
+      parser.resolveOperands(operands, types, operandsLoc, result.operands))
+    return failure();
+  auto &props = result.getOrAddProperties<Properties>();
+  props.combiner = combiner;
+  props.max_distance = parser.getBuilder().getI64IntegerAttr(maxDistance);
+  result.addTypes(types);
+  return success();
+}
+
+void ShuffleReduceOp::print(OpAsmPrinter &p) {
+  p << '(' << getOperands() << ") to " << getMaxDistance() << " combiner=";
+  p.printAttributeWithoutType(getCombinerAttr());
+  p.printOptionalAttrDict((*this)->getAttrs(), {"combiner", "max_distance"});
+  p << " : " << getOperandTypes();
+}
+
+LogicalResult ShuffleReduceOp::verify() {
+  int64_t distance = getMaxDistance();
+  if (distance < 1 || distance > 16 || !llvm::isPowerOf2_64(distance))
+    return emitOpError("max_distance must be a power of two in [1, 16], got ")
+           << distance;
+  if (getOperands().empty())
+    return emitOpError("needs at least one operand");
+  for (auto [i, type] : llvm::enumerate(getOperandTypes())) {
+    bool scalar = type.isIndex() ||
+                  (type.isIntOrFloat() && type.getIntOrFloatBitWidth() <= 64);
+    if (!scalar)
+      return emitOpError("operand #")
+             << i << " has type " << type
+             << "; lanes exchange integers, floats or index of at most 64 "
+                "bits";
+  }
+  if (getResultTypes() != getOperandTypes())
+    return emitOpError("result types (")
+           << getResultTypes() << ") must be the operand types ("
+           << getOperandTypes() << ")";
+  return success();
+}
+
+LogicalResult
+ShuffleReduceOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto callee =
+      symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, getCombinerAttr());
+  if (!callee)
+    return emitOpError("combiner '")
+           << getCombiner() << "' does not reference a func.func in scope";
+  FunctionType type = callee.getFunctionType();
+  SmallVector<Type> inputs(getOperandTypes());
+  llvm::append_range(inputs, getOperandTypes());
+  if (type.getInputs() != ArrayRef<Type>(inputs) ||
+      !llvm::equal(type.getResults(), getOperandTypes()))
+    return emitOpError("combiner @")
+           << getCombiner() << " has type " << type << "; expected "
+           << FunctionType::get(getContext(), inputs,
+                                SmallVector<Type>(getOperandTypes()))
+           << " (the lane's values, then the other lane's)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// PredicatedInsertOp, PredicatedExtractOp
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+LogicalResult verifyIndexCount(Operation *op, RankedTensorType type,
+                               size_t numIndices) {
+  if (static_cast<int64_t>(numIndices) != type.getRank())
+    return op->emitOpError("expects ")
+           << type.getRank() << " indices (the rank of " << type << "), got "
+           << numIndices;
+  return success();
+}
+
+std::optional<bool> constantCondition(Value cond) {
+  APInt value;
+  if (!matchPattern(cond, m_ConstantInt(&value))) return std::nullopt;
+  return !value.isZero();
+}
+
+} // namespace
+
+LogicalResult PredicatedInsertOp::verify() {
+  return verifyIndexCount(*this, getDest().getType(), getIndices().size());
+}
+
+OpFoldResult PredicatedInsertOp::fold(FoldAdaptor) {
+  if (constantCondition(getCondition()) == false) return getDest();
+  return {};
+}
+
+LogicalResult PredicatedInsertOp::canonicalize(PredicatedInsertOp op,
+                                               PatternRewriter &rewriter) {
+  if (constantCondition(op.getCondition()) != true) return failure();
+  rewriter.replaceOpWithNewOp<tensor::InsertOp>(op, op.getValue(), op.getDest(),
+                                                op.getIndices());
+  return success();
+}
+
+LogicalResult PredicatedExtractOp::verify() {
+  return verifyIndexCount(*this, getSrc().getType(), getIndices().size());
+}
+
+OpFoldResult PredicatedExtractOp::fold(FoldAdaptor) {
+  if (constantCondition(getCondition()) == false) return getFallback();
+  return {};
+}
+
+LogicalResult PredicatedExtractOp::canonicalize(PredicatedExtractOp op,
+                                                PatternRewriter &rewriter) {
+  if (constantCondition(op.getCondition()) != true) return failure();
+  rewriter.replaceOpWithNewOp<tensor::ExtractOp>(op, op.getSrc(),
+                                                 op.getIndices());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AtomicRMWOp
+//===----------------------------------------------------------------------===//
+
+void AtomicRMWOp::build(OpBuilder &builder, OperationState &result,
+                        Value input, ValueRange indices) {
+  result.addOperands(input);
+  result.addOperands(indices);
+  result.addTypes(input.getType());
+  Region *body = result.addRegion();
+  OpBuilder::InsertionGuard guard(builder);
+  Type element = cast<TensorType>(input.getType()).getElementType();
+  builder.createBlock(body, {}, {element}, {result.location});
+}
+
+LogicalResult AtomicRMWOp::verify() {
+  return verifyIndexCount(*this, getInput().getType(), getIndices().size());
+}
+
+LogicalResult AtomicRMWOp::verifyRegions() {
+  Type element = getElementType();
+  Block &body = getComputation().front();
+  if (body.getNumArguments() != 1 || body.getArgument(0).getType() != element)
+    return emitOpError("the region takes one argument, the current value (")
+           << element << ")";
+  auto yield = body.empty() ? nullptr : dyn_cast<YieldOp>(&body.back());
+  if (!yield)
+    return emitOpError("the region must end in xla_gpu.yield");
+  if (yield.getValues().size() != 1 ||
+      yield.getValues().front().getType() != element)
+    return yield.emitOpError("yields (")
+           << yield.getValues().getTypes() << ") but the atomic_rmw needs one "
+           << element;
+  return success();
 }
 
 } // namespace mlir::xla_gpu

@@ -108,8 +108,10 @@ def XlaGpu_LoopOp : XlaGpu_Op<"loop", [
 }
 
 def XlaGpu_YieldOp : XlaGpu_Op<"yield", [
-    Pure, ReturnLike, Terminator, HasParent<"::mlir::xla_gpu::LoopOp">]> {
-  let summary = "Yields the next iteration arguments of an xla_gpu.loop";
+    Pure, ReturnLike, Terminator,
+    ParentOneOf<["::mlir::xla_gpu::LoopOp", "::mlir::xla_gpu::AtomicRMWOp"]>]> {
+  let summary = "Yields the next iteration arguments of an xla_gpu.loop, or "
+                "the new value of an xla_gpu.atomic_rmw";
   let arguments = (ins Variadic<AnyType>:$values);
   let builders = [OpBuilder<(ins), [{ /* nothing to yield */ }]>];
   let assemblyFormat = "attr-dict ($values^ `:` type($values))?";
@@ -184,6 +186,137 @@ def XlaGpu_SyncThreadsOp : XlaGpu_Op<"sync_threads", [
   let arguments = (ins Variadic<AnyRankedTensor>:$operands);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let assemblyFormat = "$operands attr-dict `:` type($operands)";
+}
+
+//===----------------------------------------------------------------------===//
+// shuffle_reduce
+//===----------------------------------------------------------------------===//
+
+// Result types are spelled out in builders (Python: ShuffleReduceOp(types,
+// combiner, operands, max_distance)); the syntax prints them once.
+def XlaGpu_ShuffleReduceOp : XlaGpu_Op<"shuffle_reduce", [
+    NoMemoryEffect, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "A butterfly reduction over the lanes of a warp";
+  let description = [{
+    ```
+    %r:2 = xla_gpu.shuffle_reduce(%v, %i) to 16 combiner=@argmax : f32, i32
+    ```
+    For each distance `d` = `max_distance`, `max_distance / 2`, ..., 1,
+    every lane combines its values with those of lane `lane xor d`:
+    `(v, i) = @argmax(v, i, v_other, i_other)` (the lane's own values first).
+    Afterwards every lane of each group of `2 * max_distance` lanes holds
+    the combined values. `max_distance` is a power of two, at most 16; the
+    combiner is a `func.func` of type `(T..., T...) -> (T...)` for the
+    operand types `T...` (integers, floats or index, at most 64 bits).
+
+    Every lane of the warp must execute it together: the cpu target
+    requires it at the top level of the kernel and blocks of whole warps.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$combiner,
+                       Variadic<AnyType>:$operands,
+                       I64Attr:$max_distance);
+  let results = (outs Variadic<AnyType>:$results);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let builders = [
+    OpBuilder<(ins "::mlir::func::FuncOp":$combiner,
+                   "::mlir::ValueRange":$operands, "int64_t":$max_distance)>,
+  ];
+}
+
+//===----------------------------------------------------------------------===//
+// predicated_insert, predicated_extract
+//===----------------------------------------------------------------------===//
+
+def XlaGpu_PredicatedInsertOp : XlaGpu_Op<"predicated_insert", [
+    Pure, AllTypesMatch<["dest", "result"]>,
+    TypesMatchWith<"the value's type is the element type of dest", "dest",
+                   "value",
+                   "::llvm::cast<::mlir::TensorType>($_self).getElementType()">]> {
+  let summary = "Inserts an element into a tensor if a condition holds";
+  let description = [{
+    `%r = xla_gpu.predicated_insert %v into %t[%i, %j] if %cond : tensor<4x8xf32>`
+    is `%t` with `%v` at `[%i, %j]` when `%cond` is true, else `%t`
+    unchanged (the indices need not be valid then).
+  }];
+  let arguments = (ins AnyType:$value, AnyRankedTensor:$dest,
+                       Variadic<Index>:$indices, I1:$condition);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $value `into` $dest `[` $indices `]` `if` $condition attr-dict `:` type($dest)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizeMethod = 1;
+}
+
+def XlaGpu_PredicatedExtractOp : XlaGpu_Op<"predicated_extract", [
+    Pure,
+    TypesMatchWith<"the result's type is the element type of src", "src",
+                   "result",
+                   "::llvm::cast<::mlir::TensorType>($_self).getElementType()">,
+    TypesMatchWith<"the fallback's type is the element type of src", "src",
+                   "fallback",
+                   "::llvm::cast<::mlir::TensorType>($_self).getElementType()">]> {
+  let summary = "Extracts an element of a tensor if a condition holds";
+  let description = [{
+    `%e = xla_gpu.predicated_extract %t[%i] if %cond else %default : tensor<8xf32>`
+    is `%t[%i]` when `%cond` is true, else `%default` (the indices need not
+    be valid then).
+  }];
+  let arguments = (ins AnyRankedTensor:$src, Variadic<Index>:$indices,
+                       I1:$condition, AnyType:$fallback);
+  let results = (outs AnyType:$result);
+  let assemblyFormat = [{
+    $src `[` $indices `]` `if` $condition `else` $fallback attr-dict `:` type($src)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizeMethod = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// atomic_rmw
+//===----------------------------------------------------------------------===//
+
+def XlaGpu_AtomicRMWOp : XlaGpu_Op<"atomic_rmw", [
+    RecursiveMemoryEffects, AllTypesMatch<["input", "result"]>]> {
+  let summary = "Atomically updates one element of a tensor";
+  let description = [{
+    ```
+    %r = xla_gpu.atomic_rmw %t[%i, %j] : tensor<4x8xf32> {
+    ^bb0(%current: f32):
+      %new = arith.addf %current, %v : f32
+      xla_gpu.yield %new : f32
+    }
+    ```
+    Reads the element at `[%i, %j]`, runs the region on it and writes back
+    the yielded value, atomically with respect to the other threads that
+    update the same element; the result is the updated tensor. The region
+    may run more than once (a compare-and-swap loop); what it computes from
+    values other than `%current` must not have side effects.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, Variadic<Index>:$indices);
+  let results = (outs AnyRankedTensor:$result);
+  let regions = (region SizedRegion<1>:$computation);
+  let assemblyFormat = [{
+    $input `[` $indices `]` `:` type($input) $computation attr-dict
+  }];
+  let hasVerifier = 1;
+  let hasRegionVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [
+    // Builds the op with a body block of one argument, the current value.
+    OpBuilder<(ins "::mlir::Value":$input, "::mlir::ValueRange":$indices)>,
+  ];
+  let extraClassDeclaration = [{
+    ::mlir::Block *getBody() { return &getComputation().front(); }
+    ::mlir::BlockArgument getCurrentValue() { return getBody()->getArgument(0); }
+    ::mlir::Type getElementType() {
+      return ::llvm::cast<::mlir::TensorType>(getInput().getType())
+          .getElementType();
+    }
+  }];
 }
 
 #endif  // XLA_GPU_OPS_TD

@@ -39,12 +39,34 @@ def LowerXlaLoopsToScfPass
 def LowerXlaToScfPass : Pass<"xla-lower-xla-to-scf", "mlir::func::FuncOp"> {
   let summary = "Lowers the xla_gpu ops that have no LLVM lowering to scf";
   let description = [{
-    Everything `xla-lower-xla-loops-to-scf` does, and the other xla_gpu
-    control ops as they are added; after it only apply_indexing,
-    allocate_shared and sync_threads (lowered later) remain.
+    Everything `xla-lower-xla-loops-to-scf` does, and the predicated tensor
+    accesses: `xla_gpu.predicated_insert` / `predicated_extract` become an
+    `scf.if` around `tensor.insert` / `tensor.extract` (else the tensor /
+    the fallback). After it only apply_indexing, allocate_shared,
+    sync_threads, atomic_rmw and shuffle_reduce (lowered later, per target)
+    remain.
   }];
   let dependentDialects = ["mlir::arith::ArithDialect",
-                           "mlir::scf::SCFDialect"];
+                           "mlir::scf::SCFDialect",
+                           "mlir::tensor::TensorDialect"];
+}
+
+def LowerShuffleReducePass
+    : Pass<"xla-lower-shuffle-reduce", "mlir::func::FuncOp"> {
+  let summary = "Lowers xla_gpu.shuffle_reduce to gpu.shuffle xor and calls "
+                "of the combiner (the cuda target)";
+  let description = [{
+    For each distance d = max_distance, ..., 2, 1 every operand goes through
+    `gpu.shuffle xor %v, d, 32` (one 32-bit shuffle per piece: 64-bit values
+    as two halves, narrower ones zero-extended; floats through their bits,
+    index through i64) and a `func.call` of the combiner takes the lane's
+    own values, then the other lane's. Runs in the cuda pipeline before
+    xla-lower-to-llvm; the cpu target emulates the op in xla-emulate-grid
+    instead.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect",
+                           "mlir::gpu::GPUDialect",
+                           "mlir::func::FuncDialect"];
 }
 
 def SimplifyArithPass : Pass<"xla-simplify-arith", "mlir::func::FuncOp"> {
@@ -65,7 +87,7 @@ def FlattenTensorsPass : Pass<"xla-flatten-tensors", "mlir::ModuleOp"> {
     `tensor<6x512x4096xbf16>` becomes `tensor<12582912xbf16>` in function
     signatures, calls and returns, scf.for/scf.if carried values,
     constants, allocate_shared, sync_threads and pure_call; every
-    tensor.extract / tensor.insert indexes through an `xla_gpu.apply_indexing`
+    tensor.extract / tensor.insert / xla_gpu.atomic_rmw indexes through an `xla_gpu.apply_indexing`
     of the row-major linearization, which the canonicalizer composes with
     the indexing that produced the indices. Rank-0 tensors become one
     element. Ops it does not know that carry such tensors are an error.
@@ -128,9 +150,21 @@ def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
     `xla_gpu.allocate_shared` becomes a global in shared memory (address
     space 3), `xla_gpu.sync_threads` a `gpu.barrier`, tensor constants
     private globals.
+
+    `xla_gpu.atomic_rmw` becomes one monotonic `llvm.atomicrmw` when its
+    region combines `%current` with one other value by an op LLVM has (f32
+    and f64 `addf`, `maxnumf`/`minnumf`/`maximumf`/`minimumf`; i32 and i64
+    `addi`, `max/minsi`, `max/minui`; `ori`/`andi`/`xori`), an exchange when
+    the yielded value does not depend on `%current`, nothing when it yields
+    `%current`; region ops that do not depend on `%current` run once,
+    before. Anything else is a compare-and-swap loop (`scf.while` around
+    `llvm.cmpxchg`) that runs the region on the value seen. Elements of 8
+    or 16 bits (and i1, a byte) are updated through the aligned 32-bit word
+    that holds them: the CAS loop replaces their bits in the word, and
+    or/and/xor are word-wide atomics that leave the other bits unchanged.
   }];
   let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::gpu::GPUDialect",
-                           "mlir::arith::ArithDialect"];
+                           "mlir::arith::ArithDialect", "mlir::scf::SCFDialect"];
 }
 
 def SimplifyAffinePass : Pass<"xla-simplify-affine", "mlir::ModuleOp"> {
@@ -176,7 +210,8 @@ def EraseDeadFunctionsPass
   let description = [{
     After inlining, the outlined subgraph functions whose calls were all
     inlined are dead: everything not reachable from a public function
-    through calls (`func.call`, `xla_gpu.pure_call`) is erased.
+    through symbol references (`func.call`, `xla_gpu.pure_call`, the
+    combiner of `xla_gpu.shuffle_reduce`) is erased.
   }];
 }
 
@@ -227,6 +262,14 @@ def EmulateGridPass : Pass<"xla-emulate-grid", "mlir::ModuleOp"> {
     per-block buffers (stack allocations reused by every block, as a GPU
     reuses a multiprocessor's shared memory). A barrier nested in control
     flow cannot be cut there and is an error.
+
+    An `xla_gpu.shuffle_reduce` (at the top level of the kernel, like a
+    barrier) cuts the kernel too: the phase before stores each thread's
+    operands, then one loop over the block's threads per distance d
+    (max_distance, ..., 2, 1) computes `combiner(mine, lane t xor d's)` for
+    every thread t into a second buffer, exactly the GPU's butterfly, and
+    the phases after read their thread's result. Blocks must be whole warps
+    (threads a multiple of 32).
 
     Launch dimensions are one-dimensional: `threads` per block and `blocks`
     (0: one more than the upper bound of `xla.range` on `gpu.thread_id x`

@@ -31,13 +31,19 @@
 // Grid queries (gpu.thread_id, ...) are not values of a phase: every use is
 // replaced by the loop counters (or launch constants) of the phase it is in.
 //
-// Sync points other than the block barrier fit the same frame: a warp
-// collective (XLA's shuffle_reduce) cuts the kernel like a barrier, its
-// operands are kept per thread by the phase before, and between the two
-// phases a loop over the block's warps combines each warp's 32 lane values
-// in the order of the GPU's butterfly shuffles and stores every lane's
-// result to a per-thread buffer that the phase after reloads. That step
-// goes where `emitBetweenPhases` is called.
+// Warp shuffles. An xla_gpu.shuffle_reduce cuts the kernel like a barrier
+// (every lane of a warp must have its operands before any lane reads the
+// others'). The phase before stores each thread's operands into a buffer
+// with one slot per thread; between the two phases, one loop over the
+// block's threads per distance d (max_distance, ..., 2, 1) computes
+//   next[t] = combiner(cur[t], cur[t xor d])
+// for every thread t, which is lane t % 32's step of the GPU's butterfly
+// (t xor d stays in t's warp), each lane with its own values first, as the
+// GPU's lanes call it; `cur` and `next` alternate between two buffers. The
+// phases after read their thread's slot of the last one. The results are
+// therefore bit-identical to the GPU's, whatever the combiner. Warps with
+// inactive lanes have no defined shuffle result on the GPU: blocks must be
+// whole warps.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,12 +75,13 @@ bool isGridQuery(Operation *op) {
 
 // Where the threads of a block wait for each other; the kernel is cut there.
 enum class SyncKind {
-  kBlockBarrier,  // gpu.barrier: nothing to do between the phases
-  // kWarpCollective: a shuffle reduction, emulated between the phases.
+  kBlockBarrier,    // gpu.barrier: nothing to do between the phases
+  kWarpCollective,  // xla_gpu.shuffle_reduce: the butterfly between them
 };
 
 std::optional<SyncKind> getSyncKind(Operation *op) {
   if (isa<gpu::BarrierOp>(op)) return SyncKind::kBlockBarrier;
+  if (isa<ShuffleReduceOp>(op)) return SyncKind::kWarpCollective;
   return std::nullopt;
 }
 
@@ -166,6 +173,15 @@ private:
     Type stored;   // index is kept as i64
     unsigned phase;
   };
+  // One shuffle_reduce: per operand, two buffers of one slot per thread
+  // (the butterfly's current and next values).
+  struct Shuffle {
+    ShuffleReduceOp op;
+    SmallVector<Type> stored;
+    SmallVector<Value> buffers[2];
+    unsigned resultSide = 0;             // which buffers hold the results
+    SmallVector<Value> operandsInPhase;  // stored at the phase's end
+  };
 
   LogicalResult check();
   LogicalResult replaceSharedMemory();
@@ -173,14 +189,17 @@ private:
   void buildLoops();
   LogicalResult rewriteOperands();
   void moveOpsAndKeepValues();
-  void emitBetweenPhases(unsigned before, SyncKind kind);
+  void emitBetweenPhases(OpBuilder &b, unsigned before);
+  void emitButterfly(OpBuilder &b, Shuffle &shuffle);
 
   std::optional<unsigned> definingPhase(Value value) const;
   bool recomputable(Value value, int depth);
   FailureOr<Value> valueIn(Value value, unsigned phase);
   Value gridValue(Operation *query, unsigned phase);
   FailureOr<Value> reload(Value value, unsigned phase);
-  Value threadSlot(OpBuilder &b, Location loc, const Kept &kept, unsigned phase);
+  Value threadSlot(OpBuilder &b, Location loc, Value buffer, Type stored,
+                   unsigned phase);
+  Value threadBuffer(Location loc, Type stored);
   Value indexConstant(int64_t value);
   Value i64One() {
     if (!i64One_)
@@ -200,6 +219,8 @@ private:
   llvm::DenseSet<Operation *> prologue_;
   SmallVector<Phase> phases_;
   SmallVector<SyncKind> syncs_;  // syncs_[i] ends phases_[i]
+  SmallVector<Operation *> syncOps_;
+  llvm::MapVector<unsigned, Shuffle> shuffles_;  // by the phase they end
   llvm::DenseMap<Operation *, unsigned> phaseOf_;  // top-level op -> phase
   llvm::MapVector<Value, Kept> kept_;
   llvm::DenseMap<Value, bool> recomputable_;
@@ -215,13 +236,20 @@ LogicalResult KernelEmulation::check() {
     return kernelError(kernel_) << "the kernel body must be one block (run "
                                    "xla-emulate-grid before convert-scf-to-cf)";
   WalkResult walk = kernel_.walk([&](Operation *op) -> WalkResult {
-    if (getSyncKind(op)) {
+    if (std::optional<SyncKind> kind = getSyncKind(op)) {
+      bool barrier = *kind == SyncKind::kBlockBarrier;
       if (op->getBlock() != &body_)
         return op->emitOpError("inside '")
                << op->getParentOp()->getName()
                << "' cannot be emulated on the host: the kernel is cut into "
-                  "phases at barriers, which must be at the top level of "
-                  "the kernel";
+                  "phases at "
+               << (barrier ? "barriers" : "warp shuffles")
+               << ", which must be at the top level of the kernel";
+      if (!barrier && threads_ % kWarpSize != 0)
+        return op->emitOpError("needs whole warps, but the block has ")
+               << threads_ << " threads, not a multiple of " << kWarpSize
+               << " (the lanes a partial warp lacks have no values to "
+                  "shuffle on the GPU either)";
       return WalkResult::advance();
     }
     if (isGridQuery(op)) return WalkResult::advance();
@@ -283,7 +311,16 @@ void KernelEmulation::cutIntoPhases() {
   for (Operation &op : body_.without_terminator()) {
     if (prologue_.contains(&op)) continue;
     if (std::optional<SyncKind> kind = getSyncKind(&op)) {
+      if (*kind == SyncKind::kWarpCollective) {
+        Shuffle &shuffle = shuffles_[phases_.size() - 1];
+        shuffle.op = cast<ShuffleReduceOp>(op);
+        for (Type type : op.getOperandTypes())
+          shuffle.stored.push_back(type.isIndex()
+                                       ? IntegerType::get(op.getContext(), 64)
+                                       : type);
+      }
       syncs_.push_back(*kind);
+      syncOps_.push_back(&op);
       phases_.emplace_back();
       continue;
     }
@@ -309,17 +346,74 @@ void KernelEmulation::buildLoops() {
   blockIv_ = blockLoop.getInductionVar();
   b.setInsertionPoint(blockLoop.getBody()->getTerminator());
   for (auto [i, phase] : llvm::enumerate(phases_)) {
-    if (i > 0) emitBetweenPhases(i - 1, syncs_[i - 1]);
-    if (phase.ops.empty()) continue;
+    if (i > 0) emitBetweenPhases(b, i - 1);
+    // A phase that ends in a shuffle stores its operands, even when it
+    // has no ops of its own.
+    if (phase.ops.empty() && !shuffles_.count(i)) continue;
     phase.loop = scf::ForOp::create(b, loc, zero, threads, one);
   }
 }
 
-void KernelEmulation::emitBetweenPhases(unsigned, SyncKind kind) {
-  switch (kind) {
+void KernelEmulation::emitBetweenPhases(OpBuilder &b, unsigned before) {
+  switch (syncs_[before]) {
   case SyncKind::kBlockBarrier:
     return;  // the loop structure is the barrier
+  case SyncKind::kWarpCollective:
+    emitButterfly(b, shuffles_[before]);
+    return;
   }
+}
+
+// The butterfly of one shuffle_reduce over all lanes of the block, one
+// loop over the threads per distance.
+void KernelEmulation::emitButterfly(OpBuilder &b, Shuffle &shuffle) {
+  ShuffleReduceOp op = shuffle.op;
+  Location loc = op.getLoc();
+  for (Type stored : shuffle.stored)
+    for (SmallVector<Value> &side : shuffle.buffers)
+      side.push_back(threadBuffer(loc, stored));
+  Value zero = indexConstant(0), one = indexConstant(1);
+  Value threads = indexConstant(threads_);
+  unsigned side = 0;
+  for (int64_t d = op.getMaxDistance(); d >= 1; d /= 2, side ^= 1) {
+    auto loop = scf::ForOp::create(b, loc, zero, threads, one);
+    OpBuilder body(loop.getBody()->getTerminator());
+    Type i64 = body.getI64Type();
+    Value lane = arith::IndexCastUIOp::create(body, loc, i64,
+                                              loop.getInductionVar());
+    Value other = arith::XOrIOp::create(
+        body, loc, lane, arith::ConstantIntOp::create(body, loc, i64, d));
+    auto load = [&](unsigned k, Value slot) -> Value {
+      Value buffer = shuffle.buffers[side][k];
+      Type stored = shuffle.stored[k];
+      Value addr = LLVM::GEPOp::create(body, loc, buffer.getType(), stored,
+                                       buffer, ValueRange{slot},
+                                       LLVM::GEPNoWrapFlags::inbounds);
+      Value v = LLVM::LoadOp::create(body, loc, stored, addr);
+      Type type = op.getOperand(k).getType();
+      if (type.isIndex()) v = arith::IndexCastOp::create(body, loc, type, v);
+      return v;
+    };
+    SmallVector<Value> args;
+    for (unsigned k = 0; k < op.getNumOperands(); ++k)
+      args.push_back(load(k, lane));
+    for (unsigned k = 0; k < op.getNumOperands(); ++k)
+      args.push_back(load(k, other));
+    auto call = func::CallOp::create(body, loc, op.getCombinerAttr(),
+                                     op.getResultTypes(), args);
+    for (auto [k, result] : llvm::enumerate(call.getResults())) {
+      Value buffer = shuffle.buffers[side ^ 1][k];
+      Type stored = shuffle.stored[k];
+      Value v = result;
+      if (v.getType().isIndex())
+        v = arith::IndexCastOp::create(body, loc, stored, v);
+      Value addr = LLVM::GEPOp::create(body, loc, buffer.getType(), stored,
+                                       buffer, ValueRange{lane},
+                                       LLVM::GEPNoWrapFlags::inbounds);
+      LLVM::StoreOp::create(body, loc, v, addr);
+    }
+  }
+  shuffle.resultSide = side;
 }
 
 std::optional<unsigned> KernelEmulation::definingPhase(Value value) const {
@@ -338,6 +432,7 @@ bool KernelEmulation::recomputable(Value value, int depth) {
   bool result;
   if (!def) result = value.getParentBlock() == &body_;  // kernel argument
   else if (isGridQuery(def)) result = true;
+  else if (getSyncKind(def)) result = false;  // a shuffle's results
   else if (depth > kMaxRecomputeDepth || def->getNumRegions() != 0 ||
            !isMemoryEffectFree(def))
     result = false;
@@ -373,17 +468,24 @@ Value KernelEmulation::gridValue(Operation *query, unsigned phase) {
       .Default([](Operation *) { return Value(); });
 }
 
-Value KernelEmulation::threadSlot(OpBuilder &b, Location loc, const Kept &kept,
-                                  unsigned phase) {
+Value KernelEmulation::threadSlot(OpBuilder &b, Location loc, Value buffer,
+                                  Type stored, unsigned phase) {
   Phase &p = phases_[phase];
   if (!p.threadI64) {
     OpBuilder start = OpBuilder::atBlockBegin(p.loop.getBody());
     p.threadI64 = arith::IndexCastUIOp::create(
         start, loc, start.getI64Type(), p.loop.getInductionVar());
   }
-  return LLVM::GEPOp::create(b, loc, kept.buffer.getType(), kept.stored,
-                             kept.buffer, ValueRange{p.threadI64},
+  return LLVM::GEPOp::create(b, loc, buffer.getType(), stored, buffer,
+                             ValueRange{p.threadI64},
                              LLVM::GEPNoWrapFlags::inbounds);
+}
+
+// A buffer of one `stored` slot per thread of the block, allocated once.
+Value KernelEmulation::threadBuffer(Location loc, Type stored) {
+  return LLVM::AllocaOp::create(
+      entry_, loc, LLVM::LLVMPointerType::get(stored.getContext()),
+      LLVM::LLVMArrayType::get(stored, threads_), i64One(), /*alignment=*/0);
 }
 
 FailureOr<Value> KernelEmulation::reload(Value value, unsigned phase) {
@@ -397,16 +499,14 @@ FailureOr<Value> KernelEmulation::reload(Value value, unsigned phase) {
                  "result is used after a barrier and must be kept per "
                  "thread, but its type ")
              << value.getType() << " cannot be stored";
-    Value buffer = LLVM::AllocaOp::create(
-        entry_, value.getLoc(), LLVM::LLVMPointerType::get(value.getContext()),
-        LLVM::LLVMArrayType::get(stored, threads_), i64One(), /*alignment=*/0);
+    Value buffer = threadBuffer(value.getLoc(), stored);
     it = kept_.insert({value, Kept{buffer, stored, *definingPhase(value)}}).first;
   }
   const Kept &kept = it->second;
   Location loc = value.getLoc();
   OpBuilder b = atPhaseEnd(phase);
-  Value loaded = LLVM::LoadOp::create(b, loc, kept.stored,
-                                      threadSlot(b, loc, kept, phase));
+  Value loaded = LLVM::LoadOp::create(
+      b, loc, kept.stored, threadSlot(b, loc, kept.buffer, kept.stored, phase));
   if (value.getType().isIndex())
     loaded = arith::IndexCastOp::create(b, loc, value.getType(), loaded);
   return loaded;
@@ -423,6 +523,17 @@ FailureOr<Value> KernelEmulation::valueIn(Value value, unsigned phase) {
   std::optional<unsigned> defined = definingPhase(value);
   if (def && isGridQuery(def)) {
     result = gridValue(def, phase);
+  } else if (isa_and_nonnull<ShuffleReduceOp>(def)) {
+    // This thread's slot of the butterfly's last buffers.
+    unsigned k = cast<OpResult>(value).getResultNumber();
+    const Shuffle &s = shuffles_[llvm::find(syncOps_, def) - syncOps_.begin()];
+    Value buffer = s.buffers[s.resultSide][k];
+    Location loc = value.getLoc();
+    OpBuilder b = atPhaseEnd(phase);
+    result = LLVM::LoadOp::create(
+        b, loc, s.stored[k], threadSlot(b, loc, buffer, s.stored[k], phase));
+    if (value.getType().isIndex())
+      result = arith::IndexCastOp::create(b, loc, value.getType(), result);
   } else if (defined && *defined < phase) {
     if (recomputable(value, 0)) {
       IRMapping mapping;
@@ -461,6 +572,13 @@ LogicalResult KernelEmulation::rewriteOperands() {
       });
       if (walk.wasInterrupted()) return failure();
     }
+    // A shuffle's operands as this phase sees them, stored at its end.
+    if (auto it = shuffles_.find(i); it != shuffles_.end())
+      for (Value operand : it->second.op.getOperands()) {
+        FailureOr<Value> value = valueIn(operand, i);
+        if (failed(value)) return failure();
+        it->second.operandsInPhase.push_back(*value);
+      }
   }
   for (auto [operand, value] : updates) operand->set(value);
   return success();
@@ -476,7 +594,22 @@ void KernelEmulation::moveOpsAndKeepValues() {
     Value stored = value;
     if (value.getType().isIndex())
       stored = arith::IndexCastOp::create(b, loc, kept.stored, value);
-    LLVM::StoreOp::create(b, loc, stored, threadSlot(b, loc, kept, kept.phase));
+    LLVM::StoreOp::create(
+        b, loc, stored,
+        threadSlot(b, loc, kept.buffer, kept.stored, kept.phase));
+  }
+  for (auto &[phase, shuffle] : shuffles_) {
+    Location loc = shuffle.op.getLoc();
+    OpBuilder b = atPhaseEnd(phase);
+    for (auto [k, value] : llvm::enumerate(shuffle.operandsInPhase)) {
+      Value stored = value;
+      if (value.getType().isIndex())
+        stored = arith::IndexCastOp::create(b, loc, shuffle.stored[k], value);
+      Value buffer = shuffle.buffers[0][k];
+      LLVM::StoreOp::create(
+          b, loc, stored,
+          threadSlot(b, loc, buffer, shuffle.stored[k], phase));
+    }
   }
 }
 
@@ -507,6 +640,9 @@ LogicalResult KernelEmulation::run() {
   kernel_.walk([&](Operation *op) {
     if (isGridQuery(op) || getSyncKind(op)) dead.push_back(op);
   });
+  // A shuffle may use a grid query or an earlier shuffle: those uses go
+  // first.
+  for (Operation *op : dead) op->dropAllReferences();
   for (Operation *op : dead) {
     if (!op->use_empty())
       return op->emitOpError("xla-emulate-grid: still used outside the phases");

@@ -19,14 +19,16 @@ struct EraseDeadFunctionsPass
     llvm::SetVector<func::FuncOp> live;
     for (auto f : module.getOps<func::FuncOp>())
       if (f.isPublic()) live.insert(f);
-    // Worklist over the call graph (SetVector keeps it finite).
+    // Worklist over the functions' symbol references: calls, and ops that
+    // name a function without calling it directly (a shuffle_reduce's
+    // combiner). SetVector keeps it finite.
     for (size_t i = 0; i < live.size(); ++i) {
       func::FuncOp f = live[i];
-      f.walk([&](CallOpInterface call) {
-        auto ref = dyn_cast<SymbolRefAttr>(call.getCallableForCallee());
-        if (!ref) return;
-        if (auto callee = table.lookup<func::FuncOp>(ref.getRootReference()))
-          live.insert(callee);
+      f.getBody().walk([&](Operation *op) {
+        op->getAttrDictionary().walk([&](SymbolRefAttr ref) {
+          if (auto callee = table.lookup<func::FuncOp>(ref.getRootReference()))
+            live.insert(callee);
+        });
       });
     }
     for (auto f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))

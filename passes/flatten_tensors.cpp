@@ -68,6 +68,29 @@ struct FlattenInsert : OpConversionPattern<tensor::InsertOp> {
   }
 };
 
+// The op keeps its region (the element type does not change).
+struct FlattenAtomicRMW : OpConversionPattern<AtomicRMWOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(AtomicRMWOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto type = cast<RankedTensorType>(op.getInput().getType());
+    if (!needsFlattening(type)) return failure();
+    Location loc = op.getLoc();
+    Value index = linearIndex(rewriter, loc, type, adaptor.getIndices());
+    OperationState state(loc, op->getName());
+    state.addOperands({adaptor.getInput(), index});
+    state.addTypes(adaptor.getInput().getType());
+    state.addAttributes(op->getDiscardableAttrDictionary().getValue());
+    state.addRegion();
+    Operation *flat = rewriter.create(state);
+    Region &region = flat->getRegion(0);
+    rewriter.inlineRegionBefore(op.getComputation(), region, region.end());
+    rewriter.replaceOp(op, flat->getResults());
+    return success();
+  }
+};
+
 struct FlattenConstant : OpConversionPattern<arith::ConstantOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult
@@ -90,7 +113,7 @@ struct FlattenTensorsPass
     ConversionTarget target(*ctx);
 
     populateTensorTypeConversion(converter, patterns, target, needsFlattening);
-    patterns.add<FlattenExtract, FlattenInsert, FlattenConstant,
+    patterns.add<FlattenExtract, FlattenInsert, FlattenConstant, FlattenAtomicRMW,
                  RetypeOp<AllocateSharedOp>, RetypeOp<SyncThreadsOp>,
                  RetypeOp<PureCallOp>>(converter, ctx);
     if (failed(applyPartialConversion(getOperation(), target,

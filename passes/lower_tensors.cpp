@@ -5,6 +5,8 @@
 #include "XlaGpuDialect.h"
 #include "llvm/ADT/DenseSet.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 namespace mlir::xla_gpu {
@@ -32,6 +34,7 @@ BlockArgument traceToArgument(Value value) {
     Operation *op = value.getDefiningOp();
     unsigned result = cast<OpResult>(value).getResultNumber();
     if (auto insert = dyn_cast<tensor::InsertOp>(op)) value = insert.getDest();
+    else if (auto atomic = dyn_cast<AtomicRMWOp>(op)) value = atomic.getInput();
     else if (auto write = dyn_cast<vector::TransferWriteOp>(op))
       value = write.getBase();
     else if (auto loop = dyn_cast<scf::ForOp>(op))
@@ -164,6 +167,258 @@ struct LowerTransferWrite : OpConversionPattern<vector::TransferWriteOp> {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// xla_gpu.atomic_rmw
+//
+// A region that combines %current with one value by an op LLVM has an
+// atomicrmw for becomes that atomicrmw (monotonic); a region that yields a
+// value independent of %current an atomic exchange. Anything else runs in
+// a compare-and-swap loop:
+//
+//   %init = llvm.load %addr atomic monotonic
+//   scf.while (%old = %init) {
+//     %new = <region>(%old)
+//     %seen, %ok = llvm.cmpxchg %addr, %old, %new monotonic monotonic
+//     scf.condition(!%ok) %seen
+//   }
+//
+// Elements narrower than 32 bits are updated through the aligned 32-bit
+// word that holds them: the CAS loop extracts the element from the word
+// and puts the new one back (or/and/xor are word-wide atomics with the
+// other bytes left unchanged). Little-endian, as NVPTX and x86 are.
+//===----------------------------------------------------------------------===//
+
+// How one atomic_rmw is done without a loop.
+struct AtomicPlan {
+  enum Kind { kNothing, kExchange, kBinary, kWordBitwise } kind;
+  LLVM::AtomicBinOp binOp = LLVM::AtomicBinOp::xchg;
+  Value operand;                        // combined with %current
+  SmallVector<Operation *> independent; // region ops run once, before
+};
+
+std::optional<LLVM::AtomicBinOp> hardwareBinOp(Operation *op, Type element) {
+  unsigned bits = element.getIntOrFloatBitWidth();
+  if (isa<FloatType>(element)) {
+    if (bits != 32 && bits != 64) return std::nullopt;
+    if (isa<arith::AddFOp>(op)) return LLVM::AtomicBinOp::fadd;
+    if (isa<arith::MaxNumFOp>(op)) return LLVM::AtomicBinOp::fmax;
+    if (isa<arith::MinNumFOp>(op)) return LLVM::AtomicBinOp::fmin;
+    if (isa<arith::MaximumFOp>(op)) return LLVM::AtomicBinOp::fmaximum;
+    if (isa<arith::MinimumFOp>(op)) return LLVM::AtomicBinOp::fminimum;
+    return std::nullopt;
+  }
+  if (isa<arith::OrIOp>(op)) return LLVM::AtomicBinOp::_or;
+  if (isa<arith::AndIOp>(op)) return LLVM::AtomicBinOp::_and;
+  if (isa<arith::XOrIOp>(op)) return LLVM::AtomicBinOp::_xor;
+  if (bits != 32 && bits != 64) return std::nullopt;
+  if (isa<arith::AddIOp>(op)) return LLVM::AtomicBinOp::add;
+  if (isa<arith::MaxSIOp>(op)) return LLVM::AtomicBinOp::max;
+  if (isa<arith::MinSIOp>(op)) return LLVM::AtomicBinOp::min;
+  if (isa<arith::MaxUIOp>(op)) return LLVM::AtomicBinOp::umax;
+  if (isa<arith::MinUIOp>(op)) return LLVM::AtomicBinOp::umin;
+  return std::nullopt;
+}
+
+// Whether (and how) `op` maps to one atomic instruction.
+std::optional<AtomicPlan> planAtomic(AtomicRMWOp op) {
+  Block *body = op.getBody();
+  Value current = op.getCurrentValue();
+  Value result = cast<YieldOp>(body->getTerminator()).getValues().front();
+  Type element = op.getElementType();
+  unsigned bits = storageType(element).getIntOrFloatBitWidth();
+  llvm::DenseSet<Value> dependent{current};
+  Operation *combining = nullptr;
+  AtomicPlan plan{AtomicPlan::kNothing};
+  for (Operation &inner : body->without_terminator()) {
+    bool usesCurrent = false;
+    inner.walk([&](Operation *nested) {
+      for (Value v : nested->getOperands()) usesCurrent |= dependent.contains(v);
+    });
+    if (!isMemoryEffectFree(&inner)) return std::nullopt;
+    if (!usesCurrent) {
+      plan.independent.push_back(&inner);
+      continue;
+    }
+    if (combining) return std::nullopt;  // more than one step
+    combining = &inner;
+    for (Value r : inner.getResults()) dependent.insert(r);
+  }
+  if (result == current) return plan;  // writes back what is there
+  if (!dependent.contains(result)) {
+    if (bits < 32) return std::nullopt;
+    plan.kind = AtomicPlan::kExchange;
+    plan.operand = result;
+    return plan;
+  }
+  if (combining->getNumResults() != 1 || combining->getNumOperands() != 2 ||
+      combining->getNumRegions() != 0 || result != combining->getResult(0))
+    return std::nullopt;
+  Value lhs = combining->getOperand(0), rhs = combining->getOperand(1);
+  if (lhs == current && !dependent.contains(rhs)) plan.operand = rhs;
+  else if (rhs == current && !dependent.contains(lhs)) plan.operand = lhs;
+  else return std::nullopt;
+  std::optional<LLVM::AtomicBinOp> binOp = hardwareBinOp(combining, element);
+  if (!binOp) return std::nullopt;
+  plan.binOp = *binOp;
+  plan.kind = bits < 32 ? AtomicPlan::kWordBitwise : AtomicPlan::kBinary;
+  return plan;
+}
+
+// The aligned 32-bit word holding a narrow element: its address, the
+// element's bit offset in it and the mask of the other elements' bits.
+struct Word {
+  Value addr, shift, others;
+};
+
+Word containingWord(OpBuilder &b, Location loc, Value addr, unsigned bits) {
+  Type i64 = b.getI64Type(), i32 = b.getI32Type();
+  Value asInt = LLVM::PtrToIntOp::create(b, loc, i64, addr);
+  Value offset = arith::AndIOp::create(
+      b, loc, asInt, arith::ConstantIntOp::create(b, loc, i64, 3));
+  Value back = arith::SubIOp::create(
+      b, loc, arith::ConstantIntOp::create(b, loc, i64, 0), offset);
+  Value wordAddr = LLVM::GEPOp::create(b, loc, addr.getType(), b.getI8Type(),
+                                       addr, ValueRange{back});
+  Value shift = arith::TruncIOp::create(
+      b, loc, i32,
+      arith::ShLIOp::create(b, loc, offset,
+                            arith::ConstantIntOp::create(b, loc, i64, 3)));
+  Value ones = arith::ConstantIntOp::create(b, loc, i32, (1u << bits) - 1);
+  Value mask = arith::ShLIOp::create(b, loc, ones, shift);
+  Value others = arith::XOrIOp::create(
+      b, loc, mask, arith::ConstantIntOp::create(b, loc, i32, -1));
+  return {wordAddr, shift, others};
+}
+
+// The element's bits, as stored (i1 as i8).
+Value toBits(OpBuilder &b, Location loc, Value value, Type storage) {
+  Type element = value.getType();
+  Type bits = b.getIntegerType(storage.getIntOrFloatBitWidth());
+  if (isa<FloatType>(element))
+    return arith::BitcastOp::create(b, loc, bits, value);
+  if (element != bits) return arith::ExtUIOp::create(b, loc, bits, value);
+  return value;
+}
+
+Value fromBits(OpBuilder &b, Location loc, Value bits, Type element) {
+  if (isa<FloatType>(element))
+    return arith::BitcastOp::create(b, loc, element, bits);
+  if (bits.getType() != element)
+    return arith::TruncIOp::create(b, loc, element, bits);
+  return bits;
+}
+
+struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
+  using OpConversionPattern::OpConversionPattern;
+
+  LogicalResult
+  matchAndRewrite(AtomicRMWOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Type element = op.getElementType();
+    Type storage = storageType(element);
+    Value addr = elementAddress(rewriter, loc, adaptor.getInput(), element,
+                                adaptor.getIndices());
+    if (std::optional<AtomicPlan> plan = planAtomic(op))
+      emitAtomic(rewriter, loc, op, *plan, addr, storage);
+    else
+      emitCasLoop(rewriter, loc, op, addr, storage);
+    rewriter.replaceOp(op, adaptor.getInput());
+    return success();
+  }
+
+  void emitAtomic(ConversionPatternRewriter &rewriter, Location loc,
+                  AtomicRMWOp op, const AtomicPlan &plan, Value addr,
+                  Type storage) const {
+    if (plan.kind == AtomicPlan::kNothing) return;
+    IRMapping mapping;
+    for (Operation *inner : plan.independent) rewriter.clone(*inner, mapping);
+    Value operand = mapping.lookupOrDefault(plan.operand);
+    auto monotonic = LLVM::AtomicOrdering::monotonic;
+    if (plan.kind != AtomicPlan::kWordBitwise) {
+      LLVM::AtomicRMWOp::create(
+          rewriter, loc,
+          plan.kind == AtomicPlan::kExchange ? LLVM::AtomicBinOp::xchg
+                                             : plan.binOp,
+          addr, operand, monotonic);
+      return;
+    }
+    // or/and/xor of a narrow element: the same op on its word, with the
+    // other bits of the word left as they are.
+    unsigned bits = storage.getIntOrFloatBitWidth();
+    Word word = containingWord(rewriter, loc, addr, bits);
+    Type i32 = rewriter.getI32Type();
+    Value placed = arith::ShLIOp::create(
+        rewriter, loc,
+        arith::ExtUIOp::create(rewriter, loc, i32,
+                               toBits(rewriter, loc, operand, storage)),
+        word.shift);
+    if (plan.binOp == LLVM::AtomicBinOp::_and)
+      placed = arith::OrIOp::create(rewriter, loc, placed, word.others);
+    LLVM::AtomicRMWOp::create(rewriter, loc, plan.binOp, word.addr, placed,
+                              monotonic);
+  }
+
+  void emitCasLoop(ConversionPatternRewriter &rewriter, Location loc,
+                   AtomicRMWOp op, Value addr, Type storage) const {
+    Type element = op.getElementType();
+    unsigned bits = storage.getIntOrFloatBitWidth();
+    bool narrow = bits < 32;
+    Type i32 = rewriter.getI32Type();
+    Type wordType = narrow ? i32 : rewriter.getIntegerType(bits);
+    Word word{addr, Value(), Value()};
+    if (narrow) word = containingWord(rewriter, loc, addr, bits);
+    auto monotonic = LLVM::AtomicOrdering::monotonic;
+    unsigned alignment = narrow ? 4 : bits / 8;
+    Value init = LLVM::LoadOp::create(
+        rewriter, loc, wordType, word.addr, alignment, /*isVolatile=*/false,
+        /*isNonTemporal=*/false, /*isInvariant=*/false,
+        /*isInvariantGroup=*/false, monotonic);
+
+    auto loop = scf::WhileOp::create(rewriter, loc, TypeRange{wordType},
+                                     ValueRange{init});
+    Block *before = rewriter.createBlock(&loop.getBefore(), {}, {wordType},
+                                         {loc});
+    Value old = before->getArgument(0);
+    Value current;
+    if (narrow) {
+      Value shifted = arith::ShRUIOp::create(rewriter, loc, old, word.shift);
+      Value elementBits = arith::TruncIOp::create(
+          rewriter, loc, rewriter.getIntegerType(bits), shifted);
+      current = fromBits(rewriter, loc, elementBits, element);
+    } else {
+      current = fromBits(rewriter, loc, old, element);
+    }
+    auto yield = cast<YieldOp>(op.getBody()->getTerminator());
+    Value updated = yield.getValues().front();
+    rewriter.inlineBlockBefore(op.getBody(), before, before->end(), {current});
+    rewriter.setInsertionPoint(yield);
+    Value newWord = toBits(rewriter, loc, updated, storage);
+    if (narrow) {
+      Value placed = arith::ShLIOp::create(
+          rewriter, loc, arith::ExtUIOp::create(rewriter, loc, i32, newWord),
+          word.shift);
+      Value others = arith::AndIOp::create(rewriter, loc, old, word.others);
+      newWord = arith::OrIOp::create(rewriter, loc, others, placed);
+    }
+    auto cas = LLVM::AtomicCmpXchgOp::create(rewriter, loc, word.addr, old,
+                                             newWord, monotonic, monotonic);
+    Value seen = LLVM::ExtractValueOp::create(rewriter, loc, cas,
+                                              ArrayRef<int64_t>{0});
+    Value ok = LLVM::ExtractValueOp::create(rewriter, loc, cas,
+                                            ArrayRef<int64_t>{1});
+    Value retry = arith::XOrIOp::create(
+        rewriter, loc, ok, arith::ConstantIntOp::create(rewriter, loc, 1, 1));
+    scf::ConditionOp::create(rewriter, loc, retry, ValueRange{seen});
+    rewriter.eraseOp(yield);
+
+    Block *after = rewriter.createBlock(&loop.getAfter(), {}, {wordType},
+                                        {loc});
+    scf::YieldOp::create(rewriter, loc, after->getArgument(0));
+    rewriter.setInsertionPointAfter(loop);
+  }
+};
+
 // A module-level global, and a generic pointer to it.
 Value addressOfNewGlobal(ConversionPatternRewriter &rewriter, Operation *op,
                          StringRef prefix, Type type, bool constant,
@@ -249,9 +504,16 @@ LogicalResult analyze(func::FuncOp func, Analysis &analysis) {
         return op->emitOpError("xla-lower-tensors: element type ")
                << tensor.getElementType() << " is not supported";
     }
+    if (auto atomic = dyn_cast<AtomicRMWOp>(op)) {
+      unsigned bits = storageType(atomic.getElementType()).getIntOrFloatBitWidth();
+      if (bits != 8 && bits != 16 && bits != 32 && bits != 64)
+        return op->emitOpError("xla-lower-tensors: no atomic update of ")
+               << atomic.getElementType() << " elements (8, 16, 32 or 64 bits)";
+    }
     Value dest;
     if (auto insert = dyn_cast<tensor::InsertOp>(op)) dest = insert.getDest();
     if (auto write = dyn_cast<vector::TransferWriteOp>(op)) dest = write.getBase();
+    if (auto atomic = dyn_cast<AtomicRMWOp>(op)) dest = atomic.getInput();
     if (dest)
       if (BlockArgument arg = traceToArgument(dest)) written.insert(arg);
     return WalkResult::advance();
@@ -297,6 +559,7 @@ struct LowerTensorsPass : impl::LowerTensorsPassBase<LowerTensorsPass> {
                                  [](Type t) { return isa<TensorType>(t); });
     patterns.add<LowerExtract, LowerTransferRead>(converter, ctx, analysis);
     patterns.add<LowerInsert, LowerTransferWrite, LowerAllocateShared,
+                 LowerAtomicRMW,
                  LowerSyncThreads, LowerTensorConstant, RetypeOp<PureCallOp>>(
         converter, ctx);
     if (failed(applyPartialConversion(module, target, std::move(patterns))))

@@ -42,9 +42,13 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
     MLIRContext *ctx = &getContext();
 
     WalkResult gpuLeft = module.walk([](Operation *op) -> WalkResult {
-      if (isa_and_nonnull<gpu::GPUDialect, NVVM::NVVMDialect>(op->getDialect()))
+      if (isa_and_nonnull<gpu::GPUDialect, NVVM::NVVMDialect>(op->getDialect()) ||
+          isa<ShuffleReduceOp>(op))
         return op->emitOpError("has no host lowering (run xla-emulate-grid "
                                "first)");
+      if (isa_and_nonnull<XlaGpuDialect>(op->getDialect()))
+        return op->emitOpError("has no host lowering (run the shared "
+                               "pipeline's passes first)");
       return WalkResult::advance();
     });
     if (gpuLeft.wasInterrupted()) return signalPassFailure();

@@ -12,6 +12,7 @@
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Transforms/DialectConversion.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::xla_gpu {
 
@@ -36,6 +37,23 @@ struct LowerToLLVMPass : impl::LowerToLLVMPassBase<LowerToLLVMPass> {
                                       !f.isExternal();
       if (isKernel) kernels.insert(f.getSymName());
     }
+
+    // xla_gpu ops are lowered by earlier passes; say which.
+    WalkResult leftOver =
+        module.walk<WalkOrder::PreOrder>([](Operation *op) -> WalkResult {
+      if (!isa_and_nonnull<XlaGpuDialect>(op->getDialect()))
+        return WalkResult::advance();
+      StringRef pass = llvm::TypeSwitch<Operation *, StringRef>(op)
+          .Case([](ShuffleReduceOp) { return "xla-lower-shuffle-reduce"; })
+          .Case<AtomicRMWOp, AllocateSharedOp, SyncThreadsOp>(
+              [](Operation *) { return "xla-lower-tensors"; })
+          .Case([](ApplyIndexingOp) { return "xla-simplify-affine"; })
+          .Case([](PureCallOp) { return "xla-convert-pure-call-ops"; })
+          .Default([](Operation *) { return "xla-lower-xla-to-scf"; });
+      return op->emitOpError("has no LLVM lowering (run ") << pass
+                                                           << " first)";
+    });
+    if (leftOver.wasInterrupted()) return signalPassFailure();
 
     LowerToLLVMOptions options(ctx);
     LLVMTypeConverter converter(ctx, options);

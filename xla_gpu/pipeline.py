@@ -9,8 +9,10 @@ for the host (target "cpu"), as one pipeline string and one function.
     pipeline.run(module, target="cpu", threads=128, blocks=24576)
 
 The two targets share every pass up to xla-expand-float-ops; then "cuda"
-lowers to NVVM (xla-lower-to-llvm) and "cpu" turns the launch grid into
-loops (xla-emulate-grid) and lowers for the host (xla-lower-to-host).
+lowers warp shuffles to gpu.shuffle (xla-lower-shuffle-reduce) and lowers
+to NVVM (xla-lower-to-llvm), and "cpu" turns the launch grid into loops
+(xla-emulate-grid, which also emulates the warp shuffles) and lowers for
+the host (xla-lower-to-host).
 
 With `dump_dir`, the passes run one by one and the IR after every pass whose
 name matches `dump_regex` is written to `NN.<pass>.mlir` (the analog of
@@ -63,6 +65,7 @@ PASSES: tuple[str, ...] = (
     "canonicalize",
     "cse",
     "xla-expand-float-ops",                     # bf16 math through f32
+    "func.func(xla-lower-shuffle-reduce)",      # warp shuffles (cpu: emulated)
     "convert-scf-to-cf",
     "xla-lower-to-llvm",                        # llvm + nvvm, libdevice calls
     "reconcile-unrealized-casts",

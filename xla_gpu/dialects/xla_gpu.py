@@ -4,6 +4,14 @@
     from xla_gpu.dialects import xla_gpu
     xla_gpu.build_apply_indexing(map_attr, dims, symbols)   # results inferred
     loop = xla_gpu.build_loop(map_attr, dims, inits)        # body block made
+    xla_gpu.build_shuffle_reduce(combiner, values, 16)      # results
+    op = xla_gpu.build_atomic_rmw(tensor, indices)          # body block made
+
+The generated classes: ApplyIndexingOp, LoopOp, YieldOp, PureCallOp,
+AllocateSharedOp, SyncThreadsOp, ShuffleReduceOp(result_types, combiner,
+operands, max_distance), PredicatedInsertOp(value, dest, indices, cond),
+PredicatedExtractOp(src, indices, cond, fallback), AtomicRMWOp(result_type,
+input, indices) (without its body block: use build_atomic_rmw).
 """
 
 from __future__ import annotations
@@ -14,7 +22,8 @@ from mlir import ir as _ir
 
 from .. import ir as _xla_ir  # loads libXlaGpu.so and registers the passes
 from ._xla_gpu_ops_gen import *  # noqa: F401,F403
-from ._xla_gpu_ops_gen import ApplyIndexingOp, LoopOp
+from ._xla_gpu_ops_gen import (ApplyIndexingOp, AtomicRMWOp, LoopOp,
+                               ShuffleReduceOp)
 
 
 def build_apply_indexing(map_attr: _ir.Attribute, dims: Sequence[_ir.Value],
@@ -37,4 +46,28 @@ def build_loop(map_attr: _ir.Attribute, dims: Sequence[_ir.Value],
     index = _ir.IndexType.get()
     num_index = len(view.symbols) + len(view.affine_map.results)
     op.region.blocks.append(*([index] * num_index), *[v.type for v in inits])
+    return op
+
+
+def build_shuffle_reduce(combiner, values: Sequence[_ir.Value],
+                         max_distance: int = 16) -> list[_ir.Value]:
+    """`xla_gpu.shuffle_reduce(values) to max_distance combiner=@f`: the
+    butterfly over the warp's lanes. `combiner` is a func.func op, a symbol
+    name or a FlatSymbolRefAttr; the results have the values' types."""
+    if isinstance(combiner, str):
+        combiner = _ir.FlatSymbolRefAttr.get(combiner)
+    elif not isinstance(combiner, _ir.FlatSymbolRefAttr):
+        combiner = _ir.FlatSymbolRefAttr.get(
+            _ir.StringAttr(combiner.attributes["sym_name"]).value)
+    op = ShuffleReduceOp([v.type for v in values], combiner, list(values),
+                         max_distance)
+    return list(op.results)
+
+
+def build_atomic_rmw(tensor: _ir.Value, indices: Sequence[_ir.Value]) -> AtomicRMWOp:
+    """An `xla_gpu.atomic_rmw %tensor[indices]` with its body block created:
+    one argument, the element's current value. Fill it and end it with
+    `xla_gpu.YieldOp([new_value])`; the op's result is the updated tensor."""
+    op = AtomicRMWOp(tensor.type, tensor, list(indices))
+    op.regions[0].blocks.append(_ir.RankedTensorType(tensor.type).element_type)
     return op

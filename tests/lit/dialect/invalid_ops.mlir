@@ -133,7 +133,7 @@ func.func @f() {
 // -----
 
 func.func @f(%t: tensor<4xf32>) {
-  // expected-error @+1 {{'xla_gpu.yield' op expects parent op 'xla_gpu.loop'}}
+  // expected-error @+1 {{'xla_gpu.yield' op expects parent op to be one of 'xla_gpu.loop, xla_gpu.atomic_rmw'}}
   xla_gpu.yield %t : tensor<4xf32>
 }
 

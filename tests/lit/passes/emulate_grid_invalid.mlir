@@ -101,3 +101,52 @@ func.func @shared_in_address_space_3() {
 func.func @tensor_argument(%t: tensor<4xf32>) {
   return
 }
+
+// -----
+
+func.func private @add(%a: f32, %b: f32) -> f32 {
+  %s = arith.addf %a, %b : f32
+  return %s : f32
+}
+func.func @shuffle_in_if(%p: !llvm.ptr) {
+  %tid = gpu.thread_id x {xla.range = [0 : index, 31 : index]}
+  %x = llvm.load %p : !llvm.ptr -> f32
+  %c = llvm.load %p : !llvm.ptr -> i1
+  scf.if %c {
+    // expected-error @+1 {{'xla_gpu.shuffle_reduce' op inside 'scf.if' cannot be emulated on the host: the kernel is cut into phases at warp shuffles, which must be at the top level of the kernel}}
+    %r = xla_gpu.shuffle_reduce(%x) to 16 combiner=@add : f32
+    llvm.store %r, %p : f32, !llvm.ptr
+  }
+  return
+}
+
+// -----
+
+// A block of 48 threads has a partial warp: no defined shuffle on the GPU.
+func.func private @add(%a: f32, %b: f32) -> f32 {
+  %s = arith.addf %a, %b : f32
+  return %s : f32
+}
+func.func @partial_warp(%p: !llvm.ptr) {
+  %tid = gpu.thread_id x {xla.range = [0 : index, 47 : index]}
+  %x = llvm.load %p : !llvm.ptr -> f32
+  // expected-error @+1 {{'xla_gpu.shuffle_reduce' op needs whole warps, but the block has 48 threads, not a multiple of 32 (the lanes a partial warp lacks have no values to shuffle on the GPU either)}}
+  %r = xla_gpu.shuffle_reduce(%x) to 8 combiner=@add : f32
+  llvm.store %r, %p : f32, !llvm.ptr
+  return
+}
+
+// -----
+
+func.func private @add(%a: f32, %b: f32) -> f32 {
+  %s = arith.addf %a, %b : f32
+  return %s : f32
+}
+func.func @kernel() {
+  return
+}
+func.func private @not_a_kernel(%x: f32) -> f32 {
+  // expected-error @+1 {{'xla_gpu.shuffle_reduce' op outside a kernel cannot be emulated on the host (inline @not_a_kernel into its kernel)}}
+  %r = xla_gpu.shuffle_reduce(%x) to 16 combiner=@add : f32
+  return %r : f32
+}
