@@ -3,6 +3,7 @@
 #include "Passes.h"
 #include "TensorTypeConversion.h"
 #include "XlaGpuDialect.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
@@ -19,7 +20,10 @@ namespace {
 constexpr unsigned kSharedMemorySpace = 3;
 
 // The function argument a tensor value is (an in-place update of), if any.
-BlockArgument traceToArgument(Value value) {
+// `cache` remembers the scf.if results already traced: without it a chain
+// of n ifs (unrolled bounds checks) costs 2^n.
+BlockArgument traceToArgument(Value value,
+                              llvm::DenseMap<Value, BlockArgument> &cache) {
   for (int steps = 0; steps < 1000; ++steps) {
     if (auto arg = dyn_cast<BlockArgument>(value)) {
       Operation *parent = arg.getOwner()->getParentOp();
@@ -42,10 +46,13 @@ BlockArgument traceToArgument(Value value) {
     else if (auto loop = dyn_cast<LoopOp>(op))
       value = loop.getInits()[result];
     else if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
-      BlockArgument a = traceToArgument(ifOp.thenYield().getOperand(result));
+      if (auto it = cache.find(value); it != cache.end()) return it->second;
+      BlockArgument a =
+          traceToArgument(ifOp.thenYield().getOperand(result), cache);
       if (!ifOp.elseBlock() ||
-          traceToArgument(ifOp.elseYield().getOperand(result)) != a)
-        return {};
+          traceToArgument(ifOp.elseYield().getOperand(result), cache) != a)
+        a = {};
+      cache[value] = a;
       return a;
     } else {
       return {};
@@ -492,6 +499,7 @@ struct LowerTensorConstant : OpConversionPattern<arith::ConstantOp> {
 // Checks what the lowering relies on; fills the analysis.
 LogicalResult analyze(func::FuncOp func, Analysis &analysis) {
   llvm::DenseSet<Value> written;
+  llvm::DenseMap<Value, BlockArgument> traced;
   WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
     for (Type t : llvm::concat<Type>(op->getOperandTypes(), op->getResultTypes())) {
       auto tensor = dyn_cast<RankedTensorType>(t);
@@ -515,14 +523,14 @@ LogicalResult analyze(func::FuncOp func, Analysis &analysis) {
     if (auto write = dyn_cast<vector::TransferWriteOp>(op)) dest = write.getBase();
     if (auto atomic = dyn_cast<AtomicRMWOp>(op)) dest = atomic.getInput();
     if (dest)
-      if (BlockArgument arg = traceToArgument(dest)) written.insert(arg);
+      if (BlockArgument arg = traceToArgument(dest, traced)) written.insert(arg);
     return WalkResult::advance();
   });
   if (walk.wasInterrupted()) return failure();
   for (Block &block : func.getBody())
     if (auto ret = dyn_cast<func::ReturnOp>(block.getTerminator()))
       for (auto [i, value] : llvm::enumerate(ret.getOperands()))
-        if (isa<RankedTensorType>(value.getType()) && !traceToArgument(value))
+        if (isa<RankedTensorType>(value.getType()) && !traceToArgument(value, traced))
           return ret.emitOpError("returned tensor #")
                  << i << " is not an in-place update of a function argument";
   func.walk([&](Operation *op) {
@@ -530,7 +538,7 @@ LogicalResult analyze(func::FuncOp func, Analysis &analysis) {
     if (auto extract = dyn_cast<tensor::ExtractOp>(op)) source = extract.getTensor();
     if (auto read = dyn_cast<vector::TransferReadOp>(op)) source = read.getBase();
     if (!source) return;
-    BlockArgument arg = traceToArgument(source);
+    BlockArgument arg = traceToArgument(source, traced);
     bool declaredInvariant =
         arg && func.getArgAttr(arg.getArgNumber(), "xla.invariant");
     if (arg && (declaredInvariant || !written.contains(arg)))

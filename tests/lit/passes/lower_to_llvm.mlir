@@ -37,3 +37,17 @@ func.func @a() {
 func.func @b() attributes {xla.entry} {
   return
 }
+
+// -----
+
+// Signed floor division (xla-simplify-affine emits it when a dividend may
+// be negative) is expanded, not left illegal.
+// CHECK-LABEL: llvm.func @floordiv(
+// CHECK-NOT: arith.floordivsi
+// CHECK: llvm.sdiv
+func.func @floordiv(%p: !llvm.ptr, %a: i32) attributes {xla.entry} {
+  %c32 = arith.constant 32 : i32
+  %q = arith.floordivsi %a, %c32 : i32
+  llvm.store %q, %p : i32, !llvm.ptr
+  return
+}
