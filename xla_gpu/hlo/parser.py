@@ -369,6 +369,25 @@ class _Parser:
 
     # --------------------------------------------------------------- shapes
 
+    def comma_list(self, close: str, what: str, item):
+        """Items separated by commas up to `close` (consumed); the opening
+        bracket has been consumed already."""
+        out = []
+        self.skip()
+        if self.peek() == close:
+            self.pos += 1
+            return out
+        while True:
+            out.append(item())
+            self.skip()
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            if self.peek() == close:
+                self.pos += 1
+                return out
+            self.error(f"expected ',' or '{close}' in {what}, found {self.describe()}")
+
     def shape(self, depth: int = 0) -> Shape:
         self.skip()
         if depth > _MAX_DEPTH:
@@ -405,30 +424,19 @@ class _Parser:
         if etype not in ELEMENT_TYPES and etype != "token":
             self.error(f"unknown element type '{etype}'", start)
         self.pos += 1
-        dims: list[int] = []
-        self.skip()
-        if self.peek() != "]":
-            while True:
-                self.skip()
-                if self.at("<="):
-                    self.error("dynamic dimensions ('<=') are not supported")
-                if self.peek() == "?":
-                    self.error("unbounded dynamic dimensions ('?') are not "
-                               "supported")
-                dim_pos = self.pos
-                dim = self.integer("a dimension size")
-                if dim < 0:
-                    self.error("negative dimension size", dim_pos)
-                dims.append(dim)
-                self.skip()
-                if self.peek() == ",":
-                    self.pos += 1
-                    continue
-                if self.peek() == "]":
-                    break
-                self.error(f"expected ',' or ']' in the dimensions, found "
-                           f"{self.describe()}")
-        self.pos += 1
+        def dimension() -> int:
+            self.skip()
+            if self.at("<="):
+                self.error("dynamic dimensions ('<=') are not supported")
+            if self.peek() == "?":
+                self.error("unbounded dynamic dimensions ('?') are not supported")
+            dim_pos = self.pos
+            dim = self.integer("a dimension size")
+            if dim < 0:
+                self.error("negative dimension size", dim_pos)
+            return dim
+
+        dims: list[int] = self.comma_list("]", "the dimensions", dimension)
         if etype == "token" and dims:
             self.error("a token shape has no dimensions", start)
         layout = None
@@ -580,21 +588,13 @@ class _Parser:
         if self.peek() == "(":
             self.pos += 1
             params: list[tuple[str, Shape, int]] = []
-            self.skip()
-            if self.peek() != ")":
-                while True:
-                    pname, ppos = self.name("a parameter name")
-                    self.expect(":")
-                    params.append((pname, self.shape(), ppos))
-                    self.skip()
-                    if self.peek() == ",":
-                        self.pos += 1
-                        continue
-                    if self.peek() == ")":
-                        break
-                    self.error(f"expected ',' or ')' in the parameter list, "
-                               f"found {self.describe()}")
-            self.pos += 1
+
+            def parameter():
+                pname, ppos = self.name("a parameter name")
+                self.expect(":")
+                return pname, self.shape(), ppos
+
+            params.extend(self.comma_list(")", "the parameter list", parameter))
             self.expect("->", "before the result shape")
             signature = (params, self.shape())
         self.skip()
@@ -649,7 +649,6 @@ class _Parser:
 
     def instruction(self) -> tuple[HloInstruction, bool]:
         self.skip()
-        start = self.pos
         is_root = False
         if self.at_keyword("ROOT"):
             is_root = True
