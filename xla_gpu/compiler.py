@@ -361,12 +361,7 @@ class _HostRunner:
         self.spec, self.host = spec, host
 
     def run(self, *arrays) -> tuple[np.ndarray, ...]:
-        spec = self.spec
-        arrays = spec.check_arguments(arrays)
-        arrays = [a.copy() if j in spec.aliases.values() else a for j, a in enumerate(arrays)]
-        outputs = [arrays[spec.aliases[k]] if k in spec.aliases
-                   else np.zeros(o.shape, o.storage_dtype) for k, o in enumerate(spec.outputs)]
-        buffers = [arrays[i] if kind == "param" else outputs[i] for kind, i in spec.kernel_args]
-        workers = min(os.cpu_count() or 1, 8) if spec.blocks >= 64 else 1
+        buffers, outputs = self.spec.host_buffers(arrays)
+        workers = min(os.cpu_count() or 1, 8) if self.spec.blocks >= 64 else 1
         self.host.run(buffers, workers=workers)
-        return tuple(o.from_storage(a) for o, a in zip(spec.outputs, outputs))
+        return self.spec.results(outputs)

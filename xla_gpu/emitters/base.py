@@ -199,6 +199,12 @@ class KernelEmitter:
             call_other=lambda inst, idx: self.call_subgraph(inst, tensors, idx),
             call_computation=self.call_computation, injected=injected)
 
+    def value_at(self, inst: HloInstruction, params: Sequence[ir.Value],
+                 indices: Sequence[ir.Value]) -> ir.Value:
+        """The value of `inst` at `indices` in the entry function: read for
+        parameters and constants, a pure_call of its subgraph otherwise."""
+        return self.function_emitter(params, lambda i: False).emit1(inst, indices)
+
     def call_subgraph(self, inst: HloInstruction, tensors: Sequence[ir.Value],
                       indices: Sequence[ir.Value],
                       injected: Sequence[ir.Value] = ()) -> list[ir.Value]:

@@ -68,7 +68,6 @@ class ConcatenateEmitter(KernelEmitter):
         result = outputs[0]
         offset = 0
         rank = len(self.largest)
-        done = set()
         for operand in self.hero.operands:
             size = operand.shape.dims[self.axis]
             if size == 0:
@@ -79,7 +78,7 @@ class ConcatenateEmitter(KernelEmitter):
             with ir.InsertionPoint(block):
                 args = list(block.arguments)
                 indices = args[1:1 + rank]
-                value = self.operand_value(operand, params, indices, done)
+                value = self.value_at(operand, params, indices)
                 out_indices = list(indices)
                 if offset:
                     out_indices[self.axis] = arith.addi(
@@ -90,9 +89,3 @@ class ConcatenateEmitter(KernelEmitter):
             result = loop.results[0]
             offset += size
         return [result]
-
-    def operand_value(self, operand, params, indices, done):
-        if operand.opcode in ("parameter", "constant"):
-            emitter = self.function_emitter(params, lambda i: False)
-            return emitter.emit1(operand, indices)
-        return self.call_subgraph(operand, params, indices)[0]

@@ -166,14 +166,7 @@ class FunctionEmitter:
     def _elementwise(self, inst: HloInstruction, indices: Values) -> Values:
         operand_types = [o.shape.element_type for o in inst.operands]
         args = [self.emit1(o, indices if o.shape.rank else []) for o in inst.operands]
-        return [emit_elementwise(inst, operand_types, args,
-                                 self._call_scalar_computation)]
-
-    def _call_scalar_computation(self, comp: HloComputation, args: Values) -> Values:
-        return self.call_computation(comp, args)
-
-    def _select(self, inst, indices):
-        return self._elementwise(inst, indices)
+        return [emit_elementwise(inst, operand_types, args)]
 
     def _map(self, inst, indices):
         args = [self.emit1(o, indices) for o in inst.operands]
@@ -260,7 +253,7 @@ class FunctionEmitter:
                 scf.YieldOp(values)
         return list(if_op.results)
 
-    def _start_index(self, inst: HloInstruction, limit: int) -> ir.Value:
+    def start_index(self, inst: HloInstruction, limit: int) -> ir.Value:
         """A scalar start index operand, as index, clamped to [0, limit]."""
         value = self.emit1(inst, [])
         t = inst.shape.element_type
@@ -273,13 +266,13 @@ class FunctionEmitter:
     def _dynamic_slice(self, inst, indices):
         operand = inst.operands[0]
         sizes = inst.shape.dims
-        starts = [self._start_index(s, operand.shape.dims[i] - sizes[i])
+        starts = [self.start_index(s, operand.shape.dims[i] - sizes[i])
                   for i, s in enumerate(inst.operands[1:])]
         return self.emit(operand, [arith.addi(d, s) for d, s in zip(indices, starts)])
 
     def _dynamic_update_slice(self, inst, indices):
         operand, update = inst.operands[:2]
-        starts = [self._start_index(s, operand.shape.dims[i] - update.shape.dims[i])
+        starts = [self.start_index(s, operand.shape.dims[i] - update.shape.dims[i])
                   for i, s in enumerate(inst.operands[2:])]
         cond, inner = None, []
         for d, s, size in zip(indices, starts, update.shape.dims):
@@ -474,7 +467,7 @@ def _is_f8(t: str) -> bool:
 
 
 def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
-                     args: Values, call_computation=None) -> ir.Value:
+                     args: Values) -> ir.Value:
     """One elementwise op on scalars, with XLA's semantics."""
     op = inst.opcode
     t = inst.shape.element_type

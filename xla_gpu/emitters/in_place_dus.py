@@ -9,7 +9,6 @@ from mlir import ir
 from mlir.dialects import arith, tensor
 
 from ..dialects import xla_gpu
-from ..hlo.shape import is_unsigned_int
 from .base import KernelEmitter
 from .loop_config import loop_config, thread_to_output_map
 
@@ -45,7 +44,6 @@ class InPlaceDynamicUpdateSliceEmitter(KernelEmitter):
         loop = xla_gpu.build_loop(attr, [thread_id, block_id], list(outputs))
         block = loop.region.blocks[0]
         rank = len(self.update_dims)
-        index = ir.IndexType.get()
         with ir.InsertionPoint(block):
             args = list(block.arguments)
             indices = args[1:1 + rank]
@@ -56,13 +54,7 @@ class InPlaceDynamicUpdateSliceEmitter(KernelEmitter):
                 operand, update = root.operands[:2]
                 out_index = []
                 for d, (start, size) in enumerate(zip(root.operands[2:], update.shape.dims)):
-                    value = emitter.emit1(start, [])
-                    cast = arith.index_castui if is_unsigned_int(start.shape.element_type) \
-                        else arith.index_cast
-                    value = cast(index, value)
-                    value = arith.maxsi(value, arith.constant(index, 0))
-                    value = arith.minsi(value, arith.constant(
-                        index, operand.shape.dims[d] - size))
+                    value = emitter.start_index(start, operand.shape.dims[d] - size)
                     out_index.append(arith.addi(indices[d], value))
                 value = emitter.emit1(update, indices)
                 written.append(tensor.insert(value, it, out_index))

@@ -48,9 +48,7 @@ class InputSlicesEmitter(KernelEmitter):
             for s in self.slices:
                 src = s.operands[0]
                 if id(src) not in values:
-                    values[id(src)] = (emitter.emit1(src, indices)
-                                       if src.opcode in ("parameter", "constant")
-                                       else self.call_subgraph(src, params, indices)[0])
+                    values[id(src)] = emitter.emit1(src, indices)
             for k, s in enumerate(self.slices):
                 cond, local = None, []
                 for d, (start, limit, _) in zip(indices, s.attrs["slice"]):

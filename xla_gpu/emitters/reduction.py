@@ -104,8 +104,6 @@ class ReductionEmitter(KernelEmitter):
 
     def __init__(self, fusion):
         super().__init__(fusion)
-        if not hasattr(xla_gpu, "ShuffleReduceOp"):
-            raise ReductionRefused("xla_gpu.shuffle_reduce is not available")
         heroes = [h for h in fusion.heroes if h.opcode == "reduce"]
         self.heroes = list(dict.fromkeys(heroes))
         first = self.heroes[0]
@@ -202,13 +200,7 @@ class ReductionEmitter(KernelEmitter):
 
     def _input_values(self, hero, params, index):
         n = len(hero.operands) // 2
-        out = []
-        for operand in hero.operands[:n]:
-            if operand.opcode in ("parameter", "constant"):
-                out.append(self.function_emitter(params, lambda i: False).emit1(operand, index))
-            else:
-                out.append(self.call_subgraph(operand, params, index)[0])
-        return out
+        return [self.value_at(operand, params, index) for operand in hero.operands[:n]]
 
     # -- the kernel ----------------------------------------------------------
     def emit_entry(self, params, outputs, thread_id, block_id):
@@ -282,14 +274,14 @@ class ReductionEmitter(KernelEmitter):
 
     def _write(self, params, outputs, values_per_hero, k_value, cond):
         """Writes each root (epilogue applied) at kept index `k_value` if `cond`."""
-        out_index = None
-        if self.layout.kept:
-            attr = self.index_map(str(IndexingMap.parse(map_text(
-                [("k", self.layout.K)], [], self.layout.output_index("k"))).simplified()))
         outputs = list(outputs)
         if_op = scf.IfOp(cond, [o.type for o in outputs], has_else=True)
         with ir.InsertionPoint(if_op.then_block):
-            out_index = xla_gpu.build_apply_indexing(attr, [k_value]) if self.layout.kept else []
+            out_index = []
+            if self.layout.kept:
+                attr = self.index_map(str(IndexingMap.parse(map_text(
+                    [("k", self.layout.K)], [], self.layout.output_index("k"))).simplified()))
+                out_index = xla_gpu.build_apply_indexing(attr, [k_value])
             new = list(outputs)
             for root, hero in zip(self.fusion.roots, self.fusion.heroes):
                 if hero.opcode != "reduce":
@@ -372,22 +364,7 @@ class ReductionEmitter(KernelEmitter):
         return self._write(params, outputs, per_hero, k_v, cond)
 
     def _predicated_insert(self, cond, value, dest, indices):
-        if hasattr(xla_gpu, "PredicatedInsertOp"):
-            return xla_gpu.PredicatedInsertOp(value, dest, list(indices), cond).result
-        if_op = scf.IfOp(cond, [dest.type], has_else=True)
-        with ir.InsertionPoint(if_op.then_block):
-            scf.YieldOp([tensor.insert(value, dest, indices)])
-        with ir.InsertionPoint(if_op.else_block):
-            scf.YieldOp([dest])
-        return if_op.results[0]
+        return xla_gpu.PredicatedInsertOp(value, dest, list(indices), cond).result
 
     def _predicated_extract(self, cond, source, indices, default):
-        if hasattr(xla_gpu, "PredicatedExtractOp"):
-            return xla_gpu.PredicatedExtractOp(source, list(indices), cond, default).result
-        if_op = scf.IfOp(cond, [default.type], has_else=True)
-        with ir.InsertionPoint(if_op.then_block):
-            scf.YieldOp([tensor.extract(source, indices)])
-        with ir.InsertionPoint(if_op.else_block):
-            scf.YieldOp([default])
-        return if_op.results[0]
-
+        return xla_gpu.PredicatedExtractOp(source, list(indices), cond, default).result

@@ -102,9 +102,7 @@ class ScatterEmitter(KernelEmitter):
                 position = list(batch)
                 if ivd < indices.shape.rank:
                     position.insert(ivd, arith.constant(index, k))
-                value = (emitter.emit1(indices, position)
-                         if indices.opcode in ("parameter", "constant")
-                         else self.call_subgraph(indices, params, position)[0])
+                value = emitter.emit1(indices, position)
                 cast = arith.index_castui if is_unsigned_int(indices.shape.element_type) \
                     else arith.index_cast
                 starts[dim] = cast(index, value)
@@ -119,9 +117,7 @@ class ScatterEmitter(KernelEmitter):
                 ok = c if ok is None else arith.andi(ok, c)
             target = [off if st is None else st if off is None else arith.addi(st, off)
                       for st, off in zip(starts, offsets)]
-            value = (emitter.emit1(updates, u_index)
-                     if updates.opcode in ("parameter", "constant")
-                     else self.call_subgraph(updates, params, u_index)[0])
+            value = emitter.emit1(updates, u_index)
             combiner = s.attrs["to_apply"]
 
             def update() -> ir.Value:
@@ -144,9 +140,6 @@ class ScatterEmitter(KernelEmitter):
         return list(loop.results)
 
     def _atomic(self, out, target, combiner, value) -> ir.Value:
-        if not hasattr(xla_gpu, "AtomicRMWOp"):
-            raise self.scatter.error("scatter with possibly repeated indices needs "
-                                     "xla_gpu.atomic_rmw, which is not available")
         op = xla_gpu.build_atomic_rmw(out, target)
         with ir.InsertionPoint(op.regions[0].blocks[0]):
             current = op.regions[0].blocks[0].arguments[0]

@@ -401,12 +401,12 @@ class TransposeEmitter(KernelEmitter):
             written = []
             for hero, it in zip(self.heroes, iters):
                 operand = hero.operands[0]
-                value = self._value_of(operand, params, index_of(operand.shape.dims))
+                value = self.value_at(operand, params, index_of(operand.shape.dims))
                 written.append(tensor.insert(value, it, tile_index))
             for k, it in zip(side, iters[len(self.heroes):]):
                 root = self.slots[k][0]
                 index = index_of(root.shape.dims)
-                value = self._value_of(root, params, index)
+                value = self.value_at(root, params, index)
                 written.append(tensor.insert(value, it, index))
             xla_gpu.YieldOp(written)
         loop_results = list(loop.results)
@@ -475,12 +475,6 @@ class TransposeEmitter(KernelEmitter):
             return cache[dims]
 
         return index_of
-
-    def _value_of(self, inst, params, indices):
-        if inst.opcode in ("parameter", "constant"):
-            emitter = self.function_emitter(params, lambda i: False)
-            return emitter.emit1(inst, indices)
-        return self.call_subgraph(inst, params, indices)[0]
 
 
 def _is_order_preserving(root: HloInstruction, hero: HloInstruction) -> bool:

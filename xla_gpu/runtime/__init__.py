@@ -44,16 +44,10 @@ class HostKernel:
         self._entry.restype = None
 
     def run(self, *args) -> tuple[np.ndarray, ...]:
-        spec = self.spec
-        arrays = [a.copy() if j in spec.aliases.values() else a
-                  for j, a in enumerate(spec.check_arguments(args))]
-        outputs = [arrays[spec.aliases[k]] if k in spec.aliases
-                   else np.zeros(o.shape, o.storage_dtype) for k, o in enumerate(spec.outputs)]
-        pointers = [arrays[i].ctypes.data if kind == "param" else outputs[i].ctypes.data
-                    for kind, i in spec.kernel_args]
-        packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        buffers, outputs = self.spec.host_buffers(args)
+        packed = (ctypes.c_void_p * max(len(buffers), 1))(*[b.ctypes.data for b in buffers])
         self._entry(packed)
-        return tuple(o.from_storage(a) for o, a in zip(spec.outputs, outputs))
+        return self.spec.results(outputs)
 
 
 class LoadedKernel:

@@ -87,6 +87,21 @@ class KernelSpec:
         data["aliases"] = {int(k): int(v) for k, v in data.get("aliases", {}).items()}
         return KernelSpec(**data)
 
+    def host_buffers(self, args: Sequence[Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """For a host run: the kernel's buffers in argument order, and the
+        output buffers (in-place outputs are a copy of their operand, so the
+        caller's array is never written)."""
+        arrays = [a.copy() if j in self.aliases.values() else a
+                  for j, a in enumerate(self.check_arguments(args))]
+        outputs = [arrays[self.aliases[k]] if k in self.aliases
+                   else np.zeros(o.shape, o.storage_dtype) for k, o in enumerate(self.outputs)]
+        buffers = [arrays[i] if kind == "param" else outputs[i] for kind, i in self.kernel_args]
+        return buffers, outputs
+
+    def results(self, outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """Output buffers as the user's arrays (sub-byte types unpacked)."""
+        return tuple(o.from_storage(a) for o, a in zip(self.outputs, outputs))
+
     def check_arguments(self, args: Sequence[Any], *, device_ok: bool = False) -> list[Any]:
         """Validates count, shape and dtype; returns host arrays as
         C-contiguous numpy arrays (device arrays are passed through)."""
