@@ -14,17 +14,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "LLVMLowering.h"
 #include "Passes.h"
-#include "mlir/Dialect/Arith/Transforms/Passes.h"
-#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
-#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
-#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
-#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
 #include "mlir/Conversion/LLVMCommon/ConversionTarget.h"
 #include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Conversion/MathToLibm/MathToLibm.h"
-#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Transforms/DialectConversion.h"
@@ -87,13 +82,7 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
     LowerToLLVMOptions options(ctx);
     LLVMTypeConverter converter(ctx, options);
     RewritePatternSet patterns(ctx);
-    // xla-simplify-affine emits floordivsi where a dividend may be negative.
-    arith::populateCeilFloorDivExpandOpsPatterns(patterns);
-    populateFuncToLLVMConversionPatterns(converter, patterns);
-    arith::populateArithToLLVMConversionPatterns(converter, patterns);
-    cf::populateControlFlowToLLVMConversionPatterns(converter, patterns);
-    index::populateIndexToLLVMConversionPatterns(converter, patterns);
-    populateVectorToLLVMConversionPatterns(converter, patterns);
+    populateCommonToLLVMPatterns(converter, patterns);
     // Intrinsics win over libm calls where both exist.
     populateMathToLLVMConversionPatterns(converter, patterns,
                                          /*approximateLog1p=*/false,
