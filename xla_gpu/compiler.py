@@ -23,17 +23,13 @@ from typing import Any
 import numpy as np
 
 from . import __version__, hlo
+from .errors import CompileError
 from .runtime import CudaKernel, HostKernel, KernelSpec, cuda_available
 from .runtime.spec import ArgSpec
 
 __all__ = ["compile", "Executable", "CompileError", "cache_dir", "clear_memory_cache"]
 
 TARGETS = ("auto", "cuda", "cpu")
-
-
-class CompileError(RuntimeError):
-    """The pipeline or code generation failed on emitted IR (a compiler bug
-    or an unsupported construct); the message has the diagnostics."""
 
 
 def cache_dir() -> Path:

@@ -8,37 +8,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..errors import HloError, HloParseError, Location
 from .shape import Shape
 
 __all__ = ["HloError", "HloParseError", "HloInstruction", "HloComputation",
            "HloModule", "Location"]
-
-
-class HloError(ValueError):
-    """A well-formed module that the compiler cannot handle (unsupported op,
-    wrong shapes...). The message names the instruction."""
-
-
-@dataclass(frozen=True)
-class Location:
-    line: int
-    column: int
-
-    def __str__(self) -> str:
-        return f"{self.line}:{self.column}"
-
-
-class HloParseError(HloError):
-    """Malformed HLO text: carries the source name, line, column and, when
-    known, the instruction being parsed."""
-
-    def __init__(self, message: str, line: int = 0, column: int = 0,
-                 instruction: str | None = None, source: str = "<hlo>"):
-        self.message, self.line, self.column = message, line, column
-        self.instruction, self.source = instruction, source
-        where = f"{source}:{line}:{column}"
-        inst = f" (in instruction '{instruction}')" if instruction else ""
-        super().__init__(f"{where}: {message}{inst}")
 
 
 @dataclass(eq=False)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ArtifactError
 from .cuda import (CudaError, CudaKernel, CudaUnavailableError, DeviceArray,
                    cuda_available)
 from .spec import ArgSpec, KernelSpec
@@ -26,10 +27,6 @@ from .spec import ArgSpec, KernelSpec
 __all__ = ["load", "LoadedKernel", "HostKernel", "KernelSpec", "ArgSpec", "CudaKernel",
            "CudaError", "CudaUnavailableError", "DeviceArray", "cuda_available",
            "ArtifactError"]
-
-
-class ArtifactError(ValueError):
-    """A saved kernel directory is incomplete or unreadable."""
 
 
 class HostKernel:

@@ -11,18 +11,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import CudaError, CudaUnavailableError
 from .spec import KernelSpec
 
 __all__ = ["CudaError", "CudaUnavailableError", "cuda_available", "DeviceArray",
            "CudaKernel", "device_count"]
-
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed."""
-
-
-class CudaUnavailableError(CudaError):
-    """No CUDA driver or no GPU on this machine."""
 
 
 _lock = threading.Lock()
