@@ -56,8 +56,14 @@ def include_dir() -> str:
     return str(_NATIVE_DIR / "include" / "xla_gpu")
 
 
+from .errors import (ArgumentError, ArtifactError, CompileError,  # noqa: E402
+                     CudaError, CudaUnavailableError, HloError, HloParseError,
+                     ResourceError, UnsupportedError, XlaGpuError)
 from . import runtime  # noqa: E402  (numpy + cuda-python only)
-from .compiler import CompileError, Executable, compile  # noqa: E402,A001
+from .compiler import Executable, compile  # noqa: E402,A001
 
-__all__ = ["compile", "Executable", "CompileError", "runtime", "native_dir",
-           "library_path", "plugin_path", "cmake_dir", "include_dir", "__version__"]
+__all__ = ["compile", "Executable", "runtime", "native_dir", "library_path",
+           "plugin_path", "cmake_dir", "include_dir", "__version__",
+           "XlaGpuError", "HloError", "HloParseError", "UnsupportedError",
+           "ArgumentError", "ArtifactError", "CompileError", "ResourceError",
+           "CudaError", "CudaUnavailableError"]
