@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import ArgumentError
 from ..hlo.shape import ELEMENT_TYPES
 
 __all__ = ["ArgSpec", "KernelSpec"]
@@ -106,7 +107,7 @@ class KernelSpec:
         """Validates count, shape and dtype; returns host arrays as
         C-contiguous numpy arrays (device arrays are passed through)."""
         if len(args) != len(self.parameters):
-            raise ValueError(f"{self.name} takes {len(self.parameters)} arguments "
+            raise ArgumentError(f"{self.name} takes {len(self.parameters)} arguments "
                              f"({', '.join(p.describe() for p in self.parameters)}), "
                              f"got {len(args)}")
         out = []
@@ -116,18 +117,18 @@ class KernelSpec:
                 shape, dtype = tuple(iface["shape"]), np.dtype(iface["typestr"])
                 if iface.get("strides") not in (None, ()) and \
                         iface["strides"] != _contiguous_strides(shape, dtype.itemsize):
-                    raise ValueError(f"argument {i}: device array must be contiguous")
+                    raise ArgumentError(f"argument {i}: device array must be contiguous")
                 value = arg
             else:
                 value = np.asarray(arg)
                 shape, dtype = value.shape, value.dtype
             if tuple(shape) != tuple(spec.shape):
-                raise ValueError(f"argument {i}: expected shape {list(spec.shape)} "
+                raise ArgumentError(f"argument {i}: expected shape {list(spec.shape)} "
                                  f"({spec.describe()}), got {list(shape)}")
             expected = spec.numpy_dtype
             if dtype not in (expected, spec.storage_dtype) and not (
                     dtype.itemsize == expected.itemsize and dtype.kind == "V"):
-                raise ValueError(f"argument {i}: expected dtype {spec.dtype} "
+                raise ArgumentError(f"argument {i}: expected dtype {spec.dtype} "
                                  f"({expected}), got {dtype}")
             out.append(value if value is arg and not isinstance(arg, np.ndarray)
                        else np.require(spec.to_storage(value), requirements='C'))
