@@ -1,10 +1,25 @@
 """The HLO graph: modules, computations and instructions, as the parser
-builds them. numpy only."""
+builds them, and the mutation API the HLO passes use. numpy only.
+
+Invariants the mutation API keeps (and `xla_gpu.hlo.passes.verify_module`
+checks):
+
+* `inst.users` lists each instruction that reads `inst` once, however many
+  of its operands `inst` is;
+* `comp.instructions` is a valid order (every operand and control
+  predecessor before its user). Mutations that may break the order mark the
+  computation, and the next read of `instructions` restores it with a
+  stable topological sort (the existing order is kept wherever it is valid);
+* instruction names are unique in their computation, and unique in the
+  module when they come from `HloModule.unique_name` (as XLA's NameUniquer);
+* control predecessors live in `attrs["control-predecessors"]` as a tuple of
+  names (as the parser keeps them); renames and removals keep them valid.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -12,7 +27,9 @@ from ..errors import HloError, HloParseError, Location
 from .shape import Shape
 
 __all__ = ["HloError", "HloParseError", "HloInstruction", "HloComputation",
-           "HloModule", "Location"]
+           "HloModule", "Location", "CONTROL_PREDECESSORS"]
+
+CONTROL_PREDECESSORS = "control-predecessors"
 
 
 @dataclass(eq=False)
@@ -60,19 +77,241 @@ class HloInstruction:
 
     __repr__ = __str__
 
+    # ------------------------------------------------------------ creation
 
-@dataclass(eq=False)
+    @classmethod
+    def create(cls, opcode: str, shape: Shape,
+               operands: Iterable["HloInstruction"] = (), name: str | None = None,
+               **attrs: Any) -> "HloInstruction":
+        """A new instruction, not yet in a computation (add it with
+        `HloComputation.add_instruction`, which links the users and makes
+        the name unique). Attribute names with '-' are passed through
+        `attrs` after creation."""
+        return cls(name or opcode, opcode, shape, list(operands), dict(attrs))
+
+    @classmethod
+    def create_constant(cls, value: np.ndarray, shape: Shape,
+                        name: str | None = None) -> "HloInstruction":
+        literal = np.asarray(value, dtype=shape.dtype).reshape(shape.dims)
+        return cls(name or "constant", "constant", shape, [], {}, literal)
+
+    @classmethod
+    def create_parameter(cls, number: int, shape: Shape,
+                         name: str | None = None) -> "HloInstruction":
+        return cls(name or f"param_{number}", "parameter", shape, [], {}, None,
+                   number)
+
+    def clone_with(self, operands: Iterable["HloInstruction"] | None = None,
+                   shape: Shape | None = None, name: str | None = None,
+                   opcode: str | None = None) -> "HloInstruction":
+        """A detached copy (same attributes, literal, parameter number and
+        location) with other operands, shape, name or opcode."""
+        literal = self.literal
+        return HloInstruction(
+            name or self.name, opcode or self.opcode, shape or self.shape,
+            list(self.operands if operands is None else operands),
+            dict(self.attrs), literal, self.parameter_number, self.location)
+
+    # ----------------------------------------------------------- mutation
+
+    def replace_operand_with(self, index: int, new: "HloInstruction") -> None:
+        """Makes operand `index` read `new`, keeping `users` consistent."""
+        old = self.operands[index]
+        if old is new:
+            return
+        self.operands[index] = new
+        if not any(o is old for o in self.operands):
+            _remove_identity(old.users, self)
+        if not any(u is self for u in new.users):
+            new.users.append(self)
+        if self.parent is not None:
+            self.parent._mark_unordered()
+
+    def replace_uses_of(self, old: "HloInstruction", new: "HloInstruction") -> None:
+        """Every operand of `self` that is `old` becomes `new`."""
+        if old is new:
+            return
+        changed = False
+        for k, o in enumerate(self.operands):
+            if o is old:
+                self.operands[k] = new
+                changed = True
+        if not changed:
+            return
+        _remove_identity(old.users, self)
+        if not any(u is self for u in new.users):
+            new.users.append(self)
+        if self.parent is not None:
+            self.parent._mark_unordered()
+
+    def replace_all_uses_with(self, new: "HloInstruction",
+                              users: Iterable["HloInstruction"] | None = None) -> None:
+        """Every user of `self` (or only `users`) reads `new` instead; when
+        `self` is its computation's root (and `users` is None), `new`
+        becomes the root. Control dependencies are not moved (see
+        `replace_with`)."""
+        if new is self:
+            return
+        targets = list(self.users) if users is None else list(users)
+        for user in targets:
+            user.replace_uses_of(self, new)
+        if users is None and self.parent is not None and self.parent.root is self:
+            self.parent.set_root(new)
+
+    def replace_with(self, new: "HloInstruction") -> None:
+        """Replaces `self` by `new` (already in the same computation): uses,
+        root, control dependencies; then removes `self`."""
+        comp = self.parent
+        if comp is None:
+            raise HloError(f"instruction '{self.name}' is not in a computation")
+        for pred in self.control_predecessors():
+            if pred is not new:
+                new.add_control_predecessor(pred)
+        for succ in self.control_successors():
+            if succ is not new:
+                succ.add_control_predecessor(new)
+        self.replace_all_uses_with(new)
+        comp.remove_instruction(self)
+
+    def drop_all_operands(self) -> None:
+        for o in self.operands:
+            _remove_identity(o.users, self)
+        self.operands = []
+
+    # --------------------------------------------------- control dependencies
+
+    def control_predecessors(self) -> list["HloInstruction"]:
+        names = self.attrs.get(CONTROL_PREDECESSORS) or ()
+        if not names:
+            return []
+        if self.parent is None:
+            raise self.error("control predecessors of a detached instruction")
+        by_name = self.parent.name_map()
+        return [by_name[n] for n in names if n in by_name]
+
+    def control_successors(self) -> list["HloInstruction"]:
+        if self.parent is None:
+            return []
+        return [i for i in self.parent._instructions
+                if self.name in (i.attrs.get(CONTROL_PREDECESSORS) or ())]
+
+    def add_control_predecessor(self, pred: "HloInstruction") -> None:
+        names = tuple(self.attrs.get(CONTROL_PREDECESSORS) or ())
+        if pred.name not in names:
+            self.attrs[CONTROL_PREDECESSORS] = names + (pred.name,)
+            if self.parent is not None:
+                self.parent._mark_unordered()
+
+    def remove_control_predecessor(self, pred: "HloInstruction | str") -> None:
+        name = pred if isinstance(pred, str) else pred.name
+        names = tuple(n for n in self.attrs.get(CONTROL_PREDECESSORS) or ()
+                      if n != name)
+        if names:
+            self.attrs[CONTROL_PREDECESSORS] = names
+        else:
+            self.attrs.pop(CONTROL_PREDECESSORS, None)
+
+    def has_control_dependencies(self) -> bool:
+        return bool(self.attrs.get(CONTROL_PREDECESSORS)) or \
+            bool(self.control_successors())
+
+
+def _remove_identity(items: list, target) -> None:
+    for k, item in enumerate(items):
+        if item is target:
+            del items[k]
+            return
+
+
+def _split_number(name: str) -> tuple[str, int] | None:
+    """`add.7` -> ("add", 7); None without a numeric suffix."""
+    root, dot, digits = name.rpartition(".")
+    if dot and root and digits.isdigit() and digits.isascii():
+        return root, int(digits)
+    return None
+
+
+class NameUniquer:
+    """XLA's NameUniquer: `add` stays `add` while free, then `add.1`,
+    `add.2`...; a name with a numeric suffix (`add.7`) keeps it when free and
+    takes the next free number of its root otherwise."""
+
+    def __init__(self, used: Iterable[str] = ()):
+        self.used: set[str] = set()
+        self.next_id: dict[str, int] = {}
+        for name in used:
+            self.reserve(name)
+
+    def reserve(self, name: str) -> None:
+        self.used.add(name)
+        m = _split_number(name)
+        if m:
+            root, k = m
+            if k >= self.next_id.get(root, 0):
+                self.next_id[root] = k + 1
+
+    def release(self, name: str) -> None:
+        self.used.discard(name)
+
+    def get(self, base: str) -> str:
+        base = base or "instruction"
+        if base not in self.used:
+            self.reserve(base)
+            return base
+        m = _split_number(base)
+        root = m[0] if m else base
+        k = max(self.next_id.get(root, 1), 1)
+        while f"{root}.{k}" in self.used:
+            k += 1
+        name = f"{root}.{k}"
+        self.reserve(name)
+        return name
+
+
 class HloComputation:
-    name: str
-    instructions: list[HloInstruction] = field(default_factory=list)
-    root: HloInstruction | None = None
-    is_entry: bool = False
-    location: Location | None = None
+    """A computation: its instructions (a valid order, see the module
+    docstring), root, whether it is the ENTRY, and (once linked) its
+    module."""
+
+    def __init__(self, name: str, instructions: list[HloInstruction] | None = None,
+                 root: HloInstruction | None = None, is_entry: bool = False,
+                 location: Location | None = None,
+                 module: "HloModule | None" = None):
+        self.name = name
+        self._instructions: list[HloInstruction] = \
+            instructions if instructions is not None else []
+        self.root = root
+        self.is_entry = is_entry
+        self.location = location
+        self.module = module
+        self._unordered = False
+
+    def __repr__(self) -> str:
+        return f"HloComputation({self.name!r}, {len(self._instructions)} instructions)"
+
+    # ------------------------------------------------------------- reading
+
+    @property
+    def instructions(self) -> list[HloInstruction]:
+        if self._unordered:
+            self._restore_order()
+        return self._instructions
+
+    @instructions.setter
+    def instructions(self, value: list[HloInstruction]) -> None:
+        self._instructions = value
+        self._unordered = True
 
     @property
     def parameters(self) -> list[HloInstruction]:
-        params = [i for i in self.instructions if i.opcode == "parameter"]
+        params = [i for i in self._instructions if i.opcode == "parameter"]
         return sorted(params, key=lambda p: p.parameter_number)
+
+    def parameter(self, number: int) -> HloInstruction:
+        for inst in self._instructions:
+            if inst.opcode == "parameter" and inst.parameter_number == number:
+                return inst
+        raise KeyError(number)
 
     def post_order(self) -> list[HloInstruction]:
         """Operands before users, reachable from the root first, then the
@@ -102,24 +341,269 @@ class HloComputation:
         return order
 
     def find(self, name: str) -> HloInstruction:
-        for inst in self.instructions:
+        for inst in self._instructions:
             if inst.name == name:
                 return inst
         raise KeyError(name)
 
+    def name_map(self) -> dict[str, HloInstruction]:
+        return {i.name: i for i in self._instructions}
+
     def __iter__(self) -> Iterator[HloInstruction]:
         return iter(self.instructions)
 
+    def __len__(self) -> int:
+        return len(self._instructions)
 
-@dataclass(eq=False)
+    def __contains__(self, inst: object) -> bool:
+        return isinstance(inst, HloInstruction) and inst.parent is self
+
+    # -------------------------------------------------------------- order
+
+    def _mark_unordered(self) -> None:
+        self._unordered = True
+
+    def _restore_order(self) -> None:
+        """Stable topological sort: each instruction after its operands and
+        control predecessors, the current order kept where it is valid."""
+        insts = self._instructions
+        self._unordered = False
+        by_name = None
+        if any(CONTROL_PREDECESSORS in i.attrs for i in insts):
+            by_name = {i.name: i for i in insts}
+        members = {id(i) for i in insts}
+        placed: set[int] = set()
+        order: list[HloInstruction] = []
+        for start in insts:
+            if id(start) in placed:
+                continue
+            stack = [(start, False)]
+            on_stack: set[int] = set()
+            while stack:
+                node, expanded = stack.pop()
+                if expanded:
+                    on_stack.discard(id(node))
+                    if id(node) not in placed:
+                        placed.add(id(node))
+                        order.append(node)
+                    continue
+                if id(node) in placed:
+                    continue
+                if id(node) in on_stack:
+                    raise node.error("cycle in the instruction graph")
+                on_stack.add(id(node))
+                stack.append((node, True))
+                deps = list(node.operands)
+                if by_name is not None:
+                    deps += [by_name[n] for n in
+                             node.attrs.get(CONTROL_PREDECESSORS) or ()
+                             if n in by_name]
+                for dep in reversed(deps):
+                    if id(dep) not in placed and id(dep) in members:
+                        stack.append((dep, False))
+        self._instructions = order
+
+    # ----------------------------------------------------------- mutation
+
+    def unique_name(self, base: str) -> str:
+        if self.module is not None:
+            return self.module.unique_name(base)
+        taken = {i.name for i in self._instructions}
+        if base not in taken:
+            return base
+        m = _split_number(base)
+        root = m[0] if m else base
+        k = 1
+        while f"{root}.{k}" in taken:
+            k += 1
+        return f"{root}.{k}"
+
+    def add_instruction(self, inst: HloInstruction, name: str | None = None,
+                        keep_name: bool = False) -> HloInstruction:
+        """Adds a detached instruction (its operands already here): links
+        it as a user of its operands and gives it a unique name (its own
+        name or `name` as the base; `keep_name` when the caller guarantees
+        it is free). Returns it."""
+        if inst.parent is not None:
+            raise inst.error(f"already in computation '{inst.parent.name}'")
+        for op in inst.operands:
+            if op.parent is not self:
+                raise inst.error(f"operand '{op.name}' is not in computation "
+                                 f"'{self.name}'")
+        if not keep_name:
+            inst.name = self.unique_name(name or inst.name)
+        elif self.module is not None:
+            self.module.reserve_name(inst.name)
+        inst.parent = self
+        inst.users = []
+        for op in inst.operands:
+            if not any(u is inst for u in op.users):
+                op.users.append(inst)
+        self._instructions.append(inst)
+        if inst.attrs.get(CONTROL_PREDECESSORS):
+            self._unordered = True
+        return inst
+
+    def add(self, opcode: str, shape: Shape,
+            operands: Iterable[HloInstruction] = (), name: str | None = None,
+            **attrs: Any) -> HloInstruction:
+        """Creates and adds an instruction in one step."""
+        return self.add_instruction(
+            HloInstruction.create(opcode, shape, operands, name, **attrs))
+
+    def set_root(self, inst: HloInstruction) -> None:
+        if inst.parent is not self:
+            raise inst.error(f"cannot be the root of '{self.name}': it is not "
+                             "in that computation")
+        self.root = inst
+
+    def remove_instruction(self, inst: HloInstruction) -> None:
+        """Removes an instruction without users that is not the root. Its
+        control successors inherit its control predecessors."""
+        self.remove_instructions([inst])
+
+    def remove_instructions(self, doomed: Iterable[HloInstruction]) -> None:
+        doomed = list(doomed)
+        if not doomed:
+            return
+        ids = {id(i) for i in doomed}
+        for inst in doomed:
+            if inst.parent is not self:
+                raise inst.error(f"is not in computation '{self.name}'")
+            if inst is self.root:
+                raise inst.error("cannot remove the root")
+            live_users = [u for u in inst.users if id(u) not in ids]
+            if live_users:
+                raise inst.error(f"cannot remove it: used by "
+                                 f"'{live_users[0].name}'")
+        # Control dependencies: successors inherit the predecessors.
+        names = {i.name for i in doomed}
+        has_control = any(CONTROL_PREDECESSORS in i.attrs for i in self._instructions)
+        if has_control:
+            by_name = self.name_map()
+            for inst in self._instructions:
+                preds = inst.attrs.get(CONTROL_PREDECESSORS)
+                if not preds or id(inst) in ids or not any(n in names for n in preds):
+                    continue
+                new: list[str] = []
+                pending = list(preds)
+                seen: set[str] = set()
+                while pending:
+                    n = pending.pop(0)
+                    if n in seen:
+                        continue
+                    seen.add(n)
+                    if n in names:
+                        pending.extend(by_name[n].attrs.get(CONTROL_PREDECESSORS) or ())
+                    elif n in by_name:
+                        new.append(n)
+                if new:
+                    inst.attrs[CONTROL_PREDECESSORS] = tuple(new)
+                else:
+                    inst.attrs.pop(CONTROL_PREDECESSORS, None)
+        for inst in doomed:
+            for op in inst.operands:
+                if id(op) not in ids:
+                    _remove_identity(op.users, inst)
+        self._instructions = [i for i in self._instructions if id(i) not in ids]
+        for inst in doomed:
+            inst.parent = None
+            if self.module is not None:
+                self.module.release_name(inst.name)
+
+    def remove_dead(self, keep=lambda inst: False) -> int:
+        """Removes every instruction that the root does not need and that
+        `keep(inst)` does not protect (parameters are always kept).
+        Returns how many were removed."""
+        live: set[int] = set()
+        stack = [self.root] if self.root is not None else []
+        stack += [i for i in self._instructions
+                  if i.opcode == "parameter" or keep(i)]
+        while stack:
+            inst = stack.pop()
+            if id(inst) in live:
+                continue
+            live.add(id(inst))
+            stack.extend(inst.operands)
+        dead = [i for i in self._instructions if id(i) not in live]
+        self.remove_instructions(dead)
+        return len(dead)
+
+    def rename(self, inst: HloInstruction, new_name: str) -> None:
+        """Renames `inst`, updating the control predecessors that name it."""
+        old = inst.name
+        if old == new_name:
+            return
+        for other in self._instructions:
+            preds = other.attrs.get(CONTROL_PREDECESSORS)
+            if preds and old in preds:
+                other.attrs[CONTROL_PREDECESSORS] = tuple(
+                    new_name if n == old else n for n in preds)
+        if self.module is not None:
+            self.module.release_name(old)
+            self.module.reserve_name(new_name)
+        inst.name = new_name
+
+    def clone(self, name: str | None = None, module: "HloModule | None" = None,
+              computation_map: dict | None = None,
+              rename: bool = True) -> "HloComputation":
+        """A copy of this computation (called computations shared unless
+        `computation_map` maps them). With `module`, the copy's name and
+        instruction names are made unique in it (the copy is not added)."""
+        module = module if module is not None else self.module
+        computation_map = computation_map or {}
+        if module is not None:
+            new_name = module.unique_computation_name(name or self.name + ".clone")
+        else:
+            new_name = name or self.name + ".clone"
+        new = HloComputation(new_name, [], None, False, self.location)
+        mapping: dict[int, HloInstruction] = {}
+        renamed: dict[str, str] = {}
+        for inst in self.instructions:
+            copy = inst.clone_with([mapping[id(o)] for o in inst.operands])
+            for key, value in list(copy.attrs.items()):
+                if isinstance(value, HloComputation) and id(value) in computation_map:
+                    copy.attrs[key] = computation_map[id(value)]
+                elif isinstance(value, list) and value and \
+                        all(isinstance(v, HloComputation) for v in value):
+                    copy.attrs[key] = [computation_map.get(id(v), v) for v in value]
+            if rename and module is not None:
+                copy.name = module.unique_name(inst.name)
+            renamed[inst.name] = copy.name
+            mapping[id(inst)] = copy
+            copy.parent = new
+            new._instructions.append(copy)
+            for op in copy.operands:
+                if not any(u is copy for u in op.users):
+                    op.users.append(copy)
+        for copy in new._instructions:
+            preds = copy.attrs.get(CONTROL_PREDECESSORS)
+            if preds:
+                copy.attrs[CONTROL_PREDECESSORS] = tuple(renamed.get(n, n) for n in preds)
+        new.root = mapping[id(self.root)] if self.root is not None else None
+        return new
+
+
 class HloModule:
-    name: str
-    computations: list[HloComputation] = field(default_factory=list)
-    attrs: dict[str, Any] = field(default_factory=dict)
-    source: str = "<hlo>"
-    # `FileNames`, `FunctionNames`, `FileLocations`, `StackFrames`: the raw
-    # entries (`1 "x.py"`, `2 {file_name_id=1 ...}`) of each printed section.
-    sections: dict[str, list[str]] = field(default_factory=dict)
+    """A module: computations (callees before callers when printed), the
+    header's attributes (raw text) and the metadata sections."""
+
+    def __init__(self, name: str, computations: list[HloComputation] | None = None,
+                 attrs: dict[str, Any] | None = None, source: str = "<hlo>",
+                 sections: dict[str, list[str]] | None = None):
+        self.name = name
+        self.computations: list[HloComputation] = \
+            computations if computations is not None else []
+        self.attrs: dict[str, Any] = attrs if attrs is not None else {}
+        self.source = source
+        # `FileNames`, `FunctionNames`, `FileLocations`, `StackFrames`: the raw
+        # entries (`1 "x.py"`, `2 {file_name_id=1 ...}`) of each printed section.
+        self.sections: dict[str, list[str]] = sections if sections is not None else {}
+        self._names: NameUniquer | None = None
+        self._computation_names: NameUniquer | None = None
+
+    def __repr__(self) -> str:
+        return f"HloModule({self.name!r}, {len(self.computations)} computations)"
 
     @property
     def entry(self) -> HloComputation:
@@ -134,3 +618,145 @@ class HloModule:
             if comp.name == name:
                 return comp
         raise KeyError(name)
+
+    # --------------------------------------------------------------- names
+
+    def link(self) -> "HloModule":
+        """Points every computation at this module (the parser appends them
+        without it) and resets the name tables."""
+        for comp in self.computations:
+            comp.module = self
+        self._names = None
+        self._computation_names = None
+        return self
+
+    def _instruction_names(self) -> NameUniquer:
+        if self._names is None:
+            self.link()
+            self._names = NameUniquer(
+                i.name for c in self.computations for i in c._instructions)
+        return self._names
+
+    def unique_name(self, base: str) -> str:
+        """An instruction name not used anywhere in the module (reserved)."""
+        return self._instruction_names().get(base)
+
+    def reserve_name(self, name: str) -> None:
+        self._instruction_names().reserve(name)
+
+    def release_name(self, name: str) -> None:
+        if self._names is not None:
+            self._names.release(name)
+
+    def unique_computation_name(self, base: str) -> str:
+        if self._computation_names is None:
+            self._computation_names = NameUniquer(c.name for c in self.computations)
+        return self._computation_names.get(base)
+
+    # -------------------------------------------------------- computations
+
+    def add_computation(self, comp: HloComputation,
+                        before: HloComputation | None = None,
+                        unique: bool = True) -> HloComputation:
+        """Adds `comp` (before `before`, else before the ENTRY, else at the
+        end), making its name unique and reserving its instruction names."""
+        if unique:
+            comp.name = self.unique_computation_name(comp.name)
+        elif self._computation_names is not None:
+            self._computation_names.reserve(comp.name)
+        comp.module = self
+        names = self._instruction_names()
+        for inst in comp._instructions:
+            names.reserve(inst.name)
+        anchor = before
+        if anchor is None:
+            anchor = next((c for c in self.computations if c.is_entry), None)
+        if anchor is not None and anchor in self.computations:
+            self.computations.insert(self.computations.index(anchor), comp)
+        else:
+            self.computations.append(comp)
+        return comp
+
+    def remove_computation(self, comp: HloComputation) -> None:
+        callers = [i for c in self.computations if c is not comp
+                   for i in c._instructions if comp in i.called_computations]
+        if callers:
+            raise callers[0].error(f"still calls computation '{comp.name}'")
+        self.computations = [c for c in self.computations if c is not comp]
+        if self._computation_names is not None:
+            self._computation_names.release(comp.name)
+        if self._names is not None:
+            for inst in comp._instructions:
+                self._names.release(inst.name)
+        comp.module = None
+
+    def reachable_computations(self) -> list[HloComputation]:
+        """Computations reachable from the ENTRY, callees first."""
+        order: list[HloComputation] = []
+        seen: set[int] = set()
+        stack: list[tuple[HloComputation, bool]] = [(self.entry, False)]
+        while stack:
+            comp, expanded = stack.pop()
+            if expanded:
+                order.append(comp)
+                continue
+            if id(comp) in seen:
+                continue
+            seen.add(id(comp))
+            stack.append((comp, True))
+            for inst in reversed(comp._instructions):
+                for called in reversed(inst.called_computations):
+                    if id(called) not in seen:
+                        stack.append((called, False))
+        return order
+
+    def remove_unreachable_computations(self) -> int:
+        """Drops computations no longer called from the ENTRY."""
+        if not any(c.is_entry for c in self.computations):
+            return 0
+        keep = {id(c) for c in self.reachable_computations()}
+        dropped = [c for c in self.computations if id(c) not in keep]
+        if dropped:
+            self.computations = [c for c in self.computations if id(c) in keep]
+            for comp in dropped:
+                comp.module = None
+            self._names = None
+            self._computation_names = None
+        return len(dropped)
+
+    def clone(self, name: str | None = None) -> "HloModule":
+        """A deep copy: same names, new objects."""
+        new = HloModule(name or self.name, [], dict(self.attrs), self.source,
+                        {k: list(v) for k, v in self.sections.items()})
+        mapping: dict[int, HloComputation] = {}
+        # Callees first so every reference can be mapped.
+        order = _callees_first(self.computations)
+        for comp in order:
+            copy = comp.clone(comp.name, None, mapping, rename=False)
+            copy.name = comp.name
+            copy.is_entry = comp.is_entry
+            mapping[id(comp)] = copy
+        new.computations = [mapping[id(c)] for c in self.computations]
+        return new.link()
+
+
+def _callees_first(computations: list[HloComputation]) -> list[HloComputation]:
+    members = {id(c) for c in computations}
+    order: list[HloComputation] = []
+    seen: set[int] = set()
+    for start in computations:
+        stack: list[tuple[HloComputation, bool]] = [(start, False)]
+        while stack:
+            comp, expanded = stack.pop()
+            if expanded:
+                order.append(comp)
+                continue
+            if id(comp) in seen:
+                continue
+            seen.add(id(comp))
+            stack.append((comp, True))
+            for inst in comp._instructions:
+                for called in inst.called_computations:
+                    if id(called) not in seen and id(called) in members:
+                        stack.append((called, False))
+    return order

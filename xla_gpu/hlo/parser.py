@@ -55,6 +55,7 @@ _IDENT_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
 _IDENT_CHARS = _IDENT_START | frozenset("0123456789.-")
 _NAME_CHARS = _IDENT_CHARS
 _MAX_DEPTH = 256
+_INT64_MAX = (1 << 63) - 1
 
 # Attribute typing (see the module docstring).
 _INT_LIST_ATTRS = frozenset({
@@ -107,6 +108,12 @@ _ARITY.update({
     "reverse": 1, "get-tuple-element": 1, "pad": 2, "gather": 2, "dot": 2,
     "reduce-precision": 1,
 })
+# Variadic ops: the fewest operands they can have.
+_MIN_ARITY = {
+    "dynamic-slice": 1, "dynamic-update-slice": 2, "concatenate": 1,
+    "reduce": 2, "reduce-window": 2, "scatter": 3, "select-and-scatter": 3,
+    "sort": 1, "map": 1, "while": 1, "conditional": 1,
+}
 # Ops on arrays only (no tuple operands or results).
 _ARRAY_OPS = (_UNARY_ELEMENTWISE | _BINARY_ELEMENTWISE | _TERNARY_ELEMENTWISE
               | frozenset({"bitcast-convert", "broadcast", "reshape", "bitcast",
@@ -439,6 +446,16 @@ class _Parser:
         dims: list[int] = self.comma_list("]", "the dimensions", dimension)
         if etype == "token" and dims:
             self.error("a token shape has no dimensions", start)
+        if etype != "token":
+            # XLA's ShapeUtil rule: the element count and the byte size of
+            # an array must fit in int64.
+            elements = 1
+            for d in dims:
+                elements *= d
+            if elements > _INT64_MAX or \
+                    (elements * max(bit_width(etype), 8) + 7) // 8 > _INT64_MAX:
+                self.error(f"shape {etype}[{','.join(map(str, dims))}] has "
+                           f"{elements} elements: its size does not fit in int64", start)
         layout = None
         if self.peek() == "{":  # the layout follows the ']' directly
             layout = self.layout(len(dims))
@@ -708,6 +725,11 @@ class _Parser:
             self.error(f"'{opcode}' takes {arity} operand"
                        f"{'s' if arity != 1 else ''}, got {len(refs)}",
                        opcode_pos)
+        least = _MIN_ARITY.get(opcode)
+        if least is not None and len(refs) < least:
+            self.error(f"'{opcode}' takes at least {least} operand"
+                       f"{'s' if least != 1 else ''}, got {len(refs)}",
+                       opcode_pos)
         # Attributes.
         while True:
             save = self.pos
@@ -927,6 +949,8 @@ class _Parser:
                 value = float(token)
             else:
                 value = int(token)
+                if is_float_type and value == 0 and token.startswith("-"):
+                    value = -0.0  # `-0`: XLA's negative zero
         except ValueError:
             self.error(f"malformed number '{token}'", start)
         if not is_float_type:
@@ -1002,9 +1026,14 @@ class _Parser:
                 else:
                     state[id(node)] = 2
                     stack.pop()
+        # Users in order, each once (x * x is one use by one user); linear
+        # in the number of users.
+        listed: set[tuple[int, int]] = set()
         for inst in comp.instructions:
             for op in inst.operands:
-                if not any(u is inst for u in op.users):
+                pair = (id(op), id(inst))
+                if pair not in listed:
+                    listed.add(pair)
                     op.users.append(inst)
 
     def check_parameters(self, comp: HloComputation, signature) -> None:
