@@ -1,0 +1,644 @@
+"""Buffer assignment: where every array of a scheduled module lives (XLA's
+BufferAssigner).
+
+    schedule = schedule_module(module)
+    assignment = assign_buffers(module, schedule)
+    assignment.allocations            # [Allocation]: parameters, outputs,
+                                      # constants, one temp
+    assignment.slice(inst, (1,))      # BufferSlice of inst's leaf {1}
+    assignment.memory_analysis().temp_size_in_bytes
+    print(assignment.to_text())       # like XLA's buffer-assignment.txt
+
+Steps: dataflow values (`dataflow`), buffers of values that must share
+(`alias_analysis`: loop state, conditional results), live ranges over the
+flattened schedule (`liveness`), then the optional merges that hold when
+the schedule allows them (in-place dynamic-update-slice / scatter /
+custom-call aliasing, donated parameters, elementwise reuse), then the
+allocations: each entry parameter leaf and each entry output leaf its own
+(an output that is a parameter, donated or forwarded, is that parameter's
+allocation), each constant its own (it lives in the executable), and every
+other buffer packed by the heap simulator into one temp allocation.
+
+Modules whose aliasing would overwrite a value still needed (a loop state
+element read after the body rewrote it, a read-only parameter written by a
+loop...) are refused with an error naming the instruction: XLA's copy
+insertion adds the copies such modules need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import HloError, ResourceError
+from ..hlo.module import HloInstruction, HloModule
+from ..runtime.buffers import Allocation, BufferSlice
+from .alias_analysis import (AliasAnalysis, InputOutputAlias, elementwise_share_pairs,
+                             in_place_pairs, parse_input_output_alias)
+from .dataflow import (INT64_MAX, DataflowAnalysis, HloValue, ShapeIndex,
+                       array_leaves, sequential_callees, where)
+from .heap_simulator import HeapItem, merge_intervals, pack
+from .liveness import Interval, LiveRanges
+
+__all__ = ["BufferAssignment", "MemoryAnalysis", "assign_buffers"]
+
+DEFAULT_ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class MemoryAnalysis:
+    """jax's `compiled.memory_analysis()` fields. `generated_code_size_in_bytes`
+    is the caller's to fill (the kernels' size); `peak_memory_in_bytes` is
+    arguments + outputs + temp - alias."""
+    temp_size_in_bytes: int = 0
+    argument_size_in_bytes: int = 0
+    output_size_in_bytes: int = 0
+    alias_size_in_bytes: int = 0
+    generated_code_size_in_bytes: int = 0
+    host_generated_code_size_in_bytes: int = 0
+    host_argument_size_in_bytes: int = 0
+    host_output_size_in_bytes: int = 0
+    host_alias_size_in_bytes: int = 0
+    host_temp_size_in_bytes: int = 0
+    peak_memory_in_bytes: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def _copy_needed(inst: HloInstruction, message: str) -> HloError:
+    return HloError(f"{where(inst)}{message}; the module needs a copy there "
+                    "(XLA's copy insertion adds it)")
+
+
+class _BufferSet:
+    """Buffers as union-find roots with their values and merged live
+    intervals, updated as optional merges are made."""
+
+    def __init__(self, alias: AliasAnalysis, live: LiveRanges):
+        self.alias = alias
+        self.live = live
+        self.intervals: dict[int, list[Interval]] = {}
+        for value in alias.dataflow.values:
+            root = alias.find(value)
+            self.intervals.setdefault(root, []).append(live.range_of(value))
+        for root in self.intervals:
+            self.intervals[root] = merge_intervals(self.intervals[root])
+
+    def merge(self, a: HloValue, b: HloValue) -> None:
+        ra, rb = self.alias.find(a), self.alias.find(b)
+        if ra == rb:
+            return
+        merged = merge_intervals(self.intervals.pop(ra) + self.intervals.pop(rb))
+        root = self.alias.merge(a, b)
+        self.intervals[root] = merged
+
+    def of(self, value: HloValue) -> list[Interval]:
+        return self.intervals[self.alias.find(value)]
+
+
+class BufferAssignment:
+    """The result of `assign_buffers`: allocations and a slice for every
+    array leaf of every instruction of every sequential computation."""
+
+    def __init__(self, module: HloModule, schedule, dataflow: DataflowAnalysis,
+                 alias: AliasAnalysis, live: LiveRanges, alignment: int):
+        self.module = module
+        self.schedule = schedule
+        self.dataflow = dataflow
+        self.alias = alias
+        self.live_ranges = live
+        self.alignment = alignment
+        self.allocations: list[Allocation] = []
+        self.temp_allocation: Allocation | None = None
+        self.donations: list[InputOutputAlias] = []   # those honoured
+        self.heap_order = ""
+        # buffer root -> (allocation index, offset)
+        self._placement: dict[int, tuple[int, int]] = {}
+        self._buffer_size: dict[int, int] = {}
+        # instruction id -> [(operand, operand index, output index, shared)]
+        self._in_place: dict[int, list[tuple[int, ShapeIndex, ShapeIndex, bool]]] = {}
+
+    # ------------------------------------------------------------- queries
+
+    def has_slice(self, instruction: HloInstruction, shape_index: ShapeIndex = ()) -> bool:
+        return self.dataflow.has_value(instruction, tuple(shape_index))
+
+    def slice(self, instruction: HloInstruction, shape_index: ShapeIndex = ()) -> BufferSlice:
+        """The bytes holding `instruction`'s array leaf `shape_index`."""
+        index = tuple(shape_index)
+        if not self.dataflow.has_value(instruction, index):
+            if id(instruction) not in self.dataflow._at and \
+                    (instruction.parent is None or
+                     not self.dataflow.is_sequential(instruction.parent)):
+                raise HloError(f"{where(instruction)}has no buffer: it is not in a "
+                               "sequential computation (fusion bodies and reducers "
+                               "have none)")
+            raise HloError(f"{where(instruction)}has no buffer at shape index "
+                           f"{index} of {instruction.shape} (tuples and tokens are "
+                           "not materialized)")
+        value = self.dataflow.value_at(instruction, index)
+        root = self.alias.find(value)
+        allocation, offset = self._placement[root]
+        return BufferSlice(allocation, offset, value.size)
+
+    def leaf_slices(self, instruction: HloInstruction) -> list[tuple[ShapeIndex, BufferSlice]]:
+        return [(index, self.slice(instruction, index))
+                for index, _ in self.dataflow.leaf_values(instruction)]
+
+    def output_slices(self) -> list[tuple[ShapeIndex, BufferSlice]]:
+        """The entry result's leaves in order (a tuple result gives its
+        leaves) and where they are."""
+        return self.leaf_slices(self.module.entry.root)
+
+    def parameter_slice(self, number: int, index: ShapeIndex = ()) -> BufferSlice:
+        return self.slice(self.module.entry.parameter(number), index)
+
+    def in_place_operands(self, instruction: HloInstruction) -> list[tuple[int, ShapeIndex, ShapeIndex, bool]]:
+        """[(operand number, operand index, output index, shared)] of an
+        instruction that writes outputs over operands (in-place
+        dynamic-update-slice and scatter fusions, custom calls with
+        output_to_operand_aliasing). When `shared` is False the output has
+        its own buffer and the operand must be copied into it first."""
+        return list(self._in_place.get(id(instruction), []))
+
+    def same_buffer(self, a: HloInstruction, a_index: ShapeIndex,
+                    b: HloInstruction, b_index: ShapeIndex = ()) -> bool:
+        va = self.dataflow.value_at(a, tuple(a_index))
+        vb = self.dataflow.value_at(b, tuple(b_index))
+        return self.alias.same_buffer(va, vb)
+
+    def allocation(self, index: int) -> Allocation:
+        return self.allocations[index]
+
+    def memory_analysis(self) -> MemoryAnalysis:
+        argument = output = alias = temp = 0
+        for a in self.allocations:
+            if a.kind == "parameter":
+                argument += a.size
+                if a.output_index is not None:
+                    alias += a.size
+            if a.output_index is not None:
+                output += a.size
+            if a.kind == "temp":
+                temp += a.size
+        return MemoryAnalysis(
+            temp_size_in_bytes=temp, argument_size_in_bytes=argument,
+            output_size_in_bytes=output, alias_size_in_bytes=alias,
+            peak_memory_in_bytes=argument + output + temp - alias)
+
+    # --------------------------------------------------------------- dumps
+
+    def to_text(self) -> str:
+        """A dump in the manner of XLA's buffer-assignment.txt."""
+        values_by_alloc: dict[int, list[HloValue]] = {}
+        for value in self.dataflow.values:
+            allocation, _ = self._placement[self.alias.find(value)]
+            values_by_alloc.setdefault(allocation, []).append(value)
+        lines = ["BufferAssignment:"]
+        for a in self.allocations:
+            desc = [f"allocation {a.index}: size {a.size}"]
+            if a.kind == "parameter":
+                desc.append(f"parameter {a.parameter}, shape index "
+                            f"{{{','.join(map(str, a.parameter_index))}}}")
+            elif a.kind == "constant":
+                desc.append(f"constant {a.constant}")
+            elif a.kind == "temp":
+                desc.append("preallocated-temp")
+            elif a.kind == "output":
+                desc.append("output")
+            if a.output_index is not None:
+                desc.append(f"maybe-live-out at output {{{','.join(map(str, a.output_index))}}}")
+            lines.append(", ".join(desc) + ":")
+            for value in sorted(values_by_alloc.get(a.index, []),
+                                key=lambda v: (self._offset(v), v.id)):
+                iv = self.live_ranges.range_of(value)
+                lines.append(f" value: <{value.id} {value.name()}"
+                             f"{' phi' if value.is_phi else ''}> (size={value.size},"
+                             f"offset={self._offset(value)}): {value.shape} "
+                             f"live {iv.start}-{iv.end}")
+        lines.append("")
+        total = sum(a.size for a in self.allocations)
+        lines.append(f"Total bytes used: {total}")
+        ma = self.memory_analysis()
+        lines.append(f"Memory analysis: temp {ma.temp_size_in_bytes}, arguments "
+                     f"{ma.argument_size_in_bytes}, outputs {ma.output_size_in_bytes}, "
+                     f"alias {ma.alias_size_in_bytes} (heap order: {self.heap_order or '-'})")
+        lines.append("")
+        lines.append("Used values:")
+        for value in self.dataflow.values:
+            lines.append(f"<{value.id} {value.name()}{' phi' if value.is_phi else ''}>")
+            lines.append(" positions:")
+            for inst, index in value.positions:
+                lines.append(f"  {inst.name}{{{','.join(map(str, index))}}}")
+            lines.append(" uses:")
+            for use in value.uses:
+                lines.append(f"  {use.instruction.name}, operand {use.operand_number}"
+                             f" {{{','.join(map(str, use.operand_index))}}}")
+        lines.append("")
+        lines.append(f"HloLiveRange (max {self.live_ranges.end_time}):")
+        lines.append("  InstructionSequence:")
+        for t, inst in enumerate(self.live_ranges.flattened):
+            lines.append(f"    {t}:{inst.name}")
+        lines.append("  BufferLiveRange:")
+        for value in self.dataflow.values:
+            iv = self.live_ranges.range_of(value)
+            lines.append(f"    {value.name()}:{iv.start}-{iv.end}")
+        return "\n".join(lines) + "\n"
+
+    def _offset(self, value: HloValue) -> int:
+        return self._placement[self.alias.find(value)][1]
+
+    def check(self) -> None:
+        """Brute force: no two buffers that are live at the same time hold
+        overlapping bytes. Raises AssertionError naming both."""
+        roots = {}
+        for value in self.dataflow.values:
+            r = self.alias.find(value)
+            roots.setdefault(r, []).append(value)
+        items = []
+        for r, values in roots.items():
+            allocation, offset = self._placement[r]
+            size = max(v.size for v in values)
+            intervals = merge_intervals([self.live_ranges.range_of(v) for v in values])
+            items.append((allocation, offset, size, intervals, values[0]))
+        for i in range(len(items)):
+            ai, oi, si, ii, vi = items[i]
+            for j in range(i + 1, len(items)):
+                aj, oj, sj, ij, vj = items[j]
+                if ai != aj or si == 0 or sj == 0 or oi + si <= oj or oj + sj <= oi:
+                    continue
+                if any(x.overlaps(y) for x in ii for y in ij):
+                    raise AssertionError(
+                        f"buffers of {vi.name()} and {vj.name()} overlap in allocation "
+                        f"{ai} ([{oi}, {oi + si}) and [{oj}, {oj + sj})) while both live")
+
+
+# ----------------------------------------------------------------- checks
+
+def _check_while(inst: HloInstruction, df: DataflowAnalysis, live: LiveRanges,
+                 alias: AliasAnalysis) -> None:
+    callees = dict(sequential_callees(inst))
+    body = callees["body"]
+    param = body.parameters[0]
+    init = inst.operands[0]
+    body_start = live.computation_span(body)[0]
+    leaves = [index for index, _ in array_leaves(inst.shape)]
+    written = {}
+    for index in leaves:
+        root_value = df.value_at(body.root, index)
+        p = df.value_at(param, index)
+        if root_value is p:
+            written[index] = False
+            continue
+        if root_value.instruction is param:
+            raise _copy_needed(body.root, f"loop state element {index} of while "
+                               f"'{inst.name}' takes element {root_value.index} of "
+                               "the previous iteration (two elements would share one "
+                               "buffer)")
+        written[index] = True
+        # The new state is written while the old one may still be read.
+        writer = root_value.instruction
+        t = live.instruction_time(writer)
+        p_end = live.range_of(p).end
+        if p_end > t or (p_end == t and not _shares_legally(writer, p, df, alias)):
+            last = _last_reader(p, live)
+            raise _copy_needed(writer, f"it writes loop state element {index} of "
+                               f"while '{inst.name}' while the previous value is still "
+                               f"read{' by ' + repr(last.name) if last else ''}")
+        i_value = df.value_at(init, index)
+        if live.range_of(i_value).end > body_start:
+            last = _last_reader(i_value, live)
+            raise _copy_needed(inst, f"the loop overwrites its initial value at "
+                               f"element {index} ({i_value.name()}), which is still "
+                               f"needed after the loop starts"
+                               f"{' by ' + repr(last.name) if last else ''}")
+    # Two elements of the state in one buffer.
+    by_buffer: dict[int, list[ShapeIndex]] = {}
+    for index in leaves:
+        by_buffer.setdefault(alias.find(df.value_at(inst, index)), []).append(index)
+    for indices in by_buffer.values():
+        if len(indices) < 2:
+            continue
+        inits = {df.value_at(init, i).id for i in indices}
+        if any(written[i] for i in indices) or len(inits) > 1:
+            raise _copy_needed(inst, f"loop state elements {indices} of while "
+                               f"'{inst.name}' would share one buffer")
+
+
+def _check_conditional(inst: HloInstruction, df: DataflowAnalysis, live: LiveRanges,
+                       alias: AliasAnalysis) -> None:
+    branches = [c for _, c in sequential_callees(inst)]
+    t = live.instruction_time(inst)
+    leaves = [index for index, _ in array_leaves(inst.shape)]
+    sources: dict[ShapeIndex, set[int]] = {}
+    for index in leaves:
+        roots = [df.value_at(b.root, index) for b in branches]
+        forwarded = [v for v, b in zip(roots, branches) if v.instruction.parent is not b]
+        sources[index] = {v.id for v in roots}
+        if not forwarded:
+            continue
+        if len({v.id for v in forwarded}) > 1:
+            raise _copy_needed(inst, f"its branches return different operands at "
+                               f"element {index}, which would share one buffer")
+        if len({v.id for v in roots}) > 1:
+            operand_value = forwarded[0]
+            if live.range_of(operand_value).end > t:
+                raise _copy_needed(inst, f"a branch returns its operand "
+                                   f"{operand_value.name()} at element {index} while "
+                                   "another branch writes that element, and the operand "
+                                   "is still needed after the conditional")
+    by_buffer: dict[int, list[ShapeIndex]] = {}
+    for index in leaves:
+        by_buffer.setdefault(alias.find(df.value_at(inst, index)), []).append(index)
+    for indices in by_buffer.values():
+        if len(indices) > 1 and len(set().union(*(sources[i] for i in indices))) > 1:
+            raise _copy_needed(inst, f"result elements {indices} of conditional "
+                               f"'{inst.name}' would share one buffer")
+
+
+def _last_reader(value: HloValue, live: LiveRanges) -> HloInstruction | None:
+    best = None
+    for use in value.uses:
+        if best is None or live.instruction_time(use.instruction) > \
+                live.instruction_time(best):
+            best = use.instruction
+    return best
+
+
+def _share_slots(inst: HloInstruction) -> dict[int, list[tuple[ShapeIndex, ShapeIndex]]]:
+    """operand number -> [(operand index, output index)] that `inst` may
+    write over (in place or elementwise)."""
+    slots: dict[int, list[tuple[ShapeIndex, ShapeIndex]]] = {}
+    for k, operand_index, output_index in in_place_pairs(inst) + elementwise_share_pairs(inst):
+        slots.setdefault(k, []).append((operand_index, output_index))
+    return slots
+
+
+def _shares_legally(writer: HloInstruction, operand_value: HloValue,
+                    df: DataflowAnalysis, alias: AliasAnalysis,
+                    allowed_slots: dict | None = None) -> bool:
+    """`writer` reads `operand_value`'s buffer only through operands it may
+    write over (so its output may take that buffer)."""
+    slots = _share_slots(writer) if allowed_slots is None else allowed_slots
+    target = alias.find(operand_value)
+    reads = False
+    for k, operand in enumerate(writer.operands):
+        for index, value in df.leaf_values(operand):
+            if alias.find(value) != target:
+                continue
+            reads = True
+            if not any(index == oi for oi, _ in slots.get(k, [])):
+                return False
+    return reads
+
+
+def _readonly_and_writers(values: list[HloValue], df: DataflowAnalysis,
+                          donated_params: set) -> tuple[list[HloValue], list[HloValue]]:
+    readonly, writers = [], []
+    entry = df.entry
+    for v in values:
+        inst = v.instruction
+        if inst.opcode == "constant":
+            readonly.append(v)
+        elif inst.opcode == "parameter" and inst.parent is entry:
+            if (inst.parameter_number, v.index) not in donated_params:
+                readonly.append(v)
+        elif not v.is_phi:
+            writers.append(v)
+    return readonly, writers
+
+
+# ------------------------------------------------------------------ assign
+
+def _can_merge(first: HloValue, second_writer: HloInstruction, second: HloValue,
+               buffers: _BufferSet, df: DataflowAnalysis, alias: AliasAnalysis,
+               live: LiveRanges, slots: dict, donated_params: set,
+               live_out: set) -> bool:
+    """May `first`'s buffer (dead once `second_writer` reads it) take
+    `second`'s buffer, written by `second_writer`?"""
+    ra, rb = alias.find(first), alias.find(second)
+    if ra == rb:
+        return False
+    if ra in live_out and rb in live_out:
+        return False
+    values_a = alias.buffer_values(first)
+    values_b = alias.buffer_values(second)
+    ro_a, _ = _readonly_and_writers(values_a, df, donated_params)
+    ro_b, _ = _readonly_and_writers(values_b, df, donated_params)
+    if ro_a or ro_b:
+        return False
+    entry = df.entry
+    params_a = [v for v in values_a if v.instruction.opcode == "parameter" and
+                v.instruction.parent is entry]
+    params_b = [v for v in values_b if v.instruction.opcode == "parameter" and
+                v.instruction.parent is entry]
+    if params_a and params_b:
+        return False
+    if max(v.size for v in values_a) != max(v.size for v in values_b):
+        return False
+    t = live.instruction_time(second_writer)
+    for x in buffers.of(first):
+        for y in buffers.of(second):
+            if not x.overlaps(y):
+                continue
+            # They may only touch where the writer reads the old content
+            # and writes the new one.
+            if not (x.end == t and y.start == t):
+                return False
+    return _shares_legally(second_writer, first, df, alias, slots)
+
+
+def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIGNMENT,
+                   share_elementwise: bool = False) -> BufferAssignment:
+    """Allocations and slices for every array of `module` as `schedule`
+    orders it. `share_elementwise` lets an elementwise instruction or loop
+    fusion write its output over an operand that dies there (XLA's
+    CanShareBuffer); it is off by default because kernels compiled apart
+    from the buffer assignment mark their inputs read-only."""
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a power of two, got {alignment}")
+    df = DataflowAnalysis(module)
+    alias = AliasAnalysis(df)
+    entry = df.entry
+    for comp in df.computations:
+        try:
+            schedule.sequence(comp)
+        except KeyError:
+            raise HloError(f"computation '{comp.name}' has no schedule (schedule the "
+                           "module with schedule_module first)") from None
+        seq = schedule.sequence(comp)
+        if {id(i) for i in seq} != {id(i) for i in comp.instructions} or \
+                len(seq) != len(comp.instructions):
+            raise HloError(f"the schedule of computation '{comp.name}' does not hold "
+                           "exactly its instructions (was the module changed after "
+                           "scheduling?)")
+        position = {id(i): k for k, i in enumerate(seq)}
+        by_name = {i.name: i for i in seq}
+        for inst in seq:
+            preds = list(inst.operands) + [by_name[n] for n in
+                                           inst.attrs.get("control-predecessors") or ()
+                                           if n in by_name]
+            for p in preds:
+                if position[id(p)] >= position[id(inst)]:
+                    raise HloError(f"{where(inst)}is scheduled before '{p.name}', "
+                                   "which it depends on")
+
+    donations = parse_input_output_alias(module)
+    params = {p.parameter_number: p for p in entry.parameters}
+    for d in donations:
+        if d.parameter not in params:
+            raise HloError(f"module '{module.name}': input_output_alias names "
+                           f"parameter {d.parameter}, which ENTRY does not have")
+        if not df.has_value(params[d.parameter], d.parameter_index) or \
+                not df.has_value(entry.root, d.output_index):
+            raise HloError(f"module '{module.name}': input_output_alias "
+                           f"{d.output_index} -> ({d.parameter}, {d.parameter_index}) "
+                           "does not name array leaves of the parameter and the result")
+    donated_params = {(d.parameter, tuple(d.parameter_index)) for d in donations}
+    live = LiveRanges(df, schedule, donations)
+
+    # Values that must share must not overwrite what is still needed.
+    for comp in df.computations:
+        for inst in schedule.sequence(comp):
+            if inst.opcode == "while":
+                _check_while(inst, df, live, alias)
+            elif inst.opcode == "conditional":
+                _check_conditional(inst, df, live, alias)
+
+    ba = BufferAssignment(module, schedule, df, alias, live, alignment)
+    buffers = _BufferSet(alias, live)
+    live_out_roots = lambda: {alias.find(v) for _, v in df.leaf_values(entry.root)}  # noqa: E731
+
+    # Donated parameters take their output's buffer when nothing reads the
+    # parameter after the output is written.
+    for d in donations:
+        p_value = df.value_at(params[d.parameter], d.parameter_index)
+        out_value = df.value_at(entry.root, d.output_index)
+        writers = [v for v in alias.buffer_values(out_value) if not v.is_phi and
+                   v.instruction.opcode not in ("parameter", "constant")]
+        ok = False
+        if alias.same_buffer(p_value, out_value):
+            ok = True
+        elif writers:
+            writer = min(writers, key=lambda v: live.range_of(v).start).instruction
+            others = live_out_roots() - {alias.find(out_value)}
+            ok = _can_merge(p_value, writer, out_value, buffers, df, alias, live,
+                            _share_slots(writer), donated_params, others)
+            if ok:
+                buffers.merge(p_value, out_value)
+        if ok:
+            ba.donations.append(d)
+        elif d.must_alias:
+            raise HloError(f"module '{module.name}': output {d.output_index} must alias "
+                           f"parameter {d.parameter} {d.parameter_index}, but the "
+                           "parameter is still read after the output is written")
+
+    # In-place writers and (optionally) elementwise reuse, in program order.
+    for inst in live.flattened:
+        pairs = in_place_pairs(inst)
+        candidates = [(k, oi, out, True) for k, oi, out in pairs]
+        if share_elementwise:
+            candidates += [(k, oi, out, False) for k, oi, out in elementwise_share_pairs(inst)]
+        if not candidates:
+            continue
+        slots = _share_slots(inst) if share_elementwise else {}
+        if not share_elementwise:
+            for k, oi, out in pairs:
+                slots.setdefault(k, []).append((oi, out))
+        records = []
+        for k, operand_index, output_index, in_place in candidates:
+            if not df.has_value(inst.operands[k], operand_index) or \
+                    not df.has_value(inst, output_index):
+                continue
+            operand_value = df.value_at(inst.operands[k], operand_index)
+            out_value = df.value_at(inst, output_index)
+            shared = alias.same_buffer(operand_value, out_value)
+            if not shared and _can_merge(operand_value, inst, out_value, buffers, df,
+                                         alias, live, slots, donated_params,
+                                         live_out_roots()):
+                buffers.merge(operand_value, out_value)
+                shared = True
+            if in_place:
+                records.append((k, operand_index, output_index, shared))
+        if records:
+            ba._in_place[id(inst)] = records
+
+    # Nothing may write over a read-only parameter or a constant.
+    groups: dict[int, list[HloValue]] = {}
+    for value in df.values:
+        groups.setdefault(alias.find(value), []).append(value)
+    for root, values in groups.items():
+        readonly, writers = _readonly_and_writers(values, df, donated_params)
+        if readonly and (writers or len(readonly) > 1):
+            culprit = (writers or readonly[1:])[0]
+            what = readonly[0]
+            kind = "constant" if what.instruction.opcode == "constant" else \
+                "parameter (not donated)"
+            raise _copy_needed(culprit.instruction,
+                               f"it would write into the buffer of {kind} "
+                               f"'{what.instruction.name}'")
+
+    _allocate(ba, groups, buffers, params, donated_params)
+    return ba
+
+
+def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
+              buffers: _BufferSet, params: dict, donated_params: set) -> None:
+    df, alias, entry = ba.dataflow, ba.alias, ba.dataflow.entry
+    output_of: dict[int, ShapeIndex] = {}
+    for index, value in df.leaf_values(entry.root):
+        output_of.setdefault(alias.find(value), index)
+    size_of = {root: max(v.size for v in values) for root, values in groups.items()}
+    for root, size in size_of.items():
+        if size > INT64_MAX:
+            raise ResourceError(f"a buffer of {size} bytes does not fit in int64")
+    placed: set[int] = set()
+    allocations: list[Allocation] = []
+
+    def add(root: int, **kw) -> None:
+        allocations.append(Allocation(index=len(allocations), size=size_of[root],
+                                      alignment=ba.alignment,
+                                      output_index=output_of.get(root), **kw))
+        ba._placement[root] = (len(allocations) - 1, 0)
+        placed.add(root)
+
+    for number in sorted(params):
+        for index, value in df.leaf_values(params[number]):
+            root = alias.find(value)
+            if root in placed:
+                raise HloError(f"{where(params[number])}its leaf {index} shares a buffer "
+                               "with another parameter")
+            add(root, kind="parameter", parameter=number, parameter_index=index)
+    for index, value in df.leaf_values(entry.root):
+        root = alias.find(value)
+        if root not in placed:
+            constants = [v for v in groups[root] if v.instruction.opcode == "constant"]
+            if constants:
+                add(root, kind="constant", constant=constants[0].instruction.name)
+            else:
+                add(root, kind="output")
+    for comp in df.computations:
+        for inst in ba.schedule.sequence(comp):
+            if inst.opcode != "constant":
+                continue
+            for _, value in df.leaf_values(inst):
+                root = alias.find(value)
+                if root not in placed:
+                    add(root, kind="constant", constant=inst.name)
+    temps = [root for root in groups if root not in placed]
+    if temps:
+        items = [HeapItem(root, size_of[root], buffers.intervals[root]) for root in temps]
+        result = pack(items, ba.alignment)
+        heap_size = result.size
+        total = sum(a.size for a in allocations) + heap_size
+        if total > INT64_MAX:
+            raise ResourceError(f"module '{ba.module.name}' needs {total} bytes, more "
+                                "than int64 can address")
+        temp = Allocation(index=len(allocations), size=heap_size, kind="temp",
+                          alignment=ba.alignment)
+        allocations.append(temp)
+        ba.temp_allocation = temp
+        ba.heap_order = result.order
+        for root in temps:
+            ba._placement[root] = (temp.index, result.offsets[root])
+    ba.allocations = allocations
