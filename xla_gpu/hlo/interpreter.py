@@ -46,7 +46,8 @@ import numpy as np
 from .module import HloComputation, HloError, HloInstruction, HloModule
 from .shape import ELEMENT_TYPES, Shape, bit_width
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "register_custom_call", "unregister_custom_call",
+           "registered_custom_calls", "decode_ffi_attributes"]
 
 Value = Any  # np.ndarray or tuple of Values
 
@@ -1442,6 +1443,889 @@ def _h_dot(ev, inst, ops, batch):
     return _down(result, etype)
 
 
+# ---- sort / topk
+
+
+def _window_sort_args(lhs: list[np.ndarray], rhs: list[np.ndarray]) -> list:
+    """Comparator arguments: lhs0, rhs0, lhs1, rhs1, ..."""
+    out: list[np.ndarray] = []
+    for a, b in zip(lhs, rhs):
+        out += [a, b]
+    return out
+
+
+def _comparator_less(ev, comp: HloComputation, lhs: list[np.ndarray],
+                     rhs: list[np.ndarray]) -> np.ndarray:
+    """comp(lhs, rhs) on arrays of equal shape: whether lhs goes first."""
+    shape = lhs[0].shape
+    if not math.prod(shape):
+        return np.zeros(shape, bool)
+    out = ev.apply(comp, _window_sort_args(lhs, rhs), shape)
+    if isinstance(out, tuple):
+        raise HloError(f"the comparator '{comp.name}' returns a tuple, "
+                       "not a pred")
+    return np.asarray(out).astype(bool, copy=False)
+
+
+def _sort_permutation(ev, comp: HloComputation,
+                      keys: list[np.ndarray]) -> np.ndarray:
+    """The stable sort order of the rows of `keys` (arrays of shape [B, n],
+    sorted along the last axis) under the comparator `comp`: a bottom-up
+    merge sort whose merges run batched over every row and every element
+    at once. Each element finds its place in the other run of its pair by
+    binary search (A elements count the B elements that go strictly
+    before them, B elements the A elements that do not go after them), so
+    equal elements keep their order. O(n log^2 n) comparator evaluations,
+    each a numpy operation over all [B, n] elements."""
+    rows, n = keys[0].shape
+    perm = np.broadcast_to(np.arange(n, dtype=np.int64), (rows, n)).copy()
+    if n <= 1 or rows == 0:
+        return perm
+    pos = np.arange(n, dtype=np.int64)
+    width = 1
+    while width < n:
+        current = [np.take_along_axis(k, perm, axis=1) for k in keys]
+        pair_start = (pos // (2 * width)) * (2 * width)
+        offset = pos - pair_start
+        in_a = offset < width
+        a_len = np.minimum(width, n - pair_start)
+        b_start = pair_start + width
+        b_len = np.clip(n - b_start, 0, width)
+        other_start = np.where(in_a, b_start, pair_start)
+        own_index = np.where(in_a, offset, offset - width)
+        lo = np.zeros((rows, n), np.int64)
+        hi = np.broadcast_to(np.where(in_a, b_len, a_len), (rows, n)).copy()
+        while True:
+            active = lo < hi
+            if not active.any():
+                break
+            mid = (lo + hi) // 2
+            probe = np.minimum(other_start + mid, n - 1)
+            other = [np.take_along_axis(c, probe, axis=1) for c in current]
+            # A elements ask less(other, self); B elements less(self, other).
+            lhs = [np.where(in_a, o, c) for o, c in zip(other, current)]
+            rhs = [np.where(in_a, c, o) for o, c in zip(other, current)]
+            less = _comparator_less(ev, comp, lhs, rhs)
+            go_right = np.where(in_a, less, ~less)
+            lo = np.where(active & go_right, mid + 1, lo)
+            hi = np.where(active & ~go_right, mid, hi)
+        new_pos = pair_start + own_index + lo
+        merged = np.empty_like(perm)
+        np.put_along_axis(merged, new_pos, perm, axis=1)
+        perm = merged
+        width *= 2
+    return perm
+
+
+def _sort_along(ev, comp: HloComputation, arrays: list[np.ndarray],
+                dim: int) -> list[np.ndarray]:
+    """`arrays` (one shape) sorted along `dim` by the comparator."""
+    moved = [np.moveaxis(a, dim, -1) for a in arrays]
+    lead = moved[0].shape[:-1]
+    n = moved[0].shape[-1]
+    rows = [m.reshape(-1, n) for m in moved]
+    perm = _sort_permutation(ev, comp, rows)
+    return [np.moveaxis(np.take_along_axis(r, perm, axis=1)
+                        .reshape(lead + (n,)), -1, dim) for r in rows]
+
+
+def _h_sort(ev, inst, ops, batch):
+    comp = inst.attrs.get("to_apply")
+    if not isinstance(comp, HloComputation):
+        raise HloError("sort needs to_apply=<comparator>")
+    arrays = [np.asarray(o) for o in ops]
+    if not arrays:
+        raise HloError("sort needs at least one operand")
+    rank = arrays[0].ndim
+    dims = inst.attrs.get("dimensions", ())
+    if not isinstance(dims, tuple) or len(dims) != 1 or \
+            not 0 <= dims[0] < max(rank, 1):
+        raise HloError(f"sort needs dimensions={{d}} with 0 <= d < {rank}")
+    if any(a.shape != arrays[0].shape for a in arrays):
+        raise HloError("sort operands differ in shape")
+    if len(comp.parameters) != 2 * len(arrays):
+        raise HloError(f"the comparator '{comp.name}' takes "
+                       f"{len(comp.parameters)} parameters; {len(arrays)} "
+                       f"operands need {2 * len(arrays)}")
+    if rank == 0:
+        out = [a.copy() for a in arrays]
+    else:
+        # Stable even when is_stable=false: XLA then allows any order of
+        # equal elements, and the stable one is among them.
+        out = _sort_along(ev, comp, arrays, dims[0])
+    return tuple(out) if inst.shape.is_tuple else out[0]
+
+
+def _order_key(x: np.ndarray, etype: str) -> np.ndarray:
+    """int64 keys ordering values of `etype` as XLA's TopK does (floats by
+    IEEE totalOrder, -NaN first, NaN last)."""
+    if _is_float(etype):
+        return _total_order_key(x, etype)
+    if etype == "pred":
+        return np.asarray(x).astype(np.int64)
+    if etype == "u64":  # order-preserving map of uint64 onto int64
+        return (np.asarray(x).astype(np.uint64) ^ np.uint64(1 << 63)) \
+            .view(np.int64)
+    if _is_int(etype):
+        return _up(x, etype).astype(np.int64)
+    raise HloError(f"top-k of {etype} values is not supported")
+
+
+def _topk(x: np.ndarray, etype: str, k: int, largest: bool,
+          index_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    n = x.shape[-1] if x.ndim else 0
+    if x.ndim == 0 or not 0 <= k <= n:
+        raise HloError(f"top-k needs 0 <= k <= the last dimension; k={k}, "
+                       f"operand shape {list(x.shape)}")
+    key = _order_key(x, etype)
+    # Descending keys via bitwise not (no overflow); ties: lower index first.
+    order = np.argsort(~key if largest else key, axis=-1, kind="stable")
+    order = order[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order.astype(index_dtype)
+
+
+def _h_topk(ev, inst, ops, batch):
+    k = inst.attrs.get("k")
+    k = int(k) if isinstance(k, (int, str)) and str(k).lstrip("-").isdigit() \
+        else None
+    leaves = inst.shape.leaves()
+    if k is None or len(leaves) != 2:
+        raise HloError("topk needs k=<int> and a (values, indices) result")
+    largest = inst.attrs.get("largest", True)
+    if isinstance(largest, str):
+        largest = largest == "true"
+    values, indices = _topk(np.asarray(ops[0]), _etype_of(inst, 0), k,
+                            bool(largest), leaves[1].dtype)
+    return values, indices
+
+
+def _custom_topk(ev, inst, ops) -> Value:
+    """XLA:CPU's "TopK" custom call: (values, s32 indices) of the k first
+    elements along the last dimension under the comparator computation
+    (called with value and index pairs)."""
+    comps = inst.attrs.get("called_computations") or []
+    leaves = inst.shape.leaves()
+    if len(ops) != 1 or len(comps) != 1 or len(leaves) != 2:
+        raise HloError("the TopK custom call takes one operand, one "
+                       "comparator computation and returns (values, "
+                       "indices)")
+    x = np.asarray(ops[0])
+    k = leaves[0].dims[-1] if leaves[0].dims else 0
+    if x.ndim == 0 or k > x.shape[-1]:
+        raise HloError(f"TopK: k={k} exceeds the last dimension of "
+                       f"{list(x.shape)}")
+    iota = np.broadcast_to(np.arange(x.shape[-1], dtype=leaves[1].dtype),
+                           x.shape)
+    values, indices = _sort_along(ev, comps[0], [x, np.asarray(iota)],
+                                  x.ndim - 1)
+    return values[..., :k].copy(), indices[..., :k].copy()
+
+
+# ---- custom calls
+
+CustomCallHandler = Callable[..., Any]
+_CUSTOM_CALLS: dict[str, CustomCallHandler] = {}
+_BUILTIN_CUSTOM_CALLS = {"TopK": _custom_topk}
+
+
+def register_custom_call(target: str, fn: CustomCallHandler) -> None:
+    """Makes `fn` the reference implementation of custom calls to
+    `target`: `fn(*operands, **attributes)` gets numpy arrays (a tuple
+    operand as a tuple of arrays) and the attributes decoded from the
+    typed-FFI `backend_config` (`{scale = 2.0 : f32, mode = 1 : i32}` ->
+    scale=np.float32(2.0), mode=np.int32(1)); an older-API custom call gets
+    `backend_config=<str>` when it has one. It returns the result array, or
+    a sequence of arrays for a tuple result. A later registration of the
+    same target replaces the earlier one."""
+    if not isinstance(target, str) or not target:
+        raise ValueError("register_custom_call needs a non-empty target name")
+    if not callable(fn):
+        raise TypeError(f"the handler of '{target}' is not callable")
+    _CUSTOM_CALLS[target] = fn
+
+
+def unregister_custom_call(target: str) -> None:
+    """Forgets the handler of `target` (no error when there is none)."""
+    _CUSTOM_CALLS.pop(target, None)
+
+
+def registered_custom_calls() -> tuple[str, ...]:
+    """The targets with a registered Python handler."""
+    return tuple(sorted(_CUSTOM_CALLS))
+
+
+_MLIR_INT_TYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16,
+                   "i32": np.int32, "i64": np.int64, "si8": np.int8,
+                   "si16": np.int16, "si32": np.int32, "si64": np.int64,
+                   "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32,
+                   "ui64": np.uint64}
+_MLIR_FLOAT_TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16,
+                     "f32": np.float32, "f64": np.float64}
+_ATTR_MAX_DEPTH = 64
+
+
+class _AttributeReader:
+    """A reader of the MLIR attribute dictionary that XLA prints as a typed
+    FFI custom call's backend_config: `{a = 1 : i32, b = 2.5 : f32,
+    c = "text", d = array<i64: 1, 2>, e = {nested = true}, f = [1, 2]}`."""
+
+    def __init__(self, text: str, where: str) -> None:
+        self.text, self.pos, self.where = text, 0, where
+
+    def error(self, message: str) -> HloError:
+        return HloError(f"{self.where}: backend_config {message} at column "
+                        f"{self.pos + 1} of {self.text!r}")
+
+    def skip(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def peek(self) -> str:
+        self.skip()
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def expect(self, token: str) -> None:
+        self.skip()
+        if not self.text.startswith(token, self.pos):
+            raise self.error(f"expected '{token}'")
+        self.pos += len(token)
+
+    def word(self) -> str:
+        self.skip()
+        start = self.pos
+        while self.pos < len(self.text) and (
+                self.text[self.pos].isalnum() or self.text[self.pos] in "_.$"):
+            self.pos += 1
+        if start == self.pos:
+            raise self.error("expected a name")
+        return self.text[start:self.pos]
+
+    def string(self) -> str:
+        self.expect('"')
+        out = []
+        while self.pos < len(self.text) and self.text[self.pos] != '"':
+            ch = self.text[self.pos]
+            if ch == "\\" and self.pos + 1 < len(self.text):
+                nxt = self.text[self.pos + 1]
+                if nxt in '"\\':
+                    out.append(nxt)
+                    self.pos += 2
+                    continue
+                hexpair = self.text[self.pos + 1:self.pos + 3]
+                if nxt == "n":
+                    out.append("\n")
+                    self.pos += 2
+                    continue
+                if len(hexpair) == 2 and all(c in "0123456789abcdefABCDEF"
+                                             for c in hexpair):
+                    out.append(chr(int(hexpair, 16)))
+                    self.pos += 3
+                    continue
+            out.append(ch)
+            self.pos += 1
+        if self.pos >= len(self.text):
+            raise self.error("has an unterminated string")
+        self.pos += 1
+        return "".join(out)
+
+    def number_text(self) -> str:
+        self.skip()
+        start = self.pos
+        while self.pos < len(self.text) and (
+                self.text[self.pos].isalnum() or self.text[self.pos] in "+-."):
+            if self.text[self.pos] in "+-" and self.pos > start and \
+                    self.text[self.pos - 1] not in "eE":
+                break
+            self.pos += 1
+        return self.text[start:self.pos]
+
+    def typed_number(self, raw: str, type_name: str | None) -> Any:
+        try:
+            if type_name in _MLIR_FLOAT_TYPES:
+                dtype = _MLIR_FLOAT_TYPES[type_name]
+                if raw.lower().startswith("0x"):  # the bit pattern
+                    bits = int(raw, 16)
+                    width = np.dtype(dtype).itemsize
+                    ints = {2: np.uint16, 4: np.uint32, 8: np.uint64}[width]
+                    return np.array(bits, ints).view(dtype)[()]
+                return dtype(float(raw))
+            if type_name in _MLIR_INT_TYPES:
+                value = int(raw, 0)
+                if type_name == "i1":
+                    return np.bool_(value != 0)
+                return _MLIR_INT_TYPES[type_name](value)
+            if type_name is None:
+                return int(raw, 0) if not any(c in raw for c in ".eE") or \
+                    raw.lower().startswith("0x") else float(raw)
+        except (ValueError, OverflowError) as e:
+            raise self.error(f"has a bad number '{raw}' ({e})") from None
+        raise self.error(f"has an unsupported type '{type_name}'")
+
+    def value(self, depth: int = 0) -> Any:
+        if depth > _ATTR_MAX_DEPTH:
+            raise self.error("nests too deep")
+        ch = self.peek()
+        if ch == "{":
+            return self.dictionary(depth + 1)
+        if ch == '"':
+            return self.string()
+        if ch == "[":
+            self.expect("[")
+            items = []
+            if self.peek() != "]":
+                while True:
+                    items.append(self.value(depth + 1))
+                    if self.peek() != ",":
+                        break
+                    self.expect(",")
+            self.expect("]")
+            return items
+        if ch.isalpha():
+            start = self.pos
+            name = self.word()
+            if name in ("true", "false"):
+                return name == "true"
+            if name == "array":
+                return self.dense_array()
+            if name == "dense":
+                return self.dense()
+            self.pos = start
+        raw = self.number_text()
+        if not raw:
+            raise self.error("expected a value")
+        type_name = None
+        if self.peek() == ":":
+            self.expect(":")
+            type_name = self.word()
+        return self.typed_number(raw, type_name)
+
+    def dense_array(self) -> np.ndarray:
+        self.expect("<")
+        type_name = self.word()
+        values = []
+        if self.peek() == ":":
+            self.expect(":")
+            while True:
+                values.append(self.typed_number(self.number_text(),
+                                                type_name))
+                if self.peek() != ",":
+                    break
+                self.expect(",")
+        self.expect(">")
+        dtype = _MLIR_INT_TYPES.get(type_name) or \
+            _MLIR_FLOAT_TYPES.get(type_name)
+        if dtype is None:
+            raise self.error(f"has an unsupported array type '{type_name}'")
+        return np.array(values, dtype=dtype)
+
+    def dense(self) -> np.ndarray:
+        self.expect("<")
+        depth, start = 1, self.pos
+        while self.pos < len(self.text) and depth:
+            depth += {"<": 1, ">": -1}.get(self.text[self.pos], 0)
+            self.pos += 1
+        body = self.text[start:self.pos - 1]
+        self.expect(":")
+        self.skip()
+        tstart = self.pos
+        depth = 0
+        while self.pos < len(self.text):
+            c = self.text[self.pos]
+            if c == "<":
+                depth += 1
+            elif c == ">":
+                depth -= 1
+                if depth == 0:
+                    self.pos += 1
+                    break
+            elif depth == 0 and c in ",}":
+                break
+            self.pos += 1
+        tensor = self.text[tstart:self.pos].strip()
+        if not (tensor.startswith("tensor<") and tensor.endswith(">")):
+            raise self.error(f"has an unsupported dense type '{tensor}'")
+        parts = tensor[len("tensor<"):-1].split("x")
+        etype, dims = parts[-1], [int(d) for d in parts[:-1]]
+        dtype = _MLIR_INT_TYPES.get(etype) or _MLIR_FLOAT_TYPES.get(etype)
+        if dtype is None:
+            raise self.error(f"has an unsupported element type '{etype}'")
+        flat = [self.typed_number(v.strip(), etype) for v in
+                body.replace("[", " ").replace("]", " ").split(",")
+                if v.strip()]
+        count = math.prod(dims)
+        if len(flat) == 1 and count != 1:
+            flat = flat * count  # a splat
+        if len(flat) != count:
+            raise self.error(f"dense<{body}> does not fill {tensor}")
+        return np.array(flat, dtype=dtype).reshape(dims)
+
+    def dictionary(self, depth: int = 0) -> dict[str, Any]:
+        self.expect("{")
+        out: dict[str, Any] = {}
+        if self.peek() == "}":
+            self.expect("}")
+            return out
+        while True:
+            key = self.string() if self.peek() == '"' else self.word()
+            if self.peek() == "=":
+                self.expect("=")
+                out[key] = self.value(depth + 1)
+            else:  # a unit attribute
+                out[key] = True
+            if self.peek() != ",":
+                break
+            self.expect(",")
+        self.expect("}")
+        return out
+
+    def finish(self) -> None:
+        self.skip()
+        if self.pos != len(self.text):
+            raise self.error("has trailing text")
+
+
+def decode_ffi_attributes(text: str, where: str = "custom-call") -> dict:
+    """The attributes of a typed-FFI custom call's backend_config, as
+    numpy scalars (typed by their MLIR type), str, bool, numpy arrays
+    (`array<i32: ...>`, `dense<...>`), lists and dicts."""
+    text = text.strip()
+    if not text:
+        return {}
+    reader = _AttributeReader(text, where)
+    out = reader.dictionary()
+    reader.finish()
+    return out
+
+
+def _result_like(value: Any, shape: Shape, target: str,
+                 where: str = "") -> Value:
+    if shape.is_tuple:
+        if not isinstance(value, (tuple, list)) or \
+                len(value) != len(shape.tuple_shapes):
+            raise HloError(f"the handler of '{target}' returned "
+                           f"{type(value).__name__}{where}; the result is "
+                           f"{shape}")
+        return tuple(_result_like(v, s, target, f"{where}[{i}]")
+                     for i, (v, s) in enumerate(zip(value, shape.tuple_shapes)))
+    arr = np.asarray(value)
+    if arr.shape != shape.dims:
+        raise HloError(f"the handler of '{target}' returned shape "
+                       f"{list(arr.shape)}{where}; the result is {shape}")
+    if arr.dtype != shape.dtype:
+        if not np.can_cast(arr.dtype, shape.dtype, "same_kind"):
+            raise HloError(f"the handler of '{target}' returned {arr.dtype}"
+                           f"{where}; the result is {shape}")
+        arr = arr.astype(shape.dtype)
+    return arr
+
+
+def _h_custom_call(ev, inst, ops, batch):
+    target = inst.attrs.get("custom_call_target")
+    if not isinstance(target, str) or not target:
+        raise HloError("custom-call needs custom_call_target=\"...\"")
+    handler = _CUSTOM_CALLS.get(target)
+    if handler is None and target in _BUILTIN_CUSTOM_CALLS:
+        return _BUILTIN_CUSTOM_CALLS[target](ev, inst, ops)
+    if handler is None:
+        known = ", ".join(registered_custom_calls()) or "none"
+        raise HloError(f"no handler for the custom call target '{target}' "
+                       "(register one with xla_gpu.hlo.interpreter."
+                       f"register_custom_call; registered: {known})")
+    config = inst.attrs.get("backend_config", "")
+    config = config if isinstance(config, str) else ""
+    api = str(inst.attrs.get("api_version", ""))
+    if api == "API_VERSION_TYPED_FFI":
+        kwargs = decode_ffi_attributes(config, f"custom call '{target}'")
+    else:
+        kwargs = {"backend_config": config} if config else {}
+    args = [tuple(np.array(v, copy=True) for v in o) if isinstance(o, tuple)
+            else np.array(o, copy=True) for o in ops]
+    try:
+        result = handler(*args, **kwargs)
+    except HloError:
+        raise
+    except Exception as e:  # the handler's own failure, named
+        raise HloError(f"the handler of custom call target '{target}' "
+                       f"failed: {type(e).__name__}: {e}") from e
+    return _result_like(result, inst.shape, target)
+
+
+# ---- convolution
+
+
+def _conv_labels(text: Any, ranks: tuple[int, int, int]):
+    """dim_labels=b01f_01io->b01f as (lhs batch, lhs feature, lhs spatial),
+    (rhs input feature, rhs output feature, rhs spatial), (out batch, out
+    feature, out spatial); spatial lists indexed by spatial dimension."""
+    if not isinstance(text, str) or "->" not in text or \
+            "_" not in text.split("->")[0]:
+        raise HloError(f"convolution needs dim_labels=<lhs>_<rhs>-><out>, "
+                       f"got {text!r}")
+    lhs_text, rest = text.split("_", 1)
+    rhs_text, out_text = rest.split("->", 1)
+    parsed = []
+    for labels, rank, (major, minor), what in (
+            (lhs_text, ranks[0], "bf", "lhs"),
+            (rhs_text, ranks[1], "io", "rhs"),
+            (out_text, ranks[2], "bf", "output")):
+        nspatial = rank - 2
+        expected = sorted([major, minor] + [str(i) for i in range(nspatial)])
+        if len(labels) != rank or sorted(labels) != expected:
+            raise HloError(f"dim_labels '{text}': the {what} labels "
+                           f"'{labels}' do not name {major}, {minor} and "
+                           f"spatial dimensions 0..{nspatial - 1} of a "
+                           f"rank-{rank} array")
+        parsed.append((labels.index(major), labels.index(minor),
+                       [labels.index(str(i)) for i in range(nspatial)]))
+    return parsed
+
+
+def _h_convolution(ev, inst, ops, batch):
+    lhs, rhs = np.asarray(ops[0]), np.asarray(ops[1])
+    out_shape = inst.shape
+    (lb, lf, ls), (ri, ro, rs), (ob, of, os_) = _conv_labels(
+        inst.attrs.get("dim_labels"), (lhs.ndim, rhs.ndim, out_shape.rank))
+    nsp = len(ls)
+    window = inst.attrs.get("window", {})
+    if not isinstance(window, dict):
+        raise HloError("convolution needs window={size=...}")
+    size = tuple(window.get("size", ()))
+    if len(size) != nsp:
+        raise HloError(f"the window has {len(size)} dimensions, the "
+                       f"convolution {nsp} spatial ones")
+    stride = tuple(window.get("stride", (1,) * nsp))
+    pad = list(window.get("pad", [(0, 0)] * nsp))
+    lhs_dil = tuple(window.get("lhs_dilate", (1,) * nsp))
+    rhs_dil = tuple(window.get("rhs_dilate", (1,) * nsp))
+    reversal = tuple(window.get("rhs_reversal", (0,) * nsp))
+    if any(v < 1 for v in stride + lhs_dil + rhs_dil):
+        raise HloError("window strides and dilations must be >= 1")
+    groups = inst.attrs.get("feature_group_count", 1)
+    batch_groups = inst.attrs.get("batch_group_count", 1)
+    if not isinstance(groups, int) or not isinstance(batch_groups, int) or \
+            groups < 1 or batch_groups < 1:
+        raise HloError("feature_group_count and batch_group_count must be "
+                       "positive integers")
+    etype = out_shape.element_type
+    x = _convert(lhs, _etype_of(inst, 0), etype) \
+        if _etype_of(inst, 0) != etype else lhs
+    w = _convert(rhs, _etype_of(inst, 1), etype) \
+        if _etype_of(inst, 1) != etype else rhs
+    x = np.transpose(_up(x, etype), [lb, lf] + ls)          # N, C, spatial
+    w = np.transpose(_up(w, etype), [ro, ri] + rs)          # O, I, window
+    for d, r in enumerate(reversal):
+        if r:
+            w = np.flip(w, axis=2 + d)
+    n_in, c_in = x.shape[:2]
+    o_feat, i_feat = w.shape[:2]
+    if tuple(w.shape[2:]) != size:
+        raise HloError(f"kernel spatial dimensions {list(w.shape[2:])} do not "
+                       f"match the window size {list(size)}")
+    if c_in % groups or i_feat * groups != c_in or o_feat % groups:
+        raise HloError(f"feature_group_count={groups}: {c_in} input "
+                       f"features, kernel input features {i_feat}, "
+                       f"{o_feat} output features do not divide into groups")
+    if n_in % batch_groups or o_feat % batch_groups:
+        raise HloError(f"batch_group_count={batch_groups} does not divide "
+                       f"the batch {n_in} and the output features {o_feat}")
+    # Base (lhs) dilation, then padding with zeros (negative crops).
+    dil_shape = [max((d - 1) * b + 1, 0) for d, b in zip(x.shape[2:],
+                                                         lhs_dil)]
+    grown = [max(lo, 0) + d + max(hi, 0) for (lo, hi), d in zip(pad, dil_shape)]
+    padded = np.zeros(x.shape[:2] + tuple(grown), x.dtype)
+    place = (slice(None), slice(None)) + tuple(
+        slice(max(lo, 0), max(lo, 0) + d, b)
+        for (lo, _), d, b in zip(pad, dil_shape, lhs_dil))
+    padded[place] = x
+    crop = (slice(None), slice(None)) + tuple(
+        slice(max(-lo, 0), g - max(-hi, 0)) for (lo, hi), g in zip(pad, grown))
+    padded = padded[crop]
+    out_dims = out_shape.dims
+    out_spatial = tuple(out_dims[d] for d in os_)
+    n_out = n_in // batch_groups
+    if out_dims[ob] != n_out or out_dims[of] != o_feat:
+        raise HloError(f"the output {out_shape} does not have batch {n_out} "
+                       f"and {o_feat} features")
+    for d in range(nsp):
+        span = (size[d] - 1) * rhs_dil[d] + 1
+        expect = (padded.shape[2 + d] - span) // stride[d] + 1 \
+            if padded.shape[2 + d] >= span else 0
+        if expect != out_spatial[d]:
+            raise HloError(f"spatial dimension {d}: the window gives "
+                           f"{expect} outputs, the result has "
+                           f"{out_spatial[d]}")
+    points = math.prod(out_spatial)
+    acc = np.zeros((n_out, o_feat, points), x.dtype)
+    if points and acc.size:
+        for k in np.ndindex(*size):
+            view = padded[(slice(None), slice(None)) + tuple(
+                slice(k[d] * rhs_dil[d],
+                      k[d] * rhs_dil[d] + (out_spatial[d] - 1) * stride[d] + 1,
+                      stride[d]) for d in range(nsp))]
+            v = view.reshape(n_in, c_in, points)
+            wk = w[(slice(None), slice(None)) + k]            # O, I
+            if batch_groups > 1:
+                part = np.einsum(
+                    "gncp,goc->ngop",
+                    v.reshape(batch_groups, n_out, c_in, points),
+                    wk.reshape(batch_groups, o_feat // batch_groups, i_feat))
+            else:
+                part = np.einsum(
+                    "ngcp,goc->ngop",
+                    v.reshape(n_in, groups, i_feat, points),
+                    wk.reshape(groups, o_feat // groups, i_feat))
+            acc += part.reshape(n_out, o_feat, points)
+    result = acc.reshape((n_out, o_feat) + out_spatial)
+    result = np.transpose(result, np.argsort([ob, of] + os_))
+    return _down(result, etype)
+
+
+# ---- select-and-scatter
+
+
+def _windows_of(x: np.ndarray, window: dict, fill) -> tuple:
+    """The padded operand, its validity mask and the window geometry
+    (size, stride, dilation) of a reduce-window-like op."""
+    rank = x.ndim
+    size = tuple(window.get("size", (1,) * rank))
+    stride = tuple(window.get("stride", (1,) * rank))
+    pad = list(window.get("pad", [(0, 0)] * rank))
+    base_dil = tuple(window.get("lhs_dilate", (1,) * rank))
+    win_dil = tuple(window.get("rhs_dilate", (1,) * rank))
+    if not all(len(t) == rank for t in (size, stride, pad, base_dil, win_dil)):
+        raise HloError("window fields do not match the operand rank")
+    if any(b != 1 for b in base_dil):
+        raise HloError("select-and-scatter with base dilation is not "
+                       "supported")
+    grown = [max(lo, 0) + d + max(hi, 0) for (lo, hi), d in zip(pad, x.shape)]
+    buf = np.full(grown, fill, dtype=x.dtype)
+    valid = np.zeros(grown, bool)
+    index = np.full(grown, -1, np.int64)
+    place = tuple(slice(max(lo, 0), max(lo, 0) + d)
+                  for (lo, _), d in zip(pad, x.shape))
+    buf[place] = x
+    valid[place] = True
+    index[place] = np.arange(x.size, dtype=np.int64).reshape(x.shape)
+    crop = tuple(slice(max(-lo, 0), g - max(-hi, 0))
+                 for (lo, hi), g in zip(pad, grown))
+    return buf[crop], valid[crop], index[crop], size, stride, win_dil
+
+
+def _combine_at(ev, comp: HloComputation, flat: np.ndarray,
+                targets: np.ndarray, values: np.ndarray, etype: str) -> None:
+    """flat[t] = comp(flat[t], v) for the (target, value) pairs in order;
+    repeated targets are combined in turn."""
+    if targets.size == 0:
+        return
+    simple = _simple_binary(comp, etype)
+    if simple == "assign":
+        flat[targets] = values
+        return
+    order = np.argsort(targets, kind="stable")
+    sorted_t = targets[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_t)) + 1]
+    ranks_sorted = np.arange(sorted_t.size) - np.repeat(
+        starts, np.diff(np.r_[starts, sorted_t.size]))
+    occurrence = np.empty_like(ranks_sorted)
+    occurrence[order] = ranks_sorted
+    for r in range(int(occurrence.max()) + 1):
+        sel = np.flatnonzero(occurrence == r)
+        t = targets[sel]
+        out = ev.apply(comp, [flat[t], values[sel]], (sel.size,))
+        flat[t] = out
+
+
+def _h_select_and_scatter(ev, inst, ops, batch):
+    operand, source, init = (np.asarray(o) for o in ops)
+    select = inst.attrs.get("select")
+    scatter = inst.attrs.get("scatter")
+    if not isinstance(select, HloComputation) or \
+            not isinstance(scatter, HloComputation):
+        raise HloError("select-and-scatter needs select= and scatter= "
+                       "computations")
+    window = inst.attrs.get("window", {})
+    if not isinstance(window, dict):
+        raise HloError("select-and-scatter needs window={size=...}")
+    padded, valid, index, size, stride, dil = _windows_of(
+        operand, window, np.zeros((), operand.dtype))
+    out_dims = source.shape
+    if len(out_dims) != operand.ndim:
+        raise HloError("the source's rank differs from the operand's")
+    sel_val = np.zeros(out_dims, operand.dtype)
+    sel_idx = np.full(out_dims, -1, np.int64)
+    have = np.zeros(out_dims, bool)
+    # XLA's order: the window's elements in row-major order; a candidate
+    # replaces the current choice when select(current, candidate) is false.
+    for w in np.ndindex(*size):
+        view = tuple(slice(wi * wd, wi * wd + (o - 1) * s + 1, s)
+                     if o else slice(0, 0)
+                     for wi, wd, o, s in zip(w, dil, out_dims, stride))
+        cand, cvalid, cidx = padded[view], valid[view], index[view]
+        if cand.shape != out_dims:
+            raise HloError(f"the window does not fit: {list(cand.shape)} vs "
+                           f"the source {list(out_dims)}")
+        keep = np.asarray(ev.apply(select, [sel_val, cand], out_dims),
+                          bool) if have.any() else np.zeros(out_dims, bool)
+        take = cvalid & (~have | ~keep)
+        sel_val = np.where(take, cand, sel_val)
+        sel_idx = np.where(take, cidx, sel_idx)
+        have |= cvalid
+    result = np.array(np.broadcast_to(init, operand.shape), copy=True)
+    flat = result.reshape(-1)
+    chosen = sel_idx.reshape(-1)
+    ok = chosen >= 0
+    _combine_at(ev, scatter, flat, chosen[ok], source.reshape(-1)[ok],
+                _etype_of(inst, 0))
+    return result
+
+
+# ---- rng-bit-generator
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def _philox4x32(c: list[np.ndarray], key: tuple[int, int]) -> list:
+    """Philox4x32-10 on 32-bit words held in uint64 arrays."""
+    k0 = np.uint64(key[0])
+    k1 = np.uint64(key[1])
+    c0, c1, c2, c3 = c
+    for _ in range(10):
+        p0 = c0 * np.uint64(0xD2511F53)
+        p1 = c2 * np.uint64(0xCD9E8D57)
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & _MASK32,
+                          (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & _MASK32)
+        k0 = (k0 + np.uint64(0x9E3779B9)) & _MASK32
+        k1 = (k1 + np.uint64(0xBB67AE85)) & _MASK32
+    return [c0, c1, c2, c3]
+
+
+def _philox_words(count: int, key: int, low: int,
+                  high: int) -> tuple[list[np.ndarray], int, int]:
+    """4*ceil(count/4)... words: Philox of the 128-bit counters
+    (high:low) + 0, 1, ...; returns the four word arrays (interleaved by
+    the caller) and the counter after them."""
+    blocks = -(-count // 4)
+    step = np.arange(blocks, dtype=np.uint64)
+    lows = np.uint64(low) + step
+    highs = np.where(lows < np.uint64(low), np.uint64(high + 1 & (2**64 - 1)),
+                     np.uint64(high))
+    words = [lows & _MASK32, lows >> np.uint64(32), highs & _MASK32,
+             highs >> np.uint64(32)]
+    out = _philox4x32(words, (key & 0xFFFFFFFF, key >> 32))
+    new_low = (low + blocks) % 2**64
+    new_high = (high + (1 if new_low < low else 0)) % 2**64
+    return out, new_low, new_high
+
+
+def _rotl32(v: np.ndarray, r: int) -> np.ndarray:
+    return (v << np.uint32(r)) | (v >> np.uint32(32 - r))
+
+
+def _threefry2x32(x0: np.ndarray, x1: np.ndarray,
+                  key: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Threefry2x32 with 20 rounds on uint32 arrays."""
+    ks = [np.uint32(key[0]), np.uint32(key[1]),
+          np.uint32(0x1BD11BDA ^ key[0] ^ key[1])]
+    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+    x0 = x0 + ks[0]
+    x1 = x1 + ks[1]
+    for i in range(5):
+        for r in rotations[i % 2]:
+            x0 = x0 + x1
+            x1 = _rotl32(x1, r) ^ x0
+        x0 = x0 + ks[(i + 1) % 3]
+        x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def _threefry_bits32(key: int, state: int, dims: tuple[int, ...]):
+    """XLA's ThreeFry bits of u32 `dims`: the counters are the row-major
+    indices of a half-size shape; the two output words fill the split
+    dimension's even and odd positions."""
+    if not dims:
+        half, split = (1,), None
+    else:
+        split = next((i for i, d in enumerate(dims) if d % 2 == 0), None)
+        if split is None:
+            split = max(range(len(dims)), key=lambda i: (dims[i], -i))
+        half = dims[:split] + (-(-dims[split] // 2),) + dims[split + 1:]
+    count = math.prod(half)
+    counters = np.uint64(state) + np.arange(count, dtype=np.uint64)
+    lo = (counters & _MASK32).astype(np.uint32)
+    hi = (counters >> np.uint64(32)).astype(np.uint32)
+    o0, o1 = _threefry2x32(lo, hi, (key & 0xFFFFFFFF, key >> 32))
+    new_state = (state + count) % 2**64
+    if split is None:
+        return o0.reshape(()), new_state
+    o0, o1 = o0.reshape(half), o1.reshape(half)
+    both = np.stack([o0, o1], axis=split + 1)
+    merged = both.reshape(dims[:split] + (2 * half[split],) +
+                          dims[split + 1:])
+    return merged[tuple(slice(0, d) for d in dims)], new_state
+
+
+def _h_rng_bit_generator(ev, inst, ops, batch):
+    state = np.asarray(ops[0])
+    leaves = inst.shape.leaves()
+    if not inst.shape.is_tuple or len(leaves) != 2 or \
+            state.dtype != np.uint64 or state.ndim != 1 or state.size < 2:
+        raise HloError("rng-bit-generator takes a u64[n >= 2] state and "
+                       "returns (state, bits)")
+    algorithm = str(inst.attrs.get("algorithm", "rng_default")).lower()
+    if algorithm == "rng_default":
+        algorithm = "rng_philox"  # XLA:CPU's and XLA:GPU's default
+    out_shape = leaves[1]
+    etype, dims = out_shape.element_type, out_shape.dims
+    bits = bit_width(etype)
+    if etype == "pred" or etype in ("c64", "c128") or bits not in (
+            8, 16, 32, 64):
+        raise HloError(f"rng-bit-generator cannot produce {etype}")
+    s = [int(v) for v in state]
+    key = s[0]
+    count = math.prod(dims)
+    new_state = state.copy()
+    if algorithm == "rng_philox":
+        low, high = (s[1], s[2]) if state.size >= 3 else (s[1], s[0])
+        per = 2 if bits == 64 else 1
+        words, new_low, new_high = _philox_words(count * per, key, low, high)
+        if bits == 64:
+            pairs = [words[0] | (words[1] << np.uint64(32)),
+                     words[2] | (words[3] << np.uint64(32))]
+            flat = np.stack(pairs, axis=1).reshape(-1)[:count]
+        else:
+            flat = np.stack(words, axis=1).reshape(-1)[:count]
+        new_state[1] = new_low
+        if state.size >= 3:
+            new_state[2] = new_high
+        raw = flat.reshape(dims)
+    elif algorithm == "rng_three_fry":
+        if bits == 64:
+            counters = np.uint64(s[1]) + np.arange(count, dtype=np.uint64)
+            lo = (counters & _MASK32).astype(np.uint32)
+            hi = (counters >> np.uint64(32)).astype(np.uint32)
+            o0, o1 = _threefry2x32(lo, hi, (key & 0xFFFFFFFF, key >> 32))
+            raw = (o0.astype(np.uint64) |
+                   (o1.astype(np.uint64) << np.uint64(32))).reshape(dims)
+            new_state[1] = (s[1] + count) % 2**64
+        else:
+            raw, next_state = _threefry_bits32(key, s[1], dims)
+            new_state[1] = next_state
+    else:
+        raise HloError(f"unknown rng algorithm '{algorithm}'")
+    unsigned = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[bits]
+    raw = np.asarray(raw).astype(np.uint64) if bits < 64 else np.asarray(raw)
+    out = (raw & np.uint64((1 << bits) - 1)).astype(unsigned) \
+        if bits < 64 else raw.astype(np.uint64)
+    if out_shape.dtype != out.dtype:
+        out = out.view(out_shape.dtype)
+    return new_state, out.reshape(dims)
+
+
+def _h_rng(ev, inst, ops, batch):
+    raise HloError("'rng' draws from an unspecified generator: its results "
+                   "cannot be reproduced (use rng-bit-generator)")
+
+
 def _h_after_all(ev, inst, ops, batch):
     return np.zeros((0,), np.uint8)
 
@@ -1474,6 +2358,13 @@ _HANDLERS.update({
     "conditional": _h_conditional,
     "dot": _h_dot,
     "after-all": _h_after_all,
+    "sort": _h_sort,
+    "topk": _h_topk,
+    "custom-call": _h_custom_call,
+    "convolution": _h_convolution,
+    "select-and-scatter": _h_select_and_scatter,
+    "rng-bit-generator": _h_rng_bit_generator,
+    "rng": _h_rng,
 })
 
 SUPPORTED_OPCODES = frozenset(_HANDLERS) | {"parameter"}

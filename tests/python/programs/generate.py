@@ -51,7 +51,8 @@ _HLO_TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
               np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(np.float16): "f16",
               np.dtype(np.int32): "s32", np.dtype(np.int64): "s64",
               np.dtype(np.int8): "s8", np.dtype(np.uint8): "u8",
-              np.dtype(np.uint32): "u32", np.dtype(np.bool_): "pred"}
+              np.dtype(np.uint32): "u32", np.dtype(np.uint16): "u16",
+              np.dtype(np.uint64): "u64", np.dtype(np.bool_): "pred"}
 
 
 @dataclass
@@ -62,6 +63,8 @@ class Program:
     description: str
     dtype_notes: str = "f32 throughout"
     setup: Callable[[], None] | None = None
+    # Trace with 64-bit types enabled (u64 rng states and bits).
+    x64: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -430,6 +433,24 @@ def random_rbg_inputs(rng):
     return (np.array([0, 7, 0, 123456789], np.uint32), normal(rng, (4, 8)))
 
 
+def rng_bit_generator(key, key2):
+    gen = jax.lax.rng_bit_generator
+    algo = jax.lax.RandomAlgorithm
+    k1, a = gen(key, (3, 5), dtype=jnp.uint32, algorithm=algo.RNG_THREE_FRY)
+    k2, b = gen(k1, (7,), dtype=jnp.uint64, algorithm=algo.RNG_PHILOX)
+    k3, c = gen(key2, (3, 3), dtype=jnp.uint8, algorithm=algo.RNG_PHILOX)
+    k4, d = gen(key2, (2, 3), dtype=jnp.uint64, algorithm=algo.RNG_THREE_FRY)
+    k5, e = gen(key, (5,), dtype=jnp.uint16, algorithm=algo.RNG_THREE_FRY)
+    k6, f = gen(key2, (2, 2), dtype=jnp.uint32, algorithm=algo.RNG_DEFAULT)
+    return a, b, c, d, e, f, k2, k3, k4, k5, k6
+
+
+def rng_bit_generator_inputs(rng):
+    # key2's counter wraps around 2^64 within the calls that use it.
+    return (np.array([1, 2], np.uint64),
+            np.array([5, 2**64 - 3], np.uint64))
+
+
 def while_newton(x):
     # Newton's iteration for sqrt until converged: data-dependent trip count.
     def cond(state):
@@ -531,6 +552,12 @@ PROGRAMS = [
             "jax.random with an 'rbg' key: rng-bit-generator "
             "(algorithm=rng_default, XLA:CPU expands it to Philox4x32) for "
             "uniform floats and raw u32 bits", "u32 key and bits, f32 data"),
+    Program("rng_bit_generator", rng_bit_generator,
+            rng_bit_generator_inputs,
+            "lax.rng_bit_generator with the three_fry, philox and default "
+            "algorithms on u8/u16/u32/u64 bits of odd shapes, chained "
+            "states and a counter that wraps", "u64 states (x64 enabled)",
+            x64=True),
     Program("while_newton", while_newton, while_newton_inputs,
             "lax.while_loop of Newton's sqrt iteration until converged "
             "(data-dependent trip count, tuple carry of f32/s32/f32)"),
@@ -558,10 +585,11 @@ def generate(prog: Program) -> None:
         prog.setup()
     rng = np.random.default_rng(0)
     args = prog.make_inputs(rng)
-    jitted = jax.jit(prog.fn, keep_unused=True)
-    lowered = jitted.lower(*args)
-    compiled = lowered.compile()
-    outputs = compiled(*args)
+    with jax.enable_x64(prog.x64):
+        jitted = jax.jit(prog.fn, keep_unused=True)
+        lowered = jitted.lower(*args)
+        compiled = lowered.compile()
+        outputs = compiled(*args)
     in_leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(args)]
     out_leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(outputs)]
 
