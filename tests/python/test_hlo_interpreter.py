@@ -1094,3 +1094,453 @@ def test_module_misc_int():
         out1, out2 = evaluate(module, a, b)
         same(out1, first.astype(np.int32))
         same(out2, second.astype(np.int32))
+
+
+# ------------------------------------------------ sort, top-k, convolution
+
+LESS_F32 = """
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+"""
+
+
+def test_sort_is_stable_with_equal_keys_and_carries_payload():
+    keys = np.array([[3, 1, 2, 1, 3, 0, 1, 2, 3, 0, 1, 2, 2],
+                     [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]], np.float32)
+    payload = np.broadcast_to(np.arange(13, dtype=np.int32), keys.shape).copy()
+    text = """
+cmp {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+
+ENTRY e {
+  k = f32[2,13] parameter(0)
+  p = s32[2,13] parameter(1)
+  ROOT s = (f32[2,13], s32[2,13]) sort(k, p), dimensions={1}, is_stable=true, to_apply=cmp
+}
+"""
+    sorted_keys, order = run(text, keys, payload)
+    expected = np.argsort(keys, axis=1, kind="stable").astype(np.int32)
+    same(order, expected)
+    same(sorted_keys, np.take_along_axis(keys, expected, axis=1))
+    # Along dimension 0 of the transpose: the same permutation.
+    text0 = text.replace("f32[2,13]", "f32[13,2]").replace(
+        "s32[2,13]", "s32[13,2]").replace("dimensions={1}", "dimensions={0}")
+    _, order0 = run(text0, keys.T.copy(), payload.T.copy())
+    same(order0, expected.T)
+
+
+def test_sort_sizes_and_a_lexicographic_comparator():
+    """Comparator: by the first operand, ties by the second, descending."""
+    text = """
+cmp {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  c = f32[] parameter(2)
+  d = f32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  eq = pred[] compare(a, b), direction=EQ
+  gt2 = pred[] compare(c, d), direction=GT
+  tie = pred[] and(eq, gt2)
+  ROOT r = pred[] or(gt, tie)
+}
+
+ENTRY e {
+  k = s32[@N] parameter(0)
+  v = f32[@N] parameter(1)
+  ROOT s = (s32[@N], f32[@N]) sort(k, v), dimensions={0}, to_apply=cmp
+}
+"""
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 3, 5, 8, 17, 100):
+        k = rng.integers(0, 4, n).astype(np.int32)
+        v = rng.permutation(n).astype(np.float32)
+        sk, sv = run(text.replace("@N", str(n)), k, v)
+        order = np.lexsort((-v, -k))
+        same(sk, k[order])
+        same(sv, v[order])
+
+
+def test_sort_total_order_with_nans_and_signed_zeros():
+    text = """
+cmp {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT gt = pred[] compare(a, b), direction=GT, type=TOTALORDER
+}
+
+ENTRY e {
+  x = f32[8] parameter(0)
+  ROOT s = f32[8] sort(x), dimensions={0}, is_stable=true, to_apply=cmp
+}
+"""
+    nan, neg_nan = np.float32(np.nan), -np.float32(np.nan)
+    x = np.array([0.0, -0.0, nan, 1.0, -np.inf, neg_nan, np.inf, -2.0],
+                 np.float32)
+    (out,) = run(text, x)
+    expected = np.array([nan, np.inf, 1.0, 0.0, -0.0, -2.0, -np.inf, neg_nan],
+                        np.float32)
+    same(out, expected)
+
+
+def test_sort_large_is_fast():
+    n = 1 << 15
+    x = np.random.default_rng(3).standard_normal((2, n)).astype(np.float32)
+    text = LESS_F32 + f"""
+ENTRY e {{
+  x = f32[2,{n}] parameter(0)
+  ROOT s = f32[2,{n}] sort(x), dimensions={{1}}, to_apply=less
+}}
+"""
+    start = time.perf_counter()
+    (out,) = run(text, x)
+    assert time.perf_counter() - start < 10.0
+    same(out, np.sort(x, axis=1))
+
+
+def test_sort_errors_name_the_instruction():
+    text = LESS_F32 + """
+ENTRY e {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  ROOT s = (f32[4], f32[4]) sort(x, y), dimensions={0}, to_apply=less
+}
+"""
+    with pytest.raises(HloError, match="instruction 's'.*2 parameters"):
+        run(text, np.zeros(4, np.float32), np.zeros(4, np.float32))
+
+
+def test_topk_op_largest_and_smallest_with_ties():
+    x = np.array([[1, 5, 3, 5, -1, 3], [0, 0, 0, 0, 0, 0]], np.float32)
+    for largest in ("true", "false"):
+        text = f"""
+ENTRY e {{
+  x = f32[2,6] parameter(0)
+  ROOT t = (f32[2,3], s32[2,3]) topk(x), k=3, largest={largest}
+}}
+"""
+        values, idx = run(text, x)
+        if largest == "true":
+            expected = np.array([[1, 3, 2], [0, 1, 2]], np.int32)
+        else:
+            expected = np.array([[4, 0, 2], [0, 1, 2]], np.int32)
+        same(idx, expected)
+        same(values, np.take_along_axis(x, expected, axis=1))
+
+
+def test_topk_custom_call_of_xla_cpu_uses_its_comparator():
+    text = """
+gt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT r = pred[] compare(a, b), direction=GT
+}
+
+ENTRY e {
+  x = f32[3,7] parameter(0)
+  ROOT t = (f32[3,2], s32[3,2]) custom-call(x), custom_call_target="TopK", called_computations={gt}
+}
+"""
+    x = np.random.default_rng(5).permutation(21).reshape(3, 7).astype(
+        np.float32)
+    values, idx = run(text, x)
+    expected = np.argsort(-x, axis=1, kind="stable")[:, :2].astype(np.int32)
+    same(idx, expected)
+    same(values, np.take_along_axis(x, expected, axis=1))
+
+
+def conv_reference(lhs, rhs, stride, pad, lhs_dil, rhs_dil, groups=1,
+                   batch_groups=1):
+    """A direct convolution, one output element at a time: lhs [N, C, *S],
+    rhs [O, C/groups, *K] -> [N/batch_groups, O, *Out], in float64."""
+    lhs = lhs.astype(np.float64)
+    rhs = rhs.astype(np.float64)
+    n, c = lhs.shape[:2]
+    o, cg = rhs.shape[:2]
+    sp = lhs.shape[2:]
+    ks = rhs.shape[2:]
+    dil = [(s - 1) * d + 1 for s, d in zip(sp, lhs_dil)]
+    padded_size = [lo + s + hi for (lo, hi), s in zip(pad, dil)]
+    outs = [(p - ((k - 1) * d + 1)) // st + 1
+            for p, k, d, st in zip(padded_size, ks, rhs_dil, stride)]
+    nb, og, obg = n // batch_groups, o // groups, o // batch_groups
+    out = np.zeros([nb, o] + outs)
+    for b in range(nb):
+        for f in range(o):
+            g = f // og
+            bg = f // obg
+            for pos in np.ndindex(*outs):
+                total = 0.0
+                for ch in range(cg):
+                    for k in np.ndindex(*ks):
+                        coords = []
+                        for d in range(len(sp)):
+                            at = pos[d] * stride[d] + k[d] * rhs_dil[d] - \
+                                pad[d][0]
+                            if at % lhs_dil[d] or not 0 <= at < dil[d]:
+                                break
+                            coords.append(at // lhs_dil[d])
+                        else:
+                            total += lhs[(bg * nb + b, g * cg + ch) +
+                                         tuple(coords)] * rhs[(f, ch) + k]
+                out[(b, f) + pos] = total
+    return out
+
+
+def conv_text(lhs_shape, rhs_shape, out_shape, window, labels, extra=""):
+    def s(shape):
+        return f"f32[{','.join(map(str, shape))}]"
+    return f"""
+ENTRY e {{
+  x = {s(lhs_shape)} parameter(0)
+  w = {s(rhs_shape)} parameter(1)
+  ROOT c = {s(out_shape)} convolution(x, w), window={{{window}}}, dim_labels={labels}{extra}
+}}
+"""
+
+
+def test_convolution_hand_computed_1d():
+    text = conv_text((1, 4, 1), (2, 1, 1), (1, 3, 1),
+                     "size=2 stride=2 pad=1_1", "b0f_0io->b0f")
+    x = np.array([1, 2, 3, 4], np.float32).reshape(1, 4, 1)
+    w = np.ones((2, 1, 1), np.float32)
+    (out,) = run(text, x, w)
+    same(out, np.array([1, 5, 4], np.float32).reshape(1, 3, 1))
+
+
+@pytest.mark.parametrize("case", [
+    # stride, pad, lhs_dilate, rhs_dilate, groups, batch_groups
+    ((1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1), 1, 1),
+    ((2, 1), ((1, 1), (2, 0)), (1, 1), (1, 2), 2, 1),
+    ((1, 2), ((0, 1), (1, -1)), (2, 1), (1, 1), 1, 1),
+    ((1, 1), ((1, 1), (0, 2)), (2, 1), (1, 2), 2, 1),
+    ((1, 2), ((1, 1), (2, 0)), (1, 1), (2, 1), 1, 2),
+    ((3, 1), ((2, 2), (1, 1)), (1, 1), (1, 1), 4, 1),  # depthwise
+])
+def test_convolution_against_a_direct_reference(case):
+    stride, pad, lhs_dil, rhs_dil, groups, batch_groups = case
+    rng = np.random.default_rng(11)
+    n, c, o = 4, 4, 6 if batch_groups == 1 else 4
+    if groups == 4:
+        o = 8
+    x = rng.standard_normal((n, c, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((o, c // groups, 3, 2)).astype(np.float32)
+    expected = conv_reference(x, w, stride, pad, lhs_dil, rhs_dil, groups,
+                              batch_groups).astype(np.float32)
+    window = (f"size=3x2 stride={stride[0]}x{stride[1]} "
+              f"pad={pad[0][0]}_{pad[0][1]}x{pad[1][0]}_{pad[1][1]} "
+              f"lhs_dilate={lhs_dil[0]}x{lhs_dil[1]} "
+              f"rhs_dilate={rhs_dil[0]}x{rhs_dil[1]}")
+    extra = (f", feature_group_count={groups}" if groups > 1 else "") + \
+        (f", batch_group_count={batch_groups}" if batch_groups > 1 else "")
+    # Operands as NHWC / HWIO, output as NHWC: the labels do the transposes.
+    x_nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    w_hwio = np.ascontiguousarray(w.transpose(2, 3, 1, 0))
+    out_shape = (expected.shape[0],) + expected.shape[2:] + \
+        (expected.shape[1],)
+    text = conv_text(x_nhwc.shape, w_hwio.shape, out_shape, window,
+                     "b01f_01io->b01f", extra)
+    (out,) = run(text, x_nhwc, w_hwio)
+    close(out, expected.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+    # The same convolution with NCHW / OIHW labels.
+    text = conv_text(x.shape, w.shape, expected.shape, window,
+                     "bf01_oi01->bf01", extra)
+    (out,) = run(text, x, w)
+    close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_convolution_window_reversal_and_bad_labels():
+    x = np.arange(5, dtype=np.float32).reshape(1, 5, 1)
+    w = np.array([1, 10], np.float32).reshape(2, 1, 1)
+    text = conv_text((1, 5, 1), (2, 1, 1), (1, 4, 1),
+                     "size=2 rhs_reversal=1", "b0f_0io->b0f")
+    (out,) = run(text, x, w)
+    # The kernel applied reversed: out[i] = 10 * x[i] + 1 * x[i + 1].
+    same(out, np.array([1, 12, 23, 34], np.float32).reshape(1, 4, 1))
+    bad = conv_text((1, 5, 1), (2, 1, 1), (1, 4, 1), "size=2", "b0f_0ix->b0f")
+    with pytest.raises(HloError, match="instruction 'c'.*labels"):
+        run(bad, x, w)
+    wrong = conv_text((1, 5, 1), (2, 1, 1), (1, 3, 1), "size=2",
+                      "b0f_0io->b0f")
+    with pytest.raises(HloError, match="gives 4 outputs"):
+        run(wrong, x, w)
+
+
+def test_convolution_bf16_operands_accumulate_into_f32():
+    text = """
+ENTRY e {
+  x = bf16[1,3,1] parameter(0)
+  w = bf16[3,1,1] parameter(1)
+  ROOT c = f32[1,1,1] convolution(x, w), window={size=3}, dim_labels=b0f_0io->b0f
+}
+"""
+    x = np.array([1, 2**-8, 2**-8], BF16).reshape(1, 3, 1)
+    w = np.ones((3, 1, 1), BF16)
+    (out,) = run(text, x, w)
+    same(out, np.array([1 + 2**-7], np.float32).reshape(1, 1, 1))
+
+
+# ------------------------------------------------------------ custom calls
+
+
+def test_custom_call_through_a_registered_python_handler():
+    from xla_gpu.hlo.interpreter import (register_custom_call,
+                                         unregister_custom_call)
+    seen = {}
+
+    def handler(x, pair, **attrs):
+        seen.update(attrs)
+        a, b = pair
+        return x * attrs["scale"], (a + b).astype(np.int32)
+
+    text = """
+ENTRY e {
+  x = f32[3] parameter(0)
+  a = s32[2] parameter(1)
+  b = s32[2] parameter(2)
+  t = (s32[2], s32[2]) tuple(a, b)
+  ROOT c = (f32[3], s32[2]) custom-call(x, t), custom_call_target="my_target", api_version=API_VERSION_TYPED_FFI, backend_config={scale = 2.500000e+00 : f32, mode = 3 : i32, name = "hi \\22q\\22", dims = array<i64: 4, 5>, opts = {on = true, n = -7 : i64}, list = [1 : i8, 0x7FC00000 : f32], flag, d = dense<[1, 2]> : tensor<2xi32>, h = 1.5 : bf16, u = 255 : ui8}
+}
+"""
+    register_custom_call("my_target", handler)
+    try:
+        x = np.array([1, 2, 3], np.float32)
+        out, total = run(text, x, np.array([1, 2], np.int32),
+                         np.array([10, 20], np.int32))
+    finally:
+        unregister_custom_call("my_target")
+    same(out, x * np.float32(2.5))
+    same(total, np.array([11, 22], np.int32))
+    assert seen["scale"] == np.float32(2.5) and \
+        isinstance(seen["scale"], np.float32)
+    assert seen["mode"] == 3 and isinstance(seen["mode"], np.int32)
+    assert seen["name"] == 'hi "q"'
+    same(seen["dims"], np.array([4, 5], np.int64))
+    assert seen["opts"] == {"on": True, "n": -7}
+    assert seen["list"][0] == 1 and np.isnan(seen["list"][1])
+    assert seen["flag"] is True
+    same(seen["d"], np.array([1, 2], np.int32))
+    assert seen["h"].dtype == BF16 and float(seen["h"]) == 1.5
+    assert seen["u"] == 255 and seen["u"].dtype == np.uint8
+
+
+def test_custom_call_errors():
+    from xla_gpu.hlo.interpreter import (register_custom_call,
+                                         unregister_custom_call)
+    text = """
+ENTRY e {
+  x = f32[3] parameter(0)
+  ROOT c = f32[3] custom-call(x), custom_call_target="t", api_version=API_VERSION_TYPED_FFI, backend_config={k = 1 : i32}
+}
+"""
+    x = np.zeros(3, np.float32)
+    with pytest.raises(HloError, match="instruction 'c'.*no handler.*'t'"):
+        run(text, x)
+
+    def failing(x, k):
+        raise RuntimeError("bad k")
+    register_custom_call("t", failing)
+    try:
+        with pytest.raises(HloError, match="'t' failed: RuntimeError: bad k"):
+            run(text, x)
+        register_custom_call("t", lambda x, k: np.zeros(4, np.float32))
+        with pytest.raises(HloError, match="returned shape \\[4\\]"):
+            run(text, x)
+        register_custom_call("t", lambda x, k: np.zeros(3, np.complex64))
+        with pytest.raises(HloError, match="returned complex64"):
+            run(text, x)
+        broken = text.replace("{k = 1 : i32}", "{k = 1 : i99}")
+        register_custom_call("t", lambda x, k: x)
+        with pytest.raises(HloError, match="backend_config.*'i99'"):
+            run(broken, x)
+    finally:
+        unregister_custom_call("t")
+    with pytest.raises(ValueError):
+        register_custom_call("", lambda: None)
+
+
+# ------------------------------------------- select-and-scatter, rng
+
+
+def test_select_and_scatter_overlapping_windows_with_padding():
+    text = """
+ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=GE
+}
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+
+ENTRY e {
+  x = f32[6] parameter(0)
+  s = f32[3] parameter(1)
+  z = f32[] constant(0)
+  ROOT r = f32[6] select-and-scatter(x, s, z), window={size=3 stride=2 pad=0_1}, select=ge, scatter=add
+}
+"""
+    x = np.array([1, 9, 2, 2, 7, 3], np.float32)
+    s = np.array([10, 20, 30], np.float32)
+    # windows [1 9 2] -> 9 (idx 1); [2 2 7] -> 7 (idx 4); [7 3 pad] -> 7.
+    (out,) = run(text, x, s)
+    same(out, np.array([0, 10, 0, 0, 50, 0], np.float32))
+    # Ties: GE keeps the first of equal maxima.
+    x2 = np.array([5, 5, 5, 1, 1, 1], np.float32)
+    (out2,) = run(text, x2, s)
+    same(out2, np.array([10, 0, 20, 0, 30, 0], np.float32))
+
+
+def test_rng_bit_generator_algorithms_known_answers():
+    from xla_gpu.hlo.interpreter import _philox4x32, _threefry2x32
+    # Random123's known-answer vectors (threefry2x32_20, philox4x32_10).
+    a, b = _threefry2x32(np.array([0x243f6a88], np.uint32),
+                         np.array([0x85a308d3], np.uint32),
+                         (0x13198a2e, 0x03707344))
+    assert (int(a[0]), int(b[0])) == (0xc4923a9c, 0x483df7a0)
+    words = _philox4x32([np.array([v], np.uint64) for v in
+                         (0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344)],
+                        (0xa4093822, 0x299f31d0))
+    assert [int(w[0]) for w in words] == [0xd16cfe09, 0x94fdcceb, 0x5001e420,
+                                          0x24126ea1]
+
+
+def test_rng_bit_generator_states_and_types():
+    def gen(algorithm, out, state):
+        text = f"""
+ENTRY e {{
+  s = u64[{state.size}] parameter(0)
+  ROOT r = (u64[{state.size}], {out}) rng-bit-generator(s), algorithm={algorithm}
+}}
+"""
+        return run(text, state)
+    state = np.array([7, 2**64 - 1], np.uint64)
+    new, bits = gen("rng_philox", "u32[5]", state)
+    # 5 words take 2 Philox blocks; the 64-bit counter wraps.
+    same(new, np.array([7, 1], np.uint64))
+    new3, bits3 = gen("rng_philox", "u32[5]",
+                      np.array([7, 2**64 - 1, 4], np.uint64))
+    same(new3, np.array([7, 1, 5], np.uint64))
+    new_t, _ = gen("rng_three_fry", "s32[3,3]", state)
+    same(new_t, np.array([7, 5], np.uint64))  # wraps: 2^64 - 1 + 6 (3x2 half)
+    _, default_bits = gen("rng_default", "u32[5]", state)
+    same(default_bits, bits)
+    _, narrow = gen("rng_philox", "u8[5]", state)
+    same(narrow, (bits & 0xFF).astype(np.uint8))
+    with pytest.raises(HloError, match="rng algorithm"):
+        gen("rng_nope", "u32[2]", state)
+    with pytest.raises(HloError, match="cannot be reproduced"):
+        run("ENTRY e {\n  a = f32[] constant(0)\n  b = f32[] constant(1)\n"
+            "  ROOT r = f32[3] rng(a, b), distribution=rng_uniform\n}\n")

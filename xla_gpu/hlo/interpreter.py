@@ -1547,7 +1547,7 @@ def _h_sort(ev, inst, ops, batch):
         raise HloError(f"the comparator '{comp.name}' takes "
                        f"{len(comp.parameters)} parameters; {len(arrays)} "
                        f"operands need {2 * len(arrays)}")
-    if rank == 0:
+    if rank == 0 or arrays[0].size == 0:
         out = [a.copy() for a in arrays]
     else:
         # Stable even when is_stable=false: XLA then allows any order of
