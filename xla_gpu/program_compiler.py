@@ -1,0 +1,939 @@
+"""Whole programs: an HLO module's ENTRY computation compiled into one
+executable (kernels + thunk sequence + buffer assignment + optimized HLO).
+
+    fused module ──schedule──► order per computation
+                 ──buffer assignment──► slices of allocations
+                 ──thunk emission──► kernel / copy / memset / gemm / while /
+                                     conditional / custom_call / sort / topk /
+                                     convolution thunks
+                 ──command buffers──► runs of device thunks, one graph each
+
+What is compiled:
+  * a module XLA already fused (after_optimizations dumps of XLA:GPU or
+    XLA:CPU: kLoop / kInput fusions, "wrapped_*" ones) runs as fused;
+    kCustom fusions whose root is a dot (XLA:CPU's `__ynn_fusion`, XLA:GPU's
+    `__triton_gemm`) become a gemm with their other work as kernels;
+    `__cublas$gemm` / `__cublas$lt$matmul` custom calls become gemm thunks
+    with their epilogues, `TopK` a topk thunk;
+  * a module of plain ops (as JAX prints it before optimizations) goes
+    through `xla_gpu.hlo.passes.optimize` (XLA's fusion pipeline); when that
+    is not available, fails, or `optimize=False`, each op that is not a
+    thunk of its own becomes its own small fusion (XLA's "wrapped_<op>").
+
+Every fusion compiles through the single-fusion compiler and its cache
+(`xla_gpu.compile(..., fusion=NAME)` builds the same kernel), keyed by the
+fusion's canonical fingerprint: a program recompiled, or another program
+with the same fusion, reuses the kernel.
+
+Buffers hold arrays in the physical order their layout gives (as XLA); a
+kernel whose parameters or outputs have non-row-major layouts is compiled
+from a copy of its computation that reads and writes row-major physical
+buffers through bitcasts, so that the emitters keep seeing logical arrays.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from . import __version__, hlo
+from .errors import CompileError, HloError, UnsupportedError
+from .hlo import HloComputation, HloInstruction, HloModule, Shape
+from .hlo.fusions import inline_calls
+from .runtime import command_buffer
+from .runtime.buffers import BufferSlice
+from .runtime.gemm import EPILOGUES, CublasPlanError, GemmConfig, cublas_plan
+from .runtime.program import KernelImage, MemoryAnalysis, ProgramExecutable
+from .runtime.thunks import (ArrayRef, ConditionalThunk, ConvolutionThunk, CopyThunk,
+                             CustomCallThunk, GemmThunk, KernelThunk, MemsetThunk,
+                             SortThunk, Thunk, TopKThunk, WhileThunk, walk)
+
+__all__ = ["compile_program", "is_whole_program", "prepare_module", "THUNK_OPCODES"]
+
+# Instructions that are thunks (or no work at all) themselves; every other
+# op of a sequential computation runs inside a fusion (a kernel).
+THUNK_OPCODES = frozenset({
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "fusion", "dot",
+    "custom-call", "while", "conditional", "sort", "topk", "convolution", "copy",
+    "after-all", "add-dependency", "optimization-barrier", "partition-id", "replica-id",
+})
+# Forward a value without a thunk (aliases of their operand's buffer).
+_FORWARDING = frozenset({"tuple", "get-tuple-element", "bitcast", "optimization-barrier",
+                         "add-dependency"})
+_GEMM_FUSION_KINDS = ("__ynn_fusion", "__triton_gemm", "__triton_nested_gemm_fusion",
+                      "__onednn_fusion", "__cublas_fusion")
+_LAYOUT_ONLY = frozenset({"bitcast", "transpose", "reshape", "copy"})
+_CUBLAS_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8")
+
+
+def is_whole_program(module: HloModule) -> bool:
+    """Whether `xla_gpu.compile` without fusion=NAME compiles `module` as a
+    whole program: an ENTRY that is more than parameters feeding a single
+    fusion (a module without ENTRY is a bare fusion computation)."""
+    entries = [c for c in module.computations if c.is_entry]
+    if not entries:
+        return False
+    entry = entries[0]
+    fusions = [i for i in entry.instructions if i.opcode == "fusion"]
+    others = [i for i in entry.instructions
+              if i.opcode not in ("parameter", "fusion", "constant", "tuple",
+                                  "get-tuple-element", "bitcast")]
+    if others:
+        return True
+    if len(fusions) != 1:
+        return len(fusions) > 1
+    fusion = fusions[0]
+    return _gemm_fusion(fusion) is not None
+
+
+# -- module preparation ------------------------------------------------------------
+
+
+def _backend_config(inst: HloInstruction) -> dict:
+    raw = inst.attrs.get("backend_config")
+    if isinstance(raw, dict):
+        return raw
+    if not isinstance(raw, str) or not raw.strip().startswith("{"):
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _gemm_fusion(inst: HloInstruction) -> HloInstruction | None:
+    """The dot of a kCustom fusion that is a GEMM (XLA:CPU's __ynn_fusion,
+    XLA:GPU's __triton_gemm...), None otherwise."""
+    if inst.opcode != "fusion" or str(inst.attrs.get("kind", "")) != "kCustom":
+        return None
+    comp = inst.attrs.get("calls")
+    if not isinstance(comp, HloComputation):
+        return None
+    dots = [i for i in comp.instructions if i.opcode == "dot"]
+    config = _backend_config(inst).get("fusion_config", {})
+    kind = config.get("kind", "") if isinstance(config, dict) else ""
+    if len(dots) == 1 and (kind in _GEMM_FUSION_KINDS or kind == "" or "gemm" in kind):
+        return dots[0]
+    return None
+
+
+def _is_row_major(shape: Shape) -> bool:
+    return shape.is_tuple or shape.is_row_major
+
+
+class _ModuleBuilder:
+    """Rewrites the sequential computations of a module (ENTRY, loop bodies
+    and conditions, branches) so that every instruction is a thunk op:
+    calls inlined, GEMM fusions opened, reshapes that keep the bytes made
+    bitcasts, and every other op wrapped in its own fusion."""
+
+    def __init__(self, module: HloModule):
+        self.module = module
+        self.names: set[str] = set()
+        self.comp_names: set[str] = {c.name for c in module.computations}
+        for comp in module.computations:
+            for inst in comp.instructions:
+                self.names.add(inst.name)
+        self.rewritten: dict[int, HloComputation] = {}
+        self.new_computations: list[HloComputation] = []
+        self.wrapped = 0
+
+    def unique(self, base: str) -> str:
+        name, n = base, 0
+        while name in self.names:
+            n += 1
+            name = f"{base}.{n}"
+        self.names.add(name)
+        return name
+
+    def unique_comp(self, base: str) -> str:
+        name, n = base, 0
+        while name in self.comp_names:
+            n += 1
+            name = f"{base}.{n}"
+        self.comp_names.add(name)
+        return name
+
+    def build(self) -> HloModule:
+        entry = self.module.entry
+        new_entry = self.rewrite(entry)
+        computations = _reachable_computations(new_entry)
+        out = HloModule(self.module.name, computations, dict(self.module.attrs),
+                        self.module.source, dict(getattr(self.module, "sections", {})))
+        for comp in computations:
+            if hasattr(comp, "module"):
+                comp.module = out
+        return out
+
+    def rewrite(self, comp: HloComputation) -> HloComputation:
+        """`comp` with thunk ops only (memoized; sequential computations
+        nested in while/conditional are rewritten too)."""
+        done = self.rewritten.get(id(comp))
+        if done is not None:
+            return done
+        source = inline_calls(comp) if any(
+            i.opcode == "call" for i in comp.instructions) else comp
+        mapping: dict[int, HloInstruction] = {}
+        out: list[HloInstruction] = []
+        # Iterative: (instruction, operands already mapped?)
+        for inst in source.post_order():
+            ops = [mapping[id(o)] for o in inst.operands]
+            mapping[id(inst)] = self._rewrite_instruction(inst, ops, out)
+        root = mapping[id(source.root)]
+        new = HloComputation(comp.name, out, root, comp.is_entry, comp.location)
+        _link(new)
+        self.rewritten[id(comp)] = new
+        return new
+
+    def _emit(self, out: list, inst: HloInstruction) -> HloInstruction:
+        out.append(inst)
+        return inst
+
+    def _rewrite_instruction(self, inst: HloInstruction, ops: list[HloInstruction],
+                             out: list[HloInstruction]) -> HloInstruction:
+        op = inst.opcode
+        if op in ("while", "conditional"):
+            clone = _clone(inst, ops)
+            for key, value in list(clone.attrs.items()):
+                if isinstance(value, HloComputation):
+                    clone.attrs[key] = self.rewrite(value)
+                elif isinstance(value, list) and value and \
+                        all(isinstance(v, HloComputation) for v in value):
+                    clone.attrs[key] = [self.rewrite(v) for v in value]
+            return self._emit(out, clone)
+        if op == "fusion":
+            dot = _gemm_fusion(inst)
+            if dot is not None:
+                return self._open_fusion(inst, ops, out)
+            return self._emit(out, _clone(inst, ops))
+        if op == "reshape" and _is_row_major(inst.shape) and \
+                _is_row_major(inst.operands[0].shape):
+            return self._emit(out, _clone(inst, ops, opcode="bitcast"))
+        if op == "copy" and _layout_of(inst.shape) != _layout_of(inst.operands[0].shape):
+            return self._wrap(inst, ops, out)
+        if op in THUNK_OPCODES:
+            return self._emit(out, _clone(inst, ops))
+        return self._wrap(inst, ops, out)
+
+    def _open_fusion(self, inst: HloInstruction, ops: list[HloInstruction],
+                     out: list[HloInstruction]) -> HloInstruction:
+        """A GEMM fusion's body in the caller: the dot becomes a gemm thunk,
+        the rest kernels (bitcasts stay free)."""
+        comp: HloComputation = inst.attrs["calls"]
+        local: dict[int, HloInstruction] = {}
+        for inner in comp.post_order():
+            if inner.opcode == "parameter":
+                local[id(inner)] = ops[inner.parameter_number]
+                continue
+            inner_ops = [local[id(o)] for o in inner.operands]
+            renamed = _clone(inner, inner_ops, name=self.unique(f"{inst.name}.{inner.name}"))
+            local[id(inner)] = self._rewrite_instruction(renamed, inner_ops, out)
+        result = local[id(comp.root)]
+        return result
+
+    def _wrap(self, inst: HloInstruction, ops: list[HloInstruction],
+              out: list[HloInstruction]) -> HloInstruction:
+        """`inst` as a fusion of its own (XLA's wrapped_<op>): scalar
+        constants go inside, other operands become parameters."""
+        params: list[HloInstruction] = []
+        fusion_operands: list[HloInstruction] = []
+        inner_ops: list[HloInstruction] = []
+        seen: dict[int, HloInstruction] = {}
+        body: list[HloInstruction] = []
+        for operand in ops:
+            if id(operand) in seen:
+                inner_ops.append(seen[id(operand)])
+                continue
+            if operand.opcode == "constant" and not operand.shape.is_tuple and \
+                    operand.shape.rank == 0:
+                inner = _clone(operand, [], name=operand.name)
+            else:
+                inner = HloInstruction(f"param_{len(params)}", "parameter", operand.shape,
+                                       [], {}, None, len(params), operand.location)
+                params.append(inner)
+                fusion_operands.append(operand)
+            body.append(inner)
+            seen[id(operand)] = inner
+            inner_ops.append(inner)
+        opname = inst.opcode.replace("-", "_")
+        root = _clone(inst, inner_ops)
+        root.attrs.pop("control-predecessors", None)
+        body.append(root)
+        comp_name = self.unique_comp(f"wrapped_{opname}_computation")
+        fused = HloComputation(comp_name, body, root, False, inst.location)
+        _link(fused)
+        self.new_computations.append(fused)
+        attrs = {"kind": "kLoop", "calls": fused}
+        if "control-predecessors" in inst.attrs:
+            attrs["control-predecessors"] = inst.attrs["control-predecessors"]
+        if "metadata" in inst.attrs:
+            attrs["metadata"] = inst.attrs["metadata"]
+        self.wrapped += 1
+        fusion = HloInstruction(inst.name, "fusion", inst.shape, fusion_operands, attrs,
+                                None, None, inst.location)
+        return self._emit(out, fusion)
+
+
+def _layout_of(shape: Shape):
+    if shape.is_tuple:
+        return None
+    return tuple(shape.layout) if shape.layout is not None else \
+        tuple(range(shape.rank - 1, -1, -1))
+
+
+def _clone(inst: HloInstruction, operands: list[HloInstruction], name: str | None = None,
+           opcode: str | None = None) -> HloInstruction:
+    return HloInstruction(name or inst.name, opcode or inst.opcode, inst.shape,
+                          list(operands), dict(inst.attrs), inst.literal,
+                          inst.parameter_number, inst.location)
+
+
+def _link(comp: HloComputation) -> None:
+    """Sets parent and users of every instruction of `comp`."""
+    for inst in comp.instructions:
+        inst.parent = comp
+        inst.users = []
+    for inst in comp.instructions:
+        for operand in inst.operands:
+            if not any(u is inst for u in operand.users):
+                operand.users.append(inst)
+
+
+def _reachable_computations(entry: HloComputation) -> list[HloComputation]:
+    """Computations reachable from `entry`, callees before callers."""
+    order: list[HloComputation] = []
+    seen: set[int] = set()
+    stack: list[tuple[HloComputation, bool]] = [(entry, False)]
+    while stack:
+        comp, expanded = stack.pop()
+        if expanded:
+            order.append(comp)
+            continue
+        if id(comp) in seen:
+            continue
+        seen.add(id(comp))
+        stack.append((comp, True))
+        for inst in comp.instructions:
+            for called in inst.called_computations:
+                if id(called) not in seen:
+                    stack.append((called, False))
+    return order
+
+
+def prepare_module(module: HloModule, *, optimize: bool | None = None,
+                   dump_dir: str | os.PathLike | None = None,
+                   dump_regex: str = ".*") -> tuple[HloModule, list[str]]:
+    """The module as the thunk emitter takes it, and notes on how it got
+    there. `optimize`: None (default) runs the HLO pass pipeline on modules
+    without fusions; True always; False never (each op its own fusion)."""
+    notes: list[str] = []
+    entry = module.entry
+    has_fusions = any(i.opcode == "fusion" for c in _reachable_computations(entry)
+                      for i in c.instructions)
+    run_passes = (not has_fusions) if optimize is None else optimize
+    if run_passes:
+        try:
+            from .hlo import passes
+            passes.optimize
+        except (ImportError, AttributeError) as e:
+            notes.append(f"HLO passes unavailable ({e}): each op is its own fusion")
+        else:
+            try:
+                module = passes.optimize(module, dump_dir=dump_dir, dump_regex=dump_regex)
+                notes.append("optimized by xla_gpu.hlo.passes")
+            except (HloError, NotImplementedError, RecursionError, ValueError, KeyError,
+                    TypeError, AttributeError, IndexError, AssertionError) as e:
+                notes.append(f"HLO passes failed ({type(e).__name__}: {e}): each op is its "
+                             "own fusion")
+    builder = _ModuleBuilder(module)
+    prepared = builder.build()
+    if builder.wrapped:
+        notes.append(f"{builder.wrapped} op(s) outside fusions wrapped in their own fusion")
+    return prepared, notes
+
+
+# -- kernels -------------------------------------------------------------------------
+
+
+def _symbol(name: str) -> str:
+    text = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return text if text and not text[0].isdigit() else f"k_{text}"
+
+
+def _physical_shape(shape: Shape) -> Shape:
+    order = list(reversed(shape.layout)) if shape.layout is not None else \
+        list(range(shape.rank))
+    return Shape(shape.element_type, tuple(shape.dims[d] for d in order), None)
+
+
+def kernel_computation(comp: HloComputation) -> HloComputation:
+    """`comp` reading and writing row-major physical buffers: a parameter
+    or output leaf with another layout goes through a bitcast (the
+    emitters index bitcasts through the physical order). `comp` itself
+    when every parameter and output is row-major already."""
+    comp = inline_calls(comp)
+    params = comp.parameters
+    root = comp.root
+    outputs = list(root.operands) if root.opcode == "tuple" else [root]
+    if all(_is_row_major(p.shape) for p in params) and \
+            all(_is_row_major(o.shape) for o in outputs):
+        return comp
+    mapping: dict[int, HloInstruction] = {}
+    body: list[HloInstruction] = []
+    for inst in comp.post_order():
+        if inst.opcode == "parameter" and not _is_row_major(inst.shape):
+            physical = HloInstruction(inst.name + ".physical", "parameter",
+                                      _physical_shape(inst.shape), [], {}, None,
+                                      inst.parameter_number, inst.location)
+            body.append(physical)
+            logical = HloInstruction(inst.name, "bitcast", inst.shape, [physical], {},
+                                     None, None, inst.location)
+            body.append(logical)
+            mapping[id(inst)] = logical
+            continue
+        new = _clone(inst, [mapping[id(o)] for o in inst.operands])
+        body.append(new)
+        mapping[id(inst)] = new
+
+    def physical_output(value: HloInstruction) -> HloInstruction:
+        if _is_row_major(value.shape):
+            return value
+        out = HloInstruction(value.name + ".physical", "bitcast", _physical_shape(value.shape),
+                             [value], {}, None, None, value.location)
+        body.append(out)
+        return out
+
+    new_root = mapping[id(root)]
+    if root.opcode == "tuple":
+        leaves = [physical_output(o) for o in new_root.operands]
+        if any(a is not b for a, b in zip(leaves, new_root.operands)):
+            shape = Shape(tuple_shapes=tuple(leaf.shape for leaf in leaves))
+            new_root = HloInstruction(root.name + ".physical", "tuple", shape, leaves, {},
+                                      None, None, root.location)
+            body.append(new_root)
+    else:
+        new_root = physical_output(new_root)
+    new = HloComputation(comp.name, body, new_root, False, comp.location)
+    _link(new)
+    return new
+
+
+class _KernelCompiler:
+    """Compiles fusion computations to kernels through the compile cache
+    (the same keys as `xla_gpu.compile(..., fusion=NAME)`)."""
+
+    def __init__(self, target: str, arch: str, cache: bool, module: HloModule):
+        from . import compile_cache
+        self.target, self.arch, self.cache, self.module = target, arch, cache, module
+        self.identity = compile_cache.compiler_identity(target) if cache else ""
+        self.disk = compile_cache.DiskCache() if cache else None
+        self.images: dict[str, KernelImage] = {}
+        self.by_fingerprint: dict[str, str] = {}
+        self.compiled = 0
+        self.cached = 0
+        self.fallbacks: list[str] = []
+
+    def compile(self, inst: HloInstruction, comp: HloComputation) -> KernelImage:
+        from . import compile_cache, compiler
+        from .analysis.fusion import analyze
+        from .hlo.fingerprint import fingerprint
+        kernel_comp = kernel_computation(comp)
+        fp = fingerprint(kernel_comp)
+        known = self.by_fingerprint.get(fp)
+        if known is not None:
+            return self.images[known]
+        key = compile_cache.make_key("fusion", fp, self.target, self.arch, self.identity)
+        exe = _kernel_memory.get(key) if self.cache else None
+        if exe is None and self.disk is not None:
+            exe = self.disk.get(key, self.target)
+        if exe is not None:
+            self.cached += 1
+        else:
+            fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
+            text = _fusion_text(kernel_comp)
+            try:
+                exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*")
+            except (HloError, CompileError) as e:
+                if fusion.kind == "loop":
+                    raise
+                # The dedicated emitter refused or failed: the loop emitter
+                # computes the same values (slower), as XLA falls back.
+                fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
+                failed = fusion.kind
+                fusion.kind = "loop"
+                exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*")
+                exe.notes.append(f"the {failed} emitter failed ({e}); emitted by the loop "
+                                 "emitter")
+                self.fallbacks.append(f"{inst.name}: {failed} emitter failed, loop emitter "
+                                      f"used ({str(e)[:200]})")
+            self.compiled += 1
+            if self.disk is not None:
+                self.disk.put(key, exe)
+        if self.cache:
+            _kernel_memory[key] = exe
+        image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
+                            host_library=exe.host_library)
+        if self.target == "cpu" and exe.host_library is None:
+            runner = exe._load()
+            image.jit = getattr(runner, "host", None)
+        self.images[key] = image
+        self.by_fingerprint[fp] = key
+        return image
+
+
+_kernel_memory: dict[str, Any] = {}
+
+
+def _fusion_text(comp: HloComputation) -> str:
+    """The fusion computation as HLO text (stored with the kernel)."""
+    try:
+        from .hlo.printer import computation_to_text
+        return "HloModule fusion\n\n" + computation_to_text(comp)
+    except (ImportError, AttributeError, TypeError, ValueError, KeyError):
+        return f"// fusion computation {comp.name}\n"
+
+
+# -- thunk emission --------------------------------------------------------------------
+
+
+def _leaves(shape: Shape, prefix: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], Shape]]:
+    """(shape index, array shape) of every leaf, depth first."""
+    out = []
+    stack = [(prefix, shape)]
+    while stack:
+        index, s = stack.pop()
+        if s.is_tuple:
+            stack.extend(reversed([(index + (i,), t) for i, t in enumerate(s.tuple_shapes)]))
+        else:
+            out.append((index, s))
+    return out
+
+
+def _subshape(shape: Shape, index: tuple[int, ...]) -> Shape:
+    for i in index:
+        shape = shape.tuple_shapes[i]
+    return shape
+
+
+class _ThunkEmitter:
+    def __init__(self, module: HloModule, schedule, assignment, kernels: _KernelCompiler,
+                 target: str):
+        self.module, self.schedule, self.assignment = module, schedule, assignment
+        self.kernels, self.target = kernels, target
+
+    # slices -----------------------------------------------------------------
+    def has_slice(self, inst: HloInstruction, index: tuple[int, ...] = ()) -> bool:
+        return self.assignment.has_slice(inst, index)
+
+    def slice(self, inst: HloInstruction, index: tuple[int, ...] = ()) -> BufferSlice:
+        if not self.assignment.has_slice(inst, index):
+            raise CompileError(f"instruction '{inst.name}'{list(index) if index else ''}: "
+                               "buffer assignment gave it no slice")
+        return self.assignment.slice(inst, index)
+
+    def ref(self, inst: HloInstruction, index: tuple[int, ...] = ()) -> ArrayRef:
+        shape = _subshape(inst.shape, index)
+        if shape.is_tuple:
+            raise inst.error(f"expected an array at shape index {list(index)}, got {shape}")
+        layout = tuple(shape.layout) if shape.layout is not None else None
+        return ArrayRef(self.slice(inst, index), shape.element_type, tuple(shape.dims), layout)
+
+    def copies(self, name: str, source: HloInstruction, source_index: tuple[int, ...],
+               dest: HloInstruction, dest_index: tuple[int, ...]) -> list[Thunk]:
+        """Copy thunks moving every leaf of `source`[source_index] into
+        `dest`[dest_index] where buffer assignment did not alias them."""
+        out: list[Thunk] = []
+        shape = _subshape(source.shape, source_index)
+        for rel, leaf in _leaves(shape):
+            si, di = source_index + rel, dest_index + rel
+            if not (self.has_slice(source, si) and self.has_slice(dest, di)):
+                continue
+            src, dst = self.slice(source, si), self.slice(dest, di)
+            if src != dst:
+                size = min(src.size, dst.size)
+                out.append(CopyThunk(name, src, dst, size))
+        return out
+
+    # sequences ------------------------------------------------------------------
+    def emit(self, comp: HloComputation) -> list[Thunk]:
+        thunks: list[Thunk] = []
+        for inst in self.schedule.sequence(comp):
+            thunks.extend(self.emit_instruction(inst))
+        return thunks
+
+    def emit_instruction(self, inst: HloInstruction) -> list[Thunk]:
+        op = inst.opcode
+        if op in ("parameter", "constant", "after-all"):
+            return []
+        if op == "tuple":
+            out: list[Thunk] = []
+            for i, operand in enumerate(inst.operands):
+                out += self.copies(inst.name, operand, (), inst, (i,))
+            return out
+        if op == "get-tuple-element":
+            return self.copies(inst.name, inst.operands[0], (inst.attrs["index"],), inst, ())
+        if op in ("bitcast", "optimization-barrier", "add-dependency"):
+            return self.copies(inst.name, inst.operands[0], (), inst, ())
+        if op == "copy":
+            return [CopyThunk(inst.name, self.slice(inst.operands[0]), self.slice(inst),
+                              self.ref(inst).nbytes)] if \
+                self.slice(inst.operands[0]) != self.slice(inst) else []
+        if op in ("partition-id", "replica-id"):   # one device: always 0
+            ref = self.ref(inst)
+            return [MemsetThunk(inst.name, ref.slice, 0, 4, 1)]
+        if op == "fusion":
+            return self.emit_fusion(inst)
+        if op == "dot":
+            return [self.emit_dot(inst)]
+        if op == "while":
+            return self.emit_while(inst)
+        if op == "conditional":
+            return self.emit_conditional(inst)
+        if op == "custom-call":
+            return self.emit_custom_call(inst)
+        if op == "sort":
+            return [self.emit_sort(inst)]
+        if op == "topk":
+            return [self.emit_topk(inst, inst.operands[0], int(inst.attrs.get("k", 0)),
+                                   bool(inst.attrs.get("largest", True)), None)]
+        if op == "convolution":
+            return [self.emit_convolution(inst)]
+        raise UnsupportedError(_where(inst) + f"no thunk for opcode '{op}'")
+
+    # kernels -----------------------------------------------------------------------
+    def emit_fusion(self, inst: HloInstruction) -> list[Thunk]:
+        comp = inst.attrs.get("calls")
+        if not isinstance(comp, HloComputation):
+            raise inst.error("fusion without calls=COMPUTATION")
+        memset = self._memset(inst, comp)
+        if memset is not None:
+            return [memset]
+        for operand in inst.operands:
+            if operand.shape.is_tuple:
+                raise UnsupportedError(_where(inst) + "a fusion operand is a tuple "
+                                       f"('{operand.name}')")
+        image = self.kernels.compile(inst, comp)
+        spec = image.spec
+        outputs = [index for index, _ in _leaves(inst.shape)]
+        if len(outputs) != len(spec.outputs):
+            raise CompileError(_where(inst) + f"kernel has {len(spec.outputs)} outputs, the "
+                               f"fusion {len(outputs)}")
+        thunks: list[Thunk] = []
+        param_slices = [self.slice(o) for o in inst.operands]
+        for k, j in spec.aliases.items():   # written in place into parameter j
+            out_slice = self.slice(inst, outputs[k])
+            if param_slices[j] != out_slice:
+                thunks.append(CopyThunk(inst.name, param_slices[j], out_slice,
+                                        min(param_slices[j].size, out_slice.size)))
+                param_slices[j] = out_slice
+        args: list[BufferSlice] = []
+        written: list[int] = []
+        aliased_params = set(spec.aliases.values())
+        for kind, i in spec.kernel_args:
+            if kind == "param":
+                if i in aliased_params:
+                    written.append(len(args))
+                args.append(param_slices[i])
+            else:
+                written.append(len(args))
+                args.append(self.slice(inst, outputs[i]))
+        kernel_id = next(k for k, v in self.kernels.images.items() if v is image)
+        thunks.append(KernelThunk(inst.name, kernel_id, args, written, spec.threads,
+                                  spec.blocks, spec.shared_bytes))
+        return thunks
+
+    def _memset(self, inst: HloInstruction, comp: HloComputation) -> MemsetThunk | None:
+        """A fusion that broadcasts a constant of 1, 2 or 4 bytes: XLA's
+        memset thunk instead of a kernel."""
+        root = comp.root
+        if root is None or root.shape.is_tuple:
+            return None
+        value = root
+        while value.opcode in ("broadcast", "bitcast", "reshape") and value.operands:
+            value = value.operands[0]
+        if value.opcode != "constant" or value.literal is None:
+            return None
+        literal = np.asarray(value.literal)
+        if literal.size != 1 or value.shape.element_type != root.shape.element_type:
+            return None
+        ref = self.ref(inst)
+        width = ref.storage_dtype.itemsize
+        if width not in (1, 2, 4) or ref.element_type in ("s2", "s4", "u2", "u4"):
+            return None
+        bits = np.asarray(literal.reshape(()), ref.storage_dtype).reshape(1).view(
+            {1: np.uint8, 2: np.uint16, 4: np.uint32}[width])[0]
+        return MemsetThunk(inst.name, ref.slice, int(bits), width, ref.num_elements)
+
+    # gemm -------------------------------------------------------------------------------
+    def emit_dot(self, inst: HloInstruction) -> Thunk:
+        a = inst.attrs
+        lhs, rhs = inst.operands
+        precision = str(a.get("operand_precision", "")).lower()
+        config = GemmConfig(
+            self.ref(lhs), self.ref(rhs), self.ref(inst),
+            tuple(a.get("lhs_batch_dims", ())), tuple(a.get("rhs_batch_dims", ())),
+            tuple(a.get("lhs_contracting_dims", ())), tuple(a.get("rhs_contracting_dims", ())),
+            precision="HIGHEST" if "highest" in precision else "DEFAULT")
+        return self._gemm(inst, config)
+
+    def _gemm(self, inst: HloInstruction, config: GemmConfig) -> Thunk:
+        if self.target == "cuda":
+            try:
+                cublas_plan(config)
+            except CublasPlanError as e:
+                raise UnsupportedError(_where(inst) + f"the gemm cannot run on cuBLASLt: {e}")
+        return GemmThunk(inst.name, config)
+
+    def emit_cublas(self, inst: HloInstruction) -> list[Thunk]:
+        config = _backend_config(inst).get("gemm_backend_config")
+        if not isinstance(config, dict):
+            raise inst.error("a cuBLAS custom call without gemm_backend_config")
+        dims = config.get("dot_dimension_numbers", {})
+
+        def ints(key):
+            return tuple(int(v) for v in dims.get(key, []))
+        epilogue = str(config.get("epilogue", "DEFAULT"))
+        if epilogue not in EPILOGUES:
+            raise UnsupportedError(_where(inst) + f"cuBLAS epilogue {epilogue} is not "
+                                   f"supported (supported: {', '.join(EPILOGUES)})")
+        beta = float(config.get("beta", 0) or 0)
+        operands = list(inst.operands)
+        lhs, rhs = operands[0], operands[1]
+        rest = operands[2:]
+        c = bias = None
+        if beta != 0:
+            if not rest:
+                raise inst.error("beta != 0 but no C operand")
+            c = rest.pop(0)
+        if "BIAS" in epilogue:
+            if not rest:
+                raise inst.error(f"epilogue {epilogue} but no bias operand")
+            bias = rest.pop(0)
+        out_index = (0,) if inst.shape.is_tuple else ()
+        workspace = None
+        if inst.shape.is_tuple and len(inst.shape.tuple_shapes) > 1:
+            last = (len(inst.shape.tuple_shapes) - 1,)
+            if self.has_slice(inst, last):
+                workspace = self.slice(inst, last)
+        alpha = complex(float(config.get("alpha_real", 1) or 0),
+                        float(config.get("alpha_imag", 0) or 0))
+        precision = json.dumps(config.get("precision_config", {})).lower()
+        gemm = GemmConfig(
+            self.ref(lhs), self.ref(rhs), self.ref(inst, out_index),
+            ints("lhs_batch_dimensions"), ints("rhs_batch_dimensions"),
+            ints("lhs_contracting_dimensions"), ints("rhs_contracting_dimensions"),
+            alpha=alpha, beta=beta, c=None if c is None else self.ref(c),
+            bias=None if bias is None else self.ref(bias), epilogue=epilogue,
+            precision="HIGHEST" if "highest" in precision else "DEFAULT",
+            workspace=workspace)
+        return [self._gemm(inst, gemm)]
+
+    # control flow -----------------------------------------------------------------------
+    def emit_while(self, inst: HloInstruction) -> list[Thunk]:
+        cond: HloComputation = inst.attrs["condition"]
+        body: HloComputation = inst.attrs["body"]
+        init = inst.operands[0]
+        thunks = self.copies(inst.name, init, (), inst, ())
+        cond_param, body_param = cond.parameters[0], body.parameters[0]
+        cond_thunks = self.copies(inst.name, inst, (), cond_param, ()) + self.emit(cond)
+        body_thunks = self.copies(inst.name, inst, (), body_param, ()) + self.emit(body) + \
+            self.copies(inst.name, body.root, (), inst, ())
+        trip = _backend_config(inst).get("known_trip_count", {})
+        trip_count = None
+        if isinstance(trip, dict) and "n" in trip:
+            try:
+                trip_count = int(trip["n"])
+            except (TypeError, ValueError):
+                trip_count = None
+        thunks.append(WhileThunk(inst.name, cond_thunks, self.ref(cond.root), body_thunks,
+                                 trip_count))
+        return thunks
+
+    def emit_conditional(self, inst: HloInstruction) -> list[Thunk]:
+        branches = inst.attrs.get("branch_computations")
+        if not branches:
+            branches = [inst.attrs.get("true_computation"), inst.attrs.get("false_computation")]
+        if not all(isinstance(b, HloComputation) for b in branches):
+            raise inst.error("conditional without its branch computations")
+        sequences = []
+        for b, branch in enumerate(branches):
+            operand = inst.operands[1 + b]
+            seq = self.copies(inst.name, operand, (), branch.parameters[0], ()) \
+                if branch.parameters else []
+            seq += self.emit(branch)
+            seq += self.copies(inst.name, branch.root, (), inst, ())
+            sequences.append(seq)
+        return [ConditionalThunk(inst.name, self.ref(inst.operands[0]), sequences)]
+
+    # custom calls -----------------------------------------------------------------------
+    def emit_custom_call(self, inst: HloInstruction) -> list[Thunk]:
+        target = str(inst.attrs.get("custom_call_target", ""))
+        if target in _CUBLAS_TARGETS:
+            return self.emit_cublas(inst)
+        if target.startswith("__cudnn$conv"):
+            return [self.emit_convolution(inst)]
+        if target == "TopK":
+            comparator = inst.attrs.get("to_apply") or inst.attrs.get("comparator")
+            k = _subshape(inst.shape, (0,)).dims[-1] if inst.shape.is_tuple else \
+                inst.shape.dims[-1]
+            return [self.emit_topk(inst, inst.operands[0], k, True, comparator)]
+        if target.startswith("__"):
+            raise UnsupportedError(_where(inst) + f"XLA-internal custom call target "
+                                   f"'{target}' has no thunk")
+        operands = [self.ref(o, index) for o in inst.operands
+                    for index, _ in _leaves(o.shape)]
+        results = [self.ref(inst, index) for index, _ in _leaves(inst.shape)]
+        raw = inst.attrs.get("backend_config", "")
+        arity = [len(_leaves(o.shape)) if o.shape.is_tuple else 0 for o in inst.operands]
+        return [CustomCallThunk(inst.name, target, operands, results,
+                                raw if isinstance(raw, str) else json.dumps(raw),
+                                str(inst.attrs.get("api_version", "")), arity)]
+
+    # sort, topk, convolution --------------------------------------------------------------
+    def emit_sort(self, inst: HloInstruction) -> Thunk:
+        raise UnsupportedError(_where(inst) + "sort emitter not available: xla_gpu has no "
+                               "sort kernel yet (xla_gpu.emitters.sort)")
+
+    def emit_topk(self, inst: HloInstruction, operand: HloInstruction, k: int,
+                  largest: bool, comparator) -> Thunk:
+        raise UnsupportedError(_where(inst) + "topk needs the sort emitter, which is not "
+                               "available yet (xla_gpu.emitters.sort)")
+
+    def emit_convolution(self, inst: HloInstruction) -> Thunk:
+        raise UnsupportedError(_where(inst) + "convolution emitter not available")
+
+
+def _where(inst: HloInstruction) -> str:
+    line = f"line {inst.location.line}: " if inst.location else ""
+    return f"{line}instruction '{inst.name}' ({inst.opcode}): "
+
+
+# -- the driver ----------------------------------------------------------------------------
+
+
+def _memory_analysis(assignment, kernels: dict[str, KernelImage]) -> MemoryAnalysis:
+    analysis = assignment.memory_analysis()
+    fields = {}
+    for name in MemoryAnalysis.__dataclass_fields__:
+        value = getattr(analysis, name, None)
+        if value is None and isinstance(analysis, dict):
+            value = analysis.get(name)
+        if value is not None:
+            fields[name] = int(value)
+    memory = MemoryAnalysis(**fields)
+    memory.generated_code_size_in_bytes = sum(k.code_size for k in kernels.values())
+    return memory
+
+
+def _module_text(module: HloModule, fallback: str) -> str:
+    try:
+        from .hlo.printer import module_to_text
+    except ImportError:
+        return fallback
+    return module_to_text(module)
+
+
+def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
+                    arch: str = "sm_90", cache: bool = True, optimize: bool | None = None,
+                    command_buffers: bool = True, memory_limit: int | None = None,
+                    dump_dir: str | os.PathLike | None = None,
+                    dump_regex: str = ".*") -> ProgramExecutable:
+    """Compiles the ENTRY computation of `module` into a ProgramExecutable
+    for `target` ("cpu" or "cuda"; resolve "auto" before). See the module
+    docstring."""
+    from .service import assign_buffers, schedule_module
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if dump_dir is not None:
+        Path(dump_dir).mkdir(parents=True, exist_ok=True)
+        Path(dump_dir, "before_optimizations.txt").write_text(
+            text or _module_text(module, ""))
+    prepared, notes = prepare_module(module, optimize=optimize, dump_dir=dump_dir,
+                                     dump_regex=dump_regex)
+    timings["prepare"] = time.perf_counter() - t0
+    hlo_text = _module_text(prepared, text)
+    t0 = time.perf_counter()
+    schedule = schedule_module(prepared, memory_limit=memory_limit) \
+        if memory_limit is not None else schedule_module(prepared)
+    timings["schedule"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    assignment = assign_buffers(prepared, schedule)
+    timings["buffer_assignment"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    kernels = _KernelCompiler(target, arch, cache, prepared)
+    emitter = _ThunkEmitter(prepared, schedule, assignment, kernels, target)
+    entry = prepared.entry
+    thunks = emitter.emit(entry)
+    timings["thunks+kernels"] = time.perf_counter() - t0
+    if command_buffers:
+        thunks = command_buffer.convert(thunks)
+    parameters = [[emitter.ref(p, index) for index, _ in _leaves(p.shape)]
+                  for p in entry.parameters]
+    outputs = [emitter.ref(entry.root, index) for index, _ in _leaves(entry.root.shape)]
+    constants = _constants(prepared, assignment)
+    allocations = list(assignment.allocations)
+    ba_text = assignment.to_text()
+    exe = ProgramExecutable(
+        name=module.name, target=target, arch=arch, allocations=allocations,
+        parameters=parameters, parameter_shapes=[str(p.shape) for p in entry.parameters],
+        outputs=outputs, thunks=thunks, kernels=dict(kernels.images), constants=constants,
+        hlo_text=hlo_text, original_text=text, buffer_assignment=ba_text,
+        memory=_memory_analysis(assignment, kernels.images), notes=notes, timings=timings,
+        version=__version__, command_buffers=command_buffers)
+    exe.notes.append(f"{len(kernels.images)} kernels ({kernels.compiled} compiled, "
+                     f"{kernels.cached} from the cache)")
+    exe.notes.extend(kernels.fallbacks)
+    if dump_dir is not None:
+        Path(dump_dir, "after_optimizations.txt").write_text(hlo_text)
+        Path(dump_dir, "buffer-assignment.txt").write_text(ba_text)
+        Path(dump_dir, "thunk-sequence.txt").write_text(exe.thunk_sequence_text())
+    return exe
+
+
+def _constants(module: HloModule, assignment) -> dict[int, np.ndarray]:
+    """The bytes of every constant allocation, in physical order."""
+    by_name: dict[str, HloInstruction] = {}
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode == "constant":
+                by_name.setdefault(inst.name, inst)
+    out: dict[int, np.ndarray] = {}
+    for alloc in assignment.allocations:
+        if alloc.kind != "constant":
+            continue
+        inst = by_name.get(alloc.constant or "")
+        if inst is None or inst.literal is None:
+            raise CompileError(f"constant allocation {alloc.index}: no constant named "
+                               f"{alloc.constant!r}")
+        buffer = np.zeros(alloc.size, np.uint8)
+        for index, leaf in _leaves(inst.shape):
+            value = np.asarray(inst.literal if not index else
+                               _literal_leaf(inst.literal, index))
+            layout = tuple(leaf.layout) if leaf.layout is not None else None
+            ref = ArrayRef(BufferSlice(alloc.index, 0, alloc.size), leaf.element_type,
+                           tuple(leaf.dims), layout)
+            storage = value.astype(ref.storage_dtype) if value.dtype != ref.storage_dtype \
+                else value
+            data = np.ascontiguousarray(ref.physical_from_logical(
+                storage.reshape(leaf.dims))).reshape(-1).view(np.uint8)
+            offset = 0
+            if assignment.has_slice(inst, index):
+                offset = assignment.slice(inst, index).offset
+            buffer[offset:offset + data.size] = data
+        out[alloc.index] = buffer
+    return out
+
+
+def _literal_leaf(literal, index):
+    for i in index:
+        literal = literal[i]
+    return literal

@@ -1,0 +1,79 @@
+"""Custom-call handlers for the custom_call thunk, found by target name and
+platform. numpy only.
+
+Where handlers come from, first hit wins:
+  1. `xla_gpu.ffi` (XLA's FFI: C handlers registered as with
+     `jax.ffi.register_ffi_target`), when that module is installed and
+     exposes `runtime_handler(target, platform)`;
+  2. on the cpu target, the Python handlers of the reference interpreter
+     (`xla_gpu.hlo.interpreter.register_custom_call(target, fn)`):
+     `fn(*operands, **attributes)` gets numpy arrays (a tuple operand as a
+     tuple) and the attributes decoded from a typed-FFI `backend_config`
+     (`{scale = 2.0 : f32}` -> scale=np.float32(2.0)); an older-API call gets
+     `backend_config=<str>`. It returns the result (a sequence for a tuple
+     result), which is written into the result buffers.
+
+A handler, as the thunk calls it, is `handler(ctx, thunk)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import HloError
+
+__all__ = ["lookup"]
+
+
+def lookup(target: str, platform: str) -> Callable[[Any, Any], None] | None:
+    try:
+        from .. import ffi   # the FFI runtime, when present
+    except ImportError:
+        ffi = None
+    if ffi is not None and hasattr(ffi, "runtime_handler"):
+        handler = ffi.runtime_handler(target, platform)
+        if handler is not None:
+            return handler
+    if platform != "cpu":
+        return None
+    from ..hlo import interpreter
+    fn = getattr(interpreter, "_CUSTOM_CALLS", {}).get(target)
+    if fn is None:
+        return None
+    return lambda ctx, thunk: _call_python(fn, ctx, thunk)
+
+
+def _call_python(fn, ctx, thunk) -> None:
+    from ..hlo import interpreter
+    flat = [np.array(ctx.array(ref)).astype(ref.dtype, copy=False) for ref in thunk.operands]
+    operands: list[Any] = []
+    position = 0
+    arities = thunk.operand_arity or [0] * len(flat)
+    for arity in arities:
+        if arity == 0:
+            operands.append(flat[position])
+            position += 1
+        else:
+            operands.append(tuple(flat[position:position + arity]))
+            position += arity
+    if thunk.api_version == "API_VERSION_TYPED_FFI":
+        kwargs = interpreter.decode_ffi_attributes(thunk.backend_config,
+                                                   f"custom call '{thunk.target}'")
+    else:
+        kwargs = {"backend_config": thunk.backend_config} if thunk.backend_config else {}
+    result = fn(*operands, **kwargs)
+    if len(thunk.results) == 1 and not isinstance(result, (tuple, list)):
+        results = [result]
+    else:
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(results) != len(thunk.results):
+        raise HloError(f"the handler of custom call '{thunk.target}' returned "
+                       f"{len(results)} results, the instruction has {len(thunk.results)}")
+    for k, (ref, value) in enumerate(zip(thunk.results, results)):
+        value = np.asarray(value)
+        if tuple(value.shape) != tuple(ref.dims):
+            raise HloError(f"the handler of custom call '{thunk.target}' returned shape "
+                           f"{list(value.shape)} for result {k}, expected {ref.describe()}")
+        ctx.array(ref)[...] = value.astype(ref.storage_dtype, copy=False)

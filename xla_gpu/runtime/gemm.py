@@ -1,0 +1,540 @@
+"""GEMMs with XLA's dot semantics: numpy's BLAS on the cpu target, cuBLASLt
+(through ctypes) on cuda.
+
+    out = activation(alpha * dot_general(lhs, rhs) + beta * c + bias)
+
+`dot_general` as HLO defines it: batch dimensions paired between the
+operands and kept first in the result, contracting dimensions summed, the
+remaining (free) dimensions of lhs then rhs. The result's element type is
+the dot's (its preferred element type): bf16/f16/f8 operands are multiplied
+and accumulated in f32 and rounded once, integers accumulate in 64 bits and
+wrap to the result's width, f64 and complex stay in their type.
+
+Operands may have any layout: the cpu target reads them through numpy views
+in logical order; cuBLASLt gets row- or column-major matrix layouts with a
+batch stride when the layout allows it (`cublas_plan`), and the compiler
+inserts a relayout kernel when it does not.
+
+cuBLASLt is found (first hit wins) in: the `nvidia-cublas` wheels
+(`nvidia/cublas/lib`, as jax[cuda] installs them), `$CUDA_HOME` /
+`$CUDA_PATH` / `/usr/local/cuda`, then the system loader path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import CudaError, CudaUnavailableError, HloError
+from .buffers import BufferSlice
+from .thunks import ArrayRef
+
+__all__ = ["GemmConfig", "run_gemm", "gemm_reference", "EPILOGUES", "cublaslt_library",
+           "cublas_plan", "CublasPlanError"]
+
+# XLA's GemmBackendConfig epilogues that have a single output.
+EPILOGUES = ("DEFAULT", "RELU", "BIAS", "BIAS_RELU", "GELU", "BIAS_GELU", "SILU", "BIAS_SILU")
+
+_F32_ACCUMULATED = frozenset({"f16", "bf16", "f32", "f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz",
+                              "f8e5m2fnuz", "f8e4m3fnuz", "f8e4m3", "f8e3m4"})
+
+
+@dataclass
+class GemmConfig:
+    lhs: ArrayRef
+    rhs: ArrayRef
+    out: ArrayRef
+    lhs_batch: tuple[int, ...] = ()
+    rhs_batch: tuple[int, ...] = ()
+    lhs_contracting: tuple[int, ...] = ()
+    rhs_contracting: tuple[int, ...] = ()
+    alpha: complex = 1.0
+    beta: float = 0.0
+    c: ArrayRef | None = None          # beta * c (XLA's output-aliased C operand)
+    bias: ArrayRef | None = None       # broadcast over the result's leading dims
+    epilogue: str = "DEFAULT"
+    precision: str = "DEFAULT"         # the dot's operand precision (HIGHEST: no TF32)
+    workspace: BufferSlice | None = None
+
+    def __post_init__(self):
+        if self.epilogue not in EPILOGUES:
+            raise HloError(f"gemm epilogue {self.epilogue!r} is not supported "
+                           f"(supported: {', '.join(EPILOGUES)})")
+        if len(self.lhs_batch) != len(self.rhs_batch) or \
+                len(self.lhs_contracting) != len(self.rhs_contracting):
+            raise HloError("dot dimension numbers do not pair up: "
+                           f"batch {self.lhs_batch}/{self.rhs_batch}, contracting "
+                           f"{self.lhs_contracting}/{self.rhs_contracting}")
+
+    @property
+    def lhs_free(self) -> tuple[int, ...]:
+        used = set(self.lhs_batch) | set(self.lhs_contracting)
+        return tuple(d for d in range(len(self.lhs.dims)) if d not in used)
+
+    @property
+    def rhs_free(self) -> tuple[int, ...]:
+        used = set(self.rhs_batch) | set(self.rhs_contracting)
+        return tuple(d for d in range(len(self.rhs.dims)) if d not in used)
+
+    @property
+    def bmnk(self) -> tuple[int, int, int, int]:
+        """(batch, m, n, k) element counts."""
+        def size(ref, dims):
+            return math.prod(ref.dims[d] for d in dims)
+        return (size(self.lhs, self.lhs_batch), size(self.lhs, self.lhs_free),
+                size(self.rhs, self.rhs_free), size(self.lhs, self.lhs_contracting))
+
+    def to_dict(self) -> dict[str, Any]:
+        alpha = complex(self.alpha)
+        return {"lhs": self.lhs.to_dict(), "rhs": self.rhs.to_dict(), "out": self.out.to_dict(),
+                "lhs_batch": list(self.lhs_batch), "rhs_batch": list(self.rhs_batch),
+                "lhs_contracting": list(self.lhs_contracting),
+                "rhs_contracting": list(self.rhs_contracting),
+                "alpha": [alpha.real, alpha.imag], "beta": self.beta,
+                "c": None if self.c is None else self.c.to_dict(),
+                "bias": None if self.bias is None else self.bias.to_dict(),
+                "epilogue": self.epilogue, "precision": self.precision,
+                "workspace": None if self.workspace is None else self.workspace.to_list()}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "GemmConfig":
+        def ref(x):
+            return None if x is None else ArrayRef.from_dict(x)
+        alpha = d.get("alpha", [1.0, 0.0])
+        return GemmConfig(
+            ArrayRef.from_dict(d["lhs"]), ArrayRef.from_dict(d["rhs"]), ArrayRef.from_dict(d["out"]),
+            tuple(d["lhs_batch"]), tuple(d["rhs_batch"]), tuple(d["lhs_contracting"]),
+            tuple(d["rhs_contracting"]), complex(alpha[0], alpha[1]), float(d.get("beta", 0.0)),
+            ref(d.get("c")), ref(d.get("bias")), str(d.get("epilogue", "DEFAULT")),
+            str(d.get("precision", "DEFAULT")),
+            None if d.get("workspace") is None else BufferSlice.from_list(d["workspace"]))
+
+    def describe(self) -> str:
+        b, m, n, k = self.bmnk
+        extras = []
+        if complex(self.alpha) != 1:
+            extras.append(f"alpha={complex(self.alpha).real:g}")
+        if self.beta:
+            extras.append(f"beta={self.beta:g}")
+        if self.epilogue != "DEFAULT":
+            extras.append(f"epilogue={self.epilogue}")
+        return (f"{self.lhs.describe()} x {self.rhs.describe()} -> {self.out.describe()} "
+                f"(batch={b} m={m} n={n} k={k}; lhs {self.lhs.slice}, rhs {self.rhs.slice}, "
+                f"out {self.out.slice}{'; ' + ', '.join(extras) if extras else ''})")
+
+
+# -- numpy (the cpu target, and the reference) ---------------------------------
+
+
+def _compute_dtype(element_type: str) -> np.dtype:
+    if element_type in _F32_ACCUMULATED:
+        return np.dtype(np.float32)
+    if element_type == "f64":
+        return np.dtype(np.float64)
+    if element_type == "c64":
+        return np.dtype(np.complex64)
+    if element_type == "c128":
+        return np.dtype(np.complex128)
+    return np.dtype(np.int64)          # integers and pred
+
+
+def _to_type(value: np.ndarray, ref: ArrayRef) -> np.ndarray:
+    """`value` (compute dtype) converted to `ref`'s storage, rounding floats
+    once and wrapping integers to their width."""
+    t = ref.element_type
+    if t == "pred":
+        return value != 0
+    if t in ("s2", "s4", "u2", "u4"):
+        bits = int(t[1:])
+        wrapped = np.asarray(value, np.int64) & ((1 << bits) - 1)
+        if t[0] == "s":
+            wrapped = np.where(wrapped >= 1 << (bits - 1), wrapped - (1 << bits), wrapped)
+        return wrapped.astype(ref.storage_dtype)
+    if np.issubdtype(ref.storage_dtype, np.integer):
+        return np.asarray(value, np.int64).astype(ref.storage_dtype)
+    return np.asarray(value).astype(ref.storage_dtype)
+
+
+def _activation(x: np.ndarray, epilogue: str) -> np.ndarray:
+    if epilogue.endswith("RELU"):
+        return np.maximum(x, 0)
+    if epilogue.endswith("GELU"):       # cuBLASLt's GELU: the tanh approximation
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    if epilogue.endswith("SILU"):
+        return x / (1 + np.exp(-x))
+    return x
+
+
+def gemm_reference(config: GemmConfig, lhs: np.ndarray, rhs: np.ndarray,
+                   c: np.ndarray | None = None, bias: np.ndarray | None = None) -> np.ndarray:
+    """The result of `config` on logical numpy operands, in the output's
+    storage dtype and logical shape."""
+    compute = _compute_dtype(config.out.element_type)
+    if config.out.element_type in _F32_ACCUMULATED and \
+            _compute_dtype(config.lhs.element_type) == np.float64:
+        compute = np.dtype(np.float64)
+    a = np.asarray(lhs).astype(compute)
+    b = np.asarray(rhs).astype(compute)
+    batch, m, n, k = config.bmnk
+    a = a.transpose(config.lhs_batch + config.lhs_free + config.lhs_contracting) \
+        .reshape(batch, m, k)
+    b = b.transpose(config.rhs_batch + config.rhs_contracting + config.rhs_free) \
+        .reshape(batch, k, n)
+    result = np.matmul(a, b)   # integers: exact modulo 2^64, wrapped below
+    result = result.reshape(config.out.dims)
+    if complex(config.alpha) != 1:
+        alpha = config.alpha if np.iscomplexobj(result) else complex(config.alpha).real
+        result = result * np.asarray(alpha).astype(compute)
+    if config.c is not None and config.beta:
+        result = result + np.asarray(c).astype(compute) * compute.type(config.beta)
+    if config.bias is not None:
+        result = result + np.asarray(bias).astype(compute)
+    result = _activation(result, config.epilogue)
+    return _to_type(result, config.out)
+
+
+def _run_numpy(ctx, config: GemmConfig) -> None:
+    c = ctx.array(config.c) if config.c is not None else None
+    bias = ctx.array(config.bias) if config.bias is not None else None
+    if c is not None:
+        c = c.copy()   # may be the output's own buffer
+    result = gemm_reference(config, ctx.array(config.lhs), ctx.array(config.rhs), c, bias)
+    ctx.array(config.out)[...] = result
+
+
+def run_gemm(ctx, config: GemmConfig) -> None:
+    if ctx.target == "cpu":
+        _run_numpy(ctx, config)
+    else:
+        _run_cublaslt(ctx, config)
+
+
+# -- cuBLASLt (cuda) -------------------------------------------------------------
+
+# cudaDataType_t
+_CUDA_TYPES = {"f32": 0, "f64": 1, "f16": 2, "s8": 3, "c64": 4, "c128": 5, "u8": 8,
+               "s32": 10, "bf16": 14, "f8e4m3fn": 28, "f8e5m2": 29}
+# cublasComputeType_t
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32, _COMPUTE_64F, _COMPUTE_32I = 68, 77, 70, 72
+# cublasLtMatmulDescAttributes_t
+_DESC_TRANSA, _DESC_TRANSB, _DESC_EPILOGUE, _DESC_BIAS_POINTER = 3, 4, 7, 8
+_DESC_BIAS_DATA_TYPE = 26
+# cublasLtMatrixLayoutAttribute_t
+_LAYOUT_BATCH_COUNT, _LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
+# cublasLtEpilogue_t
+_EPILOGUE_CODES = {"DEFAULT": 1, "RELU": 2, "BIAS": 4, "BIAS_RELU": 6, "GELU": 32,
+                   "BIAS_GELU": 36}
+_PREF_MAX_WORKSPACE_BYTES = 1
+_OP_N, _OP_T = 0, 1
+
+WORKSPACE_BYTES = 32 << 20        # what XLA reserves for cuBLASLt on Hopper
+
+
+class CublasPlanError(ValueError):
+    """The operands' layouts cannot be given to cuBLASLt as strided matrices."""
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    """A logical rows x cols matrix (batched) as cuBLASLt sees memory:
+    stored row-major (`row_major`) or column-major, with leading dimension
+    `ld` and `batch_stride` elements between matrices."""
+    rows: int
+    cols: int
+    ld: int
+    row_major: bool
+    batch_stride: int
+
+
+@dataclass(frozen=True)
+class _Operand:
+    """What cuBLASLt is given for one operand: the op (N or T) and the
+    column-major layout of the stored matrix."""
+    op: int
+    rows: int
+    cols: int
+    ld: int
+    batch_stride: int
+
+
+def _strides(ref: ArrayRef) -> list[int]:
+    """Element strides of each logical dimension in the physical layout."""
+    strides = [0] * len(ref.dims)
+    step = 1
+    for d in reversed(ref.major_to_minor):
+        strides[d] = step
+        step *= ref.dims[d]
+    return strides
+
+
+def _group_stride(ref: ArrayRef, dims: tuple[int, ...], strides: list[int]) -> int | None:
+    """The stride of `dims` collapsed into one dimension (row-major among
+    themselves, contiguous in memory), None when they do not collapse."""
+    live = [d for d in dims if ref.dims[d] != 1]
+    if not live:
+        return 0
+    for a, b in zip(live, live[1:]):
+        if strides[a] != strides[b] * ref.dims[b]:
+            return None
+    return strides[live[-1]]
+
+
+def _matrix(ref: ArrayRef, batch: tuple[int, ...], rows: tuple[int, ...],
+            cols: tuple[int, ...]) -> _Matrix:
+    strides = _strides(ref)
+    r, c = math.prod(ref.dims[d] for d in rows), math.prod(ref.dims[d] for d in cols)
+    rs, cs = _group_stride(ref, rows, strides), _group_stride(ref, cols, strides)
+    bs = _group_stride(ref, batch, strides)
+    if rs is None or cs is None or bs is None:
+        raise CublasPlanError(f"{ref.describe()}: dimensions {rows}/{cols}/{batch} do not "
+                              "collapse into a strided matrix")
+    if c == 1 or cs == 1:
+        return _Matrix(r, c, max(rs, c, 1) if r > 1 else max(c, 1), True, bs)
+    if r == 1 or rs == 1:
+        return _Matrix(r, c, max(cs, r, 1) if c > 1 else max(r, 1), False, bs)
+    raise CublasPlanError(f"{ref.describe()}: neither rows nor columns are contiguous")
+
+
+def _as_operand(x: _Matrix, transposed: bool) -> _Operand:
+    """cuBLASLt's view of X (or X^T when `transposed`): column-major
+    storage plus an op."""
+    if x.row_major:   # memory holds X^T column-major (cols x rows)
+        return _Operand(_OP_N if transposed else _OP_T, x.cols, x.rows, x.ld, x.batch_stride)
+    return _Operand(_OP_T if transposed else _OP_N, x.rows, x.cols, x.ld, x.batch_stride)
+
+
+def cublas_plan(config: GemmConfig) -> tuple[_Operand, _Operand, _Operand, bool]:
+    """cuBLASLt operands (first, second, result) and whether the operands
+    are swapped (a row-major result D is computed as D^T = B^T A^T, column
+    major). Raises CublasPlanError when a layout is not a strided matrix or
+    the types have no cuBLASLt kernel."""
+    for ref in (config.lhs, config.rhs, config.out):
+        if ref.element_type not in _CUDA_TYPES:
+            raise CublasPlanError(f"cuBLASLt has no {ref.element_type} GEMM")
+    a = _matrix(config.lhs, config.lhs_batch, config.lhs_free, config.lhs_contracting)
+    b = _matrix(config.rhs, config.rhs_batch, config.rhs_contracting, config.rhs_free)
+    nb, nm = len(config.lhs_batch), len(config.lhs_free)
+    n_out = len(config.out.dims)
+    groups = (tuple(range(nb)), tuple(range(nb, nb + nm)), tuple(range(nb + nm, n_out)))
+    d = _matrix(config.out, *groups)
+    if config.c is not None and _matrix(config.c, *groups) != d:
+        raise CublasPlanError("the C operand's layout differs from the output's")
+    if d.row_major:
+        result = _Operand(_OP_N, d.cols, d.rows, d.ld, d.batch_stride)
+        return _as_operand(b, True), _as_operand(a, True), result, True
+    if config.bias is not None:
+        raise CublasPlanError("a bias epilogue needs a row-major result")
+    result = _Operand(_OP_N, d.rows, d.cols, d.ld, d.batch_stride)
+    return _as_operand(a, False), _as_operand(b, False), result, False
+
+
+_lt_lock = threading.Lock()
+_lt: Any = None
+
+
+def _candidate_libraries() -> list[Path]:
+    names = ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11", "libcublasLt.so"]
+    roots: list[Path] = []
+    for entry in sys.path:
+        if entry:
+            roots.append(Path(entry) / "nvidia" / "cublas" / "lib")
+            roots.append(Path(entry) / "nvidia" / "cu13" / "lib")
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            roots += [Path(os.environ[var]) / "lib64", Path(os.environ[var]) / "lib"]
+    roots += [Path("/usr/local/cuda/lib64"), Path("/usr/local/cuda/lib")]
+    out = [root / name for root in roots for name in names if (root / name).exists()]
+    return out + [Path(name) for name in names]   # the loader's own search path
+
+
+def cublaslt_library() -> ctypes.CDLL:
+    """libcublasLt, loaded once; CudaUnavailableError when none is found."""
+    global _lt
+    with _lt_lock:
+        if _lt is not None:
+            return _lt
+        errors = []
+        for candidate in _candidate_libraries():
+            try:
+                _lt = ctypes.CDLL(str(candidate))
+                return _lt
+            except OSError as e:
+                errors.append(f"{candidate}: {e}")
+        raise CudaUnavailableError("cuBLASLt not found (install nvidia-cublas-cu12, "
+                                   "jax[cuda12] or a CUDA toolkit); tried "
+                                   + "; ".join(errors[:4]))
+
+
+class _Lt:
+    """One cuBLASLt handle with typed entry points."""
+
+    def __init__(self):
+        lib = cublaslt_library()
+        self.lib = lib
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        for name, args in {
+                "cublasLtCreate": [ctypes.POINTER(vp)],
+                "cublasLtMatmulDescCreate": [ctypes.POINTER(vp), ctypes.c_int, ctypes.c_int],
+                "cublasLtMatmulDescDestroy": [vp],
+                "cublasLtMatmulDescSetAttribute": [vp, ctypes.c_int, vp, sz],
+                "cublasLtMatrixLayoutCreate": [ctypes.POINTER(vp), ctypes.c_int, ctypes.c_uint64,
+                                               ctypes.c_uint64, ctypes.c_int64],
+                "cublasLtMatrixLayoutDestroy": [vp],
+                "cublasLtMatrixLayoutSetAttribute": [vp, ctypes.c_int, vp, sz],
+                "cublasLtMatmulPreferenceCreate": [ctypes.POINTER(vp)],
+                "cublasLtMatmulPreferenceDestroy": [vp],
+                "cublasLtMatmulPreferenceSetAttribute": [vp, ctypes.c_int, vp, sz],
+                "cublasLtMatmulAlgoGetHeuristic": [vp, vp, vp, vp, vp, vp, vp, ctypes.c_int,
+                                                   vp, ctypes.POINTER(ctypes.c_int)],
+                "cublasLtMatmul": [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp,
+                                   sz, vp]}.items():
+            fn = getattr(lib, name)
+            fn.argtypes = args
+            fn.restype = ctypes.c_int
+        self.handle = vp()
+        self.check("cublasLtCreate", lib.cublasLtCreate(ctypes.byref(self.handle)))
+        self.plans: dict = {}
+
+    @staticmethod
+    def check(call: str, status: int) -> None:
+        if status != 0:
+            raise CudaError(f"{call} failed: cublasStatus {status}")
+
+
+# cublasLtMatmulHeuristicResult_t: algo (8 x uint64), workspaceSize, state,
+# wavesCount, reserved[4].
+class _Heuristic(ctypes.Structure):
+    _fields_ = [("algo", ctypes.c_uint64 * 8), ("workspaceSize", ctypes.c_size_t),
+                ("state", ctypes.c_int), ("wavesCount", ctypes.c_float),
+                ("reserved", ctypes.c_int * 4)]
+
+
+_lt_handle: _Lt | None = None
+
+
+def _lt_instance() -> _Lt:
+    """The process's cuBLASLt handle (created on first use)."""
+    global _lt_handle
+    if _lt_handle is None:
+        _lt_handle = _Lt()
+    return _lt_handle
+
+
+def _compute_type(config: GemmConfig) -> tuple[int, int, Any]:
+    """(cublasComputeType, scale cudaDataType, ctypes scalar type)."""
+    t = config.out.element_type
+    if t in ("f64", "c128"):
+        return _COMPUTE_64F, _CUDA_TYPES[t], ctypes.c_double
+    if t == "s32":
+        return _COMPUTE_32I, _CUDA_TYPES["s32"], ctypes.c_int32
+    fast = config.precision not in ("HIGHEST",) and config.lhs.element_type == "f32"
+    scale = _CUDA_TYPES["c64"] if t == "c64" else _CUDA_TYPES["f32"]
+    return (_COMPUTE_32F_FAST_TF32 if fast else _COMPUTE_32F), scale, ctypes.c_float
+
+
+class _Plan:
+    """The descriptors of one GEMM, built once and reused."""
+
+    def __init__(self, lt: _Lt, config: GemmConfig):
+        first, second, result, self.swapped = cublas_plan(config)
+        batch = config.bmnk[0]
+        compute, scale, self.scalar = _compute_type(config)
+        vp = ctypes.c_void_p
+        self.lt = lt
+        self.desc = vp()
+        lt.check("cublasLtMatmulDescCreate",
+                 lt.lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), compute, scale))
+        set_desc = lt.lib.cublasLtMatmulDescSetAttribute
+        self._set(set_desc, self.desc, _DESC_TRANSA, ctypes.c_int32(first.op))
+        self._set(set_desc, self.desc, _DESC_TRANSB, ctypes.c_int32(second.op))
+        self.layouts = []
+        in_types = (config.rhs, config.lhs) if self.swapped else (config.lhs, config.rhs)
+
+        def layout(ref: ArrayRef, m: _Operand) -> ctypes.c_void_p:
+            handle = vp()
+            lt.check("cublasLtMatrixLayoutCreate", lt.lib.cublasLtMatrixLayoutCreate(
+                ctypes.byref(handle), _CUDA_TYPES[ref.element_type], m.rows, m.cols, m.ld))
+            if batch > 1:
+                setter = lt.lib.cublasLtMatrixLayoutSetAttribute
+                self._set(setter, handle, _LAYOUT_BATCH_COUNT, ctypes.c_int32(batch))
+                self._set(setter, handle, _LAYOUT_STRIDED_BATCH_OFFSET,
+                          ctypes.c_int64(m.batch_stride))
+            self.layouts.append(handle)
+            return handle
+
+        self.a = layout(in_types[0], first)
+        self.b = layout(in_types[1], second)
+        self.d = layout(config.out, result)
+        self.c = self.d
+        epilogue = _EPILOGUE_CODES.get(config.epilogue)
+        if epilogue is None:
+            raise CudaError(f"cuBLASLt has no {config.epilogue} epilogue")
+        self._set(set_desc, self.desc, _DESC_EPILOGUE, ctypes.c_int32(epilogue))
+        pref = vp()
+        lt.check("cublasLtMatmulPreferenceCreate",
+                 lt.lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)))
+        workspace = 0 if config.workspace is None else config.workspace.size
+        self._set(lt.lib.cublasLtMatmulPreferenceSetAttribute, pref, _PREF_MAX_WORKSPACE_BYTES,
+                  ctypes.c_uint64(workspace))
+        heuristic = _Heuristic()
+        found = ctypes.c_int(0)
+        lt.check("cublasLtMatmulAlgoGetHeuristic", lt.lib.cublasLtMatmulAlgoGetHeuristic(
+            lt.handle, self.desc, self.a, self.b, self.c, self.d, pref, 1,
+            ctypes.byref(heuristic), ctypes.byref(found)))
+        lt.lib.cublasLtMatmulPreferenceDestroy(pref)
+        if found.value < 1:
+            raise CudaError(f"cuBLASLt found no algorithm for {config.describe()}")
+        self.algo = heuristic
+        alpha = complex(config.alpha)
+        if config.out.element_type in ("c64", "c128"):
+            self.alpha = (self.scalar * 2)(alpha.real, alpha.imag)
+            self.beta = (self.scalar * 2)(config.beta if config.c is not None else 0.0, 0)
+        else:
+            beta = config.beta if config.c is not None else 0.0
+            if self.scalar is ctypes.c_int32:
+                self.alpha = (self.scalar * 1)(int(alpha.real))
+                self.beta = (self.scalar * 1)(int(beta))
+            else:
+                self.alpha = (self.scalar * 1)(alpha.real)
+                self.beta = (self.scalar * 1)(beta)
+
+    def _set(self, setter, handle, attribute: int, value) -> None:
+        self.lt.check("cublasLt set attribute", setter(handle, attribute, ctypes.byref(value),
+                                                       ctypes.sizeof(value)))
+
+    def set_bias(self, pointer: int) -> None:
+        self._set(self.lt.lib.cublasLtMatmulDescSetAttribute, self.desc, _DESC_BIAS_POINTER,
+                  ctypes.c_void_p(pointer))
+
+
+def _run_cublaslt(ctx, config: GemmConfig) -> None:
+    lt = _lt_instance()
+    key = id(config)
+    plan = lt.plans.get(key)
+    if plan is None:
+        plan = lt.plans[key] = _Plan(lt, config)
+    if config.bias is not None:
+        plan.set_bias(ctx.pointer(config.bias.slice))
+    out = ctx.pointer(config.out.slice)
+    c = ctx.pointer(config.c.slice) if config.c is not None else out
+    if config.c is not None and c != out:
+        ctx.copy(config.out.slice, config.c.slice, config.out.nbytes)
+    workspace = ctx.pointer(config.workspace) if config.workspace is not None else 0
+    ws_size = config.workspace.size if config.workspace is not None else 0
+    first, second = config.lhs.slice, config.rhs.slice
+    if plan.swapped:
+        first, second = second, first
+    vp = ctypes.c_void_p
+    lt.check("cublasLtMatmul", lt.lib.cublasLtMatmul(
+        lt.handle, plan.desc, ctypes.addressof(plan.alpha), vp(ctx.pointer(first)),
+        plan.a, vp(ctx.pointer(second)), plan.b, ctypes.addressof(plan.beta),
+        vp(out), plan.c, vp(out), plan.d, ctypes.byref(plan.algo.algo), vp(workspace),
+        ws_size, vp(int(ctx.stream or 0))))

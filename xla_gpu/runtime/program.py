@@ -1,0 +1,607 @@
+"""A compiled whole program at run time: kernels, the thunk sequence, the
+buffer assignment's allocations and the optimized HLO. numpy and
+cuda-python only (never MLIR): `load_program(dir)` runs what
+`ProgramExecutable.save(dir)` wrote on a machine without the compiler.
+
+    exe = xla_gpu.compile(text)                   # a whole module
+    loss, w1, w2 = exe.run(x, y, w1, w2)          # the entry's output leaves
+    exe.thunks, exe.thunk_sequence_text(), exe.memory_analysis()
+    exe.save("artifacts/mlp"); xla_gpu.runtime.load("artifacts/mlp").run(...)
+
+One execution: the arguments are checked (count, shape, dtype), the memory
+the program needs is compared with what the target has (host physical
+memory on cpu, free device memory on cuda) before anything is allocated,
+then every allocation gets memory (parameters: the caller's array where no
+thunk writes it, else a copy; constants: loaded once with the program;
+outputs and the temp allocation: fresh), the thunks run in order, and the
+output leaves are returned (numpy arrays, or DeviceArrays on cuda with
+`device_outputs=True`).
+
+A program directory holds `program.json` (allocations, parameters,
+outputs, thunks, kernel table, texts' file names), one folder per kernel
+under `kernels/` (as `Executable.save` writes a kernel), `constants.npz`,
+`optimized.hlo`, `buffer-assignment.txt`, and `digests.json`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import io
+import json
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import ArgumentError, ArtifactError, ResourceError
+from .buffers import Allocation
+from .spec import KernelSpec
+from .thunks import ArrayRef, ExecutionContext, Thunk, sequence_text, thunk_from_dict, walk
+
+__all__ = ["ProgramExecutable", "KernelImage", "MemoryAnalysis", "load_program",
+           "PROGRAM_FORMAT", "host_memory_bytes"]
+
+PROGRAM_FORMAT = 1
+_ALIGNMENT = 64
+
+
+@dataclass
+class MemoryAnalysis:
+    """jax's `compiled.memory_analysis()` fields, in bytes."""
+    temp_size_in_bytes: int = 0
+    argument_size_in_bytes: int = 0
+    output_size_in_bytes: int = 0
+    alias_size_in_bytes: int = 0
+    generated_code_size_in_bytes: int = 0
+    host_temp_size_in_bytes: int = 0
+    host_argument_size_in_bytes: int = 0
+    host_output_size_in_bytes: int = 0
+    host_alias_size_in_bytes: int = 0
+    host_generated_code_size_in_bytes: int = 0
+    constant_size_in_bytes: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> "MemoryAnalysis":
+        known = MemoryAnalysis.__dataclass_fields__
+        return MemoryAnalysis(**{k: int(v) for k, v in data.items() if k in known})
+
+
+@dataclass
+class KernelImage:
+    """One compiled kernel: its spec and code (cubin/PTX on cuda, a host
+    shared object on cpu). `jit` is an in-process fallback launcher for a
+    cpu kernel that could not be linked into a shared object (never
+    saved: such a program cannot be saved)."""
+    spec: KernelSpec
+    ptx: str | None = None
+    cubin: bytes | None = None
+    host_library: bytes | None = None
+    jit: Any = None
+
+    @property
+    def code_size(self) -> int:
+        return sum(len(x) for x in (self.ptx or "", self.cubin or b"", self.host_library or b""))
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine (0 when unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+# -- kernel launchers ------------------------------------------------------------
+
+
+class _HostLauncher:
+    """A cpu-target kernel from its shared object: `<name>_host(void **args)`
+    runs the grid; `<name>_host_blocks(a0..aN-1, first, end)` a block range
+    (used to split big grids over host threads; ctypes drops the GIL)."""
+
+    _pool: ThreadPoolExecutor | None = None
+
+    def __init__(self, spec: KernelSpec, library: bytes):
+        fd, path = tempfile.mkstemp(prefix=f"xla_gpu_{spec.name}_", suffix=".so")
+        with os.fdopen(fd, "wb") as f:
+            f.write(library)
+        try:
+            self._lib = ctypes.CDLL(path)
+        finally:
+            os.unlink(path)   # the mapping stays
+        self.spec = spec
+        self.nargs = len(spec.kernel_args)
+        self._grid = getattr(self._lib, f"{spec.name}_host")
+        self._grid.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        self._grid.restype = None
+        self._blocks = getattr(self._lib, f"{spec.name}_host_blocks", None)
+        if self._blocks is not None:
+            self._blocks.argtypes = [ctypes.c_void_p] * self.nargs + [ctypes.c_int64] * 2
+            self._blocks.restype = None
+        self.workers = min(os.cpu_count() or 1, 8) if spec.blocks >= 64 else 1
+
+    def launch(self, pointers: Sequence[int], stream=None) -> None:
+        if self.workers <= 1 or self._blocks is None:
+            packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+            self._grid(packed)
+            return
+        if _HostLauncher._pool is None:
+            _HostLauncher._pool = ThreadPoolExecutor(min(os.cpu_count() or 1, 8))
+        blocks, workers = self.spec.blocks, self.workers
+        bounds = [blocks * w // workers for w in range(workers + 1)]
+        futures = [_HostLauncher._pool.submit(self._blocks, *pointers, bounds[w], bounds[w + 1])
+                   for w in range(workers)]
+        for f in futures:
+            f.result()
+
+
+class _JitLauncher:
+    """A cpu-target kernel held by the JIT (no shared object)."""
+
+    def __init__(self, host_kernel):
+        self.host = host_kernel
+
+    def launch(self, pointers: Sequence[int], stream=None) -> None:
+        args = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        slot = ctypes.c_void_p(ctypes.addressof(args))
+        self.host._grid((ctypes.c_void_p * 1)(ctypes.addressof(slot)))
+
+
+class _CudaLauncher:
+    def __init__(self, image: KernelImage):
+        from .cuda import CudaKernel
+        self.kernel = CudaKernel(image.spec, cubin=image.cubin, ptx=image.ptx)
+
+    def launch(self, pointers: Sequence[int], stream=None) -> None:
+        self.kernel.launch(pointers, stream)
+
+
+# -- the executable --------------------------------------------------------------
+
+
+@dataclass
+class ProgramExecutable:
+    """A whole program. `run(*args)` returns the entry's output leaves in
+    order (a tuple result gives its leaves, depth first)."""
+    name: str
+    target: str
+    arch: str
+    allocations: list[Allocation]
+    parameters: list[list[ArrayRef]]      # per entry parameter: its array leaves
+    parameter_shapes: list[str]           # as HLO prints them (messages)
+    outputs: list[ArrayRef]               # the entry's output leaves
+    thunks: list[Thunk]
+    kernels: dict[str, KernelImage]
+    constants: dict[int, np.ndarray]      # allocation -> its bytes (uint8)
+    hlo_text: str = ""                    # the optimized module
+    original_text: str = ""               # what was compiled
+    buffer_assignment: str = ""
+    memory: MemoryAnalysis = field(default_factory=MemoryAnalysis)
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    version: str = ""
+    command_buffers: bool = True
+    stats: dict[str, int] = field(default_factory=dict)   # of the last run
+    _launchers: dict | None = field(default=None, repr=False)
+    _device_constants: dict | None = field(default=None, repr=False)
+
+    # -- views ---------------------------------------------------------------
+    def as_text(self) -> str:
+        """The optimized HLO module (jax's `compiled.as_text()`)."""
+        return self.hlo_text
+
+    def thunk_sequence_text(self) -> str:
+        return sequence_text(self.thunks)
+
+    def buffer_assignment_text(self) -> str:
+        return self.buffer_assignment
+
+    def memory_analysis(self) -> MemoryAnalysis:
+        return self.memory
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.kernels)
+
+    def kernel_launches(self) -> int:
+        """Kernel launches of one run (loops counted from the last run)."""
+        return int(self.stats.get("kernels", 0))
+
+    # -- running -------------------------------------------------------------
+    def _launcher_table(self) -> dict:
+        if self._launchers is None:
+            table = {}
+            for kid, image in self.kernels.items():
+                if self.target == "cuda":
+                    table[kid] = _CudaLauncher(image)
+                elif image.host_library is not None:
+                    table[kid] = _HostLauncher(image.spec, image.host_library)
+                elif image.jit is not None:
+                    table[kid] = _JitLauncher(image.jit)
+                else:
+                    raise ArtifactError(f"kernel {image.spec.name}: no host code for the cpu "
+                                        "target (no kernel.so)")
+            self._launchers = table
+        return self._launchers
+
+    def _flatten_arguments(self, args: Sequence[Any]) -> list[Any]:
+        if len(args) != len(self.parameters):
+            shapes = ", ".join(self.parameter_shapes)
+            raise ArgumentError(f"program '{self.name}' takes {len(self.parameters)} "
+                                f"argument{'s' if len(self.parameters) != 1 else ''} "
+                                f"({shapes}), got {len(args)}")
+        leaves = []
+        for i, (arg, refs) in enumerate(zip(args, self.parameters)):
+            if len(refs) == 1 and not isinstance(arg, (tuple, list)):
+                leaves.append((f"argument {i}", arg, refs[0]))
+                continue
+            flat: list[Any] = []
+            stack = [arg]
+            while stack:
+                item = stack.pop()
+                if isinstance(item, (tuple, list)):
+                    stack.extend(reversed(item))
+                else:
+                    flat.append(item)
+            if len(flat) != len(refs):
+                raise ArgumentError(f"argument {i}: expected a tuple of {len(refs)} arrays "
+                                    f"({self.parameter_shapes[i]}), got {len(flat)}")
+            leaves += [(f"argument {i}[{k}]", a, r) for k, (a, r) in enumerate(zip(flat, refs))]
+        return leaves
+
+    @staticmethod
+    def _check_leaf(label: str, arg: Any, ref: ArrayRef, device_ok: bool) -> Any:
+        if device_ok and hasattr(arg, "__cuda_array_interface__") and \
+                not isinstance(arg, np.ndarray):
+            iface = arg.__cuda_array_interface__
+            shape, dtype = tuple(iface["shape"]), np.dtype(iface["typestr"])
+            value = arg
+        else:
+            value = np.asarray(arg)
+            shape, dtype = value.shape, value.dtype
+        if tuple(shape) != tuple(ref.dims):
+            raise ArgumentError(f"{label}: expected shape {list(ref.dims)} ({ref.describe()}), "
+                                f"got {list(shape)}")
+        if dtype not in (ref.dtype, ref.storage_dtype) and not (
+                dtype.kind == "V" and dtype.itemsize == ref.dtype.itemsize):
+            raise ArgumentError(f"{label}: expected dtype {ref.element_type} ({ref.dtype}), "
+                                f"got {dtype}")
+        return value
+
+    def _written_allocations(self) -> set[int]:
+        return {s.allocation for t in walk(self.thunks) for s, written in t.buffer_uses()
+                if written}
+
+    def required_bytes(self) -> int:
+        """Memory one execution allocates (parameters that must be copied,
+        outputs, temporaries; constants are loaded with the program)."""
+        written = self._written_allocations()
+        total = 0
+        for a in self.allocations:
+            if a.kind in ("temp", "output", "thread_local"):
+                total += a.size
+            elif a.kind == "parameter" and a.index in written:
+                total += a.size
+        total += sum(ref.nbytes for ref in self.outputs)   # results handed back
+        return total
+
+    def check_memory(self) -> None:
+        need = self.required_bytes()
+        if self.target == "cpu":
+            have = host_memory_bytes()
+            where = "host memory"
+        else:
+            from .cuda import _check, _driver, _ensure_context
+            _ensure_context()
+            have, _ = _check("cuMemGetInfo", _driver().cuMemGetInfo())
+            have = int(have)
+            where = "free device memory"
+        if have and need > have:
+            raise ResourceError(f"program '{self.name}' needs {need} bytes "
+                                f"({need / 2**30:.2f} GiB) per execution but the "
+                                f"{where} is {have} bytes ({have / 2**30:.2f} GiB)")
+
+    def run(self, *args, stream=None, device_outputs: bool = False) -> tuple:
+        """Runs the program. cpu: numpy in, numpy out. cuda: numpy or device
+        arrays (`__cuda_array_interface__`) in; numpy out, or DeviceArrays
+        with `device_outputs=True`; `stream` is a CUstream (default: the
+        legacy default stream; command buffers capture on a private one)."""
+        leaves = self._flatten_arguments(args)
+        if self.target == "cpu" and (stream is not None or device_outputs):
+            raise ArgumentError("stream= and device_outputs= are options of the cuda target")
+        checked = [(label, self._check_leaf(label, a, ref, self.target == "cuda"), ref)
+                   for label, a, ref in leaves]
+        self.check_memory()
+        if self.target == "cpu":
+            return self._run_cpu(checked)
+        return self._run_cuda(checked, stream, device_outputs)
+
+    def _custom_call_lookup(self) -> Callable[[str], Any]:
+        from . import custom_calls
+        return lambda target: custom_calls.lookup(target, self.target)
+
+    def _parameter_allocation(self) -> dict[int, list[tuple[ArrayRef, int]]]:
+        by_alloc: dict[int, list] = {}
+        flat = [ref for refs in self.parameters for ref in refs]
+        for k, ref in enumerate(flat):
+            by_alloc.setdefault(ref.slice.allocation, []).append((ref, k))
+        return by_alloc
+
+    def _run_cpu(self, checked) -> tuple:
+        written = self._written_allocations()
+        buffers: list[np.ndarray | None] = [None] * len(self.allocations)
+        keep = []
+        for alloc in self.allocations:
+            if alloc.kind == "constant":
+                buffers[alloc.index] = self.constants.get(alloc.index)
+            elif alloc.kind != "parameter":
+                buffers[alloc.index] = _aligned_zeros(alloc.size)
+        params_by_alloc = self._parameter_allocation()
+        for index, users in params_by_alloc.items():
+            alloc = self.allocations[index]
+            ref0 = users[0][0]
+            value = checked[users[0][1]][1]
+            zero_copy = (len(users) == 1 and index not in written and ref0.is_row_major and
+                         ref0.slice.offset == 0)
+            if zero_copy:
+                array = np.ascontiguousarray(_to_storage(value, ref0))
+                if array.ctypes.data % 16 == 0:
+                    keep.append(array)
+                    buffers[index] = array.reshape(-1).view(np.uint8) if array.size else \
+                        _aligned_zeros(alloc.size)
+                    continue
+            buffer = _aligned_zeros(alloc.size)
+            buffers[index] = buffer
+            for ref, k in users:
+                _write_host(buffer, ref, checked[k][1])
+        ctx = ExecutionContext("cpu", buffers, self._launcher_table(),
+                               custom_calls=self._custom_call_lookup())
+        start = time.perf_counter()
+        for thunk in self.thunks:
+            thunk.execute(ctx)
+        self.timings["last_run"] = time.perf_counter() - start
+        self.stats = dict(ctx.stats)
+        results = []
+        for ref in self.outputs:
+            view = ctx.array(ref)
+            results.append(np.array(view, copy=True).astype(ref.dtype, copy=False)
+                           if view.dtype != ref.dtype else np.array(view, copy=True))
+        return tuple(results)
+
+    def _device_constant_table(self) -> dict[int, Any]:
+        if self._device_constants is None:
+            from .cuda import DeviceArray
+            self._device_constants = {i: DeviceArray.from_host(data)
+                                      for i, data in self.constants.items()}
+        return self._device_constants
+
+    def _run_cuda(self, checked, stream, device_outputs: bool) -> tuple:
+        from .cuda import DeviceArray, _check, _driver, _ensure_context
+        _ensure_context()
+        cu = _driver()
+        written = self._written_allocations()
+        launchers = self._launcher_table()
+        constants = self._device_constant_table()
+        keep: list[Any] = []
+        buffers: list[int | None] = [None] * len(self.allocations)
+        for alloc in self.allocations:
+            if alloc.kind == "constant":
+                buffers[alloc.index] = constants[alloc.index].ptr if alloc.index in constants \
+                    else None
+            elif alloc.kind != "parameter":
+                memory = DeviceArray((alloc.size,), np.uint8)
+                keep.append(memory)
+                buffers[alloc.index] = memory.ptr
+        for index, users in self._parameter_allocation().items():
+            alloc = self.allocations[index]
+            ref0, k0 = users[0]
+            value = checked[k0][1]
+            is_device = hasattr(value, "__cuda_array_interface__") and \
+                not isinstance(value, np.ndarray)
+            if len(users) == 1 and index not in written and is_device and ref0.is_row_major:
+                buffers[index] = int(value.__cuda_array_interface__["data"][0])
+                continue
+            memory = DeviceArray((alloc.size,), np.uint8)
+            keep.append(memory)
+            buffers[index] = memory.ptr
+            for ref, k in users:
+                arg = checked[k][1]
+                if hasattr(arg, "__cuda_array_interface__") and not isinstance(arg, np.ndarray):
+                    if not ref.is_row_major:
+                        arg = _device_to_host(arg)   # relayout on the host
+                    else:
+                        _check("cuMemcpyDtoDAsync", cu.cuMemcpyDtoDAsync(
+                            memory.ptr + ref.slice.offset,
+                            int(arg.__cuda_array_interface__["data"][0]), ref.nbytes,
+                            stream or 0))
+                        continue
+                host = np.ascontiguousarray(ref.physical_from_logical(_to_storage(arg, ref)))
+                keep.append(host)
+                if ref.nbytes:
+                    _check("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(
+                        memory.ptr + ref.slice.offset, host.ctypes.data, ref.nbytes,
+                        stream or 0))
+        from . import gemm as _gemm
+        ctx = ExecutionContext("cuda", buffers, launchers, stream=stream,
+                               custom_calls=self._custom_call_lookup(), gemm=_gemm)
+        ctx.keep = keep
+        for thunk in self.thunks:
+            thunk.execute(ctx)
+        self.stats = dict(ctx.stats)
+        results = []
+        for ref in self.outputs:
+            out = DeviceArray(ref.physical_dims, ref.storage_dtype)
+            out.copy_from_device(ctx.pointer(ref.slice), stream)
+            if device_outputs:
+                if not ref.is_row_major:
+                    host = ref.logical_from_physical(out.to_host(stream))
+                    out = DeviceArray.from_host(np.ascontiguousarray(host), stream)
+                results.append(out)
+            else:
+                host = ref.logical_from_physical(out.to_host(stream))
+                results.append(np.array(host).astype(ref.dtype, copy=False))
+        _check("cuStreamSynchronize", cu.cuStreamSynchronize(stream or 0))
+        del keep
+        return tuple(results)
+
+    def time(self, *args, iterations: int = 10, warmup: int = 1) -> float:
+        """Seconds per run (wall clock, arguments in host memory)."""
+        for _ in range(warmup):
+            self.run(*args)
+        start = time.perf_counter()
+        for _ in range(iterations):
+            self.run(*args)
+        return (time.perf_counter() - start) / iterations
+
+    # -- saving --------------------------------------------------------------
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "format": PROGRAM_FORMAT, "kind": "program", "name": self.name,
+            "target": self.target, "arch": self.arch, "version": self.version,
+            "command_buffers": self.command_buffers,
+            "allocations": [a.to_dict() for a in self.allocations],
+            "parameters": [[r.to_dict() for r in refs] for refs in self.parameters],
+            "parameter_shapes": list(self.parameter_shapes),
+            "outputs": [r.to_dict() for r in self.outputs],
+            "thunks": [t.to_dict() for t in self.thunks],
+            "kernels": sorted(self.kernels),
+            "constants": sorted(self.constants),
+            "memory": self.memory.to_dict(),
+            "notes": list(self.notes),
+        }
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Writes the program directory `load_program` reads."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        files: dict[str, bytes] = {
+            "program.json": json.dumps(self.manifest(), indent=1).encode(),
+            "optimized.hlo": self.hlo_text.encode(),
+            "buffer-assignment.txt": self.buffer_assignment.encode(),
+            "thunk-sequence.txt": self.thunk_sequence_text().encode(),
+        }
+        if self.original_text:
+            files["original.hlo"] = self.original_text.encode()
+        stream = io.BytesIO()
+        np.savez(stream, **{f"a{i}": data for i, data in self.constants.items()})
+        files["constants.npz"] = stream.getvalue()
+        for kid, image in self.kernels.items():
+            base = f"kernels/{kid}/"
+            files[base + "kernel.json"] = image.spec.to_json().encode()
+            if image.ptx is not None:
+                files[base + "kernel.ptx"] = image.ptx.encode()
+            if image.cubin is not None:
+                files[base + "kernel.cubin"] = image.cubin
+            if image.host_library is not None:
+                files[base + "kernel.so"] = image.host_library
+            elif self.target == "cpu":
+                raise ArtifactError(f"kernel {image.spec.name} has no shared object (no "
+                                    "linker when it was compiled): the program cannot be saved")
+        for name, data in files.items():
+            path = directory / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+        (directory / "digests.json").write_text(json.dumps(digests, indent=1))
+        return directory
+
+
+def _aligned_zeros(size: int) -> np.ndarray:
+    raw = np.zeros(size + _ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % _ALIGNMENT
+    return raw[start:start + size]
+
+
+def _to_storage(value: np.ndarray, ref: ArrayRef) -> np.ndarray:
+    value = np.asarray(value)
+    if value.dtype == ref.storage_dtype:
+        return value
+    if value.dtype.kind == "V":
+        return value.view(ref.storage_dtype)
+    return value.astype(ref.storage_dtype)
+
+
+def _write_host(buffer: np.ndarray, ref: ArrayRef, value: Any) -> None:
+    dest = np.ndarray(ref.physical_dims, ref.storage_dtype,
+                      buffer=buffer[ref.slice.offset:ref.slice.offset + ref.nbytes])
+    dest[...] = ref.physical_from_logical(_to_storage(value, ref))
+
+
+def _device_to_host(arg) -> np.ndarray:
+    from .cuda import _check, _driver
+    iface = arg.__cuda_array_interface__
+    out = np.empty(tuple(iface["shape"]), np.dtype(iface["typestr"]))
+    if out.nbytes:
+        cu = _driver()
+        _check("cuMemcpyDtoH", cu.cuMemcpyDtoH(out.ctypes.data, int(iface["data"][0]),
+                                               out.nbytes))
+    return out
+
+
+# -- loading ---------------------------------------------------------------------
+
+
+def load_program(directory: str | os.PathLike) -> ProgramExecutable:
+    """Reads a program directory (`program.json`); raises ArtifactError
+    when a file is missing, does not match its digest, or is malformed."""
+    directory = Path(directory)
+    try:
+        digests = json.loads((directory / "digests.json").read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{directory}: no digests.json (not a saved program)") from None
+    except (ValueError, OSError) as e:
+        raise ArtifactError(f"{directory}/digests.json: unreadable ({e})") from None
+    data: dict[str, bytes] = {}
+    for name, digest in digests.items():
+        path = directory / name
+        if ".." in Path(name).parts or Path(name).is_absolute():
+            raise ArtifactError(f"{directory}: unsafe file name {name!r} in digests.json")
+        try:
+            blob = path.read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"{path}: {e.strerror or e}") from None
+        if hashlib.sha256(blob).hexdigest() != digest:
+            raise ArtifactError(f"{path}: digest mismatch (corrupt or modified)")
+        data[name] = blob
+    try:
+        m = json.loads(data["program.json"])
+        if m.get("format") != PROGRAM_FORMAT or m.get("kind") != "program":
+            raise ArtifactError(f"{directory}: program format {m.get('format')!r}, "
+                                f"this runtime reads {PROGRAM_FORMAT}")
+        kernels = {}
+        for kid in m["kernels"]:
+            base = f"kernels/{kid}/"
+            spec = KernelSpec.from_json(data[base + "kernel.json"].decode())
+            kernels[kid] = KernelImage(
+                spec, ptx=data[base + "kernel.ptx"].decode() if base + "kernel.ptx" in data
+                else None, cubin=data.get(base + "kernel.cubin"),
+                host_library=data.get(base + "kernel.so"))
+        with np.load(io.BytesIO(data["constants.npz"])) as npz:
+            constants = {int(i): np.ascontiguousarray(npz[f"a{i}"]) for i in m["constants"]}
+        return ProgramExecutable(
+            name=m["name"], target=m["target"], arch=m["arch"],
+            allocations=[Allocation.from_dict(a) for a in m["allocations"]],
+            parameters=[[ArrayRef.from_dict(r) for r in refs] for refs in m["parameters"]],
+            parameter_shapes=list(m["parameter_shapes"]),
+            outputs=[ArrayRef.from_dict(r) for r in m["outputs"]],
+            thunks=[thunk_from_dict(t) for t in m["thunks"]],
+            kernels=kernels, constants=constants,
+            hlo_text=data.get("optimized.hlo", b"").decode(),
+            original_text=data.get("original.hlo", b"").decode(),
+            buffer_assignment=data.get("buffer-assignment.txt", b"").decode(),
+            memory=MemoryAnalysis.from_dict(m.get("memory", {})),
+            notes=list(m.get("notes", [])), version=str(m.get("version", "")),
+            command_buffers=bool(m.get("command_buffers", True)))
+    except ArtifactError:
+        raise
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{directory}: malformed program ({type(e).__name__}: {e})") from None
