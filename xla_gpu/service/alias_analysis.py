@@ -215,22 +215,32 @@ def _reads_only_elementwise(param: HloInstruction) -> bool:
     return True
 
 
+def _physical_layout(shape) -> tuple[int, ...]:
+    if shape.layout is None:
+        return tuple(range(len(shape.dims) - 1, -1, -1))
+    return tuple(shape.layout)
+
+
+def _same_storage(a, b) -> bool:
+    """Same dimensions, layout and bytes: element i of one is at the same
+    address as element i of the other."""
+    return not a.is_tuple and not b.is_tuple and \
+        tuple(a.dims) == tuple(b.dims) and \
+        _physical_layout(a) == _physical_layout(b) and byte_size(a) == byte_size(b)
+
+
 def elementwise_share_pairs(inst: HloInstruction) -> list[tuple[int, ShapeIndex, ShapeIndex]]:
     """[(operand number, operand index, output index)]: outputs that may
     reuse an operand's buffer because `inst` reads that operand only at
-    the index it writes, the output having the operand's size (XLA's
-    CanShareBuffer for elementwise ops and loop fusions)."""
+    the element it writes (same dimensions, layout and element size), as
+    XLA's CanShareBuffer for elementwise ops and loop fusions. A copy never
+    shares (copies exist to make a second buffer)."""
     out_leaves = array_leaves(inst.shape)
-    if inst.opcode in ELEMENTWISE_OPCODES and inst.opcode != "map":
+    if inst.opcode in ELEMENTWISE_OPCODES and inst.opcode not in ("map", "copy"):
         if inst.shape.is_tuple:
             return []
-        pairs = []
-        for k, operand in enumerate(inst.operands):
-            if not operand.shape.is_tuple and \
-                    tuple(operand.shape.dims) == tuple(inst.shape.dims) and \
-                    byte_size(operand.shape) == byte_size(inst.shape):
-                pairs.append((k, (), ()))
-        return pairs
+        return [(k, (), ()) for k, operand in enumerate(inst.operands)
+                if _same_storage(operand.shape, inst.shape)]
     if inst.opcode != "fusion" or inst.attrs.get("kind") != "kLoop":
         return []
     comp = inst.attrs.get("calls")
@@ -248,7 +258,7 @@ def elementwise_share_pairs(inst: HloInstruction) -> list[tuple[int, ShapeIndex,
                 tuple(operand.shape.dims) != out_dims or not _reads_only_elementwise(param):
             continue
         for output_index, out_shape in out_leaves:
-            if byte_size(out_shape) == byte_size(operand.shape):
+            if _same_storage(operand.shape, out_shape):
                 pairs.append((k, (), output_index))
     return pairs
 

@@ -108,6 +108,7 @@ class BufferAssignment:
         self.alias = alias
         self.live_ranges = live
         self.alignment = alignment
+        self.share_elementwise = True
         self.allocations: list[Allocation] = []
         self.temp_allocation: Allocation | None = None
         self.donations: list[InputOutputAlias] = []   # those honoured
@@ -245,6 +246,10 @@ class BufferAssignment:
             lines.append(f"    {value.name()}:{iv.start}-{iv.end}")
         return "\n".join(lines) + "\n"
 
+    def _intervals(self, root: int) -> list[Interval]:
+        return merge_intervals([self.live_ranges.range_of(v)
+                                for v in self.alias.buffer_values(self.dataflow.values[root])])
+
     def _offset(self, value: HloValue) -> int:
         return self._placement[self.alias.find(value)][1]
 
@@ -259,15 +264,14 @@ class BufferAssignment:
         for r, values in roots.items():
             allocation, offset = self._placement[r]
             size = max(v.size for v in values)
-            intervals = merge_intervals([self.live_ranges.range_of(v) for v in values])
-            items.append((allocation, offset, size, intervals, values[0]))
+            items.append((allocation, offset, size, r, values[0]))
         for i in range(len(items)):
-            ai, oi, si, ii, vi = items[i]
+            ai, oi, si, ri, vi = items[i]
             for j in range(i + 1, len(items)):
-                aj, oj, sj, ij, vj = items[j]
+                aj, oj, sj, rj, vj = items[j]
                 if ai != aj or si == 0 or sj == 0 or oi + si <= oj or oj + sj <= oi:
                     continue
-                if any(x.overlaps(y) for x in ii for y in ij):
+                if _interferes(self, ri, rj):
                     raise AssertionError(
                         f"buffers of {vi.name()} and {vj.name()} overlap in allocation "
                         f"{ai} ([{oi}, {oi + si}) and [{oj}, {oj + sj})) while both live")
@@ -449,12 +453,12 @@ def _can_merge(first: HloValue, second_writer: HloInstruction, second: HloValue,
 
 
 def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIGNMENT,
-                   share_elementwise: bool = False) -> BufferAssignment:
+                   share_elementwise: bool = True) -> BufferAssignment:
     """Allocations and slices for every array of `module` as `schedule`
     orders it. `share_elementwise` lets an elementwise instruction or loop
-    fusion write its output over an operand that dies there (XLA's
-    CanShareBuffer); it is off by default because kernels compiled apart
-    from the buffer assignment mark their inputs read-only."""
+    fusion write its output over an operand that dies there and that it
+    reads only at the element it writes (XLA's CanShareBuffer): the kernel
+    then gets the same address as input and output."""
     if alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"alignment must be a power of two, got {alignment}")
     df = DataflowAnalysis(module)
@@ -506,6 +510,7 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
                 _check_conditional(inst, df, live, alias)
 
     ba = BufferAssignment(module, schedule, df, alias, live, alignment)
+    ba.share_elementwise = share_elementwise
     buffers = _BufferSet(alias, live)
     live_out_roots = lambda: {alias.find(v) for _, v in df.leaf_values(entry.root)}  # noqa: E731
 
@@ -582,6 +587,48 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
     return ba
 
 
+def _touch_is_sharing(ba: BufferAssignment, t: int, ending: int, starting: int) -> bool:
+    """Buffer `ending` is last read at time t where buffer `starting` is
+    first written: fine when the instruction at t writes `starting` over
+    `ending` legally (reads it only at operands it may write over)."""
+    df, alias = ba.dataflow, ba.alias
+    if t >= len(ba.live_ranges.flattened):
+        return False
+    writer = ba.live_ranges.flattened[t]
+    written = [index for index, v in df.leaf_values(writer)
+               if v.instruction is writer and alias.find(v) == starting]
+    if not written:
+        return False
+    slots = _share_slots(writer) if ba.share_elementwise else \
+        {k: [(oi, out)] for k, oi, out in in_place_pairs(writer)}
+    reads = False
+    for k, operand in enumerate(writer.operands):
+        for index, value in df.leaf_values(operand):
+            if alias.find(value) != ending:
+                continue
+            reads = True
+            if not any(oi == index and out in written for oi, out in slots.get(k, [])):
+                return False
+    return reads
+
+
+def _interferes(ba: BufferAssignment, a: int, b: int, buffers: "_BufferSet | None" = None) -> bool:
+    """Are buffers (union-find roots) a and b live at the same time, other
+    than where one legally writes over the other?"""
+    ia = buffers.intervals[a] if buffers is not None else ba._intervals(a)
+    ib = buffers.intervals[b] if buffers is not None else ba._intervals(b)
+    for x in ia:
+        for y in ib:
+            if not x.overlaps(y):
+                continue
+            if x.end == y.start and x.start < y.start and _touch_is_sharing(ba, y.start, a, b):
+                continue
+            if y.end == x.start and y.start < x.start and _touch_is_sharing(ba, x.start, b, a):
+                continue
+            return True
+    return False
+
+
 def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
               buffers: _BufferSet, params: dict, donated_params: set) -> None:
     df, alias, entry = ba.dataflow, ba.alias, ba.dataflow.entry
@@ -626,6 +673,39 @@ def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
                 if root not in placed:
                     add(root, kind="constant", constant=inst.name)
     temps = [root for root in groups if root not in placed]
+    # As XLA's BufferAssigner: a temporary may live in a (writable) output
+    # or donated-parameter allocation, at offset 0, when nothing placed
+    # there is live at the same time: first those of its operands, then the
+    # smallest that fits.
+    reusable = {a.index for a in allocations
+                if a.kind == "output" or
+                (a.kind == "parameter" and (a.parameter, a.parameter_index) in donated_params)}
+    occupants: dict[int, list[int]] = {}
+    for root, (allocation, _) in ba._placement.items():
+        if allocation in reusable:
+            occupants.setdefault(allocation, []).append(root)
+    reused = set()
+    for root in sorted(temps, key=lambda r: (-size_of[r], min(v.id for v in groups[r]))):
+        candidates = []
+        for value in groups[root]:
+            for operand in value.instruction.operands:
+                for _, operand_value in df.leaf_values(operand):
+                    where_, _ = ba._placement.get(alias.find(operand_value), (None, 0))
+                    if where_ in reusable and where_ not in candidates:
+                        candidates.append(where_)
+        # Then any of them, the smallest first.
+        candidates += sorted((a for a in reusable if a not in candidates),
+                             key=lambda a: (allocations[a].size, a))
+        for allocation in candidates:
+            if size_of[root] > allocations[allocation].size:
+                continue
+            if all(not _interferes(ba, root, other, buffers)
+                   for other in occupants[allocation]):
+                ba._placement[root] = (allocation, 0)
+                occupants[allocation].append(root)
+                reused.add(root)
+                break
+    temps = [root for root in temps if root not in reused]
     if temps:
         items = [HeapItem(root, size_of[root], buffers.intervals[root]) for root in temps]
         result = pack(items, ba.alignment)
