@@ -23,6 +23,8 @@ from xla_gpu.hlo import HloModule, numerics
 
 PROGRAMS_DIR = Path(__file__).resolve().parent / "programs"
 
+_COMPLEX_PARTS = {"c64": "f32", "c128": "f64"}
+
 __all__ = ["PROGRAMS_DIR", "ProgramData", "load_program", "program_names"]
 
 
@@ -73,7 +75,8 @@ class ProgramData:
         """Differences between `results` (the entry's flattened outputs)
         and jax's, each output within xla_gpu.hlo.numerics' tolerance of
         the least precise float type the module computes in, relative to
-        the output's scale; integers and pred exactly."""
+        the output's scale (complex: both parts as floats); integers and
+        pred exactly."""
         if len(results) != len(self.outputs):
             return [f"{len(results)} outputs, jax gave {len(self.outputs)}"]
         found = []
@@ -84,6 +87,12 @@ class ProgramData:
                 found.append(f"output {i}: dtype {actual.dtype}, jax gave "
                              f"{expected.dtype}")
                 continue
+            if etype in _COMPLEX_PARTS:
+                # Complex values: real and imaginary parts as floats.
+                part = _COMPLEX_PARTS[etype]
+                actual = np.stack([actual.real, actual.imag], axis=-1)
+                expected = np.stack([expected.real, expected.imag], axis=-1)
+                etype = part
             loosest = numerics.tolerance_type(module.entry, etype)
             bad = numerics.compare(actual, expected, etype, i, loosest,
                                    scale_relative=True)

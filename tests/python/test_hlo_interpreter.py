@@ -1544,3 +1544,44 @@ ENTRY e {{
     with pytest.raises(HloError, match="cannot be reproduced"):
         run("ENTRY e {\n  a = f32[] constant(0)\n  b = f32[] constant(1)\n"
             "  ROOT r = f32[3] rng(a, b), distribution=rng_uniform\n}\n")
+
+
+def test_fft_kinds_match_numpy():
+    rng = np.random.default_rng(2)
+    z = (rng.standard_normal((3, 4, 6)) +
+         1j * rng.standard_normal((3, 4, 6))).astype(np.complex64)
+    x = rng.standard_normal((3, 4, 6)).astype(np.float32)
+    text = """
+ENTRY e {
+  z = c64[3,4,6] parameter(0)
+  x = f32[3,4,6] parameter(1)
+  f = c64[3,4,6] fft(z), fft_type=FFT, fft_length={4,6}
+  i = c64[3,4,6] fft(z), fft_type=IFFT, fft_length={6}
+  r = c64[3,4,4] fft(x), fft_type=RFFT, fft_length={4,6}
+  b = f32[3,4,6] fft(r), fft_type=IRFFT, fft_length={4,6}
+  ROOT t = (c64[3,4,6], c64[3,4,6], c64[3,4,4], f32[3,4,6]) tuple(f, i, r, b)
+}
+"""
+    f, i, r, b = run(text, z, x)
+    close(f.real, np.fft.fft2(z).real, 1e-5, 1e-5)
+    close(f.imag, np.fft.fft2(z).imag, 1e-5, 1e-5)
+    close(i.imag, np.fft.ifft(z, axis=-1).imag, 1e-5, 1e-6)
+    close(r.real, np.fft.rfft2(x).real, 1e-5, 1e-5)
+    close(b, x, 1e-5, 1e-5)
+    bad = text.replace("fft_length={4,6}\n  i", "fft_length={5,6}\n  i")
+    with pytest.raises(HloError, match="instruction 'f'.*FFT needs"):
+        run(bad, z, x)
+
+
+def test_opt_barrier_passes_its_tuple_through():
+    text = """
+ENTRY e {
+  x = f32[2] parameter(0)
+  y = s32[] parameter(1)
+  t = (f32[2], s32[]) tuple(x, y)
+  b = (f32[2], s32[]) opt-barrier(t)
+  ROOT g = f32[2] get-tuple-element(b), index=0
+}
+"""
+    (out,) = run(text, np.array([1, 2], np.float32), np.int32(3))
+    same(out, np.array([1, 2], np.float32))

@@ -614,7 +614,7 @@ _ELEMENTWISE = frozenset(_FLOAT_UNARY) | _BINARY_ARITH | frozenset(_SHIFTS) | \
 _BATCHABLE = _ELEMENTWISE | frozenset({
     "parameter", "constant", "tuple", "get-tuple-element", "broadcast",
     "reshape", "bitcast", "transpose", "call", "fusion", "map",
-    "optimization-barrier"})
+    "optimization-barrier", "opt-barrier"})
 
 
 # ----------------------------------------------------------- the evaluator
@@ -2326,6 +2326,41 @@ def _h_rng(ev, inst, ops, batch):
                    "cannot be reproduced (use rng-bit-generator)")
 
 
+# ---- fft
+
+
+def _h_fft(ev, inst, ops, batch):
+    x = np.asarray(ops[0])
+    kind = str(inst.attrs.get("fft_type", "")).upper()
+    lengths = tuple(inst.attrs.get("fft_length", ()))
+    if not 1 <= len(lengths) <= 3 or len(lengths) > x.ndim:
+        raise HloError(f"fft needs fft_length of 1 to 3 sizes over the last "
+                       f"dimensions, got {list(lengths)} for rank {x.ndim}")
+    axes = tuple(range(x.ndim - len(lengths), x.ndim))
+    out_dtype = inst.shape.dtype
+    src = _etype_of(inst, 0)
+    if kind in ("FFT", "IFFT"):
+        if src not in ("c64", "c128") or x.shape[-len(lengths):] != lengths:
+            raise HloError(f"{kind} needs a complex operand whose last "
+                           f"dimensions are {list(lengths)}")
+        fn = np.fft.fftn if kind == "FFT" else np.fft.ifftn
+        out = fn(x.astype(np.complex128), s=lengths, axes=axes)
+    elif kind == "RFFT":
+        if not _is_float(src) or x.shape[-len(lengths):] != lengths:
+            raise HloError(f"RFFT needs a real operand whose last "
+                           f"dimensions are {list(lengths)}")
+        out = np.fft.rfftn(_up(x, src), s=lengths, axes=axes)
+    elif kind == "IRFFT":
+        expected = lengths[:-1] + (lengths[-1] // 2 + 1,)
+        if src not in ("c64", "c128") or x.shape[-len(lengths):] != expected:
+            raise HloError(f"IRFFT needs a complex operand whose last "
+                           f"dimensions are {list(expected)}")
+        out = np.fft.irfftn(x.astype(np.complex128), s=lengths, axes=axes)
+    else:
+        raise HloError(f"unknown fft_type '{kind}' (FFT, IFFT, RFFT, IRFFT)")
+    return np.asarray(out).astype(out_dtype)
+
+
 def _h_after_all(ev, inst, ops, batch):
     return np.zeros((0,), np.uint8)
 
@@ -2365,6 +2400,8 @@ _HANDLERS.update({
     "select-and-scatter": _h_select_and_scatter,
     "rng-bit-generator": _h_rng_bit_generator,
     "rng": _h_rng,
+    "fft": _h_fft,
+    "opt-barrier": _h_copy_like,
 })
 
 SUPPORTED_OPCODES = frozenset(_HANDLERS) | {"parameter"}

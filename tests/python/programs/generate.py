@@ -52,7 +52,8 @@ _HLO_TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
               np.dtype(np.int32): "s32", np.dtype(np.int64): "s64",
               np.dtype(np.int8): "s8", np.dtype(np.uint8): "u8",
               np.dtype(np.uint32): "u32", np.dtype(np.uint16): "u16",
-              np.dtype(np.uint64): "u64", np.dtype(np.bool_): "pred"}
+              np.dtype(np.uint64): "u64", np.dtype(np.bool_): "pred",
+              np.dtype(np.complex64): "c64"}
 
 
 @dataclass
@@ -451,6 +452,132 @@ def rng_bit_generator_inputs(rng):
             np.array([5, 2**64 - 3], np.uint64))
 
 
+def fft_ops(x, z):
+    return (jnp.fft.fft(z), jnp.fft.ifft(z, axis=0), jnp.fft.rfft(x),
+            jnp.fft.irfft(jnp.fft.rfft(x), n=x.shape[-1]),
+            jnp.fft.fft2(z), jnp.abs(z) * jnp.angle(z))
+
+
+def fft_ops_inputs(rng):
+    z = (normal(rng, (4, 8)) + 1j * normal(rng, (4, 8))).astype(np.complex64)
+    return normal(rng, (3, 10)), z
+
+
+def scatter_modes(x, idx, upd, idx2d, upd2d, table, far):
+    a = x.at[idx].set(upd)              # distinct indices: a defined order
+    b = x.at[idx].max(upd * 3.0)
+    c = x.at[idx].mul(upd)
+    d = x.at[jnp.array([0, 9, 2])].add(1.0, mode="drop")  # 9 is out of bounds
+    e = table.at[idx2d[:, 0], idx2d[:, 1]].add(upd2d)
+    f = jnp.take(table, far, axis=0, mode="fill", fill_value=-1.0)
+    g = x.at[idx].min(-upd)
+    return a, b, c, d, e, f, g
+
+
+def scatter_modes_inputs(rng):
+    return (normal(rng, (6,)), np.array([4, 1, 3], np.int32),
+            normal(rng, (3,)), np.array([[0, 1], [2, 3], [0, 1], [3, 0]],
+                                        np.int32),
+            normal(rng, (4,)), normal(rng, (4, 5)),
+            np.array([1, 7, -2, 3], np.int32))
+
+
+def int8_matmul(a, b, scale):
+    acc = jax.lax.dot_general(a, b, (((1,), (0,)), ((), ())),
+                              preferred_element_type=jnp.int32)
+    wide = jnp.matmul(a.astype(i32), b.astype(i32))
+    return acc, acc.astype(f32) * scale, wide - acc
+
+
+def int8_matmul_inputs(rng):
+    return (rng.integers(-128, 128, (6, 16)).astype(np.int8),
+            rng.integers(-128, 128, (16, 5)).astype(np.int8),
+            np.float32(0.01))
+
+
+def remat_mlp(w1, w2, x):
+    @jax.checkpoint
+    def block(w, h):
+        return jnp.sin(h @ w)
+
+    def loss(ws):
+        a, b = ws
+        return jnp.sum(block(b, block(a, x)) ** 2)
+    return jax.grad(loss)((w1, w2))
+
+
+def remat_mlp_inputs(rng):
+    return normal(rng, (8, 8), 0.4), normal(rng, (8, 4), 0.4), normal(rng, (5, 8))
+
+
+def array_manipulation(x, v):
+    return (jnp.pad(x, ((1, 2), (3, 0)), mode="reflect"),
+            jnp.roll(x, 2, axis=1), jnp.flip(x, axis=0),
+            jnp.tile(v, 3), jnp.repeat(v, 2),
+            jnp.concatenate([x, x[:, :2] * 2], axis=1),
+            x[::2, 1::3], jnp.triu(x), jnp.diag(x[:, :5]),
+            jnp.stack([v, v[::-1]], axis=1).reshape(-1),
+            jnp.pad(x, ((0, 1), (1, 1)), mode="edge"))
+
+
+def array_manipulation_inputs(rng):
+    return normal(rng, (5, 7)), normal(rng, (4,))
+
+
+def special_functions(x, y):
+    pos = jnp.abs(x) + 0.1
+    return (jax.scipy.special.erf(x), jax.lax.lgamma(pos), jax.lax.digamma(pos),
+            jax.scipy.special.erfinv(jnp.tanh(x) * 0.9), jnp.expm1(x),
+            jnp.log1p(pos), jax.nn.sigmoid(x), jnp.cbrt(x), jnp.arctan2(x, y),
+            jnp.sinh(x), jnp.cosh(x), jnp.arcsin(jnp.tanh(x)),
+            jnp.arccos(jnp.tanh(y)), jnp.round(x * 3), jnp.isfinite(x / y),
+            jnp.nextafter(x, y), jax.nn.softplus(x), jnp.sign(x) * jnp.floor(y),
+            jnp.power(pos, y), jax.lax.integer_pow(x, 3), jax.lax.rsqrt(pos),
+            jnp.tan(x * 0.5), jnp.logaddexp(x, y))
+
+
+def special_functions_inputs(rng):
+    y = normal(rng, (40,))
+    y[3] = 0.0  # x / 0 -> inf: is_finite false
+    return normal(rng, (40,), 2.0), y
+
+
+def half_precision(x, w, b):
+    h = jnp.dot(x, w) + b             # f16 dot
+    h = jax.nn.gelu(h)
+    m = jnp.mean(h.astype(f32), axis=0)
+    return h, m, jnp.max(h, axis=1)
+
+
+def half_precision_inputs(rng):
+    return (normal(rng, (8, 16), 1.0, np.float16),
+            normal(rng, (16, 12), 0.3, np.float16),
+            normal(rng, (12,), 0.1, np.float16))
+
+
+def transposes_layouts(x, y, z):
+    a = x.T @ y                                  # contracting dim first
+    b = jnp.transpose(z, (2, 0, 1)) + 1.0
+    c = jnp.einsum("abc->cab", z) * jnp.einsum("abc->cab", z)
+    d = (x @ x.T).T
+    return a, b, jnp.sum(c, axis=1), d
+
+
+def transposes_layouts_inputs(rng):
+    return normal(rng, (6, 4)), normal(rng, (6, 5)), normal(rng, (3, 4, 5))
+
+
+def associative_scan(x):
+    return (jax.lax.associative_scan(jnp.add, x, axis=0),
+            jax.lax.associative_scan(jnp.maximum, x, axis=1, reverse=True),
+            jax.lax.cummax(x, axis=0), jax.lax.cumprod(x * 0.5 + 1.0, axis=1),
+            jax.lax.cumlogsumexp(x, axis=1))
+
+
+def associative_scan_inputs(rng):
+    return (normal(rng, (9, 6)),)
+
+
 def while_newton(x):
     # Newton's iteration for sqrt until converged: data-dependent trip count.
     def cond(state):
@@ -558,6 +685,40 @@ PROGRAMS = [
             "algorithms on u8/u16/u32/u64 bits of odd shapes, chained "
             "states and a counter that wraps", "u64 states (x64 enabled)",
             x64=True),
+    Program("fft_ops", fft_ops, fft_ops_inputs,
+            "fft / ifft along either axis, rfft, irfft and fft2 of small "
+            "c64 and f32 arrays, plus complex abs and angle",
+            "c64 and f32"),
+    Program("scatter_modes", scatter_modes, scatter_modes_inputs,
+            "scatters as .at[].set / max / mul / min, an add with an "
+            "out-of-bounds index dropped, a 2-D point scatter-add with a "
+            "repeated point and a gather with mode='fill'",
+            "f32 data, s32 indices"),
+    Program("int8_matmul", int8_matmul, int8_matmul_inputs,
+            "s8 x s8 matmul accumulating in s32 (preferred_element_type), "
+            "rescaled to f32, and the same product in s32", "s8, s32, f32"),
+    Program("remat_mlp", remat_mlp, remat_mlp_inputs,
+            "gradient of two jax.checkpoint'ed sin(h @ w) blocks "
+            "(optimization barriers in the HLO)"),
+    Program("array_manipulation", array_manipulation,
+            array_manipulation_inputs,
+            "reflect and edge padding, roll, flip, tile, repeat, concatenate, "
+            "strided slices, triu, diag, stack (pad / slice / concatenate / "
+            "reverse / gather in the HLO)"),
+    Program("special_functions", special_functions, special_functions_inputs,
+            "erf, lgamma, digamma, erfinv, expm1, log1p, logistic, cbrt, "
+            "atan2, sinh, cosh, asin, acos, round, is_finite, nextafter, "
+            "softplus, power, integer_pow, rsqrt, tan, logaddexp on f32"),
+    Program("half_precision", half_precision, half_precision_inputs,
+            "an f16 dense layer (dot + bias + GELU) with f32 statistics",
+            "f16 in and out, f32 mean"),
+    Program("transposes_layouts", transposes_layouts,
+            transposes_layouts_inputs,
+            "matmuls of transposed operands and 3-D transposes: XLA:CPU's "
+            "text holds copies and bitcasts between layouts"),
+    Program("associative_scan", associative_scan, associative_scan_inputs,
+            "lax.associative_scan with add and a reverse maximum, cummax, "
+            "cumprod, cumlogsumexp"),
     Program("while_newton", while_newton, while_newton_inputs,
             "lax.while_loop of Newton's sqrt iteration until converged "
             "(data-dependent trip count, tuple carry of f32/s32/f32)"),
