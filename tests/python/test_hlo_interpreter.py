@@ -1585,3 +1585,20 @@ ENTRY e {
 """
     (out,) = run(text, np.array([1, 2], np.float32), np.int32(3))
     same(out, np.array([1, 2], np.float32))
+
+
+def test_oversized_values_are_refused_before_allocating():
+    huge = """
+ENTRY e {
+  x = f32[] parameter(0)
+  ROOT b = f32[100000,100000] broadcast(x), dimensions={}
+}
+"""
+    with pytest.raises(HloError, match="instruction 'b'.*limit"):
+        run(huge, np.float32(1))
+    dilated = conv_text((1, 4, 1), (2, 1, 1), (1, 3, 1),
+                        "size=2 stride=1000000000 lhs_dilate=1000000000",
+                        "b0f_0io->b0f")
+    with pytest.raises(HloError, match="instruction 'c'.*padded input"):
+        run(dilated, np.zeros((1, 4, 1), np.float32),
+            np.zeros((2, 1, 1), np.float32))

@@ -55,6 +55,12 @@ _SMALL_FLOATS = frozenset({
     "f16", "bf16", "f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz",
     "f8e4m3fnuz", "f8e4m3", "f8e3m4"})
 _SEQUENTIAL_REDUCE_LIMIT = 1024
+# The most elements one value (an instruction's result, or a buffer an op
+# builds on the way: a padded convolution input) may hold: values compute in
+# 8-byte types, so this bounds a single array at 4 GiB. Checked before
+# allocating, so that an oversized module is an error naming the
+# instruction rather than a MemoryError deep inside numpy.
+MAX_ELEMENTS = 1 << 29
 
 
 def evaluate(module_or_computation: HloModule | HloComputation,
@@ -690,6 +696,12 @@ class _Evaluator:
         if handler is None:
             raise inst.error(f"opcode '{inst.opcode}' is not supported by the "
                              "reference interpreter")
+        for leaf in inst.shape.leaves():
+            count = leaf.num_elements * (math.prod(batch) if batch else 1)
+            if count > MAX_ELEMENTS:
+                raise inst.error(f"the result {leaf} holds {count} elements, "
+                                 f"more than the interpreter's limit of "
+                                 f"{MAX_ELEMENTS}")
         try:
             value = handler(self, inst, ops, batch)
         except HloError as e:
@@ -703,6 +715,14 @@ class _Evaluator:
         if batch is None:
             _check_value(inst, value, inst.shape)
         return value
+
+
+def _check_elements(what: str, dims) -> None:
+    """Refuses an intermediate buffer of more than MAX_ELEMENTS."""
+    count = math.prod(int(d) for d in dims)
+    if count > MAX_ELEMENTS:
+        raise HloError(f"{what} would hold {count} elements, more than the "
+                       f"interpreter's limit of {MAX_ELEMENTS}")
 
 
 def _check_value(inst: HloInstruction, value: Value, shape: Shape) -> None:
@@ -1158,6 +1178,7 @@ def _h_reduce_window(ev, inst, ops, batch):
         dil_shape = [max((d - 1) * b + 1, 0) for d, b in zip(x.shape, base_dil)]
         grown = [max(lo, 0) + d + max(hi, 0)
                  for (lo, hi), d in zip(pad, dil_shape)]
+        _check_elements("the dilated, padded operand", grown)
         buf = np.full(grown, init, dtype=x.dtype)
         place = tuple(slice(max(lo, 0), max(lo, 0) + dd, b)
                       for (lo, _), dd, b in zip(pad, dil_shape, base_dil))
@@ -2032,6 +2053,7 @@ def _h_convolution(ev, inst, ops, batch):
     dil_shape = [max((d - 1) * b + 1, 0) for d, b in zip(x.shape[2:],
                                                          lhs_dil)]
     grown = [max(lo, 0) + d + max(hi, 0) for (lo, hi), d in zip(pad, dil_shape)]
+    _check_elements("the dilated, padded input", x.shape[:2] + tuple(grown))
     padded = np.zeros(x.shape[:2] + tuple(grown), x.dtype)
     place = (slice(None), slice(None)) + tuple(
         slice(max(lo, 0), max(lo, 0) + d, b)
@@ -2098,6 +2120,7 @@ def _windows_of(x: np.ndarray, window: dict, fill) -> tuple:
         raise HloError("select-and-scatter with base dilation is not "
                        "supported")
     grown = [max(lo, 0) + d + max(hi, 0) for (lo, hi), d in zip(pad, x.shape)]
+    _check_elements("the padded operand", grown)
     buf = np.full(grown, fill, dtype=x.dtype)
     valid = np.zeros(grown, bool)
     index = np.full(grown, -1, np.int64)
