@@ -1602,3 +1602,72 @@ ENTRY e {
     with pytest.raises(HloError, match="instruction 'c'.*padded input"):
         run(dilated, np.zeros((1, 4, 1), np.float32),
             np.zeros((2, 1, 1), np.float32))
+
+
+def gemm_text(a, b, out, config, extra_operands="", extra_params=""):
+    return f"""
+ENTRY e {{
+  a = {a} parameter(0)
+  b = {b} parameter(1){extra_params}
+  g = ({out}, s8[1024]) custom-call(a, b{extra_operands}), custom_call_target="__cublas$lt$matmul", backend_config={config}
+  ROOT d = {out} get-tuple-element(g), index=0
+}}
+"""
+
+
+def gemm_config(epilogue="DEFAULT", alpha=1, beta=0, lc="1", rc="0",
+                batch=""):
+    b = f'"{batch}"' if batch else ""
+    return ('{"operation_queue_id":"0","gemm_backend_config":{"alpha_real":'
+            f'{alpha},"alpha_imag":0,"beta":{beta},"dot_dimension_numbers":'
+            f'{{"lhs_contracting_dimensions":["{lc}"],'
+            f'"rhs_contracting_dimensions":["{rc}"],"lhs_batch_dimensions":'
+            f'[{b}],"rhs_batch_dimensions":[{b}]}},"precision_config":'
+            '{"operand_precision":["DEFAULT","DEFAULT"]},"epilogue":'
+            f'"{epilogue}","grad_x":false,"grad_y":false}}}}')
+
+
+def test_cublas_gemm_custom_calls_of_xla_gpu_dumps():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 5)).astype(np.float32)
+    c = rng.standard_normal((4, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    ref = a.astype(np.float64) @ b
+    (d,) = run(gemm_text("f32[4,6]", "f32[6,5]", "f32[4,5]",
+                         gemm_config(alpha=2)), a, b)
+    close(d, 2 * ref, 1e-6, 1e-6)
+    (d,) = run(gemm_text("f32[4,6]", "f32[6,5]", "f32[4,5]",
+                         gemm_config(beta=0.5), ", c",
+                         "\n  c = f32[4,5] parameter(2)"), a, b, c)
+    close(d, ref + 0.5 * c, 1e-6, 1e-6)
+    (d,) = run(gemm_text("f32[4,6]", "f32[6,5]", "f32[4,5]",
+                         gemm_config("BIAS_RELU"), ", v",
+                         "\n  v = f32[5] parameter(2)"), a, b, bias)
+    close(d, np.maximum(ref + bias, 0), 1e-6, 1e-6)
+    # Transposed rhs (contracting dimension 1), bf16 in, f32 out, GELU.
+    bt = np.ascontiguousarray(b.T).astype(BF16)
+    a16 = a.astype(BF16)
+    (d,) = run(gemm_text("bf16[4,6]", "bf16[5,6]", "f32[4,5]",
+                         gemm_config("GELU", rc="1")), a16, bt)
+    x = a16.astype(np.float64) @ bt.astype(np.float64).T
+    gelu = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    close(d, gelu, 1e-5, 1e-6)
+    # Batched, with the legacy target and a plain (non-tuple) result.
+    a3 = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b3 = rng.standard_normal((2, 4, 5)).astype(np.float32)
+    text = f"""
+ENTRY e {{
+  a = f32[2,3,4] parameter(0)
+  b = f32[2,4,5] parameter(1)
+  ROOT g = f32[2,3,5] custom-call(a, b), custom_call_target="__cublas$gemm", backend_config={gemm_config(lc="2", rc="1", batch="0")}
+}}
+"""
+    (d,) = run(text, a3, b3)
+    close(d, np.matmul(a3.astype(np.float64), b3), 1e-6, 1e-6)
+    with pytest.raises(HloError, match="instruction 'g'.*2 operands.*take 3"):
+        run(gemm_text("f32[4,6]", "f32[6,5]", "f32[4,5]", gemm_config("BIAS")),
+            a, b)
+    with pytest.raises(HloError, match="unsupported epilogue 'NOPE'"):
+        run(gemm_text("f32[4,6]", "f32[6,5]", "f32[4,5]", gemm_config("NOPE")),
+            a, b)

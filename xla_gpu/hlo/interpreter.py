@@ -1427,15 +1427,25 @@ def _h_conditional(ev, inst, ops, batch):
     return ev.run(branches[index], [ops[1 + index]])
 
 
-def _h_dot(ev, inst, ops, batch):
-    lhs, rhs = np.asarray(ops[0]), np.asarray(ops[1])
-    a = inst.attrs
-    lb = tuple(a.get("lhs_batch_dims", ()))
-    rb = tuple(a.get("rhs_batch_dims", ()))
-    lc = tuple(a.get("lhs_contracting_dims", ()))
-    rc = tuple(a.get("rhs_contracting_dims", ()))
+def _dot_general(lhs: np.ndarray, rhs: np.ndarray, lt: str, rt: str,
+                 etype: str, lb: Sequence[int], rb: Sequence[int],
+                 lc: Sequence[int], rc: Sequence[int]) -> np.ndarray:
+    """dot_general of lhs (of type lt) and rhs (rt) into `etype`, in the
+    compute type of `etype` (not yet rounded): batch dimensions first, then
+    lhs's free dimensions, then rhs's."""
+    lb, rb, lc, rc = tuple(lb), tuple(rb), tuple(lc), tuple(rc)
     if len(lb) != len(rb) or len(lc) != len(rc):
         raise HloError("dot dimension numbers do not pair up")
+    for dims, rank, what in ((lb + lc, lhs.ndim, "lhs"),
+                             (rb + rc, rhs.ndim, "rhs")):
+        if len(set(dims)) != len(dims) or any(not 0 <= d < rank
+                                              for d in dims):
+            raise HloError(f"bad {what} dot dimensions {list(dims)} for rank "
+                           f"{rank}")
+    for l_, r_ in zip(lb + lc, rb + rc):
+        if lhs.shape[l_] != rhs.shape[r_]:
+            raise HloError(f"lhs dimension {l_} ({lhs.shape[l_]}) does not "
+                           f"match rhs dimension {r_} ({rhs.shape[r_]})")
     letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     lsub = [""] * lhs.ndim
     rsub = [""] * rhs.ndim
@@ -1453,14 +1463,22 @@ def _h_dot(ev, inst, ops, batch):
         if not rsub[i]:
             rsub[i] = next(letters)
             out.append(rsub[i])
-    etype = inst.shape.element_type
-    lt, rt = _etype_of(inst, 0), _etype_of(inst, 1)
     cdt = _compute_dtype(etype)
     x = _convert(lhs, lt, etype) if lt != etype else lhs
     y = _convert(rhs, rt, etype) if rt != etype else rhs
     spec = f"{''.join(lsub)},{''.join(rsub)}->{''.join(out)}"
-    result = np.einsum(spec, _up(x, etype).astype(cdt),
-                       _up(y, etype).astype(cdt))
+    return np.einsum(spec, _up(x, etype).astype(cdt),
+                     _up(y, etype).astype(cdt))
+
+
+def _h_dot(ev, inst, ops, batch):
+    a = inst.attrs
+    etype = inst.shape.element_type
+    result = _dot_general(
+        np.asarray(ops[0]), np.asarray(ops[1]), _etype_of(inst, 0),
+        _etype_of(inst, 1), etype, a.get("lhs_batch_dims", ()),
+        a.get("rhs_batch_dims", ()), a.get("lhs_contracting_dims", ()),
+        a.get("rhs_contracting_dims", ()))
     return _down(result, etype)
 
 
@@ -1642,11 +1660,117 @@ def _custom_topk(ev, inst, ops) -> Value:
     return values[..., :k].copy(), indices[..., :k].copy()
 
 
+_GEMM_EPILOGUES = {
+    # epilogue: (adds a bias vector, activation, returns the pre-activation)
+    "DEFAULT": (False, None, False), "BIAS": (True, None, False),
+    "RELU": (False, "relu", False), "BIAS_RELU": (True, "relu", False),
+    "GELU": (False, "gelu", False), "GELU_AUX": (False, "gelu", True),
+    "BIAS_GELU": (True, "gelu", False), "BIAS_GELU_AUX": (True, "gelu", True),
+    "SILU": (False, "silu", False), "BIAS_SILU": (True, "silu", False),
+}
+
+
+def _custom_gemm(ev, inst, ops) -> Value:
+    """XLA:GPU's cuBLAS custom calls (`__cublas$gemm`,
+    `__cublas$lt$matmul`): D = act(alpha * dot(A, B) + beta * C + bias)
+    with the dot dimension numbers, alpha, beta and epilogue of the
+    backend_config's gemm_backend_config; operands A, B, then C when beta is
+    nonzero, then the bias vector for the BIAS epilogues. The result is D, or
+    a tuple (D, [pre-activation for *_AUX,] s8 workspace)."""
+    import json
+    target = inst.attrs.get("custom_call_target")
+    raw = inst.attrs.get("backend_config", "")
+    try:
+        config = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except ValueError as e:
+        raise HloError(f"{target}: backend_config is not JSON ({e})") from None
+    gemm = config.get("gemm_backend_config", config)
+    if not isinstance(gemm, dict) or "dot_dimension_numbers" not in gemm:
+        raise HloError(f"{target}: backend_config has no gemm_backend_config "
+                       "with dot_dimension_numbers")
+    dnums = gemm["dot_dimension_numbers"]
+
+    def dims(key: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(v) for v in dnums.get(key, ()))
+        except (TypeError, ValueError):
+            raise HloError(f"{target}: bad {key} {dnums.get(key)!r}") from None
+    alpha = complex(float(gemm.get("alpha_real", 1)),
+                    float(gemm.get("alpha_imag", 0)))
+    beta = float(gemm.get("beta", 0))
+    epilogue = str(gemm.get("epilogue", "DEFAULT"))
+    if epilogue not in _GEMM_EPILOGUES:
+        raise HloError(f"{target}: unsupported epilogue '{epilogue}' "
+                       f"(supported: {', '.join(_GEMM_EPILOGUES)})")
+    has_bias, activation, has_aux = _GEMM_EPILOGUES[epilogue]
+    expected = 2 + (beta != 0) + has_bias
+    if len(ops) != expected:
+        raise HloError(f"{target}: {len(ops)} operands; beta={beta:g} and "
+                       f"epilogue {epilogue} take {expected} (A, B"
+                       f"{', C' if beta != 0 else ''}"
+                       f"{', bias' if has_bias else ''})")
+    leaves = inst.shape.leaves()
+    out_shape = leaves[0]
+    etype = out_shape.element_type
+    acc = _dot_general(np.asarray(ops[0]), np.asarray(ops[1]),
+                       _etype_of(inst, 0), _etype_of(inst, 1), etype,
+                       dims("lhs_batch_dimensions"),
+                       dims("rhs_batch_dimensions"),
+                       dims("lhs_contracting_dimensions"),
+                       dims("rhs_contracting_dimensions"))
+    if acc.shape != out_shape.dims:
+        raise HloError(f"{target}: the product has shape {list(acc.shape)}, "
+                       f"the result is {out_shape}")
+    acc = acc * (alpha if etype in ("c64", "c128") else alpha.real)
+    k = 2
+    if beta != 0:
+        c = np.asarray(ops[k])
+        if c.shape != acc.shape:
+            raise HloError(f"{target}: C has shape {list(c.shape)}, the "
+                           f"result {out_shape}")
+        acc = acc + beta * _up(_convert(c, _etype_of(inst, k), etype)
+                               if _etype_of(inst, k) != etype else c, etype)
+        k += 1
+    if has_bias:
+        bias = np.asarray(ops[k])
+        bias = _up(_convert(bias, _etype_of(inst, k), etype)
+                   if _etype_of(inst, k) != etype else bias, etype)
+        if bias.shape not in (acc.shape, acc.shape[-1:]):
+            raise HloError(f"{target}: the bias has shape {list(bias.shape)}; "
+                           f"expected [{acc.shape[-1]}] for {out_shape}")
+        acc = acc + bias
+    pre = acc
+    if activation == "relu":
+        acc = np.maximum(acc, 0)
+    elif activation == "gelu":  # cuBLASLt's GELU: the tanh approximation
+        acc = 0.5 * acc * (1 + np.tanh(np.sqrt(2 / np.pi) *
+                                       (acc + 0.044715 * acc ** 3)))
+    elif activation == "silu":
+        acc = acc / (1 + np.exp(-acc))
+    results = [_down(acc, etype)]
+    if has_aux:
+        if len(leaves) < 2:
+            raise HloError(f"{target}: epilogue {epilogue} needs a result "
+                           "tuple with the pre-activation output")
+        results.append(_down(pre, leaves[1].element_type))
+    if not inst.shape.is_tuple:
+        return results[0]
+    for leaf in leaves[len(results):]:  # the workspace
+        results.append(np.zeros(leaf.dims, leaf.dtype))
+    if len(results) != len(leaves):
+        raise HloError(f"{target}: the result {inst.shape} does not hold D"
+                       f"{', the pre-activation' if has_aux else ''} and a "
+                       "workspace")
+    return tuple(results)
+
+
 # ---- custom calls
 
 CustomCallHandler = Callable[..., Any]
 _CUSTOM_CALLS: dict[str, CustomCallHandler] = {}
-_BUILTIN_CUSTOM_CALLS = {"TopK": _custom_topk}
+# XLA's own targets, evaluated here unless a handler is registered for them.
+_BUILTIN_CUSTOM_CALLS = {"TopK": _custom_topk, "__cublas$gemm": _custom_gemm,
+                         "__cublas$lt$matmul": _custom_gemm}
 
 
 def register_custom_call(target: str, fn: CustomCallHandler) -> None:
