@@ -32,10 +32,26 @@ Conventions:
   `reduce-window` applies the reducer over each window's elements in
   row-major order, starting from the init value. `scatter` applies the
   combiner to the updates in row-major order of the update elements.
+* `sort` is a stable merge sort driven by the comparator computation,
+  evaluated batched over all rows and elements at once (O(n log^2 n)
+  comparator evaluations); `is_stable=false` gets the stable order, one of
+  the orders XLA allows. `topk` and XLA:CPU's "TopK" custom call order like
+  a stable sort (ties: lower index first).
+* `convolution` follows dim_labels, the window (stride, padding, lhs / rhs
+  dilation, reversal), feature_group_count and batch_group_count, summing
+  in the compute type. `rng-bit-generator` reproduces XLA's Philox4x32 and
+  ThreeFry expansions bit for bit (rng_default is Philox, as on CPU and GPU).
+* `custom-call` runs the Python handler registered for its target
+  (`register_custom_call(target, fn)`: `fn(*operands, **attributes)`, the
+  attributes decoded from a typed-FFI backend_config); XLA's own targets
+  TopK, __cublas$gemm / __cublas$lt$matmul and the single-device identities
+  Sharding / SPMDFullToShardShape / SPMDShardToFullShape are built in.
+* Values above MAX_ELEMENTS elements are refused before they are allocated.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from typing import Any, Callable, Sequence
@@ -1677,7 +1693,6 @@ def _custom_gemm(ev, inst, ops) -> Value:
     backend_config's gemm_backend_config; operands A, B, then C when beta is
     nonzero, then the bias vector for the BIAS epilogues. The result is D, or
     a tuple (D, [pre-activation for *_AUX,] s8 workspace)."""
-    import json
     target = inst.attrs.get("custom_call_target")
     raw = inst.attrs.get("backend_config", "")
     try:
@@ -1768,9 +1783,22 @@ def _custom_gemm(ev, inst, ops) -> Value:
 
 CustomCallHandler = Callable[..., Any]
 _CUSTOM_CALLS: dict[str, CustomCallHandler] = {}
+
+
+def _custom_identity(ev, inst, ops) -> Value:
+    """Sharding annotations: on one device the value itself."""
+    if len(ops) != 1:
+        raise HloError(f"'{inst.attrs.get('custom_call_target')}' takes one "
+                       "operand")
+    return ops[0]
+
+
 # XLA's own targets, evaluated here unless a handler is registered for them.
 _BUILTIN_CUSTOM_CALLS = {"TopK": _custom_topk, "__cublas$gemm": _custom_gemm,
-                         "__cublas$lt$matmul": _custom_gemm}
+                         "__cublas$lt$matmul": _custom_gemm,
+                         "Sharding": _custom_identity,
+                         "SPMDFullToShardShape": _custom_identity,
+                         "SPMDShardToFullShape": _custom_identity}
 
 
 def register_custom_call(target: str, fn: CustomCallHandler) -> None:

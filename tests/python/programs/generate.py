@@ -578,6 +578,18 @@ def associative_scan_inputs(rng):
     return (normal(rng, (9, 6)),)
 
 
+def sharding_constraint(x, w):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    mesh = Mesh(jax.devices()[:1], ("data",))
+    h = jax.lax.with_sharding_constraint(
+        x @ w, NamedSharding(mesh, PartitionSpec("data")))
+    return jnp.tanh(h), jnp.sum(h, axis=0)
+
+
+def sharding_constraint_inputs(rng):
+    return normal(rng, (8, 6)), normal(rng, (6, 4))
+
+
 def while_newton(x):
     # Newton's iteration for sqrt until converged: data-dependent trip count.
     def cond(state):
@@ -719,6 +731,11 @@ PROGRAMS = [
     Program("associative_scan", associative_scan, associative_scan_inputs,
             "lax.associative_scan with add and a reverse maximum, cummax, "
             "cumprod, cumlogsumexp"),
+    Program("sharding_constraint", sharding_constraint,
+            sharding_constraint_inputs,
+            "with_sharding_constraint on a one-device mesh: a 'Sharding' "
+            "custom call in the text JAX hands to XLA (gone after XLA's "
+            "passes)"),
     Program("while_newton", while_newton, while_newton_inputs,
             "lax.while_loop of Newton's sqrt iteration until converged "
             "(data-dependent trip count, tuple carry of f32/s32/f32)"),
