@@ -1671,3 +1671,21 @@ ENTRY e {{
     with pytest.raises(HloError, match="unsupported epilogue 'NOPE'"):
         run(gemm_text("f32[4,6]", "f32[6,5]", "f32[4,5]", gemm_config("NOPE")),
             a, b)
+
+
+def test_copy_between_layouts_is_a_physical_transpose_for_bitcasts():
+    """A layout-changing copy keeps the logical value; a bitcast after it
+    reads the new physical order (XLA:CPU's transpose = copy + bitcast)."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (c, flat, t) = run("""
+ENTRY e {
+  x = f32[2,3]{1,0} parameter(0)
+  c = f32[2,3]{0,1} copy(x)
+  flat = f32[6]{0} bitcast(c)
+  t = f32[3,2]{1,0} bitcast(c)
+  ROOT r = (f32[2,3]{0,1}, f32[6]{0}, f32[3,2]{1,0}) tuple(c, flat, t)
+}
+""", x)
+    same(c, x)
+    same(flat, x.T.reshape(6))
+    same(t, x.T.copy())
