@@ -1372,26 +1372,7 @@ def _h_scatter(ev, inst, ops, batch):
         else:
             ufunc.at(flats[0], linear, upd_vals[0])
     else:
-        # Rounds: the k-th update of every target element goes in round k,
-        # so each round writes distinct elements and can run batched.
-        order = np.argsort(linear, kind="stable")
-        sorted_lin = linear[order]
-        group_start = np.r_[0, np.flatnonzero(np.diff(sorted_lin)) + 1] \
-            if sorted_lin.size else np.zeros(0, np.int64)
-        rank_sorted = np.arange(sorted_lin.size) - np.repeat(
-            group_start, np.diff(np.r_[group_start, sorted_lin.size]))
-        occurrence = np.empty_like(rank_sorted)
-        occurrence[order] = rank_sorted
-        rounds = int(occurrence.max()) + 1 if occurrence.size else 0
-        for r in range(rounds):
-            sel = np.flatnonzero(occurrence == r)
-            targets = linear[sel]
-            old = [f[targets] for f in flats]
-            new = [u[sel] for u in upd_vals]
-            out = ev.apply(comp, old + new, (sel.size,))
-            out = list(out) if n > 1 or comp.root.shape.is_tuple else [out]
-            for f, v in zip(flats, out):
-                f[targets] = v
+        _combine_at(ev, comp, flats, linear, upd_vals)
     return tuple(operands) if inst.shape.is_tuple else operands[0]
 
 
@@ -1501,7 +1482,7 @@ def _h_dot(ev, inst, ops, batch):
 # ---- sort / topk
 
 
-def _window_sort_args(lhs: list[np.ndarray], rhs: list[np.ndarray]) -> list:
+def _comparator_args(lhs: list[np.ndarray], rhs: list[np.ndarray]) -> list:
     """Comparator arguments: lhs0, rhs0, lhs1, rhs1, ..."""
     out: list[np.ndarray] = []
     for a, b in zip(lhs, rhs):
@@ -1515,7 +1496,7 @@ def _comparator_less(ev, comp: HloComputation, lhs: list[np.ndarray],
     shape = lhs[0].shape
     if not math.prod(shape):
         return np.zeros(shape, bool)
-    out = ev.apply(comp, _window_sort_args(lhs, rhs), shape)
+    out = ev.apply(comp, _comparator_args(lhs, rhs), shape)
     if isinstance(out, tuple):
         raise HloError(f"the comparator '{comp.name}' returns a tuple, "
                        "not a pred")
@@ -2286,15 +2267,13 @@ def _windows_of(x: np.ndarray, window: dict, fill) -> tuple:
     return buf[crop], valid[crop], index[crop], size, stride, win_dil
 
 
-def _combine_at(ev, comp: HloComputation, flat: np.ndarray,
-                targets: np.ndarray, values: np.ndarray, etype: str) -> None:
-    """flat[t] = comp(flat[t], v) for the (target, value) pairs in order;
-    repeated targets are combined in turn."""
+def _combine_at(ev, comp: HloComputation, flats: list[np.ndarray],
+                targets: np.ndarray, values: list[np.ndarray]) -> None:
+    """flats[t] = comp(flats[t], v) for the (target, value) pairs in order
+    (several flats for a variadic combiner). The k-th update of every target
+    goes in round k, so each round writes distinct elements and runs
+    batched; repeated targets are combined in their order."""
     if targets.size == 0:
-        return
-    simple = _simple_binary(comp, etype)
-    if simple == "assign":
-        flat[targets] = values
         return
     order = np.argsort(targets, kind="stable")
     sorted_t = targets[order]
@@ -2303,11 +2282,14 @@ def _combine_at(ev, comp: HloComputation, flat: np.ndarray,
         starts, np.diff(np.r_[starts, sorted_t.size]))
     occurrence = np.empty_like(ranks_sorted)
     occurrence[order] = ranks_sorted
+    is_tuple = len(flats) > 1 or comp.root.shape.is_tuple
     for r in range(int(occurrence.max()) + 1):
         sel = np.flatnonzero(occurrence == r)
         t = targets[sel]
-        out = ev.apply(comp, [flat[t], values[sel]], (sel.size,))
-        flat[t] = out
+        out = ev.apply(comp, [f[t] for f in flats] + [v[sel] for v in values],
+                       (sel.size,))
+        for f, v in zip(flats, list(out) if is_tuple else [out]):
+            f[t] = v
 
 
 def _h_select_and_scatter(ev, inst, ops, batch):
@@ -2349,8 +2331,10 @@ def _h_select_and_scatter(ev, inst, ops, batch):
     flat = result.reshape(-1)
     chosen = sel_idx.reshape(-1)
     ok = chosen >= 0
-    _combine_at(ev, scatter, flat, chosen[ok], source.reshape(-1)[ok],
-                _etype_of(inst, 0))
+    if _simple_binary(scatter, _etype_of(inst, 0)) == "assign":
+        flat[chosen[ok]] = source.reshape(-1)[ok]
+    else:
+        _combine_at(ev, scatter, [flat], chosen[ok], [source.reshape(-1)[ok]])
     return result
 
 
@@ -2376,13 +2360,14 @@ def _philox4x32(c: list[np.ndarray], key: tuple[int, int]) -> list:
 
 def _philox_words(count: int, key: int, low: int,
                   high: int) -> tuple[list[np.ndarray], int, int]:
-    """4*ceil(count/4)... words: Philox of the 128-bit counters
-    (high:low) + 0, 1, ...; returns the four word arrays (interleaved by
-    the caller) and the counter after them."""
+    """At least `count` random 32-bit words, in ceil(count / 4) Philox
+    blocks of the 128-bit counters (high:low) + 0, 1, ...; returns the four
+    word arrays of the blocks (the caller interleaves them) and the counter
+    after the last block, as (low, high)."""
     blocks = -(-count // 4)
     step = np.arange(blocks, dtype=np.uint64)
     lows = np.uint64(low) + step
-    highs = np.where(lows < np.uint64(low), np.uint64(high + 1 & (2**64 - 1)),
+    highs = np.where(lows < np.uint64(low), np.uint64((high + 1) % 2**64),
                      np.uint64(high))
     words = [lows & _MASK32, lows >> np.uint64(32), highs & _MASK32,
              highs >> np.uint64(32)]
