@@ -1,0 +1,548 @@
+"""Building fusions: wrap an instruction into a fusion, fuse a producer into
+a fusion (duplicating it when it stays needed elsewhere), merge two fusions
+into one multi-output fusion, and decide which emitter a fusion body gets
+and whether that emitter accepts it (the MLIR-free mirror of the
+emitters' refusal rules, so that the fusion passes never build a fusion the
+emitters would refuse or compute by recomputing a reduction per element).
+
+Fusion bodies follow XLA's conventions: parameters `param_N`, effective
+scalar constants cloned inside (never passed as operands), the fusion
+instruction's operands distinct, a multi-output fusion's root a `tuple`
+whose users read it through `get-tuple-element`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from ...analysis.fusion import (epilogue_chain_ok, find_hero,
+                                is_tiled_transpose, normalized_transpose)
+from ..fusions import ELEMENTWISE_OPCODES
+from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
+                      HloModule)
+from ..shape import Shape
+from .util import is_effective_scalar
+
+__all__ = ["FUSIBLE_OPCODES", "create_fusion", "fuse_producer", "merge_fusions",
+           "fusion_roots", "classify_body", "BodyInfo", "is_fusible",
+           "fusion_kind_for", "hero_names"]
+
+# Ops the fusion emitters compute (elementally or as heroes).
+FUSIBLE_OPCODES = ELEMENTWISE_OPCODES | frozenset({
+    "broadcast", "transpose", "reshape", "bitcast", "slice", "reverse",
+    "iota", "concatenate", "pad", "dynamic-slice", "dynamic-update-slice",
+    "gather", "reduce", "reduce-window", "scatter", "constant",
+})
+
+_ORDER_PRESERVING = ELEMENTWISE_OPCODES | {"bitcast", "reshape", "copy"}
+
+
+def is_fusible(inst: HloInstruction) -> bool:
+    """Whether `inst` may go into a fusion at all."""
+    if inst.opcode == "fusion":
+        kind = str(inst.attrs.get("kind", "kLoop"))
+        return kind in ("kLoop", "kInput")
+    if inst.opcode not in FUSIBLE_OPCODES:
+        return False
+    if inst.attrs.get(CONTROL_PREDECESSORS):
+        return False
+    if inst.opcode == "constant":
+        return is_effective_scalar(inst.shape)
+    if inst.opcode == "scatter":
+        return len(inst.operands) == 3 and not inst.shape.is_tuple
+    if inst.opcode == "reduce" and inst.shape.is_tuple:
+        # Variadic reductions (argmax) fuse as heroes; their results are
+        # read through get-tuple-element, which fuses with them.
+        return True
+    if inst.shape.is_tuple:
+        return False
+    return True
+
+
+# ----------------------------------------------------------- body analysis
+
+
+def fusion_roots(body: HloComputation) -> list[HloInstruction]:
+    root = body.root
+    if root.opcode == "tuple":
+        return list(root.operands)
+    return [root]
+
+
+@dataclass
+class BodyInfo:
+    """Which emitter a fusion body gets and whether it accepts it."""
+    kind: str
+    heroes: list[HloInstruction]
+    ok: bool
+    reason: str = ""
+
+    @property
+    def has_reduction(self) -> bool:
+        return self.kind == "reduction"
+
+
+def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
+    while inst.opcode == "bitcast":
+        inst = inst.operands[0]
+    return inst
+
+
+def _is_in_place_dus(roots: list[HloInstruction]) -> bool:
+    for root in roots:
+        dus = _through_bitcasts(root)
+        if dus.opcode != "dynamic-update-slice":
+            return False
+        buffer = _through_bitcasts(dus.operands[0])
+        if buffer.opcode != "parameter":
+            return False
+        chain = dus.operands[0]
+        while True:
+            if len(chain.users) != 1:
+                return False
+            if chain is buffer:
+                break
+            chain = chain.operands[0]
+    return len({tuple(_through_bitcasts(r).operands[1].shape.dims) for r in roots}) == 1
+
+
+def _is_input_slices(roots: list[HloInstruction]) -> bool:
+    if len(roots) < 2 or not all(r.opcode == "slice" for r in roots):
+        return False
+    if any(s != 1 for r in roots for _, _, s in r.attrs["slice"]):
+        return False
+    return len({tuple(r.operands[0].shape.dims) for r in roots}) == 1
+
+
+def classify_body(body: HloComputation) -> BodyInfo:
+    """The emitter kind `xla_gpu.analysis.fusion.analyze` would choose for
+    this body, and whether that emitter accepts it (no refusal, no fallback
+    to the loop emitter for a reduction or a tiled transpose)."""
+    roots = fusion_roots(body)
+    if any(r.shape.is_tuple for r in roots) and not (
+            len(roots) == 1 and roots[0].opcode == "reduce"):
+        return BodyInfo("loop", [], False, "nested tuple outputs")
+    heroes = [find_hero(r) for r in roots]
+    if any(h.opcode == "scatter" for h in heroes):
+        return _check_scatter(roots, heroes)
+    if _is_input_slices(roots):
+        return BodyInfo("input_slices", heroes, True)
+    if _is_in_place_dus(roots):
+        return BodyInfo("in_place_dynamic_update_slice", heroes, True)
+    if any(h.opcode == "reduce" for h in heroes):
+        return _check_reduction(roots, heroes)
+    if any(is_tiled_transpose(h) for h in heroes):
+        return _check_transpose(roots, heroes)
+    if len(roots) == 1 and heroes[0].opcode == "concatenate" and \
+            len(heroes[0].operands) <= 64:
+        ok = epilogue_chain_ok(roots[0], heroes[0], lambda i: i.opcode in ELEMENTWISE_OPCODES
+                               and i.shape.dims == heroes[0].shape.dims)
+        return BodyInfo("concatenate", heroes, ok, "" if ok else "concatenate epilogue")
+    return BodyInfo("loop", heroes, True)
+
+
+def _check_scatter(roots, heroes) -> BodyInfo:
+    if len(roots) != 1 or roots[0].opcode != "scatter":
+        return BodyInfo("scatter", heroes, False, "scatter with an epilogue or siblings")
+    s = roots[0]
+    operand = s.operands[0]
+    if len(s.operands) != 3 or operand.opcode != "parameter" or len(operand.users) != 1:
+        return BodyInfo("scatter", heroes, False, "scatter operand not a lone parameter")
+    return BodyInfo("scatter", heroes, True)
+
+
+def reduction_layout(reduce: HloInstruction) -> tuple[bool, bool]:
+    """(contiguous, is_row) of a reduce: whether its reduced dimensions
+    (size-1 dimensions dropped) are adjacent, and whether they are the
+    minor ones."""
+    dims = reduce.operands[0].shape.dims
+    reduced = set(reduce.attrs.get("dimensions", ()))
+    big = [i for i in range(len(dims)) if dims[i] > 1]
+    big_reduced = [i for i in big if i in reduced]
+    if not big_reduced:
+        return False, True
+    first, last = big.index(big_reduced[0]), big.index(big_reduced[-1])
+    contiguous = big[first:last + 1] == big_reduced
+    is_row = all(i in reduced for i in big[last:])
+    return contiguous, is_row
+
+
+def _check_reduction(roots, heroes) -> BodyInfo:
+    reduces = list(dict.fromkeys(h for h in heroes if h.opcode == "reduce"))
+    first = reduces[0]
+    contiguous, _ = reduction_layout(first)
+    if not contiguous:
+        return BodyInfo("reduction", heroes, False, "reduced dimensions not contiguous")
+    dims = list(first.operands[0].shape.dims)
+    reduced = sorted(first.attrs["dimensions"])
+    for h in reduces[1:]:
+        if list(h.operands[0].shape.dims) != dims or sorted(h.attrs["dimensions"]) != reduced:
+            return BodyInfo("reduction", heroes, False, "reduce heroes of different shapes")
+    for h in reduces:
+        if any(o.shape.rank for o in h.operands[len(h.operands) // 2:]):
+            return BodyInfo("reduction", heroes, False, "non-scalar init")
+    hero_ids = {id(h) for h in reduces}
+    for root, hero in zip(roots, heroes):
+        if hero.opcode == "reduce":
+            if root is not hero:
+                if hero.shape.is_tuple:
+                    return BodyInfo("reduction", heroes, False, "epilogue of a variadic reduce")
+                if not epilogue_chain_ok(root, hero, lambda i: i.opcode in ELEMENTWISE_OPCODES
+                                         and i.shape.dims == hero.shape.dims):
+                    return BodyInfo("reduction", heroes, False, "epilogue not elementwise")
+        elif list(root.shape.dims) != dims or root.shape.is_tuple:
+            return BodyInfo("reduction", heroes, False,
+                            f"output '{root.name}' is neither a reduction nor shaped like its input")
+    # A reduce may only feed its own epilogue: a reduction read by another
+    # reduction's input (or a side output) would be recomputed per element.
+    starts = [o for h in reduces for o in h.operands] + \
+        [r for r, h in zip(roots, heroes) if h.opcode != "reduce"]
+    if _reaches_any(starts, hero_ids):
+        return BodyInfo("reduction", heroes, False, "a reduction feeds another reduction's input")
+    # The epilogue's other operands must not read a reduce either
+    # (besides the chain from the hero).
+    for root, hero in zip(roots, heroes):
+        if hero.opcode == "reduce" and root is not hero:
+            cur = root
+            while cur is not hero:
+                chain = [o for o in cur.operands if _reaches(o, hero)]
+                others = [o for o in cur.operands if not _reaches(o, hero)]
+                if _reaches_any(others, hero_ids):
+                    return BodyInfo("reduction", heroes, False,
+                                    "an epilogue reads another reduction")
+                cur = chain[0]
+    return BodyInfo("reduction", heroes, True)
+
+
+def _check_transpose(roots, heroes) -> BodyInfo:
+    tiled = list(dict.fromkeys(h for h in heroes if is_tiled_transpose(h)))
+    if any(r.shape.is_tuple for r in roots):
+        return BodyInfo("transpose", heroes, False, "tuple root")
+    shape = normalized_transpose(tiled[0])
+    for h in tiled[1:]:
+        if normalized_transpose(h) != shape:
+            return BodyInfo("transpose", heroes, False, "transposes of different shapes")
+    elements = prod(shape[0])
+    for root, hero in zip(roots, heroes):
+        if any(hero is t for t in tiled):
+            if not epilogue_chain_ok(root, hero, lambda i: i.opcode in _ORDER_PRESERVING
+                                     and not i.shape.is_tuple
+                                     and prod(i.shape.dims) == prod(hero.shape.dims)):
+                return BodyInfo("transpose", heroes, False, "epilogue reorders elements")
+        elif prod(root.shape.dims) != elements:
+            return BodyInfo("transpose", heroes, False, "side output of another size")
+    starts = [h.operands[0] for h in tiled] + \
+        [r for r, h in zip(roots, heroes) if not any(h is t for t in tiled)]
+    if _reaches_any(starts, {id(h) for h in tiled}):
+        return BodyInfo("transpose", heroes, False, "a transpose feeds another")
+    # Any other reduction or tiled transpose in the body is computed
+    # elementally: a reduction recomputed per element is not allowed.
+    for inst in _all_reachable([r for r in roots]):
+        if inst.opcode == "reduce":
+            return BodyInfo("transpose", heroes, False, "a reduction inside a transpose fusion")
+    return BodyInfo("transpose", heroes, True)
+
+
+def _all_reachable(starts) -> list[HloInstruction]:
+    out, seen, stack = [], set(), list(starts)
+    while stack:
+        i = stack.pop()
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        out.append(i)
+        stack.extend(i.operands)
+    return out
+
+
+def _reaches(inst: HloInstruction, target: HloInstruction) -> bool:
+    return any(i is target for i in _all_reachable([inst]))
+
+
+def _reaches_any(starts, ids: set[int]) -> bool:
+    return any(id(i) in ids for i in _all_reachable(starts))
+
+
+def loop_body_ok(body: HloComputation) -> tuple[bool, str]:
+    """A loop-kind body must not compute a reduction per output element
+    when the reduction's result is broadcast (a reduction recomputed per
+    element): any reduce in a loop fusion must produce the elements the
+    fusion writes, read once each."""
+    for inst in body.instructions:
+        if inst.opcode == "reduce":
+            return False, f"reduce '{inst.name}' would be recomputed per element"
+    return True, ""
+
+
+def body_acceptable(body: HloComputation) -> BodyInfo:
+    info = classify_body(body)
+    if info.ok and info.kind in ("loop", "concatenate", "input_slices",
+                                 "in_place_dynamic_update_slice"):
+        ok, reason = loop_body_ok(body)
+        if not ok:
+            info.ok, info.reason = False, reason
+    if info.ok and info.kind == "scatter":
+        ok, reason = loop_body_ok(body)
+        if not ok:
+            info.ok, info.reason = False, reason
+    return info
+
+
+def fusion_kind_for(info: BodyInfo) -> str:
+    """XLA's fusion kind: kInput for the emitters that read their input in
+    their own order (reduction, transpose, scatter), kLoop otherwise."""
+    return "kInput" if info.kind in ("reduction", "transpose", "scatter") else "kLoop"
+
+
+def hero_names(body: HloComputation) -> str:
+    """XLA's RenameFusions: the sorted distinct opcodes of the roots'
+    heroes, '-' as '_'."""
+    names = sorted({find_hero(r).opcode for r in fusion_roots(body)
+                    if not r.shape.is_tuple or r.opcode == "reduce"})
+    return "_".join(names).replace("-", "_") or "fusion"
+
+
+# ------------------------------------------------------------- building
+
+
+def _module_of(comp: HloComputation) -> HloModule:
+    if comp.module is None:
+        raise comp.root.error("the computation is not linked to a module") \
+            if comp.root is not None else ValueError("unlinked computation")
+    return comp.module
+
+
+def _new_parameter(body: HloComputation, number: int, shape: Shape) -> HloInstruction:
+    param = HloInstruction.create_parameter(number, shape, f"param_{number}")
+    return body.add_instruction(param)
+
+
+def create_fusion(inst: HloInstruction, kind: str = "kLoop",
+                  name: str | None = None,
+                  computation_name: str | None = None) -> HloInstruction:
+    """Replaces `inst` by a fusion instruction whose body computes it;
+    effective-scalar constant operands move into the body. Returns the
+    fusion."""
+    comp = inst.parent
+    module = _module_of(comp)
+    body = HloComputation(computation_name or "fused_computation")
+    body.module = module
+    operands: list[HloInstruction] = []
+    mapped: dict[int, HloInstruction] = {}
+    for o in inst.operands:
+        if id(o) in mapped:
+            continue
+        if o.opcode == "constant" and is_effective_scalar(o.shape):
+            mapped[id(o)] = body.add_instruction(o.clone_with([]))
+        else:
+            mapped[id(o)] = _new_parameter(body, len(operands), o.shape)
+            operands.append(o)
+    clone = inst.clone_with([mapped[id(o)] for o in inst.operands])
+    clone.attrs.pop(CONTROL_PREDECESSORS, None)
+    body.add_instruction(clone)
+    body.set_root(clone)
+    module.add_computation(body, before=comp)
+    attrs = {"kind": kind, "calls": body}
+    if "metadata" in inst.attrs:
+        attrs["metadata"] = inst.attrs["metadata"]
+    fusion = HloInstruction(name or "fusion", "fusion", inst.shape, operands, attrs)
+    fusion.location = inst.location
+    comp.add_instruction(fusion)
+    inst.replace_with(fusion)
+    return fusion
+
+
+def _inline_into(body: HloComputation, source: HloInstruction,
+                 values: list[HloInstruction]) -> HloInstruction:
+    """Clones `source` (a plain instruction or a fusion, whose operands are
+    `values` in `body`) into `body`; returns the value of its result."""
+    if source.opcode != "fusion":
+        clone = source.clone_with(values)
+        clone.attrs.pop(CONTROL_PREDECESSORS, None)
+        return body.add_instruction(clone)
+    inner = source.attrs["calls"]
+    local: dict[int, HloInstruction] = {}
+    for inst in inner.instructions:
+        if inst.opcode == "parameter":
+            local[id(inst)] = values[inst.parameter_number]
+            continue
+        clone = inst.clone_with([local[id(o)] for o in inst.operands])
+        clone.attrs.pop(CONTROL_PREDECESSORS, None)
+        local[id(inst)] = body.add_instruction(clone)
+    return local[id(inner.root)]
+
+
+def _operand_values(fusion: HloInstruction, operands: list[HloInstruction]) -> list[HloInstruction]:
+    """Body values for `operands` (outside instructions): the parameter of
+    an existing fusion operand, a clone of a scalar constant, or a new
+    parameter (the operand appended to the fusion's operands)."""
+    body = fusion.attrs["calls"]
+    values = []
+    for o in operands:
+        index = next((k for k, x in enumerate(fusion.operands) if x is o), None)
+        if index is not None:
+            values.append(body.parameter(index))
+        elif o.opcode == "constant" and is_effective_scalar(o.shape):
+            values.append(body.add_instruction(o.clone_with([])))
+        else:
+            number = len(fusion.operands)
+            values.append(_new_parameter(body, number, o.shape))
+            fusion.operands.append(o)
+            if not any(u is fusion for u in o.users):
+                o.users.append(fusion)
+    return values
+
+
+def _remove_fusion_operand(fusion: HloInstruction, index: int) -> None:
+    """Drops operand `index` and its (now unused) parameter, renumbering
+    the parameters after it."""
+    body = fusion.attrs["calls"]
+    param = body.parameter(index)
+    if param.users:
+        raise param.error("internal: removing a fusion parameter still in use")
+    body.remove_instruction(param)
+    for p in body.parameters:
+        if p.parameter_number > index:
+            p.parameter_number -= 1
+    old = fusion.operands.pop(index)
+    if not any(o is old for o in fusion.operands):
+        for k, u in enumerate(old.users):
+            if u is fusion:
+                del old.users[k]
+                break
+
+
+def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> None:
+    """Fuses `producer` (an operand of `fusion`) into the fusion's body.
+    The producer stays in its computation for its other users (the caller
+    removes it when it has none)."""
+    index = next(k for k, o in enumerate(fusion.operands) if o is producer)
+    body = fusion.attrs["calls"]
+    values = _operand_values(fusion, list(producer.operands))
+    result = _inline_into(body, producer, values)
+    param = body.parameter(index)
+    param.replace_all_uses_with(result)
+    _remove_fusion_operand(fusion, index)
+    fusion.parent._mark_unordered()
+
+
+def merge_fusions(first: HloInstruction, second: HloInstruction,
+                  name: str = "fusion") -> HloInstruction:
+    """Merges two fusions of one computation into one multi-output fusion
+    (`second` may read `first`: a producer-consumer multi-output fusion).
+    Outputs: first's (kept only where read by others than `second`), then
+    second's. Users are rewired through get-tuple-element; returns the new
+    fusion."""
+    comp = first.parent
+    module = _module_of(comp)
+    body = HloComputation("fused_computation")
+    body.module = module
+    operands: list[HloInstruction] = []
+    params: dict[int, HloInstruction] = {}
+
+    def value_of(o: HloInstruction) -> HloInstruction:
+        if id(o) in params:
+            return params[id(o)]
+        if o.opcode == "constant" and is_effective_scalar(o.shape):
+            params[id(o)] = body.add_instruction(o.clone_with([]))
+        else:
+            params[id(o)] = _new_parameter(body, len(operands), o.shape)
+            operands.append(o)
+        return params[id(o)]
+
+    def outputs_of(inst: HloInstruction, result: HloInstruction) -> list[HloInstruction]:
+        """The values of inst's outputs in the new body (one per leaf of a
+        multi-output fusion, else one)."""
+        if inst.opcode == "fusion" and inst.attrs["calls"].root.opcode == "tuple":
+            return list(result.operands)
+        return [result]
+
+    first_result = _inline_into(body, first, [value_of(o) for o in first.operands])
+    first_outputs = outputs_of(first, first_result)
+    # second reads first: its operand values come from first's outputs.
+    second_values = []
+    for o in second.operands:
+        if o is first:
+            second_values.append(first_outputs[0] if len(first_outputs) == 1 else first_result)
+        elif o.opcode == "get-tuple-element" and o.operands[0] is first:
+            second_values.append(first_outputs[o.attrs["index"]])
+        else:
+            second_values.append(value_of(o))
+    second_result = _inline_into(body, second, second_values)
+    second_outputs = outputs_of(second, second_result)
+    # first's outputs still read outside `second`.
+    first_users = [u for u in first.users if u is not second]
+    gte_users = [u for u in first_users if u.opcode == "get-tuple-element"]
+    first_multi = len(first_outputs) > 1 or first.shape.is_tuple
+    kept_first: list[int] = []
+    if first_multi:
+        used = sorted({u.attrs["index"] for u in gte_users
+                       if any(x is not second for x in u.users) or u is comp.root})
+        kept_first = used
+    elif first_users or first is comp.root:
+        kept_first = [0]
+    outputs = [first_outputs[k] for k in kept_first] + second_outputs
+    if len(outputs) == 1:
+        root = outputs[0]
+    else:
+        root = body.add("tuple", Shape("", (), None, tuple(o.shape for o in outputs)), outputs)
+    body.set_root(root)
+    body.remove_dead()
+    # Drop the tuples of the inlined multi-output bodies (now dead).
+    module.add_computation(body, before=comp)
+    attrs = {"kind": "kLoop", "calls": body}
+    for src in (second, first):
+        if "metadata" in src.attrs:
+            attrs["metadata"] = src.attrs["metadata"]
+            break
+    fusion = HloInstruction(name, "fusion", root.shape, operands, attrs)
+    comp.add_instruction(fusion)
+    multi = len(outputs) > 1
+
+    def read(k: int) -> HloInstruction:
+        if not multi:
+            return fusion
+        return comp.add("get-tuple-element", outputs[k].shape, [fusion], index=k)
+
+    # Rewire first's users.
+    for pos, k in enumerate(kept_first):
+        value = None
+        if first_multi:
+            for u in list(first.users):
+                if u.opcode == "get-tuple-element" and u.attrs["index"] == k:
+                    value = value or read(pos)
+                    u.replace_all_uses_with(value)
+        else:
+            value = read(pos)
+            others = [u for u in first.users if u is not second]
+            first.replace_all_uses_with(value, users=others)
+            if first is comp.root:
+                comp.set_root(value)
+    # Rewire second's users.
+    offset = len(kept_first)
+    if second.shape.is_tuple and second.opcode == "fusion" and \
+            second.attrs["calls"].root.opcode == "tuple":
+        for u in list(second.users):
+            if u.opcode == "get-tuple-element":
+                u.replace_all_uses_with(read(offset + u.attrs["index"]))
+        if second is comp.root:
+            leaves = [read(offset + k) for k in range(len(second_outputs))]
+            comp.set_root(comp.add("tuple", second.shape, leaves))
+    else:
+        value = read(offset)
+        second.replace_all_uses_with(value)
+    # Control dependencies of the merged instructions move to the fusion.
+    for old in (first, second):
+        for pred in old.control_predecessors():
+            if pred is not first and pred is not second:
+                fusion.add_control_predecessor(pred)
+        for succ in old.control_successors():
+            succ.remove_control_predecessor(old)
+            succ.add_control_predecessor(fusion)
+    # Remove the old instructions and first's get-tuple-elements (each now
+    # unused or read only by `second`).
+    dead = [u for u in second.users if u.opcode == "get-tuple-element"] + [second] + \
+        [u for u in first.users if u is not second] + [first]
+    comp.remove_instructions(dead)
+    return fusion

@@ -1,0 +1,46 @@
+"""FusionWrapper: every instruction of a program computation that runs as a
+kernel but was left unfused (a lone add, a reduce nothing fused with) is
+wrapped into its own fusion, `wrapped_<op>` calling
+`wrapped_<op>_computation`, as XLA's FusionWrapper does. Library calls,
+control flow and the instructions that are no kernel (parameters,
+constants, tuples, get-tuple-element, bitcasts) stay as they are."""
+
+from __future__ import annotations
+
+from ..module import HloModule
+from .fusion_utils import FUSIBLE_OPCODES, body_acceptable, create_fusion, fusion_kind_for
+from .pipeline import HloPass
+from .util import program_computations
+
+__all__ = ["FusionWrapper", "NOT_WRAPPED"]
+
+NOT_WRAPPED = frozenset({
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast",
+    "fusion", "call", "while", "conditional", "custom-call", "dot",
+    "convolution", "sort", "topk", "rng", "rng-bit-generator",
+    "rng-get-and-update-state", "after-all", "optimization-barrier",
+    "infeed", "outfeed", "send", "recv", "send-done", "recv-done",
+    "all-reduce", "all-gather", "all-to-all", "collective-permute",
+    "reduce-scatter", "partition-id", "replica-id", "fft", "cholesky",
+    "triangular-solve", "add-dependency", "domain", "copy-start",
+    "copy-done", "async-start", "async-done", "async-update"})
+
+
+class FusionWrapper(HloPass):
+    name = "fusion-wrapper"
+
+    def run(self, module: HloModule) -> bool:
+        module.link()
+        changed = False
+        for comp in program_computations(module):
+            for inst in list(comp.instructions):
+                if inst.parent is not comp or inst.opcode in NOT_WRAPPED:
+                    continue
+                if inst.opcode not in FUSIBLE_OPCODES and inst.opcode not in ("copy",):
+                    continue  # no emitter computes it: left to its own thunk
+                op = inst.opcode.replace("-", "_")
+                fusion = create_fusion(inst, name=f"wrapped_{op}",
+                                       computation_name=f"wrapped_{op}_computation")
+                fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
+                changed = True
+        return changed

@@ -1,0 +1,145 @@
+"""LayoutNormalization, as XLA:GPU does it after layout assignment:
+instructions compute in the default (row-major) layout of their logical
+shape, and layouts survive only on bitcasts, which reinterpret a buffer
+in memory order. Concretely:
+
+* an instruction whose result has a non-default layout computes its
+  logical value in the default layout instead; the places that see the
+  physical order — bitcasts reading it — read `transpose(x)` to the
+  physical order first (the transpose is explicit, so the transpose emitter
+  gets it);
+* a parameter (or get-tuple-element) with a non-default layout is read
+  through `bitcast` to its physical order and a `transpose` back to the
+  logical order; the ENTRY's result keeps its layout through the opposite
+  pair;
+* a copy that changed the layout becomes that transpose (a copy to the same
+  layout is dropped);
+* reshapes become bitcasts (with default layouts every reshape keeps the
+  memory order), and so do transposes that only move size-1 dimensions.
+
+Tuple-shaped instructions other than tuples, parameters and
+get-tuple-elements (while loops, variadic reductions) keep their layouts.
+"""
+
+from __future__ import annotations
+
+from ..module import HloComputation, HloInstruction, HloModule
+from ..shape import Shape
+from .pipeline import HloPass
+from .util import default_layout, program_computations, with_default_layout
+
+__all__ = ["LayoutNormalization", "transpose_is_bitcast"]
+
+
+def _has_default_layout(shape: Shape) -> bool:
+    if shape.is_tuple:
+        return all(_has_default_layout(s) for s in shape.tuple_shapes)
+    return shape.layout is None or shape.element_type == "token" or \
+        tuple(shape.layout) == default_layout(shape.rank)
+
+
+def _physical(shape: Shape) -> Shape:
+    """The shape whose row-major order is `shape`'s memory order."""
+    major_to_minor = tuple(reversed(shape.layout))
+    return Shape(shape.element_type, tuple(shape.dims[d] for d in major_to_minor),
+                 default_layout(shape.rank))
+
+
+def transpose_is_bitcast(inst: HloInstruction) -> bool:
+    """A transpose (default layouts) that moves only size-1 dimensions."""
+    perm = inst.attrs["dimensions"]
+    dims = inst.operands[0].shape.dims
+    kept = [p for p in perm if dims[p] != 1]
+    return kept == sorted(kept)
+
+
+class LayoutNormalization(HloPass):
+    name = "layout-normalization"
+
+    def run(self, module: HloModule) -> bool:
+        module.link()
+        changed = False
+        for comp in program_computations(module):
+            changed |= self._normalize_layouts(comp)
+            changed |= self._bitcasts(comp)
+        return changed
+
+    def _to_logical(self, comp: HloComputation, source: HloInstruction) -> HloInstruction:
+        """The value of `source` (non-default layout) in the default
+        layout: bitcast to the physical order, transpose back."""
+        physical = comp.add("bitcast", _physical(source.shape), [source])
+        major_to_minor = tuple(reversed(source.shape.layout))
+        inverse = tuple(major_to_minor.index(d) for d in range(source.shape.rank))
+        return comp.add("transpose", with_default_layout(source.shape), [physical],
+                        dimensions=inverse)
+
+    def _to_physical(self, comp: HloComputation, value: HloInstruction,
+                     target: Shape) -> HloInstruction:
+        """`value` (default layout) as a buffer in `target`'s layout."""
+        major_to_minor = tuple(reversed(target.layout))
+        transposed = comp.add("transpose", _physical(target), [value],
+                              dimensions=major_to_minor)
+        return comp.add("bitcast", target, [transposed])
+
+    def _normalize_layouts(self, comp: HloComputation) -> bool:
+        changed = False
+        for inst in list(comp.instructions):
+            shape = inst.shape
+            if shape.is_tuple or _has_default_layout(shape):
+                continue
+            if inst.opcode == "bitcast":
+                # The bitcast keeps its layout; users that compute read its
+                # logical value in the default layout.
+                users = [u for u in inst.users if u.opcode != "bitcast"]
+                if users or inst is comp.root:
+                    logical = self._to_logical(comp, inst)
+                    inst.replace_all_uses_with(logical, users=users)
+                    changed = True
+                continue
+            if inst.opcode in ("parameter", "get-tuple-element"):
+                users = [u for u in inst.users if u.opcode != "bitcast"]
+                if users:
+                    logical = self._to_logical(comp, inst)
+                    inst.replace_all_uses_with(logical, users=users)
+                    changed = True
+                continue
+            # Compute in the default layout; bitcast readers and the
+            # computation's result see the old physical order.
+            old_shape = inst.shape
+            inst.shape = with_default_layout(old_shape)
+            readers = [u for u in inst.users if u.opcode == "bitcast" or
+                       (u.opcode == "tuple" and u is comp.root)]
+            if readers or inst is comp.root:
+                physical = self._to_physical(comp, inst, old_shape)
+                inst.replace_all_uses_with(physical, users=readers)
+                if inst is comp.root:
+                    comp.set_root(physical)
+            changed = True
+        return changed
+
+    def _bitcasts(self, comp: HloComputation) -> bool:
+        changed = False
+        for inst in list(comp.instructions):
+            if inst.parent is not comp:
+                continue
+            if inst.opcode == "copy" and not inst.shape.is_tuple and \
+                    _has_default_layout(inst.shape) and \
+                    _has_default_layout(inst.operands[0].shape):
+                inst.replace_all_uses_with(inst.operands[0])
+                if not inst.users and inst is not comp.root:
+                    comp.remove_instruction(inst)
+                changed = True
+                continue
+            bitcast_like = (inst.opcode == "reshape" or
+                            inst.opcode == "transpose" and transpose_is_bitcast(inst))
+            if not bitcast_like or inst.shape.is_tuple:
+                continue
+            if not (_has_default_layout(inst.shape) and
+                    _has_default_layout(inst.operands[0].shape)):
+                continue
+            new = comp.add("bitcast", inst.shape, [inst.operands[0]])
+            if "metadata" in inst.attrs:
+                new.attrs["metadata"] = inst.attrs["metadata"]
+            inst.replace_with(new)
+            changed = True
+        return changed

@@ -1,0 +1,199 @@
+"""MultiOutputFusion, as XLA:GPU runs it after PriorityFusion:
+
+* sibling fusion: fusions that read the same (non-trivial) operand are
+  merged into one multi-output fusion, which reads it once — the two
+  moments of a layer norm become one reduction kernel;
+* producer-consumer fusion: a producer that PriorityFusion could not fuse
+  (it has other users) is fused into a consumer fusion and kept as an extra
+  output for the others — softmax's exp is computed by the kernel that sums
+  it and written for the division.
+
+A merge never creates a cycle (neither fusion may reach the other except
+through the producer-consumer edge itself; checked on a reachability map)
+and only happens where the emitters accept the merged body: a reduction
+fusion takes side outputs shaped like its input and other reductions of the
+same shape, a loop fusion outputs of one shape (XLA's
+ShapesCompatibleForMultiOutputFusion).
+"""
+
+from __future__ import annotations
+
+from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
+from ..shape import Shape
+from .fusion_utils import (_inline_into, body_acceptable, fusion_kind_for,
+                           fusion_roots, merge_fusions)
+from .pipeline import HloPass
+from .priority_fusion import MAX_FUSION_INSTRUCTIONS, MAX_OPERANDS_AND_OUTPUTS
+from .util import byte_size, is_effective_scalar, program_computations
+
+__all__ = ["MultiOutputFusion", "ReachabilityMap"]
+
+
+class ReachabilityMap:
+    """For each instruction, the set of instructions it depends on
+    (itself included; operands and control predecessors), as bitsets."""
+
+    def __init__(self, comp: HloComputation):
+        insts = comp.instructions
+        self.index = {id(i): k for k, i in enumerate(insts)}
+        by_name = {i.name: i for i in insts}
+        self.ancestors: list[int] = [0] * len(insts)
+        for k, inst in enumerate(insts):
+            bits = 1 << k
+            for o in inst.operands:
+                bits |= self.ancestors[self.index[id(o)]]
+            for name in inst.attrs.get(CONTROL_PREDECESSORS) or ():
+                pred = by_name.get(name)
+                if pred is not None:
+                    bits |= self.ancestors[self.index[id(pred)]]
+            self.ancestors[k] = bits
+
+    def depends(self, a: HloInstruction, b: HloInstruction) -> bool:
+        """Whether `a` (transitively) reads `b`."""
+        return bool(self.ancestors[self.index[id(a)]] >> self.index[id(b)] & 1)
+
+
+def _is_mergeable_fusion(inst: HloInstruction) -> bool:
+    if inst.opcode != "fusion":
+        return False
+    if str(inst.attrs.get("kind", "kLoop")) not in ("kLoop", "kInput"):
+        return False
+    body = inst.attrs["calls"]
+    if inst.shape.is_tuple and body.root.opcode != "tuple":
+        return False  # a variadic reduce root: nested tuples
+    if inst.shape.is_tuple and any(u.opcode != "get-tuple-element" for u in inst.users):
+        return False
+    return True
+
+
+def _trial(first: HloInstruction, second: HloInstruction) -> HloComputation:
+    """The merged body (detached), outputs as `merge_fusions` orders them."""
+    body = HloComputation("trial")
+    params: dict[int, HloInstruction] = {}
+
+    def value_of(o):
+        if id(o) not in params:
+            if o.opcode == "constant" and is_effective_scalar(o.shape):
+                params[id(o)] = body.add_instruction(o.clone_with([]), keep_name=True)
+            else:
+                p = HloInstruction.create_parameter(len(params), o.shape, f"p{len(params)}")
+                params[id(o)] = body.add_instruction(p, keep_name=True)
+        return params[id(o)]
+
+    first_result = _inline_into(body, first, [value_of(o) for o in first.operands])
+    first_multi = first.attrs["calls"].root.opcode == "tuple"
+    first_outputs = list(first_result.operands) if first_multi else [first_result]
+    values = []
+    for o in second.operands:
+        if o is first:
+            values.append(first_result)
+        elif o.opcode == "get-tuple-element" and o.operands[0] is first:
+            values.append(first_outputs[o.attrs["index"]])
+        else:
+            values.append(value_of(o))
+    second_result = _inline_into(body, second, values)
+    second_outputs = list(second_result.operands) \
+        if second.attrs["calls"].root.opcode == "tuple" else [second_result]
+    if first_multi:
+        kept = sorted({u.attrs["index"] for u in first.users if u is not second and
+                       (any(x is not second for x in u.users) or u is first.parent.root)})
+    else:
+        kept = [0] if [u for u in first.users if u is not second] or \
+            first is first.parent.root else []
+    outputs = [first_outputs[k] for k in kept] + second_outputs
+    root = outputs[0] if len(outputs) == 1 else body.add(
+        "tuple", Shape("", (), None, tuple(o.shape for o in outputs)), outputs)
+    body.set_root(root)
+    body.remove_dead()
+    return body
+
+
+def _shapes_compatible(body: HloComputation) -> bool:
+    info = body_acceptable(body)
+    if not info.ok:
+        return False
+    if info.kind in ("loop", "concatenate", "input_slices", "in_place_dynamic_update_slice"):
+        roots = fusion_roots(body)
+        dims = {tuple(r.shape.dims) for r in roots}
+        return len(dims) == 1
+    return True
+
+
+class MultiOutputFusion(HloPass):
+    name = "multi-output-fusion"
+
+    def __init__(self, max_fusion_instructions: int = MAX_FUSION_INSTRUCTIONS,
+                 max_operands: int = MAX_OPERANDS_AND_OUTPUTS):
+        self.max_fusion_instructions = max_fusion_instructions
+        self.max_operands = max_operands
+
+    def run(self, module: HloModule) -> bool:
+        module.link()
+        changed = False
+        for comp in program_computations(module):
+            # Pairs found unmergeable stay so: merges only add paths and
+            # leave other fusions' bodies alone. The objects are kept alive
+            # so that their ids are not reused.
+            self._refused: dict[tuple[int, int], tuple] = {}
+            while self._one_merge(comp):
+                changed = True
+        if changed:
+            module.remove_unreachable_computations()
+        return changed
+
+    def _fits(self, a: HloInstruction, b: HloInstruction) -> bool:
+        size = len(a.attrs["calls"]) + len(b.attrs["calls"])
+        operands = len({id(o) for o in (*a.operands, *b.operands)})
+        outputs = len(a.shape.leaves()) + len(b.shape.leaves())
+        return size <= self.max_fusion_instructions and \
+            operands + outputs <= self.max_operands
+
+    def _merge(self, first: HloInstruction, second: HloInstruction) -> None:
+        fusion = merge_fusions(first, second)
+        fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
+
+    def _one_merge(self, comp: HloComputation) -> bool:
+        """Finds and performs one merge (producer-consumer first, then
+        siblings); False when none is left."""
+        reach = ReachabilityMap(comp)
+        insts = comp.instructions
+        # Producer-consumer: a fusion with other users fused into a
+        # consumer fusion as an extra output.
+        for consumer in insts:
+            if not _is_mergeable_fusion(consumer):
+                continue
+            for producer in dict.fromkeys(consumer.operands):
+                if not _is_mergeable_fusion(producer) or producer.shape.is_tuple:
+                    continue
+                others = [u for u in producer.users if u is not consumer]
+                if not others:
+                    continue
+                key = (id(producer), id(consumer))
+                if key in self._refused:
+                    continue
+                if any(reach.depends(o, producer) for o in consumer.operands
+                       if o is not producer) or not self._fits(producer, consumer) or \
+                        not _shapes_compatible(_trial(producer, consumer)):
+                    self._refused[key] = (producer, consumer)
+                    continue
+                self._merge(producer, consumer)
+                return True
+        # Siblings: fusions reading the same non-trivial operand.
+        for shared in insts:
+            if is_effective_scalar(shared.shape) or shared.shape.is_tuple:
+                continue
+            if shared.opcode == "constant" or byte_size(shared.shape) < 64:
+                continue
+            users = [u for u in dict.fromkeys(shared.users) if _is_mergeable_fusion(u)]
+            for i, a in enumerate(users):
+                for b in users[i + 1:]:
+                    key = (id(a), id(b))
+                    if key in self._refused:
+                        continue
+                    if reach.depends(a, b) or reach.depends(b, a) or \
+                            not self._fits(a, b) or not _shapes_compatible(_trial(a, b)):
+                        self._refused[key] = (a, b)
+                        continue
+                    self._merge(a, b)
+                    return True
+        return False

@@ -1,0 +1,86 @@
+"""`optimize`: XLA:GPU's HLO optimization pipeline, in its order:
+
+  call inlining, batched gather/scatter normalization
+  simplification (fixed point): algebraic simplifier, tuple
+    simplifier, constant folding, DCE; CSE
+  layout normalization (transposes explicit, free reshapes as bitcasts)
+  dot canonicalization (gemm-ready dots)
+  reduction rewrites: dimension grouping, splitting, tree reductions
+  simplification again
+  PriorityFusion, multi-output fusion, CSE, DCE
+  fusion wrapper (every unfused kernel op in its own fusion), XLA's names
+  copy insertion
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..module import HloModule
+from .algebraic_simplifier import AlgebraicSimplifier
+from .call_inliner import CallInliner
+from .constant_folding import HloConstantFolding
+from .copy_insertion import CopyInsertion
+from .cse import HloCSE
+from .dce import HloDCE
+from .dot_canonicalization import DotCanonicalization
+from .fusion_wrapper import FusionWrapper
+from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
+from .layout_normalization import LayoutNormalization
+from .multi_output_fusion import MultiOutputFusion
+from .pipeline import DumpOptions, HloPassFix, HloPassPipeline, PassContext
+from .priority_fusion import PriorityFusion
+from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
+                                 TreeReductionRewriter)
+from .rename_fusions import RenameFusions
+from .tuple_simplifier import TupleSimplifier
+
+__all__ = ["optimize", "optimization_pipeline"]
+
+
+def _simplification(name: str) -> HloPassPipeline:
+    return HloPassPipeline(name, [
+        HloPassFix(HloPassPipeline("simplification-fixed-point", [
+            AlgebraicSimplifier(), TupleSimplifier(), HloConstantFolding(), HloDCE(),
+        ])),
+        HloCSE(), HloDCE(),
+    ])
+
+
+def optimization_pipeline() -> HloPassPipeline:
+    return HloPassPipeline("optimization", [
+        CallInliner(),
+        BatchedGatherScatterNormalizer(),
+        _simplification("simplification"),
+        LayoutNormalization(),
+        DotCanonicalization(),
+        HloPassFix(HloPassPipeline("reduction-rewrites", [
+            ReductionDimensionGrouper(), ReductionSplitter(), TreeReductionRewriter(),
+        ])),
+        _simplification("post-layout-simplification"),
+        LayoutNormalization(),
+        PriorityFusion(),
+        MultiOutputFusion(),
+        HloCSE(),
+        HloDCE(),
+        FusionWrapper(),
+        RenameFusions(),
+        CopyInsertion(),
+        HloDCE(),
+    ])
+
+
+def optimize(module: HloModule, dump_dir: str | os.PathLike | None = None,
+             dump_regex: str = ".*", verify: bool = False) -> HloModule:
+    """The optimized copy of `module` (the argument is left as it is).
+    With `dump_dir`: before_optimizations.txt, NN.<pass>.txt after each
+    pass matching `dump_regex` that changed the module, and
+    after_optimizations.txt. `verify` runs the verifier after every pass
+    that changed the module."""
+    dump = DumpOptions(str(dump_dir) if dump_dir is not None else None, dump_regex)
+    dump.write("before_optimizations.txt", module)
+    result = module.clone()
+    context = PassContext(dump, verify)
+    optimization_pipeline().run(result, context)
+    dump.write("after_optimizations.txt", result)
+    return result

@@ -1,0 +1,276 @@
+"""PriorityFusion, as XLA:GPU runs it: every fusible producer gets a
+priority, the time the cost model saves by fusing it into all of its
+consumers (duplicating it when there are several):
+
+    priority = time(producer) + sum time(consumer_i) - sum time(consumer_i + producer)
+
+The producer with the highest priority is fused first, into every consumer,
+and the priorities of the new fusions and of their operands are recomputed;
+fusion stops when no priority is positive (zero: a bitcast, free either
+way, is fused so that its producer sees the real consumer).
+
+A producer is fused only where the emitters can emit the result (one hero
+kind per fusion, reductions and tiled transposes keeping their dedicated
+emitters — checked on a trial body with the emitters' own rules, see
+`fusion_utils.body_acceptable`): a reduction is fused only into an
+elementwise epilogue of its single user (XLA's reduction epilogue fusion);
+a reduction is never duplicated into a consumer that would recompute it per
+element; in-place operands (a dynamic-update-slice's or scatter's buffer)
+never receive producers. Dots, custom calls, control flow, sort and
+parameters are never fused; effective-scalar constants are cloned into the
+fusions that read them, larger constants stay operands.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..module import HloComputation, HloInstruction, HloModule
+from .cost_model import NodeCost, fused_cost, node_cost
+from .fusion_utils import (BodyInfo, body_acceptable, create_fusion,
+                           fuse_producer, fusion_kind_for, is_fusible,
+                           _inline_into)
+from .pipeline import HloPass
+from .util import is_effective_scalar, program_computations
+
+__all__ = ["PriorityFusion", "single_instruction_info"]
+
+MAX_FUSION_INSTRUCTIONS = 320
+MAX_OPERANDS_AND_OUTPUTS = 96
+
+_LOOPLIKE = ("loop", "concatenate", "input_slices")
+
+
+def single_instruction_info(inst: HloInstruction) -> BodyInfo:
+    """The emitter a lone instruction would get as its own fusion."""
+    scratch = _scratch_body(inst, None)
+    return body_acceptable(scratch)
+
+
+def _scratch_body(consumer: HloInstruction, producer: HloInstruction | None) -> HloComputation:
+    """A detached body computing `consumer` (its body, or the lone
+    instruction) with `producer` fused in: what the fusion would be."""
+    body = HloComputation("trial")
+    params: dict[int, HloInstruction] = {}
+    count = [0]
+
+    def value_of(o: HloInstruction) -> HloInstruction:
+        if id(o) not in params:
+            if o.opcode == "constant" and is_effective_scalar(o.shape):
+                params[id(o)] = body.add_instruction(o.clone_with([]), keep_name=True)
+            else:
+                p = HloInstruction.create_parameter(count[0], o.shape, f"p{count[0]}")
+                count[0] += 1
+                params[id(o)] = body.add_instruction(p, keep_name=True)
+        return params[id(o)]
+
+    if producer is not None:
+        values = [value_of(o) for o in producer.operands]
+        params[id(producer)] = _inline_into(body, producer, values)
+    values = [value_of(o) for o in consumer.operands]
+    result = _inline_into(body, consumer, values)
+    body.set_root(result)
+    return body
+
+
+class PriorityFusion(HloPass):
+    name = "priority-fusion"
+
+    def __init__(self, max_fusion_instructions: int = MAX_FUSION_INSTRUCTIONS,
+                 max_operands: int = MAX_OPERANDS_AND_OUTPUTS):
+        self.max_fusion_instructions = max_fusion_instructions
+        self.max_operands = max_operands
+
+    def run(self, module: HloModule) -> bool:
+        module.link()
+        changed = False
+        for comp in program_computations(module):
+            changed |= _PriorityFusionRun(self, comp).run()
+        if changed:
+            module.remove_unreachable_computations()
+        return changed
+
+
+class _PriorityFusionRun:
+    def __init__(self, options: PriorityFusion, comp: HloComputation):
+        self.options = options
+        self.comp = comp
+        self.costs: dict[int, NodeCost] = {}
+        self.infos: dict[int, BodyInfo] = {}
+        self.reducer_cache: dict = {}
+        self.version: dict[int, int] = {}
+        self.heap: list = []
+        self.order: dict[int, int] = {}
+        self.alive: dict[int, HloInstruction] = {}
+        self.sequence = 0
+
+    # -- caches ---------------------------------------------------------
+    def cost(self, inst: HloInstruction) -> NodeCost:
+        c = self.costs.get(id(inst))
+        if c is None:
+            c = node_cost(inst, self.reducer_cache)
+            self.costs[id(inst)] = c
+        return c
+
+    def info(self, inst: HloInstruction) -> BodyInfo:
+        i = self.infos.get(id(inst))
+        if i is None:
+            if inst.opcode == "fusion":
+                i = body_acceptable(inst.attrs["calls"])
+            else:
+                i = single_instruction_info(inst)
+            self.infos[id(inst)] = i
+        return i
+
+    def size(self, inst: HloInstruction) -> int:
+        if inst.opcode == "fusion":
+            return len(inst.attrs["calls"])
+        return 1
+
+    def forget(self, inst: HloInstruction) -> None:
+        self.costs.pop(id(inst), None)
+        self.infos.pop(id(inst), None)
+
+    # -- legality ---------------------------------------------------------
+    def producer_ok(self, producer: HloInstruction) -> bool:
+        if producer.opcode in ("parameter", "constant", "get-tuple-element", "tuple"):
+            return False
+        if not is_fusible(producer) or producer.shape.is_tuple:
+            return False
+        if producer is self.comp.root or not producer.users:
+            return False
+        info = self.info(producer)
+        if not info.ok:
+            return False
+        if info.kind in ("scatter", "in_place_dynamic_update_slice"):
+            return False
+        if producer.opcode == "dynamic-update-slice":
+            return False
+        return True
+
+    def can_fuse(self, producer: HloInstruction, consumer: HloInstruction) -> bool:
+        if consumer.opcode in ("parameter", "constant", "tuple", "get-tuple-element"):
+            return False
+        if consumer.opcode == "bitcast":
+            return False  # the bitcast fuses into its own consumers first
+        if not is_fusible(consumer):
+            return False
+        if consumer.shape.is_tuple and not (consumer.opcode == "reduce"):
+            return False
+        if self.size(producer) + self.size(consumer) > self.options.max_fusion_instructions:
+            return False
+        operands = len({id(o) for o in consumer.operands if o is not producer} |
+                       {id(o) for o in producer.operands})
+        if operands + len(consumer.shape.leaves()) > self.options.max_operands:
+            return False
+        p_info, c_info = self.info(producer), self.info(consumer)
+        if not c_info.ok:
+            return False
+        simple = p_info.kind in _LOOPLIKE and c_info.kind in _LOOPLIKE and \
+            not self._has_reduce(producer)
+        if simple:
+            return True
+        if p_info.kind == "reduction" or self._has_reduce(producer):
+            # Reduction epilogue fusion: only into the single user.
+            if len(producer.users) != 1:
+                return False
+        trial = body_acceptable(_scratch_body(consumer, producer))
+        if not trial.ok:
+            return False
+        if p_info.kind == "reduction" and trial.kind != "reduction":
+            return False
+        if c_info.kind not in _LOOPLIKE and trial.kind != c_info.kind:
+            return False  # the consumer's emitter must stay (in-place DUS...)
+        return True
+
+    @staticmethod
+    def _has_reduce(inst: HloInstruction) -> bool:
+        if inst.opcode == "reduce":
+            return True
+        if inst.opcode == "fusion":
+            return any(i.opcode == "reduce" for i in inst.attrs["calls"].instructions)
+        return False
+
+    # -- priorities ---------------------------------------------------------
+    def priority(self, producer: HloInstruction) -> float | None:
+        if producer.parent is not self.comp or not self.producer_ok(producer):
+            return None
+        consumers = list(dict.fromkeys(producer.users))
+        if not consumers:
+            return None
+        for c in consumers:
+            if not self.can_fuse(producer, c):
+                return None
+        pc = self.cost(producer)
+        unfused = pc.time
+        fused = 0.0
+        for c in consumers:
+            cc = self.cost(c)
+            unfused += cc.time
+            fused += fused_cost(producer, pc, c, cc).time
+        return unfused - fused
+
+    def push(self, inst: HloInstruction) -> None:
+        key = id(inst)
+        self.version[key] = self.version.get(key, 0) + 1
+        p = self.priority(inst)
+        if p is None or p < 0:
+            return
+        self.alive[key] = inst
+        self.sequence += 1
+        heapq.heappush(self.heap, (-p, self.order.get(key, 0), self.sequence, key,
+                                   self.version[key]))
+
+    # -- the loop -------------------------------------------------------------
+    def run(self) -> bool:
+        comp = self.comp
+        for k, inst in enumerate(comp.instructions):
+            self.order[id(inst)] = k
+        for inst in list(comp.instructions):
+            self.push(inst)
+        changed = False
+        while self.heap:
+            neg, _, _, key, version = heapq.heappop(self.heap)
+            if self.version.get(key) != version:
+                continue
+            producer = self.alive.get(key)
+            if producer is None or producer.parent is not comp:
+                continue
+            # Re-check: the graph may have changed since the push.
+            p = self.priority(producer)
+            if p is None or p < 0:
+                continue
+            if abs(p - (-neg)) > 1e-12:
+                self.push(producer)
+                continue
+            self.fuse_everywhere(producer)
+            changed = True
+        return changed
+
+    def fuse_everywhere(self, producer: HloInstruction) -> None:
+        comp = self.comp
+        consumers = list(dict.fromkeys(producer.users))
+        touched: list[HloInstruction] = []
+        for consumer in consumers:
+            position = self.order.get(id(consumer), 0)
+            if consumer.opcode != "fusion":
+                self.forget(consumer)
+                self.version[id(consumer)] = self.version.get(id(consumer), 0) + 1
+                consumer = create_fusion(consumer)
+            fuse_producer(consumer, producer)
+            self.forget(consumer)
+            self.order[id(consumer)] = position
+            info = self.info(consumer)
+            consumer.attrs["kind"] = fusion_kind_for(info)
+            touched.append(consumer)
+        self.version[id(producer)] = self.version.get(id(producer), 0) + 1
+        self.alive.pop(id(producer), None)
+        operands = list(producer.operands)
+        if not producer.users and producer is not comp.root:
+            comp.remove_instruction(producer)
+            self.forget(producer)
+        update = list(dict.fromkeys([*touched, *operands,
+                                     *(o for t in touched for o in t.operands)]))
+        for inst in update:
+            if inst.parent is comp:
+                self.push(inst)

@@ -1,0 +1,123 @@
+"""Helpers the passes share: shapes with default layouts, which
+computations hold "program" instructions, side effects, opcode classes."""
+
+from __future__ import annotations
+
+from math import prod
+
+from ..fusions import ELEMENTWISE_OPCODES
+from ..module import HloComputation, HloInstruction, HloModule
+from ..shape import Shape, bit_width
+
+__all__ = ["array_shape", "default_layout", "with_default_layout",
+           "program_computations", "has_side_effect", "is_elementwise",
+           "is_scalar_constant", "is_effective_scalar", "byte_size",
+           "same_shape", "ELEMENTWISE_OPCODES", "CONTROL_FLOW_OPCODES"]
+
+# Instructions whose called computations hold program-level instructions
+# (passes run there), as opposed to fusion bodies and per-element
+# computations (reducers, comparators, scatter combiners).
+CONTROL_FLOW_OPCODES = frozenset({"while", "conditional", "call", "async-start"})
+
+_SIDE_EFFECTING = frozenset({
+    "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "rng",
+    "rng-get-and-update-state", "rng-bit-generator", "after-all",
+    "all-reduce", "all-gather", "all-to-all", "collective-permute",
+    "reduce-scatter", "all-reduce-start", "all-reduce-done",
+    "collective-permute-start", "collective-permute-done", "domain",
+    "add-dependency", "optimization-barrier",
+})
+
+
+def default_layout(rank: int) -> tuple[int, ...]:
+    return tuple(range(rank - 1, -1, -1))
+
+
+def array_shape(element_type: str, dims) -> Shape:
+    """An array shape with XLA's default (row-major) layout."""
+    dims = tuple(int(d) for d in dims)
+    return Shape(element_type, dims, default_layout(len(dims)))
+
+
+def with_default_layout(shape: Shape) -> Shape:
+    if shape.is_tuple:
+        return Shape("", (), None, tuple(with_default_layout(s) for s in shape.tuple_shapes))
+    if shape.element_type == "token":
+        return shape
+    return Shape(shape.element_type, shape.dims, default_layout(shape.rank))
+
+
+def same_shape(a: Shape, b: Shape, layouts: bool = True) -> bool:
+    """Equal shapes; a missing layout is the default one."""
+    if a.is_tuple or b.is_tuple:
+        return a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes) \
+            and all(same_shape(x, y, layouts) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
+    if a.element_type != b.element_type or tuple(a.dims) != tuple(b.dims):
+        return False
+    if not layouts or a.element_type == "token":
+        return True
+    la = a.layout if a.layout is not None else default_layout(a.rank)
+    lb = b.layout if b.layout is not None else default_layout(b.rank)
+    return tuple(la) == tuple(lb)
+
+
+def byte_size(shape: Shape) -> int:
+    """Bytes of all leaves (sub-byte types one per byte, as stored here)."""
+    total = 0
+    for leaf in shape.leaves():
+        if leaf.element_type in ("", "token"):
+            continue
+        total += prod(leaf.dims) * max(8, bit_width(leaf.element_type)) // 8
+    return total
+
+
+def is_elementwise(inst: HloInstruction) -> bool:
+    """Computes each output element from the operands' elements at the same
+    index (a bitcast-convert between widths adds a dimension: not)."""
+    if inst.opcode not in ELEMENTWISE_OPCODES or inst.opcode == "bitcast":
+        return False
+    if inst.opcode == "bitcast-convert":
+        return inst.shape.rank == inst.operands[0].shape.rank
+    return True
+
+
+def is_effective_scalar(shape: Shape) -> bool:
+    return not shape.is_tuple and prod(shape.dims) == 1
+
+
+def is_scalar_constant(inst: HloInstruction) -> bool:
+    return inst.opcode == "constant" and not inst.shape.is_tuple and inst.shape.rank == 0
+
+
+def has_side_effect(inst: HloInstruction) -> bool:
+    if inst.opcode in _SIDE_EFFECTING:
+        return True
+    if inst.opcode == "custom-call":
+        flag = inst.attrs.get("custom_call_has_side_effect")
+        return flag is True or str(flag).lower() == "true"
+    return False
+
+
+def program_computations(module: HloModule) -> list[HloComputation]:
+    """The ENTRY and the computations it reaches through control flow
+    (while bodies and conditions, conditional branches, calls), callees
+    first. Fusion bodies and per-element computations are not included."""
+    entry = module.entry
+    order: list[HloComputation] = []
+    seen: set[int] = set()
+    stack: list[tuple[HloComputation, bool]] = [(entry, False)]
+    while stack:
+        comp, expanded = stack.pop()
+        if expanded:
+            order.append(comp)
+            continue
+        if id(comp) in seen:
+            continue
+        seen.add(id(comp))
+        stack.append((comp, True))
+        for inst in comp.instructions:
+            if inst.opcode in CONTROL_FLOW_OPCODES:
+                for called in inst.called_computations:
+                    if id(called) not in seen:
+                        stack.append((called, False))
+    return order
