@@ -43,7 +43,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
+try:  # the installed package: its native part and generated op builders
+    import xla_gpu  # noqa: F401,E402
+except ImportError:  # a bare source tree (a GPU machine: runtime and hlo only)
+    sys.path.insert(0, str(ROOT))
 
 import benchlib as bl  # noqa: E402
 import corpus  # noqa: E402
@@ -140,7 +143,7 @@ def _subprocess_json(args: list[str], env: dict, clean_rss: bool = False) -> tup
         # forks (no exec) starts the measured process from a small image.
         command = ["/bin/sh", "-c", '"$@"; exit $?', "sh", *command]
     start = time.perf_counter()
-    proc = subprocess.run(command, cwd=ROOT, env=env,
+    proc = subprocess.run(command, cwd=HERE, env=env,
                           capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - start
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]

@@ -49,7 +49,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
+try:  # the installed package: its native part and generated op builders
+    import xla_gpu  # noqa: F401,E402
+except ImportError:  # a bare source tree (a GPU machine: runtime and hlo only)
+    sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
@@ -100,6 +103,9 @@ def prepare(out: Path, sizes: str, arch: str, cases) -> int:
           f"{size / (1 << 20):.2f} MiB")
     if size > 60 << 20:
         print("warning: over 60 MiB, too large to carry to the GPU machine", file=sys.stderr)
+        return 1
+    if ok == 0:
+        print("error: no kernel was prepared", file=sys.stderr)
         return 1
     try:
         rel = out.resolve().relative_to(ROOT)
@@ -426,7 +432,10 @@ def main(argv=None) -> int:
     print(text)
     print(f"(wrote {out / 'run_gpu.md'} and run_gpu.json)")
     bad = [r for r in result["rows"] if r.get("ok") is False or r.get("failure")]
-    return 1 if bad else 0
+    ran = [r for r in result["rows"] if r.get("ok") is True]
+    if not ran:
+        print("error: no kernel ran", file=sys.stderr)
+    return 1 if bad or not ran else 0
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@
 #include "mlir/Conversion/MathToLibm/MathToLibm.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Transforms/DialectConversion.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
@@ -76,6 +77,18 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
       RewritePatternSet patterns(ctx);
       arith::populateExpandBFloat16Patterns(patterns);
       if (failed(applyPatternsGreedily(module, std::move(patterns))))
+        return signalPassFailure();
+    }
+
+    // expm1 and log1p to libm first: MathToLLVM expands them as exp(x) - 1
+    // and log(1 + x), which lose every digit near 0 (expm1(1e-8) = 0).
+    {
+      RewritePatternSet patterns(ctx);
+      populateMathToLibmConversionPatterns(patterns);
+      ConversionTarget target(*ctx);
+      target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+      target.addIllegalOp<math::ExpM1Op, math::Log1pOp>();
+      if (failed(applyPartialConversion(module, target, std::move(patterns))))
         return signalPassFailure();
     }
 

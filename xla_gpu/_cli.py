@@ -101,7 +101,7 @@ def translate(argv: list[str] | None = None) -> int:
             path = args.input
         if not os.path.exists(path):
             sys.stderr.write(f"xla-gpu-translate: cannot open input file '{path}'\n")
-            return 1
+            return 2
         module = mlir_ir.Module.parseFile(path, ctx)
         passes = pipeline.passes_for(args.target, threads=args.threads,
                                      blocks=args.blocks)
@@ -111,7 +111,7 @@ def translate(argv: list[str] | None = None) -> int:
                 sys.stderr.write(f"xla-gpu-translate: no pass named "
                                  f"'{args.stop_after}' in the pipeline: "
                                  f"{', '.join(dict.fromkeys(names))}\n")
-                return 1
+                return 2
             passes = passes[:names.index(args.stop_after) + 1]
         pipeline.run(module, dump_dir=args.dump_dir, dump_regex=args.dump_regex,
                      passes=passes)
@@ -126,14 +126,14 @@ def translate(argv: list[str] | None = None) -> int:
                 if cubin is None:
                     sys.stderr.write("xla-gpu-translate: no ptxas found (install "
                                      "nvidia-cuda-nvcc or a CUDA toolkit)\n")
-                    return 1
+                    return 2
                 out = cubin
     except mlir_ir.MLIRError as e:
         sys.stderr.write(_diagnostics(e, rename) + "\n")
-        return 1
+        return 2
     except (codegen.CodegenError, ValueError) as e:
         sys.stderr.write(f"xla-gpu-translate: {e}\n")
-        return 1
+        return 2
     finally:
         for temp in rename:
             os.unlink(temp)
@@ -154,8 +154,39 @@ def _write_output(path: str, out: str | bytes) -> None:
         Path(path).write_text(out)
 
 
+def _guarded(prog: str, main, argv=None) -> int:
+    """Runs a CLI's main: any error becomes one line on stderr and exit
+    status 2 (1 is kept for numerical mismatches); XLA_GPU_TRACEBACK=1 shows
+    the traceback of unexpected errors instead."""
+    from .errors import XlaGpuError
+    try:
+        return main(argv)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130
+    except MemoryError:
+        sys.stderr.write(f"{prog}: out of host memory\n")
+        return 2
+    except XlaGpuError as e:
+        sys.stderr.write(f"{prog}: {_one_line(e)}\n")
+        return 2
+    except Exception as e:  # a bug: still one line, never a traceback
+        if os.environ.get("XLA_GPU_TRACEBACK"):
+            raise
+        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {_one_line(e)} "
+                         "(set XLA_GPU_TRACEBACK=1 for the traceback)\n")
+        return 2
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text if "\n" not in text else text.replace("\n", "\n  ")
+
+
 def translate_main() -> None:
-    raise SystemExit(translate())
+    raise SystemExit(_guarded("xla-gpu-translate", translate))
 
 
 def fusion_to_mlir(argv: list[str] | None = None) -> int:
@@ -181,7 +212,7 @@ def fusion_to_mlir(argv: list[str] | None = None) -> int:
         text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text()
     except OSError as e:
         sys.stderr.write(f"xla-gpu-fusion-to-mlir: cannot read '{source}': {e.strerror}\n")
-        return 1
+        return 2
     try:
         module = hlo.parse_module(text, source=source)
         kernel = emitters.emit(module, ir.Context(), fusion=args.fusion)
@@ -189,10 +220,10 @@ def fusion_to_mlir(argv: list[str] | None = None) -> int:
     except hlo.HloError as e:
         sys.stderr.write(f"xla-gpu-fusion-to-mlir: {source}: {e}\n"
                          if not isinstance(e, hlo.HloParseError) else f"{e}\n")
-        return 1
+        return 2
     except mlir_ir.MLIRError as e:
         sys.stderr.write(f"xla-gpu-fusion-to-mlir: invalid IR emitted: {_diagnostics(e)}\n")
-        return 1
+        return 2
     launch = kernel.launch
     header = (f"// fusion: {kernel.fusion.name}, emitter: {kernel.emitter} "
               f"(hero: {kernel.fusion.kind}), threads: {launch.threads}, "
@@ -203,7 +234,7 @@ def fusion_to_mlir(argv: list[str] | None = None) -> int:
 
 
 def fusion_to_mlir_main() -> None:
-    raise SystemExit(fusion_to_mlir())
+    raise SystemExit(_guarded("xla-gpu-fusion-to-mlir", fusion_to_mlir))
 
 
 def run_hlo(argv: list[str] | None = None) -> int:
@@ -263,8 +294,8 @@ def run_hlo(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{prog}: {args.input}: {e}\n" if not isinstance(e, hlo.HloParseError)
                          else f"{e}\n")
         return 2
-    except (xla_gpu.CompileError, xla_gpu.runtime.CudaError, ValueError) as e:
-        sys.stderr.write(f"{prog}: {e}\n")
+    except (xla_gpu.XlaGpuError, ValueError) as e:
+        sys.stderr.write(f"{prog}: {_one_line(e)}\n")
         return 2
     worst = None
     for k, (got, want, shape) in enumerate(zip(outputs, expected, fusion.output_shapes)):
@@ -286,4 +317,4 @@ def run_hlo(argv: list[str] | None = None) -> int:
 
 
 def run_hlo_main() -> None:
-    raise SystemExit(run_hlo())
+    raise SystemExit(_guarded("xla-gpu-run", run_hlo))

@@ -12,9 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-import threading
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,23 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__, hlo
-from .errors import CompileError
-from .runtime import CudaKernel, HostKernel, KernelSpec, cuda_available
+from . import __version__, compile_cache, hlo
+from .compile_cache import cache_dir
+from .errors import (ArgumentError, ArtifactError, CompileError, ResourceError,
+                     XlaGpuError)
+from .runtime import (CudaKernel, EmptyKernel, HostKernel, KernelSpec, artifact,
+                      check_output_memory, cuda_available)
 from .runtime.spec import ArgSpec
 
 __all__ = ["compile", "Executable", "CompileError", "cache_dir", "clear_memory_cache"]
 
 TARGETS = ("auto", "cuda", "cpu")
-
-
-def cache_dir() -> Path:
-    """`XLA_GPU_CACHE_DIR`, else `$XDG_CACHE_HOME/xla_gpu`, else ~/.cache/xla_gpu."""
-    env = os.environ.get("XLA_GPU_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "xla_gpu"
 
 
 @dataclass
@@ -55,6 +47,7 @@ class Executable:
     host_library: bytes | None = None       # cpu: the same as a shared object
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    artifact_digest: str | None = None      # set by save() and load()
     _kernel: Any = field(default=None, repr=False)
 
     @property
@@ -88,17 +81,13 @@ class Executable:
 
     def _load(self):
         if self._kernel is None:
-            if self.target == "cuda":
+            if self.spec.blocks == 0:
+                self._kernel = EmptyKernel(self.spec)
+            elif self.target == "cuda":
                 self._kernel = CudaKernel(self.spec, cubin=self.cubin, ptx=self.ptx)
             elif self.host_library is not None:
                 # A shared object: no MLIR needed (a cache hit, a saved kernel).
-                fd, path = tempfile.mkstemp(prefix="xla_gpu_", suffix=".so")
-                with os.fdopen(fd, "wb") as f:
-                    f.write(self.host_library)
-                try:
-                    self._kernel = HostKernel(self.spec, path)
-                finally:
-                    os.unlink(path)  # the loaded library stays mapped
+                self._kernel = HostKernel.from_bytes(self.spec, self.host_library)
             else:
                 from .backends import cpu
                 self._kernel = _HostRunner(self.spec, cpu.from_lowered(
@@ -126,7 +115,9 @@ class Executable:
         return (time.perf_counter() - start) / iterations
 
     def save(self, directory: str | Path) -> Path:
-        """Writes the artifact `xla_gpu.runtime.load` reads."""
+        """Writes the artifact `xla_gpu.runtime.load` reads; sets
+        `artifact_digest`, which pins the directory when passed back to
+        `runtime.load(dir, expected_digest=...)`."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         files = {"kernel.json": self.spec.to_json().encode(),
@@ -143,83 +134,43 @@ class Executable:
         for name, data in files.items():
             (directory / name).write_bytes(data)
         digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-        (directory / "digests.json").write_text(json.dumps(digests, indent=1))
+        manifest = json.dumps(digests, indent=1).encode()
+        (directory / "digests.json").write_bytes(manifest)
+        self.artifact_digest = artifact.digest_of(manifest)
         return directory
 
     @staticmethod
-    def load(directory: str | Path) -> "Executable":
-        """Reads what `save` wrote; raises ValueError when a file is missing
-        or does not match its digest (a corrupt cache entry)."""
-        directory = Path(directory)
-        digests = json.loads((directory / "digests.json").read_text())
-        data = {}
-        for name, digest in digests.items():
-            blob = (directory / name).read_bytes()
-            if hashlib.sha256(blob).hexdigest() != digest:
-                raise ValueError(f"{directory / name}: digest mismatch")
-            data[name] = blob
-        spec = KernelSpec.from_json(data["kernel.json"].decode())
-        return Executable(
-            spec, data["fusion.hlo"].decode(), data["emitted.mlir"].decode(),
-            ptx=data["kernel.ptx"].decode() if "kernel.ptx" in data else None,
-            cubin=data.get("kernel.cubin"),
-            host_mlir=data["kernel.host.mlir"].decode() if "kernel.host.mlir" in data else None,
-            host_library=data.get("kernel.so"))
+    def load(directory: str | Path, *, expected_digest: str | None = None,
+             check_abi: bool = True) -> "Executable":
+        """Reads what `save` wrote, verified as `xla_gpu.runtime.load` does
+        (ArtifactError when a file is missing, unsafe or does not match its
+        digest, or kernel.json does not match the fusion)."""
+        where = str(directory)
+        data, digest = artifact.read_artifact(directory, expected_digest)
+        spec = artifact.parse_spec(data, where)
+        try:
+            hlo_text = data["fusion.hlo"].decode()
+            emitted = data["emitted.mlir"].decode()
+            ptx = data["kernel.ptx"].decode() if "kernel.ptx" in data else None
+            host_mlir = data["kernel.host.mlir"].decode() if "kernel.host.mlir" in data else None
+        except KeyError as e:
+            raise ArtifactError(f"{where}: {e.args[0]} is missing") from None
+        except UnicodeDecodeError as e:
+            raise ArtifactError(f"{where}: a text file is not UTF-8 ({e})") from None
+        artifact.validate_spec(spec, hlo_text if check_abi else None, where)
+        exe = Executable(spec, hlo_text, emitted, ptx=ptx, cubin=data.get("kernel.cubin"),
+                         host_mlir=host_mlir, host_library=data.get("kernel.so"))
+        exe.artifact_digest = digest
+        return exe
 
 
 # -- the compile cache ---------------------------------------------------------
 
-_memory: dict[str, Executable] = {}
-_memory_lock = threading.Lock()
+_memory = compile_cache.MemoryCache()
 
 
 def clear_memory_cache() -> None:
-    with _memory_lock:
-        _memory.clear()
-
-
-def _key(*parts: str) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]
-
-
-def _disk_get(key: str, target: str) -> Executable | None:
-    entry = cache_dir() / key
-    if not entry.is_dir():
-        return None
-    try:
-        exe = Executable.load(entry)
-        if exe.spec.version != __version__ or exe.spec.target != target:
-            raise ValueError("stale entry")
-        if target == "cpu" and exe.host_mlir is None:
-            raise ValueError("no host kernel")
-        return exe
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
-        shutil.rmtree(entry, ignore_errors=True)  # rebuilt by the caller
-        return None
-
-
-def _disk_put(key: str, exe: Executable) -> None:
-    root = cache_dir()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-        exe.save(tmp)
-        final = root / key
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-    except OSError:
-        pass  # a read-only or full cache only costs recompilation
-
-
-def _remember_text(raw_key: str, key: str) -> None:
-    try:
-        raw = cache_dir() / "raw"
-        raw.mkdir(parents=True, exist_ok=True)
-        tmp = raw / f".{raw_key}.{os.getpid()}"
-        tmp.write_text(key)
-        os.replace(tmp, raw / raw_key)
-    except OSError:
-        pass
+    _memory.clear()
 
 
 def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "sm_90",
@@ -232,37 +183,61 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     "cpu" (the same kernel run by grid emulation on the host), or "auto"
     (cuda when a GPU is usable). fusion: which fusion of the ENTRY to
     compile (default: the only one). dump_dir: write the IR after each pass
-    matching dump_regex, and the PTX (bypasses the cache)."""
+    matching dump_regex, and the PTX (bypasses the cache).
+
+    Raises only xla_gpu's errors: ArgumentError (bad options), HloParseError
+    (malformed text), HloError / UnsupportedError (a module it cannot
+    compile; names the instruction), CompileError (the pipeline failed),
+    ResourceError (limits), ArtifactError; all derive from XlaGpuError."""
     if target not in TARGETS:
-        raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
-    if not (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit()):
-        raise ValueError(f"arch must look like sm_90, got {arch!r}")
+        raise ArgumentError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+    if not (isinstance(arch, str) and re.fullmatch(r"sm_\d+[af]?", arch)):
+        raise ArgumentError(f"arch must look like sm_90 (or sm_90a), got {arch!r}")
+    if not isinstance(hlo_text, (str, os.PathLike)):
+        raise ArgumentError(f"compile() takes HLO text or a path, got "
+                            f"{type(hlo_text).__name__}")
     source = "<hlo>"
     text = hlo_text
     if isinstance(hlo_text, os.PathLike) or (
             isinstance(hlo_text, str) and "\n" not in hlo_text and
             hlo_text.endswith(".hlo") and os.path.exists(hlo_text)):
         source = str(hlo_text)
-        text = Path(hlo_text).read_text()
+        try:
+            text = Path(hlo_text).read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ArgumentError(f"cannot read {source}: {e}") from None
+    try:
+        return _compile(text, source, target, arch, fusion, cache, dump_dir, dump_regex)
+    except XlaGpuError:
+        raise
+    except RecursionError:
+        raise CompileError(f"{source}: the module nests too deeply for the compiler "
+                           "(a chain of operations or regions deeper than it can "
+                           "walk)") from None
+    except MemoryError:
+        raise ResourceError(f"{source}: out of host memory while compiling") from None
+    except Exception as e:  # a compiler bug: still one of our errors
+        raise CompileError(f"{source}: internal compiler error: {type(e).__name__}: {e}") \
+            from e
+
+
+def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
+             cache: bool, dump_dir, dump_regex: str) -> Executable:
     if target == "auto":
         target = "cuda" if cuda_available() else "cpu"
     use_cache = cache and dump_dir is None
-    raw_key = _key("raw", text, target, arch, fusion or "", __version__)
+    identity = compile_cache.compiler_identity(target) if use_cache else ""
+    raw_key = compile_cache.make_key("raw", text, target, arch, fusion or "", identity)
+    disk = compile_cache.DiskCache() if use_cache else None
     if use_cache:
-        with _memory_lock:
-            hit = _memory.get(raw_key)
+        hit = _memory.get(raw_key)
         if hit is not None:
             return hit
-    if use_cache:
         # The same text compiled before (any process): skip parsing too.
-        try:
-            known = (cache_dir() / "raw" / raw_key).read_text().strip()
-        except OSError:
-            known = ""
-        exe = _disk_get(known, target) if known else None
+        known = disk.lookup_text(raw_key)
+        exe = disk.get(known, target) if known else None
         if exe is not None:
-            with _memory_lock:
-                _memory[raw_key] = exe
+            _memory.put(raw_key, exe)
             return exe
     start = time.perf_counter()
     module = hlo.parse_module(text, source=source)
@@ -270,21 +245,20 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     spec_fusion = select_fusion(module, fusion)
     from .hlo.fingerprint import fingerprint
     # Names do not matter: a renamed fusion reuses the kernel (and its name).
-    key = _key("fusion", fingerprint(spec_fusion.computation), target, arch, __version__)
+    key = compile_cache.make_key("fusion", fingerprint(spec_fusion.computation), target,
+                                 arch, identity)
     if use_cache:
-        exe = _disk_get(key, target)
+        exe = disk.get(key, target)
         if exe is not None:
-            _remember_text(raw_key, key)
-            with _memory_lock:
-                _memory[raw_key] = exe
+            disk.remember_text(raw_key, key)
+            _memory.put(raw_key, exe)
             return exe
     exe = _build(spec_fusion, text, target, arch, key, dump_dir, dump_regex)
     exe.timings["total"] = time.perf_counter() - start
     if use_cache:
-        _disk_put(key, exe)
-        _remember_text(raw_key, key)
-        with _memory_lock:
-            _memory[raw_key] = exe
+        disk.put(key, exe)
+        disk.remember_text(raw_key, key)
+        _memory.put(raw_key, exe)
     return exe
 
 
@@ -295,6 +269,18 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
     from . import codegen, emitters, ir, pipeline
 
     timings: dict[str, float] = {}
+    if fusion.output_shapes and all(s.num_elements == 0 for s in fusion.output_shapes):
+        # Nothing to compute: no kernel is launched (as XLA does).
+        from .emitters.partitioner import sanitize
+        spec = KernelSpec(
+            name=sanitize(fusion.name), target=target, arch=arch, threads=1, blocks=0,
+            shared_bytes=0,
+            parameters=[ArgSpec(tuple(p.shape.dims), p.shape.element_type)
+                        for p in fusion.parameters],
+            outputs=[ArgSpec(tuple(s.dims), s.element_type) for s in fusion.output_shapes],
+            emitter="none", fusion=fusion.name, fingerprint=key, version=__version__)
+        return Executable(spec, text, "", notes=["every output is empty: no kernel"],
+                          timings=timings)
     t0 = time.perf_counter()
     context = ir.Context()
     kernel = emitters.emit_fusion(fusion, context)
@@ -357,6 +343,7 @@ class _HostRunner:
         self.spec, self.host = spec, host
 
     def run(self, *arrays) -> tuple[np.ndarray, ...]:
+        check_output_memory(self.spec)
         buffers, outputs = self.spec.host_buffers(arrays)
         workers = min(os.cpu_count() or 1, 8) if self.spec.blocks >= 64 else 1
         self.host.run(buffers, workers=workers)

@@ -17,6 +17,10 @@ config.test_exec_root = os.path.join(config.test_source_root, "Output")
 config.environment["PYTHONUNBUFFERED"] = "1"
 # Diagnostics must not depend on the terminal.
 config.environment.pop("MLIR_ENABLE_DUMP", None)
+# Hermetic: a fresh compile cache per lit run, never the user's ~/.cache.
+import tempfile  # noqa: E402
+
+config.environment["XLA_GPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="xla_gpu_lit_cache_")
 
 import xla_gpu  # noqa: E402
 

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
+
+# Hermetic: every test session compiles into a fresh cache of its own and
+# never reads or writes the user's ~/.cache (set before xla_gpu is imported
+# by any test module; subprocesses inherit it).
+_SESSION_CACHE = tempfile.mkdtemp(prefix="xla_gpu_test_cache_")
+os.environ["XLA_GPU_CACHE_DIR"] = _SESSION_CACHE
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
 @pytest.fixture

@@ -78,10 +78,10 @@ def test_translate_cli(tmp_path):
     ok = translate(str(ROOT / "examples" / "gelu.mlir"), "--emit=ptx")
     assert ok.returncode == 0 and ".entry main(" in ok.stdout
     bad = translate("-", stdin="func.func @f() {\n  %x = xla_gpu.nope\n}\n")
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert bad.stderr.startswith("<stdin>:2:8: error: custom op 'xla_gpu.nope' is unknown")
     stop = translate(str(ROOT / "examples" / "gelu.mlir"), "--stop-after=no-such-pass")
-    assert stop.returncode == 1 and "no pass named 'no-such-pass'" in stop.stderr
+    assert stop.returncode == 2 and "no pass named 'no-such-pass'" in stop.stderr
 
 
 def test_bad_ptx_is_a_codegen_error():

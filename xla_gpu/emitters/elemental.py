@@ -105,6 +105,7 @@ class FunctionEmitter:
         cached = self._lookup(key)
         if cached is not None:
             return cached
+        self._emit_elementwise_operands_first(inst, indices)
         if id(inst) in self.injected:
             values = self.injected[id(inst)](indices)
         elif inst.opcode == "parameter":
@@ -124,6 +125,41 @@ class FunctionEmitter:
             values = handler(self, inst, indices)
         self._scopes[-1][key] = values
         return values
+
+    def _is_same_index_elementwise(self, inst: HloInstruction) -> bool:
+        return (inst.opcode in _UNARY or inst.opcode in _BINARY) and \
+            id(inst) not in self.injected and inst.opcode not in ("parameter", "constant") \
+            and self.is_local(inst)
+
+    def _emit_elementwise_operands_first(self, inst: HloInstruction,
+                                         indices: Values) -> None:
+        """Emits the chain of elementwise operands read at the same indices
+        bottom-up, with an explicit stack: a fusion of thousands of chained
+        elementwise ops is emitted without deep recursion (each op then
+        finds its operands in the cache)."""
+        if not self._is_same_index_elementwise(inst):
+            return
+        rank_key = tuple(indices)
+        order: list[HloInstruction] = []
+        visited: set[int] = set()
+        stack: list[tuple[HloInstruction, bool]] = [(inst, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            stack.append((node, True))
+            for operand in node.operands:
+                if operand.shape.dims == node.shape.dims and operand.shape.rank and \
+                        id(operand) not in visited and \
+                        self._is_same_index_elementwise(operand) and \
+                        self._lookup((id(operand), rank_key)) is None:
+                    stack.append((operand, False))
+        for node in order[:-1]:          # the last one is `inst` itself
+            self.emit(node, indices)
 
     def emit1(self, inst: HloInstruction, indices: Sequence[ir.Value]) -> ir.Value:
         values = self.emit(inst, indices)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .module import HloComputation, HloInstruction
-from .shape import Shape, bit_width, is_float, is_integral
+from .shape import Shape, bit_width, is_float, is_integral, numpy_dtype
 
 __all__ = ["TOLERANCES", "Mismatch", "compare", "random_inputs", "tolerance_type",
            "has_reduction"]
@@ -112,46 +112,226 @@ def compare(actual: np.ndarray, expected: np.ndarray, element_type: str,
     return Mismatch(output, where, actual[where], expected[where], int(bad.sum()), bad.size)
 
 
-def _index_limits(comp: HloComputation) -> dict[int, int]:
-    """Parameter number -> largest valid index, for parameters used as
-    indices (dynamic-slice starts, gather/scatter indices): random values in
-    range exercise the kernel rather than only the clamping."""
-    limits: dict[int, int] = {}
+_FORWARDING = ("convert", "bitcast", "reshape", "broadcast", "copy")
 
-    def note(inst: HloInstruction, limit: int) -> None:
-        while inst.opcode in ("convert", "bitcast", "reshape", "broadcast", "copy"):
-            inst = inst.operands[0]
-        if inst.opcode == "parameter":
-            n = inst.parameter_number
-            limits[n] = min(limits.get(n, limit), limit)
 
-    for inst in comp.instructions:
-        op = inst.opcode
-        if op == "dynamic-slice":
-            sizes = inst.attrs.get("dynamic_slice_sizes", ())
-            for d, start in enumerate(inst.operands[1:]):
-                note(start, inst.operands[0].shape.dims[d] - sizes[d])
-        elif op == "dynamic-update-slice":
-            upd = inst.operands[1].shape.dims
-            for d, start in enumerate(inst.operands[2:]):
-                note(start, inst.operands[0].shape.dims[d] - upd[d])
-        elif op in ("gather", "scatter"):
-            note(inst.operands[1], max(min(inst.operands[0].shape.dims or (1,)) - 1, 0))
-    return limits
+def _source_parameter(inst: HloInstruction) -> HloInstruction | None:
+    """The parameter `inst` is (through converts, reshapes, broadcasts...)."""
+    while inst.opcode in _FORWARDING:
+        inst = inst.operands[0]
+    return inst if inst.opcode == "parameter" else None
+
+
+def _sequential_computations(comp: HloComputation) -> list[HloComputation]:
+    """`comp` and the computations it calls whose parameters are fed by the
+    caller's values (call, while, conditional, fusion): constrained uses
+    inside them constrain the outer parameters passed in."""
+    out, stack, seen = [], [comp], set()
+    while stack:
+        c = stack.pop()
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        out.append(c)
+        for inst in c.instructions:
+            if inst.opcode in ("call", "fusion", "while", "conditional"):
+                stack.extend(inst.called_computations)
+    return out
+
+
+def _outer_parameter(inst: HloInstruction, comp: HloComputation,
+                     callers: dict[int, tuple]) -> HloInstruction | None:
+    """Follows a parameter of a called computation out to a parameter of
+    the top computation, when the caller passes one straight through."""
+    for _ in range(64):
+        param = _source_parameter(inst)
+        if param is None:
+            return None
+        if param.parent is comp or id(param.parent) not in callers:
+            return param if param.parent is comp else None
+        caller = callers[id(param.parent)]
+        if caller.opcode in ("call", "fusion"):
+            inst = caller.operands[param.parameter_number]
+        else:
+            return None          # while/conditional carries change per step
+    return None
+
+
+def _constrained_uses(comp: HloComputation):
+    """(parameter number, kind, detail) for every parameter of `comp` that
+    XLA's harness constrains: indices ("index", largest valid value),
+    reduction init values ("init", (reducer, which init)), sort keys
+    ("distinct", None)."""
+    callers: dict[int, HloInstruction] = {}
+    for c in _sequential_computations(comp):
+        for inst in c.instructions:
+            if inst.opcode in ("call", "fusion"):
+                for called in inst.called_computations:
+                    callers[id(called)] = inst
+    uses = []
+
+    def note(inst: HloInstruction, where: HloComputation, kind: str, detail) -> None:
+        param = _outer_parameter(inst, comp, callers)
+        if param is not None:
+            uses.append((param.parameter_number, kind, detail))
+
+    for c in _sequential_computations(comp):
+        for inst in c.instructions:
+            op, ops = inst.opcode, inst.operands
+            if op == "dynamic-slice":
+                sizes = inst.attrs.get("dynamic_slice_sizes", ())
+                for d, start in enumerate(ops[1:]):
+                    if d < len(sizes):
+                        note(start, c, "index", ops[0].shape.dims[d] - sizes[d])
+            elif op == "dynamic-update-slice" and len(ops) >= 2:
+                upd = ops[1].shape.dims
+                for d, start in enumerate(ops[2:]):
+                    if d < len(upd) and d < ops[0].shape.rank:
+                        note(start, c, "index", ops[0].shape.dims[d] - upd[d])
+            elif op in ("gather", "scatter") and len(ops) >= 2:
+                note(ops[1], c, "index", max(min(ops[0].shape.dims or (1,)) - 1, 0))
+            elif op in ("reduce", "reduce-window") and ops:
+                reducer = inst.attrs.get("to_apply")
+                half = len(ops) // 2
+                for k, init in enumerate(ops[half:]):
+                    note(init, c, "init", (reducer, k, half))
+            elif op == "select-and-scatter" and len(ops) == 3:
+                note(ops[2], c, "init", (inst.attrs.get("scatter"), 0, 1))
+            elif op == "sort" or (op == "custom-call" and
+                                  inst.attrs.get("custom_call_target") == "TopK") \
+                    or op == "topk":
+                for operand in ops:
+                    note(operand, c, "distinct", None)
+    return uses
+
+
+def _identity_candidates(element_type: str) -> list:
+    dtype = numpy_dtype(element_type)
+    if element_type == "pred":
+        return [np.bool_(False), np.bool_(True)]
+    if is_integral(element_type):
+        info = np.iinfo(storage_dtype(element_type)) if bit_width(element_type) >= 8 \
+            else None
+        lo, hi = (info.min, info.max) if info is not None else \
+            ((-(1 << (bit_width(element_type) - 1)), (1 << (bit_width(element_type) - 1)) - 1)
+             if element_type.startswith("s") else (0, (1 << bit_width(element_type)) - 1))
+        return [dtype.type(v) for v in (0, 1, lo, hi, -1 if lo < 0 else hi)]
+    if element_type in ("c64", "c128"):
+        return [dtype.type(0), dtype.type(1)]
+    with np.errstate(over="ignore"):
+        return [dtype.type(v) for v in (0.0, 1.0, -np.inf, np.inf)] + \
+            [np.asarray(-np.finfo(np.float32).max).astype(dtype)[()],
+             np.asarray(np.finfo(np.float32).max).astype(dtype)[()]]
+
+
+def _reducer_identity(reducer: HloComputation | None, which: int, count: int,
+                      rng: np.random.Generator):
+    """The value of init operand `which` of a `count`-way reducer that
+    leaves every other value unchanged (XLA's harness gives init parameters
+    the reducer's identity: the kernels apply the init once per thread),
+    found by trying the usual identities on sample values; None when no
+    candidate is an identity."""
+    if reducer is None or len(reducer.parameters) != 2 * count:
+        return None
+    from .interpreter import evaluate
+    params = reducer.parameters
+    types = [p.shape.element_type for p in params[:count]]
+    if any(params[k].shape.rank != 0 for k in range(2 * count)):
+        return None
+    samples = []
+    for t in types:
+        if t == "pred":
+            samples.append([np.bool_(False), np.bool_(True)])
+        elif is_integral(t):
+            bits = bit_width(t)
+            lo = -(1 << (bits - 1)) if t.startswith("s") else 0
+            hi = (1 << (bits - 1)) - 1 if t.startswith("s") else (1 << bits) - 1
+            samples.append([numpy_dtype(t).type(min(max(v, lo), hi))
+                            for v in (3, 1, 0, 100, -100, 5)])
+        else:
+            samples.append([np.asarray(v).astype(numpy_dtype(t))[()]
+                            for v in (0.75, -1.5, 0.0, 3.5, -3.5, 100.0)])
+    candidates = [_identity_candidates(t) for t in types]
+    import itertools
+    for combo in itertools.product(*candidates):
+        ok = True
+        for i in range(len(samples[0])):
+            xs = [np.asarray(samples[k][i], numpy_dtype(types[k])) for k in range(count)]
+            init = [np.asarray(v, numpy_dtype(types[k])) for k, v in enumerate(combo)]
+            try:
+                got = evaluate(reducer, *init, *xs)
+            except (ValueError, ArithmeticError):
+                ok = False
+                break
+            if not all(np.array_equal(np.asarray(g), x, equal_nan=False)
+                       for g, x in zip(got, xs)):
+                ok = False
+                break
+        if ok:
+            return combo[which]
+    return None
+
+
+def storage_dtype(element_type: str) -> np.dtype:
+    dtype = numpy_dtype(element_type)
+    if element_type in ("s2", "s4"):
+        return np.dtype(np.int8)
+    if element_type in ("u2", "u4"):
+        return np.dtype(np.uint8)
+    return dtype
+
+
+def _check_fits_in_memory(comp: HloComputation) -> None:
+    """Inputs, outputs and the reference's copies must fit in host memory:
+    checked before anything is allocated (a clear error, not numpy's)."""
+    from ..runtime.memory import check_host_memory
+
+    def nbytes(shape: Shape) -> int:
+        return sum(leaf.num_elements * max(bit_width(leaf.element_type), 8) // 8
+                   for leaf in shape.leaves() if leaf.element_type != "token")
+
+    inputs = sum(nbytes(p.shape) for p in comp.parameters)
+    outputs = nbytes(comp.root.shape) if comp.root is not None else 0
+    # Generation works in float64 (8 bytes an element) before converting,
+    # and a check keeps the kernel's and the reference's outputs.
+    elements = sum(leaf.num_elements for p in comp.parameters for leaf in p.shape.leaves())
+    check_host_memory(inputs + 8 * elements + 2 * outputs,
+                      f"running computation '{comp.name}' on random inputs")
 
 
 def random_inputs(comp: HloComputation, seed: int = 0) -> list[np.ndarray]:
-    """Seeded random arguments for the parameters of `comp`: floats in
-    [-2, 2), integers small (so that products do not all overflow), indices
-    within range where an op uses them as indices."""
+    """Seeded random arguments for the parameters of `comp`, made as XLA's
+    harness (MakeFakeArguments) makes them: floats in [-2, 2), integers
+    small (so that products do not all overflow), and for constrained
+    parameters: indices within range, reduction init values the reducer's
+    identity, sort keys distinct."""
+    _check_fits_in_memory(comp)
     rng = np.random.default_rng(seed)
-    limits = _index_limits(comp)
+    limits: dict[int, int] = {}
+    inits: dict[int, tuple] = {}
+    distinct: set[int] = set()
+    for number, kind, detail in _constrained_uses(comp):
+        if kind == "index":
+            limits[number] = min(limits.get(number, detail), detail)
+        elif kind == "init":
+            inits.setdefault(number, detail)
+        else:
+            distinct.add(number)
     out = []
     for param in comp.parameters:
         shape: Shape = param.shape
+        if shape.is_tuple:
+            raise param.error("tuple-shaped parameters have no random inputs; "
+                              "pass the leaves")
         t = shape.element_type
         dims = shape.dims
-        if t == "pred":
+        n = param.parameter_number
+        identity = None
+        if n in inits:
+            identity = _reducer_identity(*inits[n], rng)
+        if identity is not None:
+            value = np.full(dims, identity, dtype=shape.dtype)
+        elif t == "pred":
             value = rng.random(dims) < 0.5
         elif t in ("c64", "c128"):
             value = (rng.uniform(-2, 2, dims) + 1j * rng.uniform(-2, 2, dims)).astype(shape.dtype)
@@ -161,10 +341,37 @@ def random_inputs(comp: HloComputation, seed: int = 0) -> list[np.ndarray]:
             if bits < 8:
                 lo, hi = (-(1 << (bits - 1)), 1 << (bits - 1)) if t.startswith("s") \
                     else (0, 1 << bits)
-            if param.parameter_number in limits:
-                lo, hi = 0, limits[param.parameter_number] + 1
-            value = rng.integers(lo, max(hi, lo + 1), dims).astype(shape.dtype)
+            if n in limits:
+                lo, hi = 0, limits[n] + 1
+            if n in distinct and n not in limits:
+                count = max(shape.num_elements, 1)
+                base = -(count // 2) if t.startswith("s") else 0
+                value = (rng.permutation(count) + base).reshape(dims)
+            else:
+                value = rng.integers(lo, max(hi, lo + 1), dims)
+            value = value.astype(shape.dtype)
+        elif n in distinct:
+            # Distinct keys exactly representable in the type: a permutation
+            # of a grid (so that sorts and top-k have one right answer).
+            count = max(shape.num_elements, 1)
+            value = _distinct_floats(count, t, rng).reshape(dims)
         else:
             value = rng.uniform(-2, 2, dims).astype(np.float32).astype(shape.dtype)
         out.append(np.asarray(value, dtype=shape.dtype).reshape(dims))
     return out
+
+
+def _distinct_floats(count: int, element_type: str, rng: np.random.Generator) -> np.ndarray:
+    """`count` distinct values of a float type in [-4, 4], shuffled (as many
+    as the type has when it has fewer)."""
+    dtype = numpy_dtype(element_type)
+    bits = bit_width(element_type)
+    if bits <= 16:
+        codes = np.arange(1 << bits, dtype=np.uint16 if bits == 16 else np.uint8)
+        values = codes.view(dtype).astype(np.float64)
+        values = np.unique(values[np.isfinite(values) & (np.abs(values) <= 4)])
+        if values.size >= count:
+            return rng.choice(values, size=count, replace=False).astype(dtype)
+        return rng.permutation(np.resize(values, count)).astype(dtype)
+    step = 4.0 / max(count, 1)
+    return ((rng.permutation(count) - count / 2) * step).astype(dtype)

@@ -136,6 +136,12 @@ _SAME_TYPE_OPS = frozenset({
 })
 
 
+def _callees(comp: HloComputation):
+    for inst in comp.instructions:
+        for called in inst.called_computations:
+            yield inst, called
+
+
 def parse_module(text: str, source: str = "<hlo>") -> HloModule:
     """Parses HLO text into an `HloModule`. Raises `HloParseError`."""
     if not isinstance(text, str):
@@ -1081,6 +1087,32 @@ class _Parser:
                 resolved.append(target)
             inst.attrs[key] = resolved if ref.is_list else resolved[0]
         self.pending_refs = []
+        self.check_call_graph(module)
+
+    def check_call_graph(self, module: HloModule) -> None:
+        """Computations must not call themselves, directly or through
+        others (XLA's call graph is a DAG)."""
+        state: dict[int, int] = {}
+        for comp in module.computations:
+            if state.get(id(comp)):
+                continue
+            state[id(comp)] = 1
+            stack = [(comp, iter(_callees(comp)))]
+            while stack:
+                current, callees = stack[-1]
+                step = next(callees, None)
+                if step is None:
+                    state[id(current)] = 2
+                    stack.pop()
+                    continue
+                inst, callee = step
+                seen = state.get(id(callee), 0)
+                if seen == 1:
+                    path = " -> ".join(c.name for c, _ in stack)
+                    self.inst_error(inst, f"call cycle: {path} -> {callee.name}")
+                if seen == 0:
+                    state[id(callee)] = 1
+                    stack.append((callee, iter(_callees(callee))))
 
     # ----------------------------------------------------------- validation
 
@@ -1219,7 +1251,13 @@ class _Parser:
             if not isinstance(inst.attrs.get("to_apply"), HloComputation):
                 self.inst_error(inst, "map needs 'to_apply='")
         elif op in ("broadcast", "transpose", "reverse"):
-            dims = inst.attrs.get("dimensions", ())
+            if "dimensions" not in inst.attrs:
+                # As XLA's parser: optional only for a broadcast of a scalar.
+                if op == "broadcast" and operands[0].shape.rank == 0:
+                    inst.attrs["dimensions"] = ()
+                else:
+                    self.inst_error(inst, f"'{op}' needs 'dimensions={{...}}'")
+            dims = inst.attrs["dimensions"]
             if not isinstance(dims, tuple):
                 self.inst_error(inst, f"'{op}' needs 'dimensions={{...}}'")
             src = operands[0].shape

@@ -1,0 +1,176 @@
+"""Reading a saved kernel directory safely. numpy only.
+
+An artifact directory (what `Executable.save` writes) holds a fixed set of
+files and `digests.json`, the SHA-256 of each. Reading one:
+
+  * only the known file names are read (a name in digests.json cannot point
+    outside the directory), each must be a regular file (no symlinks, no
+    devices) no larger than `MAX_FILE_BYTES`, checked before reading;
+  * every file listed must match its digest, so a truncated or edited file
+    is refused before anything is loaded from it;
+  * `expected_digest` (the `artifact_digest` that `save` returned) pins the
+    whole directory: digests.json itself must hash to it, so whoever can
+    write to the directory cannot swap files and digests together;
+  * `validate_spec` checks kernel.json against the fusion it was compiled
+    from (fusion.hlo): parameter and output shapes and types, in-place
+    aliases and launch dimensions, so an edited manifest cannot make a
+    kernel write past the buffers it is given.
+
+What is NOT protected: an artifact is code. Loading a directory runs its
+kernel (a host shared object on the cpu target, a cubin on cuda) in the
+calling process, exactly like loading a shared library — load only
+directories you (or someone you trust) wrote, and pin them with
+`expected_digest` when they pass through untrusted storage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+from ..errors import ArtifactError
+from .spec import KernelSpec
+
+__all__ = ["ARTIFACT_FILES", "MAX_FILE_BYTES", "read_artifact", "digest_of",
+           "validate_spec"]
+
+ARTIFACT_FILES = ("kernel.json", "fusion.hlo", "emitted.mlir", "kernel.ptx",
+                  "kernel.cubin", "kernel.host.mlir", "kernel.so")
+MAX_FILE_BYTES = 1 << 30
+_MAX_MANIFEST_BYTES = 1 << 16
+# CUDA's limits on a launch (x dimension of the grid; threads per block).
+MAX_BLOCKS = (1 << 31) - 1
+MAX_THREADS_PER_BLOCK = 1024
+MAX_SHARED_BYTES = 227 * 1024
+
+
+def digest_of(manifest: bytes) -> str:
+    """The digest that pins an artifact: SHA-256 of its digests.json."""
+    return hashlib.sha256(manifest).hexdigest()
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing") from None
+    except OSError as e:
+        raise ArtifactError(f"{path}: {e.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ArtifactError(f"{path}: not a regular file (symlinks and devices are refused)")
+    if info.st_size > limit:
+        raise ArtifactError(f"{path}: {info.st_size} bytes, more than the {limit} allowed")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise ArtifactError(f"{path}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ArtifactError(f"{path}: grew past {limit} bytes while read")
+    return data
+
+
+def read_artifact(directory: str | Path,
+                  expected_digest: str | None = None) -> tuple[dict[str, bytes], str]:
+    """The verified files of an artifact directory and its digest; raises
+    ArtifactError naming the file when anything is off."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ArtifactError(f"{directory}: not a directory")
+    manifest = _read_regular(directory / "digests.json", _MAX_MANIFEST_BYTES)
+    digest = digest_of(manifest)
+    if expected_digest is not None and not hmac.compare_digest(digest, expected_digest):
+        raise ArtifactError(f"{directory}: digests.json does not match the expected "
+                            "artifact digest (the directory was changed)")
+    try:
+        digests = json.loads(manifest)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{directory / 'digests.json'}: unreadable ({e})") from None
+    if not isinstance(digests, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)
+            for k, v in digests.items()):
+        raise ArtifactError(f"{directory / 'digests.json'}: not a map of file names "
+                            "to SHA-256 digests")
+    unknown = sorted(set(digests) - set(ARTIFACT_FILES))
+    if unknown:
+        raise ArtifactError(f"{directory / 'digests.json'}: unknown file(s) "
+                            f"{', '.join(map(repr, unknown))}")
+    if "kernel.json" not in digests:
+        raise ArtifactError(f"{directory}: no kernel.json (not a saved kernel)")
+    files: dict[str, bytes] = {}
+    for name, want in digests.items():
+        data = _read_regular(directory / name, MAX_FILE_BYTES)
+        if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), want):
+            raise ArtifactError(f"{directory / name}: does not match its digest "
+                                "(truncated, corrupt or edited)")
+        files[name] = data
+    return files, digest
+
+
+def parse_spec(files: dict[str, bytes], where: str) -> KernelSpec:
+    try:
+        return KernelSpec.from_json(files["kernel.json"].decode())
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError) as e:
+        raise ArtifactError(f"{where}/kernel.json: unreadable ({type(e).__name__}: {e})") \
+            from None
+
+
+def validate_spec(spec: KernelSpec, fusion_hlo: str | None, where: str) -> None:
+    """Checks the manifest against the kernel's ABI: launch limits, names,
+    aliases, and (given the fusion's HLO) every parameter and output."""
+    def bad(message: str) -> ArtifactError:
+        return ArtifactError(f"{where}/kernel.json: {message}")
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.$]*", spec.name or ""):
+        raise bad(f"kernel name {spec.name!r} is not a symbol name")
+    if spec.target not in ("cuda", "cpu"):
+        raise bad(f"unknown target {spec.target!r}")
+    # No blocks: a fusion whose outputs are all empty launches nothing.
+    empty = bool(spec.outputs) and all(0 in a.shape for a in spec.outputs)
+    for field, value, least, limit in (
+            ("threads", spec.threads, 1, MAX_THREADS_PER_BLOCK),
+            ("blocks", spec.blocks, 0 if empty else 1, MAX_BLOCKS),
+            ("shared_bytes", spec.shared_bytes, 0, MAX_SHARED_BYTES)):
+        if not isinstance(value, int) or isinstance(value, bool) or \
+                value < least or value > limit:
+            raise bad(f"{field}={value!r} is outside [{least}, {limit}]")
+    for k, j in spec.aliases.items():
+        if not (0 <= k < len(spec.outputs) and 0 <= j < len(spec.parameters)):
+            raise bad(f"alias output {k} -> parameter {j} names no such argument")
+        if spec.outputs[k] != spec.parameters[j]:
+            raise bad(f"output {k} ({spec.outputs[k].describe()}) is written in place "
+                      f"into parameter {j} ({spec.parameters[j].describe()}) of "
+                      "another shape")
+    for arg in (*spec.parameters, *spec.outputs):
+        if any(not isinstance(d, int) or d < 0 for d in arg.shape):
+            raise bad(f"bad shape {list(arg.shape)}")
+        try:
+            arg.storage_dtype
+        except KeyError:
+            raise bad(f"unknown element type {arg.dtype!r}") from None
+    if fusion_hlo is None:
+        return
+    from ..hlo import HloError, parse_module
+    from ..hlo.fusions import fusion_computation
+    try:
+        module = parse_module(fusion_hlo, source=f"{where}/fusion.hlo")
+        _, comp = fusion_computation(module, spec.fusion or None)
+    except HloError as e:
+        raise ArtifactError(f"{where}/fusion.hlo: {e}") from None
+    params = [(tuple(p.shape.dims), p.shape.element_type) for p in comp.parameters]
+    root = comp.root
+    roots = list(root.operands) if root.opcode == "tuple" else [root]
+    outputs = [(tuple(s.dims), s.element_type) for r in roots for s in r.shape.leaves()]
+    have_params = [(tuple(a.shape), a.dtype) for a in spec.parameters]
+    have_outputs = [(tuple(a.shape), a.dtype) for a in spec.outputs]
+    if have_params != params:
+        raise bad(f"parameters {have_params} differ from the fusion's {params}")
+    if have_outputs != outputs:
+        raise bad(f"outputs {have_outputs} differ from the fusion's {outputs}")
