@@ -1689,3 +1689,119 @@ ENTRY e {
     same(c, x)
     same(flat, x.T.reshape(6))
     same(t, x.T.copy())
+
+
+def cudnn_text(target, shapes, result, window, labels, extra="",
+               config='{"cudnn_conv_backend_config":{"conv_result_scale":1,'
+                      '"activation_mode":"kNone","side_input_scale":0,'
+                      '"leakyrelu_alpha":0}}'):
+    params = "\n".join(f"  p{i} = f32[{','.join(map(str, s))}] parameter({i})"
+                       for i, s in enumerate(shapes))
+    operands = ", ".join(f"p{i}" for i in range(len(shapes)))
+    out = f"f32[{','.join(map(str, result))}]"
+    return f"""
+ENTRY e {{
+{params}
+  c = ({out}, u8[0]) custom-call({operands}), window={{{window}}}, dim_labels={labels}{extra}, custom_call_target="{target}", backend_config={config}
+  ROOT r = {out} get-tuple-element(c), index=0
+}}
+"""
+
+
+def test_cudnn_convolutions_match_jax_gradients():
+    """conv_grouped_grad's forward convolution and its gradients, as
+    XLA:GPU's cuDNN custom calls, against jax's stored results."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from program_data import load_program
+    prog = load_program("conv_grouped_grad")
+    x, kernel = prog.inputs
+    y, dx, dk = prog.outputs
+    dy = np.cos(y)  # d sum(sin(y)) / dy
+    window = "size=3x2 stride=2x1 pad=1_1x2_0 rhs_dilate=1x2"
+    labels = "bf01_oi01->bf01"
+    extra = ", feature_group_count=2"
+    (fwd,) = run(cudnn_text("__cudnn$convForward", [x.shape, kernel.shape],
+                            y.shape, window, labels, extra), x, kernel)
+    close(fwd, y, 1e-5, 1e-5)
+    (grad_x,) = run(cudnn_text("__cudnn$convBackwardInput",
+                               [dy.shape, kernel.shape], x.shape, window,
+                               labels, extra), dy, kernel)
+    close(grad_x, dx, 1e-5, 1e-5)
+    (grad_k,) = run(cudnn_text("__cudnn$convBackwardFilter",
+                               [x.shape, dy.shape], kernel.shape, window,
+                               labels, extra), x, dy)
+    close(grad_k, dk, 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("geometry", [
+    # spatial sizes, window, stride, padding, lhs / rhs dilation, reversal,
+    # feature groups, batch groups
+    dict(size=(3, 2), stride=(2, 1), pad=((1, 2), (0, 1)), lhs=(1, 2),
+         rhs=(1, 1), rev=(0, 0), groups=1, batch_groups=1),
+    dict(size=(2, 2), stride=(1, 1), pad=((-1, 1), (1, 0)), lhs=(1, 1),
+         rhs=(2, 1), rev=(1, 0), groups=3, batch_groups=1),
+    dict(size=(2, 3), stride=(1, 2), pad=((0, 0), (0, 0)), lhs=(1, 1),
+         rhs=(1, 1), rev=(0, 0), groups=1, batch_groups=2),
+])
+def test_cudnn_backward_convolutions_are_adjoints(geometry):
+    """<conv(x, w), dy> = <x, backward_input(dy, w)> = <w,
+    backward_filter(x, dy)> for strided, padded, dilated, reversed and
+    grouped convolutions (NHWC input, HWIO kernel)."""
+    g = geometry
+    rng = np.random.default_rng(4)
+    n, c, o = 4, 6, 6
+    spatial = (5, 7)
+    x_shape = (n,) + spatial + (c,)
+    w_shape = g["size"] + (c // g["groups"], o)
+    out_spatial = []
+    for d in range(2):
+        extent = (spatial[d] - 1) * g["lhs"][d] + 1 + sum(g["pad"][d])
+        span = (g["size"][d] - 1) * g["rhs"][d] + 1
+        out_spatial.append((extent - span) // g["stride"][d] + 1)
+    out_shape = (n // g["batch_groups"],) + tuple(out_spatial) + (o,)
+    window = "size={}x{} stride={}x{} pad={}_{}x{}_{} lhs_dilate={}x{} " \
+        "rhs_dilate={}x{} rhs_reversal={}x{}".format(
+            *g["size"], *g["stride"], *g["pad"][0], *g["pad"][1], *g["lhs"],
+            *g["rhs"], *g["rev"])
+    extra = f", feature_group_count={g['groups']}, " \
+        f"batch_group_count={g['batch_groups']}"
+    labels = "b01f_01io->b01f"
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    dy = rng.standard_normal(out_shape).astype(np.float32)
+    (y,) = run(conv_text(x_shape, w_shape, out_shape, window, labels, extra),
+               x, w)
+    (gx,) = run(cudnn_text("__cudnn$convBackwardInput", [out_shape, w_shape],
+                           x_shape, window, labels, extra), dy, w)
+    (gw,) = run(cudnn_text("__cudnn$convBackwardFilter", [x_shape, out_shape],
+                           w_shape, window, labels, extra), x, dy)
+    total = float(np.sum(y.astype(np.float64) * dy))
+    assert abs(total) > 1e-3
+    assert math.isclose(float(np.sum(x.astype(np.float64) * gx)), total,
+                        rel_tol=1e-4, abs_tol=1e-3)
+    assert math.isclose(float(np.sum(w.astype(np.float64) * gw)), total,
+                        rel_tol=1e-4, abs_tol=1e-3)
+
+
+def test_cudnn_bias_activation_forward():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 5, 5, 2)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 2, 4)).astype(np.float32)
+    bias = rng.standard_normal(4).astype(np.float32)
+    side = rng.standard_normal((1, 5, 5, 4)).astype(np.float32)
+    window, labels = "size=3x3 pad=1_1x1_1", "b01f_01io->b01f"
+    (plain,) = run(conv_text(x.shape, w.shape, (1, 5, 5, 4), window, labels),
+                   x, w)
+    config = ('{"cudnn_conv_backend_config":{"conv_result_scale":0.5,'
+              '"activation_mode":"kRelu","side_input_scale":2}}')
+    (fused,) = run(cudnn_text("__cudnn$convBiasActivationForward",
+                              [x.shape, w.shape, (4,), side.shape],
+                              (1, 5, 5, 4), window, labels, config=config),
+                   x, w, bias, side)
+    close(fused, np.maximum(0.5 * plain + 2 * side + bias, 0), 1e-5, 1e-5)
+    bad = config.replace("kRelu", "kBandPass")
+    with pytest.raises(HloError, match="instruction 'c'.*kBandPass"):
+        run(cudnn_text("__cudnn$convBiasActivationForward",
+                       [x.shape, w.shape, (4,)], (1, 5, 5, 4), window, labels,
+                       config=bad), x, w, bias)

@@ -54,6 +54,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import ml_dtypes
@@ -2134,12 +2135,72 @@ def _conv_labels(text: Any, ranks: tuple[int, int, int]):
     return parsed
 
 
-def _h_convolution(ev, inst, ops, batch):
-    lhs, rhs = np.asarray(ops[0]), np.asarray(ops[1])
-    out_shape = inst.shape
-    (lb, lf, ls), (ri, ro, rs), (ob, of, os_) = _conv_labels(
-        inst.attrs.get("dim_labels"), (lhs.ndim, rhs.ndim, out_shape.rank))
-    nsp = len(ls)
+@dataclass
+class _ConvGeometry:
+    """A convolution in canonical dimension order: input [N, C, *spatial],
+    kernel [O, I, *window], output [N / batch_groups, O, *out_spatial]."""
+    in_dims: tuple[int, ...]
+    kernel_dims: tuple[int, ...]
+    out_dims: tuple[int, ...]
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    pad: list[tuple[int, int]]
+    lhs_dil: tuple[int, ...]
+    rhs_dil: tuple[int, ...]
+    reversal: tuple[int, ...]
+    groups: int
+    batch_groups: int
+
+    @property
+    def points(self) -> int:
+        return math.prod(self.out_dims[2:])
+
+    def padded_layout(self):
+        """(the dilated input's shape padded, where the input lands in it
+        (dilation strides included), the crop of negative padding)."""
+        spatial = self.in_dims[2:]
+        dil = [max((d - 1) * b + 1, 0) for d, b in zip(spatial, self.lhs_dil)]
+        grown = [max(lo, 0) + d + max(hi, 0)
+                 for (lo, hi), d in zip(self.pad, dil)]
+        place = (slice(None), slice(None)) + tuple(
+            slice(max(lo, 0), max(lo, 0) + d, b)
+            for (lo, _), d, b in zip(self.pad, dil, self.lhs_dil))
+        crop = (slice(None), slice(None)) + tuple(
+            slice(max(-lo, 0), g - max(-hi, 0))
+            for (lo, hi), g in zip(self.pad, grown))
+        return self.in_dims[:2] + tuple(grown), place, crop
+
+    def windows(self):
+        """(kernel offset, the index of the padded input it multiplies)."""
+        out = self.out_dims[2:]
+        for k in np.ndindex(*self.size):
+            yield k, (slice(None), slice(None)) + tuple(
+                slice(k[d] * self.rhs_dil[d],
+                      k[d] * self.rhs_dil[d] + (out[d] - 1) * self.stride[d]
+                      + 1, self.stride[d]) for d in range(len(out)))
+
+
+def _canonical_dims(dims: Sequence[int], labels) -> tuple[int, ...]:
+    major, minor, spatial = labels
+    return tuple(dims[d] for d in [major, minor] + list(spatial))
+
+
+def _to_canonical(x: np.ndarray, labels) -> np.ndarray:
+    major, minor, spatial = labels
+    return np.transpose(x, [major, minor] + list(spatial))
+
+
+def _from_canonical(x: np.ndarray, labels) -> np.ndarray:
+    major, minor, spatial = labels
+    return np.transpose(x, np.argsort([major, minor] + list(spatial)))
+
+
+def _conv_geometry(inst: HloInstruction, in_dims, kernel_dims,
+                   out_dims) -> _ConvGeometry:
+    """Checks the window, groups and shapes of a convolution (or a cuDNN
+    convolution custom call) given its canonical input, kernel and output
+    dimensions."""
+    nsp = len(in_dims) - 2
     window = inst.attrs.get("window", {})
     if not isinstance(window, dict):
         raise HloError("convolution needs window={size=...}")
@@ -2148,10 +2209,12 @@ def _h_convolution(ev, inst, ops, batch):
         raise HloError(f"the window has {len(size)} dimensions, the "
                        f"convolution {nsp} spatial ones")
     stride = tuple(window.get("stride", (1,) * nsp))
-    pad = list(window.get("pad", [(0, 0)] * nsp))
+    pad = [tuple(p) for p in window.get("pad", [(0, 0)] * nsp)]
     lhs_dil = tuple(window.get("lhs_dilate", (1,) * nsp))
     rhs_dil = tuple(window.get("rhs_dilate", (1,) * nsp))
     reversal = tuple(window.get("rhs_reversal", (0,) * nsp))
+    if any(len(t) != nsp for t in (stride, pad, lhs_dil, rhs_dil, reversal)):
+        raise HloError("window fields do not match the spatial rank")
     if any(v < 1 for v in stride + lhs_dil + rhs_dil):
         raise HloError("window strides and dilations must be >= 1")
     groups = inst.attrs.get("feature_group_count", 1)
@@ -2160,79 +2223,267 @@ def _h_convolution(ev, inst, ops, batch):
             groups < 1 or batch_groups < 1:
         raise HloError("feature_group_count and batch_group_count must be "
                        "positive integers")
-    etype = out_shape.element_type
-    x = _convert(lhs, _etype_of(inst, 0), etype) \
-        if _etype_of(inst, 0) != etype else lhs
-    w = _convert(rhs, _etype_of(inst, 1), etype) \
-        if _etype_of(inst, 1) != etype else rhs
-    x = np.transpose(_up(x, etype), [lb, lf] + ls)          # N, C, spatial
-    w = np.transpose(_up(w, etype), [ro, ri] + rs)          # O, I, window
-    for d, r in enumerate(reversal):
-        if r:
-            w = np.flip(w, axis=2 + d)
-    n_in, c_in = x.shape[:2]
-    o_feat, i_feat = w.shape[:2]
-    if tuple(w.shape[2:]) != size:
-        raise HloError(f"kernel spatial dimensions {list(w.shape[2:])} do not "
-                       f"match the window size {list(size)}")
-    if c_in % groups or i_feat * groups != c_in or o_feat % groups:
+    n_in, c_in = in_dims[:2]
+    o_feat, i_feat = kernel_dims[:2]
+    if tuple(kernel_dims[2:]) != size:
+        raise HloError(f"kernel spatial dimensions {list(kernel_dims[2:])} do "
+                       f"not match the window size {list(size)}")
+    if i_feat * groups != c_in or o_feat % groups:
         raise HloError(f"feature_group_count={groups}: {c_in} input "
                        f"features, kernel input features {i_feat}, "
                        f"{o_feat} output features do not divide into groups")
     if n_in % batch_groups or o_feat % batch_groups:
         raise HloError(f"batch_group_count={batch_groups} does not divide "
                        f"the batch {n_in} and the output features {o_feat}")
-    # Base (lhs) dilation, then padding with zeros (negative crops).
-    dil_shape = [max((d - 1) * b + 1, 0) for d, b in zip(x.shape[2:],
-                                                         lhs_dil)]
-    grown = [max(lo, 0) + d + max(hi, 0) for (lo, hi), d in zip(pad, dil_shape)]
-    _check_elements("the dilated, padded input", x.shape[:2] + tuple(grown))
-    padded = np.zeros(x.shape[:2] + tuple(grown), x.dtype)
-    place = (slice(None), slice(None)) + tuple(
-        slice(max(lo, 0), max(lo, 0) + d, b)
-        for (lo, _), d, b in zip(pad, dil_shape, lhs_dil))
-    padded[place] = x
-    crop = (slice(None), slice(None)) + tuple(
-        slice(max(-lo, 0), g - max(-hi, 0)) for (lo, hi), g in zip(pad, grown))
-    padded = padded[crop]
-    out_dims = out_shape.dims
-    out_spatial = tuple(out_dims[d] for d in os_)
+    geom = _ConvGeometry(tuple(in_dims), tuple(kernel_dims), tuple(out_dims),
+                         size, stride, pad, lhs_dil, rhs_dil, reversal,
+                         groups, batch_groups)
+    padded, _, crop = geom.padded_layout()
+    _check_elements("the dilated, padded input", padded)
     n_out = n_in // batch_groups
-    if out_dims[ob] != n_out or out_dims[of] != o_feat:
-        raise HloError(f"the output {out_shape} does not have batch {n_out} "
-                       f"and {o_feat} features")
+    if out_dims[0] != n_out or out_dims[1] != o_feat:
+        raise HloError(f"the output {list(out_dims)} (batch, features, "
+                       f"spatial) does not have batch {n_out} and {o_feat} "
+                       "features")
     for d in range(nsp):
+        sl = crop[2 + d]
+        extent = sl.stop - sl.start
         span = (size[d] - 1) * rhs_dil[d] + 1
-        expect = (padded.shape[2 + d] - span) // stride[d] + 1 \
-            if padded.shape[2 + d] >= span else 0
-        if expect != out_spatial[d]:
+        expect = (extent - span) // stride[d] + 1 if extent >= span else 0
+        if expect != out_dims[2 + d]:
             raise HloError(f"spatial dimension {d}: the window gives "
                            f"{expect} outputs, the result has "
-                           f"{out_spatial[d]}")
-    points = math.prod(out_spatial)
+                           f"{out_dims[2 + d]}")
+    return geom
+
+
+def _oriented_kernel(w: np.ndarray, geom: _ConvGeometry) -> np.ndarray:
+    for d, r in enumerate(geom.reversal):
+        if r:
+            w = np.flip(w, axis=2 + d)
+    return w
+
+
+def _conv_forward(x: np.ndarray, w: np.ndarray,
+                  geom: _ConvGeometry) -> np.ndarray:
+    """out[n, o, p] = sum over the window and the group's input features
+    of the dilated, padded input times the kernel (canonical arrays)."""
+    n_in, c_in = geom.in_dims[:2]
+    o_feat, i_feat = geom.kernel_dims[:2]
+    n_out, points = geom.out_dims[0], geom.points
+    bg, g = geom.batch_groups, geom.groups
+    padded_dims, place, crop = geom.padded_layout()
+    buf = np.zeros(padded_dims, x.dtype)
+    buf[place] = x
+    padded = buf[crop]
+    w = _oriented_kernel(w, geom)
     acc = np.zeros((n_out, o_feat, points), x.dtype)
     if points and acc.size:
-        for k in np.ndindex(*size):
-            view = padded[(slice(None), slice(None)) + tuple(
-                slice(k[d] * rhs_dil[d],
-                      k[d] * rhs_dil[d] + (out_spatial[d] - 1) * stride[d] + 1,
-                      stride[d]) for d in range(nsp))]
-            v = view.reshape(n_in, c_in, points)
-            wk = w[(slice(None), slice(None)) + k]            # O, I
-            if batch_groups > 1:
-                part = np.einsum(
-                    "gncp,goc->ngop",
-                    v.reshape(batch_groups, n_out, c_in, points),
-                    wk.reshape(batch_groups, o_feat // batch_groups, i_feat))
+        for k, index in geom.windows():
+            v = padded[index].reshape(n_in, c_in, points)
+            wk = w[(slice(None), slice(None)) + k]
+            if bg > 1:
+                part = np.einsum("gncp,goc->ngop",
+                                 v.reshape(bg, n_out, c_in, points),
+                                 wk.reshape(bg, o_feat // bg, i_feat))
             else:
-                part = np.einsum(
-                    "ngcp,goc->ngop",
-                    v.reshape(n_in, groups, i_feat, points),
-                    wk.reshape(groups, o_feat // groups, i_feat))
+                part = np.einsum("ngcp,goc->ngop",
+                                 v.reshape(n_in, g, i_feat, points),
+                                 wk.reshape(g, o_feat // g, i_feat))
             acc += part.reshape(n_out, o_feat, points)
-    result = acc.reshape((n_out, o_feat) + out_spatial)
-    result = np.transpose(result, np.argsort([ob, of] + os_))
-    return _down(result, etype)
+    return acc.reshape(geom.out_dims)
+
+
+def _conv_backward_input(dy: np.ndarray, w: np.ndarray,
+                         geom: _ConvGeometry) -> np.ndarray:
+    """The adjoint of _conv_forward in its input: the gradient of the
+    input given the output's (cuDNN's backward-input convolution)."""
+    n_in, c_in = geom.in_dims[:2]
+    o_feat, i_feat = geom.kernel_dims[:2]
+    n_out, points = geom.out_dims[0], geom.points
+    bg, g = geom.batch_groups, geom.groups
+    padded_dims, place, crop = geom.padded_layout()
+    grad_buf = np.zeros(padded_dims, dy.dtype)
+    grad = grad_buf[crop]
+    w = _oriented_kernel(w, geom)
+    dy = dy.reshape(n_out, o_feat, points)
+    if points and dy.size:
+        for k, index in geom.windows():
+            wk = w[(slice(None), slice(None)) + k]
+            if bg > 1:
+                part = np.einsum("ngop,goc->gncp",
+                                 dy.reshape(n_out, bg, o_feat // bg, points),
+                                 wk.reshape(bg, o_feat // bg, i_feat))
+            else:
+                part = np.einsum("ngop,goc->ngcp",
+                                 dy.reshape(n_out, g, o_feat // g, points),
+                                 wk.reshape(g, o_feat // g, i_feat))
+            grad[index] += part.reshape((n_in, c_in) + geom.out_dims[2:])
+    return np.array(grad_buf[place], copy=True)
+
+
+def _conv_backward_filter(x: np.ndarray, dy: np.ndarray,
+                          geom: _ConvGeometry) -> np.ndarray:
+    """The adjoint of _conv_forward in its kernel: the gradient of the
+    kernel given the input and the output's gradient (cuDNN's
+    backward-filter convolution)."""
+    n_in, c_in = geom.in_dims[:2]
+    o_feat, i_feat = geom.kernel_dims[:2]
+    n_out, points = geom.out_dims[0], geom.points
+    bg, g = geom.batch_groups, geom.groups
+    padded_dims, place, crop = geom.padded_layout()
+    buf = np.zeros(padded_dims, x.dtype)
+    buf[place] = x
+    padded = buf[crop]
+    dy = dy.reshape(n_out, o_feat, points)
+    dw = np.zeros(geom.kernel_dims, x.dtype)
+    if points and dy.size:
+        for k, index in geom.windows():
+            v = padded[index].reshape(n_in, c_in, points)
+            if bg > 1:
+                part = np.einsum("gncp,ngop->goc",
+                                 v.reshape(bg, n_out, c_in, points),
+                                 dy.reshape(n_out, bg, o_feat // bg, points))
+            else:
+                part = np.einsum("ngcp,ngop->goc",
+                                 v.reshape(n_in, g, i_feat, points),
+                                 dy.reshape(n_out, g, o_feat // g, points))
+            dw[(slice(None), slice(None)) + k] = part.reshape(o_feat, i_feat)
+    return _oriented_kernel(dw, geom)
+
+
+def _in_type(value: np.ndarray, src: str, etype: str) -> np.ndarray:
+    """`value` (of type src) converted to `etype`'s compute type."""
+    return _up(_convert(value, src, etype) if src != etype else value, etype)
+
+
+def _h_convolution(ev, inst, ops, batch):
+    lhs, rhs = np.asarray(ops[0]), np.asarray(ops[1])
+    out_shape = inst.shape
+    lhs_l, rhs_l, out_l = _conv_labels(
+        inst.attrs.get("dim_labels"), (lhs.ndim, rhs.ndim, out_shape.rank))
+    geom = _conv_geometry(inst, _canonical_dims(lhs.shape, lhs_l),
+                          _canonical_dims(rhs.shape, (rhs_l[1], rhs_l[0],
+                                                      rhs_l[2])),
+                          _canonical_dims(out_shape.dims, out_l))
+    etype = out_shape.element_type
+    x = _to_canonical(_in_type(lhs, _etype_of(inst, 0), etype), lhs_l)
+    w = _to_canonical(_in_type(rhs, _etype_of(inst, 1), etype),
+                      (rhs_l[1], rhs_l[0], rhs_l[2]))
+    return _down(_from_canonical(_conv_forward(x, w, geom), out_l), etype)
+
+
+_CUDNN_CONV_KINDS = {
+    "__cudnn$convForward": "forward",
+    "__cudnn$convBackwardInput": "backward_input",
+    "__cudnn$convBackwardFilter": "backward_filter",
+    "__cudnn$convBiasActivationForward": "bias_activation",
+}
+# stream_executor's dnn::ActivationMode, by name and by number.
+_CUDNN_ACTIVATIONS = {"kNone": "none", "kSigmoid": "sigmoid", "kRelu": "relu",
+                      "kRelu6": "relu6", "kTanh": "tanh", "kElu": "elu",
+                      "kLeakyRelu": "leaky_relu", "kGeluExact": "gelu"}
+_CUDNN_ACTIVATION_NUMBERS = {"0": "kNone", "1": "kSigmoid", "2": "kRelu",
+                             "3": "kRelu6", "5": "kTanh", "7": "kElu",
+                             "8": "kLeakyRelu", "9": "kGeluExact"}
+
+
+def _custom_cudnn_conv(ev, inst, ops) -> Value:
+    """XLA:GPU's cuDNN convolution custom calls. Their window and dim_labels
+    describe the forward convolution (input `lhs`, kernel `rhs`, output
+    `out` labels): convForward computes it; convBackwardInput takes (output
+    gradient, kernel) and returns the input gradient; convBackwardFilter
+    takes (input, output gradient) and returns the kernel gradient;
+    convBiasActivationForward takes (input, kernel, bias[, side input]) and
+    returns act(conv_result_scale * conv + side_input_scale * side + bias).
+    The result is a tuple (value, u8 workspace) or the value alone."""
+    target = str(inst.attrs.get("custom_call_target"))
+    kind = _CUDNN_CONV_KINDS[target]
+    raw = inst.attrs.get("backend_config", "")
+    try:
+        config = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except ValueError as e:
+        raise HloError(f"{target}: backend_config is not JSON ({e})") from None
+    config = config.get("cudnn_conv_backend_config", config) \
+        if isinstance(config, dict) else {}
+    leaves = inst.shape.leaves()
+    result_shape = leaves[0]
+    etype = result_shape.element_type
+    arrays = [np.asarray(o) for o in ops]
+    needed = {"forward": (2,), "backward_input": (2,), "backward_filter": (2,),
+              "bias_activation": (3, 4)}[kind]
+    if len(arrays) not in needed:
+        raise HloError(f"{target} takes {' or '.join(map(str, needed))} "
+                       f"operands, got {len(arrays)}")
+    rank = result_shape.rank
+    lhs_l, rhs_l, out_l = _conv_labels(inst.attrs.get("dim_labels"),
+                                       (rank, rank, rank))
+    kernel_l = (rhs_l[1], rhs_l[0], rhs_l[2])  # o first, as canonical
+    if kind == "backward_input":
+        shapes = (result_shape.dims, arrays[1].shape, arrays[0].shape)
+    elif kind == "backward_filter":
+        shapes = (arrays[0].shape, result_shape.dims, arrays[1].shape)
+    else:
+        shapes = (arrays[0].shape, arrays[1].shape, result_shape.dims)
+    geom = _conv_geometry(inst, _canonical_dims(shapes[0], lhs_l),
+                          _canonical_dims(shapes[1], kernel_l),
+                          _canonical_dims(shapes[2], out_l))
+
+    def operand(k: int, labels) -> np.ndarray:
+        return _to_canonical(_in_type(arrays[k], _etype_of(inst, k), etype),
+                             labels)
+    if kind == "backward_input":
+        value = _from_canonical(_conv_backward_input(
+            operand(0, out_l), operand(1, kernel_l), geom), lhs_l)
+    elif kind == "backward_filter":
+        value = _from_canonical(_conv_backward_filter(
+            operand(0, lhs_l), operand(1, out_l), geom), kernel_l)
+    else:
+        value = _conv_forward(operand(0, lhs_l), operand(1, kernel_l), geom)
+    value = value * float(config.get("conv_result_scale", 1))
+    if kind in ("forward", "bias_activation"):
+        if kind == "bias_activation":
+            bias = _in_type(arrays[2], _etype_of(inst, 2), etype)
+            if bias.shape != (geom.out_dims[1],):
+                raise HloError(f"{target}: the bias has shape "
+                               f"{list(bias.shape)}, expected "
+                               f"[{geom.out_dims[1]}] (output features)")
+            if len(arrays) == 4:
+                side = operand(3, out_l)
+                if side.shape != value.shape:
+                    raise HloError(f"{target}: the side input does not have "
+                                   "the output's shape")
+                value = value + float(config.get("side_input_scale", 0)) * side
+            value = value + bias.reshape((1, -1) + (1,) * (value.ndim - 2))
+        mode = str(config.get("activation_mode", "kNone"))
+        mode = _CUDNN_ACTIVATION_NUMBERS.get(mode, mode)
+        if mode not in _CUDNN_ACTIVATIONS:
+            raise HloError(f"{target}: unsupported activation_mode '{mode}'")
+        act = _CUDNN_ACTIVATIONS[mode]
+        if act == "relu":
+            value = np.maximum(value, 0)
+        elif act == "relu6":
+            value = np.clip(value, 0, 6)
+        elif act == "sigmoid":
+            value = 1 / (1 + np.exp(-value))
+        elif act == "tanh":
+            value = np.tanh(value)
+        elif act == "elu":
+            value = np.where(value > 0, value, np.expm1(value))
+        elif act == "leaky_relu":
+            alpha = float(config.get("leakyrelu_alpha", 0))
+            value = np.where(value > 0, value, alpha * value)
+        elif act == "gelu":
+            value = 0.5 * value * (1 + _erf(value / np.sqrt(2)))
+        value = _from_canonical(value, out_l)
+    result = _down(value, etype)
+    if not inst.shape.is_tuple:
+        return result
+    return (result,) + tuple(np.zeros(leaf.dims, leaf.dtype)
+                             for leaf in leaves[1:])
+
+
+_BUILTIN_CUSTOM_CALLS.update({t: _custom_cudnn_conv for t in _CUDNN_CONV_KINDS})
 
 
 # ---- select-and-scatter
