@@ -1805,3 +1805,27 @@ def test_cudnn_bias_activation_forward():
         run(cudnn_text("__cudnn$convBiasActivationForward",
                        [x.shape, w.shape, (4,)], (1, 5, 5, 4), window, labels,
                        config=bad), x, w, bias)
+
+
+def test_async_and_copy_start_done_pairs():
+    (d, cd) = run("""
+comp {
+  p = f32[4] parameter(0)
+  q = f32[] parameter(1)
+  b = f32[4] broadcast(q), dimensions={}
+  ROOT n = f32[4] multiply(p, b)
+}
+
+ENTRY e {
+  x = f32[4] parameter(0)
+  k = f32[] parameter(1)
+  s = ((f32[4], f32[]), f32[4], s32[]) async-start(x, k), calls=comp
+  u = ((f32[4], f32[]), f32[4], s32[]) async-update(s)
+  d = f32[4] async-done(u)
+  cs = (f32[4], f32[4], u32[]) copy-start(x)
+  cd = f32[4] copy-done(cs)
+  ROOT t = (f32[4], f32[4]) tuple(d, cd)
+}
+""", np.array([1, 2, 3, 4], np.float32), np.float32(-2))
+    same(d, np.array([-2, -4, -6, -8], np.float32))
+    same(cd, np.array([1, 2, 3, 4], np.float32))

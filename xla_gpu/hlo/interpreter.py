@@ -46,6 +46,11 @@ Conventions:
   attributes decoded from a typed-FFI backend_config); XLA's own targets
   TopK, __cublas$gemm / __cublas$lt$matmul and the single-device identities
   Sharding / SPMDFullToShardShape / SPMDShardToFullShape are built in.
+  XLA:GPU's cuDNN convolutions (forward, backward input / filter as the
+  adjoints of the convolution their window and dim_labels describe,
+  bias + activation) are built in too.
+* async-start / async-done and copy-start / copy-done pairs of scheduled
+  dumps run at the start op.
 * Values above MAX_ELEMENTS elements are refused before they are allocated.
 """
 
@@ -2772,6 +2777,58 @@ def _h_fft(ev, inst, ops, batch):
     return np.asarray(out).astype(out_dtype)
 
 
+# ---- asynchronous pairs (XLA:GPU's scheduled dumps)
+
+
+def _context_leaves(shapes: Sequence[Shape]) -> tuple:
+    return tuple(np.zeros(s.dims, s.dtype) if not s.is_tuple
+                 else _context_leaves(s.tuple_shapes) for s in shapes)
+
+
+def _h_async_start(ev, inst, ops, batch):
+    """async-start runs its computation at once: the value is (operands,
+    result, context), as XLA's async shape spells it."""
+    comp = inst.attrs.get("calls")
+    if isinstance(comp, list) and len(comp) == 1:
+        comp = comp[0]
+    if not isinstance(comp, HloComputation):
+        raise HloError("async-start needs calls=<computation>")
+    shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else []
+    if len(shapes) < 2:
+        raise HloError(f"async-start's shape {inst.shape} is not (operands, "
+                       "result, context...)")
+    result = ev.run(comp, ops)
+    return (tuple(ops), result) + _context_leaves(shapes[2:])
+
+
+def _h_async_update(ev, inst, ops, batch):
+    return ops[0]
+
+
+def _h_async_done(ev, inst, ops, batch):
+    state = ops[0]
+    if not isinstance(state, tuple) or len(state) < 2:
+        raise HloError("async-done needs the value of an async-start")
+    return state[1]
+
+
+def _h_copy_start(ev, inst, ops, batch):
+    """copy-start: (destination, source, context); the copy is immediate."""
+    shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else []
+    if len(shapes) < 2:
+        raise HloError(f"copy-start's shape {inst.shape} is not "
+                       "(destination, source, context)")
+    return (np.array(ops[0], copy=True), ops[0]) + \
+        _context_leaves(shapes[2:])
+
+
+def _h_first_element(ev, inst, ops, batch):
+    state = ops[0]
+    if not isinstance(state, tuple) or not state:
+        raise HloError(f"{inst.opcode} needs the tuple of its start op")
+    return state[0]
+
+
 def _h_after_all(ev, inst, ops, batch):
     return np.zeros((0,), np.uint8)
 
@@ -2812,6 +2869,11 @@ _HANDLERS.update({
     "rng-bit-generator": _h_rng_bit_generator,
     "rng": _h_rng,
     "fft": _h_fft,
+    "async-start": _h_async_start,
+    "async-update": _h_async_update,
+    "async-done": _h_async_done,
+    "copy-start": _h_copy_start,
+    "copy-done": _h_first_element,
     "opt-barrier": _h_copy_like,
 })
 
