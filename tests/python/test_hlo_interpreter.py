@@ -1829,3 +1829,22 @@ ENTRY e {
 """, np.array([1, 2, 3, 4], np.float32), np.float32(-2))
     same(d, np.array([-2, -4, -6, -8], np.float32))
     same(cd, np.array([1, 2, 3, 4], np.float32))
+
+
+def test_dependency_dimension_size_and_device_ids():
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    (a, g, r, p) = run("""
+ENTRY e {
+  x = f32[4,3] parameter(0)
+  t = token[] after-all()
+  a = f32[4,3] add-dependency(x, t)
+  g = s32[] get-dimension-size(a), dimensions={1}
+  r = u32[] replica-id()
+  p = u32[] partition-id()
+  ROOT tup = (f32[4,3], s32[], u32[], u32[]) tuple(a, g, r, p)
+}
+""", x)
+    same(a, x)
+    same(g, np.int32(3))
+    same(r, np.uint32(0))
+    same(p, np.uint32(0))

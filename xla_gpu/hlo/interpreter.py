@@ -2829,6 +2829,21 @@ def _h_first_element(ev, inst, ops, batch):
     return state[0]
 
 
+def _h_get_dimension_size(ev, inst, ops, batch):
+    dims = inst.attrs.get("dimensions", ())
+    x = np.asarray(ops[0])
+    if not isinstance(dims, tuple) or len(dims) != 1 or \
+            not 0 <= dims[0] < x.ndim:
+        raise HloError(f"get-dimension-size needs dimensions={{d}} with "
+                       f"0 <= d < {x.ndim}")
+    return np.asarray(x.shape[dims[0]], inst.shape.dtype)
+
+
+def _h_device_id(ev, inst, ops, batch):
+    """replica-id / partition-id: the interpreter runs one device, 0."""
+    return np.zeros((), inst.shape.dtype)
+
+
 def _h_after_all(ev, inst, ops, batch):
     return np.zeros((0,), np.uint8)
 
@@ -2874,6 +2889,11 @@ _HANDLERS.update({
     "async-done": _h_async_done,
     "copy-start": _h_copy_start,
     "copy-done": _h_first_element,
+    "add-dependency": _h_copy_like,
+    "domain": _h_copy_like,
+    "get-dimension-size": _h_get_dimension_size,
+    "replica-id": _h_device_id,
+    "partition-id": _h_device_id,
     "opt-barrier": _h_copy_like,
 })
 
