@@ -1663,6 +1663,8 @@ def _custom_topk(ev, inst, ops) -> Value:
     return values[..., :k].copy(), indices[..., :k].copy()
 
 
+# ---- custom calls: XLA's own targets, then registered Python handlers
+
 _GEMM_EPILOGUES = {
     # epilogue: (adds a bias vector, activation, returns the pre-activation)
     "DEFAULT": (False, None, False), "BIAS": (True, None, False),
@@ -1765,8 +1767,6 @@ def _custom_gemm(ev, inst, ops) -> Value:
                        "workspace")
     return tuple(results)
 
-
-# ---- custom calls
 
 CustomCallHandler = Callable[..., Any]
 _CUSTOM_CALLS: dict[str, CustomCallHandler] = {}
