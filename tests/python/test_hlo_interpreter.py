@@ -1711,8 +1711,6 @@ ENTRY e {{
 def test_cudnn_convolutions_match_jax_gradients():
     """conv_grouped_grad's forward convolution and its gradients, as
     XLA:GPU's cuDNN custom calls, against jax's stored results."""
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from program_data import load_program
     prog = load_program("conv_grouped_grad")
     x, kernel = prog.inputs

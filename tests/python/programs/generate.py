@@ -34,8 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,7 +65,6 @@ class Program:
     setup: Callable[[], None] | None = None
     # Trace with 64-bit types enabled (u64 rng states and bits).
     x64: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 def normal(rng, shape, scale=1.0, dtype=np.float32):
@@ -800,7 +798,6 @@ def generate(prog: Program) -> None:
                      "tolerance of tolerance_type(entry, output type), "
                      "scale_relative=True; integers and pred: exact",
     }
-    meta.update(prog.extra)
     text = json.dumps(meta, indent=2)
     # One line per leaf record: `{"type": "f32", "shape": [8, 32]}`.
     text = re.sub(r"\{\s+\"type\": (\"\w+\"),\s+\"shape\": \[([^\]]*)\]\s+\}",
