@@ -245,8 +245,10 @@ def run_hlo(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="xla-gpu-run",
-        description="Compiles one HLO fusion, runs it on seeded random inputs and "
-                    "compares the outputs with the numpy reference interpreter.")
+        description="Compiles an HLO module (its whole ENTRY, or one fusion with "
+                    "--fusion), runs it on seeded random inputs and compares the "
+                    "outputs with the numpy reference interpreter. Exit status: 0 "
+                    "match, 1 mismatch, 2 error.")
     parser.add_argument("input", help="an .hlo file")
     parser.add_argument("--target", choices=["auto", "cuda", "cpu"], default="auto")
     parser.add_argument("--arch", default="sm_90")
@@ -258,6 +260,8 @@ def run_hlo(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=1,
                         help="runs to time (the first is checked)")
     parser.add_argument("--no-cache", action="store_true", help="bypass the compile cache")
+    parser.add_argument("--no-command-buffers", action="store_true",
+                        help="whole programs: run every thunk on its own (no CUDA graphs)")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -277,8 +281,11 @@ def run_hlo(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         exe = xla_gpu.compile(text, target=args.target, arch=args.arch, fusion=args.fusion,
                               cache=not args.no_cache, dump_dir=args.dump_dir,
-                              dump_regex=args.dump_regex)
+                              dump_regex=args.dump_regex,
+                              command_buffers=not args.no_command_buffers)
         compile_s = time.perf_counter() - start
+        if not isinstance(exe, xla_gpu.Executable):   # a whole program
+            return _run_program(args, text, exe, compile_s)
         module = hlo.parse_module(text, source=args.input)
         fusion = select_fusion(module, args.fusion)
         inputs = random_inputs(fusion.computation, args.seed)
@@ -313,6 +320,45 @@ def run_hlo(argv: list[str] | None = None) -> int:
               f"{len(outputs)} output(s) match the reference; {times}")
         return 0
     print(f"{args.input}: fusion '{fusion.name}' on {where}: MISMATCH: {worst}; {times}")
+    return 1
+
+
+def _run_program(args, text: str, exe, compile_s: float) -> int:
+    """xla-gpu-run on a whole module: every output leaf of the ENTRY is
+    compared with the reference interpreter's."""
+    import time
+
+    import numpy as np
+
+    from xla_gpu import hlo
+    from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type
+
+    module = hlo.parse_module(text, source=args.input)
+    entry = module.entry
+    inputs = random_inputs(entry, args.seed)
+    start = time.perf_counter()
+    outputs = exe.run(*inputs)
+    run_s = time.perf_counter() - start
+    launches = exe.kernel_launches()
+    if args.iterations > 1:
+        run_s = exe.time(*inputs, iterations=args.iterations - 1, warmup=0)
+    expected = hlo.evaluate(module, *inputs)
+    reduces = any(has_reduction(c) for c in module.computations)
+    worst = None
+    for k, (got, want) in enumerate(zip(outputs, expected)):
+        etype = exe.outputs[k].element_type
+        mismatch = compare(np.asarray(got), np.asarray(want), etype, k,
+                           tolerance_type(entry, etype), reduces)
+        if mismatch is not None and (worst is None or mismatch.count > worst.count):
+            worst = mismatch
+    where = (f"{exe.target} ({len(exe.kernels)} kernels, {launches} kernel launches, "
+             f"{len(exe.thunks)} thunks)")
+    times = f"compile {compile_s * 1e3:.1f} ms, run {run_s * 1e3:.3f} ms"
+    if worst is None:
+        print(f"{args.input}: program '{exe.name}' on {where}: OK, {len(outputs)} "
+              f"output(s) match the reference; {times}")
+        return 0
+    print(f"{args.input}: program '{exe.name}' on {where}: MISMATCH: {worst}; {times}")
     return 1
 
 

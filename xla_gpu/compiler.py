@@ -176,8 +176,13 @@ def clear_memory_cache() -> None:
 def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "sm_90",
             fusion: str | None = None, cache: bool = True,
             dump_dir: str | os.PathLike | None = None,
-            dump_regex: str = ".*") -> Executable:
-    """Compiles one fusion of `hlo_text` (HLO text, or a path to it).
+            dump_regex: str = ".*", command_buffers: bool = True,
+            optimize: bool | None = None, memory_limit: int | None = None) -> Executable:
+    """Compiles one fusion of `hlo_text` (HLO text, or a path to it), or,
+    when `fusion` is None and the ENTRY is a whole program (more than one
+    fusion, or ops outside fusions), the whole ENTRY into a
+    `runtime.program.ProgramExecutable` (see `xla_gpu.program_compiler`;
+    `command_buffers`, `optimize` and `memory_limit` are its options).
 
     target: "cuda" (PTX/cubin for `arch`, launched through cuda-python),
     "cpu" (the same kernel run by grid emulation on the host), or "auto"
@@ -207,7 +212,9 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
         except (OSError, UnicodeDecodeError) as e:
             raise ArgumentError(f"cannot read {source}: {e}") from None
     try:
-        return _compile(text, source, target, arch, fusion, cache, dump_dir, dump_regex)
+        return _compile(text, source, target, arch, fusion, cache, dump_dir, dump_regex,
+                        dict(command_buffers=command_buffers, optimize=optimize,
+                             memory_limit=memory_limit))
     except XlaGpuError:
         raise
     except RecursionError:
@@ -222,7 +229,7 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
 
 
 def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
-             cache: bool, dump_dir, dump_regex: str) -> Executable:
+             cache: bool, dump_dir, dump_regex: str, program_options=None) -> Executable:
     if target == "auto":
         target = "cuda" if cuda_available() else "cpu"
     use_cache = cache and dump_dir is None
@@ -241,6 +248,11 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
             return exe
     start = time.perf_counter()
     module = hlo.parse_module(text, source=source)
+    from .program_compiler import compile_program, is_whole_program
+    if fusion is None and is_whole_program(module):
+        return compile_program(module, text=text, target=target, arch=arch, cache=cache,
+                               dump_dir=dump_dir, dump_regex=dump_regex,
+                               **(program_options or {}))
     from .analysis.fusion import select_fusion
     spec_fusion = select_fusion(module, fusion)
     from .hlo.fingerprint import fingerprint

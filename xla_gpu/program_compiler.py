@@ -63,11 +63,12 @@ __all__ = ["compile_program", "is_whole_program", "prepare_module", "THUNK_OPCOD
 THUNK_OPCODES = frozenset({
     "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "fusion", "dot",
     "custom-call", "while", "conditional", "sort", "topk", "convolution", "copy",
-    "after-all", "add-dependency", "optimization-barrier", "partition-id", "replica-id",
+    "after-all", "add-dependency", "opt-barrier", "optimization-barrier", "partition-id",
+    "replica-id",
 })
 # Forward a value without a thunk (aliases of their operand's buffer).
-_FORWARDING = frozenset({"tuple", "get-tuple-element", "bitcast", "optimization-barrier",
-                         "add-dependency"})
+_FORWARDING = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier",
+                         "optimization-barrier", "add-dependency"})
 _GEMM_FUSION_KINDS = ("__ynn_fusion", "__triton_gemm", "__triton_nested_gemm_fusion",
                       "__onednn_fusion", "__cublas_fusion")
 _LAYOUT_ONLY = frozenset({"bitcast", "transpose", "reshape", "copy"})
@@ -209,6 +210,12 @@ class _ModuleBuilder:
                 elif isinstance(value, list) and value and \
                         all(isinstance(v, HloComputation) for v in value):
                     clone.attrs[key] = [self.rewrite(v) for v in value]
+            if op == "conditional":
+                for key in ("true_computation", "false_computation", "branch_computations"):
+                    value = clone.attrs.get(key)
+                    for branch in value if isinstance(value, list) else [value]:
+                        if isinstance(branch, HloComputation):
+                            self._own_result_buffers(branch)
             return self._emit(out, clone)
         if op == "fusion":
             dot = _gemm_fusion(inst)
@@ -218,11 +225,45 @@ class _ModuleBuilder:
         if op == "reshape" and _is_row_major(inst.shape) and \
                 _is_row_major(inst.operands[0].shape):
             return self._emit(out, _clone(inst, ops, opcode="bitcast"))
+        if op == "bitcast-convert" and _same_bytes(inst.shape, inst.operands[0].shape):
+            return self._emit(out, _clone(inst, ops, opcode="bitcast"))
         if op == "copy" and _layout_of(inst.shape) != _layout_of(inst.operands[0].shape):
             return self._wrap(inst, ops, out)
         if op in THUNK_OPCODES:
             return self._emit(out, _clone(inst, ops))
         return self._wrap(inst, ops, out)
+
+    def _own_result_buffers(self, branch: HloComputation) -> None:
+        """A conditional branch that returns its parameter (or a constant)
+        returns a copy: every branch writes the conditional's own buffers
+        (XLA's copy insertion does the same for branch results)."""
+        root = branch.root
+        elements = list(root.operands) if root.opcode == "tuple" else [root]
+        copied = []
+        changed = False
+        for element in elements:
+            source = element
+            while source.opcode in ("bitcast", "get-tuple-element"):
+                source = source.operands[0]
+            if source.opcode in ("parameter", "constant") and not element.shape.is_tuple:
+                copy = HloInstruction(self.unique(f"{element.name}.copy"), "copy",
+                                      element.shape, [element], {}, None, None,
+                                      element.location)
+                branch.instructions.append(copy)
+                copied.append(copy)
+                changed = True
+            else:
+                copied.append(element)
+        if not changed:
+            return
+        if root.opcode == "tuple":
+            new_root = HloInstruction(self.unique(root.name + ".copied"), "tuple", root.shape,
+                                      copied, {}, None, None, root.location)
+            branch.instructions.append(new_root)
+        else:
+            new_root = copied[0]
+        branch.root = new_root
+        _link(branch)
 
     def _open_fusion(self, inst: HloInstruction, ops: list[HloInstruction],
                      out: list[HloInstruction]) -> HloInstruction:
@@ -281,6 +322,17 @@ class _ModuleBuilder:
         fusion = HloInstruction(inst.name, "fusion", inst.shape, fusion_operands, attrs,
                                 None, None, inst.location)
         return self._emit(out, fusion)
+
+
+def _same_bytes(a: Shape, b: Shape) -> bool:
+    """Whether two row-major arrays of byte-sized elements hold the same
+    bytes in the same order (a bitcast-convert that is a plain bitcast)."""
+    if a.is_tuple or b.is_tuple or not (a.is_row_major and b.is_row_major):
+        return False
+    if a.element_type in ("pred", "s2", "s4", "u2", "u4") or \
+            b.element_type in ("pred", "s2", "s4", "u2", "u4"):
+        return False
+    return a.num_elements * a.dtype.itemsize == b.num_elements * b.dtype.itemsize
 
 
 def _layout_of(shape: Shape):
@@ -358,6 +410,14 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     prepared = builder.build()
     if builder.wrapped:
         notes.append(f"{builder.wrapped} op(s) outside fusions wrapped in their own fusion")
+    # Copies where an in-place update or a loop would overwrite a value still
+    # needed (a no-op on modules XLA or the pass pipeline already copied).
+    try:
+        from .hlo.passes.copy_insertion import CopyInsertion
+    except ImportError:
+        CopyInsertion = None
+    if CopyInsertion is not None and CopyInsertion().run(prepared):
+        notes.append("copy insertion added copies")
     return prepared, notes
 
 
@@ -581,7 +641,7 @@ class _ThunkEmitter:
             return out
         if op == "get-tuple-element":
             return self.copies(inst.name, inst.operands[0], (inst.attrs["index"],), inst, ())
-        if op in ("bitcast", "optimization-barrier", "add-dependency"):
+        if op in ("bitcast", "opt-barrier", "optimization-barrier", "add-dependency"):
             return self.copies(inst.name, inst.operands[0], (), inst, ())
         if op == "copy":
             return [CopyThunk(inst.name, self.slice(inst.operands[0]), self.slice(inst),
