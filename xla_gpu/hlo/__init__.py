@@ -12,11 +12,13 @@ from .interpreter import evaluate
 from .module import (HloComputation, HloError, HloInstruction, HloModule,
                      HloParseError, Location)
 from .parser import parse_file, parse_module
+from .printer import computation_to_text, module_to_text
 from .shape import (ELEMENT_TYPES, Shape, bit_width, is_complex, is_float,
                     is_integral, is_signed_int, is_unsigned_int, numpy_dtype)
 
 __all__ = [
-    "parse_module", "parse_file", "evaluate",
+    "parse_module", "parse_file", "evaluate", "module_to_text",
+    "computation_to_text",
     "HloModule", "HloComputation", "HloInstruction", "HloError",
     "HloParseError", "Location",
     "Shape", "ELEMENT_TYPES", "numpy_dtype", "bit_width", "is_float",

@@ -190,7 +190,7 @@ class HloInstruction:
         return [by_name[n] for n in names if n in by_name]
 
     def control_successors(self) -> list["HloInstruction"]:
-        if self.parent is None:
+        if self.parent is None or not self.parent.has_control_edges():
             return []
         return [i for i in self.parent._instructions
                 if self.name in (i.attrs.get(CONTROL_PREDECESSORS) or ())]
@@ -201,6 +201,7 @@ class HloInstruction:
             self.attrs[CONTROL_PREDECESSORS] = names + (pred.name,)
             if self.parent is not None:
                 self.parent._mark_unordered()
+                self.parent._control_edges = True
 
     def remove_control_predecessor(self, pred: "HloInstruction | str") -> None:
         name = pred if isinstance(pred, str) else pred.name
@@ -285,6 +286,7 @@ class HloComputation:
         self.location = location
         self.module = module
         self._unordered = False
+        self._control_edges: bool | None = None   # unknown until asked
 
     def __repr__(self) -> str:
         return f"HloComputation({self.name!r}, {len(self._instructions)} instructions)"
@@ -301,6 +303,7 @@ class HloComputation:
     def instructions(self, value: list[HloInstruction]) -> None:
         self._instructions = value
         self._unordered = True
+        self._control_edges = None
 
     @property
     def parameters(self) -> list[HloInstruction]:
@@ -358,6 +361,14 @@ class HloComputation:
     def __contains__(self, inst: object) -> bool:
         return isinstance(inst, HloInstruction) and inst.parent is self
 
+    def has_control_edges(self) -> bool:
+        """Whether any instruction here has control predecessors (cached;
+        set again by the mutation API when one is added)."""
+        if self._control_edges is None:
+            self._control_edges = any(CONTROL_PREDECESSORS in i.attrs
+                                      for i in self._instructions)
+        return self._control_edges
+
     # -------------------------------------------------------------- order
 
     def _mark_unordered(self) -> None:
@@ -369,7 +380,7 @@ class HloComputation:
         insts = self._instructions
         self._unordered = False
         by_name = None
-        if any(CONTROL_PREDECESSORS in i.attrs for i in insts):
+        if self.has_control_edges():
             by_name = {i.name: i for i in insts}
         members = {id(i) for i in insts}
         placed: set[int] = set()
@@ -442,6 +453,7 @@ class HloComputation:
         self._instructions.append(inst)
         if inst.attrs.get(CONTROL_PREDECESSORS):
             self._unordered = True
+            self._control_edges = True
         return inst
 
     def add(self, opcode: str, shape: Shape,
@@ -478,8 +490,7 @@ class HloComputation:
                                  f"'{live_users[0].name}'")
         # Control dependencies: successors inherit the predecessors.
         names = {i.name for i in doomed}
-        has_control = any(CONTROL_PREDECESSORS in i.attrs for i in self._instructions)
-        if has_control:
+        if self.has_control_edges():
             by_name = self.name_map()
             for inst in self._instructions:
                 preds = inst.attrs.get(CONTROL_PREDECESSORS)
@@ -505,7 +516,11 @@ class HloComputation:
             for op in inst.operands:
                 if id(op) not in ids:
                     _remove_identity(op.users, inst)
-        self._instructions = [i for i in self._instructions if id(i) not in ids]
+        if len(doomed) <= 4:
+            for inst in doomed:
+                self._instructions.remove(inst)   # identity comparisons
+        else:
+            self._instructions = [i for i in self._instructions if id(i) not in ids]
         for inst in doomed:
             inst.parent = None
             if self.module is not None:

@@ -1,7 +1,12 @@
-"""HLO passes: XLA:GPU's optimization pipeline in Python (numpy only).
+"""HLO passes: XLA:GPU's optimization pipeline in Python (numpy only; no
+MLIR). `optimize` turns the HLO JAX prints before optimizations into fused
+HLO that reads like XLA's after_optimizations dump:
 
     from xla_gpu.hlo.passes import optimize
     fused = optimize(module, dump_dir="/tmp/dump", dump_regex=".*")
+
+Each pass is an `HloPass` (`run(module) -> changed`) in its own module;
+`optimization_pipeline()` lists them in XLA:GPU's order.
 """
 
 from .pipeline import DumpOptions, HloPass, HloPassFix, HloPassPipeline, PassContext
@@ -12,7 +17,26 @@ from .call_inliner import CallInliner
 from .tuple_simplifier import TupleSimplifier
 from .algebraic_simplifier import AlgebraicSimplifier
 from .constant_folding import HloConstantFolding
+from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
+from .layout_normalization import LayoutNormalization
+from .dot_canonicalization import DotCanonicalization
+from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
+                                 TreeReductionRewriter)
+from .cost_model import NodeCost, fused_cost, kernel_time, node_cost
+from .priority_fusion import PriorityFusion
+from .multi_output_fusion import MultiOutputFusion
+from .fusion_wrapper import FusionWrapper
+from .rename_fusions import RenameFusions
+from .copy_insertion import CopyInsertion
+from .optimize import optimization_pipeline, optimize
 
-__all__ = ["DumpOptions", "HloPass", "HloPassFix", "HloPassPipeline", "PassContext",
-           "verify_module", "HloDCE", "HloCSE", "CallInliner", "TupleSimplifier",
-           "AlgebraicSimplifier", "HloConstantFolding"]
+__all__ = [
+    "optimize", "optimization_pipeline",
+    "DumpOptions", "HloPass", "HloPassFix", "HloPassPipeline", "PassContext",
+    "verify_module", "HloDCE", "HloCSE", "CallInliner", "TupleSimplifier",
+    "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer",
+    "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
+    "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
+    "fused_cost", "kernel_time", "PriorityFusion", "MultiOutputFusion",
+    "FusionWrapper", "RenameFusions", "CopyInsertion",
+]

@@ -7,7 +7,9 @@ their own:
   that is an ENTRY parameter (not donated), a constant, or read by anything
   else (its other readers may run after the update);
 * a while loop's initial state: elements that are parameters, constants,
-  read elsewhere (after the loop, typically) or passed twice;
+  read elsewhere (after the loop, typically) or passed twice — except
+  elements the body passes through unchanged and nothing reads after the
+  loop;
 * a while body's result elements that are not the loop state's own element
   passed through (another element's value, a constant, a duplicate), so
   that each carried buffer is written once per iteration;
@@ -75,6 +77,18 @@ def _other_readers(value: HloInstruction, reader: HloInstruction) -> bool:
     return False
 
 
+def _passed_through(body: HloComputation) -> set[int]:
+    """Loop-state elements the body returns unchanged (root element k is
+    element k of the parameter)."""
+    root = body.root
+    params = body.parameters
+    if root.opcode != "tuple" or len(params) != 1:
+        return set()
+    return {k for k, e in enumerate(root.operands)
+            if e.opcode == "get-tuple-element" and e.operands[0] is params[0]
+            and e.attrs["index"] == k}
+
+
 class CopyInsertion(HloPass):
     name = "copy-insertion"
 
@@ -115,9 +129,16 @@ class CopyInsertion(HloPass):
             return True
         changed = False
         seen: set[int] = set()
+        unchanged = _passed_through(loop.attrs["body"])
+        read_after = {u.attrs["index"] for u in loop.users if u.opcode == "get-tuple-element"}
+        if any(u.opcode != "get-tuple-element" for u in loop.users) or loop is comp.root:
+            read_after = set(range(len(init.operands)))
         for k, element in enumerate(list(init.operands)):
             if element.shape.is_tuple:
                 continue
+            if k in unchanged and k not in read_after:
+                seen.add(id(element))
+                continue  # never written, not read after: no buffer of its own
             if _is_read_only(element, comp) or id(element) in seen or \
                     _other_readers(element, init):
                 init.replace_operand_with(k, self._copy(comp, element))

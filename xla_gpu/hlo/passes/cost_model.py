@@ -93,15 +93,15 @@ class NodeCost:
     utilization: list[float] = field(default_factory=list)
     kernel: bool = True
 
+    time: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.time = kernel_time(self.bytes_read + self.bytes_written, self.flops) \
+            if self.kernel else 0.0
+
     @property
     def bytes_read(self) -> float:
         return sum(self.operand_bytes)
-
-    @property
-    def time(self) -> float:
-        if not self.kernel:
-            return 0.0
-        return kernel_time(self.bytes_read + self.bytes_written, self.flops)
 
 
 def _evaluations(roots: list[HloInstruction], order: list[HloInstruction],
@@ -204,14 +204,15 @@ def node_cost(inst: HloInstruction, reducer_cache: dict | None = None) -> NodeCo
         return NodeCost(float(_elements(inst)), written,
                         [float(byte_size(o.shape)) for o in inst.operands],
                         [1.0] * len(inst.operands))
-    # A single instruction as its own kernel.
-    count, flops = _evaluations([inst], [*dict.fromkeys(inst.operands), inst], cache)
+    # A single instruction as its own kernel (scalar constants go inside).
+    count, flops = _evaluations([inst], [inst], cache)  # operands are inputs
     util, read = [], []
     for o in inst.operands:
         n = max(1, _elements(o))
         u = count.get(id(o), 0.0) / n
         util.append(u)
-        read.append(byte_size(o.shape) * min(1.0, u))
+        inside = o.opcode == "constant" and n == 1
+        read.append(0.0 if inside else byte_size(o.shape) * min(1.0, u))
     return NodeCost(flops, written, read, util)
 
 

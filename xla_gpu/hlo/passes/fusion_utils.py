@@ -24,7 +24,8 @@ from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
 from ..shape import Shape
 from .util import is_effective_scalar
 
-__all__ = ["FUSIBLE_OPCODES", "create_fusion", "fuse_producer", "merge_fusions",
+__all__ = ["FUSIBLE_OPCODES", "create_fusion", "fuse_producer", "absorb_consumer",
+           "merge_fusions",
            "fusion_roots", "classify_body", "BodyInfo", "is_fusible",
            "fusion_kind_for", "hero_names"]
 
@@ -357,10 +358,11 @@ def _inline_into(body: HloComputation, source: HloInstruction,
                  values: list[HloInstruction]) -> HloInstruction:
     """Clones `source` (a plain instruction or a fusion, whose operands are
     `values` in `body`) into `body`; returns the value of its result."""
+    detached = body.module is None  # a trial body: names do not matter
     if source.opcode != "fusion":
         clone = source.clone_with(values)
         clone.attrs.pop(CONTROL_PREDECESSORS, None)
-        return body.add_instruction(clone)
+        return body.add_instruction(clone, keep_name=detached)
     inner = source.attrs["calls"]
     local: dict[int, HloInstruction] = {}
     for inst in inner.instructions:
@@ -369,7 +371,7 @@ def _inline_into(body: HloComputation, source: HloInstruction,
             continue
         clone = inst.clone_with([local[id(o)] for o in inst.operands])
         clone.attrs.pop(CONTROL_PREDECESSORS, None)
-        local[id(inst)] = body.add_instruction(clone)
+        local[id(inst)] = body.add_instruction(clone, keep_name=detached)
     return local[id(inner.root)]
 
 
@@ -425,6 +427,29 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> None:
     param.replace_all_uses_with(result)
     _remove_fusion_operand(fusion, index)
     fusion.parent._mark_unordered()
+
+
+def absorb_consumer(fusion: HloInstruction, consumer: HloInstruction) -> HloInstruction:
+    """The same result as fusing `fusion` into `consumer` (its only user),
+    built the other way round: the consumer is cloned into the fusion's
+    body, which takes the consumer's place. Cheaper when the fusion is the
+    larger of the two (a long chain grows without being copied again)."""
+    comp = fusion.parent
+    body = fusion.attrs["calls"]
+    values = []
+    for o in consumer.operands:
+        if o is fusion:
+            values.append(body.root)
+        else:
+            values.extend(_operand_values(fusion, [o]))
+    result = _inline_into(body, consumer, values)
+    body.set_root(result)
+    fusion.shape = consumer.shape
+    if "metadata" in consumer.attrs:
+        fusion.attrs["metadata"] = consumer.attrs["metadata"]
+    consumer.replace_with(fusion)
+    comp._mark_unordered()
+    return fusion
 
 
 def merge_fusions(first: HloInstruction, second: HloInstruction,

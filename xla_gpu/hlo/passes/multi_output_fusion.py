@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from ..shape import Shape
-from .fusion_utils import (_inline_into, body_acceptable, fusion_kind_for,
-                           fusion_roots, merge_fusions)
+from .fusion_utils import (_inline_into, body_acceptable, create_fusion,
+                           fusion_kind_for, fusion_roots, is_fusible, merge_fusions)
 from .pipeline import HloPass
 from .priority_fusion import MAX_FUSION_INSTRUCTIONS, MAX_OPERANDS_AND_OUTPUTS
 from .util import byte_size, is_effective_scalar, program_computations
@@ -53,9 +53,17 @@ class ReachabilityMap:
         return bool(self.ancestors[self.index[id(a)]] >> self.index[id(b)] & 1)
 
 
+_NOT_CANDIDATES = frozenset({"parameter", "constant", "tuple", "get-tuple-element",
+                             "bitcast"})
+
+
 def _is_mergeable_fusion(inst: HloInstruction) -> bool:
+    """A kLoop/kInput fusion, or a lone fusible instruction (wrapped into
+    a fusion when merged), whose outputs are read through
+    get-tuple-element when there are several."""
     if inst.opcode != "fusion":
-        return False
+        return inst.opcode not in _NOT_CANDIDATES and is_fusible(inst) and \
+            not inst.shape.is_tuple and inst.opcode != "dynamic-update-slice"
     if str(inst.attrs.get("kind", "kLoop")) not in ("kLoop", "kInput"):
         return False
     body = inst.attrs["calls"]
@@ -81,7 +89,7 @@ def _trial(first: HloInstruction, second: HloInstruction) -> HloComputation:
         return params[id(o)]
 
     first_result = _inline_into(body, first, [value_of(o) for o in first.operands])
-    first_multi = first.attrs["calls"].root.opcode == "tuple"
+    first_multi = first.opcode == "fusion" and first.attrs["calls"].root.opcode == "tuple"
     first_outputs = list(first_result.operands) if first_multi else [first_result]
     values = []
     for o in second.operands:
@@ -93,7 +101,8 @@ def _trial(first: HloInstruction, second: HloInstruction) -> HloComputation:
             values.append(value_of(o))
     second_result = _inline_into(body, second, values)
     second_outputs = list(second_result.operands) \
-        if second.attrs["calls"].root.opcode == "tuple" else [second_result]
+        if second.opcode == "fusion" and second.attrs["calls"].root.opcode == "tuple" \
+        else [second_result]
     if first_multi:
         kept = sorted({u.attrs["index"] for u in first.users if u is not second and
                        (any(x is not second for x in u.users) or u is first.parent.root)})
@@ -142,13 +151,17 @@ class MultiOutputFusion(HloPass):
         return changed
 
     def _fits(self, a: HloInstruction, b: HloInstruction) -> bool:
-        size = len(a.attrs["calls"]) + len(b.attrs["calls"])
+        size = sum(len(x.attrs["calls"]) if x.opcode == "fusion" else 1 for x in (a, b))
         operands = len({id(o) for o in (*a.operands, *b.operands)})
         outputs = len(a.shape.leaves()) + len(b.shape.leaves())
         return size <= self.max_fusion_instructions and \
             operands + outputs <= self.max_operands
 
     def _merge(self, first: HloInstruction, second: HloInstruction) -> None:
+        if first.opcode != "fusion":
+            first = create_fusion(first)
+        if second.opcode != "fusion":
+            second = create_fusion(second)
         fusion = merge_fusions(first, second)
         fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
 

@@ -27,9 +27,9 @@ import heapq
 
 from ..module import HloComputation, HloInstruction, HloModule
 from .cost_model import NodeCost, fused_cost, node_cost
-from .fusion_utils import (BodyInfo, body_acceptable, create_fusion,
-                           fuse_producer, fusion_kind_for, is_fusible,
-                           _inline_into)
+from .fusion_utils import (BodyInfo, _inline_into, absorb_consumer,
+                           body_acceptable, create_fusion, fuse_producer,
+                           fusion_kind_for, is_fusible)
 from .pipeline import HloPass
 from .util import is_effective_scalar, program_computations
 
@@ -103,6 +103,10 @@ class _PriorityFusionRun:
         self.order: dict[int, int] = {}
         self.alive: dict[int, HloInstruction] = {}
         self.sequence = 0
+        # Node versions (bumped when a node changes) and, per (producer,
+        # consumer), the legality and fused time computed at those versions.
+        self.node_version: dict[int, int] = {}
+        self.pairs: dict[tuple[int, int], tuple] = {}
 
     # -- caches ---------------------------------------------------------
     def cost(self, inst: HloInstruction) -> NodeCost:
@@ -130,6 +134,23 @@ class _PriorityFusionRun:
     def forget(self, inst: HloInstruction) -> None:
         self.costs.pop(id(inst), None)
         self.infos.pop(id(inst), None)
+        self.node_version[id(inst)] = self.node_version.get(id(inst), 0) + 1
+
+    def pair(self, producer: HloInstruction, consumer: HloInstruction) -> tuple[bool, float]:
+        """(can fuse, time of the consumer with the producer fused in),
+        cached until either changes."""
+        key = (id(producer), id(consumer))
+        # The users' count matters too (a reduction fuses into a single user).
+        vp = (self.node_version.get(id(producer), 0), len(producer.users))
+        vc = self.node_version.get(id(consumer), 0)
+        hit = self.pairs.get(key)
+        if hit is not None and hit[0] == vp and hit[1] == vc:
+            return hit[2], hit[3]
+        ok = self.can_fuse(producer, consumer)
+        time = fused_cost(producer, self.cost(producer), consumer,
+                          self.cost(consumer)).time if ok else 0.0
+        self.pairs[key] = (vp, vc, ok, time)
+        return ok, time
 
     # -- legality ---------------------------------------------------------
     def producer_ok(self, producer: HloInstruction) -> bool:
@@ -198,16 +219,14 @@ class _PriorityFusionRun:
         consumers = list(dict.fromkeys(producer.users))
         if not consumers:
             return None
-        for c in consumers:
-            if not self.can_fuse(producer, c):
-                return None
-        pc = self.cost(producer)
-        unfused = pc.time
+        unfused = self.cost(producer).time
         fused = 0.0
         for c in consumers:
-            cc = self.cost(c)
-            unfused += cc.time
-            fused += fused_cost(producer, pc, c, cc).time
+            ok, time = self.pair(producer, c)
+            if not ok:
+                return None
+            unfused += self.cost(c).time
+            fused += time
         return unfused - fused
 
     def push(self, inst: HloInstruction) -> None:
@@ -250,6 +269,10 @@ class _PriorityFusionRun:
     def fuse_everywhere(self, producer: HloInstruction) -> None:
         comp = self.comp
         consumers = list(dict.fromkeys(producer.users))
+        if producer.opcode == "fusion" and len(consumers) == 1 and \
+                self.size(producer) > self.size(consumers[0]):
+            self.absorb(producer, consumers[0])
+            return
         touched: list[HloInstruction] = []
         for consumer in consumers:
             position = self.order.get(id(consumer), 0)
@@ -273,4 +296,19 @@ class _PriorityFusionRun:
                                      *(o for t in touched for o in t.operands)]))
         for inst in update:
             if inst.parent is comp:
+                self.push(inst)
+
+    def absorb(self, producer: HloInstruction, consumer: HloInstruction) -> None:
+        """Fuses a large producer fusion into its only consumer by cloning
+        the consumer into the producer's body (see absorb_consumer)."""
+        position = self.order.get(id(consumer), 0)
+        self.version[id(consumer)] = self.version.get(id(consumer), 0) + 1
+        self.alive.pop(id(consumer), None)
+        self.forget(consumer)
+        fusion = absorb_consumer(producer, consumer)
+        self.forget(fusion)
+        self.order[id(fusion)] = position
+        fusion.attrs["kind"] = fusion_kind_for(self.info(fusion))
+        for inst in dict.fromkeys([fusion, *fusion.operands]):
+            if inst.parent is self.comp:
                 self.push(inst)

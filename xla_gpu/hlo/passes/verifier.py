@@ -28,6 +28,31 @@ def _same_dims(a, b) -> bool:
     return a.element_type == b.element_type and tuple(a.dims) == tuple(b.dims)
 
 
+_UNARY = frozenset("""
+abs negate sign ceil floor round-nearest-afz round-nearest-even not exponential
+exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic sine cosine
+tan erf is-finite popcnt count-leading-zeros real imag copy convert
+reduce-precision bitcast bitcast-convert broadcast reshape transpose slice
+reverse get-tuple-element
+""".split())
+_BINARY = frozenset("""
+add subtract multiply divide remainder maximum minimum power atan2 and or xor
+shift-left shift-right-arithmetic shift-right-logical compare complex pad dot
+""".split())
+
+
+def _arity(opcode: str) -> int | None:
+    if opcode in _UNARY:
+        return 1
+    if opcode in _BINARY:
+        return 2
+    if opcode in ("select", "clamp"):
+        return 3
+    if opcode in ("parameter", "constant", "iota"):
+        return 0
+    return None
+
+
 def verify_module(module: HloModule) -> None:
     """Raises HloError naming the first broken invariant."""
     comp_names = [c.name for c in module.computations]
@@ -72,6 +97,10 @@ def _verify_structure(comp: HloComputation, members: set[int]) -> None:
         raise HloError(f"computation '{comp.name}' has parameter numbers {numbers}")
     for inst in insts:
         here = position[id(inst)]
+        arity = _arity(inst.opcode)
+        if arity is not None and len(inst.operands) != arity:
+            raise inst.error(f"'{inst.opcode}' takes {arity} operand"
+                             f"{'s' if arity != 1 else ''}, has {len(inst.operands)}")
         for op in inst.operands:
             if id(op) not in position:
                 raise inst.error(f"operand '{op.name}' is not in '{comp.name}'")
