@@ -77,22 +77,25 @@ _CUBLAS_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8
 
 def is_whole_program(module: HloModule) -> bool:
     """Whether `xla_gpu.compile` without fusion=NAME compiles `module` as a
-    whole program: an ENTRY that is more than parameters feeding a single
-    fusion (a module without ENTRY is a bare fusion computation)."""
+    whole program. A module without ENTRY is a bare fusion computation, and
+    an ENTRY that is only its parameters passed, in order, to one fusion at
+    the root is that fusion (one kernel, as before); anything else is a
+    program."""
     entries = [c for c in module.computations if c.is_entry]
     if not entries:
         return False
     entry = entries[0]
-    fusions = [i for i in entry.instructions if i.opcode == "fusion"]
-    others = [i for i in entry.instructions
-              if i.opcode not in ("parameter", "fusion", "constant", "tuple",
-                                  "get-tuple-element", "bitcast")]
-    if others:
+    root = entry.root
+    params = entry.parameters
+    if root is None or root.opcode != "fusion" or _gemm_fusion(root) is not None:
         return True
-    if len(fusions) != 1:
-        return len(fusions) > 1
-    fusion = fusions[0]
-    return _gemm_fusion(fusion) is not None
+    if any(i.opcode not in ("parameter", "fusion") for i in entry.instructions):
+        return True
+    if sum(1 for i in entry.instructions if i.opcode == "fusion") != 1:
+        return True
+    if any(p.shape.is_tuple for p in params):
+        return True
+    return [id(o) for o in root.operands] != [id(p) for p in params]
 
 
 # -- module preparation ------------------------------------------------------------
@@ -418,7 +421,73 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
         CopyInsertion = None
     if CopyInsertion is not None and CopyInsertion().run(prepared):
         notes.append("copy insertion added copies")
+    ordered = _order_loop_state_updates(prepared)
+    if ordered:
+        notes.append(f"{ordered} control edge(s): loop state read before it is overwritten")
     return prepared, notes
+
+
+def _ancestors(inst: HloInstruction, by_name: dict[str, HloInstruction]) -> set[int]:
+    """ids of every instruction `inst` depends on (operands and control
+    predecessors, transitively), itself included."""
+    seen: set[int] = set()
+    stack = [inst]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.extend(node.operands)
+        for name in node.attrs.get("control-predecessors") or ():
+            pred = by_name.get(name)
+            if pred is not None:
+                stack.append(pred)
+    return seen
+
+
+def _order_loop_state_updates(module: HloModule) -> int:
+    """In every while body, the instruction writing loop state element k
+    runs after the other readers of element k's previous value (XLA adds
+    these control edges when it removes the copies copy insertion would
+    need): then the new value can take the old one's buffer. Edges that
+    would close a cycle are left out (buffer assignment then asks for a
+    copy). Returns the number of edges added."""
+    added = 0
+    for comp in _reachable_computations(module.entry):
+        for loop in comp.instructions:
+            if loop.opcode != "while":
+                continue
+            body: HloComputation = loop.attrs["body"]
+            if not body.parameters or body.root is None or body.root.opcode != "tuple":
+                continue
+            param = body.parameters[0]
+            by_name = {i.name: i for i in body.instructions}
+            for k, writer in enumerate(body.root.operands):
+                old = [g for g in param.users
+                       if g.opcode == "get-tuple-element" and g.attrs.get("index") == k]
+                if not old or writer in old:
+                    continue
+                readers: list[HloInstruction] = []
+                stack = list(old)
+                while stack:
+                    value = stack.pop()
+                    for user in value.users:
+                        if user.opcode == "bitcast":
+                            stack.append(user)
+                        elif user is not writer and user is not body.root and \
+                                user not in readers:
+                            readers.append(user)
+                for reader in readers:
+                    if id(writer) in _ancestors(reader, by_name):
+                        continue
+                    names = tuple(writer.attrs.get("control-predecessors") or ())
+                    if reader.name in names:
+                        continue
+                    writer.attrs["control-predecessors"] = names + (reader.name,)
+                    if hasattr(body, "_control_edges"):
+                        body._control_edges = True
+                    added += 1
+    return added
 
 
 # -- kernels -------------------------------------------------------------------------
@@ -523,14 +592,18 @@ class _KernelCompiler:
             try:
                 exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*")
             except (HloError, CompileError) as e:
-                if fusion.kind == "loop":
+                if fusion.kind not in _LOOP_CAN_STAND_IN:
                     raise
                 # The dedicated emitter refused or failed: the loop emitter
                 # computes the same values (slower), as XLA falls back.
                 fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
                 failed = fusion.kind
                 fusion.kind = "loop"
-                exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*")
+                try:
+                    exe = compiler._build(fusion, text, self.target, self.arch, key, None,
+                                          ".*")
+                except (HloError, CompileError):
+                    raise e from None
                 exe.notes.append(f"the {failed} emitter failed ({e}); emitted by the loop "
                                  "emitter")
                 self.fallbacks.append(f"{inst.name}: {failed} emitter failed, loop emitter "
@@ -551,6 +624,10 @@ class _KernelCompiler:
 
 
 _kernel_memory: dict[str, Any] = {}
+# Emitter kinds whose fusions the loop emitter computes too (elementwise per
+# output element): used when the dedicated emitter fails on a fusion.
+_LOOP_CAN_STAND_IN = frozenset({"transpose", "reduction", "concatenate", "input_slices",
+                                "in_place_dynamic_update_slice"})
 
 
 def _fusion_text(comp: HloComputation) -> str:
