@@ -265,7 +265,8 @@ class NameUniquer:
         while f"{root}.{k}" in self.used:
             k += 1
         name = f"{root}.{k}"
-        self.reserve(name)
+        self.used.add(name)
+        self.next_id[root] = k + 1
         return name
 
 
@@ -447,8 +448,10 @@ class HloComputation:
             self.module.reserve_name(inst.name)
         inst.parent = self
         inst.users = []
+        linked: set[int] = set()   # inst is new: no operand lists it yet
         for op in inst.operands:
-            if not any(u is inst for u in op.users):
+            if id(op) not in linked:
+                linked.add(id(op))
                 op.users.append(inst)
         self._instructions.append(inst)
         if inst.attrs.get(CONTROL_PREDECESSORS):
@@ -549,11 +552,12 @@ class HloComputation:
         old = inst.name
         if old == new_name:
             return
-        for other in self._instructions:
-            preds = other.attrs.get(CONTROL_PREDECESSORS)
-            if preds and old in preds:
-                other.attrs[CONTROL_PREDECESSORS] = tuple(
-                    new_name if n == old else n for n in preds)
+        if self.has_control_edges():
+            for other in self._instructions:
+                preds = other.attrs.get(CONTROL_PREDECESSORS)
+                if preds and old in preds:
+                    other.attrs[CONTROL_PREDECESSORS] = tuple(
+                        new_name if n == old else n for n in preds)
         if self.module is not None:
             self.module.release_name(old)
             self.module.reserve_name(new_name)

@@ -71,16 +71,20 @@ def optimization_pipeline() -> HloPassPipeline:
 
 
 def optimize(module: HloModule, dump_dir: str | os.PathLike | None = None,
-             dump_regex: str = ".*", verify: bool = False) -> HloModule:
+             dump_regex: str = ".*", verify: bool = False,
+             context: PassContext | None = None) -> HloModule:
     """The optimized copy of `module` (the argument is left as it is).
     With `dump_dir`: before_optimizations.txt, NN.<pass>.txt after each
     pass matching `dump_regex` that changed the module, and
     after_optimizations.txt. `verify` runs the verifier after every pass
-    that changed the module."""
+    that changed the module. A `context` given collects per-pass
+    statistics (runs that changed the module, seconds)."""
     dump = DumpOptions(str(dump_dir) if dump_dir is not None else None, dump_regex)
     dump.write("before_optimizations.txt", module)
     result = module.clone()
-    context = PassContext(dump, verify)
+    if context is None:
+        context = PassContext()
+    context.dump, context.verify = dump, verify
     optimization_pipeline().run(result, context)
     dump.write("after_optimizations.txt", result)
     return result

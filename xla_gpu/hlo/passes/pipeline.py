@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 
 from ..module import HloError, HloModule
@@ -68,10 +69,12 @@ class DumpOptions:
 @dataclass
 class PassContext:
     """What a pipeline hands its passes: dumps, verification, statistics
-    (pass name -> number of runs that changed the module)."""
+    (pass name -> number of runs that changed the module, and seconds spent
+    in it)."""
     dump: DumpOptions = field(default_factory=DumpOptions)
     verify: bool = False
     changes: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 class HloPass:
@@ -84,7 +87,10 @@ class HloPass:
     def run_in(self, module: HloModule, context: PassContext) -> bool:
         """Runs the pass, then (when it changed the module) the verifier in
         debug mode and the dump."""
+        start = time.perf_counter()
         changed = bool(self.run(module))
+        context.seconds[self.name] = context.seconds.get(self.name, 0.0) + \
+            time.perf_counter() - start
         if changed:
             context.changes[self.name] = context.changes.get(self.name, 0) + 1
             if context.verify:
