@@ -74,13 +74,23 @@ class _BufferSet:
     """Buffers as union-find roots with their values and merged live
     intervals, updated as optional merges are made."""
 
-    def __init__(self, alias: AliasAnalysis, live: LiveRanges):
+    def __init__(self, alias: AliasAnalysis, live: LiveRanges, donated_params: set):
         self.alias = alias
         self.live = live
         self.intervals: dict[int, list[Interval]] = {}
-        for value in alias.dataflow.values:
+        # root -> [holds read-only content, holds an entry parameter, size]
+        self.info: dict[int, list] = {}
+        df = alias.dataflow
+        for value in df.values:
             root = alias.find(value)
             self.intervals.setdefault(root, []).append(live.range_of(value))
+            readonly, _ = _readonly_and_writers([value], df, donated_params)
+            is_param = value.instruction.opcode == "parameter" and \
+                value.instruction.parent is df.entry
+            info = self.info.setdefault(root, [False, False, 0])
+            info[0] |= bool(readonly)
+            info[1] |= is_param
+            info[2] = max(info[2], value.size)
         for root in self.intervals:
             self.intervals[root] = merge_intervals(self.intervals[root])
 
@@ -89,8 +99,10 @@ class _BufferSet:
         if ra == rb:
             return
         merged = merge_intervals(self.intervals.pop(ra) + self.intervals.pop(rb))
+        ia, ib = self.info.pop(ra), self.info.pop(rb)
         root = self.alias.merge(a, b)
         self.intervals[root] = merged
+        self.info[root] = [ia[0] or ib[0], ia[1] or ib[1], max(ia[2], ib[2])]
 
     def of(self, value: HloValue) -> list[Interval]:
         return self.intervals[self.alias.find(value)]
@@ -280,7 +292,7 @@ class BufferAssignment:
 # ----------------------------------------------------------------- checks
 
 def _check_while(inst: HloInstruction, df: DataflowAnalysis, live: LiveRanges,
-                 alias: AliasAnalysis) -> None:
+                 alias: AliasAnalysis, donated: set) -> None:
     callees = dict(sequential_callees(inst))
     body = callees["body"]
     param = body.parameters[0]
@@ -310,8 +322,16 @@ def _check_while(inst: HloInstruction, df: DataflowAnalysis, live: LiveRanges,
                                f"while '{inst.name}' while the previous value is still "
                                f"read{' by ' + repr(last.name) if last else ''}")
         i_value = df.value_at(init, index)
+        source = i_value.instruction
+        if source.opcode == "constant" or (source.opcode == "parameter" and
+                                           source.parent is df.entry and
+                                           (source.parameter_number, i_value.index)
+                                           not in donated):
+            kind = "constant" if source.opcode == "constant" else "parameter (not donated)"
+            raise _copy_needed(inst, f"the loop would write element {index} of its state "
+                               f"into the buffer of {kind} '{source.name}'")
         if live.range_of(i_value).end > body_start:
-            last = _last_reader(i_value, live)
+            last = _last_reader(i_value, live, exclude=inst)
             raise _copy_needed(inst, f"the loop overwrites its initial value at "
                                f"element {index} ({i_value.name()}), which is still "
                                f"needed after the loop starts"
@@ -360,9 +380,12 @@ def _check_conditional(inst: HloInstruction, df: DataflowAnalysis, live: LiveRan
                                f"'{inst.name}' would share one buffer")
 
 
-def _last_reader(value: HloValue, live: LiveRanges) -> HloInstruction | None:
+def _last_reader(value: HloValue, live: LiveRanges,
+                 exclude: HloInstruction | None = None) -> HloInstruction | None:
     best = None
     for use in value.uses:
+        if use.instruction is exclude:
+            continue
         if best is None or live.instruction_time(use.instruction) > \
                 live.instruction_time(best):
             best = use.instruction
@@ -425,20 +448,9 @@ def _can_merge(first: HloValue, second_writer: HloInstruction, second: HloValue,
         return False
     if ra in live_out and rb in live_out:
         return False
-    values_a = alias.buffer_values(first)
-    values_b = alias.buffer_values(second)
-    ro_a, _ = _readonly_and_writers(values_a, df, donated_params)
-    ro_b, _ = _readonly_and_writers(values_b, df, donated_params)
-    if ro_a or ro_b:
-        return False
-    entry = df.entry
-    params_a = [v for v in values_a if v.instruction.opcode == "parameter" and
-                v.instruction.parent is entry]
-    params_b = [v for v in values_b if v.instruction.opcode == "parameter" and
-                v.instruction.parent is entry]
-    if params_a and params_b:
-        return False
-    if max(v.size for v in values_a) != max(v.size for v in values_b):
+    readonly_a, param_a, size_a = buffers.info[ra]
+    readonly_b, param_b, size_b = buffers.info[rb]
+    if readonly_a or readonly_b or (param_a and param_b) or size_a != size_b:
         return False
     t = live.instruction_time(second_writer)
     for x in buffers.of(first):
@@ -505,14 +517,16 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
     for comp in df.computations:
         for inst in schedule.sequence(comp):
             if inst.opcode == "while":
-                _check_while(inst, df, live, alias)
+                _check_while(inst, df, live, alias, donated_params)
             elif inst.opcode == "conditional":
                 _check_conditional(inst, df, live, alias)
 
     ba = BufferAssignment(module, schedule, df, alias, live, alignment)
     ba.share_elementwise = share_elementwise
-    buffers = _BufferSet(alias, live)
-    live_out_roots = lambda: {alias.find(v) for _, v in df.leaf_values(entry.root)}  # noqa: E731
+    buffers = _BufferSet(alias, live, donated_params)
+
+    def live_out_roots() -> set[int]:
+        return {alias.find(v) for _, v in df.leaf_values(entry.root)}
 
     # Donated parameters take their output's buffer when nothing reads the
     # parameter after the output is written.
@@ -672,6 +686,10 @@ def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
                 root = alias.find(value)
                 if root not in placed:
                     add(root, kind="constant", constant=inst.name)
+    fixed = sum(a.size for a in allocations)
+    if fixed > INT64_MAX:
+        raise ResourceError(f"module '{ba.module.name}': its parameters, outputs and "
+                            f"constants take {fixed} bytes, more than int64 can address")
     temps = [root for root in groups if root not in placed]
     # As XLA's BufferAssigner: a temporary may live in a (writable) output
     # or donated-parameter allocation, at offset 0, when nothing placed

@@ -204,12 +204,17 @@ class DataflowAnalysis:
         df.caller(comp)            # (instruction, role) that runs comp
     """
 
-    def __init__(self, module: HloModule):
+    def __init__(self, module: HloModule, allow_shared_calls: bool = False):
         self.module = module
         self.entry = module.entry
         self.values: list[HloValue] = []
         self._at: dict[int, dict[ShapeIndex, HloValue]] = {}
         self._callers: dict[int, tuple[HloInstruction, str]] = {}
+        # With allow_shared_calls (for scheduling), a computation that
+        # several `call`s run is analysed once: its parameters and the
+        # calls' results define values of their own.
+        self.allow_shared_calls = allow_shared_calls
+        self._shared: set[int] = set()
         self.computations: list[HloComputation] = []
         self._find_sequential_computations()
         self._compute_values()
@@ -231,7 +236,10 @@ class DataflowAnalysis:
                     if callee is self.entry:
                         raise inst.error("calls the ENTRY computation")
                     if id(callee) in seen:
-                        other, _ = self._callers.get(id(callee), (None, None))
+                        other, other_role = self._callers.get(id(callee), (None, None))
+                        if self.allow_shared_calls and role == "call" and other_role == "call":
+                            self._shared.add(id(callee))
+                            continue
                         raise inst.error(
                             f"computation '{callee.name}' is also run by "
                             f"'{other.name if other else '?'}': each while body, "
@@ -313,6 +321,10 @@ class DataflowAnalysis:
         op = inst.opcode
         if op == "parameter":
             caller = self._callers.get(id(inst.parent))
+            if caller is not None and id(inst.parent) in self._shared:
+                for index, shape in array_leaves(inst.shape):
+                    self._define(inst, index, shape, is_phi=True)
+                return
             if caller is not None:
                 call, role = caller
                 if role == "call":
@@ -357,7 +369,7 @@ class DataflowAnalysis:
                 raise inst.error(f"{op} needs an operand")
             self._forward_all(inst, inst.operands[0])
             return
-        elif op == "call":
+        elif op == "call" and id(sequential_callees(inst)[0][1]) not in self._shared:
             (_, callee), = sequential_callees(inst)
             if callee.root is None:
                 raise inst.error(f"callee '{callee.name}' has no root")
@@ -371,7 +383,8 @@ class DataflowAnalysis:
         for comp in self.computations:
             for inst in comp.instructions:
                 op = inst.opcode
-                if op in FORWARDING_OPCODES or op == "call":
+                if op in FORWARDING_OPCODES or \
+                        (op == "call" and id(sequential_callees(inst)[0][1]) not in self._shared):
                     # Positions, not reads (a call's callee reads them
                     # through its parameters). add-dependency's token is
                     # not an array.

@@ -108,7 +108,7 @@ def _undo_clone(comp: HloComputation, inst: HloInstruction, clone: HloInstructio
 
 
 def _entry_peak(module: HloModule, schedule: Schedule) -> tuple[int, list[int], ComputationMemoryModel]:
-    df = DataflowAnalysis(module)
+    df = DataflowAnalysis(module, allow_shared_calls=True)
     alias = AliasAnalysis(df)
     callee_peaks = {id(c): schedule.peaks.get(c.name, 0) for c in df.computations
                     if c is not df.entry}

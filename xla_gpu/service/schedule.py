@@ -327,7 +327,7 @@ def compute_schedule(module: HloModule, dataflow: DataflowAnalysis | None = None
                      alias: AliasAnalysis | None = None) -> Schedule:
     """Schedules every sequential computation (callees first, so that each
     caller knows the peak of what it runs)."""
-    dataflow = dataflow or DataflowAnalysis(module)
+    dataflow = dataflow or DataflowAnalysis(module, allow_shared_calls=True)
     alias = alias or AliasAnalysis(dataflow)
     schedule = Schedule(module, computations=list(dataflow.computations))
     callee_peaks: dict[int, int] = {}
