@@ -20,6 +20,7 @@ from mlir.dialects import arith, math, scf, tensor
 from ..analysis.indexing import output_to_input
 from ..dialects import xla_gpu
 from ..hlo import HloComputation, HloInstruction
+from ..hlo.opcodes import BINARY_ELEMENTWISE, TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from ..hlo.shape import (Shape, bit_width, is_float, is_signed_int,
                          is_unsigned_int)
 from . import float8
@@ -474,16 +475,8 @@ _HANDLERS: dict[str, Callable] = {
 
 # -- elementwise ops -----------------------------------------------------------
 
-_UNARY = {"abs", "negate", "sign", "ceil", "floor", "round-nearest-afz",
-          "round-nearest-even", "not", "exponential", "exponential-minus-one",
-          "log", "log-plus-one", "sqrt", "rsqrt", "cbrt", "tanh", "logistic",
-          "sine", "cosine", "tan", "erf", "is-finite", "popcnt",
-          "count-leading-zeros", "convert", "bitcast-convert", "reduce-precision",
-          "real", "imag"}
-_BINARY = {"add", "subtract", "multiply", "divide", "remainder", "maximum",
-           "minimum", "power", "atan2", "and", "or", "xor", "shift-left",
-           "shift-right-arithmetic", "shift-right-logical", "compare", "complex",
-           "select", "clamp"}
+_UNARY = UNARY_ELEMENTWISE
+_BINARY = BINARY_ELEMENTWISE | TERNARY_ELEMENTWISE
 
 _FLOAT_MATH = {
     "exponential": math.exp, "exponential-minus-one": math.expm1, "log": math.log,

@@ -22,16 +22,11 @@ from mlir import ir
 from mlir.dialects import arith, func, math, tensor
 
 from ..dialects import xla_gpu
+from ..hlo.opcodes import F8_TYPES, is_f8
 from ..hlo.shape import ELEMENT_TYPES
 
 __all__ = ["is_f8", "decode", "encode", "F8_TYPES"]
 
-F8_TYPES = ("f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz",
-            "f8e4m3", "f8e3m4")
-
-
-def is_f8(t: str) -> bool:
-    return t in F8_TYPES
 
 
 def _values(t: str) -> np.ndarray:

@@ -6,6 +6,7 @@ import numpy as np
 from mlir import ir
 
 from ..hlo import HloError
+from ..hlo.opcodes import F8_TYPES
 from ..hlo.shape import ELEMENT_TYPES, Shape, bit_width, is_float, is_integral
 
 __all__ = ["element_type", "tensor_type", "scalar_attr", "dense_attr",
@@ -76,8 +77,7 @@ _SUPPORTED = {"pred", "s2", "s4", "s8", "s16", "s32", "s64", "u2", "u4", "u8", "
               "u32", "u64", "f16", "bf16", "f32", "f64"}
 # f8 values can be loaded, stored, compared and converted through f16/f32;
 # arithmetic on them is done in f32 as XLA does.
-_F8 = {"f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz",
-       "f8e4m3", "f8e3m4"}
+_F8 = frozenset(F8_TYPES)
 
 
 def check_supported(shape: Shape, where) -> None:

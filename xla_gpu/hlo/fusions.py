@@ -5,17 +5,10 @@ machine without the compiler."""
 from __future__ import annotations
 
 from .module import HloComputation, HloError, HloInstruction, HloModule
+from .opcodes import ELEMENTWISE_OPCODES
 
 __all__ = ["ELEMENTWISE_OPCODES", "fusion_computation", "inline_calls"]
 
-ELEMENTWISE_OPCODES = frozenset("""
-abs add and atan2 bitcast-convert cbrt ceil clamp complex compare convert copy
-cosine count-leading-zeros divide erf exponential exponential-minus-one floor
-imag is-finite log log-plus-one logistic map maximum minimum multiply negate
-not or popcnt power real reduce-precision remainder round-nearest-afz
-round-nearest-even rsqrt select shift-left shift-right-arithmetic
-shift-right-logical sign sine sqrt subtract tan tanh xor
-""".split())
 
 
 def fusion_computation(module: HloModule, fusion: str | None = None) -> tuple[str, HloComputation]:

@@ -66,6 +66,7 @@ import ml_dtypes
 import numpy as np
 
 from .module import HloComputation, HloError, HloInstruction, HloModule
+from .opcodes import SMALL_FLOAT_TYPES
 from .shape import ELEMENT_TYPES, Shape, bit_width
 
 __all__ = ["evaluate", "register_custom_call", "unregister_custom_call",
@@ -73,9 +74,7 @@ __all__ = ["evaluate", "register_custom_call", "unregister_custom_call",
 
 Value = Any  # np.ndarray or tuple of Values
 
-_SMALL_FLOATS = frozenset({
-    "f16", "bf16", "f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz",
-    "f8e4m3fnuz", "f8e4m3", "f8e3m4"})
+_SMALL_FLOATS = SMALL_FLOAT_TYPES
 _SEQUENTIAL_REDUCE_LIMIT = 1024
 # The most elements one value (an instruction's result, or a buffer an op
 # builds on the way: a padded convolution input) may hold: values compute in

@@ -46,6 +46,8 @@ import numpy as np
 
 from .module import (HloComputation, HloInstruction, HloModule,
                      HloParseError, Location)
+from .opcodes import (BINARY_ELEMENTWISE, FIXED_ARITY, MIN_ARITY, SAME_TYPE_ELEMENTWISE,
+                      TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE)
 from .shape import ELEMENT_TYPES, Shape, bit_width
 
 __all__ = ["parse_module", "parse_file"]
@@ -84,36 +86,13 @@ _COMPUTATION_ATTRS = frozenset({
 _COMPUTATION_LIST_ATTRS = frozenset({"branch_computations",
                                      "called_computations"})
 
-# Operand counts of the fixed-arity opcodes.
-_UNARY_ELEMENTWISE = frozenset({
-    "abs", "negate", "sign", "ceil", "floor", "round-nearest-afz",
-    "round-nearest-even", "not", "exponential", "exponential-minus-one",
-    "log", "log-plus-one", "sqrt", "rsqrt", "cbrt", "tanh", "logistic",
-    "sine", "cosine", "tan", "erf", "is-finite", "popcnt",
-    "count-leading-zeros", "real", "imag", "copy", "convert",
-    "reduce-precision",
-})
-_BINARY_ELEMENTWISE = frozenset({
-    "add", "subtract", "multiply", "divide", "remainder", "maximum",
-    "minimum", "power", "atan2", "and", "or", "xor", "shift-left",
-    "shift-right-arithmetic", "shift-right-logical", "compare", "complex",
-})
-_TERNARY_ELEMENTWISE = frozenset({"select", "clamp"})
-_ARITY = {op: 1 for op in _UNARY_ELEMENTWISE}
-_ARITY.update({op: 2 for op in _BINARY_ELEMENTWISE})
-_ARITY.update({op: 3 for op in _TERNARY_ELEMENTWISE})
-_ARITY.update({
-    "parameter": 0, "constant": 0, "iota": 0, "bitcast-convert": 1,
-    "broadcast": 1, "reshape": 1, "bitcast": 1, "transpose": 1, "slice": 1,
-    "reverse": 1, "get-tuple-element": 1, "pad": 2, "gather": 2, "dot": 2,
-    "reduce-precision": 1,
-})
-# Variadic ops: the fewest operands they can have.
-_MIN_ARITY = {
-    "dynamic-slice": 1, "dynamic-update-slice": 2, "concatenate": 1,
-    "reduce": 2, "reduce-window": 2, "scatter": 3, "select-and-scatter": 3,
-    "sort": 1, "map": 1, "while": 1, "conditional": 1,
-}
+# bitcast-convert may change the dimensions (between types of different
+# widths): it is checked on its own, not as an elementwise op.
+_UNARY_ELEMENTWISE = UNARY_ELEMENTWISE - {"bitcast-convert"}
+_BINARY_ELEMENTWISE = BINARY_ELEMENTWISE
+_TERNARY_ELEMENTWISE = TERNARY_ELEMENTWISE
+_ARITY = FIXED_ARITY
+_MIN_ARITY = MIN_ARITY
 # Ops on arrays only (no tuple operands or results).
 _ARRAY_OPS = (_UNARY_ELEMENTWISE | _BINARY_ELEMENTWISE | _TERNARY_ELEMENTWISE
               | frozenset({"bitcast-convert", "broadcast", "reshape", "bitcast",
@@ -125,15 +104,7 @@ _SAME_TYPE_STRUCTURAL = frozenset({
     "broadcast", "reshape", "transpose", "reverse", "slice", "concatenate",
     "pad", "dynamic-slice", "dynamic-update-slice", "gather"})
 # Element-type rules of the elementwise ops: operands share the result type.
-_SAME_TYPE_OPS = frozenset({
-    "negate", "sign", "ceil", "floor", "round-nearest-afz",
-    "round-nearest-even", "not", "exponential", "exponential-minus-one",
-    "log", "log-plus-one", "sqrt", "rsqrt", "cbrt", "tanh", "logistic",
-    "sine", "cosine", "tan", "erf", "popcnt", "count-leading-zeros", "copy",
-    "reduce-precision", "add", "subtract", "multiply", "divide",
-    "remainder", "maximum", "minimum", "power", "atan2", "and", "or", "xor",
-    "shift-left", "shift-right-arithmetic", "shift-right-logical", "clamp",
-})
+_SAME_TYPE_OPS = SAME_TYPE_ELEMENTWISE
 
 
 def _callees(comp: HloComputation):

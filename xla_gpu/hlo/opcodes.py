@@ -1,0 +1,75 @@
+"""One table of HLO opcodes and element-type families, for the parser, the
+verifiers, the interpreter, the fusion passes and the emitters. No
+third-party imports.
+
+Elementwise ops compute each output element from the operand elements at
+the same index (select/clamp may take scalar predicates or bounds, which
+are broadcast).
+"""
+
+from __future__ import annotations
+
+__all__ = ["UNARY_ELEMENTWISE", "BINARY_ELEMENTWISE", "TERNARY_ELEMENTWISE",
+           "ELEMENTWISE", "ELEMENTWISE_OPCODES", "FLOAT_MATH", "FIXED_ARITY",
+           "MIN_ARITY", "SAME_TYPE_ELEMENTWISE", "F8_TYPES", "SMALL_FLOAT_TYPES",
+           "SUB_BYTE_INT_TYPES", "is_f8"]
+
+UNARY_ELEMENTWISE = frozenset("""
+abs negate sign ceil floor round-nearest-afz round-nearest-even not exponential
+exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic sine cosine
+tan erf is-finite popcnt count-leading-zeros real imag copy convert
+bitcast-convert reduce-precision
+""".split())
+
+BINARY_ELEMENTWISE = frozenset("""
+add subtract multiply divide remainder maximum minimum power atan2 and or xor
+shift-left shift-right-arithmetic shift-right-logical compare complex
+""".split())
+
+TERNARY_ELEMENTWISE = frozenset({"select", "clamp"})
+
+# Every elementwise op (`map` applies a scalar computation elementwise).
+ELEMENTWISE = UNARY_ELEMENTWISE | BINARY_ELEMENTWISE | TERNARY_ELEMENTWISE
+ELEMENTWISE_OPCODES = ELEMENTWISE | frozenset({"map"})
+
+# Transcendental and rounding ops on floating-point values.
+FLOAT_MATH = frozenset("""
+exponential exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic
+sine cosine tan erf ceil floor round-nearest-afz round-nearest-even
+""".split())
+
+# Ops whose operands (all of them) have the result's element type.
+SAME_TYPE_ELEMENTWISE = frozenset("""
+negate sign ceil floor round-nearest-afz round-nearest-even not exponential
+exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic sine cosine
+tan erf popcnt count-leading-zeros copy reduce-precision add subtract multiply
+divide remainder maximum minimum power atan2 and or xor shift-left
+shift-right-arithmetic shift-right-logical clamp
+""".split())
+
+# Operand counts of the fixed-arity opcodes.
+FIXED_ARITY: dict[str, int] = {op: 1 for op in UNARY_ELEMENTWISE}
+FIXED_ARITY.update({op: 2 for op in BINARY_ELEMENTWISE})
+FIXED_ARITY.update({op: 3 for op in TERNARY_ELEMENTWISE})
+FIXED_ARITY.update({
+    "parameter": 0, "constant": 0, "iota": 0, "broadcast": 1, "reshape": 1,
+    "bitcast": 1, "transpose": 1, "slice": 1, "reverse": 1, "get-tuple-element": 1,
+    "pad": 2, "gather": 2, "dot": 2,
+})
+
+# The fewest operands of the variadic opcodes.
+MIN_ARITY: dict[str, int] = {
+    "dynamic-slice": 1, "dynamic-update-slice": 2, "concatenate": 1,
+    "reduce": 2, "reduce-window": 2, "scatter": 3, "select-and-scatter": 3,
+    "sort": 1, "map": 1, "while": 1, "conditional": 1,
+}
+
+F8_TYPES = ("f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz",
+            "f8e4m3", "f8e3m4")
+# Float types XLA computes in f32 and rounds back after every op.
+SMALL_FLOAT_TYPES = frozenset({"f16", "bf16", *F8_TYPES})
+SUB_BYTE_INT_TYPES = frozenset({"s2", "s4", "u2", "u4"})
+
+
+def is_f8(element_type: str) -> bool:
+    return element_type in F8_TYPES
