@@ -232,6 +232,13 @@ class _ModuleBuilder:
             return self._emit(out, _clone(inst, ops, opcode="bitcast"))
         if op == "copy" and _layout_of(inst.shape) != _layout_of(inst.operands[0].shape):
             return self._wrap(inst, ops, out)
+        if op == "convolution":
+            from .convolution_lowering import lower_convolution
+            created, result, computations = lower_convolution(
+                inst, ops[0], ops[1], self.unique, self.unique_comp)
+            out.extend(created)
+            self.new_computations.extend(computations)
+            return result
         if op in THUNK_OPCODES:
             return self._emit(out, _clone(inst, ops))
         return self._wrap(inst, ops, out)
@@ -702,9 +709,32 @@ class _ThunkEmitter:
 
     # sequences ------------------------------------------------------------------
     def emit(self, comp: HloComputation) -> list[Thunk]:
+        """The thunks of `comp` in schedule order; the thunks of the
+        instructions a convolution was lowered to form one convolution
+        thunk."""
         thunks: list[Thunk] = []
+        group_name: str | None = None
+        group: list[Thunk] = []
+
+        def flush():
+            if group:
+                thunks.append(ConvolutionThunk(group_name, list(group),
+                                               note="im2col kernel + gemm"))
+                group.clear()
+
         for inst in self.schedule.sequence(comp):
-            thunks.extend(self.emit_instruction(inst))
+            produced = self.emit_instruction(inst)
+            conv = _convolution_of(inst)
+            if conv is not None and conv == group_name:
+                group.extend(produced)
+                continue
+            flush()
+            group_name = conv
+            if conv is not None:
+                group.extend(produced)
+            else:
+                thunks.extend(produced)
+        flush()
         return thunks
 
     def emit_instruction(self, inst: HloInstruction) -> list[Thunk]:
@@ -742,8 +772,6 @@ class _ThunkEmitter:
         if op == "topk":
             return [self.emit_topk(inst, inst.operands[0], int(inst.attrs.get("k", 0)),
                                    bool(inst.attrs.get("largest", True)), None)]
-        if op == "convolution":
-            return [self.emit_convolution(inst)]
         raise UnsupportedError(_where(inst) + f"no thunk for opcode '{op}'")
 
     # kernels -----------------------------------------------------------------------
@@ -946,7 +974,17 @@ class _ThunkEmitter:
                                "available yet (xla_gpu.emitters.sort)")
 
     def emit_convolution(self, inst: HloInstruction) -> Thunk:
-        raise UnsupportedError(_where(inst) + "convolution emitter not available")
+        raise UnsupportedError(_where(inst) + "cuDNN convolution custom calls are not "
+                               "lowered yet (an HLO convolution is: im2col + gemm)")
+
+
+def _convolution_of(inst: HloInstruction) -> str | None:
+    """The convolution an instruction was lowered from (its metadata)."""
+    from .convolution_lowering import CONVOLUTION_OP_TYPE
+    metadata = inst.attrs.get("metadata")
+    if isinstance(metadata, dict) and metadata.get("op_type") == CONVOLUTION_OP_TYPE:
+        return str(metadata.get("op_name", inst.name))
+    return None
 
 
 def _where(inst: HloInstruction) -> str:

@@ -349,3 +349,35 @@ ENTRY e {
 """
     with pytest.raises(xla_gpu.XlaGpuError, match="line 4.*'r'"):
         xla_gpu.compile(text, target="cpu")
+
+
+CONV = """HloModule m
+ENTRY e {
+  x = f32[2,4,7,6]{3,2,1,0} parameter(0)
+  k = f32[4,2,3,2]{3,2,1,0} parameter(1)
+  ROOT c = f32[2,4,4,5]{3,2,1,0} convolution(x, k), window={size=3x2 stride=2x1 pad=1_1x0_1 rhs_dilate=1x2}, dim_labels=bf01_oi01->bf01, feature_group_count=2
+}
+"""
+
+
+@pytest.mark.parametrize("text", [
+    CONV,
+    CONV.replace("f32[4,2,3,2]", "f32[4,4,3,2]").replace(", feature_group_count=2", ""),
+    # batch groups (a filter gradient) with lhs dilation and window reversal
+    """HloModule m
+ENTRY e {
+  x = f32[4,5,5,2]{3,2,1,0} parameter(0)
+  k = f32[3,3,2,6]{3,2,1,0} parameter(1)
+  ROOT c = f32[2,9,9,6]{3,2,1,0} convolution(x, k), window={size=3x3 pad=1_1x1_1 lhs_dilate=2x2 rhs_reversal=1x0}, dim_labels=b01f_01io->b01f, batch_group_count=2
+}
+""",
+])
+def test_convolution_thunk_is_im2col_plus_gemm(text):
+    module = hlo.parse_module(text)
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in module.entry.parameters]
+    exe, _ = _check(text, *args)
+    convs = [t for t in walk(exe.thunks) if t.kind == "convolution"]
+    assert len(convs) == 1 and convs[0].name == "c"
+    inner = [t.kind for t in convs[0].thunks]
+    assert inner.count("gemm") == 1 and "kernel" in inner

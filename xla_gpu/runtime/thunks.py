@@ -214,7 +214,9 @@ class ExecutionContext:
 
 # -- thunks ---------------------------------------------------------------------
 
-COMMAND_BUFFER_KINDS = frozenset({"kernel", "copy", "memset", "gemm"})
+# Thunks a command buffer records: device work only (sequences of it too).
+COMMAND_BUFFER_KINDS = frozenset({"kernel", "copy", "memset", "gemm", "convolution", "sort",
+                                  "topk"})
 
 _KINDS: dict[str, type] = {}
 

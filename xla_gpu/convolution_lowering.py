@@ -1,0 +1,272 @@
+"""Convolutions as kernels plus a GEMM (im2col), for whole programs on both
+targets.
+
+XLA:GPU calls cuDNN for a convolution. Here a convolution becomes:
+
+  1. an im2col kernel: the input transposed to [N, spatial..., C], padded
+     (edge padding, and interior padding for lhs dilation), and for every
+     kernel position the strided window slice, gathered into patches
+     [N, out_spatial..., window..., C];
+  2. a kernel relayout of the filter to [window..., I, O] (skipped when the
+     filter already is in that order);
+  3. a gemm contracting (window..., C) with (window..., I);
+  4. a kernel putting the product into the output's dimension order and
+     layout (a bitcast when it already is).
+
+feature_group_count splits C and O into groups that become a batch
+dimension of the gemm; batch_group_count splits the input batch and O the
+same way. rhs_reversal reverses the window order; rhs dilation spaces the
+window positions. Semantics as HLO's convolution (and the reference
+interpreter): out[n, o, p] = sum over window w and the group's input
+features c of padded_dilated_input[n, c, p * stride + w * rhs_dilation] *
+kernel[o, c, w].
+
+The new instructions carry metadata op_type "xla_gpu.convolution" and the
+convolution's name, so that thunk emission groups their thunks into one
+convolution thunk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable
+
+import numpy as np
+
+from .errors import UnsupportedError
+from .hlo import HloComputation, HloInstruction, Shape
+
+__all__ = ["lower_convolution", "CONVOLUTION_OP_TYPE", "parse_dim_labels"]
+
+CONVOLUTION_OP_TYPE = "xla_gpu.convolution"
+
+
+def parse_dim_labels(text, rank: int, where: HloInstruction):
+    """dim_labels=b01f_01io->b01f as ((batch, feature, spatial...) of the
+    input, (input feature, output feature, spatial...) of the kernel,
+    (batch, feature, spatial...) of the output): positions of each."""
+    if not isinstance(text, str) or "->" not in text or "_" not in text.split("->")[0]:
+        raise where.error(f"convolution needs dim_labels=<lhs>_<rhs>-><out>, got {text!r}")
+    lhs, rest = text.split("_", 1)
+    rhs, out = rest.split("->", 1)
+    nsp = rank - 2
+    parsed = []
+    for labels, (a, b) in ((lhs, "bf"), (rhs, "io"), (out, "bf")):
+        wanted = sorted([a, b] + [str(i) for i in range(nsp)])
+        if len(labels) != rank or sorted(labels) != wanted:
+            raise where.error(f"dim_labels '{text}': '{labels}' does not name {a}, {b} "
+                              f"and spatial dimensions 0..{nsp - 1}")
+        parsed.append((labels.index(a), labels.index(b),
+                       [labels.index(str(i)) for i in range(nsp)]))
+    return parsed
+
+
+class _Body:
+    """Instructions of one fused computation being built."""
+
+    def __init__(self):
+        self.instructions: list[HloInstruction] = []
+        self.count = 0
+
+    def add(self, opcode: str, shape: Shape, operands=(), **attrs) -> HloInstruction:
+        self.count += 1
+        inst = HloInstruction(f"{opcode.replace('-', '_')}.{self.count}", opcode, shape,
+                              list(operands), dict(attrs))
+        self.instructions.append(inst)
+        return inst
+
+    def parameter(self, number: int, shape: Shape) -> HloInstruction:
+        inst = HloInstruction(f"param_{number}", "parameter", shape, [], {}, None, number)
+        self.instructions.append(inst)
+        return inst
+
+    def zero(self, element_type: str) -> HloInstruction:
+        shape = Shape(element_type, ())
+        inst = HloInstruction(f"zero.{self.count}", "constant", shape, [], {},
+                              np.zeros((), shape.dtype))
+        self.count += 1
+        self.instructions.append(inst)
+        return inst
+
+    def transpose(self, value: HloInstruction, perm: list[int]) -> HloInstruction:
+        if perm == list(range(len(perm))):
+            return value
+        dims = tuple(value.shape.dims[p] for p in perm)
+        return self.add("transpose", Shape(value.shape.element_type, dims), [value],
+                        dimensions=tuple(perm))
+
+    def reshape(self, value: HloInstruction, dims) -> HloInstruction:
+        dims = tuple(dims)
+        if dims == tuple(value.shape.dims) and value.shape.is_row_major:
+            return value
+        return self.add("reshape", Shape(value.shape.element_type, dims), [value])
+
+    def computation(self, name: str, root: HloInstruction) -> HloComputation:
+        comp = HloComputation(name, list(self.instructions), root, False, None)
+        for inst in comp.instructions:
+            inst.parent = comp
+            inst.users = []
+        for inst in comp.instructions:
+            for operand in inst.operands:
+                if not any(u is inst for u in operand.users):
+                    operand.users.append(inst)
+        return comp
+
+
+def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruction,
+                      unique: Callable[[str], str], unique_comp: Callable[[str], str]
+                      ) -> tuple[list[HloInstruction], HloInstruction, list[HloComputation]]:
+    """The instructions replacing `conv` (reading `lhs` and `rhs`), the one
+    holding its value, and the fused computations they call."""
+    out_shape = conv.shape
+    rank = out_shape.rank
+    nsp = rank - 2
+    (lb, lf, lsp), (ri, ro, rsp), (ob, of, osp) = parse_dim_labels(
+        conv.attrs.get("dim_labels"), rank, conv)
+    window = conv.attrs.get("window") or {}
+    if not isinstance(window, dict):
+        raise conv.error("convolution needs window={size=...}")
+    size = tuple(window.get("size", ()))
+    if len(size) != nsp:
+        raise conv.error(f"the window has {len(size)} dimensions, the convolution {nsp}")
+    stride = tuple(window.get("stride", (1,) * nsp))
+    pad = [tuple(p) for p in window.get("pad", [(0, 0)] * nsp)]
+    lhs_dil = tuple(window.get("lhs_dilate", (1,) * nsp))
+    rhs_dil = tuple(window.get("rhs_dilate", (1,) * nsp))
+    reversal = tuple(window.get("rhs_reversal", (0,) * nsp))
+    groups = int(conv.attrs.get("feature_group_count", 1) or 1)
+    batch_groups = int(conv.attrs.get("batch_group_count", 1) or 1)
+    if groups > 1 and batch_groups > 1:
+        raise UnsupportedError(_where(conv) + "feature_group_count and batch_group_count "
+                               "both above 1")
+    ld, rd, od = lhs.shape.dims, rhs.shape.dims, out_shape.dims
+    n, c = ld[lb], ld[lf]
+    cin, cout = rd[ri], rd[ro]
+    spatial = [ld[d] for d in lsp]
+    out_sp = [od[d] for d in osp]
+    if [rd[d] for d in rsp] != list(size):
+        raise conv.error(f"kernel spatial dimensions {[rd[d] for d in rsp]} do not match "
+                         f"the window size {list(size)}")
+    if cin * groups != c or cout % groups or n % batch_groups or cout % batch_groups:
+        raise conv.error(f"groups do not divide: input features {c}, kernel input "
+                         f"features {cin}, output features {cout}, batch {n}, "
+                         f"feature_group_count={groups}, batch_group_count={batch_groups}")
+    etype = out_shape.element_type
+    k_total = math.prod(size)
+    computations: list[HloComputation] = []
+    entry: list[HloInstruction] = []
+    metadata = {"op_type": CONVOLUTION_OP_TYPE, "op_name": conv.name}
+
+    def fusion(suffix: str, body: _Body, root: HloInstruction, operands) -> HloInstruction:
+        comp = body.computation(unique_comp(f"{conv.name}_{suffix}_computation"), root)
+        computations.append(comp)
+        inst = HloInstruction(unique(f"{conv.name}.{suffix}"), "fusion", root.shape,
+                              list(operands), {"kind": "kLoop", "calls": comp,
+                                               "metadata": dict(metadata)},
+                              None, None, conv.location)
+        entry.append(inst)
+        return inst
+
+    # 1. im2col: patches [N, out..., window..., C] (grouped variants below).
+    body = _Body()
+    x = body.parameter(0, lhs.shape)
+    x = body.transpose(x, [lb] + list(lsp) + [lf])                 # [N, S..., C]
+    lt = x.shape.element_type
+    lo = [max(p[0], 0) for p in pad]
+    hi = [max(p[1], 0) for p in pad]
+    crop = [max(-p[0], 0) for p in pad]
+    if any(lo) or any(hi) or any(d > 1 for d in lhs_dil):
+        dims = [n] + [(s - 1) * dl + 1 + a + b if s else a + b
+                      for s, dl, a, b in zip(spatial, lhs_dil, lo, hi)] + [c]
+        config = [(0, 0, 0)] + [(a, b, dl - 1) for a, b, dl in zip(lo, hi, lhs_dil)] + \
+            [(0, 0, 0)]
+        x = body.add("pad", Shape(lt, tuple(dims)), [x, body.zero(lt)], padding=config)
+    padded = x.shape.dims
+    slices = []
+    for kk in itertools.product(*[range(s) for s in size]):
+        bounds = [(0, n, 1)]
+        for d in range(nsp):
+            w = size[d] - 1 - kk[d] if reversal[d] else kk[d]
+            start = crop[d] + w * rhs_dil[d]
+            limit = start + (out_sp[d] - 1) * stride[d] + 1 if out_sp[d] else start
+            if limit > padded[1 + d] or start < 0:
+                raise conv.error(f"window position {list(kk)} reads outside the padded "
+                                 f"input (spatial dimension {d})")
+            bounds.append((start, limit, stride[d]))
+        bounds.append((0, c, 1))
+        piece = body.add("slice", Shape(lt, tuple([n] + out_sp + [c])), [x], slice=bounds)
+        slices.append(body.reshape(piece, [n] + out_sp + [1, c]))
+    if len(slices) == 1:
+        patches = slices[0]
+    else:
+        patches = body.add("concatenate", Shape(lt, tuple([n] + out_sp + [k_total, c])),
+                           slices, dimensions=(1 + nsp,))
+    patches = body.reshape(patches, [n] + out_sp + list(size) + [c])
+    if groups > 1:
+        cg = c // groups
+        # [N, out..., window..., G, Cg] -> [G, N, out..., window..., Cg]
+        patches = body.reshape(patches, [n] + out_sp + list(size) + [groups, cg])
+        perm = [1 + 2 * nsp] + list(range(1 + 2 * nsp)) + [2 + 2 * nsp]
+        patches = body.transpose(patches, perm)
+    elif batch_groups > 1:
+        patches = body.reshape(patches, [batch_groups, n // batch_groups] + out_sp +
+                               list(size) + [c])
+    patches = fusion("im2col", body, patches, [lhs])
+
+    # 2. the filter as [window..., I, O] (grouped: [G, window..., I, Og]).
+    body = _Body()
+    w = body.parameter(0, rhs.shape)
+    w = body.transpose(w, list(rsp) + [ri, ro])
+    if groups > 1 or batch_groups > 1:
+        g = groups if groups > 1 else batch_groups
+        w = body.reshape(w, list(size) + [cin, g, cout // g])
+        w = body.transpose(w, [nsp + 1] + list(range(nsp)) + [nsp, nsp + 2])
+    if w.opcode == "parameter" and rhs.shape.is_row_major:
+        kernel = rhs
+    else:
+        kernel = fusion("filter", body, w, [rhs])
+
+    # 3. the gemm.
+    if groups > 1 or batch_groups > 1:
+        g = groups if groups > 1 else batch_groups
+        batch_n = n if groups > 1 else n // batch_groups
+        lhs_contracting = tuple(range(2 + nsp, 3 + 2 * nsp))
+        rhs_contracting = tuple(range(1, 2 + nsp))
+        dot_dims = [g, batch_n] + out_sp + [cout // g]
+        attrs = dict(lhs_batch_dims=(0,), rhs_batch_dims=(0,))
+    else:
+        lhs_contracting = tuple(range(1 + nsp, 2 + 2 * nsp))
+        rhs_contracting = tuple(range(0, nsp + 1))
+        dot_dims = [n] + out_sp + [cout]
+        attrs = {}
+    attrs.update(lhs_contracting_dims=lhs_contracting, rhs_contracting_dims=rhs_contracting,
+                 metadata=dict(metadata))
+    dot = HloInstruction(unique(f"{conv.name}.gemm"), "dot", Shape(etype, tuple(dot_dims)),
+                         [patches, kernel], attrs, None, None, conv.location)
+    entry.append(dot)
+
+    # 4. the output's dimension order and layout.
+    body = _Body()
+    r = body.parameter(0, dot.shape)
+    if groups > 1 or batch_groups > 1:
+        # [G, N, out..., Og] -> [N, out..., G, Og] -> [N, out..., O]
+        r = body.transpose(r, list(range(1, 2 + nsp)) + [0, 2 + nsp])
+        r = body.reshape(r, [od[ob]] + out_sp + [cout])
+    canonical_of = {ob: 0, of: nsp + 1}
+    for d in range(nsp):
+        canonical_of[osp[d]] = 1 + d
+    r = body.transpose(r, [canonical_of[j] for j in range(rank)])
+    if r.opcode == "parameter":
+        if out_shape.is_row_major:
+            return entry, dot, computations
+        r = body.add("copy", Shape(etype, tuple(od)), [r])
+    # The output leaf takes the convolution's own shape (and layout).
+    r.shape = out_shape
+    result = fusion("output", body, r, [dot])
+    return entry, result, computations
+
+
+def _where(inst: HloInstruction) -> str:
+    line = f"line {inst.location.line}: " if inst.location else ""
+    return f"{line}instruction '{inst.name}' ({inst.opcode}): "
