@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xla_gpu.hlo import (ELEMENT_TYPES, HloComputation, HloInstruction,
-                         HloError, Shape, evaluate, parse_file, parse_module)
+from xla_gpu.hlo import (ELEMENT_TYPES, HloComputation, HloError, HloInstruction,
+                         HloParseError, Shape, evaluate, parse_file, parse_module)
 from xla_gpu.hlo.printer import (computation_to_text, literal_to_text,
                                  module_to_text, shape_to_text)
 
@@ -44,7 +44,12 @@ def check_graph(module):
 
 @pytest.mark.parametrize("path", TEXTS, ids=[str(p.relative_to(REPO)) for p in TEXTS])
 def test_round_trip(path):
-    module = parse_file(path)
+    try:
+        module = parse_file(path)
+    except HloParseError:
+        if "lit" in path.parts:
+            pytest.skip("a lit test of RUN lines only")  # not HLO itself
+        raise
     text = module_to_text(module)
     again = parse_module(text)
     assert module_to_text(again) == text

@@ -18,6 +18,7 @@ from .tuple_simplifier import TupleSimplifier
 from .algebraic_simplifier import AlgebraicSimplifier
 from .constant_folding import HloConstantFolding
 from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
+from .optimization_barrier_expander import OptimizationBarrierExpander
 from .layout_normalization import LayoutNormalization
 from .dot_canonicalization import DotCanonicalization
 from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
@@ -34,7 +35,7 @@ __all__ = [
     "optimize", "optimization_pipeline",
     "DumpOptions", "HloPass", "HloPassFix", "HloPassPipeline", "PassContext",
     "verify_module", "HloDCE", "HloCSE", "CallInliner", "TupleSimplifier",
-    "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer",
+    "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer", "OptimizationBarrierExpander",
     "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
     "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
     "fused_cost", "kernel_time", "PriorityFusion", "MultiOutputFusion",

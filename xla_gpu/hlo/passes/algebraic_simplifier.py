@@ -8,6 +8,7 @@
   reshape(broadcast(scalar))                             -> broadcast(scalar)
   transpose(transpose(x)), identity transpose            -> transpose(x), x
   transpose(broadcast(scalar))                           -> broadcast(scalar)
+  transpose(dot(a, b)) swapping the free dimensions      -> dot(b, a)
   convert(x) to x's type; convert(convert(x)) when the
     inner one widens exactly (f32 -> f64 -> f32)         -> x
   broadcast / slice / pad / bitcast that change nothing  -> x
@@ -266,6 +267,10 @@ class AlgebraicSimplifier(HloPass):
         perm = tuple(inst.attrs["dimensions"])
         if perm == tuple(range(len(perm))):
             return x
+        if x.opcode == "dot" and len(x.users) == 1:
+            swapped = self._swapped_dot(comp, x, perm, inst)
+            if swapped is not None:
+                return swapped
         if x.opcode == "transpose":
             inner = tuple(x.attrs["dimensions"])
             composed = tuple(inner[p] for p in perm)
@@ -428,6 +433,40 @@ class AlgebraicSimplifier(HloPass):
                              dimensions=tuple(positions))
             sides.append(value)
         return comp.add("multiply", inst.shape, sides)
+
+    @staticmethod
+    def _swapped_dot(comp, dot, perm, transpose):
+        """transpose(dot(a, b)) that swaps the two free-dimension groups ->
+        dot(b, a): the gemm writes the transposed result directly."""
+        a = dot.attrs
+        lb, rb = tuple(a.get("lhs_batch_dims", ())), tuple(a.get("rhs_batch_dims", ()))
+        lc = tuple(a.get("lhs_contracting_dims", ()))
+        rc = tuple(a.get("rhs_contracting_dims", ()))
+        lhs, rhs = dot.operands
+        nb = len(lb)
+        nl = lhs.shape.rank - nb - len(lc)
+        nr = rhs.shape.rank - nb - len(rc)
+        if nl == 0 or nr == 0:
+            return None
+        expected = (*range(nb), *range(nb + nl, nb + nl + nr), *range(nb, nb + nl))
+        if perm != expected:
+            return None
+        new = dot.clone_with([rhs, lhs], shape=transpose.shape)
+        new.attrs["lhs_batch_dims"], new.attrs["rhs_batch_dims"] = rb, lb
+        new.attrs["lhs_contracting_dims"], new.attrs["rhs_contracting_dims"] = rc, lc
+        for key in ("lhs_batch_dims", "rhs_batch_dims"):
+            if not new.attrs[key] and key not in a:
+                del new.attrs[key]
+        precision = a.get("operand_precision")
+        if isinstance(precision, str) and precision.startswith("{") and "," in precision:
+            first, second = precision[1:-1].split(",", 1)
+            new.attrs["operand_precision"] = "{" + second.strip() + "," + first.strip() + "}"
+        ordered = {k: new.attrs[k] for k in ("lhs_batch_dims", "rhs_batch_dims",
+                                             "lhs_contracting_dims", "rhs_contracting_dims")
+                   if k in new.attrs}
+        ordered.update({k: v for k, v in new.attrs.items() if k not in ordered})
+        new.attrs = ordered
+        return comp.add_instruction(new, name="dot")
 
     # -- reduce -----------------------------------------------------------------
     def visit_reduce(self, comp, inst):

@@ -135,6 +135,13 @@ def _evaluations(roots: list[HloInstruction], order: list[HloInstruction],
             for o in inst.operands[:n]:
                 count[id(o)] = count.get(id(o), 0.0) + e * size
             continue
+        if op == "dot":
+            lhs = inst.operands[0].shape
+            k = prod(lhs.dims[d] for d in inst.attrs.get("lhs_contracting_dims", ()))
+            flops += 2.0 * e * k
+            for o in inst.operands:
+                count[id(o)] = count.get(id(o), 0.0) + float(_elements(o))
+            continue
         flops += e * _op_flops(inst)
         if op == "concatenate":
             for o in inst.operands:

@@ -30,6 +30,10 @@ from .util import default_layout, program_computations, with_default_layout
 
 __all__ = ["LayoutNormalization", "transpose_is_bitcast"]
 
+# Users that see a value's buffer in its layout rather than compute with
+# its logical value.
+_BUFFER_READERS = frozenset({"bitcast", "tuple"})
+
 
 def _has_default_layout(shape: Shape) -> bool:
     if shape.is_tuple:
@@ -89,15 +93,16 @@ class LayoutNormalization(HloPass):
                 continue
             if inst.opcode == "bitcast":
                 # The bitcast keeps its layout; users that compute read its
-                # logical value in the default layout.
-                users = [u for u in inst.users if u.opcode != "bitcast"]
+                # logical value in the default layout (tuples and bitcasts
+                # pass the buffer on as it is).
+                users = [u for u in inst.users if u.opcode not in _BUFFER_READERS]
                 if users or inst is comp.root:
                     logical = self._to_logical(comp, inst)
                     inst.replace_all_uses_with(logical, users=users)
                     changed = True
                 continue
             if inst.opcode in ("parameter", "get-tuple-element"):
-                users = [u for u in inst.users if u.opcode != "bitcast"]
+                users = [u for u in inst.users if u.opcode not in _BUFFER_READERS]
                 if users:
                     logical = self._to_logical(comp, inst)
                     inst.replace_all_uses_with(logical, users=users)
@@ -107,8 +112,7 @@ class LayoutNormalization(HloPass):
             # computation's result see the old physical order.
             old_shape = inst.shape
             inst.shape = with_default_layout(old_shape)
-            readers = [u for u in inst.users if u.opcode == "bitcast" or
-                       (u.opcode == "tuple" and u is comp.root)]
+            readers = [u for u in inst.users if u.opcode in _BUFFER_READERS]
             if readers or inst is comp.root:
                 physical = self._to_physical(comp, inst, old_shape)
                 inst.replace_all_uses_with(physical, users=readers)

@@ -1,6 +1,7 @@
 """`optimize`: XLA:GPU's HLO optimization pipeline, in its order:
 
-  call inlining, batched gather/scatter normalization
+  call inlining, optimization barriers expanded, batched gather/scatter
+    normalization
   simplification (fixed point): algebraic simplifier, tuple
     simplifier, constant folding, DCE; CSE
   layout normalization (transposes explicit, free reshapes as bitcasts)
@@ -28,6 +29,7 @@ from .fusion_wrapper import FusionWrapper
 from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
 from .layout_normalization import LayoutNormalization
 from .multi_output_fusion import MultiOutputFusion
+from .optimization_barrier_expander import OptimizationBarrierExpander
 from .pipeline import DumpOptions, HloPassFix, HloPassPipeline, PassContext
 from .priority_fusion import PriorityFusion
 from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
@@ -50,6 +52,7 @@ def _simplification(name: str) -> HloPassPipeline:
 def optimization_pipeline() -> HloPassPipeline:
     return HloPassPipeline("optimization", [
         CallInliner(),
+        OptimizationBarrierExpander(),
         BatchedGatherScatterNormalizer(),
         _simplification("simplification"),
         LayoutNormalization(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..module import (CONTROL_PREDECESSORS, HloComputation, HloError,
                       HloModule)
 from ..verifier import _verify as _verify_shapes
+from .util import same_shape
 
 __all__ = ["verify_module"]
 
@@ -118,6 +119,12 @@ def _verify_structure(comp: HloComputation, members: set[int]) -> None:
                 raise inst.error(f"control predecessor '{pred}' is not in '{comp.name}'")
             if names[pred] >= here:
                 raise inst.error(f"control predecessor '{pred}' comes after it")
+        if inst.opcode == "tuple" and inst.shape.is_tuple and \
+                len(inst.shape.tuple_shapes) == len(inst.operands):
+            for k, (leaf, o) in enumerate(zip(inst.shape.tuple_shapes, inst.operands)):
+                if not same_shape(leaf, o.shape):
+                    raise inst.error(f"element {k} is {leaf} but operand '{o.name}' is "
+                                     f"{o.shape} (layouts included: a tuple passes buffers)")
         for called in inst.called_computations:
             if id(called) not in members:
                 raise inst.error(f"calls '{called.name}', which is not in the module")
