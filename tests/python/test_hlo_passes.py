@@ -663,3 +663,40 @@ ENTRY main {
     assert [o.opcode for o in init.operands] == ["copy", "copy", "copy"]  # const, param, e read later
     body = result.computation("body")
     assert [o.opcode for o in body.root.operands] == ["add", "copy", "copy"]  # a and b swap
+
+
+def test_optimization_barrier_is_expanded():
+    from xla_gpu.hlo.passes import OptimizationBarrierExpander
+    text = """
+HloModule barrier
+ENTRY main {
+  x = f32[4] parameter(0)
+  e = f32[4] exponential(x)
+  t = (f32[4], f32[4]) tuple(x, e)
+  b = (f32[4], f32[4]) opt-barrier(t)
+  g0 = f32[4] get-tuple-element(b), index=0
+  g1 = f32[4] get-tuple-element(b), index=1
+  e2 = f32[4] exponential(g0)
+  ROOT r = f32[4] add(e2, g1)
+}
+"""
+    _, result, changed = run_pass(text, OptimizationBarrierExpander(), TupleSimplifier(),
+                                  HloCSE(), HloDCE())
+    assert changed
+    assert opcodes(result) == ["parameter", "exponential", "add"]  # the remat merged back
+
+
+def test_transpose_of_a_dot_swaps_its_operands():
+    text = """
+HloModule tdot
+ENTRY main {
+  a = f32[2,3,4] parameter(0)
+  b = f32[2,4,5] parameter(1)
+  d = f32[2,3,5] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}
+  ROOT t = f32[2,5,3] transpose(d), dimensions={0,2,1}
+}
+"""
+    _, result, _ = run_pass(text, AlgebraicSimplifier(), HloDCE())
+    root = result.entry.root
+    assert root.opcode == "dot" and [o.name for o in root.operands] == ["b", "a"]
+    assert root.attrs["lhs_contracting_dims"] == (1,) and root.attrs["rhs_contracting_dims"] == (2,)
