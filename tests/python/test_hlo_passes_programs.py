@@ -125,7 +125,7 @@ def test_programs(directory):
         pytest.xfail(f"analyze() cannot read a fusion: {known[0]}")
 
 
-@pytest.mark.parametrize("directory", PROGRAMS[:12], ids=[p.name for p in PROGRAMS[:12]])
+@pytest.mark.parametrize("directory", PROGRAMS, ids=[p.name for p in PROGRAMS])
 def test_programs_fusions_accepted_by_the_emitters(directory):
     pytest.importorskip("mlir")
     from xla_gpu.emitters import emitter_for
