@@ -27,7 +27,8 @@ insertion adds the copies such modules need.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import bisect
+from dataclasses import dataclass
 
 from ..errors import HloError, ResourceError
 from ..hlo.module import HloInstruction, HloModule
@@ -643,6 +644,35 @@ def _interferes(ba: BufferAssignment, a: int, b: int, buffers: "_BufferSet | Non
     return False
 
 
+class _Occupancy:
+    """The live intervals of the buffers placed at offset 0 of one
+    allocation. They never overlap (only touch), so sorted by start their
+    ends are sorted too, and the ones meeting an interval are found by
+    bisection."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.roots: list[int] = []
+
+    def add(self, root: int, intervals: list[Interval]) -> None:
+        for iv in intervals:
+            k = bisect.bisect_left(self.starts, iv.start)
+            self.starts.insert(k, iv.start)
+            self.ends.insert(k, iv.end)
+            self.roots.insert(k, root)
+
+    def overlapping(self, intervals: list[Interval]) -> list[int]:
+        out: list[int] = []
+        for iv in intervals:
+            k = bisect.bisect_left(self.ends, iv.start)
+            while k < len(self.starts) and self.starts[k] <= iv.end:
+                if self.roots[k] not in out:
+                    out.append(self.roots[k])
+                k += 1
+        return out
+
+
 def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
               buffers: _BufferSet, params: dict, donated_params: set) -> None:
     df, alias, entry = ba.dataflow, ba.alias, ba.dataflow.entry
@@ -698,10 +728,10 @@ def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
     reusable = {a.index for a in allocations
                 if a.kind == "output" or
                 (a.kind == "parameter" and (a.parameter, a.parameter_index) in donated_params)}
-    occupants: dict[int, list[int]] = {}
+    occupants: dict[int, _Occupancy] = {a: _Occupancy() for a in reusable}
     for root, (allocation, _) in ba._placement.items():
         if allocation in reusable:
-            occupants.setdefault(allocation, []).append(root)
+            occupants[allocation].add(root, buffers.intervals[root])
     reused = set()
     for root in sorted(temps, key=lambda r: (-size_of[r], min(v.id for v in groups[r]))):
         candidates = []
@@ -717,10 +747,11 @@ def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
         for allocation in candidates:
             if size_of[root] > allocations[allocation].size:
                 continue
+            mine = buffers.intervals[root]
             if all(not _interferes(ba, root, other, buffers)
-                   for other in occupants[allocation]):
+                   for other in occupants[allocation].overlapping(mine)):
                 ba._placement[root] = (allocation, 0)
-                occupants[allocation].append(root)
+                occupants[allocation].add(root, mine)
                 reused.add(root)
                 break
     temps = [root for root in temps if root not in reused]

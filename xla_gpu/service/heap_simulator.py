@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .liveness import Interval
 
 __all__ = ["HeapItem", "HeapResult", "pack", "align_up", "merge_intervals"]
@@ -70,16 +72,22 @@ class HeapResult:
 
 
 def _pack_in_order(items: list[HeapItem], alignment: int) -> tuple[dict[int, int], int]:
-    placed: list[tuple[int, HeapItem]] = []   # (offset, item)
+    n = len(items)
+    placed_items: list[HeapItem] = []
+    # Bounds of the placed items, for a vectorized first filter.
+    starts = np.empty(n, np.int64)
+    ends = np.empty(n, np.int64)
+    offsets_arr = np.empty(n, np.int64)
     offsets: dict[int, int] = {}
     heap = 0
     for item in items:
         if item.size == 0 or not item.intervals:
             offsets[item.key] = 0
             continue
-        busy = sorted((off, other.size) for off, other in placed
-                      if other.start <= item.end and item.start <= other.end and
-                      _overlap(other.intervals, item.intervals))
+        m = len(placed_items)
+        near = np.nonzero((starts[:m] <= item.end) & (ends[:m] >= item.start))[0]
+        busy = sorted((int(offsets_arr[j]), placed_items[j].size) for j in near
+                      if _overlap(placed_items[j].intervals, item.intervals))
         best_offset = None
         best_gap = None
         cursor = 0
@@ -92,7 +100,8 @@ def _pack_in_order(items: list[HeapItem], alignment: int) -> tuple[dict[int, int
         if best_offset is None:
             best_offset = cursor
         offsets[item.key] = best_offset
-        placed.append((best_offset, item))
+        starts[m], ends[m], offsets_arr[m] = item.start, item.end, best_offset
+        placed_items.append(item)
         heap = max(heap, best_offset + item.size)
     return offsets, heap
 
