@@ -46,9 +46,9 @@ import numpy as np
 
 from .module import (HloComputation, HloInstruction, HloModule,
                      HloParseError, Location)
-from .opcodes import (BINARY_ELEMENTWISE, FIXED_ARITY, MIN_ARITY, SAME_TYPE_ELEMENTWISE,
-                      TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE)
+from .opcodes import FIXED_ARITY, MIN_ARITY
 from .shape import ELEMENT_TYPES, Shape, bit_width
+from .verifier import VerificationError, compatible as _compatible, verify_instruction
 
 __all__ = ["parse_module", "parse_file"]
 
@@ -86,25 +86,8 @@ _COMPUTATION_ATTRS = frozenset({
 _COMPUTATION_LIST_ATTRS = frozenset({"branch_computations",
                                      "called_computations"})
 
-# bitcast-convert may change the dimensions (between types of different
-# widths): it is checked on its own, not as an elementwise op.
-_UNARY_ELEMENTWISE = UNARY_ELEMENTWISE - {"bitcast-convert"}
-_BINARY_ELEMENTWISE = BINARY_ELEMENTWISE
-_TERNARY_ELEMENTWISE = TERNARY_ELEMENTWISE
 _ARITY = FIXED_ARITY
 _MIN_ARITY = MIN_ARITY
-# Ops on arrays only (no tuple operands or results).
-_ARRAY_OPS = (_UNARY_ELEMENTWISE | _BINARY_ELEMENTWISE | _TERNARY_ELEMENTWISE
-              | frozenset({"bitcast-convert", "broadcast", "reshape", "bitcast",
-                           "transpose", "slice", "reverse", "pad", "iota",
-                           "concatenate", "dynamic-slice",
-                           "dynamic-update-slice", "gather", "dot"}))
-# Structural ops whose (data) operands have the result's element type.
-_SAME_TYPE_STRUCTURAL = frozenset({
-    "broadcast", "reshape", "transpose", "reverse", "slice", "concatenate",
-    "pad", "dynamic-slice", "dynamic-update-slice", "gather"})
-# Element-type rules of the elementwise ops: operands share the result type.
-_SAME_TYPE_OPS = SAME_TYPE_ELEMENTWISE
 
 
 def _callees(comp: HloComputation):
@@ -1092,218 +1075,16 @@ class _Parser:
             self.verify_instruction(inst)
 
     def verify_instruction(self, inst: HloInstruction) -> None:
-        op = inst.opcode
-        shape = inst.shape
-        operands = inst.operands
-        if op in _ARRAY_OPS:
-            if shape.is_tuple:
-                self.inst_error(inst, f"'{op}' cannot produce a tuple")
-            for o in operands:
-                if o.shape.is_tuple:
-                    self.inst_error(inst, f"operand '%{o.name}' of '{op}' is a "
-                                          f"tuple {o.shape}")
-        if op in _UNARY_ELEMENTWISE or op in _BINARY_ELEMENTWISE or \
-                op in _TERNARY_ELEMENTWISE:
-            for k, o in enumerate(operands):
-                if op in ("select", "clamp") and o.shape.rank == 0 and \
-                        (op == "clamp" and k != 1 or op == "select" and k == 0):
-                    continue  # scalar predicate / bounds are broadcast
-                if o.shape.dims != shape.dims:
-                    self.inst_error(inst, f"operand {k} '%{o.name}' has "
-                                          f"dimensions {list(o.shape.dims)} but "
-                                          f"'{op}' produces {shape}")
-            etype = shape.element_type
-            if op in _SAME_TYPE_OPS:
-                for k, o in enumerate(operands):
-                    if o.shape.element_type != etype:
-                        self.inst_error(inst, f"operand {k} '%{o.name}' is "
-                                              f"{o.shape.element_type}, "
-                                              f"'{op}' produces {etype}")
-            elif op in ("compare", "is-finite"):
-                if etype != "pred":
-                    self.inst_error(inst, f"'{op}' produces pred, not {etype}")
-                if op == "compare" and operands[0].shape.element_type != \
-                        operands[1].shape.element_type:
-                    self.inst_error(inst, "compare operands differ in type")
-            elif op == "select":
-                if operands[0].shape.element_type != "pred":
-                    self.inst_error(inst, "the select predicate must be pred")
-                for o in operands[1:]:
-                    if o.shape.element_type != etype:
-                        self.inst_error(inst, f"select operand '%{o.name}' is "
-                                              f"{o.shape.element_type}, not "
-                                              f"{etype}")
-        if op == "compare" and "direction" not in inst.attrs:
-            self.inst_error(inst, "compare needs a 'direction'")
-        if op == "get-tuple-element":
-            src = operands[0].shape
-            index = inst.attrs.get("index")
-            if not src.is_tuple:
-                self.inst_error(inst, f"operand '%{operands[0].name}' is not "
-                                      "a tuple")
-            if not isinstance(index, int) or \
-                    not 0 <= index < len(src.tuple_shapes):
-                self.inst_error(inst, f"bad tuple index {index!r} into {src}")
-            if not _compatible(src.tuple_shapes[index], shape):
-                self.inst_error(inst, f"element {index} of {src} is not "
-                                      f"{shape}")
-        elif op == "tuple":
-            if not shape.is_tuple or len(shape.tuple_shapes) != len(operands) \
-                    or not all(_compatible(s, o.shape) for s, o in
-                               zip(shape.tuple_shapes, operands)):
-                self.inst_error(inst, f"tuple shape {shape} does not match "
-                                      "its operands")
-        elif op in ("fusion", "call"):
-            key = "calls" if op == "fusion" else "to_apply"
-            callee = inst.attrs.get(key)
-            if not isinstance(callee, HloComputation):
-                self.inst_error(inst, f"'{op}' needs '{key}=' naming a "
-                                      "computation")
-            nparams = len(callee.parameters)
-            if nparams != len(operands):
-                self.inst_error(inst, f"'{callee.name}' takes {nparams} "
-                                      f"parameters, '{op}' passes "
-                                      f"{len(operands)}")
-            if not _compatible(callee.root.shape, shape):
-                self.inst_error(inst, f"'{callee.name}' returns "
-                                      f"{callee.root.shape}, not {shape}")
-            for k, (param, o) in enumerate(zip(callee.parameters, operands)):
-                if not _compatible(param.shape, o.shape):
-                    self.inst_error(inst, f"operand {k} '%{o.name}' is "
-                                          f"{o.shape}, parameter {k} of "
-                                          f"'{callee.name}' is {param.shape}")
-        elif op == "reduce":
-            if len(operands) % 2 or not operands:
-                self.inst_error(inst, "reduce takes N inputs and N init values")
-            callee = inst.attrs.get("to_apply")
-            if not isinstance(callee, HloComputation):
-                self.inst_error(inst, "reduce needs 'to_apply='")
-            if len(callee.parameters) != len(operands):
-                self.inst_error(inst, f"the reducer '{callee.name}' takes "
-                                      f"{len(callee.parameters)} parameters, "
-                                      f"expected {len(operands)}")
-            if "dimensions" not in inst.attrs:
-                self.inst_error(inst, "reduce needs 'dimensions='")
-        elif op == "scatter":
-            if len(operands) < 3 or len(operands) % 2 == 0:
-                self.inst_error(inst, "scatter takes N operands, the indices "
-                                      "and N updates")
-            n = len(operands) // 2
-            leaves = shape.tuple_shapes if shape.is_tuple else (shape,)
-            if len(leaves) != n or not all(
-                    _compatible(a, o.shape) for a, o in zip(leaves,
-                                                             operands[:n])):
-                self.inst_error(inst, f"scatter of {[str(o.shape) for o in operands[:n]]} "
-                                      f"cannot give {shape}")
-        elif op == "dynamic-slice":
-            rank = operands[0].shape.rank if operands else 0
-            if len(operands) != 1 + rank and not (
-                    len(operands) == 2 and operands[1].shape.rank == 1):
-                self.inst_error(inst, f"dynamic-slice of a rank-{rank} operand "
-                                      f"takes {rank} start indices")
-        elif op == "dynamic-update-slice":
-            rank = operands[0].shape.rank if operands else 0
-            if not _compatible(operands[0].shape, shape) or \
-                    operands[1].shape.rank != rank or any(
-                        u > n for u, n in zip(operands[1].shape.dims,
-                                              shape.dims)):
-                self.inst_error(inst, f"dynamic-update-slice of "
-                                      f"{operands[0].shape} with "
-                                      f"{operands[1].shape} cannot give "
-                                      f"{shape}")
-            if len(operands) != 2 + rank and not (
-                    len(operands) == 3 and operands[2].shape.rank == 1):
-                self.inst_error(inst, f"dynamic-update-slice of a rank-{rank} "
-                                      f"operand takes {rank} start indices")
-        elif op == "concatenate":
-            if not operands:
-                self.inst_error(inst, "concatenate needs operands")
-        elif op == "map":
-            if not isinstance(inst.attrs.get("to_apply"), HloComputation):
-                self.inst_error(inst, "map needs 'to_apply='")
-        elif op in ("broadcast", "transpose", "reverse"):
-            if "dimensions" not in inst.attrs:
-                # As XLA's parser: optional only for a broadcast of a scalar.
-                if op == "broadcast" and operands[0].shape.rank == 0:
-                    inst.attrs["dimensions"] = ()
-                else:
-                    self.inst_error(inst, f"'{op}' needs 'dimensions={{...}}'")
-            dims = inst.attrs["dimensions"]
-            if not isinstance(dims, tuple):
-                self.inst_error(inst, f"'{op}' needs 'dimensions={{...}}'")
-            src = operands[0].shape
-            rank = src.rank
-            if op == "broadcast":
-                if len(dims) != rank or any(
-                        not 0 <= d < shape.rank or shape.dims[d] != n
-                        for d, n in zip(dims, src.dims)):
-                    self.inst_error(inst, f"broadcast dimensions {list(dims)} "
-                                          f"do not map {src} into {shape}")
-            elif op == "transpose":
-                if sorted(dims) != list(range(rank)) or shape.dims != tuple(
-                        src.dims[d] for d in dims):
-                    self.inst_error(inst, f"transpose dimensions {list(dims)} "
-                                          f"do not permute {src} into {shape}")
-            elif any(not 0 <= d < rank for d in dims) or \
-                    shape.dims != src.dims:
-                self.inst_error(inst, f"bad reverse of {src} into {shape}")
-        elif op == "reshape":
-            if operands[0].shape.num_elements != shape.num_elements:
-                self.inst_error(inst, f"reshape from {operands[0].shape} to "
-                                      f"{shape} changes the element count")
-        elif op == "slice":
-            spec = inst.attrs.get("slice")
-            src = operands[0].shape
-            if not isinstance(spec, list) or len(spec) != src.rank or any(
-                    not 0 <= lo <= hi <= n for (lo, hi, _), n in
-                    zip(spec, src.dims)) or shape.dims != tuple(
-                    (hi - lo + st - 1) // st for lo, hi, st in spec):
-                self.inst_error(inst, f"slice={spec!r} does not take {shape} "
-                                      f"out of {src}")
-        if op in _SAME_TYPE_STRUCTURAL and operands:
-            etype = shape.element_type
-            checked = operands[:2] if op in ("pad", "dynamic-update-slice") \
-                else operands[:1] if op in ("dynamic-slice", "gather") \
-                else operands
-            for o in checked:
-                if o.shape.element_type != etype:
-                    self.inst_error(inst, f"operand '%{o.name}' is "
-                                          f"{o.shape.element_type}, '{op}' "
-                                          f"produces {etype}")
-        if op == "concatenate" and operands:
-            dims = inst.attrs.get("dimensions")
-            ok = isinstance(dims, tuple) and len(dims) == 1 and \
-                0 <= dims[0] < shape.rank
-            if ok:
-                d = dims[0]
-                total = sum(o.shape.dims[d] if o.shape.rank == shape.rank
-                            else -1 for o in operands)
-                ok = total == shape.dims[d] and all(
-                    o.shape.rank == shape.rank and all(
-                        o.shape.dims[k] == shape.dims[k]
-                        for k in range(shape.rank) if k != d)
-                    for o in operands)
-            if not ok:
-                self.inst_error(inst, f"concatenate dimensions={dims!r} do not "
-                                      f"produce {shape}")
-        if op == "reduce" and operands:
-            dims = inst.attrs.get("dimensions")
-            n = len(operands) // 2
-            src = operands[0].shape
-            if not isinstance(dims, tuple) or any(
-                    not 0 <= d < src.rank for d in dims):
-                self.inst_error(inst, f"bad reduce dimensions {dims!r}")
-            kept = tuple(n_ for k, n_ in enumerate(src.dims) if k not in dims)
-            leaves = shape.tuple_shapes if shape.is_tuple else (shape,)
-            if len(leaves) != n or any(leaf.is_tuple or leaf.dims != kept
-                                       for leaf in leaves):
-                self.inst_error(inst, f"reducing {src} over {list(dims)} does "
-                                      f"not give {shape}")
-        if op in ("reduce-window", "scatter", "map", "sort", "all-reduce",
-                  "reduce-scatter") and \
-                not isinstance(inst.attrs.get("to_apply"), HloComputation):
-            self.inst_error(inst, f"'{op}' needs 'to_apply=' naming a "
-                                  "computation")
+        """The verifier's rules (xla_gpu.hlo.verifier), reported at the
+        instruction's position in the text."""
+        if inst.opcode == "broadcast" and "dimensions" not in inst.attrs and \
+                inst.operands and inst.operands[0].shape.rank == 0:
+            # As XLA's parser: optional only for a broadcast of a scalar.
+            inst.attrs["dimensions"] = ()
+        try:
+            verify_instruction(inst)
+        except VerificationError as e:
+            self.inst_error(e.instruction, e.detail)
 
 
 class _SubParser(_Parser):
@@ -1581,13 +1362,4 @@ def _flatten_literal(nested: list, dims: tuple[int, ...]) -> list | None:
         return list(nested)
     return None
 
-
-def _compatible(a: Shape, b: Shape) -> bool:
-    """Same element type and dimensions (layouts ignored), recursively."""
-    if a.is_tuple or b.is_tuple:
-        return a.is_tuple and b.is_tuple and \
-            len(a.tuple_shapes) == len(b.tuple_shapes) and \
-            all(_compatible(x, y) for x, y in zip(a.tuple_shapes,
-                                                    b.tuple_shapes))
-    return a.element_type == b.element_type and a.dims == b.dims
 

@@ -1,158 +1,419 @@
-"""Shape checks of the ops the emitters and the interpreter accept, so that
-a wrong shape is an HloError naming the instruction rather than a crash
-deep in emission. numpy-free, mlir-free."""
+"""The HLO verifier: one set of rules for the parser (every module read),
+the pass pipeline (after each pass in debug mode) and the fusion analysis.
+A wrong shape is an HloError naming the instruction rather than a crash
+deep in emission or evaluation. No third-party imports.
+
+    verify_instruction(inst)     shape and attribute rules of one instruction
+    verify_computation(comp)     every instruction of a computation
+    verify_module(module)        the graph's structure (users, order,
+                                 parents, names, control dependencies,
+                                 called computations, fusion signatures)
+                                 and every instruction
+"""
 
 from __future__ import annotations
 
 from math import prod
 
-from .module import HloComputation, HloInstruction
+from ..errors import HloError
+from .module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
+from .opcodes import (BINARY_ELEMENTWISE, FIXED_ARITY, SAME_TYPE_ELEMENTWISE,
+                      TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE)
+from .shape import Shape, bit_width
 
-__all__ = ["verify_computation"]
+__all__ = ["VerificationError", "verify_instruction", "verify_computation",
+           "verify_module", "compatible"]
 
-_SAME_SHAPE = frozenset("""
-abs add and atan2 cbrt ceil clamp copy cosine count-leading-zeros divide erf
-exponential exponential-minus-one floor is-finite log log-plus-one logistic
-maximum minimum multiply negate not or popcnt power reduce-precision remainder
-round-nearest-afz round-nearest-even rsqrt select shift-left
-shift-right-arithmetic shift-right-logical sign sine sqrt subtract tan tanh xor
-convert bitcast-convert compare complex real imag map
-""".split())
-_SAME_TYPE = frozenset("""
-add subtract multiply divide remainder maximum minimum power atan2 and or xor
-shift-left shift-right-arithmetic shift-right-logical compare
-""".split())
+
+class VerificationError(HloError):
+    """A rule of the verifier is broken: `instruction` and `detail` say
+    which and how (the parser reports them at the instruction's position)."""
+
+    def __init__(self, inst: HloInstruction, detail: str):
+        self.instruction, self.detail = inst, detail
+        super().__init__(str(inst.error(detail)))
+
+
+# Elementwise ops that keep the dimensions (bitcast-convert between types of
+# different widths adds or drops a minor dimension: checked on its own).
+_SAME_DIMS = UNARY_ELEMENTWISE - {"bitcast-convert"} | BINARY_ELEMENTWISE | \
+    TERNARY_ELEMENTWISE
+# Ops on arrays only (no tuple operands or results).
+_ARRAY_OPS = _SAME_DIMS | frozenset({
+    "bitcast-convert", "broadcast", "reshape", "bitcast", "transpose", "slice",
+    "reverse", "pad", "iota", "concatenate", "dynamic-slice",
+    "dynamic-update-slice", "gather", "dot"})
+# Structural ops whose (data) operands have the result's element type.
+_SAME_TYPE_STRUCTURAL = frozenset({
+    "broadcast", "reshape", "transpose", "reverse", "slice", "concatenate",
+    "pad", "dynamic-slice", "dynamic-update-slice", "gather"})
+_NEEDS_TO_APPLY = ("reduce-window", "scatter", "map", "sort", "all-reduce",
+                   "reduce-scatter")
+_CALLEE_KEYS = {"fusion": "calls", "call": "to_apply"}
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """Same element type and dimensions (layouts ignored), recursively."""
+    if a.is_tuple or b.is_tuple:
+        return a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes) \
+            and all(compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
+    return a.element_type == b.element_type and tuple(a.dims) == tuple(b.dims)
+
+
+def _fail(inst: HloInstruction, detail: str):
+    raise VerificationError(inst, detail)
 
 
 def verify_computation(comp: HloComputation) -> None:
     """Raises HloError for the first instruction whose shape does not follow
     from its operands and attributes."""
     for inst in comp.instructions:
-        _verify(inst)
+        verify_instruction(inst)
 
 
-def _check(inst: HloInstruction, ok: bool, message: str) -> None:
-    if not ok:
-        raise inst.error(message)
-
-
-def _dims(inst: HloInstruction) -> tuple[int, ...]:
-    return tuple(inst.shape.dims)
-
-
-def _verify(inst: HloInstruction) -> None:
+def verify_instruction(inst: HloInstruction) -> None:
     op = inst.opcode
-    ops = inst.operands
-    if op in ("parameter", "constant", "tuple", "get-tuple-element", "fusion",
-              "call", "custom-call", "after-all", "partition-id", "replica-id"):
-        if op == "get-tuple-element":
-            src = ops[0].shape
-            idx = inst.attrs.get("index")
-            _check(inst, src.is_tuple and isinstance(idx, int)
-                   and 0 <= idx < len(src.tuple_shapes),
-                   f"index={idx} is not an element of {src}")
-        return
-    if any(o.shape.is_tuple for o in ops) and op not in ("reduce", "reduce-window"):
-        raise inst.error("a tuple operand where an array is expected")
-    out = _dims(inst) if not inst.shape.is_tuple else None
-    if op in _SAME_SHAPE:
-        for o in ops:
-            if o.shape.rank == 0 and op in ("select", "clamp"):
-                continue
-            _check(inst, tuple(o.shape.dims) == out,
-                   f"operand %{o.name} has shape {o.shape}, expected dimensions {list(out)}")
-        if op in _SAME_TYPE and len({o.shape.element_type for o in ops}) > 1:
-            raise inst.error("operands of different element types: "
-                             + ", ".join(str(o.shape) for o in ops))
+    shape = inst.shape
+    operands = inst.operands
+    _check_arity(inst)
+    if op in _ARRAY_OPS:
+        if shape.is_tuple:
+            _fail(inst, f"'{op}' cannot produce a tuple")
+        for o in operands:
+            if o.shape.is_tuple:
+                _fail(inst, f"operand '%{o.name}' of '{op}' is a tuple {o.shape}")
+    if op in _SAME_DIMS:
+        _verify_elementwise(inst)
+    elif op == "bitcast-convert":
+        _verify_bitcast_convert(inst)
+    checker = _CHECKS.get(op)
+    if checker is not None:
+        checker(inst)
+    if op in _SAME_TYPE_STRUCTURAL and operands:
+        etype = shape.element_type
+        checked = operands[:2] if op in ("pad", "dynamic-update-slice") \
+            else operands[:1] if op in ("dynamic-slice", "gather") else operands
+        for o in checked:
+            if o.shape.element_type != etype:
+                _fail(inst, f"operand '%{o.name}' is {o.shape.element_type}, "
+                            f"'{op}' produces {etype}")
+    if op in _NEEDS_TO_APPLY and not isinstance(inst.attrs.get("to_apply"), HloComputation):
+        _fail(inst, f"'{op}' needs 'to_apply=' naming a computation")
+
+
+def _check_arity(inst: HloInstruction) -> None:
+    arity = FIXED_ARITY.get(inst.opcode)
+    if arity is not None and inst.opcode not in ("parameter", "constant") and \
+            len(inst.operands) != arity:
+        _fail(inst, f"'{inst.opcode}' takes {arity} operand{'s' if arity != 1 else ''}, "
+                    f"has {len(inst.operands)}")
+
+
+def _verify_elementwise(inst: HloInstruction) -> None:
+    op, shape, operands = inst.opcode, inst.shape, inst.operands
+    for k, o in enumerate(operands):
+        if op in ("select", "clamp") and o.shape.rank == 0 and \
+                (op == "clamp" and k != 1 or op == "select" and k == 0):
+            continue  # scalar predicate / bounds are broadcast
+        if tuple(o.shape.dims) != tuple(shape.dims):
+            _fail(inst, f"operand {k} '%{o.name}' has dimensions {list(o.shape.dims)} "
+                        f"but '{op}' produces {shape}")
+    etype = shape.element_type
+    if op in SAME_TYPE_ELEMENTWISE:
+        for k, o in enumerate(operands):
+            if o.shape.element_type != etype:
+                _fail(inst, f"operand {k} '%{o.name}' is {o.shape.element_type}, "
+                            f"'{op}' produces {etype}")
+    elif op in ("compare", "is-finite"):
+        if etype != "pred":
+            _fail(inst, f"'{op}' produces pred, not {etype}")
         if op == "compare":
-            _check(inst, inst.shape.element_type == "pred", "compare must produce pred")
-        if op == "select":
-            _check(inst, ops[0].shape.element_type == "pred", "select needs a pred operand")
-        return
-    attrs = inst.attrs
+            if operands[0].shape.element_type != operands[1].shape.element_type:
+                _fail(inst, "compare operands differ in type")
+            if "direction" not in inst.attrs:
+                _fail(inst, "compare needs a 'direction'")
+    elif op == "select":
+        if operands[0].shape.element_type != "pred":
+            _fail(inst, "the select predicate must be pred")
+        for o in operands[1:]:
+            if o.shape.element_type != etype:
+                _fail(inst, f"select operand '%{o.name}' is {o.shape.element_type}, "
+                            f"not {etype}")
+
+
+def _verify_bitcast_convert(inst: HloInstruction) -> None:
+    """Same dimensions between types of one width; to a narrower type a
+    minor dimension of the width ratio is added, to a wider one the
+    operand's minor dimension (the ratio) is dropped."""
+    src, dst = inst.operands[0].shape, inst.shape
+    a, b = bit_width(src.element_type), bit_width(dst.element_type)
+    if a == b:
+        ok = tuple(src.dims) == tuple(dst.dims)
+    elif a > b:
+        ok = a % b == 0 and tuple(dst.dims) == tuple(src.dims) + (a // b,)
+    else:
+        ok = b % a == 0 and tuple(src.dims) == tuple(dst.dims) + (b // a,)
+    if not ok:
+        _fail(inst, f"bitcast-convert from {src} cannot give {dst}")
+
+
+def _check_gte(inst):
+    src, index = inst.operands[0].shape, inst.attrs.get("index")
+    if not src.is_tuple:
+        _fail(inst, f"operand '%{inst.operands[0].name}' is not a tuple")
+    if not isinstance(index, int) or not 0 <= index < len(src.tuple_shapes):
+        _fail(inst, f"bad tuple index {index!r} into {src}")
+    if not compatible(src.tuple_shapes[index], inst.shape):
+        _fail(inst, f"element {index} of {src} is not {inst.shape}")
+
+
+def _check_tuple(inst):
+    shape, operands = inst.shape, inst.operands
+    if not shape.is_tuple or len(shape.tuple_shapes) != len(operands) or not all(
+            compatible(s, o.shape) for s, o in zip(shape.tuple_shapes, operands)):
+        _fail(inst, f"tuple shape {shape} does not match its operands")
+
+
+def _check_call(inst):
+    key = _CALLEE_KEYS[inst.opcode]
+    callee = inst.attrs.get(key)
+    if not isinstance(callee, HloComputation):
+        _fail(inst, f"'{inst.opcode}' needs '{key}=' naming a computation")
+    params = callee.parameters
+    if len(params) != len(inst.operands):
+        _fail(inst, f"'{callee.name}' takes {len(params)} parameters, "
+                    f"'{inst.opcode}' passes {len(inst.operands)}")
+    if callee.root is None or not compatible(callee.root.shape, inst.shape):
+        _fail(inst, f"'{callee.name}' returns "
+                    f"{getattr(callee.root, 'shape', None)}, not {inst.shape}")
+    for k, (param, o) in enumerate(zip(params, inst.operands)):
+        if not compatible(param.shape, o.shape):
+            _fail(inst, f"operand {k} '%{o.name}' is {o.shape}, parameter {k} of "
+                        f"'{callee.name}' is {param.shape}")
+
+
+def _check_reduce(inst):
+    operands, shape = inst.operands, inst.shape
+    if len(operands) % 2 or not operands:
+        _fail(inst, "reduce takes N inputs and N init values")
+    n = len(operands) // 2
+    callee = inst.attrs.get("to_apply")
+    if not isinstance(callee, HloComputation):
+        _fail(inst, "reduce needs 'to_apply='")
+    if len(callee.parameters) != len(operands):
+        _fail(inst, f"the reducer '{callee.name}' takes {len(callee.parameters)} "
+                    f"parameters, expected {len(operands)}")
+    dims = inst.attrs.get("dimensions")
+    if dims is None:
+        _fail(inst, "reduce needs 'dimensions='")
+    src = operands[0].shape
+    if not isinstance(dims, tuple) or any(not 0 <= d < src.rank for d in dims):
+        _fail(inst, f"bad reduce dimensions {dims!r}")
+    if any(o.shape.is_tuple or tuple(o.shape.dims) != tuple(src.dims)
+           for o in operands[:n]) or any(o.shape.rank != 0 for o in operands[n:]):
+        _fail(inst, "reduce inputs must share one shape and init values be scalars")
+    kept = tuple(d for k, d in enumerate(src.dims) if k not in dims)
+    leaves = shape.tuple_shapes if shape.is_tuple else (shape,)
+    if len(leaves) != n or any(leaf.is_tuple or tuple(leaf.dims) != kept for leaf in leaves):
+        _fail(inst, f"reducing {src} over {list(dims)} does not give {shape}")
+
+
+def _check_scatter(inst):
+    operands, shape = inst.operands, inst.shape
+    if len(operands) < 3 or len(operands) % 2 == 0:
+        _fail(inst, "scatter takes N operands, the indices and N updates")
+    n = len(operands) // 2
+    leaves = shape.tuple_shapes if shape.is_tuple else (shape,)
+    if len(leaves) != n or not all(compatible(a, o.shape)
+                                   for a, o in zip(leaves, operands[:n])):
+        _fail(inst, f"scatter of {[str(o.shape) for o in operands[:n]]} cannot give {shape}")
+
+
+def _check_dynamic_slice(inst):
+    operands, shape = inst.operands, inst.shape
+    src = operands[0].shape
+    if len(operands) != 1 + src.rank and not (len(operands) == 2 and
+                                              operands[1].shape.rank == 1):
+        _fail(inst, f"dynamic-slice of a rank-{src.rank} operand takes {src.rank} "
+                    "start indices")
+    sizes = tuple(inst.attrs.get("dynamic_slice_sizes", ()))
+    if sizes != tuple(shape.dims) or any(s > n for s, n in zip(sizes, src.dims)):
+        _fail(inst, f"dynamic_slice_sizes={list(sizes)} does not fit {src} or give {shape}")
+
+
+def _check_dynamic_update_slice(inst):
+    operands, shape = inst.operands, inst.shape
+    rank = operands[0].shape.rank
+    if not compatible(operands[0].shape, shape) or operands[1].shape.rank != rank or any(
+            u > n for u, n in zip(operands[1].shape.dims, shape.dims)):
+        _fail(inst, f"dynamic-update-slice of {operands[0].shape} with "
+                    f"{operands[1].shape} cannot give {shape}")
+    if len(operands) != 2 + rank and not (len(operands) == 3 and
+                                          operands[2].shape.rank == 1):
+        _fail(inst, f"dynamic-update-slice of a rank-{rank} operand takes {rank} "
+                    "start indices")
+
+
+def _check_concatenate(inst):
+    operands, shape = inst.operands, inst.shape
+    if not operands:
+        _fail(inst, "concatenate needs operands")
+    dims = inst.attrs.get("dimensions")
+    ok = isinstance(dims, tuple) and len(dims) == 1 and 0 <= dims[0] < shape.rank
+    if ok:
+        d = dims[0]
+        total = sum(o.shape.dims[d] if o.shape.rank == shape.rank else -1 for o in operands)
+        ok = total == shape.dims[d] and all(
+            o.shape.rank == shape.rank and all(o.shape.dims[k] == shape.dims[k]
+                                               for k in range(shape.rank) if k != d)
+            for o in operands)
+    if not ok:
+        _fail(inst, f"concatenate dimensions={dims!r} do not produce {shape}")
+
+
+def _check_broadcast_like(inst):
+    op, shape = inst.opcode, inst.shape
+    dims = inst.attrs.get("dimensions")
+    if not isinstance(dims, tuple):
+        _fail(inst, f"'{op}' needs 'dimensions={{...}}'")
+    src = inst.operands[0].shape
     if op == "broadcast":
-        dims = tuple(attrs.get("dimensions", ()))
-        src = ops[0].shape.dims
-        _check(inst, len(dims) == len(src) and
-               all(0 <= d < len(out) and out[d] == s for d, s in zip(dims, src)),
-               f"dimensions={{{','.join(map(str, dims))}}} does not map {ops[0].shape} into {inst.shape}")
+        if len(dims) != src.rank or any(not 0 <= d < shape.rank or shape.dims[d] != n
+                                        for d, n in zip(dims, src.dims)):
+            _fail(inst, f"broadcast dimensions {list(dims)} do not map {src} into {shape}")
     elif op == "transpose":
-        perm = tuple(attrs.get("dimensions", ()))
-        src = ops[0].shape.dims
-        _check(inst, sorted(perm) == list(range(len(src))) and
-               tuple(src[p] for p in perm) == out,
-               f"dimensions={{{','.join(map(str, perm))}}} does not permute {ops[0].shape} into {inst.shape}")
-    elif op in ("reshape", "bitcast"):
-        _check(inst, prod(ops[0].shape.dims) == prod(out),
-               f"{ops[0].shape} and {inst.shape} have different element counts")
-    elif op == "slice":
-        spec = attrs.get("slice") or []
-        src = ops[0].shape.dims
-        ok = len(spec) == len(src) and all(
-            0 <= a <= b <= n and s > 0 for (a, b, s), n in zip(spec, src))
-        _check(inst, ok, f"slice={spec} does not fit {ops[0].shape}")
-        _check(inst, tuple(-(-(b - a) // s) for a, b, s in spec) == out,
-               f"slice of {ops[0].shape} has dimensions "
-               f"{[-(-(b - a) // s) for a, b, s in spec]}, not {list(out)}")
-    elif op == "reverse":
-        _check(inst, tuple(ops[0].shape.dims) == out and
-               all(0 <= d < len(out) for d in attrs.get("dimensions", ())),
-               "reverse must keep the shape and name valid dimensions")
-    elif op == "pad":
-        spec = attrs.get("padding") or []
-        src = ops[0].shape.dims
-        _check(inst, len(spec) == len(src) and ops[1].shape.rank == 0,
-               "padding must have one entry per dimension and a scalar value")
-        expected = tuple(lo + hi + n + max(n - 1, 0) * it for (lo, hi, it), n in zip(spec, src))
-        _check(inst, all(it >= 0 for _, _, it in spec) and expected == out,
-               f"padding gives dimensions {list(expected)}, not {list(out)}")
-    elif op == "concatenate":
-        axis = (attrs.get("dimensions") or (None,))[0]
-        _check(inst, axis is not None and 0 <= axis < len(out), "concatenate needs dimensions={d}")
-        ok = all(o.shape.rank == len(out) and all(
-            o.shape.dims[i] == out[i] for i in range(len(out)) if i != axis) for o in ops)
-        _check(inst, ok and sum(o.shape.dims[axis] for o in ops) == out[axis],
-               "operands do not concatenate to " + str(inst.shape))
-    elif op == "dynamic-slice":
-        src = ops[0].shape.dims
-        sizes = tuple(attrs.get("dynamic_slice_sizes", ()))
-        _check(inst, len(ops) == 1 + len(src) and all(o.shape.rank == 0 for o in ops[1:]),
-               f"dynamic-slice needs {len(src)} scalar start indices")
-        _check(inst, sizes == out and all(s <= n for s, n in zip(sizes, src)),
-               f"dynamic_slice_sizes={list(sizes)} does not fit {ops[0].shape} or give {inst.shape}")
-    elif op == "dynamic-update-slice":
-        src, upd = ops[0].shape.dims, ops[1].shape.dims
-        _check(inst, len(ops) == 2 + len(src) and all(o.shape.rank == 0 for o in ops[2:]),
-               f"dynamic-update-slice needs {len(src)} scalar start indices")
-        _check(inst, tuple(src) == out and len(upd) == len(src) and
-               all(u <= n for u, n in zip(upd, src)),
-               f"update {ops[1].shape} does not fit {ops[0].shape}")
-    elif op == "iota":
-        _check(inst, 0 <= attrs.get("iota_dimension", -1) < max(len(out), 1),
-               "iota_dimension is not a dimension of the result")
-    elif op == "reduce":
-        n = len(ops) // 2
-        _check(inst, len(ops) == 2 * n and n > 0, "reduce needs inputs and as many init values")
-        dims = tuple(attrs.get("dimensions", ()))
-        src = ops[0].shape.dims
-        kept = tuple(s for i, s in enumerate(src) if i not in dims)
-        _check(inst, all(0 <= d < len(src) for d in dims), f"dimensions={list(dims)} out of range")
-        _check(inst, all(o.shape.dims == src for o in ops[:n]) and
-               all(o.shape.rank == 0 for o in ops[n:]),
-               "reduce inputs must share one shape and init values be scalars")
-        leaves = inst.shape.leaves()
-        _check(inst, len(leaves) == n and all(tuple(s.dims) == kept for s in leaves),
-               f"reducing {list(dims)} of {ops[0].shape} gives dimensions {list(kept)}")
-        comp = attrs.get("to_apply")
-        _check(inst, isinstance(comp, HloComputation) and len(comp.parameters) == 2 * n,
-               f"to_apply must be a computation of {2 * n} scalars")
-    elif op == "gather":
-        sizes = attrs.get("slice_sizes")
-        _check(inst, sizes is not None and len(sizes) == ops[0].shape.rank and
-               all(s <= n for s, n in zip(sizes, ops[0].shape.dims)),
-               "slice_sizes must give one size per operand dimension, within it")
-    elif op == "reduce-window":
-        window = attrs.get("window") or {}
-        rank = ops[0].shape.rank
-        _check(inst, all(len(v) == rank for v in window.values()),
-               "window must have one entry per operand dimension")
+        if sorted(dims) != list(range(src.rank)) or \
+                tuple(shape.dims) != tuple(src.dims[d] for d in dims):
+            _fail(inst, f"transpose dimensions {list(dims)} do not permute {src} into {shape}")
+    elif any(not 0 <= d < src.rank for d in dims) or tuple(shape.dims) != tuple(src.dims):
+        _fail(inst, f"bad reverse of {src} into {shape}")
+
+
+def _check_reshape(inst):
+    src = inst.operands[0].shape
+    if src.num_elements != inst.shape.num_elements:
+        _fail(inst, f"{inst.opcode} from {src} to {inst.shape} changes the element count")
+
+
+def _check_slice(inst):
+    spec, src, shape = inst.attrs.get("slice"), inst.operands[0].shape, inst.shape
+    if not isinstance(spec, list) or len(spec) != src.rank or any(
+            not 0 <= lo <= hi <= n or st <= 0 for (lo, hi, st), n in zip(spec, src.dims)) \
+            or tuple(shape.dims) != tuple((hi - lo + st - 1) // st for lo, hi, st in spec):
+        _fail(inst, f"slice={spec!r} does not take {shape} out of {src}")
+
+
+def _check_pad(inst):
+    spec, src = inst.attrs.get("padding") or [], inst.operands[0].shape
+    if len(spec) != src.rank or inst.operands[1].shape.rank != 0:
+        _fail(inst, "padding must have one entry per dimension and a scalar value")
+    expected = tuple(lo + hi + n + max(n - 1, 0) * it for (lo, hi, it), n in zip(spec, src.dims))
+    if any(it < 0 for _, _, it in spec) or expected != tuple(inst.shape.dims):
+        _fail(inst, f"padding gives dimensions {list(expected)}, not {list(inst.shape.dims)}")
+
+
+def _check_iota(inst):
+    if not 0 <= inst.attrs.get("iota_dimension", -1) < max(inst.shape.rank, 1):
+        _fail(inst, "iota_dimension is not a dimension of the result")
+
+
+def _check_gather(inst):
+    sizes, src = inst.attrs.get("slice_sizes"), inst.operands[0].shape
+    if sizes is None or len(sizes) != src.rank or any(s > n for s, n in zip(sizes, src.dims)):
+        _fail(inst, "slice_sizes must give one size per operand dimension, within it")
+
+
+def _check_reduce_window(inst):
+    window = inst.attrs.get("window") or {}
+    rank = inst.operands[0].shape.rank
+    if not isinstance(window, dict) or any(len(v) != rank for v in window.values()):
+        _fail(inst, "window must have one entry per operand dimension")
+
+
+_CHECKS = {
+    "get-tuple-element": _check_gte, "tuple": _check_tuple, "fusion": _check_call,
+    "call": _check_call, "reduce": _check_reduce, "scatter": _check_scatter,
+    "dynamic-slice": _check_dynamic_slice,
+    "dynamic-update-slice": _check_dynamic_update_slice,
+    "concatenate": _check_concatenate, "broadcast": _check_broadcast_like,
+    "transpose": _check_broadcast_like, "reverse": _check_broadcast_like,
+    "reshape": _check_reshape, "bitcast": _check_reshape, "slice": _check_slice,
+    "pad": _check_pad, "iota": _check_iota, "gather": _check_gather,
+    "reduce-window": _check_reduce_window,
+}
+
+
+# -- the module -----------------------------------------------------------------
+
+def verify_module(module: HloModule) -> None:
+    """Raises HloError naming the first broken invariant of the graph or the
+    first instruction that breaks a shape rule."""
+    comp_names = [c.name for c in module.computations]
+    if len(comp_names) != len(set(comp_names)):
+        dup = next(n for n in comp_names if comp_names.count(n) > 1)
+        raise HloError(f"two computations are named '{dup}'")
+    if sum(c.is_entry for c in module.computations) > 1:
+        raise HloError("more than one ENTRY computation")
+    members = {id(c) for c in module.computations}
+    for comp in module.computations:
+        _verify_structure(comp, members)
+        verify_computation(comp)
+
+
+def _verify_structure(comp: HloComputation, members: set[int]) -> None:
+    insts = comp.instructions
+    if comp.root is None:
+        raise HloError(f"computation '{comp.name}' has no root")
+    position = {id(i): k for k, i in enumerate(insts)}
+    if id(comp.root) not in position:
+        raise HloError(f"the root '{comp.root.name}' of '{comp.name}' is not in it")
+    names: dict[str, int] = {}
+    for k, inst in enumerate(insts):
+        if inst.name in names:
+            raise inst.error(f"a second instruction named '{inst.name}' in '{comp.name}'")
+        names[inst.name] = k
+        if inst.parent is not comp:
+            raise inst.error(f"is listed in '{comp.name}' but its parent is "
+                             f"'{getattr(inst.parent, 'name', None)}'")
+    numbers = sorted(p.parameter_number for p in insts if p.opcode == "parameter")
+    if numbers != list(range(len(numbers))):
+        raise HloError(f"computation '{comp.name}' has parameter numbers {numbers}")
+    for inst in insts:
+        here = position[id(inst)]
+        _check_arity(inst)
+        for op in inst.operands:
+            if id(op) not in position:
+                raise inst.error(f"operand '{op.name}' is not in '{comp.name}'")
+            if position[id(op)] >= here:
+                raise inst.error(f"operand '{op.name}' comes after its user")
+            if sum(u is inst for u in op.users) != 1:
+                raise inst.error(f"is not listed once among the users of '{op.name}'")
+        for user in inst.users:
+            if not any(o is inst for o in user.operands):
+                raise inst.error(f"lists '{user.name}' as a user, which does not read it")
+            if user.parent is not comp:
+                raise inst.error(f"user '{user.name}' is in another computation")
+        for pred in inst.attrs.get(CONTROL_PREDECESSORS) or ():
+            if pred not in names:
+                raise inst.error(f"control predecessor '{pred}' is not in '{comp.name}'")
+            if names[pred] >= here:
+                raise inst.error(f"control predecessor '{pred}' comes after it")
+        if inst.opcode == "tuple" and inst.shape.is_tuple and \
+                len(inst.shape.tuple_shapes) == len(inst.operands):
+            for k, (leaf, o) in enumerate(zip(inst.shape.tuple_shapes, inst.operands)):
+                if not _same_shape_and_layout(leaf, o.shape):
+                    raise inst.error(f"element {k} is {leaf} but operand '{o.name}' is "
+                                     f"{o.shape} (layouts included: a tuple passes buffers)")
+        for called in inst.called_computations:
+            if id(called) not in members:
+                raise inst.error(f"calls '{called.name}', which is not in the module")
+
+
+def _same_shape_and_layout(a: Shape, b: Shape) -> bool:
+    if a.is_tuple or b.is_tuple:
+        return a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes) \
+            and all(_same_shape_and_layout(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
+    if not compatible(a, b):
+        return False
+    default = tuple(range(a.rank - 1, -1, -1))
+    return (a.layout or default) == (b.layout or default)
