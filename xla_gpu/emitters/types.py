@@ -88,4 +88,4 @@ def check_supported(shape: Shape, where) -> None:
     for leaf in shape.leaves():
         t = leaf.element_type
         if t not in _SUPPORTED and t not in _F8:
-            raise where.error(f"element type {t} is not supported by the emitters yet")
+            raise where.unsupported(f"element type {t} is not supported by the emitters yet")

@@ -715,7 +715,7 @@ class _Evaluator:
                          batch: tuple[int, ...] | None) -> Value:
         handler = _HANDLERS.get(inst.opcode)
         if handler is None:
-            raise inst.error(f"opcode '{inst.opcode}' is not supported by the "
+            raise inst.unsupported(f"opcode '{inst.opcode}' is not supported by the "
                              "reference interpreter")
         for leaf in inst.shape.leaves():
             count = leaf.num_elements * (math.prod(batch) if batch else 1)
@@ -1769,6 +1769,8 @@ def _custom_gemm(ev, inst, ops) -> Value:
 
 CustomCallHandler = Callable[..., Any]
 _CUSTOM_CALLS: dict[str, CustomCallHandler] = {}
+# Handlers registered with instruction=True: fn(inst, *operands).
+_INSTRUCTION_CUSTOM_CALLS: dict[str, CustomCallHandler] = {}
 
 
 def _custom_identity(ev, inst, ops) -> Value:
@@ -1787,7 +1789,8 @@ _BUILTIN_CUSTOM_CALLS = {"TopK": _custom_topk, "__cublas$gemm": _custom_gemm,
                          "SPMDShardToFullShape": _custom_identity}
 
 
-def register_custom_call(target: str, fn: CustomCallHandler) -> None:
+def register_custom_call(target: str, fn: CustomCallHandler, *,
+                         instruction: bool = False) -> None:
     """Makes `fn` the reference implementation of custom calls to
     `target`: `fn(*operands, **attributes)` gets numpy arrays (a tuple
     operand as a tuple of arrays) and the attributes decoded from the
@@ -1795,22 +1798,30 @@ def register_custom_call(target: str, fn: CustomCallHandler) -> None:
     scale=np.float32(2.0), mode=np.int32(1)); an older-API custom call gets
     `backend_config=<str>` when it has one. It returns the result array, or
     a sequence of arrays for a tuple result. A later registration of the
-    same target replaces the earlier one."""
+    same target replaces the earlier one.
+
+    `instruction=True`: `fn(inst, *operands)` gets the custom-call
+    instruction itself (its result shape, backend_config, api_version)
+    and decodes what it needs (how `xla_gpu.ffi` bridges FFI handlers
+    into the interpreter)."""
     if not isinstance(target, str) or not target:
         raise ValueError("register_custom_call needs a non-empty target name")
     if not callable(fn):
         raise TypeError(f"the handler of '{target}' is not callable")
-    _CUSTOM_CALLS[target] = fn
+    _INSTRUCTION_CUSTOM_CALLS.pop(target, None)
+    _CUSTOM_CALLS.pop(target, None)
+    (_INSTRUCTION_CUSTOM_CALLS if instruction else _CUSTOM_CALLS)[target] = fn
 
 
 def unregister_custom_call(target: str) -> None:
     """Forgets the handler of `target` (no error when there is none)."""
     _CUSTOM_CALLS.pop(target, None)
+    _INSTRUCTION_CUSTOM_CALLS.pop(target, None)
 
 
 def registered_custom_calls() -> tuple[str, ...]:
     """The targets with a registered Python handler."""
-    return tuple(sorted(_CUSTOM_CALLS))
+    return tuple(sorted({*_CUSTOM_CALLS, *_INSTRUCTION_CUSTOM_CALLS}))
 
 
 _MLIR_INT_TYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16,
@@ -2083,6 +2094,17 @@ def _h_custom_call(ev, inst, ops, batch):
     if not isinstance(target, str) or not target:
         raise HloError("custom-call needs custom_call_target=\"...\"")
     handler = _CUSTOM_CALLS.get(target)
+    if handler is None and target in _INSTRUCTION_CUSTOM_CALLS:
+        args = [tuple(np.array(v, copy=True) for v in o) if isinstance(o, tuple)
+                else np.array(o, copy=True) for o in ops]
+        try:
+            result = _INSTRUCTION_CUSTOM_CALLS[target](inst, *args)
+        except HloError:
+            raise
+        except Exception as e:  # the handler's own failure, named
+            raise HloError(f"the handler of custom call target '{target}' "
+                           f"failed: {type(e).__name__}: {e}") from e
+        return _result_like(result, inst.shape, target)
     if handler is None and target in _BUILTIN_CUSTOM_CALLS:
         return _BUILTIN_CUSTOM_CALLS[target](ev, inst, ops)
     if handler is None:

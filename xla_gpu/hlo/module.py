@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from ..errors import HloError, HloParseError, Location
+from ..errors import HloError, HloParseError, Location, UnsupportedError
 from .shape import Shape
 
 __all__ = ["HloError", "HloParseError", "HloInstruction", "HloComputation",
@@ -70,6 +70,11 @@ class HloInstruction:
     def error(self, message: str) -> HloError:
         where = f"line {self.location.line}: " if self.location else ""
         return HloError(f"{where}instruction '{self.name}' ({self.opcode}): {message}")
+
+    def unsupported(self, message: str) -> UnsupportedError:
+        """The error for a valid construct xla_gpu does not implement yet."""
+        where = f"line {self.location.line}: " if self.location else ""
+        return UnsupportedError(f"{where}instruction '{self.name}' ({self.opcode}): {message}")
 
     def __str__(self) -> str:
         ops = ", ".join(f"%{o.name}" for o in self.operands)
