@@ -588,3 +588,40 @@ def test_temp_memory_within_xla_on_stored_programs():
         if ours > 1.25 * xla:
             worse.append(f"{name}: {ours} > 1.25 x {xla}")
     assert not worse, worse
+
+
+def test_forwarded_parameter_and_constant_outputs():
+    m, _, ba = assign("""HloModule fwd
+ENTRY e {
+  p = f32[16] parameter(0)
+  k = f32[3] constant({1, 2, 3})
+  ROOT t = (f32[16], f32[16], f32[3]) tuple(p, p, k)
+}""")
+    out = dict(ba.output_slices())
+    assert out[(0,)] == out[(1,)] == ba.slice(inst(m, "p"))
+    param = ba.allocations[out[(0,)].allocation]
+    assert param.kind == "parameter" and param.output_index == (0,)
+    const = ba.allocations[out[(2,)].allocation]
+    assert const.kind == "constant" and const.constant == "k" and const.output_index == (2,)
+    assert ba.temp_allocation is None
+    ma = ba.memory_analysis()
+    assert ma.argument_size_in_bytes == 64 and ma.alias_size_in_bytes == 64
+
+
+def test_unfused_dynamic_update_slice_and_scatter_write_in_place():
+    m, _, ba = assign("""HloModule unfused
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  p = f32[8,4] parameter(0)
+  u = f32[1,4] parameter(1)
+  i = s32[] parameter(2)
+  idx = s32[2,1] parameter(3)
+  upd = f32[2,4] parameter(4)
+  x = f32[8,4] exponential(p)
+  z = s32[] constant(0)
+  d = f32[8,4] dynamic-update-slice(x, u, i, z)
+  s = f32[8,4] scatter(d, idx, upd), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  ROOT r = f32[8,4] negate(s)
+}""")
+    assert ba.slice(inst(m, "d")) == ba.slice(inst(m, "x")) == ba.slice(inst(m, "s"))
+    assert ba.in_place_operands(inst(m, "s")) == [(0, (), (), True)]
