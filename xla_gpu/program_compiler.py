@@ -416,6 +416,11 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
                     TypeError, AttributeError, IndexError, AssertionError) as e:
                 notes.append(f"HLO passes failed ({type(e).__name__}: {e}): each op is its "
                              "own fusion")
+    # Top-k too long for one kernel -> sort + slice; stable sorts of several
+    # kernels get their tie-break index as an operand (a buffer).
+    from .emitters.topk import rewrite_for_sort_kernels
+    module, sort_notes = rewrite_for_sort_kernels(module)
+    notes.extend(sort_notes)
     builder = _ModuleBuilder(module)
     prepared = builder.build()
     if builder.wrapped:
@@ -628,6 +633,19 @@ class _KernelCompiler:
         self.images[key] = image
         self.by_fingerprint[fp] = key
         return image
+
+    def register(self, key: str, exe) -> str:
+        """Adds a kernel compiled elsewhere (the sort and top-k emitters'
+        kernels, `emitters.sort.compile_kernel`) under its cache key;
+        returns its kernel id."""
+        if key not in self.images:
+            image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
+                                host_library=exe.host_library)
+            if self.target == "cpu" and exe.host_library is None:
+                image.jit = getattr(exe._load(), "host", None)
+            self.images[key] = image
+            self.compiled += 1
+        return key
 
 
 _kernel_memory: dict[str, Any] = {}
@@ -965,13 +983,29 @@ class _ThunkEmitter:
 
     # sort, topk, convolution --------------------------------------------------------------
     def emit_sort(self, inst: HloInstruction) -> Thunk:
-        raise UnsupportedError(_where(inst) + "sort emitter not available: xla_gpu has no "
-                               "sort kernel yet (xla_gpu.emitters.sort)")
+        """The sort emitter's kernels (bitonic stages; see emitters.sort),
+        from the operands' slices into the results'."""
+        from .emitters.sort import compile_sort
+        compiled = compile_sort(inst, target=self.target, arch=self.kernels.arch,
+                                cache=self.kernels.cache)
+        operands = [self.slice(o) for o in inst.operands]
+        results = [self.slice(inst, index) for index, _ in _leaves(inst.shape)]
+        return SortThunk(inst.name, compiled.thunks(inst.name, operands, results,
+                                                     self.kernels.register),
+                         compiled.describe())
 
     def emit_topk(self, inst: HloInstruction, operand: HloInstruction, k: int,
                   largest: bool, comparator) -> Thunk:
-        raise UnsupportedError(_where(inst) + "topk needs the sort emitter, which is not "
-                               "available yet (xla_gpu.emitters.sort)")
+        """One kernel sorting each row in shared memory and writing the
+        first k (values, indices); longer rows were decomposed into sort +
+        slice before buffer assignment (emitters.topk)."""
+        from .emitters.topk import compile_topk
+        compiled = compile_topk(inst, target=self.target, arch=self.kernels.arch,
+                                cache=self.kernels.cache)
+        results = [self.slice(inst, index) for index, _ in _leaves(inst.shape)]
+        return TopKThunk(inst.name, compiled.thunks(inst.name, [self.slice(operand)],
+                                                     results, self.kernels.register),
+                         compiled.describe())
 
     def emit_convolution(self, inst: HloInstruction) -> Thunk:
         raise UnsupportedError(_where(inst) + "cuDNN convolution custom calls are not "

@@ -10,6 +10,7 @@ XLA's emitter tests write it (the last computation), or an ENTRY of plain ops
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..hlo import HloComputation, HloError, HloInstruction, HloModule
 from ..hlo.shape import bit_width
@@ -20,7 +21,8 @@ __all__ = ["Fusion", "select_fusion", "analyze", "find_hero", "EMITTER_KINDS",
            "normalized_transpose", "is_tiled_transpose"]
 
 EMITTER_KINDS = ("loop", "transpose", "reduction", "scatter", "concatenate",
-                 "in_place_dynamic_update_slice", "input_slices")
+                 "in_place_dynamic_update_slice", "input_slices", "sort", "topk",
+                 "convolution")
 
 # XLA's limit above which a concatenate is left to the loop emitter.
 _MAX_CONCAT_OPERANDS = 64
@@ -44,6 +46,10 @@ class Fusion:
     kind: str                          # the emitter XLA would choose
     module: HloModule | None = None
     notes: list[str] = field(default_factory=list)
+    # Emitter-specific settings of one kernel of an op XLA runs as several
+    # kernels (a sort's bitonic stages: `emitters.sort.SortKernelConfig`);
+    # None lets the emitter decide.
+    config: Any = None
 
     @property
     def parameters(self) -> list[HloInstruction]:
@@ -176,15 +182,22 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
     if root.opcode == "tuple":
         roots = list(root.operands)
         if any(r.shape.is_tuple for r in roots):
-            raise root.error("nested tuple outputs are not supported")
-    elif root.shape.is_tuple and root.opcode == "reduce":
-        roots = [root]
+            raise root.unsupported("nested tuple outputs are not supported")
+    elif root.shape.is_tuple and (root.opcode in ("reduce", "sort", "topk") or (
+            root.opcode == "custom-call" and
+            root.attrs.get("custom_call_target") == "TopK")):
+        roots = [root]   # several outputs of one op (variadic reduce, sort, top-k)
     elif root.shape.is_tuple:
         raise root.error("a tuple-shaped root must be a tuple instruction")
     else:
         roots = [root]
     heroes = [find_hero(r) for r in roots]
-    if any(h.opcode == "scatter" for h in heroes):
+    if len(roots) == 1 and roots[0].opcode in ("sort", "topk", "convolution"):
+        kind = "topk" if roots[0].opcode == "topk" else roots[0].opcode
+    elif len(roots) == 1 and roots[0].opcode == "custom-call" and \
+            roots[0].attrs.get("custom_call_target") == "TopK":
+        kind = "topk"
+    elif any(h.opcode == "scatter" for h in heroes):
         kind = "scatter"
     elif _is_input_slices(roots):
         kind = "input_slices"

@@ -18,6 +18,7 @@ from .input_slices import InputSlicesEmitter
 from .loop import LoopEmitter
 from .reduction import ReductionEmitter, ReductionRefused
 from .scatter import ScatterEmitter
+from .sort import SortEmitter
 from .transpose import TransposeEmitter, TransposeRefused
 
 __all__ = ["emit", "emit_fusion", "emitter_for", "EmittedKernel", "LaunchDims",
@@ -31,6 +32,8 @@ _EMITTERS = {
     "transpose": TransposeEmitter,
     "reduction": ReductionEmitter,
     "scatter": ScatterEmitter,
+    "sort": SortEmitter,
+    "topk": SortEmitter,
 }
 
 # Heroes whose dedicated emitters are not written yet or refuse some
