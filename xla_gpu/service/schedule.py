@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from ..errors import HloError
 from ..hlo.module import HloComputation, HloInstruction, HloModule
-from .alias_analysis import AliasAnalysis
+from .alias_analysis import AliasAnalysis, elementwise_share_pairs, in_place_pairs
 from .dataflow import DataflowAnalysis, sequential_callees, topological_order, where
 
 __all__ = ["Schedule", "schedule_module", "ComputationMemoryModel",
@@ -81,6 +81,7 @@ class ComputationMemoryModel:
         self.defines: list[list[int]] = []
         self.holds: list[list[int]] = []
         self.transient: list[int] = []
+        self.shares: list[list[tuple[int, int]]] = []
         self.live_in: set[int] = set()
         for inst in self.instructions:
             defined = []
@@ -104,6 +105,21 @@ class ComputationMemoryModel:
             self.holds.append(held)
             self.transient.append(max((callee_peaks.get(id(c), 0)
                                        for _, c in sequential_callees(inst)), default=0))
+            # Outputs that may take over an operand's bytes when this is
+            # the operand's last reader (in-place writes, elementwise reuse).
+            shares = []
+            for k, operand_index, output_index in \
+                    in_place_pairs(inst) + elementwise_share_pairs(inst):
+                if k >= len(inst.operands) or \
+                        not dataflow.has_value(inst.operands[k], operand_index) or \
+                        not dataflow.has_value(inst, output_index):
+                    continue
+                ob = alias.find(dataflow.value_at(inst.operands[k], operand_index))
+                out = dataflow.value_at(inst, output_index)
+                if out.instruction is inst and alias.find(out) != ob and \
+                        self.size.get(ob) == out.size:
+                    shares.append((ob, alias.find(out)))
+            self.shares.append(shares)
         self.live_out: set[int] = set()
         if comp.root is not None:
             for _, value in dataflow.leaf_values(comp.root):
@@ -136,18 +152,24 @@ class ComputationMemoryModel:
             live.update(self.live_in | self.live_out)
         peak = memory
         after = []
+        donors: set[int] = set()
         for k in order:
+            taken = self._takeovers(k, remaining, live, donors)
             for b in self.defines[k]:
                 if b not in live:
                     live.add(b)
-                    memory += self.size[b]
+                    if b not in taken:
+                        memory += self.size[b]
             peak = max(peak, memory + self.transient[k])
             for b in self.holds[k]:
                 remaining[b] -= 1
                 if remaining[b] == 0 and b in live and b not in self.live_out and \
                         b not in self.live_in:
                     live.discard(b)
-                    memory -= self.size[b]
+                    if b in donors:
+                        donors.discard(b)   # its bytes went to an output
+                    else:
+                        memory -= self.size[b]
             for b in self.defines[k]:
                 # Written but never read nor returned: dead at once.
                 if remaining.get(b, 0) == 0 and b in live and b not in self.live_out:
@@ -155,6 +177,18 @@ class ComputationMemoryModel:
                     memory -= self.size[b]
             after.append(memory)
         return peak, after
+
+    def _takeovers(self, k: int, remaining: dict, live: set, donors: set) -> set[int]:
+        """Outputs of step k that take over the bytes of an operand buffer
+        it reads last; marks those operands as donors."""
+        taken: set[int] = set()
+        for b, out in self.shares[k]:
+            if out in taken or b in donors or out in live or b not in live or \
+                    remaining.get(b) != 1 or b in self.live_in or b in self.live_out:
+                continue
+            taken.add(out)
+            donors.add(b)
+        return taken
 
     # ----------------------------------------------------------- schedulers
 
@@ -177,7 +211,10 @@ class ComputationMemoryModel:
                         if remaining[b] == 1 and b not in self.live_out and
                         b not in self.live_in)
             allocated = sum(self.size[b] for b in self.defines[k] if b not in live)
-            return freed - allocated
+            reused = sum(self.size[out] for b, out in self.shares[k]
+                         if remaining.get(b) == 1 and b not in self.live_in and
+                         b not in self.live_out and out not in live)
+            return freed - allocated + min(reused, allocated)
 
         heap: list[tuple[int, int, int]] = []
         for k in range(n):
