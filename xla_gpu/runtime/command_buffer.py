@@ -27,13 +27,15 @@ from .thunks import (COMMAND_BUFFER_KINDS, CommandBufferThunk, ConditionalThunk,
 __all__ = ["convert", "execute"]
 
 
-def convert(thunks: Sequence[Thunk], min_size: int = 2) -> list[Thunk]:
+def convert(thunks: Sequence[Thunk], min_size: int = 2,
+            _counter: list[int] | None = None) -> list[Thunk]:
     """The sequence with each run of at least `min_size` consecutive
     kernel/copy/memset/gemm thunks wrapped into a command buffer; nested
-    sequences (while, conditional) converted the same way."""
+    sequences (while, conditional) converted the same way. Command buffers
+    are numbered in program order."""
     out: list[Thunk] = []
     run: list[Thunk] = []
-    counter = [0]
+    counter = [0] if _counter is None else _counter
 
     def flush():
         if len(run) >= min_size:
@@ -49,10 +51,10 @@ def convert(thunks: Sequence[Thunk], min_size: int = 2) -> list[Thunk]:
             continue
         flush()
         if isinstance(thunk, WhileThunk):
-            thunk.condition = convert(thunk.condition, min_size)
-            thunk.body = convert(thunk.body, min_size)
+            thunk.condition = convert(thunk.condition, min_size, counter)
+            thunk.body = convert(thunk.body, min_size, counter)
         elif isinstance(thunk, ConditionalThunk):
-            thunk.branches = [convert(b, min_size) for b in thunk.branches]
+            thunk.branches = [convert(b, min_size, counter) for b in thunk.branches]
         out.append(thunk)
     flush()
     return out
@@ -109,6 +111,8 @@ def execute(thunk: CommandBufferThunk, ctx: ExecutionContext) -> None:
     if private:   # the private stream continues the default stream's work
         _order_after(cu, _check, stream, ctx.stream or 0)
     if state.exec is None or state.addresses != addresses:
+        for command in thunk.sequence:   # no library set-up inside a capture
+            command.prepare(ctx)
         saved = ctx.stream
         ctx.stream = stream
         try:

@@ -444,6 +444,7 @@ class _Plan:
     """The descriptors of one GEMM, built once and reused."""
 
     def __init__(self, lt: _Lt, config: GemmConfig):
+        self.config = config
         first, second, result, self.swapped = cublas_plan(config)
         batch = config.bmnk[0]
         compute, scale, self.scalar = _compute_type(config)
@@ -515,12 +516,20 @@ class _Plan:
                   ctypes.c_void_p(pointer))
 
 
-def _run_cublaslt(ctx, config: GemmConfig) -> None:
+def prepare(config: GemmConfig) -> "_Plan":
+    """The cuBLASLt plan of `config` (handle, descriptors, algorithm),
+    built once per config; outside any graph capture."""
     lt = _lt_instance()
     key = id(config)
     plan = lt.plans.get(key)
-    if plan is None:
+    if plan is None or plan.config is not config:
         plan = lt.plans[key] = _Plan(lt, config)
+    return plan
+
+
+def _run_cublaslt(ctx, config: GemmConfig) -> None:
+    lt = _lt_instance()
+    plan = prepare(config)
     if config.bias is not None:
         plan.set_bias(ctx.pointer(config.bias.slice))
     out = ctx.pointer(config.out.slice)

@@ -31,6 +31,7 @@ import io
 import json
 import os
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -193,6 +194,8 @@ class ProgramExecutable:
     stats: dict[str, int] = field(default_factory=dict)   # of the last run
     _launchers: dict | None = field(default=None, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
+    _device_pool: dict | None = field(default=None, repr=False)
+    _lock: Any = field(default_factory=threading.RLock, repr=False)
 
     # -- views ---------------------------------------------------------------
     def as_text(self) -> str:
@@ -384,74 +387,94 @@ class ProgramExecutable:
                                       for i, data in self.constants.items()}
         return self._device_constants
 
+    def _device_buffer(self, index: int, size: int):
+        """Device memory of allocation `index` kept between runs (temps,
+        outputs and parameter copies): the addresses stay the same, so a
+        recorded command buffer replays without being recorded again."""
+        from .cuda import DeviceArray
+        if self._device_pool is None:
+            self._device_pool = {}
+        held = self._device_pool.get(index)
+        if held is None or held.nbytes < size:
+            held = DeviceArray((max(size, 1),), np.uint8)
+            self._device_pool[index] = held
+        return held
+
     def _run_cuda(self, checked, stream, device_outputs: bool) -> tuple:
+        from . import cuda
         from .cuda import DeviceArray, _check, _driver, _ensure_context
         _ensure_context()
         cu = _driver()
-        written = self._written_allocations()
-        launchers = self._launcher_table()
-        constants = self._device_constant_table()
-        keep: list[Any] = []
-        buffers: list[int | None] = [None] * len(self.allocations)
-        for alloc in self.allocations:
-            if alloc.kind == "constant":
-                buffers[alloc.index] = constants[alloc.index].ptr if alloc.index in constants \
-                    else None
-            elif alloc.kind != "parameter":
-                memory = DeviceArray((alloc.size,), np.uint8)
-                keep.append(memory)
-                buffers[alloc.index] = memory.ptr
-        for index, users in self._parameter_allocation().items():
-            alloc = self.allocations[index]
-            ref0, k0 = users[0]
-            value = checked[k0][1]
-            is_device = hasattr(value, "__cuda_array_interface__") and \
-                not isinstance(value, np.ndarray)
-            if len(users) == 1 and index not in written and is_device and ref0.is_row_major:
-                buffers[index] = int(value.__cuda_array_interface__["data"][0])
-                continue
-            memory = DeviceArray((alloc.size,), np.uint8)
-            keep.append(memory)
-            buffers[index] = memory.ptr
-            for ref, k in users:
-                arg = checked[k][1]
-                if hasattr(arg, "__cuda_array_interface__") and not isinstance(arg, np.ndarray):
-                    if not ref.is_row_major:
+        handle = cuda.stream_handle(stream) if hasattr(cuda, "stream_handle") else \
+            int(stream or 0)
+        with self._lock:
+            launchers = self._launcher_table()
+            for launcher in launchers.values():   # load before any graph capture
+                launcher.kernel._load()
+            constants = self._device_constant_table()
+            keep: list[Any] = []
+            buffers: list[int | None] = [None] * len(self.allocations)
+            for alloc in self.allocations:
+                if alloc.kind == "constant":
+                    held = constants.get(alloc.index)
+                    buffers[alloc.index] = held.ptr if held is not None else None
+                elif alloc.kind != "parameter":
+                    buffers[alloc.index] = self._device_buffer(alloc.index, alloc.size).ptr
+            written = self._written_allocations()
+            for index, users in self._parameter_allocation().items():
+                alloc = self.allocations[index]
+                ref0, k0 = users[0]
+                value = checked[k0][1]
+                is_device = hasattr(value, "__cuda_array_interface__") and \
+                    not isinstance(value, np.ndarray)
+                if len(users) == 1 and index not in written and is_device and \
+                        ref0.is_row_major:
+                    buffers[index] = int(value.__cuda_array_interface__["data"][0])
+                    continue
+                memory = self._device_buffer(index, alloc.size)
+                buffers[index] = memory.ptr
+                for ref, k in users:
+                    arg = checked[k][1]
+                    if hasattr(arg, "__cuda_array_interface__") and \
+                            not isinstance(arg, np.ndarray):
+                        if ref.is_row_major:
+                            if ref.nbytes:
+                                _check("cuMemcpyDtoDAsync", cu.cuMemcpyDtoDAsync(
+                                    memory.ptr + ref.slice.offset,
+                                    int(arg.__cuda_array_interface__["data"][0]),
+                                    ref.nbytes, handle))
+                            continue
                         arg = _device_to_host(arg)   # relayout on the host
-                    else:
-                        _check("cuMemcpyDtoDAsync", cu.cuMemcpyDtoDAsync(
-                            memory.ptr + ref.slice.offset,
-                            int(arg.__cuda_array_interface__["data"][0]), ref.nbytes,
-                            stream or 0))
-                        continue
-                host = np.ascontiguousarray(ref.physical_from_logical(_to_storage(arg, ref)))
-                keep.append(host)
-                if ref.nbytes:
-                    _check("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(
-                        memory.ptr + ref.slice.offset, host.ctypes.data, ref.nbytes,
-                        stream or 0))
-        from . import gemm as _gemm
-        ctx = ExecutionContext("cuda", buffers, launchers, stream=stream,
-                               custom_calls=self._custom_call_lookup(), gemm=_gemm)
-        ctx.keep = keep
-        for thunk in self.thunks:
-            thunk.execute(ctx)
-        self.stats = dict(ctx.stats)
-        results = []
-        for ref in self.outputs:
-            out = DeviceArray(ref.physical_dims, ref.storage_dtype)
-            out.copy_from_device(ctx.pointer(ref.slice), stream)
-            if device_outputs:
-                if not ref.is_row_major:
-                    host = ref.logical_from_physical(out.to_host(stream))
-                    out = DeviceArray.from_host(np.ascontiguousarray(host), stream)
-                results.append(out)
-            else:
-                host = ref.logical_from_physical(out.to_host(stream))
-                results.append(np.array(host).astype(ref.dtype, copy=False))
-        _check("cuStreamSynchronize", cu.cuStreamSynchronize(stream or 0))
-        del keep
-        return tuple(results)
+                    host = np.ascontiguousarray(ref.physical_from_logical(
+                        _to_storage(arg, ref)))
+                    keep.append(host)
+                    if ref.nbytes:
+                        _check("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(
+                            memory.ptr + ref.slice.offset, host.ctypes.data, ref.nbytes,
+                            handle))
+            from . import gemm as _gemm
+            ctx = ExecutionContext("cuda", buffers, launchers, stream=handle,
+                                   custom_calls=self._custom_call_lookup(), gemm=_gemm)
+            start = time.perf_counter()
+            for thunk in self.thunks:
+                thunk.execute(ctx)
+            self.timings["last_issue"] = time.perf_counter() - start
+            self.stats = dict(ctx.stats)
+            results = []
+            for ref in self.outputs:
+                out = DeviceArray(ref.physical_dims, ref.storage_dtype)
+                out.copy_from_device(ctx.pointer(ref.slice), handle)
+                if device_outputs and ref.is_row_major:
+                    results.append(out)
+                    continue
+                host = np.array(ref.logical_from_physical(out.to_host(handle)))
+                if device_outputs:
+                    results.append(DeviceArray.from_host(np.ascontiguousarray(host), handle))
+                else:
+                    results.append(host.astype(ref.dtype, copy=False))
+            _check("cuStreamSynchronize", cu.cuStreamSynchronize(handle))
+            del keep
+            return tuple(results)
 
     def time(self, *args, iterations: int = 10, warmup: int = 1) -> float:
         """Seconds per run (wall clock, arguments in host memory)."""

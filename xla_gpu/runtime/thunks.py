@@ -244,6 +244,12 @@ class Thunk:
     def execute(self, ctx: ExecutionContext) -> None:
         raise NotImplementedError
 
+    def prepare(self, ctx: ExecutionContext) -> None:
+        """Host-side set-up that must not happen while a command buffer is
+        being recorded (library handles, plans)."""
+        for thunk in self.thunks:
+            thunk.prepare(ctx)
+
     def buffer_uses(self) -> list[tuple[BufferSlice, bool]]:
         """(slice, written) for every slice this thunk touches (nested ones
         included)."""
@@ -392,6 +398,11 @@ class GemmThunk(Thunk):
         from . import gemm
         gemm.run_gemm(ctx, self.config)
         ctx.stats["gemms"] += 1
+
+    def prepare(self, ctx: ExecutionContext) -> None:
+        if ctx.target == "cuda":
+            from . import gemm
+            gemm.prepare(self.config)
 
     def buffer_uses(self):
         c = self.config
