@@ -473,7 +473,6 @@ def _from_physical(buf, shape):
 def _run_over_assignment(module, schedule, ba, args):
     """Executes the module instruction by instruction, every array in the
     bytes the assignment gives it."""
-    df = ba.dataflow
     memory = {a.index: np.zeros(a.size, np.uint8) for a in ba.allocations}
     ev = _Evaluator()
 
