@@ -16,8 +16,22 @@ the schedule allows them (in-place dynamic-update-slice / scatter /
 custom-call aliasing, donated parameters, elementwise reuse), then the
 allocations: each entry parameter leaf and each entry output leaf its own
 (an output that is a parameter, donated or forwarded, is that parameter's
-allocation), each constant its own (it lives in the executable), and every
-other buffer packed by the heap simulator into one temp allocation.
+allocation), each constant its own (it lives in the executable). As in
+XLA, a temporary may borrow the bytes of an output (or donated parameter)
+allocation at offset 0 while nothing placed there is live; every other
+buffer is packed by the heap simulator into one temp allocation.
+
+Sharing rules, and what a thunk emitter must do about them:
+
+* an in-place writer whose operand could not share its output's buffer
+  (`in_place_operands(inst)` says `shared=False`) must copy the operand
+  into the output first;
+* with `share_elementwise` (the default), an elementwise instruction or a
+  loop fusion may get the same bytes as input and output: it reads that
+  operand only at the element it writes (same dimensions, layout and
+  element size), never through another operand;
+* a donated parameter's allocation is written (it holds the aliased
+  output, and temporaries once the parameter is dead).
 
 Modules whose aliasing would overwrite a value still needed (a loop state
 element read after the body rewrote it, a read-only parameter written by a
