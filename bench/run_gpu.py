@@ -8,6 +8,9 @@ XLA:GPU (jax.jit) on the same shapes and data, in one run.
     python bench/run_gpu.py run build/run_gpu --out "$OUT"
     # back here: the table into bench/RESULTS.md
     python bench/run_gpu.py report results/run_gpu.json
+    # whole programs: ours (CUDA graphs on and off) vs jax.jit, launch overhead
+    python bench/run_gpu.py prepare-programs             # -> build/run_gpu_programs
+    python bench/run_gpu.py run-programs build/run_gpu_programs --out "$OUT"
     # the script's logic without a GPU: cpu target vs XLA:CPU, small sizes
     python bench/run_gpu.py prepare --sizes cpu --out /tmp/run_gpu_cpu
     python bench/run_gpu.py run /tmp/run_gpu_cpu --target cpu
@@ -379,6 +382,13 @@ def report(result: dict, command: str) -> str:
 
 
 def main(argv=None) -> int:
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    if argv_list and argv_list[0] in ("prepare-programs", "run-programs"):
+        # Whole programs (tests/python/programs): ours with and without
+        # command buffers against jax.jit; see bench/programs.py.
+        import programs
+        command = "prepare-gpu" if argv_list[0] == "prepare-programs" else "run-gpu"
+        return programs.main([command, *argv_list[1:]])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="compile the corpus to cuda artifacts (needs MLIR)")

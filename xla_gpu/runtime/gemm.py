@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +75,17 @@ class GemmConfig:
                            f"batch {self.lhs_batch}/{self.rhs_batch}, contracting "
                            f"{self.lhs_contracting}/{self.rhs_contracting}")
 
-    @property
+    @cached_property
     def lhs_free(self) -> tuple[int, ...]:
         used = set(self.lhs_batch) | set(self.lhs_contracting)
         return tuple(d for d in range(len(self.lhs.dims)) if d not in used)
 
-    @property
+    @cached_property
     def rhs_free(self) -> tuple[int, ...]:
         used = set(self.rhs_batch) | set(self.rhs_contracting)
         return tuple(d for d in range(len(self.rhs.dims)) if d not in used)
 
-    @property
+    @cached_property
     def bmnk(self) -> tuple[int, int, int, int]:
         """(batch, m, n, k) element counts."""
         def size(ref, dims):

@@ -195,6 +195,7 @@ class ProgramExecutable:
     _launchers: dict | None = field(default=None, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
     _device_pool: dict | None = field(default=None, repr=False)
+    _written: set | None = field(default=None, repr=False)
     _lock: Any = field(default_factory=threading.RLock, repr=False)
 
     # -- views ---------------------------------------------------------------
@@ -281,8 +282,11 @@ class ProgramExecutable:
         return value
 
     def _written_allocations(self) -> set[int]:
-        return {s.allocation for t in walk(self.thunks) for s, written in t.buffer_uses()
-                if written}
+        """Allocations some thunk writes (computed once)."""
+        if self._written is None:
+            self._written = {s.allocation for t in walk(self.thunks)
+                             for s, written in t.buffer_uses() if written}
+        return self._written
 
     def required_bytes(self) -> int:
         """Memory one execution allocates (parameters that must be copied,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
@@ -57,46 +58,51 @@ class ArrayRef:
     dims: tuple[int, ...]
     layout: tuple[int, ...] | None = None
 
-    @property
+    # Derived values are cached on the instance (thunks read them every run).
+    @cached_property
     def dtype(self) -> np.dtype:
         """The dtype users see (ml_dtypes for bf16, int4...)."""
         return ELEMENT_TYPES[self.element_type]
 
-    @property
+    @cached_property
     def storage_dtype(self) -> np.dtype:
         return _SUB_BYTE_STORAGE.get(self.element_type, self.dtype)
 
-    @property
+    @cached_property
     def num_elements(self) -> int:
         n = 1
         for d in self.dims:
             n *= d
         return n
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.num_elements * self.storage_dtype.itemsize
 
-    @property
+    @cached_property
     def major_to_minor(self) -> tuple[int, ...]:
         if self.layout is None:
             return tuple(range(len(self.dims)))
         return tuple(reversed(self.layout))
 
-    @property
+    @cached_property
     def is_row_major(self) -> bool:
         return self.major_to_minor == tuple(range(len(self.dims)))
 
-    @property
+    @cached_property
     def physical_dims(self) -> tuple[int, ...]:
         return tuple(self.dims[d] for d in self.major_to_minor)
+
+    @cached_property
+    def _to_logical(self) -> tuple[int, ...]:
+        order = self.major_to_minor
+        return tuple(order.index(d) for d in range(len(self.dims)))
 
     def logical_from_physical(self, physical: np.ndarray) -> np.ndarray:
         """The logical view of an array in physical order (no copy)."""
         if self.is_row_major:
             return physical
-        order = self.major_to_minor
-        return physical.transpose([order.index(d) for d in range(len(self.dims))])
+        return physical.transpose(self._to_logical)
 
     def physical_from_logical(self, logical: np.ndarray) -> np.ndarray:
         """`logical` rearranged into physical order (a view)."""
@@ -161,9 +167,9 @@ class ExecutionContext:
 
     def array(self, ref: ArrayRef) -> np.ndarray:
         """cpu: a writable logical view of `ref` in storage dtype."""
-        raw = self.bytes(ref.slice)
-        dtype = ref.storage_dtype
-        physical = np.ndarray(ref.physical_dims, dtype, buffer=raw[:ref.nbytes])
+        physical = np.ndarray(ref.physical_dims, ref.storage_dtype,
+                              buffer=self.buffers[ref.slice.allocation],
+                              offset=ref.slice.offset)
         return ref.logical_from_physical(physical)
 
     def read_scalar(self, ref: ArrayRef) -> Any:
