@@ -319,6 +319,7 @@ class SortEmitter(KernelEmitter):
                 raise root.error("the sort emitter sorts fusion parameters only "
                                  f"('{op.name}' is a {op.opcode})")
         types = [op.shape.element_type for op in self.operands]
+        self._value_types = types
         config = fusion.config
         is_topk = _is_topk(root)
         if config is None:
@@ -420,12 +421,34 @@ class SortEmitter(KernelEmitter):
         when the element at j goes first (and `valid`). Index values ride
         along."""
         arity = self._arity
-        swap = self._less(b[:arity], a[:arity], b_index, a_index)
+        swap = self._less(self._decoded(b[:arity]), self._decoded(a[:arity]),
+                          b_index, a_index)
         if valid is not None:
             swap = arith.select(valid, swap, arith.constant(ir.IntegerType.get_signless(1), 0))
         new_i = [arith.select(swap, y, x) for x, y in zip(a, b)]
         new_j = [arith.select(swap, x, y) for x, y in zip(a, b)]
         return new_i, new_j
+
+    # 16-bit floats move through shared memory and selects as their bits:
+    # the host backend would round-trip them through f32 (a libcall the JIT
+    # does not have), and the GPU moves bits either way.
+    def _stored_type(self, k: int) -> ir.Type:
+        t = self._value_types[k] if k < len(self._value_types) else INDEX_TYPE
+        if t in ("bf16", "f16"):
+            return ir.IntegerType.get_signless(16)
+        return element_type(t)
+
+    def _encode(self, k: int, value: ir.Value) -> ir.Value:
+        stored = self._stored_type(k)
+        return value if value.type == stored else arith.bitcast(stored, value)
+
+    def _decode(self, k: int, value: ir.Value) -> ir.Value:
+        t = self._value_types[k] if k < len(self._value_types) else INDEX_TYPE
+        real = element_type(t)
+        return value if value.type == real else arith.bitcast(real, value)
+
+    def _decoded(self, values: Sequence[ir.Value]) -> list[ir.Value]:
+        return [self._decode(k, v) for k, v in enumerate(values)]
 
     def _emit_tiled(self, params, outputs, ids):
         c = self.config
@@ -445,7 +468,7 @@ class SortEmitter(KernelEmitter):
         i32 = ir.IntegerType.get_signless(32)
 
         source = list(params) if c.reads_operands else list(outputs)
-        types = [element_type(op.shape.element_type) for op in self.operands]
+        types = [self._stored_type(k) for k in range(len(self.operands))]
         tiles = [xla_gpu.AllocateSharedOp(ir.RankedTensorType.get([tile], t)).result
                  for t in types]
         if c.index_tile:
@@ -464,8 +487,9 @@ class SortEmitter(KernelEmitter):
             element = args[1:1 + rank]
             slot = args[1 + rank]
             iters = args[2 + rank:]
-            written = [tensor.insert(tensor.extract(src, element), it, [slot])
-                       for src, it in zip(source, iters[:n_values])]
+            written = [tensor.insert(self._encode(k, tensor.extract(src, element)), it,
+                                     [slot])
+                       for k, (src, it) in enumerate(zip(source, iters[:n_values]))]
             if c.index_tile:
                 pos = element[c.dim]
                 written.append(tensor.insert(arith.index_cast(i32, pos), iters[-1], [slot]))
@@ -520,10 +544,11 @@ class SortEmitter(KernelEmitter):
             slot = args[1 + rank]
             iters = args[2 + rank:]
             if c.top_k is not None:
-                values = [tensor.extract(current[0], [slot]),
+                values = [self._decode(0, tensor.extract(current[0], [slot])),
                           tensor.extract(current[n_values], [slot])]
             else:
-                values = [tensor.extract(t, [slot]) for t in current[:n_values]]
+                values = [self._decode(k, tensor.extract(t, [slot]))
+                          for k, t in enumerate(current[:n_values])]
             written = [tensor.insert(v, it, element) for v, it in zip(values, iters)]
             xla_gpu.YieldOp(written)
         del index
@@ -555,11 +580,12 @@ class SortEmitter(KernelEmitter):
             at_j = list(at_i)
             at_j[c.dim] = args[rank]
             iters = args[rank + 1:]
-            a = [tensor.extract(it, at_i) for it in iters]
-            b = [tensor.extract(it, at_j) for it in iters]
+            a = [self._encode(k, tensor.extract(it, at_i)) for k, it in enumerate(iters)]
+            b = [self._encode(k, tensor.extract(it, at_j)) for k, it in enumerate(iters)]
             new_i, new_j = self._compare_swap(a, b, None, None)
-            written = [tensor.insert(y, tensor.insert(x, it, at_i), at_j)
-                       for x, y, it in zip(new_i, new_j, iters)]
+            written = [tensor.insert(self._decode(k, y),
+                                     tensor.insert(self._decode(k, x), it, at_i), at_j)
+                       for k, (x, y, it) in enumerate(zip(new_i, new_j, iters))]
             xla_gpu.YieldOp(written)
         return list(loop.results)
 

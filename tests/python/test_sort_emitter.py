@@ -1,0 +1,439 @@
+"""The sort and top-k emitters (xla_gpu.emitters.sort / .topk): the bitonic
+network, the kernel plans, numerics of the kernels on the cpu target
+against the reference interpreter, sorts and top-k inside whole programs,
+and PTX for sm_90 (the same kernels through the cuda pipeline).
+
+Tiles are kept small (short rows, or MAX_TILE lowered) so that each kernel
+compiles in about a second on the cpu target; the multi-kernel paths are
+the same code with the real 2048-element tile."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import xla_gpu
+from xla_gpu import hlo
+from xla_gpu.emitters import sort as sort_emitter
+from xla_gpu.emitters import topk as topk_emitter
+from xla_gpu.errors import HloError, UnsupportedError
+from xla_gpu.hlo import numerics
+
+LT = """
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+"""
+
+
+def _module(text: str):
+    return hlo.parse_module("HloModule m\n" + text)
+
+
+def _sort_inst(module):
+    return next(i for i in module.entry.instructions if i.opcode == "sort")
+
+
+def _check_sort(text: str, inputs=None, **kwargs):
+    """Compiles the ENTRY's sort, runs its kernels on the cpu target and
+    compares with the interpreter (exactly: a sort moves elements)."""
+    module = _module(text)
+    inst = _sort_inst(module)
+    compiled = sort_emitter.compile_sort(inst, target="cpu", **kwargs)
+    if inputs is None:
+        inputs = numerics.random_inputs(module.entry)
+    got = compiled.run(*inputs)
+    expected = hlo.evaluate(module, *inputs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)
+    return compiled
+
+
+# -- the network and the plans ----------------------------------------------------
+
+
+def _network_sort(x: np.ndarray) -> np.ndarray:
+    """The masked flip-bitonic network as the kernels run it (numpy)."""
+    x = x.copy()
+    n = x.size
+    for mask in sort_emitter.bitonic_masks(n):
+        for i in range(n):
+            j = i ^ mask
+            if i < j < n and x[j] < x[i]:
+                x[i], x[j] = x[j], x[i]
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 31, 32, 33, 70])
+def test_masked_bitonic_network_sorts_any_size(n):
+    rng = np.random.default_rng(n)
+    for _ in range(3):
+        x = rng.permutation(n)
+        np.testing.assert_array_equal(_network_sort(x), np.sort(x))
+
+
+def test_plan_groups_small_masks_into_tiled_kernels():
+    plan = sort_emitter.plan_sort((3, 5000), 1, ["f32"])
+    assert plan.tile == 2048
+    kinds = [(k.tiled, k.masks[0] if not k.tiled else len(k.masks)) for k in plan.kernels]
+    # 11 stages in a 2048 tile (66 steps), then per stage above: the global
+    # masks and a tiled kernel for the 11 masks below the tile.
+    assert kinds == [(True, 66), (False, 0xfff), (True, 11), (False, 0x1fff),
+                     (False, 0x800), (True, 11)]
+    assert plan.kernels[0].reads_operands and not any(k.reads_operands
+                                                      for k in plan.kernels[1:])
+    assert plan.kernels[0].launch().threads == 1024
+    assert plan.kernels[0].launch().blocks == 3 * 3
+    assert sum(len(k.masks) for k in plan.kernels) == len(sort_emitter.bitonic_masks(5000))
+
+
+def test_plan_shrinks_tile_to_fit_shared_memory():
+    # Eight f64 operands: 64 bytes an element; 48 KiB hold 768 -> tile 512.
+    plan = sort_emitter.plan_sort((4096,), 0, ["f64"] * 8)
+    assert plan.tile == 512
+    assert all(k.tile * 64 <= sort_emitter.MAX_SHARED_BYTES for k in plan.kernels)
+
+
+def test_plan_nothing_to_sort():
+    assert sort_emitter.plan_sort((7, 1), 1, ["f32"]).kernels == []
+    assert sort_emitter.plan_sort((0, 9), 1, ["f32"]).kernels == []
+
+
+def test_stable_sort_of_several_kernels_needs_index_operand():
+    with pytest.raises(UnsupportedError, match="expand_stable_sorts"):
+        sort_emitter.plan_sort((5000,), 0, ["f32"], stable=True)
+
+
+# -- kernels on the cpu target ---------------------------------------------------------
+
+
+def test_sort_1d_not_power_of_two():
+    compiled = _check_sort(LT + """
+ENTRY e {
+  x = f32[37] parameter(0)
+  ROOT s = f32[37] sort(x), dimensions={0}, to_apply=less
+}""")
+    (kernel,) = compiled.kernels
+    assert kernel.config.tiled and kernel.reads_operands and kernel.config.tile == 64
+    assert kernel.executable.spec.emitter == "sort"
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_sort_nd_along_any_dimension(dim):
+    dims = [6, 5, 7]
+    shape = "f32[" + ",".join(map(str, dims)) + "]"
+    _check_sort(LT + f"""
+ENTRY e {{
+  x = {shape} parameter(0)
+  ROOT s = {shape} sort(x), dimensions={{{dim}}}, to_apply=less
+}}""")
+
+
+def test_keys_and_values_descending():
+    _check_sort("""
+greater {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  c = f32[] parameter(2)
+  d = f32[] parameter(3)
+  ROOT gt = pred[] compare(a, b), direction=GT
+}
+ENTRY e {
+  k = s32[4,45] parameter(0)
+  v = f32[4,45] parameter(1)
+  ROOT s = (s32[4,45], f32[4,45]) sort(k, v), dimensions={1}, to_apply=greater
+}""")
+
+
+def test_argsort_with_iota_operand():
+    text = """
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[3,20] parameter(0)
+  i = s32[3,20] parameter(1)
+  ROOT s = (f32[3,20], s32[3,20]) sort(x, i), dimensions={1}, to_apply=less
+}"""
+    x = numerics.random_inputs(_module(text).entry)[0]
+    iota = np.broadcast_to(np.arange(20, dtype=np.int32), (3, 20)).copy()
+    compiled = _check_sort(text, [x, iota])
+    _, order = compiled.run(x, iota)
+    np.testing.assert_array_equal(order, np.argsort(x, axis=1))
+
+
+def test_total_order_comparator_with_nans():
+    # jax's comparator for floats: NaN last, -0.0 before 0.0 (total order).
+    text = """
+total {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT, type=TOTALORDER
+}
+ENTRY e {
+  x = f32[29] parameter(0)
+  ROOT s = f32[29] sort(x), dimensions={0}, to_apply=total
+}"""
+    x = np.random.default_rng(3).standard_normal(29).astype(np.float32)
+    x[[1, 7]] = np.nan
+    x[3], x[4], x[5], x[6] = 0.0, -0.0, np.inf, -np.inf
+    x[9] = -np.nan
+    compiled = _check_sort(text, [x])
+    (y,) = compiled.run(x)
+    assert np.isnan(y[-2:]).all() and np.signbit(y[0]) and np.isnan(y[0])
+    assert y[1] == -np.inf
+    zero = np.flatnonzero(y == 0)
+    assert np.signbit(y[zero[0]]) and not np.signbit(y[zero[1]])
+
+
+def test_lexicographic_two_key_comparator():
+    text = """
+lex {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  c = f32[] parameter(2)
+  d = f32[] parameter(3)
+  lt1 = pred[] compare(a, b), direction=LT
+  eq1 = pred[] compare(a, b), direction=EQ
+  lt2 = pred[] compare(c, d), direction=LT
+  tie = pred[] and(eq1, lt2)
+  ROOT r = pred[] or(lt1, tie)
+}
+ENTRY e {
+  k = s32[50] parameter(0)
+  v = f32[50] parameter(1)
+  ROOT s = (s32[50], f32[50]) sort(k, v), dimensions={0}, to_apply=lex
+}"""
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 4, 50).astype(np.int32)   # many equal first keys
+    values = rng.standard_normal(50).astype(np.float32)
+    compiled = _check_sort(text, [keys, values])
+    k, v = compiled.run(keys, values)
+    order = np.lexsort((values, keys))
+    np.testing.assert_array_equal(k, keys[order])
+    np.testing.assert_array_equal(v, values[order])
+
+
+def test_stable_sort_keeps_order_of_equal_keys():
+    text = """
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[2,40] parameter(0)
+  p = s32[2,40] parameter(1)
+  ROOT s = (f32[2,40], s32[2,40]) sort(x, p), dimensions={1}, is_stable=true, to_apply=less
+}"""
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 3, (2, 40)).astype(np.float32)
+    payload = np.broadcast_to(np.arange(40, dtype=np.int32), (2, 40)).copy()
+    compiled = _check_sort(text, [keys, payload])
+    assert compiled.kernels[0].config.tie_break
+    _, order = compiled.run(keys, payload)
+    np.testing.assert_array_equal(order, np.argsort(keys, axis=1, kind="stable"))
+
+
+def test_sort_of_several_kernels(monkeypatch):
+    # A 32-element tile: 100 elements take tiled and global kernels, both
+    # reading the results in place after the first.
+    monkeypatch.setattr(sort_emitter, "MAX_TILE", 32)
+    compiled = _check_sort("""
+greater {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT gt = pred[] compare(a, b), direction=GT
+}
+ENTRY e {
+  x = f32[100,2] parameter(0)
+  i = s32[100,2] parameter(1)
+  ROOT s = (f32[100,2], s32[100,2]) sort(x, i), dimensions={0}, to_apply=greater
+}""")
+    configs = [k.config for k in compiled.kernels]
+    assert any(c.tiled for c in configs) and any(not c.tiled for c in configs)
+    assert configs[0].reads_operands and not compiled.copy_first
+    assert all(k.executable.spec.aliases == {0: 0, 1: 1} for k in compiled.kernels[1:])
+
+
+def test_first_kernel_global_copies_operands(monkeypatch):
+    # Tiles too big for shared memory at any size: every step is global.
+    monkeypatch.setattr(sort_emitter, "MAX_SHARED_BYTES", 1)
+    compiled = _check_sort(LT + """
+ENTRY e {
+  x = f32[3,5] parameter(0)
+  ROOT s = f32[3,5] sort(x), dimensions={1}, to_apply=less
+}""")
+    assert compiled.copy_first and all(not k.config.tiled for k in compiled.kernels)
+    assert len(compiled.kernels) == len(sort_emitter.bitonic_masks(5)) == 6
+
+
+def test_pred_and_narrow_operands():
+    _check_sort("""
+cmp {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  c = pred[] parameter(2)
+  d = pred[] parameter(3)
+  e = s8[] parameter(4)
+  f = s8[] parameter(5)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = bf16[21] parameter(0)
+  y = pred[21] parameter(1)
+  z = s8[21] parameter(2)
+  ROOT s = (bf16[21], pred[21], s8[21]) sort(x, y, z), dimensions={0}, to_apply=cmp
+}""")
+
+
+def test_bad_sorts_are_clear_errors():
+    module = _module(LT + """
+ENTRY e {
+  x = f32[8] parameter(0)
+  y = f32[8] parameter(1)
+  ROOT s = (f32[8], f32[8]) sort(x, y), dimensions={0}, to_apply=less
+}""")
+    with pytest.raises(HloError, match="comparator 'less' takes 2 parameters"):
+        sort_emitter.compile_sort(_sort_inst(module), target="cpu")
+
+
+# -- top-k -------------------------------------------------------------------------------
+
+
+def _topk_module(k: int, n: int, largest: bool = True, rows: int = 6):
+    return _module(f"""
+ENTRY e {{
+  x = f32[{rows},{n}] parameter(0)
+  ROOT t = (f32[{rows},{k}], s32[{rows},{k}]) topk(x), k={k}, largest={str(largest).lower()}
+}}""")
+
+
+@pytest.mark.parametrize("k,n,largest", [(3, 10, True), (17, 20, True), (4, 33, False)])
+def test_topk_one_kernel(k, n, largest):
+    module = _topk_module(k, n, largest)
+    compiled = topk_emitter.compile_topk(module.entry.root, target="cpu")
+    (kernel,) = compiled.kernels
+    assert kernel.config.top_k == k and kernel.config.tie_break
+    x = numerics.random_inputs(module.entry)[0]
+    x[0, :3] = x[0, 5]          # ties: lower index first
+    x[1, 2] = np.nan
+    values, indices = compiled.run(x)
+    ref_values, ref_indices = hlo.evaluate(module, x)
+    np.testing.assert_array_equal(values, ref_values)
+    np.testing.assert_array_equal(indices, ref_indices)
+
+
+def test_xla_cpu_topk_custom_call():
+    # XLA:CPU's TopK with its comparator (a total order through bitcasts).
+    from program_data import load_program
+    prog = load_program("sort_topk")
+    module = hlo.parse_module(prog.after_path.read_text())
+    call = next(i for i in module.entry.instructions if i.opcode == "custom-call")
+    compiled = topk_emitter.compile_topk(call, target="cpu")
+    values, indices = compiled.run(prog.inputs[0])
+    np.testing.assert_array_equal(values, prog.outputs[2])
+    np.testing.assert_array_equal(indices, prog.outputs[3])
+
+
+def test_topk_too_long_is_decomposed(monkeypatch):
+    monkeypatch.setattr(sort_emitter, "MAX_TILE", 16)
+    module = _topk_module(5, 40, rows=3)
+    assert not topk_emitter.fits_one_kernel(module.entry.root)
+    rewritten, notes = topk_emitter.rewrite_for_sort_kernels(module)
+    assert rewritten is not module and len(notes) == 2
+    assert module.entry.root.opcode == "topk"          # the input is left alone
+    sorts = [i for i in rewritten.entry.instructions if i.opcode == "sort"]
+    assert len(sorts) == 1 and len(sorts[0].operands) == 2   # the iota is reused
+    x = numerics.random_inputs(module.entry)[0]
+    for a, b in zip(hlo.evaluate(rewritten, x), hlo.evaluate(module, x)):
+        np.testing.assert_array_equal(a, b)
+
+
+# -- whole programs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["sort_topk", "argsort_stable"])
+def test_program_sorts_match_jax(name):
+    from program_data import load_program
+    prog = load_program(name)
+    exe = xla_gpu.compile(str(prog.after_path), target="cpu")
+    kinds = {t.kind for t in _walk(exe.thunks)}
+    assert "sort" in kinds
+    results = exe.run(*prog.inputs)
+    assert not prog.mismatches(results, hlo.parse_module(prog.after_path.read_text()))
+
+
+def _walk(thunks):
+    from xla_gpu.runtime.thunks import walk
+    return list(walk(thunks))
+
+
+def test_program_stable_sort_of_several_kernels(monkeypatch):
+    monkeypatch.setattr(sort_emitter, "MAX_TILE", 32)
+    text = """HloModule m
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[2,40] parameter(0)
+  ROOT s = f32[2,40] sort(x), dimensions={1}, is_stable=true, to_apply=less
+}"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    assert any("iota tie-break" in n for n in exe.notes)
+    sort = next(t for t in _walk(exe.thunks) if t.kind == "sort")
+    assert sum(t.kind == "kernel" for t in sort.thunks) > 2
+    x = np.random.default_rng(1).integers(0, 5, (2, 40)).astype(np.float32)
+    (y,) = exe.run(x)
+    np.testing.assert_array_equal(y, np.sort(x, axis=1))
+
+
+def test_program_sort_with_layout():
+    text = """HloModule m
+less {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = s32[5,9]{0,1} parameter(0)
+  ROOT s = s32[5,9]{0,1} sort(x), dimensions={1}, to_apply=less
+}"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    x = np.random.default_rng(2).permutation(45).astype(np.int32).reshape(5, 9)
+    (y,) = exe.run(x)
+    np.testing.assert_array_equal(y, np.sort(x, axis=1))
+
+
+# -- the cuda target: PTX that ptxas accepts --------------------------------------------
+
+
+def test_sort_kernels_compile_to_ptx(monkeypatch):
+    monkeypatch.setattr(sort_emitter, "MAX_TILE", 32)
+    module = _module(LT + """
+ENTRY e {
+  x = f32[4,100] parameter(0)
+  ROOT s = f32[4,100] sort(x), dimensions={1}, to_apply=less
+}""")
+    compiled = sort_emitter.compile_sort(_sort_inst(module), target="cuda")
+    tiled = next(k for k in compiled.kernels if k.config.tiled)
+    ptx = tiled.executable.ptx
+    assert ".shared" in ptx and "bar.sync" in ptx
+    assert ".target sm_90" in ptx
+    if shutil.which("ptxas"):
+        assert all(k.executable.cubin for k in compiled.kernels)
