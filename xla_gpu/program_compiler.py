@@ -123,7 +123,9 @@ def _gemm_fusion(inst: HloInstruction) -> HloInstruction | None:
     if not isinstance(comp, HloComputation):
         return None
     dots = [i for i in comp.instructions if i.opcode == "dot"]
-    config = _backend_config(inst).get("fusion_config", {})
+    backend = _backend_config(inst)
+    # XLA:CPU prints fusion_config, XLA:GPU fusion_backend_config.
+    config = backend.get("fusion_config") or backend.get("fusion_backend_config") or {}
     kind = config.get("kind", "") if isinstance(config, dict) else ""
     if len(dots) == 1 and (kind in _GEMM_FUSION_KINDS or kind == "" or "gemm" in kind):
         return dots[0]

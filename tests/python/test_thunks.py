@@ -381,3 +381,70 @@ def test_convolution_thunk_is_im2col_plus_gemm(text):
     assert len(convs) == 1 and convs[0].name == "c"
     inner = [t.kind for t in convs[0].thunks]
     assert inner.count("gemm") == 1 and "kernel" in inner
+
+
+_GEMM_CONFIG = ('"gemm_backend_config":{{"alpha_real":{alpha},"alpha_imag":0,"beta":{beta},'
+                '"dot_dimension_numbers":{{"lhs_contracting_dimensions":["1"],'
+                '"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],'
+                '"rhs_batch_dimensions":[]}},"epilogue":"{epilogue}"}}')
+
+CUBLAS_LT = """HloModule m
+ENTRY e {{
+  a = f32[8,16]{{1,0}} parameter(0)
+  b = f32[16,4]{{1,0}} parameter(1)
+  bias = f32[4]{{0}} parameter(2)
+  g = (f32[8,4]{{1,0}}, s8[4194304]{{0}}) custom-call(a, b, bias), custom_call_target="__cublas$lt$matmul", backend_config={{{config}}}
+  ROOT r = f32[8,4]{{1,0}} get-tuple-element(g), index=0
+}}
+""".format(config=_GEMM_CONFIG.format(alpha=2, beta=0, epilogue="BIAS_RELU"))
+
+CUBLAS_BETA = """HloModule m
+neg {{
+  x = f32[8,4] parameter(0)
+  ROOT n = f32[8,4] negate(x)
+}}
+ENTRY e {{
+  a = f32[8,16]{{1,0}} parameter(0)
+  b = f32[16,4]{{1,0}} parameter(1)
+  p = f32[8,4]{{1,0}} parameter(2)
+  c = f32[8,4]{{1,0}} fusion(p), kind=kLoop, calls=neg
+  g = (f32[8,4]{{1,0}}, s8[1024]{{0}}) custom-call(a, b, c), custom_call_target="__cublas$gemm", output_to_operand_aliasing={{{{0}}: (2, {{}})}}, backend_config={{{config}}}
+  ROOT r = f32[8,4]{{1,0}} get-tuple-element(g), index=0
+}}
+""".format(config=_GEMM_CONFIG.format(alpha=1, beta=0.5, epilogue="DEFAULT"))
+
+TRITON_GEMM = """HloModule m
+triton_gemm_r {
+  p0 = f32[8,16]{1,0} parameter(0)
+  p1 = f32[16,4]{1,0} parameter(1)
+  d = f32[8,4]{1,0} dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  z = f32[] constant(0)
+  bz = f32[8,4]{1,0} broadcast(z), dimensions={}
+  ROOT r = f32[8,4]{1,0} maximum(d, bz)
+}
+ENTRY e {
+  a = f32[8,16]{1,0} parameter(0)
+  b = f32[16,4]{1,0} parameter(1)
+  ROOT f = f32[8,4]{1,0} fusion(a, b), kind=kCustom, calls=triton_gemm_r, backend_config={"fusion_backend_config":{"kind":"__triton_gemm","triton_gemm_config":{"block_m":"16","block_n":"16","block_k":"16","split_k":"1","num_stages":"1","num_warps":"4","num_ctas":"1"}}}
+}
+"""
+
+
+def test_xla_gpu_library_calls_become_gemm_thunks():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 4)).astype(np.float32)
+    bias = rng.standard_normal(4).astype(np.float32)
+    exe, (r,) = _check(CUBLAS_LT, a, b, bias)
+    (gemm,) = [t for t in walk(exe.thunks) if t.kind == "gemm"]
+    assert gemm.config.epilogue == "BIAS_RELU" and gemm.config.alpha == 2
+    np.testing.assert_allclose(r, np.maximum(2 * (a @ b) + bias, 0), rtol=1e-5, atol=1e-5)
+    p = rng.standard_normal((8, 4)).astype(np.float32)
+    exe, (r,) = _check(CUBLAS_BETA, a, b, p)
+    (gemm,) = [t for t in walk(exe.thunks) if t.kind == "gemm"]
+    assert gemm.config.beta == 0.5 and gemm.config.c is not None
+    np.testing.assert_allclose(r, a @ b - 0.5 * p, rtol=1e-5, atol=1e-5)
+    exe, (r,) = _check(TRITON_GEMM, a, b)
+    kinds = _kinds(exe)
+    assert "gemm" in kinds and "kernel" in kinds     # the dot, then the fused max
+    np.testing.assert_allclose(r, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
