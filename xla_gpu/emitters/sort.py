@@ -73,6 +73,7 @@ from ..hlo import HloComputation, HloInstruction, HloModule, Shape
 from ..hlo.shape import bit_width
 from ..ir import IndexingMap
 from .base import KernelEmitter, LaunchDims
+from .elemental import FunctionEmitter
 from .partitioner import sanitize
 from .types import check_supported, element_type
 
@@ -333,7 +334,14 @@ class SortEmitter(KernelEmitter):
                     "run them all")
             config = plan.kernels[0]
         self.config: SortKernelConfig = config
-        self.comparator = scalar_computation(comparator_of(root))
+        if root.opcode == "topk":   # greatest (or least) first, total order
+            from .topk import topk_comparator
+            largest = root.attrs.get("largest", True)
+            comparator = topk_comparator(types[0], largest is True or
+                                         str(largest).lower() == "true")
+        else:
+            comparator = comparator_of(root)
+        self.comparator = scalar_computation(comparator)
         # The arrays the comparator sees: the sorted ones (and top-k's
         # indices, which its comparator takes too).
         self._arity = len(types) + (1 if is_topk else 0)
@@ -399,17 +407,27 @@ class SortEmitter(KernelEmitter):
             return self._emit_tiled(params, outputs, ids)
         return self._emit_global(outputs, ids)
 
+    def _comparator_at(self, args: Sequence[ir.Value]) -> ir.Value:
+        """The comparator's body emitted in place on `args` (inlined, as
+        XLA's sort emitter calls the nested computation into the loop)."""
+        root = self.comparator.root
+        emitter = FunctionEmitter(self.maps, scalars=list(args),
+                                  call_computation=self.call_computation)
+        if root.opcode == "tuple":
+            raise root.error("a comparator returns pred[], not a tuple")
+        return emitter.emit1(root, [])
+
     def _less(self, first: Sequence[ir.Value], second: Sequence[ir.Value],
               first_index: ir.Value | None, second_index: ir.Value | None) -> ir.Value:
         """Whether `first` goes before `second` (the comparator called with
         (first_0, second_0, first_1, second_1, ...)); with the tie-break,
         elements neither of which goes first are ordered by index."""
         args = [v for pair in zip(first, second) for v in pair]
-        less = self.call_computation(self.comparator, args)[0]
+        less = self._comparator_at(args)
         if not self.config.tie_break:
             return less
         back = [v for pair in zip(second, first) for v in pair]
-        greater = self.call_computation(self.comparator, back)[0]
+        greater = self._comparator_at(back)
         same = arith.cmpi(arith.CmpIPredicate.eq, less, greater)
         by_index = arith.cmpi(arith.CmpIPredicate.slt, first_index, second_index)
         return arith.select(same, by_index, less)
