@@ -1871,32 +1871,36 @@ class _AttributeReader:
         return self.text[start:self.pos]
 
     def string(self) -> str:
+        """A quoted string; MLIR's \\XX escapes are bytes, so the result
+        is the UTF-8 text they spell (bytes that are not UTF-8 kept as
+        surrogate escapes: `.encode(errors="surrogateescape")` gives them
+        back)."""
         self.expect('"')
-        out = []
+        out = bytearray()
         while self.pos < len(self.text) and self.text[self.pos] != '"':
             ch = self.text[self.pos]
             if ch == "\\" and self.pos + 1 < len(self.text):
                 nxt = self.text[self.pos + 1]
                 if nxt in '"\\':
-                    out.append(nxt)
+                    out += nxt.encode()
                     self.pos += 2
                     continue
                 hexpair = self.text[self.pos + 1:self.pos + 3]
                 if nxt == "n":
-                    out.append("\n")
+                    out += b"\n"
                     self.pos += 2
                     continue
                 if len(hexpair) == 2 and all(c in "0123456789abcdefABCDEF"
                                              for c in hexpair):
-                    out.append(chr(int(hexpair, 16)))
+                    out.append(int(hexpair, 16))
                     self.pos += 3
                     continue
-            out.append(ch)
+            out += ch.encode("utf-8", errors="surrogateescape")
             self.pos += 1
         if self.pos >= len(self.text):
             raise self.error("has an unterminated string")
         self.pos += 1
-        return "".join(out)
+        return out.decode("utf-8", errors="surrogateescape")
 
     def number_text(self) -> str:
         self.skip()

@@ -1,0 +1,382 @@
+"""Custom calls through XLA's FFI: handlers written for XLA / JAX run in
+xla_gpu unchanged, and plain Python functions can be handlers too.
+
+    import ctypes, xla_gpu.ffi as ffi
+    lib = ctypes.cdll.LoadLibrary("libhandlers.so")      # built against
+    ffi.register_ffi_target("my_op", ffi.pycapsule(lib.MyOp),   # jaxlib's
+                            platform="cpu")                      # ffi.h
+    xla_gpu.compile(hlo_text, target="cpu").run(x, y)    # custom-call
+    xla_gpu.hlo.evaluate(module, x, y)                   # "my_op" runs it
+
+An HLO `custom-call` with `api_version=API_VERSION_TYPED_FFI` is bound, when
+it runs, to the handler registered under its target name for the platform
+it runs on ("cpu": host pointers; "cuda": device pointers and the CUstream).
+The runtime side of XLA's C API (the function table a handler calls, the
+call frame it receives) is libXlaGpuFfi.so (`ffi/` in the source tree);
+this package registers handlers, builds the attributes from the custom
+call's `backend_config`, and calls a handler's stages:
+
+* instantiate (once per custom-call instruction, no buffers, no stream),
+  then prepare and initialize (once, before the first execution, with its
+  buffers), then execute (every execution). State a stage sets lives as
+  long as the compiled program (the interpreter: one evaluation).
+* Arguments and results are the operands' and result's arrays, tuples
+  flattened depth first; result buffers may be used as scratch.
+* An asynchronous handler (one that returns a future) is waited for.
+
+What a handler can be (`register_ffi_target(name, target, platform)`):
+
+* a PyCapsule around an `XLA_FFI_Handler*` (`jax.ffi.pycapsule(fn)` or
+  `xla_gpu.ffi.pycapsule(fn)`), or the ctypes function itself;
+* a dict of such handlers by stage: {"instantiate", "prepare",
+  "initialize", "execute"} ("execute" required);
+* a Python callable. cpu: `fn(*operands, *results, **attributes)` with
+  numpy arrays (operands read-only; results writable, to fill in place),
+  or `fn(*operands, **attributes)` returning the result(s) — whichever its
+  signature takes. cuda: the same with device arrays
+  (`__cuda_array_interface__`) and `stream=` (a CUstream handle) among
+  the keyword arguments.
+
+Errors: a handler's error is an `FfiError` carrying its code, message,
+target and instruction; a registration XLA would refuse (unknown
+platform, no execute stage, a handler built for an unsupported API
+version, a different handler under a taken name) is an
+`FfiRegistrationError`; a custom call with no handler fails as a thunk
+error (runtime) or HloError (interpreter) naming the target.
+numpy + ctypes (+ cuda-python on cuda) only: never mlir.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import XlaGpuError
+from . import _native
+from ._native import FfiUnavailableError
+
+__all__ = ["register_ffi_target", "register_ffi_type", "unregister_ffi_target",
+           "pycapsule", "registered_targets", "runtime_handler", "load_library",
+           "set_user_data", "type_id", "FfiError", "FfiRegistrationError",
+           "FfiUnavailableError", "canonical_platform", "ERROR_CODES", "STAGES"]
+
+
+class FfiError(XlaGpuError, RuntimeError):
+    """An FFI handler returned an error (or its binding refused the call:
+    wrong element type, rank or number of buffers or attributes)."""
+
+    def __init__(self, message: str, code: str = "UNKNOWN", target: str = "",
+                 stage: str = "execute", handler_message: str = ""):
+        super().__init__(message)
+        self.code, self.target, self.stage = code, target, stage
+        self.handler_message = handler_message
+
+
+class FfiRegistrationError(XlaGpuError, ValueError):
+    """A registration XLA's FFI refuses (the message says why)."""
+
+
+ERROR_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+               "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+               "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+               "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+STAGES = ("instantiate", "prepare", "initialize", "execute")
+
+_PLATFORMS = {"cpu": "cpu", "host": "cpu", "cuda": "cuda", "gpu": "cuda"}
+
+
+def canonical_platform(platform: str) -> str:
+    """"cpu" or "cuda" for the names jax and XLA use ("Host", "CUDA", "gpu")."""
+    key = str(platform).lower()
+    if key not in _PLATFORMS:
+        raise FfiRegistrationError(
+            f"unknown platform {platform!r}: xla_gpu runs custom calls on 'cpu' "
+            "(also 'Host') and 'cuda' (also 'CUDA', 'gpu')")
+    return _PLATFORMS[key]
+
+
+# --- registrations ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CHandler:
+    """A handler bundle in libXlaGpuFfi.so's registry: stage addresses (0:
+    none), traits and the FFI API version the handler was built against."""
+    name: str
+    platform: str
+    bundle: tuple[int, int, int, int]
+    traits: int
+    api_version: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class PythonHandler:
+    """A Python callable registered as a handler."""
+    name: str
+    platform: str
+    fn: Callable[..., Any]
+
+
+_lock = threading.Lock()
+_python_handlers: dict[tuple[str, str], PythonHandler] = {}
+_native_in_use = False   # set once libXlaGpuFfi.so is loaded for a handler
+
+
+def _capsule_pointer(capsule: Any, what: str) -> int:
+    api = ctypes.pythonapi
+    api.PyCapsule_IsValid.restype = ctypes.c_int
+    api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    name = api.PyCapsule_GetName(capsule)
+    if not api.PyCapsule_IsValid(capsule, name):
+        raise FfiRegistrationError(f"{what}: not a valid PyCapsule")
+    pointer = api.PyCapsule_GetPointer(capsule, name)
+    if not pointer:
+        raise FfiRegistrationError(f"{what}: the PyCapsule holds a null pointer")
+    return int(pointer)
+
+
+def _is_capsule(obj: Any) -> bool:
+    return type(obj).__name__ == "PyCapsule"
+
+
+def _handler_address(obj: Any, what: str) -> int:
+    """The XLA_FFI_Handler* of a capsule, a ctypes function or an address."""
+    if _is_capsule(obj):
+        return _capsule_pointer(obj, what)
+    if isinstance(obj, ctypes._CFuncPtr):   # lib.MyHandler
+        address = ctypes.cast(obj, ctypes.c_void_p).value
+        if not address:
+            raise FfiRegistrationError(f"{what}: a null function pointer")
+        return int(address)
+    if isinstance(obj, ctypes.c_void_p):
+        if not obj.value:
+            raise FfiRegistrationError(f"{what}: a null function pointer")
+        return int(obj.value)
+    raise FfiRegistrationError(
+        f"{what}: expected a PyCapsule (jax.ffi.pycapsule / xla_gpu.ffi.pycapsule) "
+        f"around an XLA_FFI_Handler*, got {type(obj).__name__}")
+
+
+def pycapsule(funcptr: Any) -> Any:
+    """Wraps a ctypes function pointer (`lib.MyHandler`) in a PyCapsule, as
+    `jax.ffi.pycapsule` does: the form `register_ffi_target` takes. An
+    address (int or c_void_p, e.g. what a library's type-id getter
+    returns) is wrapped the same way, for `register_ffi_type`."""
+    if isinstance(funcptr, bool) or funcptr is None:
+        raise FfiRegistrationError("pycapsule: expected a ctypes function or an address")
+    address = ctypes.cast(funcptr, ctypes.c_void_p).value
+    if not address:
+        raise FfiRegistrationError("pycapsule: a null function pointer")
+    builder = ctypes.pythonapi.PyCapsule_New
+    builder.restype = ctypes.py_object
+    builder.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return builder(address, None, None)
+
+
+def _error_buffer():
+    return ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+
+
+def _lib():
+    global _native_in_use
+    handle = _native.lib()
+    _native_in_use = True
+    return handle
+
+
+def load_library(path: str) -> ctypes.CDLL:
+    """Loads a handler library after the FFI runtime, so that handlers it
+    registers when loaded (`XLA_FFI_REGISTER_HANDLER(XLA_FFI_GetApi(),
+    ...)`, `XLA_FFI_REGISTER_TYPE`) land in xla_gpu's registries."""
+    _lib()
+    return ctypes.CDLL(str(path))
+
+
+def _find_c_handler(name: str, platform: str) -> CHandler | None:
+    if not _native_in_use:
+        return None
+    bundle = (ctypes.c_void_p * 4)()
+    traits = ctypes.c_uint32()
+    version = (ctypes.c_int32 * 2)()
+    if not _native.lib().XlaGpuFfiFindHandler(name.encode(), platform.encode(), bundle,
+                                              ctypes.byref(traits), version):
+        return None
+    return CHandler(name, platform, tuple(int(b or 0) for b in bundle), int(traits.value),
+                    (int(version[0]), int(version[1])))
+
+
+def register_ffi_target(name: str, fn: Any, platform: str = "cpu", api_version: int = 1,
+                        traits: int = 0) -> None:
+    """Registers the handler of custom-call target `name` on `platform`,
+    taking what `jax.ffi.register_ffi_target` takes: a PyCapsule around an
+    `XLA_FFI_Handler*`, a dict of them by stage ("execute" required), or
+    here also a Python callable (see the module docstring). `api_version`
+    1 is XLA's typed FFI (the only one xla_gpu runs); `traits` are
+    XLA_FFI_Handler_Traits bits. Registering the same handler twice is
+    harmless; a different one under a taken name is an error, as in XLA.
+    A cpu registration also makes the target evaluable by the reference
+    interpreter (`xla_gpu.hlo.evaluate`, `xla-gpu-run`)."""
+    if not isinstance(name, str) or not name:
+        raise FfiRegistrationError("register_ffi_target needs a non-empty target name")
+    where = f"FFI target '{name}' on platform {platform!r}"
+    platform = canonical_platform(platform)
+    if api_version != 1:
+        raise FfiRegistrationError(
+            f"{where}: api_version={api_version} is XLA's legacy custom-call API; "
+            "xla_gpu runs typed-FFI handlers (api_version=1) only")
+    if not isinstance(traits, int) or traits < 0:
+        raise FfiRegistrationError(f"{where}: traits must be a non-negative int")
+    key = (name, platform)
+    if isinstance(fn, dict) or _is_capsule(fn) or isinstance(fn, (ctypes._CFuncPtr,
+                                                                  ctypes.c_void_p)):
+        stages = dict(fn) if isinstance(fn, dict) else {"execute": fn}
+        unknown = sorted(set(stages) - set(STAGES))
+        if unknown:
+            raise FfiRegistrationError(f"{where}: unknown stage(s) {unknown}; the stages "
+                                       f"are {list(STAGES)}")
+        if stages.get("execute") is None:
+            raise FfiRegistrationError(f"{where}: the handler bundle needs an 'execute' "
+                                       "handler")
+        addresses = [_handler_address(stages[s], f"{where}, stage {s}")
+                     if stages.get(s) is not None else 0 for s in STAGES]
+        with _lock:
+            if key in _python_handlers:
+                raise FfiRegistrationError(f"Duplicate FFI handler registration for "
+                                           f"{where}: a Python handler is registered")
+            error = _error_buffer()
+            code = _lib().XlaGpuFfiRegisterHandler(
+                name.encode(), platform.encode(), *[a or None for a in addresses],
+                traits, error, len(error))
+            if code:
+                raise FfiRegistrationError(error.value.decode(errors="replace"))
+    elif callable(fn):
+        with _lock:
+            if _find_c_handler(name, platform) is not None:
+                raise FfiRegistrationError(f"Duplicate FFI handler registration for "
+                                           f"{where}: a C handler is registered")
+            old = _python_handlers.get(key)
+            if old is not None and old.fn is not fn:
+                raise FfiRegistrationError(f"Duplicate FFI handler registration for "
+                                           f"{where} with a different handler")
+            _python_handlers[key] = PythonHandler(name, platform, fn)
+    else:
+        raise FfiRegistrationError(
+            f"{where}: expected a PyCapsule, a dict of PyCapsules by stage or a "
+            f"callable, got {type(fn).__name__}")
+    if platform == "cpu":
+        from . import calls
+        calls.bridge_into_interpreter(name)
+
+
+def unregister_ffi_target(name: str, platform: str = "cpu") -> bool:
+    """Forgets the handler of `name` on `platform` (xla_gpu's addition: XLA
+    has no unregistration); True when there was one. Programs compiled
+    before keep their bound instances."""
+    platform = canonical_platform(platform)
+    with _lock:
+        found = _python_handlers.pop((name, platform), None) is not None
+        if _native_in_use:
+            found |= bool(_native.lib().XlaGpuFfiUnregisterHandler(name.encode(),
+                                                                   platform.encode()))
+    if found and platform == "cpu":
+        from . import calls
+        calls.unbridge_from_interpreter(name)
+    return found
+
+
+def registered_targets(platform: str | None = None) -> tuple[tuple[str, str], ...]:
+    """(name, platform) of every registered handler, C and Python, sorted;
+    only `platform`'s when given."""
+    entries = {key for key in _python_handlers}
+    if _native_in_use:
+        lib = _native.lib()
+        size = lib.XlaGpuFfiListHandlers(None, 0)
+        buffer = ctypes.create_string_buffer(size)
+        lib.XlaGpuFfiListHandlers(buffer, size)
+        for line in buffer.value.decode().splitlines():
+            if line:
+                target, plat = line.rsplit("\t", 1)
+                entries.add((target, plat))
+    if platform is not None:
+        wanted = canonical_platform(platform)
+        entries = {e for e in entries if e[1] == wanted}
+    return tuple(sorted(entries))
+
+
+def lookup(name: str, platform: str) -> CHandler | PythonHandler | None:
+    """The registration of `name` on `platform`, or None."""
+    platform = canonical_platform(platform)
+    python = _python_handlers.get((name, platform))
+    if python is not None:
+        return python
+    return _find_c_handler(name, platform)
+
+
+# --- types and user data ---------------------------------------------------------
+
+
+def register_ffi_type(name: str, type_registration: Any, platform: str = "cpu") -> int:
+    """Registers a user type (what `jax.ffi.register_ffi_type` takes:
+    {"type_id": PyCapsule of an XLA_FFI_TypeId*, "type_info": optional
+    PyCapsule of an XLA_FFI_TypeInfo*}); a type id of 0 gets a fresh id
+    written into the library's XLA_FFI_TypeId. Returns the id. Types are
+    shared by all platforms (one process, one registry)."""
+    canonical_platform(platform)
+    if not isinstance(type_registration, dict) or "type_id" not in type_registration:
+        raise FfiRegistrationError(f"FFI type '{name}': expected {{'type_id': capsule, "
+                                   "'type_info': capsule}")
+    id_address = _capsule_pointer(type_registration["type_id"], f"FFI type '{name}' type_id")
+    deleter = None
+    info = type_registration.get("type_info")
+    if info is not None:
+        info_address = _capsule_pointer(info, f"FFI type '{name}' type_info")
+        # XLA_FFI_TypeInfo: struct_size, extension_start, deleter.
+        deleter = ctypes.c_void_p.from_address(info_address + 16).value
+    type_id = ctypes.c_int64.from_address(id_address)
+    value = ctypes.c_int64(type_id.value)
+    error = _error_buffer()
+    code = _lib().XlaGpuFfiRegisterType(name.encode(), ctypes.byref(value), deleter,
+                                        error, len(error))
+    if code:
+        raise FfiRegistrationError(error.value.decode(errors="replace"))
+    type_id.value = value.value
+    return int(value.value)
+
+
+def type_id(name: str) -> int:
+    """The id of a registered type (0 when none has that name)."""
+    return int(_lib().XlaGpuFfiFindType(name.encode()))
+
+
+def set_user_data(type_name_or_id: str | int, data: int | None) -> None:
+    """Makes the object at address `data` the execution context's user data
+    of that type (`Ctx<UserData<T>>` in a handler); None removes it."""
+    tid = type_id(type_name_or_id) if isinstance(type_name_or_id, str) else \
+        int(type_name_or_id)
+    if tid <= 0:
+        raise FfiRegistrationError(f"set_user_data: no registered FFI type "
+                                   f"{type_name_or_id!r}")
+    _lib().XlaGpuFfiSetUserData(tid, data)
+
+
+# --- the runtime's hook ---------------------------------------------------------------
+
+
+def runtime_handler(target: str, platform: str) -> Callable[[Any, Any], None] | None:
+    """The thunk runtime's hook (`xla_gpu.runtime.custom_calls.lookup`):
+    `handler(ctx, thunk)` running the handler registered for `target` on
+    `platform`, or None when there is none."""
+    try:
+        registration = lookup(target, platform)
+    except FfiRegistrationError:
+        return None
+    if registration is None:
+        return None
+    from . import calls
+    return calls.thunk_handler(registration)

@@ -1,0 +1,501 @@
+"""Running registered FFI handlers: for the custom_call thunk (cpu and cuda
+targets) and for the reference interpreter (cpu handlers).
+
+A C handler runs through libXlaGpuFfi.so: one native *instance* per
+custom-call instruction holds the decoded attributes and the state its
+stages set; a call passes buffer descriptors (XLA element type, data
+pointer, dims) and, on cuda, the stream. A Python handler gets numpy
+arrays (cpu) or device arrays (cuda). numpy + ctypes (+ cuda-python on
+cuda) only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import itertools
+import weakref
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import HloError, UnsupportedError
+from . import (CHandler, ERROR_CODES, FfiError, PythonHandler, STAGES, _native, lookup)
+from .attributes import encode_attributes
+
+__all__ = ["CallSite", "thunk_handler", "bridge_into_interpreter",
+           "unbridge_from_interpreter", "DeviceBuffer", "DTYPE_CODES"]
+
+TYPED_FFI = "API_VERSION_TYPED_FFI"
+PLATFORM_CODES = {"cpu": 0, "cuda": 1}
+
+# HLO element type -> XLA_FFI_DataType (xla::PrimitiveType numbers).
+DTYPE_CODES = {
+    "pred": 1, "s8": 2, "s16": 3, "s32": 4, "s64": 5, "u8": 6, "u16": 7, "u32": 8,
+    "u64": 9, "f16": 10, "f32": 11, "f64": 12, "c64": 15, "bf16": 16, "c128": 18,
+    "f8e5m2": 19, "f8e4m3fn": 20, "f8e4m3b11fnuz": 23, "f8e5m2fnuz": 24,
+    "f8e4m3fnuz": 25, "f8e4m3": 28, "f8e3m4": 29, "f4e2m1fn": 32, "f8e8m0fnu": 33,
+}
+# xla_gpu keeps these one element per byte; XLA hands them to handlers packed.
+_SUB_BYTE = {"s1", "s2", "s4", "u1", "u2", "u4"}
+
+_run_ids = itertools.count(1)
+
+
+def _dtype_code(element_type: str, where: str) -> int:
+    if element_type in _SUB_BYTE:
+        raise UnsupportedError(f"{where}: {element_type} buffers are stored one element per "
+                               "byte by xla_gpu but packed by XLA; an FFI handler cannot "
+                               "take them")
+    code = DTYPE_CODES.get(element_type)
+    if code is None:
+        raise UnsupportedError(f"{where}: element type {element_type} has no XLA FFI "
+                               "data type")
+    return code
+
+
+class Buffers:
+    """ctypes descriptors of a fixed list of buffers (element type, dims);
+    the data pointers are set for every call."""
+
+    def __init__(self, specs: Sequence[tuple[int, Sequence[int]]]):
+        self.count = len(specs)
+        self.array = (_native.BufferDesc * max(self.count, 1))()
+        self._dims = []
+        for i, (code, dims) in enumerate(specs):
+            extents = (ctypes.c_int64 * max(len(dims), 1))(*[int(d) for d in dims])
+            self._dims.append(extents)
+            desc = self.array[i]
+            desc.dtype = code
+            desc.rank = len(dims)
+            desc.dims = ctypes.cast(extents, ctypes.POINTER(ctypes.c_int64))
+
+    def set(self, pointers: Sequence[int]) -> None:
+        for desc, pointer in zip(self.array, pointers):
+            desc.data = pointer or None
+
+
+def _code_name(code: int) -> str:
+    return ERROR_CODES[code] if 0 <= code < len(ERROR_CODES) else f"CODE_{code}"
+
+
+class CallSite:
+    """The native instance of one custom-call instruction: its handlers,
+    attributes and the state its stages set (freed with this object)."""
+
+    def __init__(self, registration: CHandler, attributes: dict, where: str):
+        self.registration = registration
+        self.where = where
+        try:
+            blob = encode_attributes(attributes)
+        except HloError as e:
+            raise HloError(f"{where}: {e}") from None
+        lib = _native.lib()
+        bundle = (ctypes.c_void_p * 4)(*[a or None for a in registration.bundle])
+        error = ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+        handle = lib.XlaGpuFfiInstanceCreate(bundle, blob, len(blob), error, len(error))
+        if not handle:
+            raise HloError(f"{where}: {error.value.decode(errors='replace')}")
+        self.handle = handle
+        self.started = False   # instantiate / prepare / initialize have run
+        self.broken = False    # one of them failed: build a new instance
+        self._finalizer = weakref.finalize(self, lib.XlaGpuFfiInstanceDestroy, handle)
+
+    def run(self, platform: str, stream: int, run_id: int, args: Buffers,
+            rets: Buffers) -> None:
+        """The stages still due, then execute; FfiError on a handler error."""
+        lib = _native.lib()
+        error = ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+        stages = (3,) if self.started else (0, 1, 2, 3)
+        for stage in stages:
+            code = lib.XlaGpuFfiCall(self.handle, stage, PLATFORM_CODES[platform],
+                                     stream or None, 0, run_id, args.count, args.array,
+                                     rets.count, rets.array, error, len(error))
+            if code:
+                if stage != 3:
+                    self.broken = True
+                message = error.value.decode(errors="replace")
+                name = _code_name(code)
+                raise FfiError(f"{self.where}: the FFI handler's {STAGES[stage]} stage "
+                               f"failed: {name}: {message}", code=name,
+                               target=self.registration.name, stage=STAGES[stage],
+                               handler_message=message)
+            if stage == 2:
+                self.started = True
+
+
+def _where(instruction: str, target: str, platform: str) -> str:
+    return f"custom call '{instruction}' (target '{target}', platform {platform})"
+
+
+def _attributes(api_version: str, backend_config: Any, where: str) -> dict:
+    from ..hlo.interpreter import decode_ffi_attributes
+    text = backend_config if isinstance(backend_config, str) else ""
+    if api_version == TYPED_FFI:
+        return decode_ffi_attributes(text, where)
+    return {"backend_config": text} if text else {}
+
+
+def _check_typed_ffi(api_version: str, where: str) -> None:
+    if api_version != TYPED_FFI:
+        raise UnsupportedError(
+            f"{where}: api_version={api_version or 'API_VERSION_ORIGINAL'} is XLA's legacy "
+            "custom-call ABI; the registered handler is a typed-FFI handler "
+            "(api_version=API_VERSION_TYPED_FFI)")
+
+
+def _run_id(ctx: Any) -> int:
+    rid = getattr(ctx, "_xla_gpu_ffi_run_id", None)
+    if rid is None:
+        rid = next(_run_ids)
+        try:
+            ctx._xla_gpu_ffi_run_id = rid
+        except AttributeError:
+            pass
+    return rid
+
+
+# --- Python handlers ---------------------------------------------------------------
+
+
+def _takes_results(fn, n_operands: int, n_results: int, kwargs: dict, where: str) -> bool:
+    """Whether `fn` takes the result buffers after the operands (else it
+    returns the results)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    placeholders = list(range(n_operands + n_results))
+    if n_results:
+        try:
+            signature.bind(*placeholders, **kwargs)
+            return True
+        except TypeError:
+            pass
+    try:
+        signature.bind(*placeholders[:n_operands], **kwargs)
+        return False
+    except TypeError as e:
+        raise FfiError(f"{where}: the Python handler{signature} takes neither the "
+                       f"{n_operands} operand(s) nor the operands and the {n_results} "
+                       f"result buffer(s) with keyword arguments {sorted(kwargs)}: {e}",
+                       code="INVALID_ARGUMENT") from None
+
+
+def _call_python(registration: PythonHandler, operands: list, results: list, kwargs: dict,
+                 where: str) -> Any:
+    """Calls a Python handler; returns what it returned (None: results
+    were written in place)."""
+    fn = registration.fn
+    passes = _takes_results(fn, len(operands), len(results), kwargs, where)
+    try:
+        return fn(*operands, *results, **kwargs) if passes else fn(*operands, **kwargs)
+    except FfiError:
+        raise
+    except Exception as e:
+        raise FfiError(f"{where}: the Python handler raised {type(e).__name__}: {e}",
+                       code="UNKNOWN", target=registration.name,
+                       handler_message=str(e)) from e
+
+
+def _returned(value: Any, count: int, where: str) -> list:
+    if count == 1 and not isinstance(value, (tuple, list)):
+        return [value]
+    if not isinstance(value, (tuple, list)) or len(value) != count:
+        got = len(value) if isinstance(value, (tuple, list)) else 1
+        raise FfiError(f"{where}: the Python handler returned {got} value(s); the custom "
+                       f"call has {count} result(s)", code="INVALID_ARGUMENT")
+    return list(value)
+
+
+def _store_host(value: Any, results: list[np.ndarray], where: str) -> None:
+    if value is None:
+        return
+    for k, (array, out) in enumerate(zip(_returned(value, len(results), where), results)):
+        array = np.asarray(array)
+        if array.shape != out.shape:
+            raise FfiError(f"{where}: the Python handler returned shape {list(array.shape)} "
+                           f"for result {k}, expected {list(out.shape)}",
+                           code="INVALID_ARGUMENT")
+        if array.dtype != out.dtype and not np.can_cast(array.dtype, out.dtype, "same_kind"):
+            raise FfiError(f"{where}: the Python handler returned {array.dtype} for result "
+                           f"{k}, expected {out.dtype}", code="INVALID_ARGUMENT")
+        out[...] = array
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+class DeviceBuffer:
+    """A device array handed to a Python handler on cuda: the buffer's
+    address, shape and dtype, readable by any CUDA library through
+    `__cuda_array_interface__` (v3, with the call's stream). Not owned:
+    valid during the call only."""
+
+    def __init__(self, ptr: int, shape: Sequence[int], dtype: np.dtype, stream: int,
+                 readonly: bool):
+        self.ptr, self.shape, self.dtype = int(ptr), tuple(shape), np.dtype(dtype)
+        self.stream, self.readonly = int(stream), readonly
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": [("", self.dtype.str)],
+                "data": (self.ptr, self.readonly), "strides": None, "version": 3,
+                # CAI: 1 is the legacy default stream (0 is not allowed).
+                "stream": self.stream or 1}
+
+    def to_host(self) -> np.ndarray:
+        """A host copy (synchronizes the stream)."""
+        from ..runtime.cuda import _check, _driver, current_context
+        out = np.empty(self.shape, self.dtype)
+        if self.nbytes:
+            with current_context():
+                cu = _driver()
+                _check("cuMemcpyDtoHAsync", cu.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr,
+                                                                 self.nbytes, self.stream))
+                _check("cuStreamSynchronize", cu.cuStreamSynchronize(self.stream))
+        return out
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer({self.dtype}{list(self.shape)} at 0x{self.ptr:x})"
+
+
+def _store_device(value: Any, results: list[DeviceBuffer], where: str) -> None:
+    if value is None:
+        return
+    from ..runtime.cuda import _check, _driver
+    cu = _driver()
+    for k, (item, out) in enumerate(zip(_returned(value, len(results), where), results)):
+        if hasattr(item, "__cuda_array_interface__") and not isinstance(item, np.ndarray):
+            cai = item.__cuda_array_interface__
+            shape, dtype = tuple(cai["shape"]), np.dtype(cai["typestr"])
+            if shape != out.shape or dtype != out.dtype or cai.get("strides") not in (None,):
+                raise FfiError(f"{where}: result {k}: the Python handler returned a "
+                               f"{dtype}{list(shape)} device array; expected a contiguous "
+                               f"{out.dtype}{list(out.shape)}", code="INVALID_ARGUMENT")
+            if out.nbytes and int(cai["data"][0]) != out.ptr:
+                _check("cuMemcpyDtoDAsync", cu.cuMemcpyDtoDAsync(
+                    out.ptr, int(cai["data"][0]), out.nbytes, out.stream))
+            continue
+        host = np.ascontiguousarray(np.asarray(item))
+        if host.shape != out.shape:
+            raise FfiError(f"{where}: the Python handler returned shape {list(host.shape)} "
+                           f"for result {k}, expected {list(out.shape)}",
+                           code="INVALID_ARGUMENT")
+        host = host.astype(out.dtype, copy=False)
+        if out.nbytes:
+            _check("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(out.ptr, host.ctypes.data,
+                                                             out.nbytes, out.stream))
+            _check("cuStreamSynchronize", cu.cuStreamSynchronize(out.stream))
+
+
+# --- the custom_call thunk ------------------------------------------------------------
+
+
+class _ThunkSite:
+    """What one custom_call thunk keeps between executions."""
+
+    def __init__(self, registration: CHandler, thunk: Any, platform: str):
+        where = _where(thunk.name, thunk.target, platform)
+        _check_typed_ffi(thunk.api_version, where)
+        self.key = (registration.bundle, platform)
+        self.site = CallSite(registration, _attributes(thunk.api_version,
+                                                       thunk.backend_config, where), where)
+        self.args = Buffers([(_dtype_code(r.element_type, where), r.dims)
+                             for r in thunk.operands])
+        self.rets = Buffers([(_dtype_code(r.element_type, where), r.dims)
+                             for r in thunk.results])
+        if platform == "cuda":
+            for ref in [*thunk.operands, *thunk.results]:
+                if not ref.is_row_major:
+                    raise UnsupportedError(f"{where}: buffer {ref.describe()} is not "
+                                           "row-major; FFI handlers take row-major buffers")
+
+
+def _thunk_site(registration: CHandler, thunk: Any, platform: str) -> _ThunkSite:
+    state = getattr(thunk, "_xla_gpu_ffi_site", None)
+    if state is None or state.key != (registration.bundle, platform) or state.site.broken:
+        state = _ThunkSite(registration, thunk, platform)
+        thunk._xla_gpu_ffi_site = state
+    return state
+
+
+def _run_c_thunk(registration: CHandler, ctx: Any, thunk: Any) -> None:
+    platform = ctx.target
+    state = _thunk_site(registration, thunk, platform)
+    run_id = _run_id(ctx)
+    if platform == "cpu":
+        copies: list[tuple[np.ndarray, np.ndarray]] = []   # (row-major scratch, view)
+
+        def pointer(ref, written: bool) -> int:
+            if ref.is_row_major:
+                return ctx.pointer(ref.slice)
+            scratch = np.ascontiguousarray(ctx.array(ref))
+            if written:
+                copies.append((scratch, ctx.array(ref)))
+            else:
+                copies.append((scratch, None))
+            return scratch.ctypes.data
+
+        state.args.set([pointer(r, False) for r in thunk.operands])
+        state.rets.set([pointer(r, True) for r in thunk.results])
+        state.site.run("cpu", 0, run_id, state.args, state.rets)
+        for scratch, view in copies:
+            if view is not None:
+                view[...] = scratch
+        return
+    from ..runtime.cuda import current_context, stream_handle
+    state.args.set([ctx.pointer(r.slice) for r in thunk.operands])
+    state.rets.set([ctx.pointer(r.slice) for r in thunk.results])
+    with current_context():
+        state.site.run("cuda", stream_handle(ctx.stream), run_id, state.args, state.rets)
+
+
+def _run_python_thunk(registration: PythonHandler, ctx: Any, thunk: Any) -> None:
+    platform = ctx.target
+    where = _where(thunk.name, thunk.target, platform)
+    kwargs = _attributes(thunk.api_version, thunk.backend_config, where)
+    if platform == "cpu":
+        operands = []
+        for ref in thunk.operands:
+            view = ctx.array(ref)
+            operands.append(_readonly(view) if view.dtype == ref.dtype
+                            else view.astype(ref.dtype))
+        results, writebacks = [], []
+        for ref in thunk.results:
+            view = ctx.array(ref)
+            if view.dtype == ref.dtype:
+                results.append(view)
+            else:   # sub-byte storage: hand out the user dtype, store back
+                array = view.astype(ref.dtype)
+                results.append(array)
+                writebacks.append((array, view))
+        value = _call_python(registration, operands, results, kwargs, where)
+        _store_host(value, results, where)
+        for array, view in writebacks:
+            view[...] = array.astype(view.dtype)
+        return
+    from ..runtime.cuda import current_context, stream_handle
+    if "stream" in kwargs:
+        raise FfiError(f"{where}: an attribute named 'stream' collides with the stream "
+                       "argument of Python handlers on cuda", code="INVALID_ARGUMENT")
+    stream = stream_handle(ctx.stream)
+    for ref in [*thunk.operands, *thunk.results]:
+        if not ref.is_row_major or ref.element_type in _SUB_BYTE:
+            raise UnsupportedError(f"{where}: buffer {ref.describe()} is not a row-major "
+                                   "array of whole bytes")
+    operands = [DeviceBuffer(ctx.pointer(r.slice), r.dims, r.dtype, stream, True)
+                for r in thunk.operands]
+    results = [DeviceBuffer(ctx.pointer(r.slice), r.dims, r.dtype, stream, False)
+               for r in thunk.results]
+    with current_context():
+        value = _call_python(registration, operands, results, {**kwargs, "stream": stream},
+                             where)
+        _store_device(value, results, where)
+
+
+def thunk_handler(registration: CHandler | PythonHandler):
+    """`handler(ctx, thunk)` for the custom_call thunk."""
+    if isinstance(registration, CHandler):
+        return lambda ctx, thunk: _run_c_thunk(registration, ctx, thunk)
+    return lambda ctx, thunk: _run_python_thunk(registration, ctx, thunk)
+
+
+# --- the reference interpreter ----------------------------------------------------------
+
+
+def _flatten(values: Sequence[Any]) -> list[np.ndarray]:
+    """Tuple operands (nested too) flattened depth first, as XLA does."""
+    out: list[np.ndarray] = []
+    stack = list(reversed(values))
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        else:
+            out.append(np.asarray(item))
+    return out
+
+
+def _rebuild(shape: Any, leaves: list[np.ndarray]) -> Any:
+    """The value of `shape` (nested tuples) from its leaves, depth first
+    (iteratively: deep tuples are safe)."""
+    if not shape.is_tuple:
+        return leaves[0]
+    position = 0
+    stack: list[tuple[Any, list[Any]]] = [(shape, [])]
+    while True:
+        node, children = stack[-1]
+        if len(children) == len(node.tuple_shapes):
+            stack.pop()
+            if not stack:
+                return tuple(children)
+            stack[-1][1].append(tuple(children))
+            continue
+        child = node.tuple_shapes[len(children)]
+        if child.is_tuple:
+            stack.append((child, []))
+        else:
+            children.append(leaves[position])
+            position += 1
+
+
+class _InterpreterBridge:
+    """The interpreter's handler for a target registered here: looks the
+    registration up when the custom call is evaluated."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+    def __call__(self, inst: Any, *operands: Any) -> Any:
+        where = _where(inst.name, self.target, "cpu")
+        registration = lookup(self.target, "cpu")
+        if registration is None:
+            raise HloError(f"{where}: no FFI handler is registered for the target on cpu")
+        api_version = str(inst.attrs.get("api_version", ""))
+        leaves = inst.shape.leaves()
+        for leaf in leaves:
+            if leaf.element_type not in DTYPE_CODES:
+                _dtype_code(leaf.element_type, where)   # raises, naming the type
+        results = [np.zeros(leaf.dims, leaf.dtype) for leaf in leaves]
+        flat = _flatten(operands)
+        if isinstance(registration, PythonHandler):
+            kwargs = _attributes(api_version, inst.attrs.get("backend_config", ""), where)
+            value = _call_python(registration, [_readonly(a) for a in flat], results,
+                                 kwargs, where)
+            _store_host(value, results, where)
+            return _rebuild(inst.shape, results)
+        _check_typed_ffi(api_version, where)
+        arrays = [np.ascontiguousarray(a) for a in flat]
+        operand_leaves = [leaf for o in inst.operands for leaf in o.shape.leaves()]
+        if len(operand_leaves) != len(arrays):
+            raise HloError(f"{where}: {len(arrays)} operand arrays for "
+                           f"{len(operand_leaves)} operand shapes")
+        args = Buffers([(_dtype_code(leaf.element_type, where), a.shape)
+                        for leaf, a in zip(operand_leaves, arrays)])
+        rets = Buffers([(_dtype_code(leaf.element_type, where), leaf.dims) for leaf in leaves])
+        args.set([a.ctypes.data for a in arrays])
+        rets.set([r.ctypes.data for r in results])
+        site = CallSite(registration,
+                        _attributes(api_version, inst.attrs.get("backend_config", ""), where),
+                        where)
+        site.run("cpu", 0, next(_run_ids), args, rets)
+        return _rebuild(inst.shape, results)
+
+
+def bridge_into_interpreter(target: str) -> None:
+    """Makes the reference interpreter evaluate custom calls to `target`
+    with the handler registered here for cpu."""
+    from ..hlo import interpreter
+    interpreter.register_custom_call(target, _InterpreterBridge(target), instruction=True)
+
+
+def unbridge_from_interpreter(target: str) -> None:
+    from ..hlo import interpreter
+    current = interpreter._INSTRUCTION_CUSTOM_CALLS.get(target)
+    if isinstance(current, _InterpreterBridge):
+        interpreter.unregister_custom_call(target)
