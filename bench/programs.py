@@ -218,7 +218,8 @@ def run_gpu(directory: Path, target: str, iterations: int, budget: float) -> dic
                     kwargs = {}
                 else:
                     from xla_gpu.runtime.cuda import DeviceArray
-                    args = [DeviceArray.from_host(np.ascontiguousarray(a)) for a in data.inputs]
+                    args = [DeviceArray.from_host(np.require(a, requirements="C"))
+                            for a in data.inputs]
                     kwargs = {"device_outputs": True}
                 out = exe.run(*args, **kwargs)
                 host = [o if isinstance(o, np.ndarray) else o.to_host() for o in out]
