@@ -15,6 +15,8 @@
 #include "mlir/Dialect/Func/Transforms/FuncConversions.h"
 #include "mlir/Dialect/SCF/Transforms/Patterns.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/Support/MathExtras.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 namespace mlir::xla_gpu {
@@ -61,6 +63,38 @@ inline void populateTensorTypeConversion(
            llvm::none_of(op->getResultTypes(), illegal);
   });
   target.addLegalOp<ModuleOp>();
+}
+
+/// Fails with an error at the first op whose operand, result or block
+/// argument is a static tensor with more elements than int64 holds (its
+/// element count, which these passes compute, would overflow).
+inline LogicalResult verifyTensorSizesFitInt64(Operation *root) {
+  auto overflows = [](Type type) {
+    auto shaped = dyn_cast<ShapedType>(type);
+    if (!shaped || !shaped.hasRank()) return false;
+    int64_t count = 1;
+    for (int64_t dim : shaped.getShape())
+      if (!ShapedType::isDynamic(dim) && llvm::MulOverflow(count, dim, count))
+        return true;
+    return false;
+  };
+  WalkResult result = root->walk([&](Operation *op) -> WalkResult {
+    SmallVector<Type> types(op->getResultTypes());
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          types.push_back(arg.getType());
+    if (auto func = dyn_cast<FunctionOpInterface>(op)) {
+      llvm::append_range(types, func.getArgumentTypes());
+      llvm::append_range(types, func.getResultTypes());
+    }
+    for (Type type : types)
+      if (overflows(type))
+        return op->emitOpError() << "uses " << type
+                                 << ", whose element count does not fit in int64";
+    return WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
 }
 
 } // namespace mlir::xla_gpu

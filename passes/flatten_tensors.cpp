@@ -107,6 +107,8 @@ struct FlattenConstant : OpConversionPattern<arith::ConstantOp> {
 struct FlattenTensorsPass
     : impl::FlattenTensorsPassBase<FlattenTensorsPass> {
   void runOnOperation() override {
+    if (failed(verifyTensorSizesFitInt64(getOperation())))
+      return signalPassFailure();
     MLIRContext *ctx = &getContext();
     FlatTypeConverter converter;
     RewritePatternSet patterns(ctx);
