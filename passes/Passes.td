@@ -162,7 +162,19 @@ def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
     or 16 bits (and i1, a byte) are updated through the aligned 32-bit word
     that holds them: the CAS loop replaces their bits in the word, and
     or/and/xor are word-wide atomics that leave the other bits unchanged.
+
+    With `native-16bit-float-add` (the cuda pipeline), f16 and bf16 `addf`
+    is one `llvm.atomicrmw fadd` on the element too: NVPTX emits the native
+    `atom.add.noftz.f16` (sm_70+) / `atom.add.noftz.bf16` (sm_90+) and
+    expands it to a CAS loop itself on older GPUs. The host keeps the CAS
+    loop (x86 has no 16-bit float atomics, and bf16 rounding there needs a
+    runtime library call).
   }];
+  let options = [
+    Option<"native16BitFloatAdd", "native-16bit-float-add", "bool",
+           /*default=*/"false",
+           "Lower f16/bf16 atomic adds to llvm.atomicrmw fadd (NVPTX)">,
+  ];
   let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::gpu::GPUDialect",
                            "mlir::arith::ArithDialect", "mlir::scf::SCFDialect"];
 }

@@ -203,9 +203,13 @@ struct AtomicPlan {
   SmallVector<Operation *> independent; // region ops run once, before
 };
 
-std::optional<LLVM::AtomicBinOp> hardwareBinOp(Operation *op, Type element) {
+std::optional<LLVM::AtomicBinOp> hardwareBinOp(Operation *op, Type element,
+                                               bool native16BitFloatAdd) {
   unsigned bits = element.getIntOrFloatBitWidth();
   if (isa<FloatType>(element)) {
+    if (native16BitFloatAdd && isa<Float16Type, BFloat16Type>(element) &&
+        isa<arith::AddFOp>(op))
+      return LLVM::AtomicBinOp::fadd;
     if (bits != 32 && bits != 64) return std::nullopt;
     if (isa<arith::AddFOp>(op)) return LLVM::AtomicBinOp::fadd;
     if (isa<arith::MaxNumFOp>(op)) return LLVM::AtomicBinOp::fmax;
@@ -227,7 +231,7 @@ std::optional<LLVM::AtomicBinOp> hardwareBinOp(Operation *op, Type element) {
 }
 
 // Whether (and how) `op` maps to one atomic instruction.
-std::optional<AtomicPlan> planAtomic(AtomicRMWOp op) {
+std::optional<AtomicPlan> planAtomic(AtomicRMWOp op, bool native16BitFloatAdd) {
   Block *body = op.getBody();
   Value current = op.getCurrentValue();
   Value result = cast<YieldOp>(body->getTerminator()).getValues().front();
@@ -264,10 +268,14 @@ std::optional<AtomicPlan> planAtomic(AtomicRMWOp op) {
   if (lhs == current && !dependent.contains(rhs)) plan.operand = rhs;
   else if (rhs == current && !dependent.contains(lhs)) plan.operand = lhs;
   else return std::nullopt;
-  std::optional<LLVM::AtomicBinOp> binOp = hardwareBinOp(combining, element);
+  std::optional<LLVM::AtomicBinOp> binOp =
+      hardwareBinOp(combining, element, native16BitFloatAdd);
   if (!binOp) return std::nullopt;
   plan.binOp = *binOp;
-  plan.kind = bits < 32 ? AtomicPlan::kWordBitwise : AtomicPlan::kBinary;
+  // Narrow elements go through their word, except the native 16-bit fadd.
+  plan.kind = bits < 32 && *binOp != LLVM::AtomicBinOp::fadd
+                  ? AtomicPlan::kWordBitwise
+                  : AtomicPlan::kBinary;
   return plan;
 }
 
@@ -316,7 +324,11 @@ Value fromBits(OpBuilder &b, Location loc, Value bits, Type element) {
 }
 
 struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
-  using OpConversionPattern::OpConversionPattern;
+  LowerAtomicRMW(const TypeConverter &converter, MLIRContext *ctx,
+                 bool native16BitFloatAdd)
+      : OpConversionPattern(converter, ctx),
+        native16BitFloatAdd(native16BitFloatAdd) {}
+  bool native16BitFloatAdd;
 
   LogicalResult
   matchAndRewrite(AtomicRMWOp op, OpAdaptor adaptor,
@@ -326,7 +338,7 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
     Type storage = storageType(element);
     Value addr = elementAddress(rewriter, loc, adaptor.getInput(), element,
                                 adaptor.getIndices());
-    if (std::optional<AtomicPlan> plan = planAtomic(op))
+    if (std::optional<AtomicPlan> plan = planAtomic(op, native16BitFloatAdd))
       emitAtomic(rewriter, loc, op, *plan, addr, storage);
     else
       emitCasLoop(rewriter, loc, op, addr, storage);
@@ -548,9 +560,11 @@ LogicalResult analyze(func::FuncOp func, Analysis &analysis) {
 }
 
 struct LowerTensorsPass : impl::LowerTensorsPassBase<LowerTensorsPass> {
+  using LowerTensorsPassBase::LowerTensorsPassBase;
   void runOnOperation() override {
     MLIRContext *ctx = &getContext();
     ModuleOp module = getOperation();
+    if (failed(verifyTensorSizesFitInt64(module))) return signalPassFailure();
     Analysis analysis;
     for (auto func : module.getOps<func::FuncOp>())
       if (failed(analyze(func, analysis))) return signalPassFailure();
@@ -567,9 +581,9 @@ struct LowerTensorsPass : impl::LowerTensorsPassBase<LowerTensorsPass> {
                                  [](Type t) { return isa<TensorType>(t); });
     patterns.add<LowerExtract, LowerTransferRead>(converter, ctx, analysis);
     patterns.add<LowerInsert, LowerTransferWrite, LowerAllocateShared,
-                 LowerAtomicRMW,
                  LowerSyncThreads, LowerTensorConstant, RetypeOp<PureCallOp>>(
         converter, ctx);
+    patterns.add<LowerAtomicRMW>(converter, ctx, native16BitFloatAdd);
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
 

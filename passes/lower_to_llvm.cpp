@@ -7,6 +7,7 @@
 #include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Transforms/DialectConversion.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -16,6 +17,74 @@ namespace mlir::xla_gpu {
 #include "Passes.h.inc"
 
 namespace {
+
+// CUDA's launch limits in x (blocks per grid, threads per block).
+constexpr int64_t kMaxBlocksX = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxThreadsPerBlock = 1024;
+
+// The launch dimension a kernel's `gpu.thread_id x` / `gpu.block_id x` ops
+// promise through their `xla.range` (one more than the upper bound): the
+// largest over the module and the op that says it, or 0 where no op says.
+template <typename IdOp>
+std::pair<int64_t, Operation *> launchDimension(ModuleOp module) {
+  std::pair<int64_t, Operation *> largest{0, nullptr};
+  module.walk([&](IdOp op) {
+    if (op.getDimension() != gpu::Dimension::x) return;
+    auto range = op->template getAttrOfType<ArrayAttr>("xla.range");
+    if (!range || range.size() != 2) return;
+    auto hi = dyn_cast<IntegerAttr>(range[1]);
+    if (hi && hi.getInt() + 1 > largest.first)
+      largest = {hi.getInt() + 1, op};
+  });
+  return largest;
+}
+
+// The `upper_bound` of gpu id ops from their xla.range, so that the NVVM
+// special register reads carry LLVM range metadata.
+template <typename IdOp>
+void setUpperBounds(ModuleOp module) {
+  module.walk([&](IdOp op) {
+    auto range = op->template getAttrOfType<ArrayAttr>("xla.range");
+    if (!range || range.size() != 2 || op.getUpperBoundAttr()) return;
+    if (auto hi = dyn_cast<IntegerAttr>(range[1]))
+      op.setUpperBoundAttr(IntegerAttr::get(IndexType::get(op.getContext()),
+                                            hi.getInt() + 1));
+  });
+}
+
+// math.sqrt as LLVM's sqrt intrinsic, which NVPTX emits as the IEEE
+// `sqrt.rn.f32` (XLA:GPU's sqrt). libdevice's __nv_sqrtf would give
+// `sqrt.approx.f32` unless __CUDA_PREC_SQRT is reflected as 1. Rewritten
+// before the conversion so that the libdevice patterns never see it.
+void sqrtToIntrinsic(ModuleOp module) {
+  module.walk([](math::SqrtOp op) {
+    if (!isa<Float32Type, Float64Type>(getElementTypeOrSelf(op.getType())))
+      return;
+    OpBuilder b(op);
+    Value root = LLVM::SqrtOp::create(b, op.getLoc(), op.getOperand());
+    op.replaceAllUsesWith(root);
+    op.erase();
+  });
+}
+
+// Every atomic at gpu (device) scope, as XLA:GPU's are: LLVM's default
+// (system) scope makes NVPTX emit `.sys` CAS loops and loads, which also
+// order against the host and peer GPUs and cost more.
+void setDeviceScope(ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  StringAttr device = StringAttr::get(ctx, "device");
+  module.walk([&](Operation *op) {
+    llvm::TypeSwitch<Operation *>(op)
+        .Case<LLVM::AtomicRMWOp, LLVM::AtomicCmpXchgOp>([&](auto atomic) {
+          if (!atomic.getSyncscopeAttr()) atomic.setSyncscopeAttr(device);
+        })
+        .Case<LLVM::LoadOp, LLVM::StoreOp>([&](auto access) {
+          if (access.getOrdering() != LLVM::AtomicOrdering::not_atomic &&
+              !access.getSyncscopeAttr())
+            access.setSyncscopeAttr(device);
+        });
+  });
+}
 
 struct LowerToLLVMPass : impl::LowerToLLVMPassBase<LowerToLLVMPass> {
   void runOnOperation() override {
@@ -51,6 +120,26 @@ struct LowerToLLVMPass : impl::LowerToLLVMPassBase<LowerToLLVMPass> {
     });
     if (leftOver.wasInterrupted()) return signalPassFailure();
 
+    // Launch limits the emitters' one-dimensional grids must respect.
+    auto [blocks, blockOp] = launchDimension<gpu::BlockIdOp>(module);
+    if (blocks > kMaxBlocksX) {
+      blockOp->emitOpError("a grid of ")
+          << blocks << " blocks exceeds CUDA's limit of " << kMaxBlocksX
+          << " blocks in x; the emitters launch one-dimensional grids only "
+             "(XLA would split such a grid over y)";
+      return signalPassFailure();
+    }
+    auto [threads, threadOp] = launchDimension<gpu::ThreadIdOp>(module);
+    if (threads > kMaxThreadsPerBlock) {
+      threadOp->emitOpError("a block of ")
+          << threads << " threads exceeds CUDA's limit of "
+          << kMaxThreadsPerBlock << " threads per block";
+      return signalPassFailure();
+    }
+    setUpperBounds<gpu::ThreadIdOp>(module);
+    setUpperBounds<gpu::BlockIdOp>(module);
+    sqrtToIntrinsic(module);
+
     LowerToLLVMOptions options(ctx);
     LLVMTypeConverter converter(ctx, options);
     RewritePatternSet patterns(ctx);
@@ -63,14 +152,25 @@ struct LowerToLLVMPass : impl::LowerToLLVMPassBase<LowerToLLVMPass> {
     LLVMConversionTarget target(*ctx);
     target.addLegalOp<ModuleOp>();
     configureGpuToNVVMConversionLegality(target);
+    // That marks llvm.intr.sqrt illegal (to send it to libdevice): the
+    // IEEE sqrt of sqrtToIntrinsic stays.
+    target.addLegalOp<LLVM::SqrtOp>();
     if (failed(applyFullConversion(module, target, std::move(patterns))))
       return signalPassFailure();
 
+    // Kernels: `.entry`, and `.maxntid` from the threads the ids promise
+    // (ptxas then budgets registers for that block size, and the driver
+    // refuses a larger launch instead of running it wrongly).
     for (auto f : module.getOps<LLVM::LLVMFuncOp>()) {
       if (!kernels.contains(f.getSymName())) continue;
       f->setAttr(NVVM::NVVMDialect::getKernelFuncAttrName(), UnitAttr::get(ctx));
+      if (threads > 0)
+        f->setAttr(NVVM::NVVMDialect::getMaxntidAttrName(),
+                   DenseI32ArrayAttr::get(
+                       ctx, {static_cast<int32_t>(threads), 1, 1}));
       f->removeAttr("xla.entry");
     }
+    setDeviceScope(module);
   }
 };
 

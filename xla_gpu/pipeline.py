@@ -60,7 +60,8 @@ PASSES: tuple[str, ...] = (
     "xla-simplify-affine",                      # apply_indexing -> (i32) arith
     "canonicalize",
     "cse",
-    "xla-lower-tensors",                        # bare pointers, loads, stores
+    # bare pointers, loads, stores; f16/bf16 atomic adds native on NVPTX
+    "xla-lower-tensors{native-16bit-float-add=true}",
     "xla-merge-pointers",                       # one argument per buffer slice
     "canonicalize",
     "cse",
@@ -74,8 +75,10 @@ PASSES: tuple[str, ...] = (
 )
 
 
-# The passes both targets run: everything up to xla-expand-float-ops.
-_SHARED = PASSES[:PASSES.index("xla-expand-float-ops") + 1]
+# The passes both targets run: everything up to xla-expand-float-ops (the
+# host keeps 16-bit float atomic adds as CAS loops: no options there).
+_SHARED = tuple(p.split("{")[0] if p.startswith("xla-lower-tensors{") else p
+                for p in PASSES[:PASSES.index("xla-expand-float-ops") + 1])
 
 # The cpu target after xla-emulate-grid (the grid as loops: blocks, then one
 # loop over the threads per phase between barriers): host LLVM, libm calls.

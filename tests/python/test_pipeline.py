@@ -28,7 +28,7 @@ def test_gelu_to_ptx(ctx):
     module = mlir_ir.Module.parse(GELU)
     pipeline.run(module)
     text = str(module)
-    assert "llvm.func @main(%arg0: !llvm.ptr, %arg1: !llvm.ptr) attributes {nvvm.kernel}" in text
+    assert "llvm.func @main(%arg0: !llvm.ptr, %arg1: !llvm.ptr) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>}" in text
     assert "tensor<" not in text
     ptx = codegen.to_ptx(module, "sm_90")
     assert ".target sm_90" in ptx and ".visible .entry main(" in ptx

@@ -2,8 +2,8 @@
 // RUN: xla-gpu-opt %s --split-input-file --xla-lower-to-llvm | FileCheck %s
 
 // CHECK: llvm.func @__nv_tanhf(f32) -> f32
-// CHECK-LABEL: llvm.func @kernel(%arg0: !llvm.ptr) attributes {nvvm.kernel}
-// CHECK: nvvm.read.ptx.sreg.tid.x : i32
+// CHECK-LABEL: llvm.func @kernel(%arg0: !llvm.ptr) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>}
+// CHECK: nvvm.read.ptx.sreg.tid.x range <i32, 0, 128> : i32
 // CHECK: nvvm.read.ptx.sreg.ctaid.y : i32
 // CHECK: llvm.call @__nv_tanhf
 // CHECK: nvvm.barrier

@@ -31,8 +31,8 @@
 // UNROLL-NOT: scf.for
 
 // LLVM: llvm.func @__nv_tanhf(f32) -> f32
-// LLVM: llvm.func @main(%arg0: !llvm.ptr, %arg1: !llvm.ptr) attributes {nvvm.kernel}
-// LLVM: nvvm.read.ptx.sreg.tid.x : i32
+// LLVM: llvm.func @main(%arg0: !llvm.ptr, %arg1: !llvm.ptr) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>}
+// LLVM: nvvm.read.ptx.sreg.tid.x range <i32, 0, 128> : i32
 // LLVM: llvm.getelementptr inbounds %arg0[%{{.*}}] : (!llvm.ptr, i32) -> !llvm.ptr, bf16
 // LLVM: llvm.load %{{.*}} invariant : !llvm.ptr -> vector<4xbf16>
 // LLVM: llvm.fpext %{{.*}} : bf16 to f32

@@ -5,7 +5,7 @@
 // RUN: %if ptxas %{ %ptxas -arch=sm_90 %t.ptx -o %t.cubin %}
 
 // LLVM: llvm.mlir.global private @shared_0() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<1056 x f32>
-// LLVM: llvm.func @transpose(%arg0: !llvm.ptr, %arg1: !llvm.ptr) attributes {nvvm.kernel}
+// LLVM: llvm.func @transpose(%arg0: !llvm.ptr, %arg1: !llvm.ptr) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>}
 // LLVM: llvm.mlir.addressof @shared_0 : !llvm.ptr<3>
 // LLVM: nvvm.barrier
 // LLVM-NOT: tensor<

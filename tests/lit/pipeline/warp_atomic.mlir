@@ -8,12 +8,12 @@
 // RUN: %if ptxas %{ %ptxas -arch=sm_90 %t.ptx -o %t.cubin %}
 
 // LLVM-LABEL: llvm.func @main(
-// LLVM-SAME: attributes {nvvm.kernel}
+// LLVM-SAME: attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>}
 // LLVM-COUNT-5: nvvm.shfl.sync bfly
-// LLVM: llvm.atomicrmw fadd %{{.*}} monotonic : !llvm.ptr, f32
-// LLVM: llvm.load %{{.*}} atomic monotonic {alignment = 4 : i64} : !llvm.ptr -> i32
-// LLVM: llvm.cmpxchg %{{.*}} monotonic monotonic : !llvm.ptr, i32
-// LLVM: llvm.atomicrmw max %{{.*}} monotonic : !llvm.ptr, i32
+// LLVM: llvm.atomicrmw fadd %{{.*}} syncscope("device") monotonic : !llvm.ptr, f32
+// LLVM: llvm.load %{{.*}} atomic syncscope("device") monotonic {alignment = 4 : i64} : !llvm.ptr -> i32
+// LLVM: llvm.cmpxchg %{{.*}} syncscope("device") monotonic monotonic : !llvm.ptr, i32
+// LLVM: llvm.atomicrmw max %{{.*}} syncscope("device") monotonic : !llvm.ptr, i32
 // LLVM-NOT: xla_gpu.
 // LLVM-NOT: gpu.shuffle
 
@@ -23,7 +23,7 @@
 // PTX: shfl.sync.bfly.b32 {{.*}}, 2, 31, -1;
 // PTX: shfl.sync.bfly.b32 {{.*}}, 1, 31, -1;
 // PTX: atom.global.add.f32
-// PTX: atom.{{.*}}cas.b32
+// PTX: atom.{{.*}}gpu{{.*}}cas.b32
 // PTX: atom.global.max.s32
 
 func.func private @add(%a: f32, %b: f32) -> f32 {
