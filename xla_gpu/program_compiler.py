@@ -1010,8 +1010,22 @@ class _ThunkEmitter:
                          compiled.describe())
 
     def emit_convolution(self, inst: HloInstruction) -> Thunk:
-        raise UnsupportedError(_where(inst) + "cuDNN convolution custom calls are not "
-                               "lowered yet (an HLO convolution is: im2col + gemm)")
+        """XLA:GPU's cuDNN convolution custom calls (forward, backward
+        input / filter, bias + activation): the direct-convolution kernel
+        (emitters.convolution) writing the value; the scratch element of
+        the result tuple is left alone."""
+        from .emitters.convolution import CUDNN_CONV_TARGETS, compile_convolution
+        target = str(inst.attrs.get("custom_call_target", ""))
+        if target not in CUDNN_CONV_TARGETS:
+            raise UnsupportedError(_where(inst) + f"cuDNN call '{target}' is not supported "
+                                   f"(supported: {', '.join(CUDNN_CONV_TARGETS)})")
+        compiled = compile_convolution(inst, target=self.target, arch=self.kernels.arch,
+                                       cache=self.kernels.cache)
+        value = (0,) if inst.shape.is_tuple else ()
+        operands = [self.slice(o) for o in inst.operands]
+        return ConvolutionThunk(inst.name, compiled.thunks(
+            inst.name, operands, self.slice(inst, value), self.kernels.register),
+            compiled.describe())
 
 
 def _convolution_of(inst: HloInstruction) -> str | None:

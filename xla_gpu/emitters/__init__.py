@@ -13,6 +13,7 @@ from ..analysis.fusion import Fusion, select_fusion
 from ..hlo import HloError, HloModule, parse_module
 from .base import EmittedKernel, KernelEmitter, LaunchDims
 from .concatenate import ConcatenateEmitter
+from .convolution import ConvolutionEmitter
 from .in_place_dus import InPlaceDynamicUpdateSliceEmitter
 from .input_slices import InputSlicesEmitter
 from .loop import LoopEmitter
@@ -34,6 +35,7 @@ _EMITTERS = {
     "scatter": ScatterEmitter,
     "sort": SortEmitter,
     "topk": SortEmitter,
+    "convolution": ConvolutionEmitter,
 }
 
 # Heroes whose dedicated emitters are not written yet or refuse some

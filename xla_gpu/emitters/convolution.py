@@ -1,0 +1,666 @@
+"""The direct-convolution emitter: one thread per result element summing
+over its window, for the HLO `convolution` and XLA:GPU's cuDNN convolution
+custom calls (`__cudnn$convForward`, `$convBackwardInput`,
+`$convBackwardFilter`, `$convBiasActivationForward`).
+
+    %out = xla_gpu.loop (%th, %bl)[%v] -> (result index) in #map
+             iter_args(%o = %output) {
+      %acc = scf.for <each summed variable> iter_args(%a = 0) {
+        <positions in the dilated, padded input; in range and on the
+         dilation grid -> the product, else 0>
+      }
+      <scale, side input, bias, activation (cuDNN forward)>
+      tensor.insert ... into %o[result index]
+    }
+
+Semantics as HLO's convolution (and the reference interpreter), written on
+canonical dimensions (batch, feature, spatial...) of the input and output
+and (output feature, input feature, spatial...) of the kernel, whatever
+dim_labels says:
+
+  forward:  out[n, o, y] = sum over the window k and the group's input
+            features c of in[bg(o) * N/B + n, g(o) * C/G + c, x] *
+            kernel[o, c, k'] with x * lhs_dilation = y * stride +
+            k * rhs_dilation - pad_lo (no term when x is off the dilation
+            grid or outside the input), k' = size - 1 - k under window
+            reversal, g(o) = o / (O/G) (feature groups), bg(o) = o / (O/B)
+            (batch groups);
+  backward input (cuDNN): the input's gradient from the output's: for each
+            input element, the sum over the window and the group's output
+            features of the output gradient at the positions that read it;
+  backward filter (cuDNN): the kernel's gradient: for each kernel element,
+            the sum over the output's batch and positions of the input
+            element it read times the output gradient.
+
+f16/bf16 (and f8) accumulate in f32, other types in their own; operands of
+another type are converted to the result's type first (preferred element
+type), as the interpreter does. The kernel reads and writes physical
+buffers (any layout). XLA:GPU calls cuDNN; this is the correct, direct
+fallback XLA's own emitters would write, and its cuDNN custom calls with
+it. HLO convolutions inside whole programs are lowered to im2col + gemm by
+`xla_gpu.convolution_lowering`; a single convolution fusion
+(`xla_gpu.compile(..., fusion=NAME)`) and the cuDNN calls come here.
+"""
+
+from __future__ import annotations
+
+import json
+import math as pymath
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, math, scf, tensor
+
+from ..analysis.fusion import Fusion
+from ..errors import HloError, UnsupportedError
+from ..hlo import HloComputation, HloInstruction, Shape
+from ..dialects import xla_gpu
+from ..hlo.shape import bit_width, is_float
+from .base import KernelEmitter, LaunchDims
+from .elemental import convert
+from .loop_config import loop_config, thread_to_output_map
+from .partitioner import sanitize
+from .types import check_supported, element_type
+
+__all__ = ["ConvolutionEmitter", "ConvolutionGeometry", "compile_convolution",
+           "CompiledConvolution", "CUDNN_CONV_TARGETS", "conv_geometry"]
+
+CUDNN_CONV_TARGETS = {
+    "__cudnn$convForward": "forward",
+    "__cudnn$convBackwardInput": "backward_input",
+    "__cudnn$convBackwardFilter": "backward_filter",
+    "__cudnn$convBiasActivationForward": "bias_activation",
+}
+# stream_executor's dnn::ActivationMode by name, and as numbers.
+_ACTIVATIONS = {"kNone": "none", "kSigmoid": "sigmoid", "kRelu": "relu", "kRelu6": "relu6",
+                "kTanh": "tanh", "kElu": "elu", "kLeakyRelu": "leaky_relu",
+                "kGeluExact": "gelu"}
+_ACTIVATION_NUMBERS = {"0": "kNone", "1": "kSigmoid", "2": "kRelu", "3": "kRelu6",
+                       "5": "kTanh", "7": "kElu", "8": "kLeakyRelu", "9": "kGeluExact"}
+
+
+# -- geometry ------------------------------------------------------------------------
+
+
+def _labels(text: Any, rank: int, where: HloInstruction):
+    """dim_labels=b01f_01io->b01f as three (major, minor, spatial...)
+    position lists: input (batch, feature), kernel (output feature, input
+    feature), output (batch, feature)."""
+    if not isinstance(text, str) or "->" not in text or "_" not in text.split("->")[0]:
+        raise where.error(f"convolution needs dim_labels=<lhs>_<rhs>-><out>, got {text!r}")
+    lhs, rest = text.split("_", 1)
+    rhs, out = rest.split("->", 1)
+    nsp = rank - 2
+    parsed = []
+    for labels, (major, minor), what in ((lhs, "bf", "input"), (rhs, "oi", "kernel"),
+                                         (out, "bf", "output")):
+        wanted = sorted([major, minor] + [str(i) for i in range(nsp)])
+        if len(labels) != rank or sorted(labels) != wanted:
+            raise where.error(f"dim_labels '{text}': the {what} labels '{labels}' do not "
+                              f"name {major}, {minor} and spatial dimensions "
+                              f"0..{nsp - 1} of a rank-{rank} array")
+        parsed.append((labels.index(major), labels.index(minor),
+                       tuple(labels.index(str(i)) for i in range(nsp))))
+    return parsed
+
+
+@dataclass(frozen=True)
+class ConvolutionGeometry:
+    """A convolution's dimensions and window, canonical (see the module
+    docstring). `lhs`, `rhs`, `out`: (major, minor, spatial positions) of
+    the input (batch, feature), kernel (output feature, input feature) and
+    output (batch, feature) in their logical dims."""
+    lhs: tuple
+    rhs: tuple
+    out: tuple
+    batch: int            # input batch N
+    features: int         # input features C
+    out_batch: int        # N / batch groups
+    out_features: int     # O
+    group_features: int   # kernel input features C / G
+    in_spatial: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    pad_lo: tuple[int, ...]
+    lhs_dilation: tuple[int, ...]
+    rhs_dilation: tuple[int, ...]
+    reversal: tuple[int, ...]
+    groups: int
+    batch_groups: int
+
+
+def conv_geometry(inst: HloInstruction, lhs_dims, rhs_dims, out_dims) -> ConvolutionGeometry:
+    """Checks and canonicalizes a convolution whose (forward) input,
+    kernel and output have these logical dims."""
+    rank = len(lhs_dims)
+    if rank < 2 or len(rhs_dims) != rank or len(out_dims) != rank:
+        raise inst.error(f"convolution of ranks {len(lhs_dims)}, {len(rhs_dims)} -> "
+                         f"{len(out_dims)}: all must be the same, at least 2")
+    lhs, rhs, out = _labels(inst.attrs.get("dim_labels"), rank, inst)
+    nsp = rank - 2
+    window = inst.attrs.get("window") or {}
+    if not isinstance(window, dict):
+        raise inst.error("convolution needs window={size=...}")
+    size = tuple(int(v) for v in window.get("size", (1,) * nsp))
+    stride = tuple(int(v) for v in window.get("stride", (1,) * nsp))
+    pad = [tuple(int(x) for x in p) for p in window.get("pad", [(0, 0)] * nsp)]
+    lhs_dil = tuple(int(v) for v in window.get("lhs_dilate", (1,) * nsp))
+    rhs_dil = tuple(int(v) for v in window.get("rhs_dilate", (1,) * nsp))
+    reversal = tuple(int(v) for v in window.get("rhs_reversal", (0,) * nsp))
+    if any(len(t) != nsp for t in (size, stride, pad, lhs_dil, rhs_dil, reversal)):
+        raise inst.error(f"the window has fields of another rank than the {nsp} spatial "
+                         "dimensions")
+    if any(v < 1 for v in stride + lhs_dil + rhs_dil):
+        raise inst.error("window strides and dilations must be >= 1")
+    groups = inst.attrs.get("feature_group_count", 1)
+    batch_groups = inst.attrs.get("batch_group_count", 1)
+    try:
+        groups, batch_groups = int(groups), int(batch_groups)
+    except (TypeError, ValueError):
+        raise inst.error("feature_group_count and batch_group_count must be integers") \
+            from None
+    if groups < 1 or batch_groups < 1:
+        raise inst.error("feature_group_count and batch_group_count must be >= 1")
+    n, c = lhs_dims[lhs[0]], lhs_dims[lhs[1]]
+    o, i = rhs_dims[rhs[0]], rhs_dims[rhs[1]]
+    if tuple(rhs_dims[d] for d in rhs[2]) != size:
+        raise inst.error(f"kernel spatial dims {[rhs_dims[d] for d in rhs[2]]} do not match "
+                         f"the window size {list(size)}")
+    if i * groups != c or o % groups:
+        raise inst.error(f"feature_group_count={groups}: {c} input features, kernel input "
+                         f"features {i}, {o} output features do not divide into groups")
+    if n % batch_groups or o % batch_groups:
+        raise inst.error(f"batch_group_count={batch_groups} does not divide the batch {n} "
+                         f"and the output features {o}")
+    out_n, out_o = out_dims[out[0]], out_dims[out[1]]
+    if out_n != n // batch_groups or out_o != o:
+        raise inst.error(f"the output {list(out_dims)} does not have batch "
+                         f"{n // batch_groups} and {o} features")
+    in_sp = tuple(lhs_dims[d] for d in lhs[2])
+    out_sp = tuple(out_dims[d] for d in out[2])
+    for d in range(nsp):
+        dilated = (in_sp[d] - 1) * lhs_dil[d] + 1 if in_sp[d] else 0
+        extent = dilated + pad[d][0] + pad[d][1]
+        span = (size[d] - 1) * rhs_dil[d] + 1
+        expect = (extent - span) // stride[d] + 1 if extent >= span else 0
+        if expect != out_sp[d]:
+            raise inst.error(f"spatial dimension {d}: the window gives {expect} outputs, "
+                             f"the result has {out_sp[d]}")
+    return ConvolutionGeometry(lhs, rhs, out, n, c, out_n, o, i, in_sp, out_sp, size, stride,
+                               tuple(p[0] for p in pad), lhs_dil, rhs_dil, reversal, groups,
+                               batch_groups)
+
+
+# -- the kernel's description ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConvolutionKernelConfig:
+    """What one convolution kernel computes. kind: forward,
+    backward_input, backward_filter or bias_activation. operand_shapes /
+    result_shape: logical shapes with layouts (the kernel's buffers are in
+    their physical order). The epilogue: result scale, side-input scale,
+    activation (cuDNN)."""
+    kind: str
+    operand_shapes: tuple[Shape, ...]
+    result_shape: Shape
+    result_scale: float = 1.0
+    side_input_scale: float = 0.0
+    activation: str = "none"
+    leaky_relu_alpha: float = 0.0
+
+
+def _major_to_minor(shape: Shape) -> list[int]:
+    if shape.layout is None:
+        return list(range(shape.rank))
+    return list(reversed(shape.layout))
+
+
+def _physical(shape: Shape) -> Shape:
+    return Shape(shape.element_type, tuple(shape.dims[d] for d in _major_to_minor(shape)),
+                 None)
+
+
+def _cudnn_config(inst: HloInstruction) -> dict:
+    raw = inst.attrs.get("backend_config", "")
+    if isinstance(raw, dict):
+        config = raw
+    else:
+        try:
+            config = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+        except ValueError as e:
+            raise inst.error(f"backend_config is not JSON ({e})") from None
+    if not isinstance(config, dict):
+        return {}
+    inner = config.get("cudnn_conv_backend_config", config)
+    return inner if isinstance(inner, dict) else {}
+
+
+def kernel_config(inst: HloInstruction) -> ConvolutionKernelConfig:
+    """The kernel of an HLO convolution or a cuDNN convolution custom call
+    (checked: shapes, window, groups, operand count, activation)."""
+    if inst.opcode == "convolution":
+        kind, config = "forward", {}
+        needed = (2,)
+    elif inst.opcode == "custom-call" and \
+            inst.attrs.get("custom_call_target") in CUDNN_CONV_TARGETS:
+        kind = CUDNN_CONV_TARGETS[inst.attrs["custom_call_target"]]
+        config = _cudnn_config(inst)
+        needed = (3, 4) if kind == "bias_activation" else (2,)
+    else:
+        raise inst.error("not a convolution")
+    if len(inst.operands) not in needed:
+        raise inst.error(f"takes {' or '.join(map(str, needed))} operands, got "
+                         f"{len(inst.operands)}")
+    result = inst.shape.leaves()[0]
+    shapes = tuple(o.shape for o in inst.operands)
+    for s in (*shapes, result):
+        if s.is_tuple:
+            raise inst.error(f"a convolution operand or result is a tuple ({s})")
+        check_supported(s, inst)
+    if result.element_type.startswith("c") or any(s.element_type.startswith("c")
+                                                  for s in shapes):
+        raise UnsupportedError(inst.error("complex convolutions are not supported").args[0])
+    dims = [s.dims for s in shapes]
+    if kind == "backward_input":
+        geom = conv_geometry(inst, result.dims, dims[1], dims[0])
+    elif kind == "backward_filter":
+        geom = conv_geometry(inst, dims[0], result.dims, dims[1])
+    else:
+        geom = conv_geometry(inst, dims[0], dims[1], result.dims)
+    if kind == "bias_activation":
+        if tuple(dims[2]) != (geom.out_features,):
+            raise inst.error(f"the bias is {shapes[2]}, expected [{geom.out_features}] "
+                             "(output features)")
+        if len(dims) == 4 and tuple(dims[3]) != tuple(result.dims):
+            raise inst.error("the side input does not have the output's shape")
+    mode = str(config.get("activation_mode", "kNone"))
+    mode = _ACTIVATION_NUMBERS.get(mode, mode)
+    if mode not in _ACTIVATIONS:
+        raise UnsupportedError(inst.error(f"activation_mode '{mode}' is not supported").args[0])
+    activation = _ACTIVATIONS[mode]
+    if activation != "none" and kind not in ("forward", "bias_activation"):
+        raise inst.error(f"an activation on a {kind} convolution")
+    return ConvolutionKernelConfig(
+        kind, shapes, result, float(config.get("conv_result_scale", 1) or 0),
+        float(config.get("side_input_scale", 0) or 0), activation,
+        float(config.get("leakyrelu_alpha", 0) or 0))
+
+
+def _accumulator_type(t: str) -> str:
+    if is_float(t):
+        return "f32" if bit_width(t) < 32 else t
+    if t == "pred":
+        return "s32"
+    return t
+
+
+# -- the emitter ---------------------------------------------------------------------
+
+
+def _index(value: int) -> ir.Value:
+    return arith.constant(ir.IndexType.get(), value)
+
+
+class ConvolutionEmitter(KernelEmitter):
+    """One thread per element of the result (the loop emitter's launch),
+    a loop nest over the summed variables."""
+
+    name = "convolution"
+
+    def __init__(self, fusion: Fusion):
+        super().__init__(fusion)
+        if len(fusion.roots) != 1:
+            raise HloError(f"fusion '{fusion.name}': the convolution emitter needs the "
+                           "convolution as the only root")
+        self.root = root = fusion.roots[0]
+        for op in root.operands:
+            if op.opcode != "parameter":
+                raise root.error("the convolution emitter reads fusion parameters only "
+                                 f"('{op.name}' is a {op.opcode})")
+        config = fusion.config
+        if config is None:   # a convolution fusion: row-major logical arrays
+            config = kernel_config(root)
+        self.config: ConvolutionKernelConfig = config
+        c = config
+        dims = [s.dims for s in c.operand_shapes]
+        if c.kind == "backward_input":
+            self.geom = conv_geometry(root, c.result_shape.dims, dims[1], dims[0])
+        elif c.kind == "backward_filter":
+            self.geom = conv_geometry(root, dims[0], c.result_shape.dims, dims[1])
+        else:
+            self.geom = conv_geometry(root, dims[0], dims[1], c.result_shape.dims)
+        self.out_physical = _physical(c.result_shape)
+        self.loop = loop_config(list(self.out_physical.dims), [root],
+                                [c.result_shape.element_type])
+
+    def launch_dims(self) -> LaunchDims:
+        return LaunchDims(self.loop.threads, self.loop.blocks)
+
+    def root_groups(self):
+        return []
+
+    def is_excluded(self, inst) -> bool:
+        return inst is self.root
+
+    # -- reading operands ------------------------------------------------------------
+    def _read(self, params, k: int, logical: Sequence[ir.Value]) -> ir.Value:
+        """Operand k at a logical index, converted to the accumulator type."""
+        shape = self.config.operand_shapes[k]
+        physical = [logical[d] for d in _major_to_minor(shape)]
+        value = tensor.extract(params[k], physical)
+        return convert(convert(value, shape.element_type, self._compute),
+                       self._compute, self._acc)
+
+    def emit_entry(self, params, outputs, thread_id, block_id):
+        c = self.config
+        result = c.result_shape
+        self._compute = result.element_type        # operands are converted to it
+        self._acc = _accumulator_type(result.element_type)
+        if result.element_type == "pred":
+            self._compute = "pred"
+        attr = self.index_map(thread_to_output_map(self.loop, list(self.out_physical.dims)))
+        loop = xla_gpu.build_loop(attr, [thread_id, block_id], [outputs[0]])
+        block = loop.region.blocks[0]
+        rank = self.out_physical.rank
+        order = _major_to_minor(result)
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)
+            physical = args[1:1 + rank]
+            it = args[1 + rank]
+            logical: list = [None] * rank
+            for p, d in enumerate(order):
+                logical[d] = physical[p]
+            if c.kind == "backward_input":
+                value = self._backward_input(params, logical)
+            elif c.kind == "backward_filter":
+                value = self._backward_filter(params, logical)
+            else:
+                value = self._forward(params, logical)
+            value = self._epilogue(params, logical, value)
+            value = convert(value, self._acc, result.element_type)
+            xla_gpu.YieldOp([tensor.insert(value, it, physical)])
+        return list(loop.results)
+
+    # -- arithmetic in the accumulator type ------------------------------------------------
+    def _zero(self) -> ir.Value:
+        t = element_type(self._acc)
+        if is_float(self._acc):
+            return arith.constant(t, ir.FloatAttr.get(t, 0.0))
+        return arith.constant(t, 0)
+
+    def _mul(self, a, b):
+        return arith.mulf(a, b) if is_float(self._acc) else arith.muli(a, b)
+
+    def _add(self, a, b):
+        return arith.addf(a, b) if is_float(self._acc) else arith.addi(a, b)
+
+    def _sum(self, ranges: Sequence[int], body: Callable[[list], ir.Value]) -> ir.Value:
+        """sum over the variables of `ranges` (an scf.for nest) of body(ivs)."""
+        def nest(level: int, ivs: list, acc: ir.Value) -> ir.Value:
+            if level == len(ranges):
+                return self._add(acc, body(ivs))
+            loop = scf.ForOp(_index(0), _index(ranges[level]), _index(1), [acc])
+            with ir.InsertionPoint(loop.body):
+                inner = nest(level + 1, ivs + [loop.induction_variable],
+                             loop.inner_iter_args[0])
+                scf.YieldOp([inner])
+            return loop.results[0]
+        return nest(0, [], self._zero())
+
+    def _on_grid(self, numerator: ir.Value, step: int, limit: int):
+        """(numerator / step clamped into [0, limit), whether numerator is a
+        multiple of step >= 0 with that quotient < limit)."""
+        zero = _index(0)
+        ok = arith.cmpi(arith.CmpIPredicate.sge, numerator, zero)
+        q = numerator
+        if step > 1:
+            rem = arith.remsi(numerator, _index(step))
+            ok = arith.andi(ok, arith.cmpi(arith.CmpIPredicate.eq, rem, zero))
+            q = arith.divsi(numerator, _index(step))
+        ok = arith.andi(ok, arith.cmpi(arith.CmpIPredicate.slt, q, _index(limit)))
+        clamped = arith.minsi(arith.maxsi(q, zero), _index(max(limit - 1, 0)))
+        return clamped, ok
+
+    def _guarded(self, ok, value):
+        return arith.select(ok, value, self._zero()) if ok is not None else value
+
+    @staticmethod
+    def _and(a, b):
+        return b if a is None else arith.andi(a, b)
+
+    def _place(self, labels, batch, feature, spatial, rank):
+        index: list = [None] * rank
+        index[labels[0]] = batch
+        index[labels[1]] = feature
+        for d, v in zip(labels[2], spatial):
+            index[d] = v
+        return index
+
+    # -- the three sums --------------------------------------------------------------------
+    def _groups_of_output_feature(self, o):
+        g = self.geom
+        fg = arith.divui(o, _index(g.out_features // g.groups)) if g.groups > 1 else None
+        bg = arith.divui(o, _index(g.out_features // g.batch_groups)) \
+            if g.batch_groups > 1 else None
+        return fg, bg
+
+    def _kernel_spatial(self, k: Sequence[ir.Value]) -> list:
+        g = self.geom
+        return [arith.subi(_index(g.size[d] - 1), k[d]) if g.reversal[d] else k[d]
+                for d in range(len(k))]
+
+    def _forward(self, params, out_index):
+        g = self.geom
+        rank = len(out_index)
+        n, o = out_index[g.out[0]], out_index[g.out[1]]
+        y = [out_index[d] for d in g.out[2]]
+        fg, bg = self._groups_of_output_feature(o)
+        batch = n if bg is None else arith.addi(arith.muli(bg, _index(g.out_batch)), n)
+        base_feature = None if fg is None else arith.muli(fg, _index(g.group_features))
+
+        def term(ivs):
+            c, k = ivs[0], ivs[1:]
+            ok, x = None, []
+            for d in range(len(k)):
+                p = arith.addi(arith.muli(y[d], _index(g.stride[d])),
+                               arith.muli(k[d], _index(g.rhs_dilation[d])))
+                p = arith.subi(p, _index(g.pad_lo[d]))
+                xd, okd = self._on_grid(p, g.lhs_dilation[d], g.in_spatial[d])
+                ok = self._and(ok, okd)
+                x.append(xd)
+            feature = c if base_feature is None else arith.addi(base_feature, c)
+            a = self._read(params, 0, self._place(g.lhs, batch, feature, x, rank))
+            w = self._read(params, 1, self._place(g.rhs, o, c, self._kernel_spatial(k), rank))
+            return self._guarded(ok, self._mul(a, w))
+
+        return self._sum([g.group_features, *g.size], term)
+
+    def _backward_input(self, params, in_index):
+        g = self.geom
+        rank = len(in_index)
+        nb, ci = in_index[g.lhs[0]], in_index[g.lhs[1]]
+        x = [in_index[d] for d in g.lhs[2]]
+        per_group = g.out_features // (g.groups * g.batch_groups)
+        if g.groups > 1:
+            group = arith.divui(ci, _index(g.group_features))
+            c = arith.remui(ci, _index(g.group_features))
+        else:
+            group, c = None, ci
+        if g.batch_groups > 1:
+            group = arith.divui(nb, _index(g.out_batch))
+            n = arith.remui(nb, _index(g.out_batch))
+        else:
+            n = nb
+        base_o = None if group is None else arith.muli(group, _index(per_group))
+
+        def term(ivs):
+            oo, k = ivs[0], ivs[1:]
+            o = oo if base_o is None else arith.addi(base_o, oo)
+            ok, y = None, []
+            for d in range(len(k)):
+                p = arith.addi(arith.muli(x[d], _index(g.lhs_dilation[d])), _index(g.pad_lo[d]))
+                p = arith.subi(p, arith.muli(k[d], _index(g.rhs_dilation[d])))
+                yd, okd = self._on_grid(p, g.stride[d], g.out_spatial[d])
+                ok = self._and(ok, okd)
+                y.append(yd)
+            dy = self._read(params, 0, self._place(g.out, n, o, y, rank))
+            w = self._read(params, 1, self._place(g.rhs, o, c, self._kernel_spatial(k), rank))
+            return self._guarded(ok, self._mul(dy, w))
+
+        return self._sum([per_group, *g.size], term)
+
+    def _backward_filter(self, params, kernel_index):
+        g = self.geom
+        rank = len(kernel_index)
+        o, c = kernel_index[g.rhs[0]], kernel_index[g.rhs[1]]
+        stored = [kernel_index[d] for d in g.rhs[2]]
+        k = self._kernel_spatial(stored)   # the window position it multiplies
+        fg, bg = self._groups_of_output_feature(o)
+        feature = c if fg is None else arith.addi(arith.muli(fg, _index(g.group_features)), c)
+
+        def term(ivs):
+            n, y = ivs[0], ivs[1:]
+            batch = n if bg is None else arith.addi(arith.muli(bg, _index(g.out_batch)), n)
+            ok, x = None, []
+            for d in range(len(y)):
+                p = arith.addi(arith.muli(y[d], _index(g.stride[d])),
+                               arith.muli(k[d], _index(g.rhs_dilation[d])))
+                p = arith.subi(p, _index(g.pad_lo[d]))
+                xd, okd = self._on_grid(p, g.lhs_dilation[d], g.in_spatial[d])
+                ok = self._and(ok, okd)
+                x.append(xd)
+            a = self._read(params, 0, self._place(g.lhs, batch, feature, x, rank))
+            dy = self._read(params, 1, self._place(g.out, n, o, y, rank))
+            return self._guarded(ok, self._mul(a, dy))
+
+        return self._sum([g.out_batch, *g.out_spatial], term)
+
+    # -- the cuDNN epilogue ----------------------------------------------------------------
+    def _const(self, v: float) -> ir.Value:
+        t = element_type(self._acc)
+        if is_float(self._acc):
+            return arith.constant(t, ir.FloatAttr.get(t, float(v)))
+        return arith.constant(t, int(v))
+
+    def _epilogue(self, params, out_index, value):
+        c = self.config
+        if c.result_scale != 1.0:
+            value = self._mul(value, self._const(c.result_scale))
+        if c.kind not in ("forward", "bias_activation"):
+            return value
+        if c.kind == "bias_activation":
+            if len(c.operand_shapes) == 4 and c.side_input_scale != 0:
+                side = self._read(params, 3, out_index)
+                value = self._add(value, self._mul(self._const(c.side_input_scale), side))
+            o = out_index[self.geom.out[1]]
+            value = self._add(value, self._read(params, 2, [o]))
+        act = c.activation
+        if act == "none":
+            return value
+        if not is_float(self._acc):
+            raise self.root.error(f"activation {act} on integers")
+        zero, one = self._const(0), self._const(1)
+        if act == "relu":
+            return arith.maximumf(value, zero)
+        if act == "relu6":
+            return arith.minimumf(arith.maximumf(value, zero), self._const(6))
+        if act == "sigmoid":
+            return arith.divf(one, arith.addf(one, math.exp(arith.negf(value))))
+        if act == "tanh":
+            return math.tanh(value)
+        positive = arith.cmpf(arith.CmpFPredicate.OGT, value, zero)
+        if act == "elu":
+            return arith.select(positive, value, math.expm1(value))
+        if act == "leaky_relu":
+            return arith.select(positive, value,
+                                arith.mulf(self._const(c.leaky_relu_alpha), value))
+        if act == "gelu":
+            half = self._const(0.5)
+            scaled = arith.mulf(value, self._const(1 / pymath.sqrt(2)))
+            return arith.mulf(arith.mulf(half, value), arith.addf(one, math.erf(scaled)))
+        raise self.root.error(f"unsupported activation {act}")
+
+
+# -- compiling --------------------------------------------------------------------------
+
+
+def convolution_kernel_fusion(inst: HloInstruction, name: str | None = None) -> Fusion:
+    """The kernel's fusion: the operands as parameters in physical order
+    and the convolution (its value only, no cuDNN scratch) as the root."""
+    config = kernel_config(inst)
+    params = [HloInstruction(f"p{k}", "parameter", _physical(o.shape), [], {}, None, k,
+                             o.location) for k, o in enumerate(inst.operands)]
+    attrs = {k: v for k, v in inst.attrs.items()
+             if k not in ("control-predecessors", "metadata")}
+    root = HloInstruction(inst.name, inst.opcode, _physical(config.result_shape), params,
+                          attrs, None, None, inst.location)
+    kernel_name = sanitize(name or inst.name)
+    comp = HloComputation(f"{kernel_name}_computation", params + [root], root, False,
+                          inst.location)
+    for p in params:
+        p.parent, p.users = comp, [root]
+    root.parent = comp
+    return Fusion(kernel_name, comp, [root], [root], "convolution", None, config=config)
+
+
+@dataclass
+class CompiledConvolution:
+    """A convolution kernel. `run(*operands)` (numpy, logical order)
+    returns the result; `thunks(...)` lays the kernel over buffer slices."""
+    name: str
+    executable: Any        # None: an empty result, nothing to launch
+    key: str
+    config: ConvolutionKernelConfig
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.executable is None:
+            return "empty result: no kernel"
+        s = self.executable.spec
+        return f"direct {self.config.kind} convolution, {s.blocks}x{s.threads} threads"
+
+    def run(self, *operands: np.ndarray) -> np.ndarray:
+        shapes = self.config.operand_shapes
+        if len(operands) != len(shapes):
+            raise HloError(f"{self.name}: takes {len(shapes)} operands, got {len(operands)}")
+        physical = []
+        for k, (a, s) in enumerate(zip(operands, shapes)):
+            a = np.asarray(a)
+            if tuple(a.shape) != tuple(s.dims):
+                raise HloError(f"{self.name}: operand {k} has shape {list(a.shape)}, "
+                               f"expected {s}")
+            physical.append(np.ascontiguousarray(np.transpose(a, _major_to_minor(s))))
+        if self.executable is None:
+            return np.zeros(self.config.result_shape.dims,
+                            self.config.result_shape.dtype)
+        (out,) = self.executable.run(*physical)
+        order = _major_to_minor(self.config.result_shape)
+        return np.transpose(out, np.argsort(order))
+
+    def thunks(self, name: str, operands: Sequence[Any], result: Any,
+               register: Callable[[str, Any], str]) -> list:
+        from ..runtime.thunks import KernelThunk
+        if self.executable is None:
+            return []
+        spec = self.executable.spec
+        kernel_id = register(self.key, self.executable)
+        args = list(operands) + [result]
+        return [KernelThunk(name, kernel_id, args, [len(args) - 1], spec.threads,
+                            spec.blocks, spec.shared_bytes)]
+
+
+def compile_convolution(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
+                        cache: bool = True) -> CompiledConvolution:
+    """The direct-convolution kernel of an HLO convolution or a cuDNN
+    convolution custom call, for `target` ("cpu" or "cuda")."""
+    from .sort import compile_kernel
+    fusion = convolution_kernel_fusion(inst)
+    if fusion.config.result_shape.num_elements == 0:
+        return CompiledConvolution(inst.name, None, "", fusion.config)
+    exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(fusion.config))
+    return CompiledConvolution(inst.name, exe, key, fusion.config)
+
