@@ -29,14 +29,13 @@ AFTER = "after_optimizations_cpu.hlo"
 BEFORE = "before_optimizations.hlo"
 
 # Covered by the default run: gemms, while loops with in-place updates, a
-# conditional inside a loop, bf16, custom calls, grouped convolutions.
+# conditional inside a loop, bf16, custom calls, grouped convolutions, sort
+# and top-k kernels.
 DEFAULT = ("mlp_train_step", "scan_rnn", "cond_switch", "kv_cache_update",
-           "layer_norm_bf16", "ffi_call", "conv_grouped_grad")
+           "layer_norm_bf16", "ffi_call", "conv_grouped_grad", "sort_topk")
 
 # What is missing for the others (each raises a clear error today).
 KNOWN_MISSING = {
-    "argsort_stable": "sort emitter not available",
-    "sort_topk": "sort emitter not available",
     "fft_ops": "c64 is not supported by the emitters",
     "maxpool_grad": "variadic reduce-window / select-and-scatter in the emitters",
 }
