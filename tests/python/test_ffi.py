@@ -369,6 +369,20 @@ def test_registration_errors(lib):
     assert issubclass(ffi.FfiRegistrationError, XlaGpuError)
 
 
+@needs_compiler
+def test_register_from_a_command_line_spec(lib):
+    target = ffi.register_from_spec(f"xla_gpu_test_spec={lib._name}:XlaGpuTestAddBroadcast")
+    assert target == "xla_gpu_test_spec" and ("xla_gpu_test_spec", "cpu") in \
+        ffi.registered_targets()
+    ffi.register_from_spec(f"xla_gpu_test_spec={lib._name}:XlaGpuTestAddBroadcast@cuda")
+    assert ("xla_gpu_test_spec", "cuda") in ffi.registered_targets("cuda")
+    for bad, message in [("no_equals_sign", "TARGET=LIBRARY:SYMBOL"),
+                         (f"t={lib._name}:NoSuchSymbol", "no symbol 'NoSuchSymbol'"),
+                         ("t=/nonexistent/lib.so:X", "cannot load")]:
+        with pytest.raises(ffi.FfiRegistrationError, match=message):
+            ffi.register_from_spec(bad)
+
+
 # --- runtime services: state, thread pool + futures, scratch, user data --------------------
 
 
@@ -583,3 +597,63 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+# --- the cuda code path, driven with host memory ------------------------------------------------
+
+
+@needs_compiler
+def test_cuda_path_passes_stream_and_pointers(lib, monkeypatch):
+    """No GPU here: a cuda ExecutionContext over host addresses runs the
+    cuda branch of the custom_call thunk (device pointers, the stream, no
+    host copies) with handlers that only read and write through the
+    pointers they get. The GPU check (bench/ffi_gpu_check.py) runs real
+    kernels."""
+    import contextlib
+
+    from xla_gpu.runtime import cuda
+    from xla_gpu.runtime.buffers import BufferSlice
+    from xla_gpu.runtime.thunks import ArrayRef, CustomCallThunk, ExecutionContext
+    monkeypatch.setattr(cuda, "current_context", contextlib.nullcontext)
+    ffi.register_ffi_target("xla_gpu_test_stream_value",
+                            ffi.pycapsule(lib.XlaGpuTestStreamValue), platform="cuda")
+    ffi.register_ffi_target("xla_gpu_test_add_broadcast",
+                            ffi.pycapsule(lib.XlaGpuTestAddBroadcast), platform="CUDA")
+    memory = np.zeros(64, np.uint8)
+    a, b, out = (memory[0:8].view(np.float32), memory[8:24].view(np.float32),
+                 memory[24:40].view(np.float32))
+    a[:] = [1, 2]
+    b[:] = [10, 20, 30, 40]
+    ctx = ExecutionContext("cuda", [memory.ctypes.data], {}, stream=0x5eed,
+                           custom_calls=lambda t: ffi.runtime_handler(t, "cuda"))
+    add = CustomCallThunk("c", "xla_gpu_test_add_broadcast",
+                          [ArrayRef(BufferSlice(0, 0, 8), "f32", (2,)),
+                           ArrayRef(BufferSlice(0, 8, 16), "f32", (4,))],
+                          [ArrayRef(BufferSlice(0, 24, 16), "f32", (4,))],
+                          "", "API_VERSION_TYPED_FFI", [0, 0])
+    add.execute(ctx)
+    np.testing.assert_array_equal(out, [11, 22, 31, 42])
+    stream = CustomCallThunk("s", "xla_gpu_test_stream_value", [],
+                             [ArrayRef(BufferSlice(0, 40, 8), "s64", ())], "",
+                             "API_VERSION_TYPED_FFI", [])
+    stream.execute(ctx)
+    assert int(memory[40:48].view(np.int64)[0]) == 0x5eed
+
+    seen = {}
+
+    def python_handler(x, y, out, *, stream):
+        seen["stream"], seen["cai"] = stream, x.__cuda_array_interface__
+        ctypes.memmove(out.ptr, y.ptr, out.nbytes)   # "device" to "device"
+
+    ffi.register_ffi_target("xla_gpu_test_py_device", python_handler, platform="cuda")
+    py = CustomCallThunk("p", "xla_gpu_test_py_device",
+                         [ArrayRef(BufferSlice(0, 0, 8), "f32", (2,)),
+                          ArrayRef(BufferSlice(0, 8, 16), "f32", (4,))],
+                         [ArrayRef(BufferSlice(0, 24, 16), "f32", (4,))],
+                         "", "API_VERSION_TYPED_FFI", [0, 0])
+    py.execute(ctx)
+    np.testing.assert_array_equal(out, b)
+    assert seen["stream"] == 0x5eed
+    cai = seen["cai"]
+    assert cai["data"] == (memory.ctypes.data, True) and cai["shape"] == (2,)
+    assert cai["typestr"] == "<f4" and cai["version"] == 3 and cai["stream"] == 0x5eed

@@ -59,7 +59,8 @@ from ._native import FfiUnavailableError
 
 __all__ = ["register_ffi_target", "register_ffi_type", "unregister_ffi_target",
            "pycapsule", "registered_targets", "runtime_handler", "load_library",
-           "set_user_data", "type_id", "FfiError", "FfiRegistrationError",
+           "set_user_data", "type_id", "register_from_spec", "FfiError",
+           "FfiRegistrationError",
            "FfiUnavailableError", "canonical_platform", "ERROR_CODES", "STAGES"]
 
 
@@ -198,17 +199,29 @@ def load_library(path: str) -> ctypes.CDLL:
     return ctypes.CDLL(str(path))
 
 
+# Found C registrations, by (name, platform). A registration never changes
+# while it exists (a different handler under a taken name is refused), so
+# hits stay valid until unregister_ffi_target drops them; misses are not
+# cached (a library loaded later may register the name itself).
+_c_handler_cache: dict[tuple[str, str], CHandler] = {}
+
+
 def _find_c_handler(name: str, platform: str) -> CHandler | None:
     if not _native_in_use:
         return None
+    cached = _c_handler_cache.get((name, platform))
+    if cached is not None:
+        return cached
     bundle = (ctypes.c_void_p * 4)()
     traits = ctypes.c_uint32()
     version = (ctypes.c_int32 * 2)()
     if not _native.lib().XlaGpuFfiFindHandler(name.encode(), platform.encode(), bundle,
                                               ctypes.byref(traits), version):
         return None
-    return CHandler(name, platform, tuple(int(b or 0) for b in bundle), int(traits.value),
-                    (int(version[0]), int(version[1])))
+    found = CHandler(name, platform, tuple(int(b or 0) for b in bundle), int(traits.value),
+                     (int(version[0]), int(version[1])))
+    _c_handler_cache[(name, platform)] = found
+    return found
 
 
 def register_ffi_target(name: str, fn: Any, platform: str = "cpu", api_version: int = 1,
@@ -281,6 +294,7 @@ def unregister_ffi_target(name: str, platform: str = "cpu") -> bool:
     platform = canonical_platform(platform)
     with _lock:
         found = _python_handlers.pop((name, platform), None) is not None
+        _c_handler_cache.pop((name, platform), None)
         if _native_in_use:
             found |= bool(_native.lib().XlaGpuFfiUnregisterHandler(name.encode(),
                                                                    platform.encode()))
@@ -316,6 +330,33 @@ def lookup(name: str, platform: str) -> CHandler | PythonHandler | None:
     if python is not None:
         return python
     return _find_c_handler(name, platform)
+
+
+def register_from_spec(spec: str, platform: str = "cpu") -> str:
+    """Registers a handler named on a command line: "TARGET=LIBRARY:SYMBOL"
+    (the library loaded after the FFI runtime, SYMBOL its exported
+    XLA_FFI_Handler), optionally "...@PLATFORM". Returns the target name.
+    For tools such as xla-gpu-run: `--ffi my_op=./libops.so:MyOp`."""
+    text = str(spec)
+    if "@" in text.rsplit(":", 1)[-1]:
+        text, platform = text.rsplit("@", 1)
+    target, sep, rest = text.partition("=")
+    path, sep2, symbol = rest.rpartition(":")
+    if not sep or not sep2 or not target or not path or not symbol:
+        raise FfiRegistrationError(f"FFI handler spec {spec!r}: expected "
+                                   "TARGET=LIBRARY:SYMBOL[@PLATFORM]")
+    try:
+        library = load_library(path)
+    except OSError as e:
+        raise FfiRegistrationError(f"FFI handler spec {spec!r}: cannot load {path}: {e}") \
+            from None
+    try:
+        handler = getattr(library, symbol)
+    except AttributeError:
+        raise FfiRegistrationError(f"FFI handler spec {spec!r}: {path} has no symbol "
+                                   f"{symbol!r}") from None
+    register_ffi_target(target, pycapsule(handler), platform=platform)
+    return target
 
 
 # --- types and user data ---------------------------------------------------------
@@ -378,5 +419,11 @@ def runtime_handler(target: str, platform: str) -> Callable[[Any, Any], None] | 
         return None
     if registration is None:
         return None
-    from . import calls
-    return calls.thunk_handler(registration)
+    handler = _thunk_handlers.get(registration)
+    if handler is None:
+        from . import calls
+        handler = _thunk_handlers[registration] = calls.thunk_handler(registration)
+    return handler
+
+
+_thunk_handlers: dict[CHandler | PythonHandler, Callable[[Any, Any], None]] = {}

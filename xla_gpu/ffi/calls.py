@@ -158,9 +158,22 @@ def _run_id(ctx: Any) -> int:
 # --- Python handlers ---------------------------------------------------------------
 
 
+_conventions: dict[tuple, bool] = {}
+
+
 def _takes_results(fn, n_operands: int, n_results: int, kwargs: dict, where: str) -> bool:
     """Whether `fn` takes the result buffers after the operands (else it
-    returns the results)."""
+    returns the results); decided once per handler and call shape."""
+    key = (fn, n_operands, n_results, tuple(kwargs))
+    decided = _conventions.get(key)
+    if decided is None:
+        decided = _conventions[key] = _decide_convention(fn, n_operands, n_results, kwargs,
+                                                         where)
+    return decided
+
+
+def _decide_convention(fn, n_operands: int, n_results: int, kwargs: dict,
+                       where: str) -> bool:
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):

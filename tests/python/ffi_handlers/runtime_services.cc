@@ -183,3 +183,16 @@ extern "C" XLA_FFI_Error* XlaGpuTestFutureApiVersion(XLA_FFI_CallFrame* frame) {
   }
   return nullptr;
 }
+
+// Writes the platform stream it was handed into its result: a test drives
+// the cuda code path with host memory standing in for device memory and
+// checks that the stream of the execution reaches the handler.
+static ffi::Error StreamValue(void* stream, ffi::ResultBufferR0<ffi::S64> out) {
+  *out->typed_data() = static_cast<int64_t>(reinterpret_cast<intptr_t>(stream));
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(XlaGpuTestStreamValue, StreamValue,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void*>>()
+                                  .Ret<ffi::BufferR0<ffi::S64>>());
