@@ -5,6 +5,25 @@ backend in process. libdevice comes from the `nvidia-nvvm` wheel or a CUDA
 install; a cubin comes from `ptxas` (PATH, the `nvidia-cuda-nvcc` wheel, a
 CUDA install) or else nvJitLink (`cuda.bindings.nvjitlink` with the
 `nvidia-nvjitlink` wheel), and is skipped when neither is there.
+
+Numerics, as XLA:GPU computes: f32 sqrt is the IEEE `sqrt.rn.f32`
+(xla-lower-to-llvm lowers math.sqrt to LLVM's sqrt intrinsic, not to
+libdevice's __nv_sqrtf, which is `sqrt.approx.f32` unless __CUDA_PREC_SQRT
+is reflected as 1, and LLVM 22's NVVMReflect takes that only from a
+command-line option); f32 division is IEEE (`div.rn.f32`); subnormals are
+kept (`__CUDA_FTZ` = 0, no `.ftz`), except where the hardware or libdevice
+flushes them: f32 `atom.add` flushes subnormal inputs and results, and
+libdevice's exp/tanh family (fast ex2.approx paths) flushes subnormal
+results, as on XLA:GPU.
+
+Drivers: the PTX is `.version 7.8` for sm_90 (the oldest PTX ISA that
+knows sm_90, so any driver since CUDA 11.8 can JIT it); a cubin from ptxas
+13 needs a CUDA 13 driver, and the runtime falls back to the PTX when the
+driver refuses the cubin (xla_gpu.runtime.cuda).
+
+Limits: kernels carry `.maxntid` (their block size); `to_cubin` runs ptxas
+with `-v` and raises LaunchLimitError (a CompileError) when the registers
+per thread times the block size, or the shared memory, exceed the GPU's.
 """
 
 from __future__ import annotations
@@ -18,16 +37,39 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from dataclasses import dataclass
+
 from mlir import ir as _ir
 from mlir.dialects import gpu
 from mlir.passmanager import PassManager
 
+from .errors import CompileError, ResourceError
+from .runtime.cuda import check_launch, limits_for_arch
+
 __all__ = ["to_ptx", "to_cubin", "to_llvm_ir", "find_libdevice", "find_ptxas",
-           "CodegenError"]
+           "CodegenError", "LaunchLimitError", "KernelResources", "ptx_block_size",
+           "parse_ptxas_info", "kernel_resources", "check_resources"]
 
 
-class CodegenError(RuntimeError):
+class CodegenError(CompileError):
     """PTX or cubin generation failed; the message has the tool's output."""
+
+
+class LaunchLimitError(CodegenError):
+    """The kernel as compiled cannot be launched: too many registers for
+    its block size, or too much shared memory."""
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reports for one kernel (`ptxas -v`)."""
+    name: str
+    registers: int = 0               # per thread
+    shared_bytes: int = 0            # static shared memory
+    stack_bytes: int = 0             # stack frame per thread
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    block_size: int = 0              # .maxntid x*y*z of the PTX (0: none)
 
 
 def _nvidia_dirs() -> list[Path]:
@@ -100,11 +142,70 @@ def to_llvm_ir(module: _ir.Module, arch: str = "sm_90") -> str:
     return result.stdout.decode()
 
 
-def _nvjitlink_cubin(ptx: str, arch: str) -> bytes | None:
-    """The cubin through nvJitLink, or None when its library is missing."""
+def ptx_block_size(ptx: str) -> dict[str, int]:
+    """The `.maxntid` block size (x*y*z) of each `.entry` in `ptx`."""
+    sizes: dict[str, int] = {}
+    for match in re.finditer(r"\.entry\s+([A-Za-z_$][\w$.]*)\s*\(", ptx):
+        name = match.group(1)
+        # Directives sit between the parameter list and the body's brace.
+        close = ptx.find(")", match.end())
+        body = ptx.find("{", close)
+        directives = ptx[close:body] if close >= 0 and body >= 0 else ""
+        found = re.search(r"\.maxntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?",
+                          directives)
+        if found:
+            x, y, z = (int(g) if g else 1 for g in found.groups())
+            sizes[name] = x * y * z
+    return sizes
+
+
+def parse_ptxas_info(log: str, ptx: str = "") -> dict[str, KernelResources]:
+    """Per-kernel resources from ptxas's `-v` log (also nvJitLink's info
+    log), with the block size from `ptx`'s `.maxntid`."""
+    blocks = ptx_block_size(ptx) if ptx else {}
+    found: dict[str, dict[str, int]] = {}
+    current = None
+    for line in log.splitlines():
+        m = re.search(r"(?:Compiling entry function|Function properties for) '?([\w$.]+)'?", line)
+        if m:
+            current = found.setdefault(m.group(1), {})
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                      r"(\d+) bytes spill loads", line)
+        if m:
+            current.update(stack_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)),
+                           spill_load_bytes=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            current["registers"] = int(m.group(1))
+            smem = re.search(r"(\d+) bytes smem", line)
+            current["shared_bytes"] = int(smem.group(1)) if smem else 0
+    return {name: KernelResources(name, block_size=blocks.get(name, 0), **values)
+            for name, values in found.items()}
+
+
+def check_resources(resources: dict[str, KernelResources], arch: str) -> None:
+    """LaunchLimitError when a kernel cannot launch with its block size on
+    `arch`: registers x threads per block, static shared memory."""
+    limits = limits_for_arch(arch)
+    for r in resources.values():
+        try:
+            check_launch(r.name, max(r.block_size, 1), 1, 0,
+                         static_shared_bytes=r.shared_bytes,
+                         registers_per_thread=r.registers if r.block_size else 0,
+                         limits=limits)
+        except ResourceError as e:
+            raise LaunchLimitError(f"{e} (ptxas -v for {arch})") from None
+
+
+def _nvjitlink_cubin(ptx: str, arch: str) -> tuple[bytes, str] | None:
+    """The cubin through nvJitLink and its info log, or None when its
+    library is missing."""
     try:
         from cuda.bindings import nvjitlink
-        handle = nvjitlink.create(2, [f"-arch={arch}", "-O3"])
+        handle = nvjitlink.create(3, [f"-arch={arch}", "-O3", "-verbose"])
     except Exception:  # no cuda-python, or no libnvJitLink to load
         return None
     try:
@@ -119,14 +220,16 @@ def _nvjitlink_cubin(ptx: str, arch: str) -> bytes | None:
             raise CodegenError(f"nvJitLink failed: {e}\n{log.decode(errors='replace')}") from e
         cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
         nvjitlink.get_linked_cubin(handle, cubin)
-        return bytes(cubin)
+        info = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, info)
+        return bytes(cubin), info.rstrip(b"\0").decode(errors="replace")
     finally:
         nvjitlink.destroy(handle)
 
 
-def to_cubin(ptx: str, arch: str = "sm_90", use_ptxas: bool = True) -> bytes | None:
-    """The cubin of `ptx` through ptxas (if found and `use_ptxas`), else
-    nvJitLink; None when neither is available."""
+def _compile_cubin(ptx: str, arch: str, use_ptxas: bool) -> tuple[bytes, str] | None:
+    """(cubin, resource log) through ptxas -v, else nvJitLink; None when
+    neither is available."""
     _check_arch(arch)
     ptxas = find_ptxas() if use_ptxas else None
     if ptxas is None:
@@ -134,8 +237,29 @@ def to_cubin(ptx: str, arch: str = "sm_90", use_ptxas: bool = True) -> bytes | N
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
-        result = subprocess.run([ptxas, f"-arch={arch}", "-O3", str(src), "-o", str(out)],
+        result = subprocess.run([ptxas, f"-arch={arch}", "-O3", "-v", str(src), "-o", str(out)],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise CodegenError(f"ptxas failed:\n{result.stderr}")
-        return out.read_bytes()
+        return out.read_bytes(), result.stdout + result.stderr
+
+
+def kernel_resources(ptx: str, arch: str = "sm_90",
+                     use_ptxas: bool = True) -> dict[str, KernelResources] | None:
+    """Registers, shared memory, stack and spills of each kernel of `ptx`
+    as ptxas (or nvJitLink) compiles it; None without either."""
+    compiled = _compile_cubin(ptx, arch, use_ptxas)
+    return None if compiled is None else parse_ptxas_info(compiled[1], ptx)
+
+
+def to_cubin(ptx: str, arch: str = "sm_90", use_ptxas: bool = True) -> bytes | None:
+    """The cubin of `ptx` through ptxas (if found and `use_ptxas`), else
+    nvJitLink; None when neither is available. LaunchLimitError when a
+    kernel's registers x `.maxntid` threads or its shared memory exceed
+    what `arch` gives a block."""
+    compiled = _compile_cubin(ptx, arch, use_ptxas)
+    if compiled is None:
+        return None
+    cubin, log = compiled
+    check_resources(parse_ptxas_info(log, ptx), arch)
+    return cubin

@@ -1,25 +1,67 @@
 """Loading and launching kernels through `cuda.bindings.driver`.
 
 Every driver call is checked; a failure raises CudaError naming the call
-and the CUDA error. Without a driver or a GPU, CudaUnavailableError."""
+and the CUDA error. Without a driver or a GPU, CudaUnavailableError.
+
+Contexts: xla_gpu uses the primary context of device 0 (the one the CUDA
+runtime, jax and PyTorch share). Every entry point (load, launch, run,
+copies, to_host, and freeing memory from a finalizer on any thread) makes
+it current for the call with cuCtxPushCurrent/cuCtxPopCurrent, so the
+calling thread's own context is left as it was and a second thread needs
+no setup.
+
+Streams: `stream=` takes None (the legacy default stream), a CUstream, its
+integer handle, or an object with `__cuda_stream__` (cuda.core). Device
+arguments are ordered after their producer: a v3
+`__cuda_array_interface__` `stream` gets an event that our stream waits on,
+and a DLPack producer is handed our stream in `__dlpack__(stream=...)`.
+`run` returns once the results are complete (host arrays, or DeviceArrays
+whose `__cuda_array_interface__` has no pending stream).
+
+Alignment: kernels read and write 16 bytes at a time at offsets relative
+to each buffer's start (see spec.py). A device argument whose address is
+not a multiple of its ArgSpec.alignment is copied into a fresh allocation
+(cuMemAlloc returns 256-byte aligned memory) before the launch: reading it
+in place would raise CUDA_ERROR_MISALIGNED_ADDRESS, a sticky error that
+ruins the context for the rest of the process.
+
+Loading: the cubin first; when the driver refuses it (a cubin from a newer
+ptxas than the driver, CUDA_ERROR_UNSUPPORTED_PTX_VERSION, or for another
+GPU, CUDA_ERROR_NO_BINARY_FOR_GPU) the PTX is JIT-compiled instead, with a
+RuntimeWarning. The module is unloaded when its CudaKernel is garbage
+collected. Launch limits (threads, grid, shared memory, registers) are
+checked before a launch with ResourceError, the load-time ones against the
+loaded function's attributes.
+
+Numerics on the GPU (what tolerances must allow): f32 `atom.add` flushes
+subnormal inputs and results to zero, and libdevice's exp/tanh family
+flushes subnormal results, as on XLA:GPU; sqrt is the IEEE `sqrt.rn.f32`
+(see xla_gpu.codegen).
+"""
 
 from __future__ import annotations
 
 import ctypes
 import threading
+import warnings
+import weakref
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import CudaError, CudaUnavailableError
+from ..errors import ArgumentError, CudaError, CudaUnavailableError, ResourceError
+from .interop import LEGACY_DEFAULT_STREAM, ForeignArray
 from .spec import KernelSpec
 
 __all__ = ["CudaError", "CudaUnavailableError", "cuda_available", "DeviceArray",
-           "CudaKernel", "device_count"]
-
+           "CudaKernel", "device_count", "current_context", "stream_handle",
+           "LaunchLimits", "check_launch", "registers_per_block", "SM90_LIMITS"]
 
 _lock = threading.Lock()
 _context = None
+_device = None
+_device_attributes: dict[str, int] = {}
 
 
 def _driver():
@@ -44,9 +86,11 @@ def _check(call: str, result) -> Any:
     return rest[0] if len(rest) == 1 else tuple(rest)
 
 
-def _ensure_context():
-    """The primary context of device 0, made current on this thread."""
-    global _context
+def _primary_context():
+    """The primary context of device 0, retained once per process."""
+    global _context, _device
+    if _context is not None:
+        return _context
     cu = _driver()
     with _lock:
         if _context is None:
@@ -61,13 +105,42 @@ def _ensure_context():
                 raise CudaUnavailableError("no CUDA device")
             device = _check("cuDeviceGet", cu.cuDeviceGet(0))
             _context = _check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(device))
-        _check("cuCtxSetCurrent", cu.cuCtxSetCurrent(_context))
+            _device = device
     return _context
+
+
+def _ensure_context():
+    """The primary context of device 0, made current on this thread (for
+    callers that go on with driver calls of their own)."""
+    context = _primary_context()
+    _check("cuCtxSetCurrent", _driver().cuCtxSetCurrent(context))
+    return context
+
+
+class current_context:
+    """`with current_context():` the primary context is current inside;
+    the thread's previous context is current again after. Nests, and
+    costs one cuCtxGetCurrent when the context is current already."""
+
+    __slots__ = ("_pushed",)
+
+    def __enter__(self):
+        context = _primary_context()
+        cu = _driver()
+        current = _check("cuCtxGetCurrent", cu.cuCtxGetCurrent())
+        self._pushed = int(current) != int(context)
+        if self._pushed:
+            _check("cuCtxPushCurrent", cu.cuCtxPushCurrent(context))
+        return context
+
+    def __exit__(self, *exc) -> None:
+        if self._pushed:
+            _check("cuCtxPopCurrent", _driver().cuCtxPopCurrent())
 
 
 def cuda_available() -> bool:
     try:
-        _ensure_context()
+        _primary_context()
         return True
     except CudaError:
         return False
@@ -75,23 +148,180 @@ def cuda_available() -> bool:
 
 def device_count() -> int:
     try:
-        _ensure_context()
+        _primary_context()
     except CudaError:
         return 0
     return _check("cuDeviceGetCount", _driver().cuDeviceGetCount())
 
 
+def _device_attribute(name: str) -> int:
+    """A CUdevice_attribute of device 0 (`name` without the prefix)."""
+    if name not in _device_attributes:
+        _primary_context()
+        cu = _driver()
+        attribute = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        _device_attributes[name] = int(_check(f"cuDeviceGetAttribute({name})",
+                                              cu.cuDeviceGetAttribute(attribute, _device)))
+    return _device_attributes[name]
+
+
+def stream_handle(stream: Any) -> int:
+    """The CUstream handle of `stream` as an int (0: the legacy default
+    stream)."""
+    if stream is None:
+        return 0
+    if isinstance(stream, (bool, float)):
+        raise ArgumentError(f"stream must be a CUstream or its handle, got {stream!r}")
+    if isinstance(stream, int):
+        if stream < 0:
+            raise ArgumentError(f"stream handle must not be negative, got {stream}")
+        return stream
+    if hasattr(stream, "__cuda_stream__"):   # cuda.core: (version, handle)
+        return int(stream.__cuda_stream__()[1])
+    try:
+        return int(stream)                    # CUstream, cudaStream_t
+    except (TypeError, ValueError):
+        raise ArgumentError(f"stream must be a CUstream, its integer handle or have "
+                            f"__cuda_stream__, got {type(stream).__name__}") from None
+
+
+def _same_stream(a: int, b: int) -> bool:
+    # Handle 0 and CU_STREAM_LEGACY (1) are both the legacy default stream.
+    def norm(s):
+        return LEGACY_DEFAULT_STREAM if s == 0 else s
+    return norm(a) == norm(b)
+
+
+def _order_after(producer: int | None, consumer: int) -> None:
+    """Work enqueued on `consumer` from now on runs after everything
+    enqueued on `producer` so far (an event, as the CAI v3 spec asks)."""
+    if producer is None or _same_stream(producer, consumer):
+        return
+    cu = _driver()
+    event = _check("cuEventCreate", cu.cuEventCreate(
+        cu.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+    try:
+        _check(f"cuEventRecord(producer stream {producer:#x})", cu.cuEventRecord(event, producer))
+        _check("cuStreamWaitEvent", cu.cuStreamWaitEvent(consumer, event, 0))
+    finally:
+        cu.cuEventDestroy(event)   # released once the wait is done
+
+
+# -- launch limits ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchLimits:
+    """What one launch may ask of a GPU (sm_90's values by default)."""
+    max_threads_per_block: int = 1024
+    max_grid_x: int = (1 << 31) - 1
+    max_grid_yz: int = 65535
+    registers_per_block: int = 65536
+    # Dynamic shared memory above this needs cuFuncSetAttribute(
+    # MAX_DYNAMIC_SHARED_SIZE_BYTES); static + dynamic at most the opt-in limit.
+    default_shared_bytes: int = 48 * 1024
+    max_shared_bytes: int = 227 * 1024
+
+
+SM90_LIMITS = LaunchLimits()
+
+# Opt-in shared memory per block by compute capability (CUDA programming
+# guide, "Technical Specifications per Compute Capability").
+_SHARED_OPTIN = {70: 96 * 1024, 72: 48 * 1024, 75: 64 * 1024, 80: 163 * 1024,
+                 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024,
+                 100: 227 * 1024, 103: 227 * 1024, 110: 227 * 1024, 120: 99 * 1024,
+                 121: 99 * 1024}
+
+
+def limits_for_arch(arch: str) -> LaunchLimits:
+    """The launch limits of `sm_XX` (sm_90's for an unknown one)."""
+    digits = "".join(c for c in arch[3:] if c.isdigit()) if arch.startswith("sm_") else ""
+    optin = _SHARED_OPTIN.get(int(digits)) if digits else None
+    return LaunchLimits(max_shared_bytes=optin or SM90_LIMITS.max_shared_bytes)
+
+
+def registers_per_block(registers_per_thread: int, threads: int) -> int:
+    """Registers a block of `threads` occupies: allocated per warp in units
+    of 256 (8 per thread)."""
+    per_warp = -(-registers_per_thread * 32 // 256) * 256
+    return per_warp * -(-threads // 32)
+
+
+def check_launch(name: str, threads: int, blocks: int | Sequence[int], shared_bytes: int = 0,
+                 *, static_shared_bytes: int = 0, registers_per_thread: int = 0,
+                 max_threads: int | None = None,
+                 limits: LaunchLimits = SM90_LIMITS) -> None:
+    """ResourceError when a launch of kernel `name` breaks a CUDA limit:
+    threads per block, grid dimensions (x <= 2^31-1, y/z <= 65535),
+    shared memory (static + dynamic), registers x threads, or the loaded
+    function's own MAX_THREADS_PER_BLOCK (`max_threads`)."""
+    grid = (blocks, 1, 1) if isinstance(blocks, int) else tuple(blocks) + (1,) * (3 - len(blocks))
+    where = f"kernel '{name}'"
+    if not 1 <= threads <= limits.max_threads_per_block:
+        raise ResourceError(f"{where}: {threads} threads per block; CUDA allows 1 to "
+                            f"{limits.max_threads_per_block}")
+    if not 1 <= grid[0] <= limits.max_grid_x:
+        raise ResourceError(f"{where}: a grid of {grid[0]} blocks in x; CUDA allows 1 to "
+                            f"{limits.max_grid_x} (xla_gpu's emitters launch "
+                            "one-dimensional grids)")
+    for axis, extent in zip("yz", grid[1:]):
+        if not 1 <= extent <= limits.max_grid_yz:
+            raise ResourceError(f"{where}: a grid of {extent} blocks in {axis}; CUDA allows "
+                                f"1 to {limits.max_grid_yz}")
+    total_shared = static_shared_bytes + shared_bytes
+    if shared_bytes < 0 or total_shared > limits.max_shared_bytes:
+        raise ResourceError(f"{where}: {static_shared_bytes} bytes of static and "
+                            f"{shared_bytes} of dynamic shared memory; a block can have at "
+                            f"most {limits.max_shared_bytes}")
+    if max_threads is not None and threads > max_threads:
+        raise ResourceError(f"{where}: the launch has {threads} threads per block; the "
+                            f"loaded kernel allows at most {max_threads}"
+                            + (f" (it uses {registers_per_thread} registers per thread)"
+                               if registers_per_thread else ""))
+    if registers_per_thread:
+        used = registers_per_block(registers_per_thread, threads)
+        if used > limits.registers_per_block:
+            raise ResourceError(f"{where}: {registers_per_thread} registers per thread x "
+                                f"{threads} threads need {used} registers; a block has "
+                                f"{limits.registers_per_block}")
+
+
+# -- memory -----------------------------------------------------------------------
+
+
+def _free(pointer: int) -> None:
+    """cuMemFree in the primary context, from any thread; a finalizer's
+    helper (errors at interpreter shutdown are dropped)."""
+    try:
+        with current_context():
+            _driver().cuMemFree(pointer)
+    except Exception:
+        pass
+
+
 class DeviceArray:
-    """Device memory holding one array; frees itself. Exposes
-    `__cuda_array_interface__` so other libraries can read it."""
+    """Device memory holding one array; frees itself (from any thread).
+    Exposes `__cuda_array_interface__` so other libraries can read it."""
 
     def __init__(self, shape, dtype, nbytes: int | None = None):
-        _ensure_context()
-        self.shape = tuple(shape)
+        self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize \
-            if nbytes is None else nbytes
-        self.ptr = int(_check("cuMemAlloc", _driver().cuMemAlloc(max(self.nbytes, 1))))
+        if any(d < 0 for d in self.shape):
+            raise ArgumentError(f"negative extent in shape {list(self.shape)}")
+        size = 1
+        for d in self.shape:          # Python ints: no silent overflow
+            size *= d
+        self.nbytes = size * self.dtype.itemsize if nbytes is None else int(nbytes)
+        self.ptr = 0
+        with current_context():
+            free, _ = _check("cuMemGetInfo", _driver().cuMemGetInfo()) \
+                if self.nbytes > (1 << 30) else (None, None)
+            if free is not None and self.nbytes > free:
+                raise ResourceError(f"a device array of {self.nbytes} bytes "
+                                    f"({self.dtype}{list(self.shape)}); the GPU has "
+                                    f"{free} bytes free")
+            self.ptr = int(_check("cuMemAlloc", _driver().cuMemAlloc(max(self.nbytes, 1))))
+        self._finalizer = weakref.finalize(self, _free, self.ptr)
 
     @staticmethod
     def from_host(array: np.ndarray, stream=None) -> "DeviceArray":
@@ -101,42 +331,60 @@ class DeviceArray:
         return out
 
     def copy_from_host(self, array: np.ndarray, stream=None) -> None:
-        cu = _driver()
+        array = np.require(array, requirements='C')
+        if array.nbytes != self.nbytes:
+            raise ArgumentError(f"copy of {array.nbytes} bytes into a device array of "
+                                f"{self.nbytes}")
         if self.nbytes:
-            _check("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(
-                self.ptr, array.ctypes.data, self.nbytes, stream or 0))
+            with current_context():
+                _check("cuMemcpyHtoDAsync", _driver().cuMemcpyHtoDAsync(
+                    self.ptr, array.ctypes.data, self.nbytes, stream_handle(stream)))
 
     def copy_from_device(self, ptr: int, stream=None) -> None:
+        """Copies `self.nbytes` bytes from device address `ptr`."""
         if self.nbytes:
-            _check("cuMemcpyDtoDAsync", _driver().cuMemcpyDtoDAsync(
-                self.ptr, ptr, self.nbytes, stream or 0))
+            with current_context():
+                _check("cuMemcpyDtoDAsync", _driver().cuMemcpyDtoDAsync(
+                    self.ptr, ptr, self.nbytes, stream_handle(stream)))
 
     def to_host(self, stream=None) -> np.ndarray:
         out = np.empty(self.shape, self.dtype)
-        cu = _driver()
         if self.nbytes:
-            _check("cuMemcpyDtoHAsync", cu.cuMemcpyDtoHAsync(
-                out.ctypes.data, self.ptr, self.nbytes, stream or 0))
-            _check("cuStreamSynchronize", cu.cuStreamSynchronize(stream or 0))
+            handle = stream_handle(stream)
+            with current_context():
+                cu = _driver()
+                _check("cuMemcpyDtoHAsync", cu.cuMemcpyDtoHAsync(
+                    out.ctypes.data, self.ptr, self.nbytes, handle))
+                _check("cuStreamSynchronize", cu.cuStreamSynchronize(handle))
         return out
 
     @property
     def __cuda_array_interface__(self) -> dict:
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
-                "version": 3, "strides": None}
+                "version": 3, "strides": None, "stream": None}
 
-    def __del__(self):
-        ptr, self.ptr = getattr(self, "ptr", 0), 0
-        if ptr:
-            try:
-                _driver().cuMemFree(ptr)
-            except Exception:
-                pass
+    def free(self) -> None:
+        """Frees the memory now (also done when the array is collected)."""
+        self.ptr = 0
+        self._finalizer()
+
+
+# -- kernels ----------------------------------------------------------------------
+
+
+def _unload(module) -> None:
+    """cuModuleUnload in the primary context (a finalizer's helper)."""
+    try:
+        with current_context():
+            _driver().cuModuleUnload(module)
+    except Exception:
+        pass
 
 
 class CudaKernel:
     """A loaded kernel: `run` takes host or device arrays and launches with
-    the spec's launch dimensions."""
+    the spec's launch dimensions. Thread-safe: the module is loaded once,
+    and each call makes the context current for itself."""
 
     def __init__(self, spec: KernelSpec, *, cubin: bytes | None = None, ptx: str | None = None):
         if cubin is None and ptx is None:
@@ -145,86 +393,210 @@ class CudaKernel:
         self._cubin, self._ptx = cubin, ptx
         self._function = None
         self._module = None
+        self._unloader: weakref.finalize | None = None
+        self._load_lock = threading.Lock()
+        self.loaded_from: str | None = None     # "cubin" or "ptx" once loaded
+        self.attributes: dict[str, int] = {}    # the function's, once loaded
+
+    # loading
+
+    def _load_module(self):
+        cu = _driver()
+        cubin_error = None
+        if self._cubin is not None:
+            try:
+                module = _check("cuModuleLoadData(cubin)", cu.cuModuleLoadData(self._cubin))
+                return module, "cubin"
+            except CudaError as e:
+                if self._ptx is None:
+                    raise
+                cubin_error = e
+                warnings.warn(f"kernel '{self.spec.name}': the cubin does not load ({e}); "
+                              "JIT-compiling its PTX instead (the driver is older than the "
+                              f"ptxas that built the cubin, or the GPU is not "
+                              f"{self.spec.arch})", RuntimeWarning, stacklevel=4)
+        try:
+            module = _check("cuModuleLoadData(PTX, JIT)",
+                            cu.cuModuleLoadData(self._ptx.encode() + b"\0"))
+        except CudaError as e:
+            if cubin_error is None:
+                raise
+            raise CudaError(f"kernel '{self.spec.name}' loads neither as cubin "
+                            f"({cubin_error}) nor as PTX ({e})") from None
+        return module, "ptx"
+
+    def _function_attribute(self, function, name: str) -> int:
+        cu = _driver()
+        attribute = getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+        return int(_check(f"cuFuncGetAttribute({name})",
+                          cu.cuFuncGetAttribute(attribute, function)))
 
     def _load(self):
         if self._function is not None:
             return self._function
-        _ensure_context()
-        cu = _driver()
-        image = self._cubin if self._cubin is not None else self._ptx.encode() + b"\0"
-        how = "cuModuleLoadData(cubin)" if self._cubin is not None else "cuModuleLoadData(PTX, JIT)"
-        self._module = _check(how, cu.cuModuleLoadData(image))
-        self._function = _check(f"cuModuleGetFunction({self.spec.name})",
-                                cu.cuModuleGetFunction(self._module, self.spec.name.encode()))
+        with self._load_lock:
+            if self._function is not None:
+                return self._function
+            with current_context():
+                cu = _driver()
+                module, how = self._load_module()
+                unloader = weakref.finalize(self, _unload, module)
+                try:
+                    function = _check(f"cuModuleGetFunction({self.spec.name})",
+                                      cu.cuModuleGetFunction(module, self.spec.name.encode()))
+                    self._configure(function)
+                except BaseException:
+                    unloader()
+                    raise
+                self._module, self._unloader, self.loaded_from = module, unloader, how
+                self._function = function
         return self._function
 
+    def _configure(self, function) -> None:
+        """Checks the launch against the loaded function and the device,
+        and opts in to dynamic shared memory above 48 KiB."""
+        s = self.spec
+        attributes = {name: self._function_attribute(function, name) for name in (
+            "MAX_THREADS_PER_BLOCK", "NUM_REGS", "SHARED_SIZE_BYTES", "LOCAL_SIZE_BYTES")}
+        self.attributes = attributes
+        limits = LaunchLimits(
+            max_threads_per_block=_device_attribute("MAX_THREADS_PER_BLOCK"),
+            max_grid_x=_device_attribute("MAX_GRID_DIM_X"),
+            max_grid_yz=min(_device_attribute("MAX_GRID_DIM_Y"),
+                            _device_attribute("MAX_GRID_DIM_Z")),
+            registers_per_block=_device_attribute("MAX_REGISTERS_PER_BLOCK"),
+            max_shared_bytes=_device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"))
+        check_launch(s.name, s.threads, s.blocks, s.shared_bytes,
+                     static_shared_bytes=attributes["SHARED_SIZE_BYTES"],
+                     registers_per_thread=attributes["NUM_REGS"],
+                     max_threads=attributes["MAX_THREADS_PER_BLOCK"], limits=limits)
+        if s.shared_bytes > limits.default_shared_bytes:
+            cu = _driver()
+            _check("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", cu.cuFuncSetAttribute(
+                function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                s.shared_bytes))
+
+    def unload(self) -> None:
+        """Unloads the module now (also done when the kernel is collected);
+        a later launch loads it again."""
+        with self._load_lock:
+            if self._unloader is not None:
+                self._unloader()
+            self._function = self._module = self._unloader = None
+
+    # launching
+
     def launch(self, pointers: Sequence[int], stream=None) -> None:
-        cu = _driver()
-        function = self._load()
+        s = self.spec
+        check_launch(s.name, s.threads, s.blocks, s.shared_bytes)
+        handle = stream_handle(stream)
         values = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
         params = (ctypes.c_void_p * max(len(pointers), 1))(
             *[ctypes.addressof(values) + i * ctypes.sizeof(ctypes.c_void_p)
               for i in range(len(pointers))])
-        s = self.spec
-        _check(f"cuLaunchKernel({s.name}, grid={s.blocks}, block={s.threads})",
-               cu.cuLaunchKernel(function, s.blocks, 1, 1, s.threads, 1, 1,
-                                 s.shared_bytes, stream or 0, ctypes.addressof(params), 0))
+        with current_context():
+            function = self._load()
+            _check(f"cuLaunchKernel({s.name}, grid={s.blocks}, block={s.threads})",
+                   _driver().cuLaunchKernel(function, s.blocks, 1, 1, s.threads, 1, 1,
+                                            s.shared_bytes, handle, ctypes.addressof(params), 0))
 
     def prepare(self, args: Sequence[Any], stream=None):
-        """Device buffers for one launch: (pointers, outputs, keep-alive)."""
+        """Device buffers for one launch: (pointers, outputs, keep-alive).
+        Host arrays are copied to the device; device arrays are used in
+        place, after their producer's stream, unless misaligned or written
+        in place (then copied, so the caller's array is never written)."""
+        handle = stream_handle(stream)
+        checked = self.spec.check_arguments(args, device_ok=True, stream=handle)
+        return self._prepare_checked(checked, handle)
+
+    def _prepare_checked(self, args: list[Any], handle: int):
         spec = self.spec
-        args = spec.check_arguments(args, device_ok=True)
-        keep, params = [], []
-        aliased = {j: k for k, j in spec.aliases.items()}
-        for j, arg in enumerate(args):
-            if hasattr(arg, "__cuda_array_interface__") and not isinstance(arg, np.ndarray):
-                ptr = arg.__cuda_array_interface__["data"][0]
-                if j in aliased:  # never write into the caller's array
-                    copy = DeviceArray(spec.parameters[j].shape, spec.parameters[j].storage_dtype)
-                    copy.copy_from_device(ptr, stream)
-                    keep.append(copy)
-                    ptr = copy.ptr
-                params.append(ptr)
-            else:
-                buf = DeviceArray.from_host(arg, stream)
-                keep.append(buf)
-                params.append(buf.ptr)
-        outputs: list[DeviceArray] = []
-        for k, o in enumerate(spec.outputs):
-            if k in spec.aliases:
-                j = spec.aliases[k]
-                holder = next(b for b in keep if b.ptr == params[j])
-                outputs.append(holder)
-            else:
-                outputs.append(DeviceArray(o.shape, o.storage_dtype))
+        with current_context():
+            keep: list[Any] = []
+            params: list[int] = []
+            in_place = set(spec.aliases.values())
+            copies: dict[int, DeviceArray] = {}
+            for j, (arg, p) in enumerate(zip(args, spec.parameters)):
+                if isinstance(arg, ForeignArray):
+                    keep.append(arg)   # the producer's memory stays until we are done
+                    _order_after(arg.stream, handle)
+                    if j in in_place or arg.misalignment(p.alignment):
+                        copy = DeviceArray(p.shape, p.storage_dtype)
+                        copy.copy_from_device(arg.pointer, handle)
+                        copies[j] = copy
+                        keep.append(copy)
+                        params.append(copy.ptr)
+                    else:
+                        params.append(arg.pointer)
+                else:
+                    buf = DeviceArray.from_host(arg, handle)
+                    copies[j] = buf
+                    keep.append(buf)
+                    params.append(buf.ptr)
+            outputs: list[DeviceArray] = [
+                copies[spec.aliases[k]] if k in spec.aliases
+                else DeviceArray(o.shape, o.storage_dtype) for k, o in enumerate(spec.outputs)]
         pointers = [params[i] if kind == "param" else outputs[i].ptr
                     for kind, i in spec.kernel_args]
         return pointers, outputs, keep
 
-    def run(self, *args, stream=None, device_outputs: bool = False):
-        pointers, outputs, keep = self.prepare(args, stream)
-        self.launch(pointers, stream)
-        if device_outputs:
-            _check("cuStreamSynchronize", _driver().cuStreamSynchronize(stream or 0))
-            return tuple(outputs)
-        return tuple(spec.from_storage(o.to_host(stream))
-                     for spec, o in zip(self.spec.outputs, outputs))
+    @staticmethod
+    def _release(keep: list[Any], handle: int, failed: bool) -> None:
+        """Hands foreign arrays back once the stream no longer reads them."""
+        if failed and any(isinstance(k, ForeignArray) for k in keep):
+            try:
+                _driver().cuStreamSynchronize(handle)
+            except Exception:
+                pass
+        for k in keep:
+            if isinstance(k, ForeignArray):
+                k.release()
 
-    def time(self, *args, iterations: int = 100, warmup: int = 10) -> float:
-        """Seconds per launch, from CUDA events around `iterations` launches."""
-        cu = _driver()
-        pointers, outputs, keep = self.prepare(args)
-        for _ in range(warmup):
-            self.launch(pointers)
-        start = _check("cuEventCreate", cu.cuEventCreate(0))
-        stop = _check("cuEventCreate", cu.cuEventCreate(0))
-        _check("cuEventRecord", cu.cuEventRecord(start, 0))
-        for _ in range(iterations):
-            self.launch(pointers)
-        _check("cuEventRecord", cu.cuEventRecord(stop, 0))
-        _check("cuEventSynchronize", cu.cuEventSynchronize(stop))
-        ms = _check("cuEventElapsedTime", cu.cuEventElapsedTime(start, stop))
-        cu.cuEventDestroy(start)
-        cu.cuEventDestroy(stop)
-        del outputs, keep
-        return ms / 1e3 / iterations
+    def run(self, *args, stream=None, device_outputs: bool = False):
+        handle = stream_handle(stream)
+        checked = self.spec.check_arguments(args, device_ok=True, stream=handle)
+        with current_context():
+            pointers, outputs, keep = self._prepare_checked(checked, handle)
+            failed = True
+            try:
+                self.launch(pointers, handle)
+                if device_outputs:
+                    _check("cuStreamSynchronize", _driver().cuStreamSynchronize(handle))
+                    result = tuple(outputs)
+                else:
+                    result = tuple(spec.from_storage(o.to_host(handle))
+                                   for spec, o in zip(self.spec.outputs, outputs))
+                failed = False
+                return result
+            finally:
+                self._release(keep, handle, failed)
+
+    def time(self, *args, iterations: int = 100, warmup: int = 10, stream=None) -> float:
+        """Seconds per launch, from CUDA events recorded on `stream` around
+        `iterations` launches."""
+        handle = stream_handle(stream)
+        checked = self.spec.check_arguments(args, device_ok=True, stream=handle)
+        with current_context():
+            cu = _driver()
+            pointers, outputs, keep = self._prepare_checked(checked, handle)
+            start = stop = None
+            failed = True
+            try:
+                for _ in range(warmup):
+                    self.launch(pointers, handle)
+                start = _check("cuEventCreate", cu.cuEventCreate(0))
+                stop = _check("cuEventCreate", cu.cuEventCreate(0))
+                _check("cuEventRecord", cu.cuEventRecord(start, handle))
+                for _ in range(iterations):
+                    self.launch(pointers, handle)
+                _check("cuEventRecord", cu.cuEventRecord(stop, handle))
+                _check("cuEventSynchronize", cu.cuEventSynchronize(stop))
+                ms = _check("cuEventElapsedTime", cu.cuEventElapsedTime(start, stop))
+                failed = False
+            finally:
+                for event in (start, stop):
+                    if event is not None:
+                        cu.cuEventDestroy(event)
+                self._release(keep, handle, failed)
+            del outputs
+        return ms / 1e3 / max(iterations, 1)

@@ -1,5 +1,13 @@
 """What a compiled kernel needs to be run: launch dimensions and the
-argument layout, saved as `kernel.json` next to the PTX/cubin. numpy only."""
+argument layout, saved as `kernel.json` next to the PTX/cubin. numpy only.
+
+Alignment: kernels load and store up to 16 bytes at a time (`ld.global.v4`
+on the GPU, vector moves on the host), at offsets that are multiples of the
+access width from the start of each buffer, so every buffer's address must
+be a multiple of its `ArgSpec.alignment` (16 bytes; a kernel.json without
+the field means 16). `host_buffers` copies a misaligned host array into an
+aligned one; the cuda runtime does the same for device arrays.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +20,50 @@ import numpy as np
 from ..errors import ArgumentError
 from ..hlo.shape import ELEMENT_TYPES
 
-__all__ = ["ArgSpec", "KernelSpec"]
+__all__ = ["ArgSpec", "KernelSpec", "DEFAULT_ALIGNMENT", "aligned_empty", "aligned_zeros",
+           "aligned_copy", "is_aligned"]
+
+# Bytes: the widest access the emitted kernels make (128-bit vectors).
+DEFAULT_ALIGNMENT = 16
+# What a kernel.json may ask for (a power of two up to a page).
+MAX_ALIGNMENT = 4096
+
+
+def aligned_empty(shape, dtype, alignment: int = DEFAULT_ALIGNMENT) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts at a multiple
+    of `alignment` bytes (numpy only promises the element size)."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def aligned_zeros(shape, dtype, alignment: int = DEFAULT_ALIGNMENT) -> np.ndarray:
+    out = aligned_empty(shape, dtype, alignment)
+    out[...] = 0
+    return out
+
+
+def is_aligned(array: np.ndarray, alignment: int = DEFAULT_ALIGNMENT) -> bool:
+    return array.size == 0 or array.ctypes.data % alignment == 0
+
+
+def aligned_copy(array: np.ndarray, alignment: int = DEFAULT_ALIGNMENT) -> np.ndarray:
+    """A C-contiguous copy of `array` at an aligned address."""
+    out = aligned_empty(array.shape, array.dtype, alignment)
+    out[...] = array
+    return out
 
 
 @dataclass(frozen=True)
 class ArgSpec:
     shape: tuple[int, ...]
     dtype: str                     # HLO element type: f32, bf16, pred, ...
+    # Bytes the buffer's address must be a multiple of (the kernel's
+    # widest vector access to it).
+    alignment: int = DEFAULT_ALIGNMENT
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -83,19 +128,23 @@ class KernelSpec:
     @staticmethod
     def from_json(text: str) -> "KernelSpec":
         data: dict[str, Any] = json.loads(text)
-        data["parameters"] = [ArgSpec(tuple(a["shape"]), a["dtype"]) for a in data["parameters"]]
-        data["outputs"] = [ArgSpec(tuple(a["shape"]), a["dtype"]) for a in data["outputs"]]
+        data["parameters"] = [_arg_from_json(a) for a in data["parameters"]]
+        data["outputs"] = [_arg_from_json(a) for a in data["outputs"]]
         data["aliases"] = {int(k): int(v) for k, v in data.get("aliases", {}).items()}
         return KernelSpec(**data)
 
     def host_buffers(self, args: Sequence[Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """For a host run: the kernel's buffers in argument order, and the
         output buffers (in-place outputs are a copy of their operand, so the
-        caller's array is never written)."""
-        arrays = [a.copy() if j in self.aliases.values() else a
-                  for j, a in enumerate(self.check_arguments(args))]
+        caller's array is never written). Every buffer starts at a multiple
+        of its alignment: a misaligned argument is copied."""
+        in_place = set(self.aliases.values())
+        arrays = [aligned_copy(a, p.alignment)
+                  if j in in_place or not is_aligned(a, p.alignment) else a
+                  for j, (a, p) in enumerate(zip(self.check_arguments(args), self.parameters))]
         outputs = [arrays[self.aliases[k]] if k in self.aliases
-                   else np.zeros(o.shape, o.storage_dtype) for k, o in enumerate(self.outputs)]
+                   else aligned_zeros(o.shape, o.storage_dtype, o.alignment)
+                   for k, o in enumerate(self.outputs)]
         buffers = [arrays[i] if kind == "param" else outputs[i] for kind, i in self.kernel_args]
         return buffers, outputs
 
@@ -103,23 +152,34 @@ class KernelSpec:
         """Output buffers as the user's arrays (sub-byte types unpacked)."""
         return tuple(o.from_storage(a) for o, a in zip(self.outputs, outputs))
 
-    def check_arguments(self, args: Sequence[Any], *, device_ok: bool = False) -> list[Any]:
+    def check_arguments(self, args: Sequence[Any], *, device_ok: bool = False,
+                        stream: int = 0) -> list[Any]:
         """Validates count, shape and dtype; returns host arrays as
-        C-contiguous numpy arrays (device arrays are passed through)."""
+        C-contiguous numpy arrays in the storage dtype. With `device_ok`,
+        device arrays (`__cuda_array_interface__`, or DLPack on a CUDA
+        device) become `interop.ForeignArray`s; DLPack producers are told
+        to order their writes before `stream` (a CUstream handle)."""
+        from . import interop
         if len(args) != len(self.parameters):
             raise ArgumentError(f"{self.name} takes {len(self.parameters)} arguments "
                              f"({', '.join(p.describe() for p in self.parameters)}), "
                              f"got {len(args)}")
         out = []
         for i, (arg, spec) in enumerate(zip(args, self.parameters)):
-            if device_ok and hasattr(arg, "__cuda_array_interface__"):
-                iface = arg.__cuda_array_interface__
-                shape, dtype = tuple(iface["shape"]), np.dtype(iface["typestr"])
-                if iface.get("strides") not in (None, ()) and \
-                        iface["strides"] != _contiguous_strides(shape, dtype.itemsize):
-                    raise ArgumentError(f"argument {i}: device array must be contiguous")
-                value = arg
+            if device_ok and interop.is_foreign_array(arg):
+                value = interop.foreign_array(arg, stream, where=f"argument {i}")
+                if not value.on_device:
+                    raise ArgumentError(f"argument {i}: a {interop.device_name(value.device_type)} "
+                                        "array is neither host nor CUDA device memory")
+                if not value.is_c_contiguous:
+                    raise ArgumentError(f"argument {i}: device array must be C-contiguous "
+                                        f"(strides {list(value.strides or ())} bytes for "
+                                        f"shape {list(value.shape)})")
+                shape, dtype = value.shape, value.dtype
             else:
+                if not isinstance(arg, np.ndarray) and hasattr(arg, "__dlpack__") and \
+                        not hasattr(arg, "__array__") and not hasattr(arg, "__array_interface__"):
+                    arg = np.from_dlpack(arg)   # a host array known only by DLPack
                 value = np.asarray(arg)
                 shape, dtype = value.shape, value.dtype
             if tuple(shape) != tuple(spec.shape):
@@ -130,14 +190,16 @@ class KernelSpec:
                     dtype.itemsize == expected.itemsize and dtype.kind == "V"):
                 raise ArgumentError(f"argument {i}: expected dtype {spec.dtype} "
                                  f"({expected}), got {dtype}")
-            out.append(value if value is arg and not isinstance(arg, np.ndarray)
+            out.append(value if isinstance(value, interop.ForeignArray)
                        else np.require(spec.to_storage(value), requirements='C'))
         return out
 
 
-def _contiguous_strides(shape, itemsize) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for d in reversed(shape):
-        strides.append(step)
-        step *= d
-    return tuple(reversed(strides))
+def _arg_from_json(data: dict[str, Any]) -> ArgSpec:
+    alignment = data.get("alignment", DEFAULT_ALIGNMENT)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or \
+            not 1 <= alignment <= MAX_ALIGNMENT or alignment & (alignment - 1):
+        raise ValueError(f"alignment {alignment!r} is not a power of two in "
+                         f"[1, {MAX_ALIGNMENT}]")
+    return ArgSpec(tuple(data["shape"]), data["dtype"], alignment)
+
