@@ -103,23 +103,18 @@ def _jax_time(prog, iterations: int, backend: str) -> float | None:
 
 
 def cpu_table(names, forms, iterations: int, with_jax: bool) -> list[dict]:
+    """Ours first for every program, XLA:CPU after: jax's ffi.pycapsule
+    retypes ctypes.pythonapi.PyCapsule_New for the whole process, which
+    breaks xla_gpu's native handles compiled after it (reported)."""
     import xla_gpu
     from xla_gpu import hlo
     _register_python_handlers()
-    jax_programs = _jax_programs() if with_jax else None
     rows = []
     for name in names:
         data = load_data(name)
-        xla_ms = None
-        if jax_programs and name in jax_programs:
-            try:
-                seconds = _jax_time(jax_programs[name], iterations, "cpu")
-                xla_ms = None if seconds is None else seconds * 1e3
-            except Exception as e:   # a program jax cannot rerun here
-                print(f"  {name}: XLA:CPU timing failed: {e}", file=sys.stderr)
         for form in forms:
             row = {"program": name, "form": form, "xla_temp": data.xla_memory.get(
-                "temp_size_in_bytes"), "xla_cpu_ms": xla_ms}
+                "temp_size_in_bytes"), "xla_cpu_ms": None}
             text = (data.folder / FORMS[form]).read_text()
             cache = tempfile.mkdtemp(prefix="xla_gpu_bench_")
             os.environ["XLA_GPU_CACHE_DIR"] = cache
@@ -139,7 +134,23 @@ def cpu_table(names, forms, iterations: int, with_jax: bool) -> list[dict]:
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
             rows.append(row)
-            print(_row_text(row), flush=True)
+            print(f"  {name} {form}: {'error' if 'error' in row else 'done'}",
+                  file=sys.stderr, flush=True)
+    jax_programs = _jax_programs() if with_jax else None
+    for name in names if jax_programs else ():
+        if name not in jax_programs:
+            continue
+        try:
+            seconds = _jax_time(jax_programs[name], iterations, "cpu")
+        except Exception as e:   # a program jax cannot rerun here
+            print(f"  {name}: XLA:CPU timing failed: {e}", file=sys.stderr)
+            continue
+        for row in rows:
+            if row["program"] == name and seconds is not None:
+                row["xla_cpu_ms"] = seconds * 1e3
+    print(HEADER)
+    for row in rows:
+        print(_row_text(row))
     return rows
 
 
@@ -297,7 +308,6 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=HERE / "results" / "programs.json")
     args = p.parse_args(argv)
     forms = ["after", "before"] if args.form == "both" else [args.form]
-    print(HEADER)
     rows = cpu_table(args.names or program_names(), forms, args.iterations, not args.no_jax)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))

@@ -181,11 +181,13 @@ class _ModuleBuilder:
         return out
 
     def rewrite(self, comp: HloComputation) -> HloComputation:
-        """`comp` with thunk ops only (memoized; sequential computations
-        nested in while/conditional are rewritten too)."""
-        done = self.rewritten.get(id(comp))
-        if done is not None:
-            return done
+        """`comp` with thunk ops only; sequential computations nested in
+        while/conditional are rewritten too. A computation called from
+        several places gets a copy per caller (XLA's FlattenCallGraph):
+        each loop body and branch has buffers of its own."""
+        name = comp.name
+        if id(comp) in self.rewritten:
+            name = self.unique_comp(f"{comp.name}.clone")
         source = inline_calls(comp) if any(
             i.opcode == "call" for i in comp.instructions) else comp
         mapping: dict[int, HloInstruction] = {}
@@ -195,9 +197,18 @@ class _ModuleBuilder:
             ops = [mapping[id(o)] for o in inst.operands]
             mapping[id(inst)] = self._rewrite_instruction(inst, ops, out)
         root = mapping[id(source.root)]
-        new = HloComputation(comp.name, out, root, comp.is_entry, comp.location)
+        if name != comp.name:   # a copy: instruction names unique in the module
+            renamed = {}
+            for inst in out:
+                renamed[inst.name] = inst.name = self.unique(inst.name)
+            for inst in out:
+                preds = inst.attrs.get("control-predecessors")
+                if preds:
+                    inst.attrs["control-predecessors"] = tuple(renamed.get(p, p)
+                                                               for p in preds)
+        new = HloComputation(name, out, root, comp.is_entry, comp.location)
         _link(new)
-        self.rewritten[id(comp)] = new
+        self.rewritten.setdefault(id(comp), new)
         return new
 
     def _emit(self, out: list, inst: HloInstruction) -> HloInstruction:
@@ -463,9 +474,12 @@ def _order_loop_state_updates(module: HloModule) -> int:
     """In every while body, the instruction writing loop state element k
     runs after the other readers of element k's previous value (XLA adds
     these control edges when it removes the copies copy insertion would
-    need): then the new value can take the old one's buffer. Edges that
-    would close a cycle are left out (buffer assignment then asks for a
-    copy). Returns the number of edges added."""
+    need): then the new value can take the old one's buffer. Where that
+    cannot be (the writer reads the old value at other elements, or a
+    reader of the old value needs the new one), the new value is copied into
+    the state after the last reader, as XLA's copy insertion does. Returns
+    the number of control edges added."""
+    from .service.alias_analysis import elementwise_share_pairs, in_place_pairs
     added = 0
     for comp in _reachable_computations(module.entry):
         for loop in comp.instructions:
@@ -476,22 +490,47 @@ def _order_loop_state_updates(module: HloModule) -> int:
                 continue
             param = body.parameters[0]
             by_name = {i.name: i for i in body.instructions}
-            for k, writer in enumerate(body.root.operands):
+            for k, value in enumerate(list(body.root.operands)):
                 old = [g for g in param.users
                        if g.opcode == "get-tuple-element" and g.attrs.get("index") == k]
-                if not old or writer in old:
+                if not old or value in old or value.shape.is_tuple:
+                    continue
+                writer = value
+                while writer.opcode in ("get-tuple-element", "bitcast") and \
+                        writer not in old and writer is not param:
+                    writer = writer.operands[0]
+                if writer in old or writer is param or writer.opcode in ("parameter",
+                                                                          "constant"):
                     continue
                 readers: list[HloInstruction] = []
+                old_values = list(old)
                 stack = list(old)
                 while stack:
-                    value = stack.pop()
-                    for user in value.users:
+                    current = stack.pop()
+                    for user in current.users:
                         if user.opcode == "bitcast":
                             stack.append(user)
-                        elif user is not writer and user is not body.root and \
-                                user not in readers:
+                            old_values.append(user)
+                        elif user is not body.root and user not in readers:
                             readers.append(user)
-                for reader in readers:
+                shareable = {i for i, _, _ in in_place_pairs(writer)} | \
+                    {i for i, _, _ in elementwise_share_pairs(writer)}
+                self_read = writer in readers and not all(
+                    i in shareable for i, o in enumerate(writer.operands)
+                    if any(o is v for v in old_values))
+                others = [r for r in readers if r is not writer]
+                if self_read or any(id(writer) in _ancestors(r, by_name) for r in others):
+                    copy = HloInstruction(_unique_name(by_name, f"{value.name}.state_copy"),
+                                          "copy", value.shape, [value], {}, None, None,
+                                          value.location)
+                    body.instructions.append(copy)
+                    by_name[copy.name] = copy
+                    body.root.operands[k] = copy
+                    copy.parent = body
+                    copy.users = [body.root]
+                    value.users = [u for u in value.users if u is not body.root] + [copy]
+                    writer, others = copy, readers
+                for reader in others:
                     if id(writer) in _ancestors(reader, by_name):
                         continue
                     names = tuple(writer.attrs.get("control-predecessors") or ())
@@ -502,6 +541,14 @@ def _order_loop_state_updates(module: HloModule) -> int:
                         body._control_edges = True
                     added += 1
     return added
+
+
+def _unique_name(taken: dict[str, HloInstruction], base: str) -> str:
+    name, n = base, 0
+    while name in taken:
+        n += 1
+        name = f"{base}.{n}"
+    return name
 
 
 # -- kernels -------------------------------------------------------------------------
