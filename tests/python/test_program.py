@@ -221,3 +221,27 @@ def test_xla_gpu_run_exits_2_on_errors(tmp_path):
                    "  ROOT r = f32[4] rng(x, x), distribution=rng_uniform\n}\n")
     result = _cli(str(bad), "--target", "cpu")
     assert result.returncode == 2 and "'r'" in result.stderr
+
+
+def test_cuda_programs_compile_without_a_gpu_and_run_where_one_is(tmp_path):
+    """The cuda target: PTX (and cubin where ptxas is) for every kernel,
+    cuBLASLt plans for every gemm, saved for a GPU machine; run and checked
+    when this machine has a GPU (device arrays in and out too)."""
+    from xla_gpu import runtime
+    data = load_data("scan_rnn")
+    text = (data.folder / AFTER).read_text()
+    exe = xla_gpu.compile(text, target="cuda")
+    assert exe.target == "cuda"
+    assert all(k.ptx and ".entry" in k.ptx for k in exe.kernels.values())
+    assert {t.kind for t in exe.thunks} >= {"while"}
+    exe.save(tmp_path / "prog")
+    loaded = load_program(tmp_path / "prog")
+    assert loaded.target == "cuda" and loaded.thunk_sequence_text() == exe.thunk_sequence_text()
+    if not runtime.cuda_available():
+        return
+    module = hlo.parse_module(text)
+    assert not data.mismatches(loaded.run(*data.inputs), module)
+    from xla_gpu.runtime.cuda import DeviceArray
+    device = [DeviceArray.from_host(np.require(a, requirements="C")) for a in data.inputs]
+    out = loaded.run(*device, device_outputs=True)
+    assert not data.mismatches([o.to_host() for o in out], module)
