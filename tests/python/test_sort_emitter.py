@@ -322,15 +322,17 @@ ENTRY e {{
 }}""")
 
 
-@pytest.mark.parametrize("k,n,largest", [(3, 10, True), (17, 20, True), (4, 33, False)])
+@pytest.mark.parametrize("k,n,largest", [(3, 10, True), (17, 20, True), (4, 33, False),
+                                         (1, 1, True)])
 def test_topk_one_kernel(k, n, largest):
     module = _topk_module(k, n, largest)
     compiled = topk_emitter.compile_topk(module.entry.root, target="cpu")
     (kernel,) = compiled.kernels
     assert kernel.config.top_k == k and kernel.config.tie_break
     x = numerics.random_inputs(module.entry)[0]
-    x[0, :3] = x[0, 5]          # ties: lower index first
-    x[1, 2] = np.nan
+    if n > 5:
+        x[0, :3] = x[0, 5]      # ties: lower index first
+        x[1, 2] = np.nan
     values, indices = compiled.run(x)
     ref_values, ref_indices = hlo.evaluate(module, x)
     np.testing.assert_array_equal(values, ref_values)
@@ -366,7 +368,7 @@ def test_topk_too_long_is_decomposed(monkeypatch):
 # -- whole programs ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["sort_topk", "argsort_stable"])
+@pytest.mark.parametrize("name", ["argsort_stable"])   # sort_topk: test_program.py
 def test_program_sorts_match_jax(name):
     from program_data import load_program
     prog = load_program(name)

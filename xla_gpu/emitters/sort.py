@@ -167,7 +167,7 @@ def bitonic_masks(n: int) -> list[int]:
 def choose_tile(n: int, bytes_per_element: int) -> int:
     """The tile: the padded size up to MAX_TILE elements, halved until the
     tiles of every sorted array fit in shared memory (0: no tiling)."""
-    tile = min(MAX_TILE, 1 << _stages(n))
+    tile = min(MAX_TILE, max(2, 1 << _stages(n)))
     while tile >= 2 and tile * bytes_per_element > MAX_SHARED_BYTES:
         tile //= 2
     return tile if tile >= 2 else 0
@@ -203,7 +203,7 @@ def plan_sort(dims: Sequence[int], dim: int, element_types: Sequence[str],
     base = dict(dims=dims, dim=dim, tile=tile, index_tile=index_tile,
                 tie_break=index_tile, top_k=top_k)
     if top_k is not None:
-        if tile < (1 << _stages(n)) or tile == 0:
+        if tile == 0 or tile < (1 << _stages(n)):
             raise UnsupportedError(f"top-k over {n} elements does not fit one tile "
                                    f"(at most {tile or 1} elements here)")
         return SortPlan([SortKernelConfig(masks=tuple(masks), tiled=True,
@@ -767,6 +767,14 @@ class CompiledSort:
         from ..runtime.thunks import CopyThunk, KernelThunk
         out: list = []
         if self.copy_first:
+            # Copying operand k into result k must not overwrite another
+            # operand still to be copied: results share an operand's buffer
+            # only at its own index (as XLA's dataflow analysis allows).
+            for k, dst in enumerate(results):
+                for j, src in enumerate(operands):
+                    if j != k and src == dst:
+                        raise HloError(f"sort '{name}': result {k} shares the buffer of "
+                                       f"operand {j}; only operand {k} may share it")
             for src, dst, shape in zip(operands, results, self.result_shapes):
                 if src != dst:
                     size = shape.num_elements * np.dtype(
