@@ -77,10 +77,15 @@ def _read_regular(path: Path, limit: int) -> bytes:
     return data
 
 
-def read_artifact(directory: str | Path,
-                  expected_digest: str | None = None) -> tuple[dict[str, bytes], str]:
+def read_artifact(directory: str | Path, expected_digest: str | None = None, *,
+                  allowed=None, required: str = "kernel.json"
+                  ) -> tuple[dict[str, bytes], str]:
     """The verified files of an artifact directory and its digest; raises
-    ArtifactError naming the file when anything is off."""
+    ArtifactError naming the file when anything is off. `allowed(name)`
+    says which relative names may appear (default: ARTIFACT_FILES); a
+    name may never leave the directory."""
+    if allowed is None:
+        allowed = ARTIFACT_FILES.__contains__
     directory = Path(directory)
     if not directory.is_dir():
         raise ArtifactError(f"{directory}: not a directory")
@@ -98,20 +103,33 @@ def read_artifact(directory: str | Path,
             for k, v in digests.items()):
         raise ArtifactError(f"{directory / 'digests.json'}: not a map of file names "
                             "to SHA-256 digests")
-    unknown = sorted(set(digests) - set(ARTIFACT_FILES))
+    unknown = sorted(name for name in digests
+                     if not _inside(name) or not allowed(name))
     if unknown:
         raise ArtifactError(f"{directory / 'digests.json'}: unknown file(s) "
                             f"{', '.join(map(repr, unknown))}")
-    if "kernel.json" not in digests:
-        raise ArtifactError(f"{directory}: no kernel.json (not a saved kernel)")
+    if required not in digests:
+        raise ArtifactError(f"{directory}: no {required} (not a saved "
+                            f"{'kernel' if required == 'kernel.json' else 'program'})")
     files: dict[str, bytes] = {}
     for name, want in digests.items():
-        data = _read_regular(directory / name, MAX_FILE_BYTES)
+        path = directory / name
+        for parent in list(path.relative_to(directory).parents)[:-1]:
+            if (directory / parent).is_symlink():
+                raise ArtifactError(f"{directory / parent}: a symlink (refused)")
+        data = _read_regular(path, MAX_FILE_BYTES)
         if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), want):
             raise ArtifactError(f"{directory / name}: does not match its digest "
                                 "(truncated, corrupt or edited)")
         files[name] = data
     return files, digest
+
+
+def _inside(name: str) -> bool:
+    """A relative name of plain components (no '..', no absolute path)."""
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and all(
+        p not in ("", ".", "..") and "\\" not in p for p in parts)
 
 
 def parse_spec(files: dict[str, bytes], where: str) -> KernelSpec:
