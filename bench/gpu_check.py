@@ -556,6 +556,7 @@ def case_dlpack(k: Kernels) -> str:
 
 
 def case_cubin_fallback(k: Kernels) -> str:
+    import re
     if k.target == "cpu":
         raise Skip("cuda only")
     from xla_gpu.runtime.cuda import _check, _driver
@@ -582,7 +583,8 @@ def case_cubin_fallback(k: Kernels) -> str:
         _expect(kernel.loaded_from == "ptx", f"{label}: loaded from {kernel.loaded_from}")
         messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
         _expect(any("cubin does not load" in m for m in messages), f"{label}: no warning")
-        notes.append(f"{label}: {messages[0].split('(')[1].split(')')[0]} -> PTX")
+        error = re.search(r"CUDA_ERROR_\w+", messages[0])
+        notes.append(f"{label}: {error.group(0) if error else messages[0][:80]} -> PTX")
     return "; ".join(notes)
 
 
@@ -697,6 +699,14 @@ def run_cuda_path(directory: Path, target: str, only: list[str] | None = None) -
     if not (directory / "index.json").exists():
         print(f"cuda path: nothing prepared in {directory}")
         return 2
+    if target == "cuda":
+        from xla_gpu.runtime.cuda import _primary_context
+        from xla_gpu.errors import CudaError
+        try:
+            _primary_context()
+        except CudaError as e:
+            print(f"cuda path: {e}")
+            return 2
     kernels = Kernels(directory, target)
     failed = ran = 0
     for name, case in CASES:
@@ -758,6 +768,9 @@ def run_kernels(directory: Path, target: str, iterations: int) -> tuple[int, int
     index = json.loads(index_path.read_text())
     if target == "cuda":
         from xla_gpu import runtime
+        if not runtime.cuda_available():
+            print("no usable GPU here: run with --target cpu, or on the GPU machine")
+            return 0, 0
         copy_bw = _copy_bandwidth()
         print(f"device-to-device copy: {copy_bw / 1e9:.0f} GB/s")
     else:
