@@ -86,6 +86,12 @@ ENTRY e {{
   x = f32[8] parameter(0)
   ROOT r = f32[8] custom-call(x), custom_call_target="xla_gpu_test_always_fails", {_TYPED}
 }}""", [(8,)]),
+    "legacy_abi": ("""HloModule ffi_legacy_abi
+ENTRY e {
+  a = f32[64] parameter(0)
+  b = f32[4096] parameter(1)
+  ROOT c = f32[4096] custom-call(a, b), custom_call_target="xla_gpu_test_legacy_add_broadcast", api_version=API_VERSION_STATUS_RETURNING, backend_config="64,4096"
+}""", [(64,), (4096,)]),
     "python_in_place": (f"""HloModule ffi_python_in_place
 ENTRY e {{
   x = f32[2048] parameter(0)
@@ -106,6 +112,9 @@ def _expected(case: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     if case == "add_broadcast":
         a, b = inputs
         return [a[np.arange(b.size) % a.size] + b * np.float32(2) + np.float32(1)]
+    if case == "legacy_abi":
+        a, b = inputs
+        return [a[np.arange(b.size) % a.size] + b]
     if case == "variadic":
         a, b, c = inputs
         base = a + b * np.float32(2) + c * np.float32(3)
@@ -208,9 +217,12 @@ def register_cuda_handlers(directory: Path):
     """Loads the carried libraries and registers every cuda handler."""
     os.environ.setdefault("XLA_GPU_FFI_LIBRARY", str(directory / FFI_LIBRARY))
     import xla_gpu.ffi as ffi
-    lib = ctypes.CDLL(str(directory / HANDLER_LIBRARY))
+    lib = ffi.load_library(directory / HANDLER_LIBRARY)
     for symbol, target in CUDA_TARGETS:
         ffi.register_ffi_target(target, ffi.pycapsule(getattr(lib, symbol)), platform="cuda")
+    ffi.register_ffi_target("xla_gpu_test_legacy_add_broadcast",
+                            ffi.pycapsule(lib.XlaGpuTestCudaLegacyAddBroadcast),
+                            platform="cuda", api_version=0)
     _python_handlers(ffi)
     return lib
 

@@ -1282,3 +1282,99 @@ XLA_GPU_FFI_EXPORT int32_t XlaGpuFfiCall(
   if (!result && frame.future) result = AwaitFuture(frame.future);
   return Report(result, error, error_capacity);
 }
+
+// --- XLA's legacy custom-call ABI ----------------------------------------------------
+//
+// Before the typed FFI, a custom call was a plain C function found by name
+// (jax: register_ffi_target(..., api_version=0)). Its signature depends on
+// the platform and on the instruction's api_version:
+//
+//   cpu  API_VERSION_ORIGINAL               void(void* out, const void** in)
+//   cpu  API_VERSION_STATUS_RETURNING       void(void* out, const void** in,
+//                                                XlaCustomCallStatus* status)
+//   cpu  API_VERSION_STATUS_RETURNING_UNIFIED
+//                                           void(void* out, const void** in,
+//                                                const char* opaque, size_t len,
+//                                                XlaCustomCallStatus* status)
+//   cuda API_VERSION_ORIGINAL               void(CUstream, void** buffers,
+//                                                const char* opaque, size_t len)
+//   cuda API_VERSION_STATUS_RETURNING[_UNIFIED]
+//                                           the same + XlaCustomCallStatus*
+//
+// `out` is the result buffer, or for a tuple result a table of the
+// elements' buffers; cuda's `buffers` are the operands' then the results'
+// buffers. A handler reports failure through XlaCustomCallStatusSetFailure,
+// which handler libraries link against: exported here (load handler
+// libraries after this one, as xla_gpu.ffi.load_library does).
+
+struct XlaCustomCallStatus_ {
+  bool failed = false;
+  std::string message;
+};
+typedef struct XlaCustomCallStatus_ XlaCustomCallStatus;
+
+extern "C" __attribute__((visibility("default"))) void XlaCustomCallStatusSetSuccess(
+    XlaCustomCallStatus* status) {
+  if (!status) return;
+  status->failed = false;
+  status->message.clear();
+}
+
+extern "C" __attribute__((visibility("default"))) void XlaCustomCallStatusSetFailure(
+    XlaCustomCallStatus* status, const char* message, size_t message_len) {
+  if (!status) return;
+  status->failed = true;
+  status->message.assign(message ? message : "", message ? message_len : 0);
+}
+
+enum LegacyConvention : int32_t {
+  kCpuOriginal = 0,
+  kCpuStatusReturning = 1,
+  kCpuStatusReturningUnified = 2,
+  kGpuOriginal = 3,
+  kGpuStatusReturning = 4,
+};
+
+// Calls legacy custom-call function `fn` with `convention`; returns 0, or
+// 13 (INTERNAL) with the status message in `error` when it reported a
+// failure.
+XLA_GPU_FFI_EXPORT int32_t XlaGpuFfiCallLegacy(void* fn, int32_t convention,
+                                               void* stream, void* out,
+                                               void** buffers, const char* opaque,
+                                               size_t opaque_len, char* error,
+                                               size_t error_capacity) {
+  XlaCustomCallStatus status;
+  switch (convention) {
+    case kCpuOriginal:
+      reinterpret_cast<void (*)(void*, const void**)>(fn)(
+          out, const_cast<const void**>(buffers));
+      break;
+    case kCpuStatusReturning:
+      reinterpret_cast<void (*)(void*, const void**, XlaCustomCallStatus*)>(fn)(
+          out, const_cast<const void**>(buffers), &status);
+      break;
+    case kCpuStatusReturningUnified:
+      reinterpret_cast<void (*)(void*, const void**, const char*, size_t,
+                                XlaCustomCallStatus*)>(fn)(
+          out, const_cast<const void**>(buffers), opaque, opaque_len, &status);
+      break;
+    case kGpuOriginal:
+      reinterpret_cast<void (*)(void*, void**, const char*, size_t)>(fn)(
+          stream, buffers, opaque, opaque_len);
+      break;
+    case kGpuStatusReturning:
+      reinterpret_cast<void (*)(void*, void**, const char*, size_t,
+                                XlaCustomCallStatus*)>(fn)(stream, buffers, opaque,
+                                                           opaque_len, &status);
+      break;
+    default:
+      WriteError(error, error_capacity,
+                 Format("unknown legacy custom-call convention %d", convention));
+      return kInvalidArgument;
+  }
+  if (status.failed) {
+    WriteError(error, error_capacity, status.message);
+    return kInternal;
+  }
+  return kOk;
+}

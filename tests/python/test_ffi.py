@@ -32,7 +32,7 @@ from xla_gpu.runtime.thunks import ThunkError
 HERE = Path(__file__).resolve().parent
 HANDLERS = HERE / "ffi_handlers"
 SOURCES = ["add_broadcast.cc", "attributes.cc", "variadic.cc", "errors.cc",
-           "runtime_services.cc"]
+           "runtime_services.cc", "legacy.cc"]
 PROGRAM_HANDLER = HERE / "programs" / "ffi_call" / "handler.cc"
 ROOT = HERE.parents[1]
 
@@ -77,7 +77,8 @@ def lib(include_dir, tmp_path_factory) -> ctypes.CDLL:
                            f"-I{include_dir}", str(unity), "-o", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    return ctypes.CDLL(str(out))
+    # After the FFI runtime, which exports what legacy.cc links against.
+    return ffi.load_library(out)
 
 
 _JAX_REGISTERED: set[str] = set()
@@ -350,8 +351,10 @@ def test_registration_errors(lib):
         ffi.register_ffi_target("t", {"prepare": capsule})
     with pytest.raises(ffi.FfiRegistrationError, match="unknown stage"):
         ffi.register_ffi_target("t", {"execute": capsule, "run": capsule})
-    with pytest.raises(ffi.FfiRegistrationError, match="legacy"):
-        ffi.register_ffi_target("t", capsule, api_version=0)
+    with pytest.raises(ffi.FfiRegistrationError, match="api_version must be"):
+        ffi.register_ffi_target("t", capsule, api_version=4)
+    with pytest.raises(ffi.FfiRegistrationError, match="not a dict"):
+        ffi.register_ffi_target("t", {"execute": capsule}, api_version=0)
     with pytest.raises(ffi.FfiRegistrationError, match="expected a PyCapsule"):
         ffi.register_ffi_target("t", 42)
     with pytest.raises(ffi.FfiRegistrationError, match=r"API version \(9\.0\)"):
@@ -383,6 +386,56 @@ def test_register_from_a_command_line_spec(lib):
             ffi.register_from_spec(bad)
 
 
+@needs_compiler
+def test_legacy_custom_call_abi(lib):
+    ffi.register_ffi_target("xla_gpu_test_legacy_add", ffi.pycapsule(lib.XlaGpuTestLegacyAdd),
+                            api_version=0)
+    ffi.register_ffi_target("xla_gpu_test_legacy_sum_diff",
+                            ffi.pycapsule(lib.XlaGpuTestLegacySumDiff), api_version=0)
+    ffi.register_ffi_target("xla_gpu_test_legacy_opaque", lib.XlaGpuTestLegacyOpaque,
+                            api_version=0)
+    text = """HloModule m
+ENTRY e {
+  a = f32[8] parameter(0)
+  b = f32[8] parameter(1)
+  s = f32[8] custom-call(a, b), custom_call_target="xla_gpu_test_legacy_add"
+  a4 = f32[4] slice(s), slice={[0:4]}
+  b4 = f32[4] slice(b), slice={[4:8]}
+  t = (f32[4], f32[4]) custom-call(a4, b4), custom_call_target="xla_gpu_test_legacy_sum_diff", api_version=API_VERSION_STATUS_RETURNING
+  t0 = f32[4] get-tuple-element(t), index=0
+  o = f32[4] custom-call(t0), custom_call_target="xla_gpu_test_legacy_opaque", api_version=API_VERSION_STATUS_RETURNING_UNIFIED, backend_config="abc"
+  t1 = f32[4] get-tuple-element(t), index=1
+  ROOT r = (f32[4], f32[4]) tuple(o, t1)
+}"""
+    a, b = np.arange(8, dtype=np.float32), np.full(8, 2, np.float32)
+    s = a + b
+    want = [(s[:4] + b[4:]) * 3, s[:4] - b[4:]]
+    compiled, interpreted = _run_both(text, a, b)
+    for results in (compiled, interpreted):
+        for got, expected in zip(results, want):
+            np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ffi.FfiError, match="xla_gpu_test_legacy_sum_diff: negative input"):
+        xla_gpu.compile(text, target="cpu").run(a - 100, b)
+    with pytest.raises(HloError, match="negative input"):
+        hlo.evaluate(hlo.parse_module(text), a - 100, b)
+    # A typed-FFI call does not bind to a legacy function, nor the reverse.
+    typed = text.replace('custom_call_target="xla_gpu_test_legacy_add"',
+                         'custom_call_target="xla_gpu_test_legacy_add", '
+                         'api_version=API_VERSION_TYPED_FFI')
+    with pytest.raises(UnsupportedError, match="needs a typed-FFI handler"):
+        xla_gpu.compile(typed, target="cpu").run(a, b)
+    _register("xla_gpu_test_add_broadcast", ffi.pycapsule(lib.XlaGpuTestAddBroadcast),
+              jax_too=False)
+    legacy_call = """HloModule m
+ENTRY e {
+  a = f32[2] parameter(0)
+  b = f32[4] parameter(1)
+  ROOT c = f32[4] custom-call(a, b), custom_call_target="xla_gpu_test_add_broadcast"
+}"""
+    with pytest.raises(UnsupportedError, match="needs a legacy"):
+        xla_gpu.compile(legacy_call, target="cpu").run(a[:2], b[:4])
+
+
 # --- runtime services: state, thread pool + futures, scratch, user data --------------------
 
 
@@ -407,7 +460,10 @@ ENTRY e {
     del exe
     gc.collect()
     assert lib.XlaGpuTestCountersAlive() == 0   # the runtime ran the type's deleter
-    assert int(hlo.evaluate(hlo.parse_module(text))[0]) == 7   # a fresh instance
+    module = hlo.parse_module(text)    # the interpreter: one instance per module
+    assert [int(hlo.evaluate(module)[0]) for _ in range(2)] == [7, 8]
+    assert int(hlo.evaluate(hlo.parse_module(text))[0]) == 7
+    del module
     gc.collect()
     assert lib.XlaGpuTestCountersAlive() == 0
 
@@ -480,6 +536,26 @@ def test_stored_ffi_call_program(lib):
         exe = xla_gpu.compile(path.read_text(), target="cpu")
         assert not prog.mismatches(list(exe.run(*prog.inputs)), module), path.name
         assert exe.stats["custom_calls"] == 2
+
+
+@needs_compiler
+def test_saved_program_binds_its_custom_calls_when_loaded(lib, tmp_path):
+    from xla_gpu.runtime.program import load_program
+    _register("xla_gpu_test_add_broadcast", ffi.pycapsule(lib.XlaGpuTestAddBroadcast),
+              jax_too=False)
+    text = """HloModule m
+ENTRY e {
+  a = f32[3] parameter(0)
+  b = f32[6] parameter(1)
+  ROOT c = f32[6] custom-call(a, b), custom_call_target="xla_gpu_test_add_broadcast", api_version=API_VERSION_TYPED_FFI
+}"""
+    xla_gpu.compile(text, target="cpu").save(tmp_path / "program")
+    a, b = np.array([1, 2, 3], np.float32), np.arange(6, dtype=np.float32)
+    loaded = load_program(tmp_path / "program")
+    np.testing.assert_array_equal(loaded.run(a, b)[0], a[np.arange(6) % 3] + b)
+    ffi.unregister_ffi_target("xla_gpu_test_add_broadcast")
+    with pytest.raises(ThunkError, match="no handler registered"):
+        load_program(tmp_path / "program").run(a, b)
 
 
 # --- Python handlers --------------------------------------------------------------------------
@@ -581,7 +657,7 @@ import ctypes, sys
 import numpy as np
 import xla_gpu.ffi as ffi
 from xla_gpu import hlo
-lib = ctypes.CDLL({lib._name!r})
+lib = ffi.load_library({lib._name!r})
 ffi.register_ffi_target("xla_gpu_test_add_broadcast", ffi.pycapsule(lib.XlaGpuTestAddBroadcast))
 m = hlo.parse_module('''HloModule m
 ENTRY e {{

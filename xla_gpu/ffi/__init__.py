@@ -19,7 +19,7 @@ call's `backend_config`, and calls a handler's stages:
 * instantiate (once per custom-call instruction, no buffers, no stream),
   then prepare and initialize (once, before the first execution, with its
   buffers), then execute (every execution). State a stage sets lives as
-  long as the compiled program (the interpreter: one evaluation).
+  long as the compiled program (the interpreter: the parsed module).
 * Arguments and results are the operands' and result's arrays, tuples
   flattened depth first; result buffers may be used as scratch.
 * An asynchronous handler (one that returns a future) is waited for.
@@ -113,6 +113,16 @@ class CHandler:
 
 
 @dataclass(frozen=True)
+class LegacyHandler:
+    """A function of XLA's legacy custom-call ABI (api_version=0): cpu
+    `void(void* out, const void** in[, ...status])`, cuda `void(CUstream,
+    void** buffers, const char* opaque, size_t len[, status])`."""
+    name: str
+    platform: str
+    address: int
+
+
+@dataclass(frozen=True)
 class PythonHandler:
     """A Python callable registered as a handler."""
     name: str
@@ -122,6 +132,7 @@ class PythonHandler:
 
 _lock = threading.Lock()
 _python_handlers: dict[tuple[str, str], PythonHandler] = {}
+_legacy_handlers: dict[tuple[str, str], LegacyHandler] = {}
 _native_in_use = False   # set once libXlaGpuFfi.so is loaded for a handler
 
 
@@ -230,24 +241,43 @@ def register_ffi_target(name: str, fn: Any, platform: str = "cpu", api_version: 
     taking what `jax.ffi.register_ffi_target` takes: a PyCapsule around an
     `XLA_FFI_Handler*`, a dict of them by stage ("execute" required), or
     here also a Python callable (see the module docstring). `api_version`
-    1 is XLA's typed FFI (the only one xla_gpu runs); `traits` are
-    XLA_FFI_Handler_Traits bits. Registering the same handler twice is
-    harmless; a different one under a taken name is an error, as in XLA.
-    A cpu registration also makes the target evaluable by the reference
-    interpreter (`xla_gpu.hlo.evaluate`, `xla-gpu-run`)."""
+    1 is XLA's typed FFI; 0 registers a function of XLA's legacy
+    custom-call ABI (a PyCapsule or ctypes function; custom calls with
+    api_version API_VERSION_ORIGINAL / STATUS_RETURNING[_UNIFIED] bind to
+    it, typed-FFI ones to a typed handler: two registries, as in XLA; a
+    Python callable serves both). `traits` are XLA_FFI_Handler_Traits bits.
+    Registering the same handler twice is harmless; a different one under a
+    taken name is an error, as in XLA. A cpu registration also makes the
+    target evaluable by the reference interpreter (`xla_gpu.hlo.evaluate`,
+    `xla-gpu-run`)."""
     if not isinstance(name, str) or not name:
         raise FfiRegistrationError("register_ffi_target needs a non-empty target name")
     where = f"FFI target '{name}' on platform {platform!r}"
     platform = canonical_platform(platform)
-    if api_version != 1:
+    if api_version not in (0, 1) or isinstance(api_version, bool):
         raise FfiRegistrationError(
-            f"{where}: api_version={api_version} is XLA's legacy custom-call API; "
-            "xla_gpu runs typed-FFI handlers (api_version=1) only")
+            f"{where}: api_version must be 1 (XLA's typed FFI) or 0 (the legacy "
+            f"custom-call ABI), got {api_version!r}")
     if not isinstance(traits, int) or traits < 0:
         raise FfiRegistrationError(f"{where}: traits must be a non-negative int")
     key = (name, platform)
-    if isinstance(fn, dict) or _is_capsule(fn) or isinstance(fn, (ctypes._CFuncPtr,
-                                                                  ctypes.c_void_p)):
+    is_c_function = _is_capsule(fn) or isinstance(fn, (ctypes._CFuncPtr, ctypes.c_void_p))
+    if api_version == 0 and (is_c_function or not callable(fn)):
+        if isinstance(fn, dict):
+            raise FfiRegistrationError(f"{where}: a legacy (api_version=0) handler is "
+                                       "one function, not a dict of stages")
+        address = _handler_address(fn, where)
+        with _lock:
+            if key in _python_handlers:
+                raise FfiRegistrationError(f"Duplicate FFI handler registration for "
+                                           f"{where}: a Python handler is registered")
+            old = _legacy_handlers.get(key)
+            if old is not None and old.address != address:
+                raise FfiRegistrationError(f"Duplicate custom-call target registration "
+                                           f"for {where} with a different function")
+            _lib()   # handler libraries may link XlaCustomCallStatusSetFailure
+            _legacy_handlers[key] = LegacyHandler(name, platform, address)
+    elif isinstance(fn, dict) or is_c_function:
         stages = dict(fn) if isinstance(fn, dict) else {"execute": fn}
         unknown = sorted(set(stages) - set(STAGES))
         if unknown:
@@ -270,7 +300,7 @@ def register_ffi_target(name: str, fn: Any, platform: str = "cpu", api_version: 
                 raise FfiRegistrationError(error.value.decode(errors="replace"))
     elif callable(fn):
         with _lock:
-            if _find_c_handler(name, platform) is not None:
+            if _find_c_handler(name, platform) is not None or key in _legacy_handlers:
                 raise FfiRegistrationError(f"Duplicate FFI handler registration for "
                                            f"{where}: a C handler is registered")
             old = _python_handlers.get(key)
@@ -294,6 +324,7 @@ def unregister_ffi_target(name: str, platform: str = "cpu") -> bool:
     platform = canonical_platform(platform)
     with _lock:
         found = _python_handlers.pop((name, platform), None) is not None
+        found |= _legacy_handlers.pop((name, platform), None) is not None
         _c_handler_cache.pop((name, platform), None)
         if _native_in_use:
             found |= bool(_native.lib().XlaGpuFfiUnregisterHandler(name.encode(),
@@ -307,7 +338,7 @@ def unregister_ffi_target(name: str, platform: str = "cpu") -> bool:
 def registered_targets(platform: str | None = None) -> tuple[tuple[str, str], ...]:
     """(name, platform) of every registered handler, C and Python, sorted;
     only `platform`'s when given."""
-    entries = {key for key in _python_handlers}
+    entries = {*_python_handlers, *_legacy_handlers}
     if _native_in_use:
         lib = _native.lib()
         size = lib.XlaGpuFfiListHandlers(None, 0)
@@ -323,13 +354,24 @@ def registered_targets(platform: str | None = None) -> tuple[tuple[str, str], ..
     return tuple(sorted(entries))
 
 
-def lookup(name: str, platform: str) -> CHandler | PythonHandler | None:
-    """The registration of `name` on `platform`, or None."""
+TYPED_FFI = "API_VERSION_TYPED_FFI"
+
+
+def lookup(name: str, platform: str, api_version: str | None = None
+           ) -> CHandler | LegacyHandler | PythonHandler | None:
+    """The registration of `name` on `platform` that serves custom calls of
+    `api_version` (HLO spelling; None: any), or None. A Python handler
+    serves every version; a typed-FFI one API_VERSION_TYPED_FFI; a legacy
+    one the others."""
     platform = canonical_platform(platform)
     python = _python_handlers.get((name, platform))
     if python is not None:
         return python
-    return _find_c_handler(name, platform)
+    if api_version is None or api_version == TYPED_FFI:
+        typed = _find_c_handler(name, platform)
+        if typed is not None or api_version is not None:
+            return typed
+    return _legacy_handlers.get((name, platform))
 
 
 def register_from_spec(spec: str, platform: str = "cpu") -> str:
@@ -414,16 +456,16 @@ def runtime_handler(target: str, platform: str) -> Callable[[Any, Any], None] | 
     `handler(ctx, thunk)` running the handler registered for `target` on
     `platform`, or None when there is none."""
     try:
-        registration = lookup(target, platform)
+        if lookup(target, platform) is None:
+            return None
     except FfiRegistrationError:
         return None
-    if registration is None:
-        return None
-    handler = _thunk_handlers.get(registration)
+    key = (target, canonical_platform(platform))
+    handler = _thunk_handlers.get(key)
     if handler is None:
         from . import calls
-        handler = _thunk_handlers[registration] = calls.thunk_handler(registration)
+        handler = _thunk_handlers[key] = calls.thunk_dispatcher(*key)
     return handler
 
 
-_thunk_handlers: dict[CHandler | PythonHandler, Callable[[Any, Any], None]] = {}
+_thunk_handlers: dict[tuple[str, str], Callable[[Any, Any], None]] = {}

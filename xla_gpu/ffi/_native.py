@@ -140,6 +140,7 @@ def _load() -> ctypes.CDLL:
     _declare(handle, "XlaGpuFfiInstanceHasStage", I32, P, I32)
     _declare(handle, "XlaGpuFfiCall", I32, P, I32, I32, P, I32, I64, I64,
              ctypes.POINTER(BufferDesc), I64, ctypes.POINTER(BufferDesc), C, SZ)
+    _declare(handle, "XlaGpuFfiCallLegacy", I32, P, I32, P, P, VOIDPP, C, SZ, C, SZ)
     return handle
 
 

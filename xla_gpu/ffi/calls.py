@@ -20,13 +20,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import HloError, UnsupportedError
-from . import (CHandler, ERROR_CODES, FfiError, PythonHandler, STAGES, _native, lookup)
+from . import (CHandler, ERROR_CODES, TYPED_FFI, FfiError, LegacyHandler, PythonHandler,
+               STAGES, _native, lookup)
 from .attributes import encode_attributes
 
-__all__ = ["CallSite", "thunk_handler", "bridge_into_interpreter",
+__all__ = ["CallSite", "thunk_handler", "thunk_dispatcher", "bridge_into_interpreter",
            "unbridge_from_interpreter", "DeviceBuffer", "DTYPE_CODES"]
 
-TYPED_FFI = "API_VERSION_TYPED_FFI"
 PLATFORM_CODES = {"cpu": 0, "cuda": 1}
 
 # HLO element type -> XLA_FFI_DataType (xla::PrimitiveType numbers).
@@ -134,6 +134,50 @@ def _attributes(api_version: str, backend_config: Any, where: str) -> dict:
     if api_version == TYPED_FFI:
         return decode_ffi_attributes(text, where)
     return {"backend_config": text} if text else {}
+
+
+# The legacy ABI's calling conventions (XlaGpuFfiCallLegacy), by platform
+# and the instruction's api_version.
+_LEGACY_CONVENTIONS = {
+    ("cpu", ""): 0, ("cpu", "API_VERSION_ORIGINAL"): 0,
+    ("cpu", "API_VERSION_STATUS_RETURNING"): 1,
+    ("cpu", "API_VERSION_STATUS_RETURNING_UNIFIED"): 2,
+    ("cuda", ""): 3, ("cuda", "API_VERSION_ORIGINAL"): 3,
+    ("cuda", "API_VERSION_STATUS_RETURNING"): 4,
+    ("cuda", "API_VERSION_STATUS_RETURNING_UNIFIED"): 4,
+}
+
+
+def _legacy_convention(platform: str, api_version: str, where: str) -> int:
+    convention = _LEGACY_CONVENTIONS.get((platform, api_version))
+    if convention is None:
+        raise UnsupportedError(f"{where}: the registered handler uses XLA's legacy "
+                               f"custom-call ABI, which has no api_version={api_version}")
+    return convention
+
+
+def _call_legacy(registration: LegacyHandler, convention: int, stream: int, out: int,
+                 buffers: Sequence[int], opaque: str, where: str) -> None:
+    table = (ctypes.c_void_p * max(len(buffers), 1))(*[b or None for b in buffers])
+    data = opaque.encode("utf-8", errors="surrogateescape")
+    error = ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+    code = _native.lib().XlaGpuFfiCallLegacy(registration.address, convention, stream or None,
+                                            out or None, table, data, len(data), error,
+                                            len(error))
+    if code:
+        message = error.value.decode(errors="replace")
+        name = _code_name(code)
+        raise FfiError(f"{where}: the custom-call function failed: {message}", code=name,
+                       target=registration.name, handler_message=message)
+
+
+def _legacy_out(results: Sequence[int], result_is_tuple: bool) -> tuple[int, Any]:
+    """The cpu ABI's `out`: the result buffer, or for a tuple result the
+    address of a table of its elements' buffers (and the table, to keep)."""
+    if not result_is_tuple:
+        return results[0], None
+    table = (ctypes.c_void_p * max(len(results), 1))(*[r or None for r in results])
+    return ctypes.addressof(table), table
 
 
 def _check_typed_ffi(api_version: str, where: str) -> None:
@@ -411,11 +455,66 @@ def _run_python_thunk(registration: PythonHandler, ctx: Any, thunk: Any) -> None
         _store_device(value, results, where)
 
 
-def thunk_handler(registration: CHandler | PythonHandler):
-    """`handler(ctx, thunk)` for the custom_call thunk."""
+def _run_legacy_thunk(registration: LegacyHandler, ctx: Any, thunk: Any) -> None:
+    platform = ctx.target
+    where = _where(thunk.name, thunk.target, platform)
+    convention = _legacy_convention(platform, thunk.api_version, where)
+    if platform == "cpu":
+        if any(thunk.operand_arity):
+            raise UnsupportedError(f"{where}: tuple operands of a legacy cpu custom call "
+                                   "are not supported (pass their elements)")
+        copies: list[tuple[np.ndarray, Any]] = []
+
+        def pointer(ref, written: bool) -> int:
+            if ref.is_row_major:
+                return ctx.pointer(ref.slice)
+            scratch = np.ascontiguousarray(ctx.array(ref))
+            copies.append((scratch, ctx.array(ref) if written else None))
+            return scratch.ctypes.data
+
+        ins = [pointer(r, False) for r in thunk.operands]
+        outs = [pointer(r, True) for r in thunk.results]
+        # The thunk keeps result leaves only: several leaves are a tuple (a
+        # one-element tuple result passes its element's buffer).
+        out, _table = _legacy_out(outs, len(outs) != 1)
+        _call_legacy(registration, convention, 0, out, ins, thunk.backend_config, where)
+        for scratch, view in copies:
+            if view is not None:
+                view[...] = scratch
+        return
+    for ref in [*thunk.operands, *thunk.results]:
+        if not ref.is_row_major:
+            raise UnsupportedError(f"{where}: buffer {ref.describe()} is not row-major")
+    from ..runtime.cuda import current_context, stream_handle
+    buffers = [ctx.pointer(r.slice) for r in [*thunk.operands, *thunk.results]]
+    with current_context():
+        _call_legacy(registration, convention, stream_handle(ctx.stream), 0, buffers,
+                     thunk.backend_config, where)
+
+
+def thunk_handler(registration: CHandler | LegacyHandler | PythonHandler):
+    """`handler(ctx, thunk)` running `registration` for the custom_call thunk."""
     if isinstance(registration, CHandler):
         return lambda ctx, thunk: _run_c_thunk(registration, ctx, thunk)
+    if isinstance(registration, LegacyHandler):
+        return lambda ctx, thunk: _run_legacy_thunk(registration, ctx, thunk)
     return lambda ctx, thunk: _run_python_thunk(registration, ctx, thunk)
+
+
+def thunk_dispatcher(target: str, platform: str):
+    """`handler(ctx, thunk)` for `target`: the registration that serves the
+    thunk's api_version (typed FFI or legacy), looked up at each call."""
+    def dispatch(ctx: Any, thunk: Any) -> None:
+        registration = lookup(target, platform, thunk.api_version)
+        if registration is None:
+            where = _where(thunk.name, target, platform)
+            kind = "typed-FFI" if thunk.api_version == TYPED_FFI else "legacy (api_version=0)"
+            other = "legacy" if thunk.api_version == TYPED_FFI else "typed-FFI"
+            raise UnsupportedError(f"{where}: the custom call has api_version="
+                                   f"{thunk.api_version or 'API_VERSION_ORIGINAL'} and needs a "
+                                   f"{kind} handler; only a {other} one is registered")
+        thunk_handler(registration)(ctx, thunk)
+    return dispatch
 
 
 # --- the reference interpreter ----------------------------------------------------------
@@ -466,10 +565,12 @@ class _InterpreterBridge:
 
     def __call__(self, inst: Any, *operands: Any) -> Any:
         where = _where(inst.name, self.target, "cpu")
-        registration = lookup(self.target, "cpu")
-        if registration is None:
-            raise HloError(f"{where}: no FFI handler is registered for the target on cpu")
         api_version = str(inst.attrs.get("api_version", ""))
+        registration = lookup(self.target, "cpu", api_version)
+        if registration is None:
+            raise HloError(f"{where}: no handler for custom calls with api_version="
+                           f"{api_version or 'API_VERSION_ORIGINAL'} is registered for the "
+                           "target on cpu")
         leaves = inst.shape.leaves()
         for leaf in leaves:
             if leaf.element_type not in DTYPE_CODES:
@@ -482,8 +583,21 @@ class _InterpreterBridge:
                                  kwargs, where)
             _store_host(value, results, where)
             return _rebuild(inst.shape, results)
-        _check_typed_ffi(api_version, where)
         arrays = [np.ascontiguousarray(a) for a in flat]
+        if isinstance(registration, LegacyHandler):
+            convention = _legacy_convention("cpu", api_version, where)
+            if any(o.shape.is_tuple for o in inst.operands):
+                raise UnsupportedError(f"{where}: tuple operands of a legacy cpu custom "
+                                       "call are not supported (pass their elements)")
+            if inst.shape.is_tuple and any(s.is_tuple for s in inst.shape.tuple_shapes):
+                raise UnsupportedError(f"{where}: nested tuple results of a legacy cpu "
+                                       "custom call are not supported")
+            out, _table = _legacy_out([r.ctypes.data for r in results], inst.shape.is_tuple)
+            config = inst.attrs.get("backend_config", "")
+            _call_legacy(registration, convention, 0, out, [a.ctypes.data for a in arrays],
+                         config if isinstance(config, str) else "", where)
+            return _rebuild(inst.shape, results)
+        _check_typed_ffi(api_version, where)
         operand_leaves = [leaf for o in inst.operands for leaf in o.shape.leaves()]
         if len(operand_leaves) != len(arrays):
             raise HloError(f"{where}: {len(arrays)} operand arrays for "
@@ -493,11 +607,19 @@ class _InterpreterBridge:
         rets = Buffers([(_dtype_code(leaf.element_type, where), leaf.dims) for leaf in leaves])
         args.set([a.ctypes.data for a in arrays])
         rets.set([r.ctypes.data for r in results])
-        site = CallSite(registration,
-                        _attributes(api_version, inst.attrs.get("backend_config", ""), where),
-                        where)
-        site.run("cpu", 0, next(_run_ids), args, rets)
+        # One instance per instruction of a parsed module, as the runtime
+        # keeps one per compiled program: state carries across evaluations
+        # (a loop body's custom call sees its state again).
+        cached = _interpreter_sites.get(inst)
+        if cached is None or cached.registration != registration or cached.broken:
+            cached = CallSite(registration, _attributes(
+                api_version, inst.attrs.get("backend_config", ""), where), where)
+            _interpreter_sites[inst] = cached
+        cached.run("cpu", 0, next(_run_ids), args, rets)
         return _rebuild(inst.shape, results)
+
+
+_interpreter_sites: "weakref.WeakKeyDictionary[Any, CallSite]" = weakref.WeakKeyDictionary()
 
 
 def bridge_into_interpreter(target: str) -> None:

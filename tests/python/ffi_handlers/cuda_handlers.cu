@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "xla/ffi/api/ffi.h"
@@ -154,6 +155,23 @@ ffi::Error ScratchReverse(cudaStream_t stream, ffi::ScratchAllocator scratch,
 }
 
 }  // namespace
+
+// XLA's legacy custom-call ABI on cuda (api_version=0 registrations, HLO
+// api_version=API_VERSION_STATUS_RETURNING): buffers = (in0: f32[64],
+// in1: f32[4096], out: f32[4096]); the sizes travel in the opaque string
+// "64,4096".
+struct XlaCustomCallStatus_;
+extern "C" void XlaGpuTestCudaLegacyAddBroadcast(cudaStream_t stream, void** buffers,
+                                                 const char* opaque, size_t opaque_len,
+                                                 XlaCustomCallStatus_* status) {
+  long long d0 = 0, n = 0;
+  std::string sizes(opaque, opaque_len);
+  if (std::sscanf(sizes.c_str(), "%lld,%lld", &d0, &n) != 2 || d0 <= 0 || n < 0) return;
+  if (n == 0) return;
+  AddBroadcastKernel<<<Blocks(n), kThreads, 0, stream>>>(
+      static_cast<const float*>(buffers[0]), d0, static_cast<const float*>(buffers[1]),
+      static_cast<float*>(buffers[2]), n);
+}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(XlaGpuTestCudaAddBroadcast, AddBroadcast,
                               ffi::Ffi::Bind()
