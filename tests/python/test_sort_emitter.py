@@ -365,6 +365,24 @@ def test_topk_too_long_is_decomposed(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
+def test_xla_cpu_topk_too_long_is_decomposed(monkeypatch):
+    # XLA:CPU's TopK (a comparator over (value, index) pairs) as sort +
+    # slice: the iota it adds is the stable tie-break (reused, not added).
+    monkeypatch.setattr(sort_emitter, "MAX_TILE", 4)
+    from program_data import load_program
+    prog = load_program("sort_topk")
+    module = hlo.parse_module(prog.after_path.read_text())
+    rewritten, notes = topk_emitter.rewrite_for_sort_kernels(module)
+    assert not any(i.opcode == "custom-call" for i in rewritten.entry.instructions)
+    sorts = {i.name: i for i in rewritten.entry.instructions if i.opcode == "sort"}
+    assert len(sorts["custom-call.sort.stable"].operands) == 2   # values and the iota
+    assert len(sorts["sort.4.stable"].operands) == 2             # argsort's own iota
+    assert len(sorts["sort.31.stable"].operands) == 3            # keys, payload, iota
+    assert not any(s.attrs["is_stable"] for s in sorts.values())
+    results = hlo.evaluate(rewritten, *prog.inputs)
+    assert not prog.mismatches(results, module)
+
+
 # -- whole programs ------------------------------------------------------------------
 
 

@@ -146,7 +146,11 @@ class SortKernelConfig:
         return LaunchDims(threads, -(-pairs // threads))
 
     def describe(self) -> str:
-        masks = ",".join(hex(m) for m in self.masks)
+        if len(self.masks) > 6:
+            masks = f"{len(self.masks)} steps: {hex(self.masks[0])}, {hex(self.masks[1])}, " \
+                f"... {hex(self.masks[-1])}"
+        else:
+            masks = ",".join(hex(m) for m in self.masks)
         where = f"tiles of {self.tile} in shared memory" if self.tiled else "global"
         return f"masks [{masks}] ({where}{', reads the operands' if self.reads_operands else ''})"
 
@@ -904,8 +908,13 @@ def _existing_index_operand(inst: HloInstruction) -> int | None:
     it as the tie-break)."""
     dim = int(inst.attrs["dimensions"][0])
     for k, op in enumerate(inst.operands):
-        if op.opcode == "iota" and op.shape.element_type == INDEX_TYPE and \
-                op.attrs.get("iota_dimension") == dim:
+        iota = op
+        if op.opcode == "fusion" and not op.operands:   # XLA's "wrapped_iota"
+            called = op.attrs.get("calls")
+            iota = called.root if isinstance(called, HloComputation) else op
+        if iota.opcode == "iota" and op.shape.element_type == INDEX_TYPE and \
+                iota.attrs.get("iota_dimension") == dim and \
+                tuple(iota.shape.dims) == tuple(op.shape.dims):
             return k
     return None
 
