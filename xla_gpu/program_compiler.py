@@ -72,6 +72,8 @@ _FORWARDING = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier",
 _GEMM_FUSION_KINDS = ("__ynn_fusion", "__triton_gemm", "__triton_nested_gemm_fusion",
                       "__onednn_fusion", "__cublas_fusion")
 _LAYOUT_ONLY = frozenset({"bitcast", "transpose", "reshape", "copy"})
+# jax's sharding annotations: identities on one device.
+_SHARDING_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
 _CUBLAS_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8")
 
 
@@ -1013,6 +1015,8 @@ class _ThunkEmitter:
             return self.emit_cublas(inst)
         if target.startswith("__cudnn$conv"):
             return [self.emit_convolution(inst)]
+        if target in _SHARDING_TARGETS:   # one device: the value itself
+            return self.copies(inst.name, inst.operands[0], (), inst, ())
         if target == "TopK":
             comparator = inst.attrs.get("to_apply") or inst.attrs.get("comparator")
             k = _subshape(inst.shape, (0,)).dims[-1] if inst.shape.is_tuple else \

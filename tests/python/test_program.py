@@ -40,9 +40,12 @@ KNOWN_MISSING = {
     "maxpool_grad": "variadic reduce-window / select-and-scatter in the emitters",
 }
 KNOWN_MISSING_BEFORE = {
-    "mlp_train_step": "a scatter with batching dimensions reaches the scatter emitter",
-    "random_rbg": "rng-bit-generator has no emitter",
     "rng_bit_generator": "rng-bit-generator has no emitter",
+}
+# Would abort the process (an assertion in MLIR's AffineMap::get while
+# emitting a fusion the HLO passes built): not run until that is fixed.
+ABORTS_BEFORE = {
+    "random_rbg": "an MLIR assertion (AffineMap::get) aborts while emitting a fusion",
 }
 
 
@@ -74,6 +77,8 @@ def _cases():
                 (KNOWN_MISSING_BEFORE.get(name) if form == BEFORE else None)
             marks = [pytest.mark.xfail(reason=missing, raises=xla_gpu.XlaGpuError,
                                        strict=False)] if missing else []
+            if form == BEFORE and name in ABORTS_BEFORE:
+                marks = [pytest.mark.skip(reason=ABORTS_BEFORE[name])]
             yield pytest.param(name, form, id=f"{name}-{form.split('_')[0]}", marks=marks)
 
 
