@@ -844,9 +844,13 @@ Error* DeviceMemoryAllocate(DeviceMemoryAllocateArgs* args) {
   }
   size_t size = args->size ? args->size : 1;
   if (Ctx(args->ctx)->platform == kCpu) {
-    size_t rounded = (size + alignment - 1) / alignment * alignment;
-    void* data = std::aligned_alloc(std::max<size_t>(alignment, 16),
-                                    (rounded + 15) / 16 * 16);
+    // aligned_alloc wants a size that is a multiple of the alignment.
+    size_t align = std::max<size_t>(alignment, 16);
+    if (size > SIZE_MAX - align) {
+      return MakeError(kResourceExhausted,
+                       Format("cannot allocate %zu bytes of host memory", size));
+    }
+    void* data = std::aligned_alloc(align, (size + align - 1) / align * align);
     if (!data) {
       return MakeError(kResourceExhausted,
                        Format("cannot allocate %zu bytes of host memory", size));

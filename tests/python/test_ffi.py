@@ -733,3 +733,27 @@ def test_cuda_path_passes_stream_and_pointers(lib, monkeypatch):
     cai = seen["cai"]
     assert cai["data"] == (memory.ctypes.data, True) and cai["shape"] == (2,)
     assert cai["typestr"] == "<f4" and cai["version"] == 3 and cai["stream"] == 0x5eed
+
+
+@needs_compiler
+def test_cpu_buffers_in_other_layouts_are_relaid(lib):
+    """A thunk whose operand and result are column-major: the C handler gets
+    row-major copies (FFI buffers are row-major) and its result is stored
+    back in the result's layout."""
+    from xla_gpu.runtime.buffers import BufferSlice
+    from xla_gpu.runtime.thunks import ArrayRef, CustomCallThunk, ExecutionContext
+    ffi.register_ffi_target("xla_gpu_test_variadic", ffi.pycapsule(lib.XlaGpuTestVariadic))
+    memory = np.zeros(72, np.uint8)
+    a_ref = ArrayRef(BufferSlice(0, 0, 24), "f32", (2, 3), (0, 1))     # column-major
+    b_ref = ArrayRef(BufferSlice(0, 24, 24), "f32", (2, 3))
+    out_ref = ArrayRef(BufferSlice(0, 48, 24), "f32", (2, 3), (0, 1))
+    ctx = ExecutionContext("cpu", [memory], {},
+                           custom_calls=lambda t: ffi.runtime_handler(t, "cpu"))
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ctx.array(a_ref)[...] = a
+    ctx.array(b_ref)[...] = 10
+    assert memory[0:24].view(np.float32).tolist() == [0, 3, 1, 4, 2, 5]
+    CustomCallThunk("r", "xla_gpu_test_variadic", [a_ref, b_ref], [out_ref], "",
+                    "API_VERSION_TYPED_FFI", [0, 0]).execute(ctx)
+    np.testing.assert_array_equal(ctx.array(out_ref), a + 20)
+    np.testing.assert_array_equal(memory[48:72].view(np.float32), (a + 20).T.reshape(-1))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import inspect
 import itertools
+import math
 import weakref
 from typing import Any, Sequence
 
@@ -571,10 +572,15 @@ class _InterpreterBridge:
             raise HloError(f"{where}: no handler for custom calls with api_version="
                            f"{api_version or 'API_VERSION_ORIGINAL'} is registered for the "
                            "target on cpu")
+        from ..hlo.interpreter import MAX_ELEMENTS
         leaves = inst.shape.leaves()
-        for leaf in leaves:
+        for k, leaf in enumerate(leaves):
             if leaf.element_type not in DTYPE_CODES:
                 _dtype_code(leaf.element_type, where)   # raises, naming the type
+            count = math.prod(int(d) for d in leaf.dims)
+            if count > MAX_ELEMENTS:
+                raise HloError(f"{where}: result {k} would hold {count} elements, more "
+                               f"than the interpreter's limit of {MAX_ELEMENTS}")
         results = [np.zeros(leaf.dims, leaf.dtype) for leaf in leaves]
         flat = _flatten(operands)
         if isinstance(registration, PythonHandler):
