@@ -226,7 +226,7 @@ def fusion_to_mlir(argv: list[str] | None = None) -> int:
         return 2
     launch = kernel.launch
     header = (f"// fusion: {kernel.fusion.name}, emitter: {kernel.emitter} "
-              f"(hero: {kernel.fusion.kind}), threads: {launch.threads}, "
+              f"(hero: {kernel.fusion.hero_kind}), threads: {launch.threads}, "
               f"blocks: {launch.blocks}\n")
     header += "".join(f"// note: {n}\n" for n in kernel.notes)
     _write_output(args.output, header + str(kernel.module))

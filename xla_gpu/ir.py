@@ -61,15 +61,34 @@ def is_indexing_map(attr: _ir.Attribute) -> bool:
     return bool(_native.lib().xlaGpuAttributeIsAIndexingMap(_native.to_handle(attr)))
 
 
+# The parts of an `IndexingMap` view, read from its attribute on first use.
+_PARTS = ("affine_map", "dims", "symbols", "constraints")
+
+
 @dataclass
 class IndexingMap:
     """A view of `#xla_gpu.indexing_map`: an affine map, a named range per
-    dimension and symbol, and constraints. Empty names print as d<i>/s<i>."""
+    dimension and symbol, and constraints. Empty names print as d<i>/s<i>.
+
+    Build one from its parts (AffineExprs from the bindings' arithmetic:
+    `ir.AffineDimExpr.get(0) * 4 + ir.AffineSymbolExpr.get(0)`) and turn it
+    into the attribute with `to_attr()`; or view an attribute with
+    `from_attr()`, which reads the parts only when they are used, so that
+    passing a map along costs nothing. The attribute is kept: `to_attr()` of
+    a view, or a second `to_attr()`, does not build it again (unless the
+    parts were changed in between). Text (`parse`, `str`) is for tests and
+    debugging."""
 
     affine_map: _ir.AffineMap
     dims: list[Variable]
     symbols: list[Variable]
     constraints: list[Constraint] = field(default_factory=list)
+    # The attribute built from (or viewed by) these parts, and the parts it
+    # was built from (None for a view whose parts were not read yet).
+    _attr: _ir.Attribute | None = field(default=None, init=False, repr=False,
+                                        compare=False)
+    _attr_parts: tuple | None = field(default=None, init=False, repr=False,
+                                      compare=False)
 
     @staticmethod
     def parse(text: str, context: _ir.Context | None = None) -> "IndexingMap":
@@ -82,9 +101,34 @@ class IndexingMap:
 
     @staticmethod
     def from_attr(attr: _ir.Attribute) -> "IndexingMap":
+        """A view of `attr`; its parts are read when first used."""
         if not is_indexing_map(attr):
             raise TypeError(f"not an #xla_gpu.indexing_map: {attr}")
-        lib, h = _native.lib(), _native.to_handle(attr)
+        view = IndexingMap.__new__(IndexingMap)
+        view._attr = attr
+        view._attr_parts = None
+        return view
+
+    @staticmethod
+    def from_exprs(dims: Sequence[Variable], symbols: Sequence[Variable],
+                   results: Sequence[_ir.AffineExpr],
+                   constraints: Sequence[Constraint] = ()) -> "IndexingMap":
+        """The map `(dims)[symbols] -> (results)`; `results` and the
+        constraints' expressions are over `ir.AffineDimExpr.get(i)` (dims)
+        and `ir.AffineSymbolExpr.get(i)` (symbols), in the current context."""
+        affine_map = _ir.AffineMap.get(len(dims), len(symbols), list(results))
+        return IndexingMap(affine_map, list(dims), list(symbols), list(constraints))
+
+    def __getattr__(self, name: str):
+        # Only called for attributes not set yet: the parts of a view.
+        if name not in _PARTS or "_attr" not in self.__dict__ or self._attr is None:
+            raise AttributeError(name)
+        self._read_parts()
+        return self.__dict__[name]
+
+    def _read_parts(self) -> None:
+        """Reads every part of the viewed attribute (once)."""
+        lib, h = _native.lib(), _native.to_handle(self._attr)
         affine_map = _native.from_handle(
             _ir.AffineMap, lib.xlaGpuIndexingMapAttrGetAffineMap(h))
         lo, hi = ctypes.c_int64(), ctypes.c_int64()
@@ -109,11 +153,21 @@ class IndexingMap:
                                                           ctypes.byref(hi))
             constraints.append(Constraint(
                 _native.from_handle(_ir.AffineExpr, expr), lo.value, hi.value))
-        return IndexingMap(affine_map, dims, symbols, constraints)
+        self.__dict__.update(affine_map=affine_map, dims=dims, symbols=symbols,
+                             constraints=constraints)
+        self._attr_parts = self._parts()
+
+    def _parts(self) -> tuple:
+        return (self.affine_map, tuple(self.dims), tuple(self.symbols),
+                tuple(self.constraints))
 
     def to_attr(self) -> _ir.Attribute:
-        """Builds the attribute (in the affine map's context). Raises
+        """The attribute (in the affine map's context); built once. Raises
         ValueError when the parts do not agree."""
+        if self._attr is not None and (self._attr_parts is None or
+                                       self._attr_parts == self._parts()):
+            return self._attr
+
         def variables(vars_: Sequence[Variable]):
             names = (_native._StringRef * max(len(vars_), 1))(
                 *[_native.string_ref(v.name) for v in vars_])
@@ -141,7 +195,9 @@ class IndexingMap:
             sym_names, sym_bounds, n, exprs, bounds, error, len(error))
         if not handle.ptr:
             raise ValueError(f"invalid indexing map: {error.value.decode()}")
-        return _native.from_handle(_ir.Attribute, handle)
+        self._attr = _native.from_handle(_ir.Attribute, handle)
+        self._attr_parts = self._parts()
+        return self._attr
 
     @staticmethod
     def linearization(shape: Sequence[int],

@@ -1,5 +1,8 @@
 """Fusion analysis: which computation to emit, its roots, the hero of each
-root and the emitter XLA would choose for it.
+root and the emitter that emits it: the one XLA would choose for the heroes
+when that emitter can take the fusion (`analysis.transpose`,
+`analysis.reduction` say when the tiled transpose and reduction emitters
+cannot), the loop emitter with a note saying why otherwise.
 
 `select_fusion` accepts what `xla_gpu.compile` accepts: a module whose ENTRY
 holds fusion instructions (pick one by name), a bare fusion computation as
@@ -13,12 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hlo import HloComputation, HloError, HloInstruction, HloModule
-from ..hlo.shape import bit_width
 from ..hlo.verifier import verify_computation
 from ..hlo.fusions import ELEMENTWISE_OPCODES, fusion_computation
+from .epilogue import epilogue_chain_ok, is_elementwise_epilogue, reaches
+from .reduction import reduction_refusal
+from .transpose import is_tiled_transpose, normalized_transpose, transpose_refusal
 
 __all__ = ["Fusion", "select_fusion", "analyze", "find_hero", "EMITTER_KINDS",
-           "normalized_transpose", "is_tiled_transpose"]
+           "normalized_transpose", "is_tiled_transpose", "epilogue_chain_ok",
+           "reaches"]
 
 EMITTER_KINDS = ("loop", "transpose", "reduction", "scatter", "concatenate",
                  "in_place_dynamic_update_slice", "input_slices", "sort", "topk",
@@ -26,15 +32,17 @@ EMITTER_KINDS = ("loop", "transpose", "reduction", "scatter", "concatenate",
 
 # XLA's limit above which a concatenate is left to the loop emitter.
 _MAX_CONCAT_OPERANDS = 64
-# XLA's thresholds for a tiled (shared-memory) transpose: both minor
-# dimensions (the operand's and the result's) at least 16, or both at least
-# 8 with a product of at least 64 * 128. A transpose that keeps the minor
-# dimension ("102") is tiled when that dimension is at most 8 bytes wide, so
-# that it rides along whole in the tile.
-_MIN_TILED_TRANSPOSE_DIM = 16
-_MIN_TILED_TRANSPOSE_DIM_2 = 8
-_MIN_TILED_TRANSPOSE_TOTAL = 64 * 128
-_MAX_BYTES_IN_MINOR_DIM = 8
+
+# What the loop emitter does instead of the emitter the heroes call for,
+# when that emitter cannot take the fusion (the note on the kernel).
+_INSTEAD = {
+    "transpose": "the tiled transpose emitter refused it; the loop emitter "
+                 "reads the input uncoalesced",
+    "reduction": "the reduction emitter refused it; the loop emitter "
+                 "reduces sequentially in each thread",
+    "concatenate": "the concatenate emitter refused it; the loop emitter "
+                   "selects the operand per element",
+}
 
 
 @dataclass
@@ -43,13 +51,19 @@ class Fusion:
     computation: HloComputation
     roots: list[HloInstruction]        # one per output, in output order
     heroes: list[HloInstruction]
-    kind: str                          # the emitter XLA would choose
+    kind: str                          # the emitter that emits the fusion
     module: HloModule | None = None
     notes: list[str] = field(default_factory=list)
     # Emitter-specific settings of one kernel of an op XLA runs as several
     # kernels (a sort's bitonic stages: `emitters.sort.SortKernelConfig`);
     # None lets the emitter decide.
     config: Any = None
+    # The emitter XLA would choose for the heroes: `kind`, or the emitter
+    # that could not take the fusion when `kind` is "loop" instead.
+    hero_kind: str = ""
+
+    def __post_init__(self) -> None:
+        self.hero_kind = self.hero_kind or self.kind
 
     @property
     def parameters(self) -> list[HloInstruction]:
@@ -87,54 +101,6 @@ def find_hero(root: HloInstruction) -> HloInstruction:
                 cur = live[0]
                 continue
         return root
-
-
-def normalized_transpose(inst: HloInstruction) -> tuple[list[int], list[int]]:
-    """Operand dims and permutation with size-1 dims dropped and dims that
-    stay adjacent merged (XLA's normalized transpose shape): result dim k
-    of the normalized transpose is normalized operand dim perm[k]."""
-    perm = list(inst.attrs["dimensions"])
-    in_dims = inst.operands[0].shape.dims
-    kept = [p for p in perm if in_dims[p] != 1]
-    groups: list[list[int]] = []
-    for p in kept:
-        if groups and groups[-1][-1] + 1 == p:
-            groups[-1].append(p)
-        else:
-            groups.append([p])
-    order = sorted(range(len(groups)), key=lambda g: groups[g][0])
-    dims = []
-    for g in order:
-        size = 1
-        for p in groups[g]:
-            size *= in_dims[p]
-        dims.append(size)
-    new_perm = [order.index(g) for g in range(len(groups))]
-    return dims, new_perm
-
-
-def is_tiled_transpose(inst: HloInstruction) -> bool:
-    """Whether XLA emits `inst` with the tiled (shared-memory) transpose
-    emitter (GetDescriptionForTiledTransposeEmitter)."""
-    if inst.opcode != "transpose":
-        return False
-    dims, perm = normalized_transpose(inst)
-    n = len(perm)
-    if n < 2:
-        return False
-    out = [dims[p] for p in perm]
-    if perm[-1] == n - 1:
-        # 102: the minor dimension stays minor; tiled when it is narrow.
-        byte_width = max(bit_width(inst.shape.element_type), 8) // 8
-        minor_bytes = byte_width * dims[-1]
-        return minor_bytes <= _MAX_BYTES_IN_MINOR_DIM and \
-            minor_bytes * min(dims[-2], out[-2]) >= _MIN_TILED_TRANSPOSE_DIM
-    minor_in, minor_out = dims[-1], out[-1]
-    if minor_in >= _MIN_TILED_TRANSPOSE_DIM and minor_out >= _MIN_TILED_TRANSPOSE_DIM:
-        return True
-    return minor_in >= _MIN_TILED_TRANSPOSE_DIM_2 and \
-        minor_out >= _MIN_TILED_TRANSPOSE_DIM_2 and \
-        minor_in * minor_out >= _MIN_TILED_TRANSPOSE_TOTAL
 
 
 def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
@@ -212,33 +178,20 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
         kind = "concatenate"
     else:
         kind = "loop"
-    return Fusion(name, comp, roots, heroes, kind, module)
+    refusal = _refusal(kind, roots, heroes)
+    if refusal is None:
+        return Fusion(name, comp, roots, heroes, kind, module)
+    note = f"{kind} fusion emitted by the loop emitter: {_INSTEAD[kind]} ({refusal})"
+    return Fusion(name, comp, roots, heroes, "loop", module, [note], hero_kind=kind)
 
 
-def reaches(inst: HloInstruction, target: HloInstruction) -> bool:
-    """Whether `target` is `inst` or one of its transitive operands."""
-    stack, seen = [inst], set()
-    while stack:
-        i = stack.pop()
-        if i is target:
-            return True
-        if id(i) in seen:
-            continue
-        seen.add(id(i))
-        stack.extend(i.operands)
-    return False
-
-
-def epilogue_chain_ok(root: HloInstruction, hero: HloInstruction, accept) -> bool:
-    """Whether every instruction from `hero` up to `root` passes
-    `accept(inst)` and reads the hero's chain through one instruction
-    (several operands may be that instruction: x * x)."""
-    cur = root
-    while cur is not hero:
-        if not accept(cur):
-            return False
-        chain = list(dict.fromkeys(o for o in cur.operands if reaches(o, hero)))
-        if len(chain) != 1:
-            return False
-        cur = chain[0]
-    return True
+def _refusal(kind: str, roots: list[HloInstruction],
+             heroes: list[HloInstruction]) -> str | None:
+    """Why the emitter of `kind` cannot take the fusion (None if it can)."""
+    if kind == "transpose":
+        return transpose_refusal(roots, heroes)
+    if kind == "reduction":
+        return reduction_refusal(roots, heroes)
+    if kind == "concatenate" and not is_elementwise_epilogue(roots[0], heroes[0]):
+        return f"the epilogue of '{heroes[0].name}' is not elementwise"
+    return None

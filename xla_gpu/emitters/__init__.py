@@ -3,6 +3,10 @@
     from xla_gpu import emitters, hlo
     kernel = emitters.emit(hlo.parse_module(text))     # EmittedKernel
     print(kernel.module, kernel.launch)
+
+The fusion analysis (`analysis.fusion.analyze`) decides which emitter runs
+(`Fusion.kind`); a fusion the dedicated emitter cannot take is given to the
+loop emitter there, with a note saying why.
 """
 
 from __future__ import annotations
@@ -10,17 +14,18 @@ from __future__ import annotations
 from mlir import ir
 
 from ..analysis.fusion import Fusion, select_fusion
-from ..hlo import HloError, HloModule, parse_module
+from ..errors import UnsupportedError
+from ..hlo import HloModule, parse_module
 from .base import EmittedKernel, KernelEmitter, LaunchDims
 from .concatenate import ConcatenateEmitter
 from .convolution import ConvolutionEmitter
 from .in_place_dus import InPlaceDynamicUpdateSliceEmitter
 from .input_slices import InputSlicesEmitter
 from .loop import LoopEmitter
-from .reduction import ReductionEmitter, ReductionRefused
+from .reduction import reduction_emitter
 from .scatter import ScatterEmitter
 from .sort import SortEmitter
-from .transpose import TransposeEmitter, TransposeRefused
+from .transpose import TransposeEmitter
 
 __all__ = ["emit", "emit_fusion", "emitter_for", "EmittedKernel", "LaunchDims",
            "KernelEmitter"]
@@ -31,44 +36,20 @@ _EMITTERS = {
     "in_place_dynamic_update_slice": InPlaceDynamicUpdateSliceEmitter,
     "input_slices": InputSlicesEmitter,
     "transpose": TransposeEmitter,
-    "reduction": ReductionEmitter,
+    "reduction": reduction_emitter,   # the row, multi-row or column variant
     "scatter": ScatterEmitter,
     "sort": SortEmitter,
     "topk": SortEmitter,
     "convolution": ConvolutionEmitter,
 }
 
-# Heroes whose dedicated emitters are not written yet or refuse some
-# fusions, and why the loop emitter can stand in for them (it computes the
-# same values, slower).
-_LOOP_FALLBACK = {
-    # TransposeEmitter refuses transposes of different normalized shapes in
-    # one fusion, side outputs without the transpose input's number of
-    # elements, epilogues that reorder elements, a transpose feeding another,
-    # and tiles that need more shared memory than a block has.
-    "transpose": "the tiled transpose emitter refused it; the loop emitter "
-                 "reads the input uncoalesced",
-    # ReductionEmitter refuses reduced dimensions that are not contiguous,
-    # reduce heroes of different shapes and epilogues that are not
-    # elementwise.
-    "reduction": "the reduction emitter refused it; the loop emitter "
-                 "reduces sequentially in each thread",
-}
-
-
 def emitter_for(fusion: Fusion) -> KernelEmitter:
-    kind = fusion.kind
-    if kind in _EMITTERS:
-        try:
-            return _EMITTERS[kind](fusion)
-        except (TransposeRefused, ReductionRefused) as e:
-            fusion.notes.append(f"{kind} fusion emitted by the loop emitter: "
-                                f"{_LOOP_FALLBACK[kind]} ({e})")
-            return LoopEmitter(fusion)
-    if kind in _LOOP_FALLBACK:
-        fusion.notes.append(f"{kind} fusion emitted by the loop emitter: {_LOOP_FALLBACK[kind]}")
-        return LoopEmitter(fusion)
-    raise HloError(f"fusion '{fusion.name}': the {kind} emitter is not implemented yet")
+    """The emitter of `fusion.kind`, which the fusion analysis chose."""
+    make = _EMITTERS.get(fusion.kind)
+    if make is None:
+        raise UnsupportedError(f"fusion '{fusion.name}': the {fusion.kind} emitter is "
+                               "not implemented yet")
+    return make(fusion)
 
 
 def emit_fusion(fusion: Fusion, context: ir.Context) -> EmittedKernel:

@@ -1,6 +1,6 @@
 """What every emitter shares: the module, the partitioned computation, one
 function per subgraph, scalar computations (reducers), and the entry
-function's signature (seed 000, "entry function"):
+function's signature:
 
     func.func @kernel(%p0: tensor<...>, ..., %r0: tensor<...>, ...)
         -> (tensor<...>, ...) attributes {xla.entry}
@@ -20,6 +20,7 @@ from mlir.dialects import func, gpu
 from ..analysis.fusion import Fusion
 from ..dialects import xla_gpu
 from ..hlo import HloComputation, HloInstruction
+from ..ir import IndexingMap
 from .elemental import FunctionEmitter, IndexMaps
 from .partitioner import PartitionedComputation, Subgraph, partition, sanitize
 from .types import check_supported, element_type, tensor_type
@@ -283,8 +284,10 @@ class KernelEmitter:
             func.ReturnOp(values)
         return f
 
-    def index_map(self, text: str) -> ir.Attribute:
-        return self.maps.attr(text)
+    def index_map(self, indexing_map: IndexingMap | ir.Attribute | str) -> ir.Attribute:
+        """The `#xla_gpu.indexing_map` attribute of a map built as AffineExprs
+        (`analysis.indexing.indexing_map`); text is parsed (tests, debugging)."""
+        return self.maps.attr(indexing_map)
 
 
 def _set_range(value: ir.Value, count: int) -> None:

@@ -8,21 +8,14 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, tensor
 
-from ..analysis.fusion import epilogue_chain_ok
-from ..analysis.indexing import ELEMENTWISE_OPCODES, delinearize, map_text
+from ..analysis.epilogue import is_elementwise_epilogue
+from ..analysis.indexing import delinearize, indexing_map
 from ..dialects import xla_gpu
 from ..ir import IndexingMap
 from .base import KernelEmitter
-from .loop_config import linear_thread_expr, loop_config
+from .loop_config import linear_thread_expr, loop_config, thread_variables
 
-__all__ = ["ConcatenateEmitter", "is_elementwise_epilogue"]
-
-
-def is_elementwise_epilogue(root, hero) -> bool:
-    """Whether every instruction from `hero` up to `root` is elementwise on
-    the hero's shape (so the epilogue runs at the hero's index)."""
-    return epilogue_chain_ok(root, hero, lambda i: i.opcode in ELEMENTWISE_OPCODES
-                             and i.shape.dims == hero.shape.dims)
+__all__ = ["ConcatenateEmitter"]
 
 
 class ConcatenateEmitter(KernelEmitter):
@@ -33,7 +26,8 @@ class ConcatenateEmitter(KernelEmitter):
         self.root = fusion.roots[0]
         self.hero = fusion.heroes[0]
         if not is_elementwise_epilogue(self.root, self.hero):
-            raise self.root.error("internal: concatenate epilogue is not elementwise")
+            raise self.root.error("internal: the fusion analysis chose the concatenate "
+                                  "emitter for an epilogue that is not elementwise")
         self.axis = self.hero.attrs["dimensions"][0]
         self.largest = max((o.shape.dims for o in self.hero.operands),
                            key=lambda d: d[self.axis])
@@ -53,16 +47,17 @@ class ConcatenateEmitter(KernelEmitter):
         if self.root is not self.hero:
             self.partitioned.subgraph_of(self.root).injected = [self.hero]
 
-    def _operand_map(self, size: int) -> str:
-        t, u, b = self.config.threads, self.config.unroll, self.config.blocks
-        linear = linear_thread_expr(t, b, u)
+    def _operand_map(self, size: int) -> IndexingMap:
+        """The thread-to-index map of an operand `size` long on the axis:
+        the largest operand's shape, cut to `size` on the axis."""
+        config = self.config
+        linear = linear_thread_expr(config.threads, config.blocks, config.unroll)
         results = delinearize(linear, self.largest)
-        constraints = [(linear, 0, self.config.num_elements - 1)]
+        constraints = [(linear, 0, config.num_elements - 1)]
         if size < self.largest[self.axis]:
             constraints.append((results[self.axis], 0, size - 1))
-        text = map_text([("th_x", t), ("bl_x", b)], [("vector_index", u)], results,
-                        constraints)
-        return str(IndexingMap.parse(text).simplified())
+        dims, symbols = thread_variables(config)
+        return indexing_map(dims, symbols, results, constraints)
 
     def emit_entry(self, params, outputs, thread_id, block_id):
         result = outputs[0]

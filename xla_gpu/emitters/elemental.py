@@ -23,6 +23,7 @@ from ..hlo import HloComputation, HloInstruction
 from ..hlo.opcodes import BINARY_ELEMENTWISE, TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from ..hlo.shape import (Shape, bit_width, is_float, is_signed_int,
                          is_unsigned_int)
+from ..ir import IndexingMap
 from . import float8
 from .float8 import is_f8
 from .types import check_supported, dense_attr, element_type, scalar_attr
@@ -33,20 +34,27 @@ Values = list[ir.Value]
 
 
 class IndexMaps:
-    """Parsed `#xla_gpu.indexing_map` attributes, cached by text."""
+    """The `#xla_gpu.indexing_map` attributes of one kernel. Maps built as
+    AffineExprs (`analysis.indexing.indexing_map`, `xla_gpu.ir.IndexingMap`)
+    pass through as the attribute they already are; text (tests, debugging)
+    is parsed once per distinct text."""
 
     def __init__(self) -> None:
-        self._attrs: dict[str, ir.Attribute] = {}
+        self._parsed: dict[str, ir.Attribute] = {}
 
-    def attr(self, text: str) -> ir.Attribute:
-        if text not in self._attrs:
-            escaped = text.replace('"', '\\"')
-            self._attrs[text] = ir.Attribute.parse(f'#xla_gpu.indexing_map<"{escaped}">')
-        return self._attrs[text]
+    def attr(self, indexing_map: "IndexingMap | ir.Attribute | str") -> ir.Attribute:
+        if isinstance(indexing_map, IndexingMap):
+            return indexing_map.to_attr()
+        if isinstance(indexing_map, ir.Attribute):
+            return indexing_map
+        if indexing_map not in self._parsed:
+            self._parsed[indexing_map] = IndexingMap.parse(indexing_map).to_attr()
+        return self._parsed[indexing_map]
 
-    def apply(self, text: str, dims: Sequence[ir.Value],
-              symbols: Sequence[ir.Value] = ()) -> Values:
-        return xla_gpu.build_apply_indexing(self.attr(text), dims, symbols)
+    def apply(self, indexing_map: "IndexingMap | ir.Attribute | str",
+              dims: Sequence[ir.Value], symbols: Sequence[ir.Value] = ()) -> Values:
+        """`xla_gpu.apply_indexing`: one index value per result of the map."""
+        return xla_gpu.build_apply_indexing(self.attr(indexing_map), dims, symbols)
 
 
 def _index_const(value: int) -> ir.Value:
@@ -218,7 +226,7 @@ class FunctionEmitter:
         elif indexing.affine_map == ir.AffineMap.get_identity(len(indices)):
             operand_indices = list(indices)
         else:
-            operand_indices = self.maps.apply(str(indexing), indices)
+            operand_indices = self.maps.apply(indexing, indices)
         return self.emit(operand, operand_indices)
 
     def _iota(self, inst, indices):

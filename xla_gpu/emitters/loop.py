@@ -1,4 +1,4 @@
-"""The loop emitter (seed 000, "loop emitter"): an `xla_gpu.loop` over the
+"""The loop emitter: an `xla_gpu.loop` over the
 output in linear order, each iteration calling the roots' subgraph and
 inserting the results.
 

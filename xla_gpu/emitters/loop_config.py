@@ -10,12 +10,15 @@ from dataclasses import dataclass
 from math import prod
 from typing import Sequence
 
+from mlir.ir import AffineExpr
+
+from ..analysis.indexing import delinearize, dim, indexing_map, sum_exprs, sym
 from ..hlo import HloInstruction
 from ..hlo.shape import bit_width
-from ..analysis.indexing import delinearize, map_text
 from ..ir import IndexingMap
 
 __all__ = ["LoopConfig", "loop_config", "thread_to_output_map", "linear_thread_expr",
+           "thread_variables",
            "MAX_UNROLL", "THREADS_PER_BLOCK", "GPU_THREADS"]
 
 MAX_UNROLL = 4
@@ -60,21 +63,33 @@ def loop_config(shape_dims: Sequence[int], instructions: Sequence[HloInstruction
     return LoopConfig(unroll, threads, blocks, n)
 
 
-def linear_thread_expr(threads: int, blocks: int, unroll: int) -> str:
-    """`bl_x * T * U + th_x * U + vector_index`, leaving out variables that
-    can only be 0."""
+# The dimensions and symbol of every thread-to-output map:
+# (th_x, bl_x)[vector_index].
+TH_X, BL_X, VECTOR_INDEX = 0, 1, 0
+
+
+def linear_thread_expr(threads: int, blocks: int, unroll: int) -> AffineExpr:
+    """`bl_x * T * U + th_x * U + vector_index` over (th_x, bl_x)[vector_index],
+    leaving out variables that can only be 0."""
     terms = []
     if blocks > 1:
-        terms.append(f"bl_x * {threads * unroll}")
+        terms.append(dim(BL_X) * (threads * unroll))
     if threads > 1:
-        terms.append(f"th_x * {unroll}" if unroll > 1 else "th_x")
+        terms.append(dim(TH_X) * unroll if unroll > 1 else dim(TH_X))
     if unroll > 1:
-        terms.append("vector_index")
-    return " + ".join(terms) or "0"
+        terms.append(sym(VECTOR_INDEX))
+    return sum_exprs(terms)
+
+
+def thread_variables(config: LoopConfig) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """The dims and symbols of a thread-to-output map."""
+    return [("th_x", config.threads), ("bl_x", config.blocks)], \
+        [("vector_index", config.unroll)]
 
 
 def thread_to_output_map(config: LoopConfig, shape_dims: Sequence[int],
-                         extra_constraints: Sequence[tuple[str, int, int]] = ()) -> str:
+                         extra_constraints: Sequence[tuple[AffineExpr, int, int]] = ()
+                         ) -> IndexingMap:
     """`(th_x, bl_x)[vector_index] -> (output index)`: consecutive threads
     write consecutive vectors of `unroll` elements (coalesced)."""
     t, u = config.threads, config.unroll
@@ -83,6 +98,5 @@ def thread_to_output_map(config: LoopConfig, shape_dims: Sequence[int],
     constraints = list(extra_constraints)
     if t * config.blocks * u > config.num_elements:
         constraints.append((linear, 0, config.num_elements - 1))
-    text = map_text([("th_x", t), ("bl_x", config.blocks)], [("vector_index", u)],
-                    results, constraints)
-    return str(IndexingMap.parse(text).simplified())
+    dims, symbols = thread_variables(config)
+    return indexing_map(dims, symbols, results, constraints)

@@ -1,4 +1,4 @@
-"""The computation partitioner of seed 000: splits a fusion computation into
+"""The computation partitioner: splits a fusion computation into
 subgraphs that can each be emitted as one function.
 
 An instruction joins the subgraph of its users when it has one user, or when
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from ..analysis.indexing import identity_map, output_to_input
+from ..analysis.indexing import ELEMENTWISE_OPCODES, identity_map, output_to_input
 from ..hlo import HloComputation, HloInstruction
 from ..ir import IndexingMap
 
@@ -69,7 +69,7 @@ def partition(computation: HloComputation,
     forces more roots (heroes); `exclude` keeps instructions out of every
     subgraph (values the entry function computes itself)."""
     owner: dict[int, Subgraph] = {}
-    maps: dict[int, IndexingMap | None] = {}
+    maps = _MemberMaps()
     subgraphs: list[Subgraph] = []
     base = sanitize(computation.name)
 
@@ -80,8 +80,17 @@ def partition(computation: HloComputation,
         for root in roots:
             sub.members.add(id(root))
             owner[id(root)] = sub
-            maps[id(root)] = identity_map(root.shape.leaves()[0].dims)
+            maps.set_root(root)
         return sub
+
+    def join(sub: Subgraph, inst: HloInstruction, user: HloInstruction, operand: int,
+             composed: IndexingMap | None = None) -> None:
+        sub.members.add(id(inst))
+        owner[id(inst)] = sub
+        if composed is None:
+            maps.defer(inst, user, operand)
+        else:
+            maps.set(inst, composed)
 
     for group in root_groups:
         group = [r for r in dict.fromkeys(group) if id(r) not in owner]
@@ -101,35 +110,75 @@ def partition(computation: HloComputation,
             user = uses[0][0]
             sub = owner.get(id(user))
             if sub is not None and len(owners) == 1:
-                _join(sub, inst, owner, maps, uses)
+                join(sub, inst, *uses[0])
                 continue
         elif len(owners) == 1 and None not in [owner.get(id(u)) for u, _ in uses]:
-            composed = [_compose(maps.get(id(u)), u, j) for u, j in uses]
-            if all(c is not None for c in composed) and \
-                    len({str(c) for c in composed}) == 1:
-                _join(owner[id(uses[0][0])], inst, owner, maps, uses, composed[0])
+            composed = [_compose(maps.get(u), u, j) for u, j in uses]
+            if all(c is not None for c in composed) and _all_equal(composed):
+                join(owner[id(uses[0][0])], inst, *uses[0], composed[0])
                 continue
         new_subgraph([inst])
     return PartitionedComputation(computation, subgraphs, owner)
+
+
+class _MemberMaps:
+    """For each subgraph member, the map from its subgraph's root index to
+    the member's index (None when it depends on runtime values). Only an
+    instruction used several times inside one subgraph needs them, so a
+    member's map is composed when first asked for: walking up to the
+    nearest member whose map is known, then down again (no recursion)."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, IndexingMap | None] = {}
+        self._pending: dict[int, tuple[HloInstruction, int]] = {}
+
+    def set_root(self, root: HloInstruction) -> None:
+        self._known[id(root)] = identity_map(root.shape.leaves()[0].dims)
+
+    def set(self, inst: HloInstruction, indexing: IndexingMap | None) -> None:
+        self._known[id(inst)] = indexing
+
+    def defer(self, inst: HloInstruction, user: HloInstruction, operand: int) -> None:
+        """`inst`'s map is its `user`'s composed with the user's indexing of
+        operand `operand`."""
+        self._pending[id(inst)] = (user, operand)
+
+    def get(self, inst: HloInstruction) -> IndexingMap | None:
+        chain, current = [], inst
+        while id(current) not in self._known:
+            user, operand = self._pending[id(current)]
+            chain.append((current, user, operand))
+            current = user
+        for member, user, operand in reversed(chain):
+            self._known[id(member)] = _compose(self._known[id(user)], user, operand)
+            del self._pending[id(member)]
+        return self._known[id(inst)]
+
+
+def _all_equal(maps: list[IndexingMap]) -> bool:
+    first = maps[0].to_attr()
+    if all(m.to_attr() == first for m in maps[1:]):
+        return True
+    return len({str(m) for m in maps}) == 1
+
+
+def _is_identity(user: HloInstruction, operand: int) -> bool:
+    """Whether `user` reads operand `operand` at its own output index."""
+    if user.opcode not in ELEMENTWISE_OPCODES and user.opcode not in ("copy", "map"):
+        return False
+    return not user.shape.is_tuple and \
+        list(user.operands[operand].shape.dims) == list(user.shape.dims)
 
 
 def _compose(user_map: IndexingMap | None, user: HloInstruction,
              operand: int) -> IndexingMap | None:
     if user_map is None:
         return None
+    if _is_identity(user, operand):
+        return user_map
     step = output_to_input(user, operand)
     if step is None:
         return None
     if step.symbols:  # reads several elements per output element
         return None
     return user_map.compose(step).simplified()
-
-
-def _join(sub: Subgraph, inst: HloInstruction, owner, maps, uses,
-          composed: IndexingMap | None = None) -> None:
-    sub.members.add(id(inst))
-    owner[id(inst)] = sub
-    if composed is None:
-        user, j = uses[0]
-        composed = _compose(maps.get(id(user)), user, j)
-    maps[id(inst)] = composed

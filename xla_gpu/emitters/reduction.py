@@ -1,15 +1,23 @@
-"""The reduction emitter: XLA's structure for reductions whose reduced
-dimensions are contiguous (after dropping size-1 dimensions).
+"""The reduction emitters: XLA's Row, MultiRow and Column reductions, for
+fusions whose reduce heroes reduce contiguous dimensions (after dropping
+size-1 dimensions). The fusion analysis decides which fusions they take
+(`analysis.reduction.reduction_refusal`); the others go to the loop
+emitter, which reduces sequentially in each thread.
 
 The reduce input is seen as [K, R] (row: the reduced dimensions are the
-minor ones) or [K0, R, K1] (column: kept dimensions below them).
+minor ones) or [K0, R, K1] (column: kept dimensions below them). Every
+variant runs one `xla_gpu.loop` in which each thread accumulates its share
+of a row or column (and writes the side outputs, roots shaped like the
+reduce input), then combines the threads' partials and writes the reduced
+values through the elementwise epilogues of the reduces (functions that
+receive the reduced value).
 
-Row reduction, `t` threads per row (a power of two), `v` elements per
-thread and step (vector loads):
+Row reduction (`RowReductionEmitter`), `t` threads per row (a power of two,
+at least a warp), `v` elements per thread and step (vector loads):
 
     %acc = xla_gpu.loop (%th, %bl)[%s, %j] -> (input index) in #row
              iter_args(%a = init)        // each thread: a strided slice of its row
-    %w = xla_gpu.shuffle_reduce(%acc) to min(16, t/2) combiner=@reducer
+    %w = xla_gpu.shuffle_reduce(%acc) to 16 combiner=@reducer
     // t > 32: one partial per warp through shared memory
     %sh = xla_gpu.predicated_insert %w into %shmem[row, warp] if lane == 0
     %sy = xla_gpu.sync_threads %sh
@@ -17,43 +25,36 @@ thread and step (vector loads):
     %r = xla_gpu.shuffle_reduce(%p) to warps/2 combiner=@reducer
     %out = xla_gpu.predicated_insert @epilogue(%r) into %output[...] if first thread of row
 
-Rows shorter than a warp share warps (multi-row: `t` lanes per row, the
-shuffle stops at distance t/2). Column reduction: 32x32 threads per block
-cover 32 columns; thread (x, y) accumulates rows y, y+32, ...; the partials
-go through a padded 32x33 shared tile, are read back transposed, and a warp
-shuffle finishes each column. Side outputs (roots shaped like the reduce
-input) are written by the first loop; elementwise epilogues of the reduce
-run on the reduced value through a function that receives it.
+Multi-row reduction (`MultiRowReductionEmitter`): rows shorter than a warp
+share warps, `t` lanes per row; the shuffle stops at distance t/2 and no
+shared memory is needed.
 
-Reductions whose dimensions are not contiguous, heroes of different shapes,
-and other epilogues are refused (`ReductionRefused`): the loop emitter
-computes them (one thread per output element).
+Column reduction (`ColumnReductionEmitter`): 32x32 threads per block cover
+32 columns; thread (x, y) accumulates rows y, y+32, ...; the partials go
+through a padded 32x33 shared tile, are read back transposed, and a warp
+shuffle finishes each column.
 """
 
 from __future__ import annotations
 
-from math import prod
-
 from mlir import ir
 from mlir.dialects import arith, scf, tensor
+from mlir.ir import AffineExpr
 
-from ..analysis.indexing import delinearize, map_text
+from ..analysis.indexing import const, delinearize, dim, floordiv, indexing_map, sym
+from ..analysis.reduction import ReductionLayout, checked_layout, reduce_heroes
 from ..dialects import xla_gpu
-from ..hlo import HloError, HloInstruction
+from ..hlo import HloInstruction
 from ..hlo.shape import bit_width
-from ..ir import IndexingMap
 from .base import WARP_SIZE, KernelEmitter, LaunchDims
-from .concatenate import is_elementwise_epilogue
 
-__all__ = ["ReductionEmitter", "ReductionRefused", "ReductionLayout"]
+__all__ = ["ReductionEmitter", "RowReductionEmitter", "MultiRowReductionEmitter",
+           "ColumnReductionEmitter", "reduction_emitter"]
 
 MAX_THREADS_PER_ROW = 1024
 MIN_THREADS_PER_BLOCK = 128
 COLUMN_TILE = WARP_SIZE
 
-
-class ReductionRefused(HloError):
-    """The fusion is a reduction this emitter does not handle."""
 
 
 def _pow2_at_least(n: int) -> int:
@@ -63,97 +64,64 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
-class ReductionLayout:
-    """The reduce input as [K0, R, K1] (K = K0 * K1 kept elements)."""
+def _input_index(layout: ReductionLayout, k: AffineExpr, r: AffineExpr) -> list[AffineExpr]:
+    """The reduce input's index from the kept linear index `k` and the
+    reduced linear index `r`."""
+    kept = iter(_output_index(layout, k))
+    reduced = iter(delinearize(r, [layout.dims[i] for i in layout.reduced]))
+    return [next(reduced) if i in layout.reduced else next(kept)
+            for i in range(len(layout.dims))]
 
-    def __init__(self, reduce: HloInstruction):
-        dims = list(reduce.operands[0].shape.dims)
-        reduced = set(reduce.attrs["dimensions"])
-        self.dims = dims
-        self.reduced = sorted(reduced)
-        self.kept = [i for i in range(len(dims)) if i not in reduced]
-        big = [i for i in range(len(dims)) if dims[i] > 1]
-        big_reduced = [i for i in big if i in reduced]
-        if not big_reduced:
-            raise ReductionRefused("the reduction reduces only size-1 dimensions")
-        first, last = big.index(big_reduced[0]), big.index(big_reduced[-1])
-        if big[first:last + 1] != big_reduced:
-            raise ReductionRefused("the reduced dimensions are not contiguous")
-        self.R = prod(dims[i] for i in self.reduced)
-        self.K = prod(dims[i] for i in self.kept)
-        self.K1 = prod(dims[i] for i in self.kept if i > big_reduced[-1])
-        self.K0 = self.K // self.K1
-        self.is_row = self.K1 == 1
 
-    def input_index(self, k: str, r: str) -> list[str]:
-        """Input index expressions from the kept linear index `k` and the
-        reduced linear index `r`."""
-        kept = delinearize(k, [self.dims[i] for i in self.kept]) if self.kept else []
-        red = delinearize(r, [self.dims[i] for i in self.reduced])
-        out, ki, ri = [], iter(kept), iter(red)
-        for i in range(len(self.dims)):
-            out.append(next(ri) if i in self.reduced else next(ki))
-        return out
+def _output_index(layout: ReductionLayout, k: AffineExpr) -> list[AffineExpr]:
+    return delinearize(k, [layout.dims[i] for i in layout.kept]) if layout.kept else []
 
-    def output_index(self, k: str) -> list[str]:
-        return delinearize(k, [self.dims[i] for i in self.kept]) if self.kept else []
+
+def reduction_emitter(fusion) -> "ReductionEmitter":
+    """The variant XLA would run: column when kept dimensions lie below the
+    reduced ones, multi-row when a row needs fewer threads than a warp, row
+    otherwise."""
+    layout = checked_layout(fusion.roots, fusion.heroes)
+    if not layout.is_row:
+        return ColumnReductionEmitter(fusion)
+    if _row_config(layout, reduce_heroes(fusion.heroes)).threads_per_row < WARP_SIZE:
+        return MultiRowReductionEmitter(fusion)
+    return RowReductionEmitter(fusion)
 
 
 class ReductionEmitter(KernelEmitter):
+    """What the variants share: the partitioning (the reduces' inputs root
+    subgraphs, the reduces are computed in the entry function, epilogues
+    receive the reduced values), the accumulation loop over the map of
+    `_loop_exprs`, and the predicated write of the results. Subclasses set
+    `threads`, `blocks` and `steps` and combine the partials (`_finish`)."""
+
     name = "reduction"
 
     def __init__(self, fusion):
         super().__init__(fusion)
-        heroes = [h for h in fusion.heroes if h.opcode == "reduce"]
-        self.heroes = list(dict.fromkeys(heroes))
-        first = self.heroes[0]
-        self.layout = ReductionLayout(first)
-        for h in self.heroes[1:]:
-            if list(h.operands[0].shape.dims) != self.layout.dims or \
-                    sorted(h.attrs["dimensions"]) != self.layout.reduced:
-                raise ReductionRefused("reduce heroes of different shapes")
-        self.side_outputs = []
-        for root, hero in zip(fusion.roots, fusion.heroes):
-            if hero.opcode == "reduce":
-                if root is not hero and not is_elementwise_epilogue(root, hero):
-                    raise ReductionRefused(f"the epilogue of '{hero.name}' is not elementwise")
-                if root is not hero and hero.shape.is_tuple:
-                    raise ReductionRefused("an epilogue of a variadic reduce")
-            elif list(root.shape.dims) == self.layout.dims:
-                self.side_outputs.append(root)
-            else:
-                raise ReductionRefused(f"output '{root.name}' is neither a reduction nor "
-                                       "shaped like the reduce input")
-        for h in self.heroes:
-            if any(o.shape.rank for o in h.operands[len(h.operands) // 2:]):
-                raise ReductionRefused("init values must be scalars")
+        self.layout = checked_layout(fusion.roots, fusion.heroes)
+        self.heroes = reduce_heroes(fusion.heroes)
+        self.side_outputs = [root for root, hero in zip(fusion.roots, fusion.heroes)
+                             if hero.opcode != "reduce"]
+        self.threads = self.blocks = self.steps = 0
         self._configure()
 
-    # -- launch ------------------------------------------------------------
+    # -- to override ----------------------------------------------------------
     def _configure(self) -> None:
-        lay = self.layout
-        types = [o.shape.element_type for h in self.heroes for o in h.operands[:len(h.operands) // 2]]
-        widest = max(bit_width(t) for t in types)
-        if lay.is_row:
-            v = 1
-            if widest <= 32:
-                v = 2 if widest == 32 else 4
-                while v > 1 and lay.R % v:
-                    v //= 2
-            per_row = -(-lay.R // v)
-            t = min(MAX_THREADS_PER_ROW, _pow2_at_least(per_row))
-            rows_per_block = max(1, MIN_THREADS_PER_BLOCK // t)
-            self.vector, self.threads_per_row = v, t
-            self.rows_per_block = rows_per_block
-            self.threads = t * rows_per_block
-            self.blocks = -(-lay.K // rows_per_block)
-            self.steps = -(-lay.R // (t * v))
-        else:
-            self.threads = COLUMN_TILE * COLUMN_TILE
-            self.column_tiles = -(-lay.K1 // COLUMN_TILE)
-            self.blocks = lay.K0 * self.column_tiles
-            self.steps = -(-lay.R // COLUMN_TILE)
+        raise NotImplementedError
 
+    def _loop_exprs(self) -> tuple[AffineExpr, AffineExpr, list[tuple[str, int]],
+                                   list[tuple[AffineExpr, int, int]]]:
+        """(kept linear index, reduced linear index, symbols, constraints) of
+        the accumulation loop over (th_x, bl_x)[symbols]."""
+        raise NotImplementedError
+
+    def _finish(self, params, outputs, partials, inits, thread_id, block_id):
+        """Combines the threads' partials and writes the results."""
+        raise NotImplementedError
+
+    # -- launch ------------------------------------------------------------
     def launch_dims(self) -> LaunchDims:
         return LaunchDims(self.threads, self.blocks)
 
@@ -176,11 +144,13 @@ class ReductionEmitter(KernelEmitter):
 
     # -- helpers -------------------------------------------------------------
     def _map(self, results, symbols, constraints) -> ir.Attribute:
-        text = map_text([("th_x", self.threads), ("bl_x", self.blocks)], symbols,
-                        results, constraints)
-        return self.index_map(str(IndexingMap.parse(text).simplified()))
+        """A map over (th_x, bl_x)[symbols] as an attribute."""
+        return self.index_map(indexing_map(
+            [("th_x", self.threads), ("bl_x", self.blocks)], symbols, results,
+            constraints))
 
-    def _ids(self, thread_id, block_id, exprs: list[str]) -> list[ir.Value]:
+    def _ids(self, thread_id, block_id, exprs: list[AffineExpr]) -> list[ir.Value]:
+        """The values of `exprs` over (th_x, bl_x) for this thread."""
         attr = self._map(exprs, [], [])
         return xla_gpu.build_apply_indexing(attr, [thread_id, block_id])
 
@@ -202,15 +172,27 @@ class ReductionEmitter(KernelEmitter):
         n = len(hero.operands) // 2
         return [self.value_at(operand, params, index) for operand in hero.operands[:n]]
 
+    def _split(self, flat, inits):
+        """`flat` values grouped per hero, as `inits` is."""
+        out, pos = [], 0
+        for group in inits:
+            out.append(flat[pos:pos + len(group)])
+            pos += len(group)
+        return out
+
+    def _output_slot(self, root) -> int:
+        slot = 0
+        for r in self.fusion.roots:
+            if r is root:
+                return slot
+            slot += len(r.shape.leaves())
+        raise ValueError(root.name)
+
     # -- the kernel ----------------------------------------------------------
     def emit_entry(self, params, outputs, thread_id, block_id):
-        if self.layout.is_row:
-            k, r, symbols, constraints = self._row_loop_exprs()
-        else:
-            k, r, symbols, constraints = self._column_loop_exprs()
+        k, r, symbols, constraints = self._loop_exprs()
         lay = self.layout
-        index_exprs = lay.input_index(k, r)
-        attr = self._map(index_exprs, symbols, constraints)
+        attr = self._map(_input_index(lay, k, r), symbols, constraints)
         inits = self._inits(params)
         flat_inits = [v for group in inits for v in group]
         side_slots = [self._output_slot(s) for s in self.side_outputs]
@@ -237,40 +219,7 @@ class ReductionEmitter(KernelEmitter):
         outputs = list(outputs)
         for slot, value in zip(side_slots, side_results):
             outputs[slot] = value
-        if lay.is_row:
-            return self._finish_rows(params, outputs, partials, inits, thread_id, block_id)
-        return self._finish_columns(params, outputs, partials, inits, thread_id, block_id)
-
-    def _output_slot(self, root) -> int:
-        slot = 0
-        for r in self.fusion.roots:
-            if r is root:
-                return slot
-            slot += len(r.shape.leaves())
-        raise ValueError(root.name)
-
-    def _row_loop_exprs(self):
-        t, v, rpb = self.threads_per_row, self.vector, self.rows_per_block
-        lay = self.layout
-        row = f"bl_x * {rpb} + th_x floordiv {t}" if rpb > 1 else "bl_x"
-        lane = f"th_x mod {t}" if rpb > 1 else "th_x"
-        col = f"(s * {t} + {lane}) * {v} + j" if v > 1 else f"s * {t} + {lane}"
-        symbols = [("s", self.steps), ("j", v)]
-        constraints = [(col, 0, lay.R - 1)]
-        if self.blocks * rpb > lay.K:
-            constraints.append((row, 0, lay.K - 1))
-        return row, col, symbols, constraints
-
-    def _column_loop_exprs(self):
-        lay, tiles = self.layout, self.column_tiles
-        k0 = f"bl_x floordiv {tiles}" if tiles > 1 else "bl_x"
-        tile = f"bl_x mod {tiles}" if tiles > 1 else "0"
-        k1 = f"({tile}) * {COLUMN_TILE} + th_x mod {COLUMN_TILE}"
-        k = f"({k0}) * {lay.K1} + {k1}"
-        r = f"s * {COLUMN_TILE} + th_x floordiv {COLUMN_TILE}"
-        symbols = [("s", self.steps)]
-        constraints = [(r, 0, lay.R - 1), (k1, 0, lay.K1 - 1)]
-        return k, r, symbols, constraints
+        return self._finish(params, outputs, partials, inits, thread_id, block_id)
 
     def _write(self, params, outputs, values_per_hero, k_value, cond):
         """Writes each root (epilogue applied) at kept index `k_value` if `cond`."""
@@ -279,8 +228,8 @@ class ReductionEmitter(KernelEmitter):
         with ir.InsertionPoint(if_op.then_block):
             out_index = []
             if self.layout.kept:
-                attr = self.index_map(str(IndexingMap.parse(map_text(
-                    [("k", self.layout.K)], [], self.layout.output_index("k"))).simplified()))
+                attr = self.index_map(indexing_map(
+                    [("k", self.layout.K)], [], _output_index(self.layout, dim(0))))
                 out_index = xla_gpu.build_apply_indexing(attr, [k_value])
             new = list(outputs)
             for root, hero in zip(self.fusion.roots, self.fusion.heroes):
@@ -297,25 +246,82 @@ class ReductionEmitter(KernelEmitter):
             scf.YieldOp(outputs)
         return list(if_op.results)
 
-    def _split(self, flat, inits):
-        out, pos = [], 0
-        for group in inits:
-            out.append(flat[pos:pos + len(group)])
-            pos += len(group)
-        return out
+    def _predicated_insert(self, cond, value, dest, indices):
+        return xla_gpu.PredicatedInsertOp(value, dest, list(indices), cond).result
 
-    def _finish_rows(self, params, outputs, partials, inits, thread_id, block_id):
+    def _predicated_extract(self, cond, source, indices, default):
+        return xla_gpu.PredicatedExtractOp(source, list(indices), cond, default).result
+
+
+class _RowConfig:
+    """Threads of a row reduction: `threads_per_row` (a power of two, at most
+    1024) each load `vector` consecutive elements per step (2 for 32-bit, 4
+    for narrower types, when the row is a multiple of it); blocks of at
+    least 128 threads take `rows_per_block` rows."""
+
+    def __init__(self, layout: ReductionLayout, heroes: list[HloInstruction]):
+        types = [o.shape.element_type for h in heroes for o in h.operands[:len(h.operands) // 2]]
+        widest = max(bit_width(t) for t in types)
+        v = 1
+        if widest <= 32:
+            v = 2 if widest == 32 else 4
+            while v > 1 and layout.R % v:
+                v //= 2
+        per_row = -(-layout.R // v)
+        t = min(MAX_THREADS_PER_ROW, _pow2_at_least(per_row))
+        self.vector, self.threads_per_row = v, t
+        self.rows_per_block = max(1, MIN_THREADS_PER_BLOCK // t)
+        self.threads = t * self.rows_per_block
+        self.blocks = -(-layout.K // self.rows_per_block)
+        self.steps = -(-layout.R // (t * v))
+
+
+def _row_config(layout: ReductionLayout, heroes: list[HloInstruction]) -> _RowConfig:
+    return _RowConfig(layout, heroes)
+
+
+class RowReductionEmitter(ReductionEmitter):
+    """Rows of at least a warp: each thread accumulates a strided slice of
+    its row, a warp shuffle combines a warp's partials, and rows of several
+    warps combine the warps' partials through shared memory and a second
+    shuffle."""
+
+    def _configure(self) -> None:
+        config = _row_config(self.layout, self.heroes)
+        self.vector, self.threads_per_row = config.vector, config.threads_per_row
+        self.rows_per_block = config.rows_per_block
+        self.threads, self.blocks, self.steps = config.threads, config.blocks, config.steps
+
+    # Expressions over (th_x, bl_x): the thread's row and its lane in the row.
+    def _row(self) -> AffineExpr:
         t, rpb = self.threads_per_row, self.rows_per_block
-        per_hero = self._split(partials, inits)
+        return dim(1) * rpb + floordiv(dim(0), t) if rpb > 1 else dim(1)
+
+    def _lane(self) -> AffineExpr:
+        t = self.threads_per_row
+        return dim(0) % t if self.rows_per_block > 1 else dim(0)
+
+    def _loop_exprs(self):
+        t, v = self.threads_per_row, self.vector
+        lay = self.layout
+        step, element = sym(0), sym(1)    # s, j
+        row = self._row()
+        col = (step * t + self._lane()) * v + element if v > 1 else step * t + self._lane()
+        symbols = [("s", self.steps), ("j", v)]
+        constraints = [(col, 0, lay.R - 1)]
+        if self.blocks * self.rows_per_block > lay.K:
+            constraints.append((row, 0, lay.K - 1))
+        return row, col, symbols, constraints
+
+    def _finish(self, params, outputs, partials, inits, thread_id, block_id):
+        t, rpb = self.threads_per_row, self.rows_per_block
         per_hero = [self._shuffle(h, vals, min(WARP_SIZE, t) // 2)
-                    for h, vals in zip(self.heroes, per_hero)]
+                    for h, vals in zip(self.heroes, self._split(partials, inits))]
         warps = t // WARP_SIZE
-        lane_e = f"th_x mod {t}" if rpb > 1 else "th_x"
-        row_e = f"bl_x * {rpb} + th_x floordiv {t}" if rpb > 1 else "bl_x"
         if warps > 1:
             row_in_block, warp, lane = self._ids(thread_id, block_id, [
-                f"th_x floordiv {t}" if rpb > 1 else "0",
-                f"(th_x mod {t}) floordiv {WARP_SIZE}", f"th_x mod {WARP_SIZE}"])
+                floordiv(dim(0), t) if rpb > 1 else const(0),
+                floordiv(dim(0) % t, WARP_SIZE), dim(0) % WARP_SIZE])
             index = ir.IndexType.get()
             is_lane0 = arith.cmpi(arith.CmpIPredicate.eq, lane, arith.constant(index, 0))
             tiles = []
@@ -331,20 +337,66 @@ class ReductionEmitter(KernelEmitter):
                     for tile, init in zip(synced, flat_inits)]
             per_hero = [self._shuffle(h, vals, warps // 2)
                         for h, vals in zip(self.heroes, self._split(read, inits))]
-        lane_v, row_v = self._ids(thread_id, block_id, [lane_e, row_e])
+        return self._write_rows(params, outputs, per_hero, thread_id, block_id)
+
+    def _write_rows(self, params, outputs, per_hero, thread_id, block_id):
+        """The row's first thread writes the row's results."""
+        lane_v, row_v = self._ids(thread_id, block_id, [self._lane(), self._row()])
         index = ir.IndexType.get()
         cond = arith.cmpi(arith.CmpIPredicate.eq, lane_v, arith.constant(index, 0))
-        if self.blocks * rpb > self.layout.K:
+        if self.blocks * self.rows_per_block > self.layout.K:
             in_range = arith.cmpi(arith.CmpIPredicate.ult, row_v,
                                   arith.constant(index, self.layout.K))
             cond = arith.andi(cond, in_range)
         return self._write(params, outputs, per_hero, row_v, cond)
 
-    def _finish_columns(self, params, outputs, partials, inits, thread_id, block_id):
-        lay, tiles = self.layout, self.column_tiles
+
+class MultiRowReductionEmitter(RowReductionEmitter):
+    """Rows shorter than a warp: `threads_per_row` lanes per row, several
+    rows per warp; one shuffle up to distance threads_per_row / 2 combines a
+    row's partials, no shared memory."""
+
+    def _finish(self, params, outputs, partials, inits, thread_id, block_id):
+        per_hero = [self._shuffle(h, vals, self.threads_per_row // 2)
+                    for h, vals in zip(self.heroes, self._split(partials, inits))]
+        return self._write_rows(params, outputs, per_hero, thread_id, block_id)
+
+
+class ColumnReductionEmitter(ReductionEmitter):
+    """Kept dimensions below the reduced ones: blocks of 32x32 threads cover
+    32 columns of one K0 index; thread (x, y) accumulates rows y, y + 32,
+    ... of column x; the partials are transposed through a padded 32x33
+    shared tile and a warp shuffle finishes each column."""
+
+    def _configure(self) -> None:
+        lay = self.layout
+        self.threads = COLUMN_TILE * COLUMN_TILE
+        self.column_tiles = -(-lay.K1 // COLUMN_TILE)
+        self.blocks = lay.K0 * self.column_tiles
+        self.steps = -(-lay.R // COLUMN_TILE)
+
+    # Expressions over (th_x, bl_x): the block's K0 index and column tile.
+    def _k0(self) -> AffineExpr:
+        return floordiv(dim(1), self.column_tiles) if self.column_tiles > 1 else dim(1)
+
+    def _tile(self) -> AffineExpr:
+        return dim(1) % self.column_tiles if self.column_tiles > 1 else const(0)
+
+    def _loop_exprs(self):
+        lay = self.layout
+        k1 = self._tile() * COLUMN_TILE + dim(0) % COLUMN_TILE
+        # Summed left to right: k0 * K1 + tile * 32 + x.
+        k = self._k0() * lay.K1 + self._tile() * COLUMN_TILE + dim(0) % COLUMN_TILE
+        r = sym(0) * COLUMN_TILE + floordiv(dim(0), COLUMN_TILE)
+        symbols = [("s", self.steps)]
+        constraints = [(r, 0, lay.R - 1), (k1, 0, lay.K1 - 1)]
+        return k, r, symbols, constraints
+
+    def _finish(self, params, outputs, partials, inits, thread_id, block_id):
+        lay = self.layout
         index = ir.IndexType.get()
-        x, y = self._ids(thread_id, block_id, [f"th_x mod {COLUMN_TILE}",
-                                               f"th_x floordiv {COLUMN_TILE}"])
+        x, y = self._ids(thread_id, block_id, [dim(0) % COLUMN_TILE,
+                                               floordiv(dim(0), COLUMN_TILE)])
         stored = []
         for v in partials:
             shm = xla_gpu.AllocateSharedOp(
@@ -354,17 +406,10 @@ class ReductionEmitter(KernelEmitter):
         transposed = [tensor.extract(t, [x, y]) for t in synced]
         per_hero = [self._shuffle(h, vals, WARP_SIZE // 2)
                     for h, vals in zip(self.heroes, self._split(transposed, inits))]
-        k0 = f"bl_x floordiv {tiles}" if tiles > 1 else "bl_x"
-        tile = f"bl_x mod {tiles}" if tiles > 1 else "0"
-        column = f"({tile}) * {COLUMN_TILE} + th_x floordiv {COLUMN_TILE}"
-        (k_v, column_v) = self._ids(thread_id, block_id, [f"({k0}) * {lay.K1} + {column}", column])
+        column = self._tile() * COLUMN_TILE + floordiv(dim(0), COLUMN_TILE)
+        k = self._k0() * lay.K1 + self._tile() * COLUMN_TILE + floordiv(dim(0), COLUMN_TILE)
+        k_v, column_v = self._ids(thread_id, block_id, [k, column])
         cond = arith.andi(
             arith.cmpi(arith.CmpIPredicate.eq, x, arith.constant(index, 0)),
             arith.cmpi(arith.CmpIPredicate.ult, column_v, arith.constant(index, lay.K1)))
         return self._write(params, outputs, per_hero, k_v, cond)
-
-    def _predicated_insert(self, cond, value, dest, indices):
-        return xla_gpu.PredicatedInsertOp(value, dest, list(indices), cond).result
-
-    def _predicated_extract(self, cond, source, indices, default):
-        return xla_gpu.PredicatedExtractOp(source, list(indices), cond, default).result

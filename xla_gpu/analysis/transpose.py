@@ -1,0 +1,252 @@
+"""Transpose analysis: which transposes XLA tiles through shared memory, how
+a fusion of them is tiled, and whether the tiled transpose emitter can take
+the fusion (the fusion analysis sends it to the loop emitter otherwise).
+
+Tiling, as XLA's TransposeFusion does it, on the normalized transpose
+(size-1 dimensions dropped, dimensions that stay adjacent merged):
+
+- the minor dimension moves (021, 210, 10, ...): the tile covers the input's
+  minor dimension T1 and the input dimension T2 that becomes the output's
+  minor one, each `32 * vector` long; every other dimension has tile size 1,
+  so blocks iterate over it. 128 threads (4 warps) cover 4 tile rows per
+  step of `i` (8 * vector steps); each thread handles `vector` consecutive
+  elements (`j`) of a row. `vector` is 2 for 16-bit and 4 for 8-bit types
+  (each global access is at least 32 bits wide) when both tiled dimensions
+  are multiples of it and the tiles fit in shared memory.
+- the minor dimension stays (102): XLA tiles such a transpose when the minor
+  dimension is at most 8 bytes wide; it then rides along whole in the tile
+  (the `vector` of each thread is that dimension), the tile covers the
+  second-minor input dimension and the input dimension that becomes the
+  output's second-minor one, 32 each, and the padding goes on the
+  second-minor tile dimension.
+
+The tile's dimension read by columns is padded by one element so that the
+column accesses hit distinct shared-memory banks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from ..hlo import HloError, HloInstruction
+from ..hlo.shape import bit_width
+from .epilogue import is_order_preserving_epilogue
+
+__all__ = ["normalized_transpose", "is_tiled_transpose", "TransposeTiling",
+           "TransposePlan", "plan_transpose", "transpose_refusal",
+           "TILE", "NUM_WARPS", "THREADS", "MAX_SHARED_BYTES"]
+
+TILE = 32                     # tile side (elements, times the vector width): a warp
+NUM_WARPS = 4                 # warps per block: rows of the tile per step
+THREADS = TILE * NUM_WARPS    # 128 threads per block
+# Static shared memory a block may use without opting in to more.
+MAX_SHARED_BYTES = 48 * 1024
+# Each thread's global accesses should be at least this wide.
+MIN_ACCESS_BITS = 32
+
+# XLA's thresholds for a tiled (shared-memory) transpose: both minor
+# dimensions (the operand's and the result's) at least 16, or both at least
+# 8 with a product of at least 64 * 128. A transpose that keeps the minor
+# dimension ("102") is tiled when that dimension is at most 8 bytes wide, so
+# that it rides along whole in the tile.
+_MIN_TILED_TRANSPOSE_DIM = 16
+_MIN_TILED_TRANSPOSE_DIM_2 = 8
+_MIN_TILED_TRANSPOSE_TOTAL = 64 * 128
+_MAX_BYTES_IN_MINOR_DIM = 8
+
+
+def normalized_transpose(inst: HloInstruction) -> tuple[list[int], list[int]]:
+    """Operand dims and permutation with size-1 dims dropped and dims that
+    stay adjacent merged (XLA's normalized transpose shape): result dim k
+    of the normalized transpose is normalized operand dim perm[k]."""
+    perm = list(inst.attrs["dimensions"])
+    in_dims = inst.operands[0].shape.dims
+    kept = [p for p in perm if in_dims[p] != 1]
+    groups: list[list[int]] = []
+    for p in kept:
+        if groups and groups[-1][-1] + 1 == p:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    dims = []
+    for g in order:
+        size = 1
+        for p in groups[g]:
+            size *= in_dims[p]
+        dims.append(size)
+    new_perm = [order.index(g) for g in range(len(groups))]
+    return dims, new_perm
+
+
+def is_tiled_transpose(inst: HloInstruction) -> bool:
+    """Whether XLA emits `inst` with the tiled (shared-memory) transpose
+    emitter (GetDescriptionForTiledTransposeEmitter)."""
+    if inst.opcode != "transpose":
+        return False
+    dims, perm = normalized_transpose(inst)
+    n = len(perm)
+    if n < 2:
+        return False
+    out = [dims[p] for p in perm]
+    if perm[-1] == n - 1:
+        # 102: the minor dimension stays minor; tiled when it is narrow.
+        byte_width = max(bit_width(inst.shape.element_type), 8) // 8
+        minor_bytes = byte_width * dims[-1]
+        return minor_bytes <= _MAX_BYTES_IN_MINOR_DIM and \
+            minor_bytes * min(dims[-2], out[-2]) >= _MIN_TILED_TRANSPOSE_DIM
+    minor_in, minor_out = dims[-1], out[-1]
+    if minor_in >= _MIN_TILED_TRANSPOSE_DIM and minor_out >= _MIN_TILED_TRANSPOSE_DIM:
+        return True
+    return minor_in >= _MIN_TILED_TRANSPOSE_DIM_2 and \
+        minor_out >= _MIN_TILED_TRANSPOSE_DIM_2 and \
+        minor_in * minor_out >= _MIN_TILED_TRANSPOSE_TOTAL
+
+
+def storage_bits(element: str) -> int:
+    return max(bit_width(element), 8)  # pred and sub-byte ints take a byte
+
+
+class TransposeTiling:
+    """Tiles and launch of one normalized transpose: operand dims `dims`,
+    result dim k = operand dim `perm[k]`, `vector` elements per thread and
+    tile row (the minor dimension when it stays minor)."""
+
+    def __init__(self, dims: list[int], perm: list[int], vector: int = 1):
+        self.dims, self.perm = list(dims), list(perm)
+        n = len(dims)
+        self.out_dims = [dims[p] for p in perm]
+        self.minor_kept = perm[-1] == n - 1
+        if self.minor_kept:
+            # 102: the minor dimension is the vector; T1 is the second-minor.
+            self.vector = dims[-1]
+            self.t1, self.t2 = n - 2, perm[n - 2]
+            side = TILE
+        else:
+            self.vector = vector
+            self.t1, self.t2 = n - 1, perm[-1]
+            side = TILE * vector
+        self.side = side
+        self.block_sizes = [1] * n
+        self.block_sizes[self.t1] = self.block_sizes[self.t2] = side
+        if self.minor_kept:
+            self.block_sizes[-1] = self.vector
+        self.out_block_sizes = [self.block_sizes[p] for p in perm]
+        self.block_counts = [-(-d // b) for d, b in zip(dims, self.block_sizes)]
+        self.num_blocks = prod(self.block_counts)
+        # The padded tile: one more element on the dimension read by columns.
+        self.shmem_dims = list(self.block_sizes)
+        self.shmem_dims[self.t1 if self.minor_kept else n - 1] += 1
+        self.steps = prod(self.block_sizes) // (THREADS * self.vector)
+
+    def shared_bytes(self, heroes: list[HloInstruction]) -> int:
+        """Shared memory of one tile per hero."""
+        return sum(prod(self.shmem_dims) * storage_bits(h.shape.element_type) // 8
+                   for h in heroes)
+
+
+@dataclass
+class TransposePlan:
+    """How the tiled transpose emitter runs a fusion: `slots` has one
+    (root, hero) per output in output order, hero None for side outputs
+    (written by the first loop at the input element's linear position);
+    `heroes` the distinct tiled transposes, one tile each; `tiling` their
+    common tiling."""
+    slots: list[tuple[HloInstruction, HloInstruction | None]]
+    heroes: list[HloInstruction]
+    tiling: TransposeTiling
+
+
+def _plan(roots: list[HloInstruction], heroes: list[HloInstruction]) -> TransposePlan | str:
+    """The plan, or why the tiled transpose emitter cannot take the fusion."""
+    slots: list[tuple[HloInstruction, HloInstruction | None]] = []
+    tiled: list[HloInstruction] = []
+    for root, hero in zip(roots, heroes):
+        if root.shape.is_tuple:
+            return f"root '{root.name}' is a tuple"
+        if is_tiled_transpose(hero):
+            if not any(h is hero for h in tiled):
+                tiled.append(hero)
+            slots.append((root, hero))
+        else:
+            slots.append((root, None))
+    if not tiled:
+        return "no tiled transpose among the heroes"
+    first = tiled[0]
+    dims, perm = normalized_transpose(first)
+    for hero in tiled[1:]:
+        if normalized_transpose(hero) != (dims, perm):
+            return (f"transposes '{first.name}' and '{hero.name}' have different "
+                    "normalized shapes")
+    for root, hero in slots:
+        if hero is None:
+            # Written at the input element's linear position: any shape of
+            # as many elements (a bitcast of the input shape, as XLA
+            # requires) is covered exactly once.
+            if prod(root.shape.dims) != prod(dims):
+                return (f"side output '{root.name}' {root.shape} does not have the "
+                        f"elements of the transpose input {first.operands[0].shape}")
+        elif not is_order_preserving_epilogue(root, hero):
+            return f"the epilogue of '{root.name}' reorders elements"
+    # A hero's value exists only in its tile: nothing but its own epilogue
+    # may read it.
+    starts = [h.operands[0] for h in tiled] + [r for r, h in slots if h is None]
+    below = _first_reached(starts, {id(h) for h in tiled})
+    if below is not None:
+        return f"transpose '{below.name}' feeds another transpose or a side output"
+    tiling = _choose_tiling(dims, perm, tiled)
+    if tiling.shared_bytes(tiled) > MAX_SHARED_BYTES:
+        return (f"{len(tiled)} tiles of {'x'.join(map(str, tiling.shmem_dims))} "
+                f"need {tiling.shared_bytes(tiled)} bytes of shared memory, more than "
+                f"the {MAX_SHARED_BYTES} a block has")
+    return TransposePlan(slots, tiled, tiling)
+
+
+def _first_reached(starts: list[HloInstruction], targets: set[int]) -> HloInstruction | None:
+    stack, seen = list(starts), set()
+    while stack:
+        inst = stack.pop()
+        if id(inst) in seen:
+            continue
+        seen.add(id(inst))
+        if id(inst) in targets:
+            return inst
+        stack.extend(inst.operands)
+    return None
+
+
+def _choose_tiling(dims: list[int], perm: list[int],
+                   heroes: list[HloInstruction]) -> TransposeTiling:
+    tiling = TransposeTiling(dims, perm)
+    if not tiling.minor_kept:
+        # Narrow types: several elements per thread so that each global
+        # access is at least 32 bits; both tiled dims must be multiples of
+        # the vector (aligned vector accesses) and the tiles must fit.
+        bits = min(storage_bits(h.shape.element_type) for h in heroes)
+        vector = max(1, MIN_ACCESS_BITS // bits)
+        while vector > 1:
+            candidate = TransposeTiling(dims, perm, vector)
+            if dims[-1] % vector == 0 and dims[perm[-1]] % vector == 0 and \
+                    candidate.shared_bytes(heroes) <= MAX_SHARED_BYTES:
+                return candidate
+            vector //= 2
+    return tiling
+
+
+def transpose_refusal(roots: list[HloInstruction],
+                      heroes: list[HloInstruction]) -> str | None:
+    """Why the tiled transpose emitter cannot take a fusion with these roots
+    and heroes, or None when it can."""
+    plan = _plan(roots, heroes)
+    return plan if isinstance(plan, str) else None
+
+
+def plan_transpose(roots: list[HloInstruction],
+                   heroes: list[HloInstruction]) -> TransposePlan:
+    """The tiled transpose emitter's plan for a fusion the analysis gave it."""
+    plan = _plan(roots, heroes)
+    if isinstance(plan, str):
+        raise HloError(f"internal: the fusion analysis chose the tiled transpose "
+                       f"emitter for a fusion it cannot take ({plan})")
+    return plan
