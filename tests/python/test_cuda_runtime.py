@@ -238,6 +238,9 @@ def test_check_arguments_turns_device_arrays_into_views():
     with pytest.raises(ArgumentError, match="argument 0: device array must be C-contiguous"):
         spec.check_arguments([FakeCAI(shape=(4, 8), typestr="<f4", data=(0, False),
                                       strides=(4, 16)), host], device_ok=True)
+    # The cpu target takes host arrays only, and says so.
+    with pytest.raises(ArgumentError, match="argument 0: a CUDA device array cannot be passed"):
+        spec.check_arguments([a, host])
     # bf16 exported as raw 2-byte values is accepted (CAI has no bf16 typestr).
     views = spec.check_arguments([a, FakeCAI(shape=(4, 8), typestr="<V2", data=(0, False))],
                                  device_ok=True)

@@ -176,6 +176,9 @@ class KernelSpec:
                                         f"(strides {list(value.strides or ())} bytes for "
                                         f"shape {list(value.shape)})")
                 shape, dtype = value.shape, value.dtype
+            elif interop.is_foreign_array(arg):
+                raise ArgumentError(f"argument {i}: a CUDA device array cannot be passed to "
+                                    "a host run (the cpu target); copy it to the host first")
             else:
                 if not isinstance(arg, np.ndarray) and hasattr(arg, "__dlpack__") and \
                         not hasattr(arg, "__array__") and not hasattr(arg, "__array_interface__"):
