@@ -32,7 +32,7 @@ from xla_gpu.runtime.thunks import ThunkError
 HERE = Path(__file__).resolve().parent
 HANDLERS = HERE / "ffi_handlers"
 SOURCES = ["add_broadcast.cc", "attributes.cc", "variadic.cc", "errors.cc",
-           "runtime_services.cc", "legacy.cc"]
+           "runtime_services.cc", "legacy.cc", "static_registration.cc"]
 PROGRAM_HANDLER = HERE / "programs" / "ffi_call" / "handler.cc"
 ROOT = HERE.parents[1]
 
@@ -92,11 +92,15 @@ def _register(name: str, fn, *, jax_too: bool = True, platform: str = "cpu") -> 
         _JAX_REGISTERED.add(name)
 
 
+# Registered by the handler library itself when it is loaded.
+STATIC_TARGETS = {("xla_gpu_test_static_negate", "cpu")}
+
+
 @pytest.fixture(autouse=True)
 def _forget_targets():
     before = set(ffi.registered_targets())
     yield
-    for name, platform in set(ffi.registered_targets()) - before:
+    for name, platform in set(ffi.registered_targets()) - before - STATIC_TARGETS:
         ffi.unregister_ffi_target(name, platform)
 
 
@@ -328,6 +332,43 @@ ENTRY e {
         xla_gpu.compile(async_text, target="cpu").run(x.astype(np.float32))
 
 
+@needs_compiler
+def test_bad_backend_config_is_a_clear_error(lib):
+    _register("xla_gpu_test_add_broadcast", ffi.pycapsule(lib.XlaGpuTestAddBroadcast),
+              jax_too=False)
+    base = """HloModule m
+ENTRY e {
+  a = f32[2] parameter(0)
+  b = f32[4] parameter(1)
+  ROOT c = f32[4] custom-call(a, b), custom_call_target="xla_gpu_test_add_broadcast", api_version=API_VERSION_TYPED_FFI, backend_config=%s
+}"""
+    a, b = np.ones(2, np.float32), np.ones(4, np.float32)
+    for config, message in [('{x = 1.0 : f16}', "attribute 'x'.*f16"),
+                            ('{x = [1, 2]}', "attribute 'x'.*list"),
+                            ('{x = 1 : i99}', "target 'xla_gpu_test_add_broadcast'.*i99")]:
+        text = base % config
+        with pytest.raises(HloError, match=message):
+            xla_gpu.compile(text, target="cpu").run(a, b)
+        with pytest.raises(HloError, match=message):
+            hlo.evaluate(hlo.parse_module(text), a, b)
+    # A handler that binds no attributes ignores them, as in XLA ...
+    out = xla_gpu.compile(base % "{x = 1 : i32}", target="cpu").run(a, b)[0]
+    np.testing.assert_array_equal(out, a[[0, 1, 0, 1]] + b)
+    # ... one that binds some refuses a call with others.
+    _register("xla_gpu_test_fails_when_asked", ffi.pycapsule(lib.XlaGpuTestFailsWhenAsked),
+              jax_too=False)
+    extra = """HloModule m
+ENTRY e {
+  x = s32[3] parameter(0)
+  ROOT r = s32[3] custom-call(x), custom_call_target="xla_gpu_test_fails_when_asked", api_version=API_VERSION_TYPED_FFI, backend_config={fail = false, extra = 1 : i32}
+}"""
+    with pytest.raises(ffi.FfiError, match="Wrong number of attributes: expected 1 but got 2"):
+        xla_gpu.compile(extra, target="cpu").run(np.arange(3, dtype=np.int32))
+    with pytest.raises(ffi.FfiError, match="Wrong scalar data type"):
+        xla_gpu.compile(extra.replace(", extra = 1 : i32", "").replace("false", "0 : i32"),
+                        target="cpu").run(np.arange(3, dtype=np.int32))
+
+
 def test_unregistered_target_is_a_clear_error():
     text = """HloModule m
 ENTRY e {
@@ -434,6 +475,20 @@ ENTRY e {
 }"""
     with pytest.raises(UnsupportedError, match="needs a legacy"):
         xla_gpu.compile(legacy_call, target="cpu").run(a[:2], b[:4])
+
+
+@needs_compiler
+def test_handler_registered_by_its_library(lib):
+    assert ("xla_gpu_test_static_negate", "cpu") in ffi.registered_targets("cpu")
+    text = """HloModule m
+ENTRY e {
+  x = f32[5] parameter(0)
+  ROOT r = f32[5] custom-call(x), custom_call_target="xla_gpu_test_static_negate", api_version=API_VERSION_TYPED_FFI
+}"""
+    x = np.arange(5, dtype=np.float32)
+    compiled, interpreted = _run_both(text, x)
+    np.testing.assert_array_equal(compiled[0], -x)
+    np.testing.assert_array_equal(interpreted[0], -x)
 
 
 # --- runtime services: state, thread pool + futures, scratch, user data --------------------

@@ -205,9 +205,16 @@ def _lib():
 def load_library(path: str) -> ctypes.CDLL:
     """Loads a handler library after the FFI runtime, so that handlers it
     registers when loaded (`XLA_FFI_REGISTER_HANDLER(XLA_FFI_GetApi(),
-    ...)`, `XLA_FFI_REGISTER_TYPE`) land in xla_gpu's registries."""
+    ...)`, `XLA_FFI_REGISTER_TYPE`) land in xla_gpu's registries (and its
+    cpu handlers in the interpreter's), and the legacy status functions it
+    links against resolve."""
     _lib()
-    return ctypes.CDLL(str(path))
+    before = set(registered_targets("cpu"))
+    library = ctypes.CDLL(str(path))
+    from . import calls
+    for name, _ in sorted(set(registered_targets("cpu")) - before):
+        calls.bridge_into_interpreter(name)
+    return library
 
 
 # Found C registrations, by (name, platform). A registration never changes
