@@ -21,13 +21,22 @@ class _StringRef(ctypes.Structure):
     _fields_ = [("data", ctypes.c_char_p), ("length", ctypes.c_size_t)]
 
 
-_api = ctypes.pythonapi
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_GetName.restype = ctypes.c_char_p
-_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+def _python_api(name: str, restype, *argtypes):
+    """A private prototype of a Python C API function: `ctypes.pythonapi`'s
+    function objects are shared by the whole process, and other libraries
+    (jax.ffi.pycapsule) retype them."""
+    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
+
+
+class _CapsuleApi:
+    PyCapsule_GetPointer = _python_api("PyCapsule_GetPointer", ctypes.c_void_p,
+                                       ctypes.py_object, ctypes.c_char_p)
+    PyCapsule_GetName = _python_api("PyCapsule_GetName", ctypes.c_char_p, ctypes.py_object)
+    PyCapsule_New = _python_api("PyCapsule_New", ctypes.py_object, ctypes.c_void_p,
+                                ctypes.c_char_p, ctypes.c_void_p)
+
+
+_api = _CapsuleApi
 
 # Capsule names must outlive the capsules: keep the bytes here.
 _CAPSULE_NAMES: dict[str, bytes] = {}

@@ -567,3 +567,74 @@ def test_xla_gpu_run_refuses_inputs_larger_than_host_memory(tmp_path):
     result = _run_cli(str(path), "--target=cpu", "--no-cache")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "memory" in result.stderr
+
+
+# -- whole-program artifacts are verified the same way ----------------------------
+
+_PROGRAM = """HloModule p
+fused_exp {
+  p = f32[64] parameter(0)
+  ROOT e = f32[64] exponential(p)
+}
+fused_neg {
+  p = f32[64] parameter(0)
+  ROOT n = f32[64] negate(p)
+}
+ENTRY main {
+  x = f32[64] parameter(0)
+  a = f32[64] fusion(x), kind=kLoop, calls=fused_exp
+  ROOT b = f32[64] fusion(a), kind=kLoop, calls=fused_neg
+}
+"""
+
+
+@pytest.fixture
+def program_dir(cache, tmp_path):
+    exe = xla_gpu.compile(_PROGRAM, target="cpu")
+    return exe.save(tmp_path / "program"), exe.artifact_digest
+
+
+def _rewrite_manifest(directory: Path, edit) -> None:
+    import hashlib
+    manifest = json.loads((directory / "program.json").read_text())
+    edit(manifest)
+    text = json.dumps(manifest).encode()
+    (directory / "program.json").write_bytes(text)
+    digests = json.loads((directory / "digests.json").read_text())
+    digests["program.json"] = hashlib.sha256(text).hexdigest()
+    (directory / "digests.json").write_text(json.dumps(digests))
+
+
+def test_a_saved_program_loads_pinned_and_runs(program_dir):
+    directory, digest = program_dir
+    program = runtime.load(directory, expected_digest=digest)
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    np.testing.assert_allclose(program.run(x)[0], -np.exp(x), rtol=1e-6)
+
+
+def test_a_program_slice_outside_its_allocation_is_refused(program_dir):
+    directory, digest = program_dir
+
+    def grow(manifest):
+        stack = list(manifest["thunks"])
+        while stack:
+            thunk = stack.pop()
+            if thunk["kind"] == "kernel":
+                thunk["args"][0][2] = 1 << 40
+                return
+            stack.extend(t for key in ("thunks", "body", "condition")
+                         for t in thunk.get(key, []) if isinstance(t, dict))
+    _rewrite_manifest(directory, grow)
+    with pytest.raises(xla_gpu.ArtifactError, match="outside the program's allocations"):
+        runtime.load(directory)
+    with pytest.raises(xla_gpu.ArtifactError, match="expected artifact digest"):
+        runtime.load(directory, expected_digest=digest)
+
+
+def test_a_program_with_a_foreign_file_name_is_refused(program_dir):
+    directory, _ = program_dir
+    digests = json.loads((directory / "digests.json").read_text())
+    digests["kernels/../../x"] = "0" * 64
+    (directory / "digests.json").write_text(json.dumps(digests))
+    with pytest.raises(xla_gpu.ArtifactError, match="unknown file"):
+        runtime.load(directory)

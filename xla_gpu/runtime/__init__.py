@@ -140,13 +140,18 @@ class LoadedKernel:
         return self._kernel().time(*args, **kwargs)
 
 
-def load(directory: str | Path, *, expected_digest: str | None = None) -> LoadedKernel:
-    """Loads a directory `Executable.save` wrote. Every file is checked
-    against digests.json, and kernel.json against the fusion it came from,
-    before anything runs; `expected_digest` (what `save` returned as
-    `artifact_digest`) also pins digests.json. Loading runs the kernel's
-    code in this process: load only artifacts you trust."""
+def load(directory: str | Path, *, expected_digest: str | None = None):
+    """Loads a directory `save` wrote: a compiled fusion (`kernel.json`;
+    returns a LoadedKernel) or a whole program (`program.json`; returns a
+    ProgramExecutable). Every file is checked against digests.json, and the
+    manifests against the kernels' ABI, before anything runs;
+    `expected_digest` (what `save` set as `artifact_digest`) also pins
+    digests.json. Loading runs the artifact's code in this process: load
+    only artifacts you trust (SECURITY.md)."""
     directory = Path(directory)
+    if (directory / "program.json").exists():
+        from .program import load_program
+        return load_program(directory, expected_digest=expected_digest)
     files, digest = read_artifact(directory, expected_digest)
     spec = parse_spec(files, str(directory))
     hlo_text = files.get("fusion.hlo")

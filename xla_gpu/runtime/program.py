@@ -43,7 +43,8 @@ import numpy as np
 from ..errors import ArgumentError, ArtifactError, ResourceError
 from .buffers import Allocation
 from .spec import KernelSpec
-from .thunks import ArrayRef, ExecutionContext, Thunk, sequence_text, thunk_from_dict, walk
+from .thunks import (ArrayRef, ExecutionContext, KernelThunk, Thunk, sequence_text,
+                     thunk_from_dict, walk)
 
 __all__ = ["ProgramExecutable", "KernelImage", "MemoryAnalysis", "load_program",
            "PROGRAM_FORMAT", "host_memory_bytes"]
@@ -192,6 +193,7 @@ class ProgramExecutable:
     version: str = ""
     command_buffers: bool = True
     stats: dict[str, int] = field(default_factory=dict)   # of the last run
+    artifact_digest: str | None = None    # set by save() and load_program()
     _launchers: dict | None = field(default=None, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
     _device_pool: dict | None = field(default=None, repr=False)
@@ -538,7 +540,9 @@ class ProgramExecutable:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-        (directory / "digests.json").write_text(json.dumps(digests, indent=1))
+        manifest = json.dumps(digests, indent=1).encode()
+        (directory / "digests.json").write_bytes(manifest)
+        self.artifact_digest = hashlib.sha256(manifest).hexdigest()
         return directory
 
 
@@ -577,28 +581,31 @@ def _device_to_host(arg) -> np.ndarray:
 # -- loading ---------------------------------------------------------------------
 
 
-def load_program(directory: str | os.PathLike) -> ProgramExecutable:
-    """Reads a program directory (`program.json`); raises ArtifactError
-    when a file is missing, does not match its digest, or is malformed."""
+_PROGRAM_FILES = frozenset({"program.json", "optimized.hlo", "original.hlo",
+                            "buffer-assignment.txt", "thunk-sequence.txt",
+                            "constants.npz"})
+_KERNEL_FILES = frozenset({"kernel.json", "kernel.ptx", "kernel.cubin", "kernel.so"})
+
+
+def _program_file(name: str) -> bool:
+    parts = name.split("/")
+    return name in _PROGRAM_FILES or (
+        len(parts) == 3 and parts[0] == "kernels" and parts[2] in _KERNEL_FILES)
+
+
+def load_program(directory: str | os.PathLike, *,
+                 expected_digest: str | None = None) -> ProgramExecutable:
+    """Reads a program directory (`program.json`), verified before anything
+    runs: only the program's own file names, regular files within size
+    limits, every file against digests.json (pinned by `expected_digest`
+    when given), every kernel's manifest against CUDA's launch limits, and
+    every buffer slice a thunk touches inside its allocation. Raises
+    ArtifactError otherwise. Loading a program runs its kernels' code in this
+    process: load only programs you trust (see SECURITY.md)."""
+    from .artifact import read_artifact, validate_spec
     directory = Path(directory)
-    try:
-        digests = json.loads((directory / "digests.json").read_text())
-    except FileNotFoundError:
-        raise ArtifactError(f"{directory}: no digests.json (not a saved program)") from None
-    except (ValueError, OSError) as e:
-        raise ArtifactError(f"{directory}/digests.json: unreadable ({e})") from None
-    data: dict[str, bytes] = {}
-    for name, digest in digests.items():
-        path = directory / name
-        if ".." in Path(name).parts or Path(name).is_absolute():
-            raise ArtifactError(f"{directory}: unsafe file name {name!r} in digests.json")
-        try:
-            blob = path.read_bytes()
-        except OSError as e:
-            raise ArtifactError(f"{path}: {e.strerror or e}") from None
-        if hashlib.sha256(blob).hexdigest() != digest:
-            raise ArtifactError(f"{path}: digest mismatch (corrupt or modified)")
-        data[name] = blob
+    data, digest = read_artifact(directory, expected_digest, allowed=_program_file,
+                                 required="program.json")
     try:
         m = json.loads(data["program.json"])
         if m.get("format") != PROGRAM_FORMAT or m.get("kind") != "program":
@@ -614,7 +621,7 @@ def load_program(directory: str | os.PathLike) -> ProgramExecutable:
                 host_library=data.get(base + "kernel.so"))
         with np.load(io.BytesIO(data["constants.npz"])) as npz:
             constants = {int(i): np.ascontiguousarray(npz[f"a{i}"]) for i in m["constants"]}
-        return ProgramExecutable(
+        program = ProgramExecutable(
             name=m["name"], target=m["target"], arch=m["arch"],
             allocations=[Allocation.from_dict(a) for a in m["allocations"]],
             parameters=[[ArrayRef.from_dict(r) for r in refs] for refs in m["parameters"]],
@@ -630,5 +637,46 @@ def load_program(directory: str | os.PathLike) -> ProgramExecutable:
             command_buffers=bool(m.get("command_buffers", True)))
     except ArtifactError:
         raise
-    except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError, OSError) as e:
         raise ArtifactError(f"{directory}: malformed program ({type(e).__name__}: {e})") from None
+    for kid, image in program.kernels.items():
+        validate_spec(image.spec, None, f"{directory}/kernels/{kid}")
+    _check_slices(program, str(directory))
+    program.artifact_digest = digest
+    return program
+
+
+def _check_slices(program: ProgramExecutable, where: str) -> None:
+    """Every slice a thunk touches lies inside its allocation, and every
+    kernel launch passes as many buffers as its kernel takes, each as large
+    as the kernel's argument."""
+    sizes = [a.size for a in program.allocations]
+
+    def check(s, what: str) -> None:
+        if not 0 <= s.allocation < len(sizes) or s.offset + s.size > sizes[s.allocation]:
+            raise ArtifactError(f"{where}: {what} uses {s}, outside the program's "
+                                "allocations")
+
+    for thunk in walk(program.thunks):
+        for s, _ in thunk.buffer_uses():
+            check(s, f"thunk '{thunk.name}'")
+        if isinstance(thunk, KernelThunk):
+            image = program.kernels.get(thunk.kernel)
+            if image is None:
+                raise ArtifactError(f"{where}: thunk '{thunk.name}' launches unknown kernel "
+                                    f"{thunk.kernel!r}")
+            spec = image.spec
+            args = spec.kernel_args
+            if len(args) != len(thunk.args):
+                raise ArtifactError(f"{where}: thunk '{thunk.name}' passes {len(thunk.args)} "
+                                    f"buffers to {spec.name}, which takes {len(args)}")
+            for (kind, i), s in zip(args, thunk.args):
+                need = (spec.parameters[i] if kind == "param" else spec.outputs[i]).nbytes
+                if s.size < need:
+                    raise ArtifactError(f"{where}: thunk '{thunk.name}' passes {s.size} bytes "
+                                        f"as {kind} {i} of {spec.name}, which needs {need}")
+    for refs in program.parameters:
+        for ref in refs:
+            check(ref.slice, "a parameter")
+    for ref in program.outputs:
+        check(ref.slice, "an output")
