@@ -248,3 +248,15 @@ def _png_bars(path: Path, panels) -> None:
                                                             8, 2, 0, 0, 0))
     png += chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
     path.write_bytes(png)
+
+
+def entry_name(text: str) -> str:
+    """The ENTRY computation's name: the corpus' HLO is one fusion written
+    as an ENTRY of plain ops, which `xla_gpu.compile` would otherwise take
+    as a whole program (HLO passes, thunks); `fusion=` names it as the one
+    fusion to compile."""
+    import re
+    match = re.search(r"^ENTRY\s+%?([\w.\-]+)", text, re.M)
+    if match is None:
+        raise ValueError("the HLO text has no ENTRY computation")
+    return match.group(1)
