@@ -46,8 +46,8 @@ INT64_MAX = (1 << 63) - 1
 
 # Opcodes whose output leaves are their operands' values.
 FORWARDING_OPCODES = frozenset({
-    "bitcast", "get-tuple-element", "tuple", "optimization-barrier", "domain",
-    "add-dependency",
+    "bitcast", "get-tuple-element", "tuple", "opt-barrier", "optimization-barrier",
+    "domain", "add-dependency",
 })
 
 
@@ -364,7 +364,7 @@ class DataflowAnalysis:
             for k, operand in enumerate(inst.operands):
                 self._forward_all(inst, operand, (), (k,))
             return
-        elif op in ("optimization-barrier", "domain", "add-dependency"):
+        elif op in ("opt-barrier", "optimization-barrier", "domain", "add-dependency"):
             if not inst.operands:
                 raise inst.error(f"{op} needs an operand")
             self._forward_all(inst, inst.operands[0])

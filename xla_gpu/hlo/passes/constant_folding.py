@@ -19,7 +19,7 @@ _NOT_FOLDED = frozenset({
     "parameter", "constant", "broadcast", "iota", "tuple", "get-tuple-element",
     "while", "conditional", "call", "custom-call", "rng", "rng-bit-generator",
     "rng-get-and-update-state", "after-all", "fusion", "infeed", "outfeed",
-    "send", "recv", "send-done", "recv-done", "optimization-barrier",
+    "send", "recv", "send-done", "recv-done", "opt-barrier", "optimization-barrier",
     "all-reduce", "all-gather", "partition-id", "replica-id", "sort", "topk",
 })
 

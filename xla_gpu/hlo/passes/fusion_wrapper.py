@@ -18,7 +18,7 @@ NOT_WRAPPED = frozenset({
     "parameter", "constant", "tuple", "get-tuple-element", "bitcast",
     "fusion", "call", "while", "conditional", "custom-call", "dot",
     "convolution", "sort", "topk", "rng", "rng-bit-generator",
-    "rng-get-and-update-state", "after-all", "optimization-barrier",
+    "rng-get-and-update-state", "after-all", "opt-barrier", "optimization-barrier",
     "infeed", "outfeed", "send", "recv", "send-done", "recv-done",
     "all-reduce", "all-gather", "all-to-all", "collective-permute",
     "reduce-scatter", "partition-id", "replica-id", "fft", "cholesky",

@@ -25,7 +25,7 @@ _SIDE_EFFECTING = frozenset({
     "all-reduce", "all-gather", "all-to-all", "collective-permute",
     "reduce-scatter", "all-reduce-start", "all-reduce-done",
     "collective-permute-start", "collective-permute-done", "domain",
-    "add-dependency", "optimization-barrier",
+    "add-dependency", "opt-barrier", "optimization-barrier",
 })
 
 
