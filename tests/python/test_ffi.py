@@ -398,6 +398,14 @@ def test_registration_errors(lib):
         ffi.register_ffi_target("t", {"execute": capsule}, api_version=0)
     with pytest.raises(ffi.FfiRegistrationError, match="expected a PyCapsule"):
         ffi.register_ffi_target("t", 42)
+    lib.XlaGpuTestCounterTypeId.restype = ctypes.c_void_p
+    data = ffi.pycapsule(lib.XlaGpuTestCounterTypeId())      # a type id, not code
+    with pytest.raises(ffi.FfiRegistrationError, match="is not code"):
+        ffi.register_ffi_target("t", data)
+    with pytest.raises(ffi.FfiRegistrationError, match="is not code"):
+        ffi.register_ffi_target("t", data, api_version=0)
+    with pytest.raises(ffi.FfiRegistrationError, match="is not writable data"):
+        ffi.register_ffi_type("t", {"type_id": ffi.pycapsule(lib.XlaGpuTestAddBroadcast)})
     with pytest.raises(ffi.FfiRegistrationError, match=r"API version \(9\.0\)"):
         ffi.register_ffi_target("t", ffi.pycapsule(lib.XlaGpuTestFutureApiVersion))
     ffi.register_ffi_target("t", capsule)

@@ -175,6 +175,42 @@ def _handler_address(obj: Any, what: str) -> int:
         f"around an XLA_FFI_Handler*, got {type(obj).__name__}")
 
 
+def _mapping_permissions(address: int, size: int = 1) -> str | None:
+    """The permissions ("r-xp", "rw-p", ...) of the mapping of this process
+    that holds [address, address + size); "" when none does; None where
+    /proc/self/maps cannot tell. A capsule of data registered as a handler
+    would otherwise be called as code, a handler's address written to as a
+    type id: wrong registrations are refused instead of crashing."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                span, perms = line.split(None, 2)[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if lo <= address and address + size <= hi:
+                    return perms
+    except (OSError, ValueError):
+        return None
+    return ""
+
+
+def _check_code(address: int, what: str) -> int:
+    perms = _mapping_permissions(address)
+    if perms is not None and "x" not in perms:
+        raise FfiRegistrationError(f"{what}: 0x{address:x} is not code (not in an "
+                                   "executable mapping): pass the handler function, e.g. "
+                                   "pycapsule(lib.MyHandler)")
+    return address
+
+
+def _check_data(address: int, size: int, writable: bool, what: str) -> int:
+    perms = _mapping_permissions(address, size)
+    if perms is not None and ("r" not in perms or (writable and "w" not in perms)):
+        raise FfiRegistrationError(f"{what}: 0x{address:x} is not {'writable ' if writable else ''}"
+                                   f"data (a function's address?): pass the object, e.g. "
+                                   "pycapsule(lib.MyTypeId())")
+    return address
+
+
 def pycapsule(funcptr: Any) -> Any:
     """Wraps a ctypes function pointer (`lib.MyHandler`) in a PyCapsule, as
     `jax.ffi.pycapsule` does: the form `register_ffi_target` takes. An
@@ -273,7 +309,7 @@ def register_ffi_target(name: str, fn: Any, platform: str = "cpu", api_version: 
         if isinstance(fn, dict):
             raise FfiRegistrationError(f"{where}: a legacy (api_version=0) handler is "
                                        "one function, not a dict of stages")
-        address = _handler_address(fn, where)
+        address = _check_code(_handler_address(fn, where), where)
         with _lock:
             if key in _python_handlers:
                 raise FfiRegistrationError(f"Duplicate FFI handler registration for "
@@ -293,7 +329,8 @@ def register_ffi_target(name: str, fn: Any, platform: str = "cpu", api_version: 
         if stages.get("execute") is None:
             raise FfiRegistrationError(f"{where}: the handler bundle needs an 'execute' "
                                        "handler")
-        addresses = [_handler_address(stages[s], f"{where}, stage {s}")
+        addresses = [_check_code(_handler_address(stages[s], f"{where}, stage {s}"),
+                                 f"{where}, stage {s}")
                      if stages.get(s) is not None else 0 for s in STAGES]
         with _lock:
             if key in _python_handlers:
@@ -421,13 +458,18 @@ def register_ffi_type(name: str, type_registration: Any, platform: str = "cpu") 
     if not isinstance(type_registration, dict) or "type_id" not in type_registration:
         raise FfiRegistrationError(f"FFI type '{name}': expected {{'type_id': capsule, "
                                    "'type_info': capsule}")
-    id_address = _capsule_pointer(type_registration["type_id"], f"FFI type '{name}' type_id")
+    id_address = _check_data(
+        _capsule_pointer(type_registration["type_id"], f"FFI type '{name}' type_id"), 8,
+        True, f"FFI type '{name}' type_id")
     deleter = None
     info = type_registration.get("type_info")
     if info is not None:
-        info_address = _capsule_pointer(info, f"FFI type '{name}' type_info")
+        info_address = _check_data(_capsule_pointer(info, f"FFI type '{name}' type_info"),
+                                   24, False, f"FFI type '{name}' type_info")
         # XLA_FFI_TypeInfo: struct_size, extension_start, deleter.
         deleter = ctypes.c_void_p.from_address(info_address + 16).value
+        if deleter:
+            _check_code(deleter, f"FFI type '{name}' type_info's deleter")
     type_id = ctypes.c_int64.from_address(id_address)
     value = ctypes.c_int64(type_id.value)
     error = _error_buffer()
