@@ -406,6 +406,7 @@ class CudaKernel:
         self._module = None
         self._unloader: weakref.finalize | None = None
         self._load_lock = threading.Lock()
+        self._launch_checked = False
         self.loaded_from: str | None = None     # "cubin" or "ptx" once loaded
         self.attributes: dict[str, int] = {}    # the function's, once loaded
 
@@ -499,7 +500,9 @@ class CudaKernel:
 
     def launch(self, pointers: Sequence[int], stream=None) -> None:
         s = self.spec
-        check_launch(s.name, s.threads, s.blocks, s.shared_bytes)
+        if not self._launch_checked:
+            check_launch(s.name, s.threads, s.blocks, s.shared_bytes)
+            self._launch_checked = True
         handle = stream_handle(stream)
         values = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
         params = (ctypes.c_void_p * max(len(pointers), 1))(
@@ -531,9 +534,16 @@ class CudaKernel:
                 if isinstance(arg, ForeignArray):
                     keep.append(arg)   # the producer's memory stays until we are done
                     _order_after(arg.stream, handle)
-                    if j in in_place or arg.misalignment(p.alignment):
-                        copy = DeviceArray(p.shape, p.storage_dtype)
-                        copy.copy_from_device(arg.pointer, handle)
+                    off = arg.misalignment(p.alignment)
+                    if j in in_place or off:
+                        try:
+                            copy = DeviceArray(p.shape, p.storage_dtype)
+                            copy.copy_from_device(arg.pointer, handle)
+                        except CudaError as e:
+                            why = (f"is {off} bytes past a {p.alignment}-byte boundary"
+                                   if off else "is written in place")
+                            raise type(e)(f"argument {j} ({p.describe()}) {why}, and copying "
+                                          f"it to an aligned buffer failed: {e}") from None
                         copies[j] = copy
                         keep.append(copy)
                         params.append(copy.ptr)
