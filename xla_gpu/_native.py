@@ -57,10 +57,49 @@ def from_handle(cls, handle: _Handle):
     return cls._CAPICreate(capsule)
 
 
-def _declare(lib, name: str, restype, *argtypes) -> None:
-    fn = getattr(lib, name)
-    fn.restype = restype
-    fn.argtypes = list(argtypes)
+# The C API exactly as dialect/CAPI.h declares it: function -> (result type,
+# parameter types), in C. The ctypes prototypes are derived from it, and
+# tests/python/test_native_abi.py compiles these signatures against the
+# installed header, so the two cannot drift apart.
+C_SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "xlaGpuRegisterDialect": ("void", ("MlirDialectRegistry",)),
+    "xlaGpuRegisterPasses": ("void", ()),
+    "xlaGpuAttributeIsAIndexingMap": ("bool", ("MlirAttribute",)),
+    "xlaGpuIndexingMapAttrGet": ("MlirAttribute", (
+        "MlirContext", "MlirAffineMap", "const MlirStringRef *", "const int64_t *",
+        "const MlirStringRef *", "const int64_t *", "intptr_t", "const MlirAffineExpr *",
+        "const int64_t *", "char *", "size_t")),
+    "xlaGpuIndexingMapAttrGetAffineMap": ("MlirAffineMap", ("MlirAttribute",)),
+    "xlaGpuIndexingMapAttrGetDimName": ("MlirStringRef", ("MlirAttribute", "intptr_t")),
+    "xlaGpuIndexingMapAttrGetSymbolName": ("MlirStringRef", ("MlirAttribute", "intptr_t")),
+    "xlaGpuIndexingMapAttrGetDimBounds": ("void", ("MlirAttribute", "intptr_t", "int64_t *",
+                                                   "int64_t *")),
+    "xlaGpuIndexingMapAttrGetSymbolBounds": ("void", ("MlirAttribute", "intptr_t",
+                                                      "int64_t *", "int64_t *")),
+    "xlaGpuIndexingMapAttrGetNumConstraints": ("intptr_t", ("MlirAttribute",)),
+    "xlaGpuIndexingMapAttrGetConstraint": ("MlirAffineExpr", ("MlirAttribute", "intptr_t",
+                                                              "int64_t *", "int64_t *")),
+    "xlaGpuIndexingMapAttrIsKnownEmpty": ("bool", ("MlirAttribute",)),
+    "xlaGpuIndexingMapAttrSimplify": ("MlirAttribute", ("MlirAttribute",)),
+    "xlaGpuIndexingMapAttrCompose": ("MlirAttribute", ("MlirAttribute", "MlirAttribute")),
+    "xlaGpuIndexingMapAttrRemoveUnusedSymbols": ("MlirAttribute", ("MlirAttribute",)),
+    "xlaGpuIndexingMapAttrEvaluateRange": ("void", ("MlirAttribute", "MlirAffineExpr",
+                                                    "int64_t *", "int64_t *")),
+    "xlaGpuIndexingMapAttrGetLinearization": ("MlirAttribute", ("MlirContext", "intptr_t",
+                                                                "const int64_t *")),
+}
+
+_HANDLE_TYPES = ("MlirContext", "MlirDialectRegistry", "MlirAttribute", "MlirAffineMap",
+                 "MlirAffineExpr")
+_CTYPES = {
+    "void": None, "bool": ctypes.c_bool, "intptr_t": ctypes.c_ssize_t,
+    "size_t": ctypes.c_size_t, "char *": ctypes.c_char_p,
+    "int64_t *": ctypes.POINTER(ctypes.c_int64),
+    "const int64_t *": ctypes.POINTER(ctypes.c_int64),
+    "MlirStringRef": _StringRef, "const MlirStringRef *": ctypes.POINTER(_StringRef),
+    "const MlirAffineExpr *": ctypes.POINTER(_Handle),
+    **{name: _Handle for name in _HANDLE_TYPES},
+}
 
 
 @functools.cache
@@ -72,33 +111,10 @@ def lib() -> ctypes.CDLL:
         raise ImportError(
             f"cannot load the xla_gpu native library {library_path()}: {e}. "
             "Reinstall xla_gpu (pip install .) so that it is built.") from e
-    H, I64P = _Handle, ctypes.POINTER(ctypes.c_int64)
-    _declare(handle, "xlaGpuRegisterDialect", None, H)
-    _declare(handle, "xlaGpuRegisterPasses", None)
-    _declare(handle, "xlaGpuAttributeIsAIndexingMap", ctypes.c_bool, H)
-    _declare(handle, "xlaGpuIndexingMapAttrGet", H, H, H,
-             ctypes.POINTER(_StringRef), I64P, ctypes.POINTER(_StringRef), I64P,
-             ctypes.c_ssize_t, ctypes.POINTER(H), I64P, ctypes.c_char_p,
-             ctypes.c_size_t)
-    _declare(handle, "xlaGpuIndexingMapAttrGetAffineMap", H, H)
-    _declare(handle, "xlaGpuIndexingMapAttrGetDimName", _StringRef, H,
-             ctypes.c_ssize_t)
-    _declare(handle, "xlaGpuIndexingMapAttrGetSymbolName", _StringRef, H,
-             ctypes.c_ssize_t)
-    _declare(handle, "xlaGpuIndexingMapAttrGetDimBounds", None, H,
-             ctypes.c_ssize_t, I64P, I64P)
-    _declare(handle, "xlaGpuIndexingMapAttrGetSymbolBounds", None, H,
-             ctypes.c_ssize_t, I64P, I64P)
-    _declare(handle, "xlaGpuIndexingMapAttrGetNumConstraints", ctypes.c_ssize_t, H)
-    _declare(handle, "xlaGpuIndexingMapAttrGetConstraint", H, H,
-             ctypes.c_ssize_t, I64P, I64P)
-    _declare(handle, "xlaGpuIndexingMapAttrIsKnownEmpty", ctypes.c_bool, H)
-    _declare(handle, "xlaGpuIndexingMapAttrSimplify", H, H)
-    _declare(handle, "xlaGpuIndexingMapAttrCompose", H, H, H)
-    _declare(handle, "xlaGpuIndexingMapAttrRemoveUnusedSymbols", H, H)
-    _declare(handle, "xlaGpuIndexingMapAttrEvaluateRange", None, H, H, I64P, I64P)
-    _declare(handle, "xlaGpuIndexingMapAttrGetLinearization", H, H,
-             ctypes.c_ssize_t, I64P)
+    for name, (result, params) in C_SIGNATURES.items():
+        fn = getattr(handle, name)
+        fn.restype = _CTYPES[result]
+        fn.argtypes = [_CTYPES[p] for p in params]
     handle.xlaGpuRegisterPasses()
     return handle
 
@@ -108,4 +124,4 @@ def string_ref(text: str) -> _StringRef:
     return _StringRef(data, len(data))
 
 
-__all__ = ["lib", "to_handle", "from_handle", "string_ref"]
+__all__ = ["lib", "to_handle", "from_handle", "string_ref", "C_SIGNATURES"]
