@@ -379,8 +379,19 @@ def test_dlpack_producer_gets_our_stream():
     legacy = FakeDLPack(legacy=True)
     interop.foreign_array(legacy, consumer_stream=0xABC).release()
     assert legacy.asked == [0xABC] and legacy.made[0].calls == 1
-    # A CPU producer is a host array, not a device one.
+    # A CPU producer is a host array, not a device one; so is an array
+    # whose __cuda_array_interface__ property raises (jax on the host).
     assert not interop.is_foreign_array(FakeDLPack(device=(1, 0)))
+
+    class HostJaxLike(FakeDLPack):
+        @property
+        def __cuda_array_interface__(self):
+            raise ValueError("only defined for NVIDIA GPU buffers")
+    assert not interop.is_foreign_array(HostJaxLike(device=(1, 0)))
+    assert interop.is_foreign_array(HostJaxLike())            # DLPack says CUDA
+    view = interop.foreign_array(HostJaxLike())
+    assert view.protocol == "dlpack"
+    view.release()
     # Device id mismatch between __dlpack_device__ and the tensor.
     liar = FakeDLPack()
     liar.__dlpack_device__ = lambda: (2, 1)

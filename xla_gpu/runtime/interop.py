@@ -215,12 +215,22 @@ class ForeignArray:
             pass
 
 
+def _has_cuda_array_interface(value: Any) -> bool:
+    """Whether reading `__cuda_array_interface__` works: some libraries
+    define the property on every array and raise (not AttributeError) for
+    host or multi-device ones (jax)."""
+    try:
+        return isinstance(getattr(value, "__cuda_array_interface__", None), dict)
+    except Exception:
+        return False
+
+
 def is_foreign_array(value: Any) -> bool:
     """Whether `value` is a device array by one of the protocols (numpy
     arrays, which also speak DLPack, are host arrays)."""
     if isinstance(value, (np.ndarray, np.generic)):
         return False
-    if isinstance(value, ForeignArray) or hasattr(value, "__cuda_array_interface__"):
+    if isinstance(value, ForeignArray) or _has_cuda_array_interface(value):
         return True
     if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
         try:
@@ -327,7 +337,7 @@ def foreign_array(obj: Any, consumer_stream: int = 0, where: str = "argument") -
     `consumer_stream` (a CUstream handle; 0 is the legacy default stream)."""
     if isinstance(obj, ForeignArray):
         return obj
-    if hasattr(obj, "__cuda_array_interface__"):
+    if _has_cuda_array_interface(obj):
         return from_cuda_array_interface(obj, where)
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
         raise ArgumentError(f"{where}: {type(obj).__name__} is neither a host array nor a "
