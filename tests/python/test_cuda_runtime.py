@@ -551,6 +551,23 @@ def test_kernels_carry_maxntid_and_ptxas_resources():
     assert issubclass(codegen.LaunchLimitError, CompileError)
 
 
+@pytest.mark.parametrize("source,fusion", [("transpose_021.hlo", None),
+                                           ("reduction.hlo", "row"),
+                                           ("sort.hlo", None)])
+def test_every_emitter_launches_within_maxntid(source, fusion):
+    """.maxntid comes from the thread ids' range: it must equal the launch's
+    threads (a smaller one would make the driver refuse the launch)."""
+    from pathlib import Path
+
+    from xla_gpu import codegen
+    path = Path(__file__).resolve().parents[1] / "lit" / "emitters" / source
+    exe = xla_gpu.compile(path.read_text(), target="cuda", fusion=fusion, cache=False)
+    assert codegen.ptx_block_size(exe.ptx) == {exe.spec.name: exe.spec.threads}
+    resources = codegen.kernel_resources(exe.ptx)
+    if resources is not None and exe.spec.emitter == "transpose":
+        assert resources[exe.spec.name].shared_bytes > 0      # its tile, from ptxas -v
+
+
 def test_ptxas_log_parsing():
     from xla_gpu import codegen
     log = ("ptxas info    : 0 bytes gmem\n"
