@@ -22,7 +22,6 @@ row per case.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import shutil

@@ -52,7 +52,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import xla_gpu.ffi as ffi
-    from xla_gpu.ffi import calls as ffi_calls
     from xla_gpu.runtime.buffers import BufferSlice
     from xla_gpu.runtime.thunks import ArrayRef, CustomCallThunk, ExecutionContext
 
