@@ -1,7 +1,15 @@
-"""Latency of the lowering pipeline on seed 000's GELU module, in process and
-warm: parse, the pass pipeline (with a per-pass breakdown), PTX, cubin.
+"""Compile latency, in process and warm:
+
+1. the lowering pipeline on the GELU module (examples/gelu.mlir): parse, the pass
+   pipeline (with a per-pass breakdown), PTX, cubin;
+2. emission per kernel: fusion analysis + emitter (HLO -> xla_gpu MLIR) for
+   one fusion of each emitter kind and row / multi-row / column reductions;
+3. compile time against fusion size: `xla_gpu.compile(..., target="cpu",
+   cache=False)` of a concatenate of N f32[64,32] parameters and of an
+   elementwise chain of N ops, with `exe.timings` per stage.
 
     python bench/pipeline_latency.py [--repeat 20] [--module examples/gelu.mlir]
+                                     [--only pipeline,emit,scaling]
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Callable
 
 from mlir import ir as mlir_ir
 
@@ -17,18 +26,112 @@ from xla_gpu import codegen, ir, pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 
+_ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--module", default=str(ROOT / "examples" / "gelu.mlir"))
-    args = parser.parse_args()
-    text = Path(args.module).read_text()
+
+def concatenate_hlo(operands: int, dims=(64, 32)) -> str:
+    """A fusion concatenating `operands` f32[dims] parameters along dim 0."""
+    shape = ",".join(map(str, dims))
+    params = "\n".join(f"  p{i} = f32[{shape}] parameter({i})" for i in range(operands))
+    out = ",".join(map(str, (dims[0] * operands, *dims[1:])))
+    names = ", ".join(f"p{i}" for i in range(operands))
+    return (f"HloModule concat_{operands}\nfused {{\n{params}\n"
+            f"  ROOT c = f32[{out}] concatenate({names}), dimensions={{0}}\n}}\n")
+
+
+def elementwise_chain_hlo(ops: int, dims=(1024,)) -> str:
+    """A fusion of `ops` elementwise ops in one chain, over two parameters."""
+    shape = f"f32[{','.join(map(str, dims))}]"
+    lines = [f"  x0 = {shape} parameter(0)", f"  y = {shape} parameter(1)"]
+    kinds = ["add(x{i}, y)", "multiply(x{i}, y)", "tanh(x{i})", "subtract(x{i}, y)",
+             "exponential(x{i})", "maximum(x{i}, y)"]
+    for i in range(ops):
+        op = kinds[i % len(kinds)].format(i=i)
+        root = "ROOT " if i == ops - 1 else ""
+        lines.append(f"  {root}x{i + 1} = {shape} {op}")
+    return f"HloModule chain_{ops}\nfused {{\n" + "\n".join(lines) + "\n}\n"
+
+
+def reduction_hlo(dims, reduced, name="r") -> str:
+    shape = ",".join(map(str, dims))
+    out = ",".join(str(d) for i, d in enumerate(dims) if i not in reduced)
+    red = ",".join(map(str, reduced))
+    return (f"HloModule {name}\n{_ADD}fused {{\n  p = f32[{shape}] parameter(0)\n"
+            f"  z = f32[] constant(0)\n  e = f32[{shape}] exponential(p)\n"
+            f"  ROOT r = f32[{out}] reduce(e, z), dimensions={{{red}}}, to_apply=add\n}}\n")
+
+
+def transpose_hlo(dims, perm, element="f32") -> str:
+    shape = ",".join(map(str, dims))
+    out = ",".join(str(dims[p]) for p in perm)
+    return (f"HloModule t\nfused {{\n  p = {element}[{shape}] parameter(0)\n"
+            f"  e = {element}[{shape}] negate(p)\n"
+            f"  ROOT t = {element}[{out}] transpose(e), dimensions={{{','.join(map(str, perm))}}}\n}}\n")
+
+
+EMIT_CASES: dict[str, str] = {
+    "loop (gelu)": (ROOT / "examples" / "gelu.hlo").read_text(),
+    "loop (chain of 100)": elementwise_chain_hlo(100),
+    "transpose 021": transpose_hlo((4, 64, 96), (0, 2, 1)),
+    "transpose 102 (bf16)": transpose_hlo((64, 48, 4), (1, 0, 2), "bf16"),
+    "reduction row": reduction_hlo((1024, 512), [1]),
+    "reduction multi-row": reduction_hlo((1024, 8), [1]),
+    "reduction column": reduction_hlo((512, 1024), [0]),
+    "concatenate (32 operands)": concatenate_hlo(32),
+    "scatter": f"""HloModule s
+{_ADD}fused {{
+  x = f32[10,4] parameter(0)
+  i = s32[6,1] parameter(1)
+  u = f32[6,4] parameter(2)
+  e = f32[6,4] exponential(u)
+  ROOT s = f32[10,4] scatter(x, i, e), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=add
+}}
+""",
+    "in-place dynamic-update-slice": """HloModule d
+fused {
+  p = f32[64,64] parameter(0)
+  u = f32[4,8] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  e = f32[4,8] exponential(u)
+  ROOT d = f32[64,64] dynamic-update-slice(p, e, i, j)
+}
+""",
+    "input slices": """HloModule s
+fused {
+  p = f32[16,8] parameter(0)
+  e = f32[16,8] exponential(p)
+  a = f32[4,8] slice(e), slice={[0:4], [0:8]}
+  b = f32[10,8] slice(e), slice={[6:16], [0:8]}
+  ROOT t = (f32[4,8], f32[10,8]) tuple(a, b)
+}
+""",
+}
+
+SCALING_CASES: dict[str, Callable[[], str]] = {
+    "concatenate of 32 f32[64,32]": lambda: concatenate_hlo(32),
+    "concatenate of 300 f32[64,32]": lambda: concatenate_hlo(300),
+    "elementwise chain of 400": lambda: elementwise_chain_hlo(400),
+    "elementwise chain of 1600": lambda: elementwise_chain_hlo(1600),
+}
+
+
+def ms(xs) -> float:
+    return 1e3 * statistics.median(xs)
+
+
+def bench_pipeline(module_path: str, repeat: int) -> None:
+    text = Path(module_path).read_text()
     ctx = ir.Context()
-
     stages: dict[str, list[float]] = {"parse": [], "pipeline": [], "ptx": [], "cubin": []}
     per_pass: dict[str, list[float]] = {}
-    for i in range(args.repeat + 1):  # the first round warms up
+    cubin = None
+    for i in range(repeat + 1):  # the first round warms up
         t0 = time.perf_counter()
         module = mlir_ir.Module.parse(text, ctx)
         t1 = time.perf_counter()
@@ -47,19 +150,95 @@ def main() -> None:
         for name, value in timings.items():
             per_pass.setdefault(name, []).append(value)
 
-    ms = lambda xs: 1e3 * statistics.median(xs)  # noqa: E731
-    print(f"module: {args.module}, median of {args.repeat} warm runs")
+    print(f"## Lowering pipeline\n\nmodule: {module_path}, median of {repeat} warm runs\n")
     print("| stage | ms |\n| --- | ---: |")
     for name, xs in stages.items():
         if name == "cubin" and cubin is None:
             print("| cubin | (no ptxas) |")
             continue
         print(f"| {name} | {ms(xs):.1f} |")
-    print(f"| parse + pipeline + PTX | {ms([a + b + c for a, b, c in zip(stages['parse'], stages['pipeline'], stages['ptx'])]):.1f} |")
-    print("\nper pass (run one by one, so each pays its own pass-manager setup):")
+    total = [a + b + c for a, b, c in zip(stages["parse"], stages["pipeline"], stages["ptx"])]
+    print(f"| parse + pipeline + PTX | {ms(total):.1f} |")
+    print("\nper pass (run one by one, so each pays its own pass-manager setup):\n")
     print("| pass | ms |\n| --- | ---: |")
     for name, xs in sorted(per_pass.items(), key=lambda kv: -statistics.median(kv[1])):
         print(f"| {name} | {ms(xs):.2f} |")
+
+
+def _emit_once(module) -> tuple[float, float, str]:
+    """(analysis seconds, emission seconds, emitter class) of the only
+    fusion."""
+    from xla_gpu.analysis.fusion import select_fusion
+    from xla_gpu.emitters import emitter_for
+    context = ir.Context()
+    t0 = time.thread_time()
+    fusion = select_fusion(module)
+    t1 = time.thread_time()
+    emitter = emitter_for(fusion)
+    emitter.emit(context)
+    t2 = time.thread_time()
+    return t1 - t0, t2 - t1, type(emitter).__name__
+
+
+def bench_emit(repeat: int) -> None:
+    from xla_gpu import hlo
+    print(f"\n## Emission per kernel\n\nfusion analysis and emitter (HLO graph -> "
+          f"xla_gpu MLIR, no parsing, a fresh context each time), CPU time of the "
+          f"thread (robust to a loaded machine), median of {repeat} warm runs\n")
+    print("| fusion | emitter | analysis ms | emit ms |\n| --- | --- | ---: | ---: |")
+    for name, text in EMIT_CASES.items():
+        analysis, emission, emitter = [], [], ""
+        for i in range(repeat + 1):
+            module = hlo.parse_module(text)
+            a, e, emitter = _emit_once(module)
+            if i:
+                analysis.append(a)
+                emission.append(e)
+        print(f"| {name} | {emitter} | {ms(analysis):.2f} | {ms(emission):.2f} |")
+
+
+def bench_scaling(repeat: int) -> None:
+    import xla_gpu
+    print(f"\n## Compile time against fusion size\n\n`xla_gpu.compile(text, "
+          f"target=\"cpu\", cache=False)`, median of {repeat} runs after one warm-up; "
+          "seconds per stage from `exe.timings`\n")
+    header = None
+    for name, make in SCALING_CASES.items():
+        text = make()
+        rows: dict[str, list[float]] = {}
+        emitter = ""
+        for i in range(repeat + 1):
+            t0 = time.perf_counter()
+            exe = xla_gpu.compile(text, target="cpu", cache=False)
+            wall = time.perf_counter() - t0
+            emitter = exe.spec.emitter
+            if i == 0:
+                continue
+            for stage, value in {**exe.timings, "wall": wall}.items():
+                rows.setdefault(stage, []).append(value)
+        if header is None:
+            header = list(rows)
+            print("| fusion | emitter | " + " | ".join(f"{h} s" for h in header) + " |")
+            print("| --- | --- |" + " ---: |" * len(header))
+        cells = [f"{statistics.median(rows[h]):.3f}" if h in rows else "-" for h in header]
+        print(f"| {name} | {emitter} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--scaling-repeat", type=int, default=3)
+    parser.add_argument("--module", default=str(ROOT / "examples" / "gelu.mlir"))
+    parser.add_argument("--only", default="pipeline,emit,scaling",
+                        help="comma-separated sections: pipeline, emit, scaling")
+    args = parser.parse_args()
+    sections = set(args.only.split(","))
+    if "pipeline" in sections:
+        bench_pipeline(args.module, args.repeat)
+    if "emit" in sections:
+        bench_emit(args.repeat)
+    if "scaling" in sections:
+        bench_scaling(args.scaling_repeat)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,10 @@ def is_indexing_map(attr: _ir.Attribute) -> bool:
 _PARTS = ("affine_map", "dims", "symbols", "constraints")
 
 
+def _snapshot(part):
+    return tuple(part) if isinstance(part, list) else part
+
+
 @dataclass
 class IndexingMap:
     """A view of `#xla_gpu.indexing_map`: an affine map, a named range per
@@ -83,12 +87,12 @@ class IndexingMap:
     dims: list[Variable]
     symbols: list[Variable]
     constraints: list[Constraint] = field(default_factory=list)
-    # The attribute built from (or viewed by) these parts, and the parts it
-    # was built from (None for a view whose parts were not read yet).
+    # The attribute built from (or viewed by) these parts, and a copy of
+    # each part as it was when built or read (see _attr_is_current).
     _attr: _ir.Attribute | None = field(default=None, init=False, repr=False,
                                         compare=False)
-    _attr_parts: tuple | None = field(default=None, init=False, repr=False,
-                                      compare=False)
+    _attr_parts: dict = field(default_factory=dict, init=False, repr=False,
+                              compare=False)
 
     @staticmethod
     def parse(text: str, context: _ir.Context | None = None) -> "IndexingMap":
@@ -101,12 +105,16 @@ class IndexingMap:
 
     @staticmethod
     def from_attr(attr: _ir.Attribute) -> "IndexingMap":
-        """A view of `attr`; its parts are read when first used."""
+        """A view of `attr`; each part is read when first used."""
         if not is_indexing_map(attr):
             raise TypeError(f"not an #xla_gpu.indexing_map: {attr}")
+        return IndexingMap._view(attr)
+
+    @staticmethod
+    def _view(attr: _ir.Attribute) -> "IndexingMap":
         view = IndexingMap.__new__(IndexingMap)
         view._attr = attr
-        view._attr_parts = None
+        view._attr_parts = {}
         return view
 
     @staticmethod
@@ -121,51 +129,57 @@ class IndexingMap:
 
     def __getattr__(self, name: str):
         # Only called for attributes not set yet: the parts of a view.
-        if name not in _PARTS or "_attr" not in self.__dict__ or self._attr is None:
+        if name not in _PARTS or self.__dict__.get("_attr") is None:
             raise AttributeError(name)
-        self._read_parts()
-        return self.__dict__[name]
+        value = self._read_part(name)
+        self.__dict__[name] = value
+        self._attr_parts[name] = _snapshot(value)
+        return value
 
-    def _read_parts(self) -> None:
-        """Reads every part of the viewed attribute (once)."""
+    def _read_part(self, name: str):
+        """Reads one part of the viewed attribute through the C API."""
         lib, h = _native.lib(), _native.to_handle(self._attr)
-        affine_map = _native.from_handle(
-            _ir.AffineMap, lib.xlaGpuIndexingMapAttrGetAffineMap(h))
+        if name == "affine_map":
+            return _native.from_handle(_ir.AffineMap, lib.xlaGpuIndexingMapAttrGetAffineMap(h))
         lo, hi = ctypes.c_int64(), ctypes.c_int64()
+        if name == "constraints":
+            constraints = []
+            for i in range(lib.xlaGpuIndexingMapAttrGetNumConstraints(h)):
+                expr = lib.xlaGpuIndexingMapAttrGetConstraint(h, i, ctypes.byref(lo),
+                                                              ctypes.byref(hi))
+                constraints.append(Constraint(
+                    _native.from_handle(_ir.AffineExpr, expr), lo.value, hi.value))
+            return constraints
+        if name == "dims":
+            count, prefix = self.affine_map.n_dims, "d"
+            get_name = lib.xlaGpuIndexingMapAttrGetDimName
+            get_bounds = lib.xlaGpuIndexingMapAttrGetDimBounds
+        else:
+            count, prefix = self.affine_map.n_symbols, "s"
+            get_name = lib.xlaGpuIndexingMapAttrGetSymbolName
+            get_bounds = lib.xlaGpuIndexingMapAttrGetSymbolBounds
+        out = []
+        for i in range(count):
+            ref = get_name(h, i)
+            var_name = ctypes.string_at(ref.data, ref.length).decode() if ref.length else ""
+            get_bounds(h, i, ctypes.byref(lo), ctypes.byref(hi))
+            out.append(Variable(var_name or f"{prefix}{i}", lo.value, hi.value))
+        return out
 
-        def variables(count, get_name, get_bounds, prefix):
-            out = []
-            for i in range(count):
-                ref = get_name(h, i)
-                name = ctypes.string_at(ref.data, ref.length).decode() if ref.length else ""
-                get_bounds(h, i, ctypes.byref(lo), ctypes.byref(hi))
-                out.append(Variable(name or f"{prefix}{i}", lo.value, hi.value))
-            return out
-
-        dims = variables(affine_map.n_dims, lib.xlaGpuIndexingMapAttrGetDimName,
-                         lib.xlaGpuIndexingMapAttrGetDimBounds, "d")
-        symbols = variables(affine_map.n_symbols,
-                            lib.xlaGpuIndexingMapAttrGetSymbolName,
-                            lib.xlaGpuIndexingMapAttrGetSymbolBounds, "s")
-        constraints = []
-        for i in range(lib.xlaGpuIndexingMapAttrGetNumConstraints(h)):
-            expr = lib.xlaGpuIndexingMapAttrGetConstraint(h, i, ctypes.byref(lo),
-                                                          ctypes.byref(hi))
-            constraints.append(Constraint(
-                _native.from_handle(_ir.AffineExpr, expr), lo.value, hi.value))
-        self.__dict__.update(affine_map=affine_map, dims=dims, symbols=symbols,
-                             constraints=constraints)
-        self._attr_parts = self._parts()
-
-    def _parts(self) -> tuple:
-        return (self.affine_map, tuple(self.dims), tuple(self.symbols),
-                tuple(self.constraints))
+    def _attr_is_current(self) -> bool:
+        """Whether the kept attribute still matches the parts: every part
+        that was read or given is unchanged since (unread parts of a view
+        are the attribute's)."""
+        if self._attr is None:
+            return False
+        return all(name in self._attr_parts and
+                   self._attr_parts[name] == _snapshot(self.__dict__[name])
+                   for name in _PARTS if name in self.__dict__)
 
     def to_attr(self) -> _ir.Attribute:
         """The attribute (in the affine map's context); built once. Raises
         ValueError when the parts do not agree."""
-        if self._attr is not None and (self._attr_parts is None or
-                                       self._attr_parts == self._parts()):
+        if self._attr_is_current():
             return self._attr
 
         def variables(vars_: Sequence[Variable]):
@@ -196,7 +210,7 @@ class IndexingMap:
         if not handle.ptr:
             raise ValueError(f"invalid indexing map: {error.value.decode()}")
         self._attr = _native.from_handle(_ir.Attribute, handle)
-        self._attr_parts = self._parts()
+        self._attr_parts = {name: _snapshot(getattr(self, name)) for name in _PARTS}
         return self._attr
 
     @staticmethod
@@ -216,7 +230,7 @@ class IndexingMap:
 
     def _apply(self, fn, *more: "IndexingMap") -> "IndexingMap":
         args = [_native.to_handle(m.to_attr()) for m in (self, *more)]
-        return IndexingMap.from_attr(_native.from_handle(_ir.Attribute, fn(*args)))
+        return IndexingMap._view(_native.from_handle(_ir.Attribute, fn(*args)))
 
     def compose(self, second: "IndexingMap") -> "IndexingMap":
         """`second ∘ self`: this map's results feed `second`'s dimensions."""

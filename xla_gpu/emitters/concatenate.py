@@ -63,11 +63,14 @@ class ConcatenateEmitter(KernelEmitter):
         result = outputs[0]
         offset = 0
         rank = len(self.largest)
+        maps: dict[int, ir.Attribute] = {}   # by the operand's size on the axis
         for operand in self.hero.operands:
             size = operand.shape.dims[self.axis]
             if size == 0:
                 continue
-            attr = self.index_map(self._operand_map(size))
+            if size not in maps:
+                maps[size] = self.index_map(self._operand_map(size))
+            attr = maps[size]
             loop = xla_gpu.build_loop(attr, [thread_id, block_id], [result])
             block = loop.region.blocks[0]
             with ir.InsertionPoint(block):
