@@ -98,6 +98,7 @@ class CallSite:
         if not handle:
             raise HloError(f"{where}: {error.value.decode(errors='replace')}")
         self.handle = handle
+        self._error = error    # reused by every call of this instance
         self.started = False   # instantiate / prepare / initialize have run
         self.broken = False    # one of them failed: build a new instance
         self._finalizer = weakref.finalize(self, lib.XlaGpuFfiInstanceDestroy, handle)
@@ -105,8 +106,7 @@ class CallSite:
     def run(self, platform: str, stream: int, run_id: int, args: Buffers,
             rets: Buffers) -> None:
         """The stages still due, then execute; FfiError on a handler error."""
-        lib = _native.lib()
-        error = ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+        lib, error = _native.lib(), self._error
         stages = (3,) if self.started else (0, 1, 2, 3)
         for stage in stages:
             code = lib.XlaGpuFfiCall(self.handle, stage, PLATFORM_CODES[platform],
