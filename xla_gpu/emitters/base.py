@@ -213,23 +213,28 @@ class KernelEmitter:
         sub = self.partitioned.subgraph_of(inst)
         if sub is None:
             raise inst.error("internal: the instruction belongs to no subgraph")
-        key = (id(sub), *map(id, tensors), *indices, *injected)
-        results = self._call_cache.get(key) if self._call_cache is not None else None
+        cache, key, results = self._call_cache, None, None
+        if cache is not None:
+            # The tensors are one list for a whole function (its parameters):
+            # keyed by identity (O(1), not O(parameters) per call), and the
+            # entry keeps the list alive so that its id is not reused.
+            key = (id(sub), id(tensors), *indices, *injected)
+            hit = cache.get(key)
+            if hit is not None and hit[0] is tensors:
+                results = hit[1]
         if results is None:
             f = self._functions[id(sub)]
             call = xla_gpu.PureCallOp(
                 list(f.type.results), ir.FlatSymbolRefAttr.get(f.sym_name.value),
                 [*tensors, *indices, *injected])
             results = list(call.results)
-            if self._call_cache is not None:
-                self._call_cache[key] = results
-        k = 0
-        for root in sub.roots:
-            count = len(root.shape.leaves())
-            if root is inst:
-                return results[k:k + count]
-            k += count
-        raise inst.error("internal: not a root of its subgraph")
+            if cache is not None:
+                cache[key] = (tensors, results)
+        where = sub.results_of(inst)
+        if where is None:
+            raise inst.error("internal: not a root of its subgraph")
+        first, count = where
+        return results[first:first + count]
 
     def calls_shared(self):
         """Within this context, calls of one subgraph at the same indices

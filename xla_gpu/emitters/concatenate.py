@@ -28,6 +28,7 @@ class ConcatenateEmitter(KernelEmitter):
         if not is_elementwise_epilogue(self.root, self.hero):
             raise self.root.error("internal: the fusion analysis chose the concatenate "
                                   "emitter for an epilogue that is not elementwise")
+        self._operand_ids = {id(o) for o in self.hero.operands}
         self.axis = self.hero.attrs["dimensions"][0]
         self.largest = max((o.shape.dims for o in self.hero.operands),
                            key=lambda d: d[self.axis])
@@ -38,7 +39,7 @@ class ConcatenateEmitter(KernelEmitter):
         return [] if self.root is self.hero else [[self.root]]
 
     def is_subgraph_root(self, inst) -> bool:
-        return any(inst is o for o in self.hero.operands)
+        return id(inst) in self._operand_ids
 
     def is_excluded(self, inst) -> bool:
         return inst is self.hero

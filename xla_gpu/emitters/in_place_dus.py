@@ -29,15 +29,18 @@ class InPlaceDynamicUpdateSliceEmitter(KernelEmitter):
                                   [s.element_type for s in fusion.output_shapes])
         for k, root in enumerate(self.updates):
             self.aliases[k] = root.operands[0].parameter_number
+        # Updates and start indices root subgraphs; the updates are written here.
+        self._read_ids = {id(o) for r in self.updates for o in r.operands[1:]}
+        self._update_ids = {id(r) for r in self.updates}
 
     def root_groups(self):
         return []
 
     def is_subgraph_root(self, inst) -> bool:
-        return any(inst is o for r in self.updates for o in r.operands[1:])
+        return id(inst) in self._read_ids
 
     def is_excluded(self, inst) -> bool:
-        return any(inst is r for r in self.updates)
+        return id(inst) in self._update_ids
 
     def emit_entry(self, params, outputs, thread_id, block_id):
         attr = self.index_map(thread_to_output_map(self.config, self.update_dims))

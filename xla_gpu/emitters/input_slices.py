@@ -21,6 +21,8 @@ class InputSlicesEmitter(KernelEmitter):
         super().__init__(fusion)
         self.slices = list(fusion.roots)
         self.input_dims = list(self.slices[0].operands[0].shape.dims)
+        self._input_ids = {id(s.operands[0]) for s in self.slices}
+        self._slice_ids = {id(s) for s in self.slices}
         self.config = loop_config(self.input_dims, fusion.computation.instructions,
                                   [s.element_type for s in fusion.output_shapes])
 
@@ -28,10 +30,10 @@ class InputSlicesEmitter(KernelEmitter):
         return []
 
     def is_subgraph_root(self, inst) -> bool:
-        return any(inst is s.operands[0] for s in self.slices)
+        return id(inst) in self._input_ids
 
     def is_excluded(self, inst) -> bool:
-        return any(inst is s for s in self.slices)
+        return id(inst) in self._slice_ids
 
     def emit_entry(self, params, outputs, thread_id, block_id):
         attr = self.index_map(thread_to_output_map(self.config, self.input_dims))

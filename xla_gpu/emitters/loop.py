@@ -45,10 +45,14 @@ class LoopEmitter(KernelEmitter):
             for leaf in range(len(root.shape.leaves())):
                 slots.append((root, leaf))
         results = list(outputs)
+        group_of = {id(r): dims for dims, roots in self.groups.items() for r in roots}
+        slots_of: dict[tuple[int, ...], list[int]] = {dims: [] for dims in self.groups}
+        for k, (root, _) in enumerate(slots):
+            slots_of[group_of[id(root)]].append(k)
         for dims, roots in self.groups.items():
             config = replace(self.config, num_elements=prod(dims))
             attr = self.index_map(thread_to_output_map(config, list(dims)))
-            mine = [k for k, (root, _) in enumerate(slots) if any(root is r for r in roots)]
+            mine = slots_of[dims]
             loop = xla_gpu.build_loop(attr, [thread_id, block_id], [results[k] for k in mine])
             block = loop.region.blocks[0]
             rank = len(dims)

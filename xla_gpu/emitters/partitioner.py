@@ -36,9 +36,23 @@ class Subgraph:
     # Values the function receives instead of computing (epilogue heroes).
     injected: list[HloInstruction] = field(default_factory=list)
 
+    # id() of each root -> (its first result, its number of results).
+    _results: dict[int, tuple[int, int]] | None = field(default=None, repr=False)
+
     @property
     def index_rank(self) -> int:
         return self.roots[0].shape.leaves()[0].rank
+
+    def results_of(self, root: HloInstruction) -> tuple[int, int] | None:
+        """(first, count) of `root`'s results among the function's results
+        (a variadic reduce has several); None if `root` is not a root."""
+        if self._results is None:
+            self._results, k = {}, 0
+            for r in self.roots:
+                count = len(r.shape.leaves())
+                self._results.setdefault(id(r), (k, count))
+                k += count
+        return self._results.get(id(root))
 
     def contains(self, inst: HloInstruction) -> bool:
         return id(inst) in self.members

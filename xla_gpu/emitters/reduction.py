@@ -104,6 +104,14 @@ class ReductionEmitter(KernelEmitter):
         self.heroes = reduce_heroes(fusion.heroes)
         self.side_outputs = [root for root, hero in zip(fusion.roots, fusion.heroes)
                              if hero.opcode != "reduce"]
+        self._hero_index = {id(h): k for k, h in enumerate(self.heroes)}
+        self._input_ids = {id(o) for h in self.heroes for o in h.operands[:len(h.operands) // 2]}
+        # Each root's first output (a variadic reduce has several).
+        self._slots: dict[int, int] = {}
+        slot = 0
+        for root in fusion.roots:
+            self._slots.setdefault(id(root), slot)
+            slot += len(root.shape.leaves())
         self.threads = self.blocks = self.steps = 0
         self._configure()
 
@@ -132,10 +140,10 @@ class ReductionEmitter(KernelEmitter):
         return groups + [[r] for r in self.side_outputs]
 
     def is_subgraph_root(self, inst) -> bool:
-        return any(inst is o for h in self.heroes for o in h.operands[:len(h.operands) // 2])
+        return id(inst) in self._input_ids
 
     def is_excluded(self, inst) -> bool:
-        return any(inst is h for h in self.heroes)
+        return id(inst) in self._hero_index
 
     def prepare_subgraphs(self) -> None:
         for root, hero in zip(self.fusion.roots, self.fusion.heroes):
@@ -181,12 +189,7 @@ class ReductionEmitter(KernelEmitter):
         return out
 
     def _output_slot(self, root) -> int:
-        slot = 0
-        for r in self.fusion.roots:
-            if r is root:
-                return slot
-            slot += len(r.shape.leaves())
-        raise ValueError(root.name)
+        return self._slots[id(root)]
 
     # -- the kernel ----------------------------------------------------------
     def emit_entry(self, params, outputs, thread_id, block_id):
@@ -235,7 +238,7 @@ class ReductionEmitter(KernelEmitter):
             for root, hero in zip(self.fusion.roots, self.fusion.heroes):
                 if hero.opcode != "reduce":
                     continue
-                values = values_per_hero[self.heroes.index(hero)]
+                values = values_per_hero[self._hero_index[id(hero)]]
                 if root is not hero:
                     values = self.call_subgraph(root, params, out_index, values)
                 slot = self._output_slot(root)

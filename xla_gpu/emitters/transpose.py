@@ -192,6 +192,8 @@ class TransposeEmitter(KernelEmitter):
         # side outputs, in output order; one tile per hero.
         self.slots = plan.slots
         self.heroes = plan.heroes
+        self._hero_ids = {id(h) for h in self.heroes}
+        self._hero_operand_ids = {id(h.operands[0]) for h in self.heroes}
         t = plan.tiling
         self.tiling = TransposeTiling(t.dims, t.perm, t.vector)
         self._split_ids: list[ir.Value] | None = None   # warp, lane, block id
@@ -215,10 +217,10 @@ class TransposeEmitter(KernelEmitter):
         return groups
 
     def is_subgraph_root(self, inst) -> bool:
-        return any(inst is h.operands[0] for h in self.heroes)
+        return id(inst) in self._hero_operand_ids
 
     def is_excluded(self, inst) -> bool:
-        return any(inst is h for h in self.heroes)
+        return id(inst) in self._hero_ids
 
     def prepare_subgraphs(self) -> None:
         for root, hero in self.slots:
