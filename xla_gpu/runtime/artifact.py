@@ -89,6 +89,10 @@ def read_artifact(directory: str | Path, expected_digest: str | None = None, *,
     directory = Path(directory)
     if not directory.is_dir():
         raise ArtifactError(f"{directory}: not a directory")
+    if not (directory / "digests.json").exists() and not (directory / "digests.json").is_symlink():
+        kind = "kernel" if required == "kernel.json" else "program"
+        raise ArtifactError(f"{directory}: no {required} and no digests.json (not a saved "
+                            f"{kind})")
     manifest = _read_regular(directory / "digests.json", _MAX_MANIFEST_BYTES)
     digest = digest_of(manifest)
     if expected_digest is not None and not hmac.compare_digest(digest, expected_digest):
