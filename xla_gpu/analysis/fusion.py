@@ -139,9 +139,9 @@ def _is_input_slices(roots: list[HloInstruction]) -> bool:
 
 def analyze(comp: HloComputation, name: str, module: HloModule | None = None) -> Fusion:
     verify_computation(comp)
-    for inst in comp.instructions:
-        for called in inst.called_computations:
-            verify_computation(called)
+    called = {id(c): c for inst in comp.instructions for c in inst.called_computations}
+    for computation in called.values():   # a reducer shared by many reduces once
+        verify_computation(computation)
     root = comp.root
     if root is None:
         raise HloError(f"computation '{comp.name}' has no root")

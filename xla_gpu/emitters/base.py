@@ -36,10 +36,6 @@ class LaunchDims:
     blocks: int    # x only
     shared_bytes: int = 0
 
-    def as_dict(self) -> dict:
-        return {"threads": self.threads, "blocks": self.blocks,
-                "shared_bytes": self.shared_bytes}
-
 
 @dataclass
 class EmittedKernel:

@@ -83,10 +83,10 @@ def reduction_emitter(fusion) -> "ReductionEmitter":
     otherwise."""
     layout = checked_layout(fusion.roots, fusion.heroes)
     if not layout.is_row:
-        return ColumnReductionEmitter(fusion)
-    if _row_config(layout, reduce_heroes(fusion.heroes)).threads_per_row < WARP_SIZE:
-        return MultiRowReductionEmitter(fusion)
-    return RowReductionEmitter(fusion)
+        return ColumnReductionEmitter(fusion, layout)
+    if _RowConfig(layout, reduce_heroes(fusion.heroes)).threads_per_row < WARP_SIZE:
+        return MultiRowReductionEmitter(fusion, layout)
+    return RowReductionEmitter(fusion, layout)
 
 
 class ReductionEmitter(KernelEmitter):
@@ -98,9 +98,9 @@ class ReductionEmitter(KernelEmitter):
 
     name = "reduction"
 
-    def __init__(self, fusion):
+    def __init__(self, fusion, layout: ReductionLayout | None = None):
         super().__init__(fusion)
-        self.layout = checked_layout(fusion.roots, fusion.heroes)
+        self.layout = layout or checked_layout(fusion.roots, fusion.heroes)
         self.heroes = reduce_heroes(fusion.heroes)
         self.side_outputs = [root for root, hero in zip(fusion.roots, fusion.heroes)
                              if hero.opcode != "reduce"]
@@ -279,10 +279,6 @@ class _RowConfig:
         self.steps = -(-layout.R // (t * v))
 
 
-def _row_config(layout: ReductionLayout, heroes: list[HloInstruction]) -> _RowConfig:
-    return _RowConfig(layout, heroes)
-
-
 class RowReductionEmitter(ReductionEmitter):
     """Rows of at least a warp: each thread accumulates a strided slice of
     its row, a warp shuffle combines a warp's partials, and rows of several
@@ -290,7 +286,7 @@ class RowReductionEmitter(ReductionEmitter):
     shuffle."""
 
     def _configure(self) -> None:
-        config = _row_config(self.layout, self.heroes)
+        config = _RowConfig(self.layout, self.heroes)
         self.vector, self.threads_per_row = config.vector, config.threads_per_row
         self.rows_per_block = config.rows_per_block
         self.threads, self.blocks, self.steps = config.threads, config.blocks, config.steps

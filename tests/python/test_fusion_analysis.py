@@ -1,0 +1,189 @@
+"""The fusion analysis decides the emitter (kind "loop" with a note when the
+dedicated emitter cannot take a fusion), the reduction variants, and index
+maps built as AffineExprs (the same maps the text form describes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mlir import ir as mlir_ir
+
+import xla_gpu
+from xla_gpu import emitters, hlo, ir
+from xla_gpu.analysis.fusion import select_fusion
+from xla_gpu.analysis.indexing import (delinearize, dim, floordiv, indexing_map,
+                                       linear_expr, linearize, map_text, sym)
+from xla_gpu.analysis.reduction import reduction_refusal
+from xla_gpu.emitters import emitter_for
+from xla_gpu.emitters.reduction import (ColumnReductionEmitter, MultiRowReductionEmitter,
+                                        RowReductionEmitter)
+from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs
+
+ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def _reduce(dims, reduced) -> str:
+    shape = ",".join(map(str, dims))
+    out = ",".join(str(d) for i, d in enumerate(dims) if i not in reduced)
+    return (f"HloModule m\n{ADD}fused {{\n  p = f32[{shape}] parameter(0)\n"
+            f"  z = f32[] constant(0)\n  ROOT r = f32[{out}] reduce(p, z), "
+            f"dimensions={{{','.join(map(str, reduced))}}}, to_apply=add\n}}\n")
+
+
+# -- maps as AffineExprs -----------------------------------------------------
+
+@pytest.mark.parametrize("shape", [[7], [6, 512, 4096], [2, 1, 3], [1, 1], [5, 1, 8, 3]])
+def test_delinearize_and_linearize_match_their_text_form(ctx, shape):
+    names = [f"d{i}" for i in range(len(shape))]
+    dims = list(zip(names, shape))
+    exprs = delinearize(linearize([dim(i) for i in range(len(shape))], shape), shape)
+    text = map_text(dims, [], delinearize(linear_expr(names, shape), shape))
+    assert str(indexing_map(dims, [], exprs)) == str(ir.IndexingMap.parse(text).simplified())
+
+
+def test_thread_map_matches_its_text_form(ctx):
+    # The loop emitter's map of examples/gelu.hlo, as the text it prints.
+    linear = dim(1) * 512 + dim(0) * 4 + sym(0)
+    m = indexing_map([("th_x", 128), ("bl_x", 24576)], [("vector_index", 4)],
+                     delinearize(linear, [6, 512, 4096]))
+    assert str(m) == ("(th_x, bl_x)[vector_index] -> (bl_x floordiv 4096, "
+                      "(bl_x floordiv 8) mod 512, (bl_x mod 8) * 512 + th_x * 4 + "
+                      "vector_index), domain: th_x in [0, 127], bl_x in [0, 24575], "
+                      "vector_index in [0, 3]")
+
+
+def test_constraints_on_one_variable_narrow_its_range(ctx):
+    m = indexing_map([("x", 100)], [("s", 4)], [dim(0) * 4 + sym(0)],
+                     [(dim(0), 10, 20), (floordiv(dim(0), 3), 0, 5)], simplify=False)
+    assert str(m) == ("(x)[s] -> (x * 4 + s), domain: x in [10, 20], s in [0, 3], "
+                      "x floordiv 3 in [0, 5]")
+
+
+def test_a_view_reads_its_parts_lazily_and_rebuilds_when_they_change(ctx):
+    attr = ir.IndexingMap.parse("(d0)[s0] -> (d0 * 4 + s0), domain: d0 in [0, 31], "
+                                "s0 in [0, 3]").to_attr()
+    view = ir.IndexingMap.from_attr(attr)
+    assert "dims" not in view.__dict__ and view.to_attr() == attr
+    assert view.symbols == [ir.Variable("s0", 0, 3)] and "dims" not in view.__dict__
+    view.constraints.append(ir.Constraint(dim(0) * 4 + sym(0), 0, 100))
+    assert str(view).endswith("d0 * 4 + s0 in [0, 100]")
+    view.dims = [ir.Variable("x", 0, 7)]
+    assert str(view).startswith("(x)[s0] -> (x * 4 + s0), domain: x in [0, 7]")
+    assert ir.IndexingMap.from_attr(attr) == ir.IndexingMap.parse(
+        "(d0)[s0] -> (d0 * 4 + s0), domain: d0 in [0, 31], s0 in [0, 3]")
+
+
+def test_emission_parses_no_indexing_map_text(monkeypatch):
+    # Every map of the transpose and reduction emitters is built, not parsed.
+    calls = []
+    original = mlir_ir.Attribute.parse
+    monkeypatch.setattr(mlir_ir.Attribute, "parse",
+                        lambda text, *a, **k: calls.append(text) or original(text, *a, **k))
+    transpose = ("HloModule m\nfused {\n  p = f32[4,64,96] parameter(0)\n"
+                 "  ROOT t = f32[4,96,64] transpose(p), dimensions={0,2,1}\n}\n")
+    for text in (transpose, _reduce([64, 100, 40], [1]), _reduce([100, 2048], [1])):
+        emitters.emit(text)
+    assert not [c for c in calls if "indexing_map" in c]
+    with ir.Context():   # the spy sees text that is parsed
+        ir.IndexingMap.parse("(d0) -> (d0), domain: d0 in [0, 3]")
+    assert [c for c in calls if "indexing_map" in c]
+
+
+# -- the analysis decides the emitter --------------------------------------------
+
+@pytest.mark.parametrize("dims,reduced,variant", [
+    ([1024, 512], [1], RowReductionEmitter),
+    ([1024, 8], [1], MultiRowReductionEmitter),
+    ([100, 33], [1], RowReductionEmitter),
+    ([512, 1024], [0], ColumnReductionEmitter),
+    ([6, 100, 40], [1], ColumnReductionEmitter),
+    ([4, 8, 16, 32], [2, 3], RowReductionEmitter),
+])
+def test_reduction_variant(dims, reduced, variant):
+    fusion = select_fusion(hlo.parse_module(_reduce(dims, reduced)))
+    assert fusion.kind == "reduction" and not fusion.notes
+    assert type(emitter_for(fusion)) is variant
+
+
+SOFTMAX_LIKE = f"""HloModule m
+{ADD}fused {{
+  p = f32[8,32] parameter(0)
+  z = f32[] constant(0)
+  r1 = f32[8] reduce(p, z), dimensions={{1}}, to_apply=add
+  b = f32[8,32] broadcast(r1), dimensions={{0}}
+  s = f32[8,32] subtract(p, b)
+  r2 = f32[8] reduce(s, z), dimensions={{1}}, to_apply=add
+  ROOT t = (f32[8], f32[8]) tuple(r1, r2)
+}}
+"""
+
+CONCAT_BITCAST = """HloModule m
+fused {
+  p = f32[4,8] parameter(0)
+  q = f32[4,8] parameter(1)
+  c = f32[8,8] concatenate(p, q), dimensions={0}
+  ROOT b = f32[64] bitcast(c)
+}
+"""
+
+FALLBACKS = {
+    "not_contiguous": (_reduce([6, 10, 8], [0, 2]), "reduction",
+                       "the reduced dimensions are not contiguous"),
+    "reduce_feeds_reduce": (SOFTMAX_LIKE, "reduction",
+                            "reduce 'r1' feeds another reduction's input"),
+    "concatenate_epilogue": (CONCAT_BITCAST, "concatenate",
+                             "the epilogue of 'c' is not elementwise"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FALLBACKS))
+def test_the_analysis_gives_the_loop_emitter_what_the_hero_emitter_cannot_take(name):
+    text, hero_kind, reason = FALLBACKS[name]
+    fusion = select_fusion(hlo.parse_module(text))
+    assert (fusion.kind, fusion.hero_kind) == ("loop", hero_kind)
+    assert len(fusion.notes) == 1 and fusion.notes[0].startswith(
+        f"{hero_kind} fusion emitted by the loop emitter") and reason in fusion.notes[0]
+    kernel = emitters.emit_fusion(fusion, ir.Context())
+    assert kernel.emitter == "loop" and kernel.notes == fusion.notes
+
+
+def test_reduction_refusal_is_none_for_what_the_emitter_takes():
+    fusion = select_fusion(hlo.parse_module(_reduce([64, 128], [1])))
+    assert reduction_refusal(fusion.roots, fusion.heroes) is None
+
+
+@pytest.mark.parametrize("name", ["reduce_feeds_reduce", "concatenate_epilogue"])
+def test_fallback_fusions_compute_the_reference_values(name):
+    text = FALLBACKS[name][0]
+    comp = select_fusion(hlo.parse_module(text)).computation
+    inputs = random_inputs(comp, seed=3)
+    expected = hlo.evaluate(comp, *inputs)
+    got = xla_gpu.compile(text, target="cpu", cache=False).run(*inputs)
+    roots = comp.root.operands if comp.root.opcode == "tuple" else [comp.root]
+    assert len(got) == len(expected) == len(roots)
+    for k, (g, e, root) in enumerate(zip(got, expected, roots)):
+        mismatch = compare(np.asarray(g), np.asarray(e), root.shape.element_type, k,
+                           scale_relative=has_reduction(comp))
+        assert mismatch is None, str(mismatch)
+
+
+# -- size ----------------------------------------------------------------------
+
+def test_long_chains_and_many_outputs_emit():
+    ops = [f"  x{i + 1} = f32[64] {'negate' if i % 2 else 'exponential'}(x{i})"
+           for i in range(3000)]
+    chain = "HloModule m\nfused {\n  x0 = f32[64] parameter(0)\n" + "\n".join(ops) + \
+        "\n  ROOT r = f32[64] copy(x3000)\n}\n"
+    assert emitters.emit(chain).emitter == "loop"
+    outs = ", ".join(f"n{i}" for i in range(500))
+    body = "\n".join(f"  p{i} = f32[{8 + i % 5}] parameter({i})\n  n{i} = f32[{8 + i % 5}] "
+                     f"negate(p{i})" for i in range(500))
+    types = ", ".join(f"f32[{8 + i % 5}]" for i in range(500))
+    kernel = emitters.emit(f"HloModule m\nfused {{\n{body}\n  ROOT t = ({types}) "
+                           f"tuple({outs})\n}}\n")
+    assert str(kernel.module).count("xla_gpu.loop") == 5
