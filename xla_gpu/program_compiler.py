@@ -48,6 +48,8 @@ from . import __version__, hlo
 from .errors import CompileError, HloError, UnsupportedError
 from .hlo import HloComputation, HloInstruction, HloModule, Shape
 from .hlo.fusions import inline_calls
+from .hlo.graph import post_order
+from .hlo.module import callees
 from .runtime import command_buffer
 from .runtime.buffers import BufferSlice
 from .runtime.gemm import EPILOGUES, CublasPlanError, GemmConfig, cublas_plan
@@ -386,24 +388,10 @@ def _link(comp: HloComputation) -> None:
 
 
 def _reachable_computations(entry: HloComputation) -> list[HloComputation]:
-    """Computations reachable from `entry`, callees before callers."""
-    order: list[HloComputation] = []
-    seen: set[int] = set()
-    stack: list[tuple[HloComputation, bool]] = [(entry, False)]
-    while stack:
-        comp, expanded = stack.pop()
-        if expanded:
-            order.append(comp)
-            continue
-        if id(comp) in seen:
-            continue
-        seen.add(id(comp))
-        stack.append((comp, True))
-        for inst in comp.instructions:
-            for called in inst.called_computations:
-                if id(called) not in seen:
-                    stack.append((called, False))
-    return order
+    """Computations reachable from `entry`, callees before callers; the
+    last callee of the last instruction is walked first (the order the
+    thunk emitter and kernel names have always followed)."""
+    return post_order([entry], lambda comp: callees(comp)[::-1])
 
 
 def prepare_module(module: HloModule, *, optimize: bool | None = None,

@@ -60,11 +60,13 @@ import json
 import math
 import warnings
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 import ml_dtypes
 import numpy as np
 
+from .graph import post_order
 from .module import HloComputation, HloError, HloInstruction, HloModule
 from .opcodes import SMALL_FLOAT_TYPES
 from .shape import ELEMENT_TYPES, Shape, bit_width
@@ -664,7 +666,7 @@ class _Evaluator:
                            f"arguments, got {len(args)}")
         for p, a in zip(params, args):
             values[id(p)] = a
-        for inst in _reachable_post_order(comp.root):
+        for inst in post_order([comp.root], attrgetter("operands")):
             if inst.opcode == "parameter":
                 if id(inst) not in values:
                     raise inst.error("parameter was not given a value")
@@ -765,23 +767,8 @@ def _check_value(inst: HloInstruction, value: Value, shape: Shape) -> None:
                          f"{shape} (an inconsistent module?)")
 
 
-def _reachable_post_order(root: HloInstruction) -> list[HloInstruction]:
-    order: list[HloInstruction] = []
-    seen: set[int] = set()
-    stack: list[tuple[HloInstruction, int]] = [(root, 0)]
-    seen.add(id(root))
-    while stack:
-        node, i = stack[-1]
-        if i < len(node.operands):
-            stack[-1] = (node, i + 1)
-            op = node.operands[i]
-            if id(op) not in seen:
-                seen.add(id(op))
-                stack.append((op, 0))
-        else:
-            order.append(node)
-            stack.pop()
-    return order
+def _operands_of(inst: HloInstruction) -> list[HloInstruction]:
+    return inst.operands
 
 
 def _broadcast_leaves(value: Value, batch: tuple[int, ...]) -> Value:

@@ -19,15 +19,18 @@ checks):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from ..errors import HloError, HloParseError, Location, UnsupportedError
+from .graph import post_order
 from .shape import Shape
 
 __all__ = ["HloError", "HloParseError", "HloInstruction", "HloComputation",
-           "HloModule", "Location", "CONTROL_PREDECESSORS"]
+           "HloModule", "Location", "CONTROL_PREDECESSORS", "callees",
+           "callees_first"]
 
 CONTROL_PREDECESSORS = "control-predecessors"
 
@@ -325,29 +328,8 @@ class HloComputation:
     def post_order(self) -> list[HloInstruction]:
         """Operands before users, reachable from the root first, then the
         rest in textual order."""
-        seen: set[int] = set()
-        order: list[HloInstruction] = []
-
-        def visit(inst: HloInstruction) -> None:
-            stack = [(inst, False)]
-            while stack:
-                node, expanded = stack.pop()
-                if expanded:
-                    order.append(node)
-                    continue
-                if id(node) in seen:
-                    continue
-                seen.add(id(node))
-                stack.append((node, True))
-                for op in reversed(node.operands):
-                    if id(op) not in seen:
-                        stack.append((op, False))
-
-        if self.root is not None:
-            visit(self.root)
-        for inst in self.instructions:
-            visit(inst)
-        return order
+        starts = self.instructions if self.root is None else [self.root, *self.instructions]
+        return post_order(starts, attrgetter("operands"))
 
     def find(self, name: str) -> HloInstruction:
         for inst in self._instructions:
@@ -385,40 +367,22 @@ class HloComputation:
         control predecessors, the current order kept where it is valid."""
         insts = self._instructions
         self._unordered = False
-        by_name = None
+        members = {id(i) for i in insts}
         if self.has_control_edges():
             by_name = {i.name: i for i in insts}
-        members = {id(i) for i in insts}
-        placed: set[int] = set()
-        order: list[HloInstruction] = []
-        for start in insts:
-            if id(start) in placed:
-                continue
-            stack = [(start, False)]
-            on_stack: set[int] = set()
-            while stack:
-                node, expanded = stack.pop()
-                if expanded:
-                    on_stack.discard(id(node))
-                    if id(node) not in placed:
-                        placed.add(id(node))
-                        order.append(node)
-                    continue
-                if id(node) in placed:
-                    continue
-                if id(node) in on_stack:
-                    raise node.error("cycle in the instruction graph")
-                on_stack.add(id(node))
-                stack.append((node, True))
-                deps = list(node.operands)
-                if by_name is not None:
-                    deps += [by_name[n] for n in
-                             node.attrs.get(CONTROL_PREDECESSORS) or ()
-                             if n in by_name]
-                for dep in reversed(deps):
-                    if id(dep) not in placed and id(dep) in members:
-                        stack.append((dep, False))
-        self._instructions = order
+
+            def deps(inst: HloInstruction) -> list[HloInstruction]:
+                preds = [by_name[n] for n in inst.attrs.get(CONTROL_PREDECESSORS) or ()
+                         if n in by_name]
+                return [d for d in (*inst.operands, *preds) if id(d) in members]
+        else:
+            def deps(inst: HloInstruction) -> list[HloInstruction]:
+                return [d for d in inst.operands if id(d) in members]
+
+        def refuse_cycle(inst: HloInstruction) -> None:
+            raise inst.error("cycle in the instruction graph")
+
+        self._instructions = post_order(insts, deps, refuse_cycle)
 
     # ----------------------------------------------------------- mutation
 
@@ -716,23 +680,7 @@ class HloModule:
 
     def reachable_computations(self) -> list[HloComputation]:
         """Computations reachable from the ENTRY, callees first."""
-        order: list[HloComputation] = []
-        seen: set[int] = set()
-        stack: list[tuple[HloComputation, bool]] = [(self.entry, False)]
-        while stack:
-            comp, expanded = stack.pop()
-            if expanded:
-                order.append(comp)
-                continue
-            if id(comp) in seen:
-                continue
-            seen.add(id(comp))
-            stack.append((comp, True))
-            for inst in reversed(comp._instructions):
-                for called in reversed(inst.called_computations):
-                    if id(called) not in seen:
-                        stack.append((called, False))
-        return order
+        return post_order([self.entry], callees)
 
     def remove_unreachable_computations(self) -> int:
         """Drops computations no longer called from the ENTRY."""
@@ -754,7 +702,7 @@ class HloModule:
                         {k: list(v) for k, v in self.sections.items()})
         mapping: dict[int, HloComputation] = {}
         # Callees first so every reference can be mapped.
-        order = _callees_first(self.computations)
+        order = callees_first(self.computations)
         for comp in order:
             copy = comp.clone(comp.name, None, mapping, rename=False)
             copy.name = comp.name
@@ -764,23 +712,15 @@ class HloModule:
         return new.link()
 
 
-def _callees_first(computations: list[HloComputation]) -> list[HloComputation]:
+def callees(comp: HloComputation) -> list[HloComputation]:
+    """The computations `comp`'s instructions call, in instruction order
+    (repeats included)."""
+    return [called for inst in comp.instructions for called in inst.called_computations]
+
+
+def callees_first(computations: list[HloComputation]) -> list[HloComputation]:
+    """`computations`, each after the ones among them it calls, otherwise
+    in the given order (the order XLA prints a module's computations in)."""
     members = {id(c) for c in computations}
-    order: list[HloComputation] = []
-    seen: set[int] = set()
-    for start in computations:
-        stack: list[tuple[HloComputation, bool]] = [(start, False)]
-        while stack:
-            comp, expanded = stack.pop()
-            if expanded:
-                order.append(comp)
-                continue
-            if id(comp) in seen:
-                continue
-            seen.add(id(comp))
-            stack.append((comp, True))
-            for inst in comp._instructions:
-                for called in inst.called_computations:
-                    if id(called) not in seen and id(called) in members:
-                        stack.append((called, False))
-    return order
+    return post_order(computations,
+                      lambda comp: [c for c in callees(comp) if id(c) in members])

@@ -21,7 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from .module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
-                     HloModule)
+                     HloModule, callees_first)
 from .shape import Shape
 
 __all__ = ["module_to_text", "computation_to_text", "instruction_to_text",
@@ -265,38 +265,7 @@ def module_to_text(module: HloModule, operand_shapes: bool = True,
     if metadata:
         for section in sections:
             blocks.append(section + "\n" + "\n".join(module.sections[section]))
-    for comp in _print_order(module.computations):
+    for comp in callees_first(module.computations):
         blocks.append(computation_to_text(comp, operand_shapes, metadata))
     return "\n\n".join(blocks) + "\n"
 
-
-def _print_order(computations: list[HloComputation]) -> list[HloComputation]:
-    """Callees before callers, otherwise the given order (stable)."""
-    members = {id(c) for c in computations}
-    order: list[HloComputation] = []
-    done: set[int] = set()
-    for start in computations:
-        if id(start) in done:
-            continue
-        stack: list[tuple[HloComputation, bool]] = [(start, False)]
-        active: set[int] = set()
-        while stack:
-            comp, expanded = stack.pop()
-            if expanded:
-                active.discard(id(comp))
-                if id(comp) not in done:
-                    done.add(id(comp))
-                    order.append(comp)
-                continue
-            if id(comp) in done or id(comp) in active:
-                continue
-            active.add(id(comp))
-            stack.append((comp, True))
-            callees = []
-            for inst in comp.instructions:
-                for called in inst.called_computations:
-                    if id(called) in members and id(called) not in done:
-                        callees.append(called)
-            for called in reversed(callees):
-                stack.append((called, False))
-    return order

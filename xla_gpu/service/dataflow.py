@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from math import prod
 
 from ..errors import HloError, ResourceError
-from ..hlo.module import HloComputation, HloInstruction, HloModule
+from ..hlo.graph import post_order
+from ..hlo.module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from ..hlo.shape import ELEMENT_TYPES, Shape
 
 __all__ = ["ShapeIndex", "HloValue", "HloUse", "DataflowAnalysis",
@@ -136,37 +137,20 @@ def topological_order(comp: HloComputation) -> list[HloInstruction]:
     insts = comp.instructions
     by_name = {i.name: i for i in insts}
     members = {id(i) for i in insts}
-    placed: set[int] = set()
-    order: list[HloInstruction] = []
-    for start in insts:
-        if id(start) in placed:
-            continue
-        stack = [(start, False)]
-        active: set[int] = set()
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                active.discard(id(node))
-                if id(node) not in placed:
-                    placed.add(id(node))
-                    order.append(node)
-                continue
-            if id(node) in placed:
-                continue
-            if id(node) in active:
-                raise HloError(f"{where(node)}is part of a cycle")
-            active.add(id(node))
-            stack.append((node, True))
-            preds = list(node.operands) + [
-                by_name[n] for n in node.attrs.get("control-predecessors") or ()
-                if n in by_name]
-            for pred in reversed(preds):
-                if id(pred) not in members:
-                    raise HloError(f"{where(node)}operand '{pred.name}' is not in "
-                                   f"computation '{comp.name}'")
-                if id(pred) not in placed:
-                    stack.append((pred, False))
-    return order
+
+    def preds(node: HloInstruction) -> list[HloInstruction]:
+        out = list(node.operands) + [
+            by_name[n] for n in node.attrs.get(CONTROL_PREDECESSORS) or () if n in by_name]
+        for pred in out:
+            if id(pred) not in members:
+                raise HloError(f"{where(node)}operand '{pred.name}' is not in "
+                               f"computation '{comp.name}'")
+        return out
+
+    def refuse_cycle(node: HloInstruction) -> None:
+        raise HloError(f"{where(node)}is part of a cycle")
+
+    return post_order(insts, preds, refuse_cycle)
 
 
 def sequential_callees(inst: HloInstruction) -> list[tuple[str, HloComputation]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from math import prod
 
 from ..fusions import ELEMENTWISE_OPCODES
+from ..graph import post_order
 from ..module import HloComputation, HloInstruction, HloModule
 from ..shape import Shape, bit_width
 
@@ -101,23 +102,13 @@ def has_side_effect(inst: HloInstruction) -> bool:
 def program_computations(module: HloModule) -> list[HloComputation]:
     """The ENTRY and the computations it reaches through control flow
     (while bodies and conditions, conditional branches, calls), callees
-    first. Fusion bodies and per-element computations are not included."""
-    entry = module.entry
-    order: list[HloComputation] = []
-    seen: set[int] = set()
-    stack: list[tuple[HloComputation, bool]] = [(entry, False)]
-    while stack:
-        comp, expanded = stack.pop()
-        if expanded:
-            order.append(comp)
-            continue
-        if id(comp) in seen:
-            continue
-        seen.add(id(comp))
-        stack.append((comp, True))
-        for inst in comp.instructions:
-            if inst.opcode in CONTROL_FLOW_OPCODES:
-                for called in inst.called_computations:
-                    if id(called) not in seen:
-                        stack.append((called, False))
-    return order
+    first. The last callee of the last instruction is walked first (a
+    while's body before its condition): the order the passes visit
+    computations in, and so the order in which they create names."""
+    return post_order([module.entry], _control_flow_callees_last_first)
+
+
+def _control_flow_callees_last_first(comp: HloComputation) -> list[HloComputation]:
+    return [called for inst in reversed(comp.instructions)
+            if inst.opcode in CONTROL_FLOW_OPCODES
+            for called in reversed(inst.called_computations)]
