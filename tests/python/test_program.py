@@ -164,10 +164,13 @@ def test_a_tampered_program_is_refused(mlp, tmp_path):
     exe.save(tmp_path / "prog")
     manifest = tmp_path / "prog" / "program.json"
     manifest.write_text(manifest.read_text().replace('"kernel"', '"kernal"', 1))
-    with pytest.raises(xla_gpu.ArtifactError, match="digest mismatch"):
+    with pytest.raises(xla_gpu.ArtifactError, match="does not match its digest"):
         load_program(tmp_path / "prog")
-    with pytest.raises(xla_gpu.ArtifactError, match="not a saved program"):
+    with pytest.raises(xla_gpu.ArtifactError, match="not a directory"):
         load_program(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(xla_gpu.ArtifactError, match="not a saved program"):
+        load_program(tmp_path / "empty")
 
 
 def test_program_kernels_come_from_the_compile_cache(mlp):
