@@ -103,15 +103,7 @@ class _Body:
         return self.add("reshape", Shape(value.shape.element_type, dims), [value])
 
     def computation(self, name: str, root: HloInstruction) -> HloComputation:
-        comp = HloComputation(name, list(self.instructions), root, False, None)
-        for inst in comp.instructions:
-            inst.parent = comp
-            inst.users = []
-        for inst in comp.instructions:
-            for operand in inst.operands:
-                if not any(u is inst for u in operand.users):
-                    operand.users.append(inst)
-        return comp
+        return HloComputation(name, list(self.instructions), root).link_instructions()
 
 
 def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruction,

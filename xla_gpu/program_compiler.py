@@ -34,17 +34,15 @@ buffers through bitcasts, so that the emitters keep seeing logical arrays.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
-from . import __version__, hlo
+from . import __version__
 from .errors import CompileError, HloError, UnsupportedError
 from .hlo import HloComputation, HloInstruction, HloModule, Shape
 from .hlo.fusions import inline_calls
@@ -56,7 +54,7 @@ from .runtime.gemm import EPILOGUES, CublasPlanError, GemmConfig, cublas_plan
 from .runtime.program import KernelImage, MemoryAnalysis, ProgramExecutable
 from .runtime.thunks import (ArrayRef, ConditionalThunk, ConvolutionThunk, CopyThunk,
                              CustomCallThunk, GemmThunk, KernelThunk, MemsetThunk,
-                             SortThunk, Thunk, TopKThunk, WhileThunk, walk)
+                             SortThunk, Thunk, TopKThunk, WhileThunk)
 
 __all__ = ["compile_program", "is_whole_program", "prepare_module", "THUNK_OPCODES"]
 
@@ -211,7 +209,7 @@ class _ModuleBuilder:
                     inst.attrs["control-predecessors"] = tuple(renamed.get(p, p)
                                                                for p in preds)
         new = HloComputation(name, out, root, comp.is_entry, comp.location)
-        _link(new)
+        new.link_instructions()
         self.rewritten.setdefault(id(comp), new)
         return new
 
@@ -223,7 +221,7 @@ class _ModuleBuilder:
                              out: list[HloInstruction]) -> HloInstruction:
         op = inst.opcode
         if op in ("while", "conditional"):
-            clone = _clone(inst, ops)
+            clone = inst.clone_with(ops)
             for key, value in list(clone.attrs.items()):
                 if isinstance(value, HloComputation):
                     clone.attrs[key] = self.rewrite(value)
@@ -241,12 +239,12 @@ class _ModuleBuilder:
             dot = _gemm_fusion(inst)
             if dot is not None:
                 return self._open_fusion(inst, ops, out)
-            return self._emit(out, _clone(inst, ops))
+            return self._emit(out, inst.clone_with(ops))
         if op == "reshape" and _is_row_major(inst.shape) and \
                 _is_row_major(inst.operands[0].shape):
-            return self._emit(out, _clone(inst, ops, opcode="bitcast"))
+            return self._emit(out, inst.clone_with(ops, opcode="bitcast"))
         if op == "bitcast-convert" and _same_bytes(inst.shape, inst.operands[0].shape):
-            return self._emit(out, _clone(inst, ops, opcode="bitcast"))
+            return self._emit(out, inst.clone_with(ops, opcode="bitcast"))
         if op == "copy" and _layout_of(inst.shape) != _layout_of(inst.operands[0].shape):
             return self._wrap(inst, ops, out)
         if op == "convolution":
@@ -257,7 +255,7 @@ class _ModuleBuilder:
             self.new_computations.extend(computations)
             return result
         if op in THUNK_OPCODES:
-            return self._emit(out, _clone(inst, ops))
+            return self._emit(out, inst.clone_with(ops))
         return self._wrap(inst, ops, out)
 
     def _own_result_buffers(self, branch: HloComputation) -> None:
@@ -290,7 +288,7 @@ class _ModuleBuilder:
         else:
             new_root = copied[0]
         branch.root = new_root
-        _link(branch)
+        branch.link_instructions()
 
     def _open_fusion(self, inst: HloInstruction, ops: list[HloInstruction],
                      out: list[HloInstruction]) -> HloInstruction:
@@ -303,7 +301,7 @@ class _ModuleBuilder:
                 local[id(inner)] = ops[inner.parameter_number]
                 continue
             inner_ops = [local[id(o)] for o in inner.operands]
-            renamed = _clone(inner, inner_ops, name=self.unique(f"{inst.name}.{inner.name}"))
+            renamed = inner.clone_with(inner_ops, name=self.unique(f"{inst.name}.{inner.name}"))
             local[id(inner)] = self._rewrite_instruction(renamed, inner_ops, out)
         result = local[id(comp.root)]
         return result
@@ -323,7 +321,7 @@ class _ModuleBuilder:
                 continue
             if operand.opcode == "constant" and not operand.shape.is_tuple and \
                     operand.shape.rank == 0:
-                inner = _clone(operand, [], name=operand.name)
+                inner = operand.clone_with([], name=operand.name)
             else:
                 inner = HloInstruction(f"param_{len(params)}", "parameter", operand.shape,
                                        [], {}, None, len(params), operand.location)
@@ -333,12 +331,12 @@ class _ModuleBuilder:
             seen[id(operand)] = inner
             inner_ops.append(inner)
         opname = inst.opcode.replace("-", "_")
-        root = _clone(inst, inner_ops)
+        root = inst.clone_with(inner_ops)
         root.attrs.pop("control-predecessors", None)
         body.append(root)
         comp_name = self.unique_comp(f"wrapped_{opname}_computation")
         fused = HloComputation(comp_name, body, root, False, inst.location)
-        _link(fused)
+        fused.link_instructions()
         self.new_computations.append(fused)
         attrs = {"kind": "kLoop", "calls": fused}
         if "control-predecessors" in inst.attrs:
@@ -367,24 +365,6 @@ def _layout_of(shape: Shape):
         return None
     return tuple(shape.layout) if shape.layout is not None else \
         tuple(range(shape.rank - 1, -1, -1))
-
-
-def _clone(inst: HloInstruction, operands: list[HloInstruction], name: str | None = None,
-           opcode: str | None = None) -> HloInstruction:
-    return HloInstruction(name or inst.name, opcode or inst.opcode, inst.shape,
-                          list(operands), dict(inst.attrs), inst.literal,
-                          inst.parameter_number, inst.location)
-
-
-def _link(comp: HloComputation) -> None:
-    """Sets parent and users of every instruction of `comp`."""
-    for inst in comp.instructions:
-        inst.parent = comp
-        inst.users = []
-    for inst in comp.instructions:
-        for operand in inst.operands:
-            if not any(u is inst for u in operand.users):
-                operand.users.append(inst)
 
 
 def _reachable_computations(entry: HloComputation) -> list[HloComputation]:
@@ -580,7 +560,7 @@ def kernel_computation(comp: HloComputation) -> HloComputation:
             body.append(logical)
             mapping[id(inst)] = logical
             continue
-        new = _clone(inst, [mapping[id(o)] for o in inst.operands])
+        new = inst.clone_with([mapping[id(o)] for o in inst.operands])
         body.append(new)
         mapping[id(inst)] = new
 
@@ -603,7 +583,7 @@ def kernel_computation(comp: HloComputation) -> HloComputation:
     else:
         new_root = physical_output(new_root)
     new = HloComputation(comp.name, body, new_root, False, comp.location)
-    _link(new)
+    new.link_instructions()
     return new
 
 

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -259,14 +259,7 @@ def scalar_computation(comp: HloComputation) -> HloComputation:
         copy = inst.clone_with([mapping[id(o)] for o in inst.operands], opcode=opcode)
         mapping[id(inst)] = copy
         body.append(copy)
-    new = HloComputation(comp.name, body, mapping[id(comp.root)], False, comp.location)
-    for inst in body:
-        inst.parent = new
-        inst.users = []
-    for inst in body:
-        for op in dict.fromkeys(inst.operands):
-            op.users.append(inst)
-    return new
+    return HloComputation(comp.name, body, mapping[id(comp.root)], False, comp.location).link_instructions()
 
 
 def comparator_of(inst: HloInstruction) -> HloComputation:
@@ -953,14 +946,7 @@ def stable_comparator(comp: HloComputation, index_operand: int, name: str) -> Hl
     tie = HloInstruction("index_order", "compare", pred, [lhs, rhs], {"direction": "LT"})
     root = HloInstruction("stable_order", "select", pred, [same, tie, forward_root], {})
     body += [same, tie, root]
-    new = HloComputation(name, body, root, False, comp.location)
-    for inst in body:
-        inst.parent = new
-        inst.users = []
-    for inst in body:
-        for op in dict.fromkeys(inst.operands):
-            op.users.append(inst)
-    return new
+    return HloComputation(name, body, root, False, comp.location).link_instructions()
 
 
 def expand_stable_sorts(module: HloModule) -> int:
@@ -1028,14 +1014,7 @@ def _with_index_parameters(comp: HloComputation, operands: int, name: str) -> Hl
     for side in range(2):
         body.append(HloInstruction(f"index.{'lhs' if side == 0 else 'rhs'}", "parameter",
                                    scalar, [], {}, None, 2 * operands + side))
-    new = HloComputation(name, body, mapping[id(comp.root)], False, comp.location)
-    for inst in body:
-        inst.parent = new
-        inst.users = []
-    for inst in body:
-        for op in dict.fromkeys(inst.operands):
-            op.users.append(inst)
-    return new
+    return HloComputation(name, body, mapping[id(comp.root)], False, comp.location).link_instructions()
 
 
 def config_digest(config: SortKernelConfig) -> str:

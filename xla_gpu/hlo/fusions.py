@@ -86,14 +86,6 @@ def inline_calls(comp: HloComputation) -> HloComputation:
 
     root = copy_into(comp, None, "")
     mapping[id(comp.root)] = root
-    new = HloComputation(comp.name, out, root, comp.is_entry, comp.location)
-    for inst in out:
-        inst.parent = new
-        inst.users = []
-    for inst in out:
-        for op in inst.operands:
-            if inst not in op.users:
-                op.users.append(inst)
-    return new
+    return HloComputation(comp.name, out, root, comp.is_entry, comp.location).link_instructions()
 
 

@@ -300,6 +300,20 @@ class HloComputation:
     def __repr__(self) -> str:
         return f"HloComputation({self.name!r}, {len(self._instructions)} instructions)"
 
+    def link_instructions(self) -> "HloComputation":
+        """Makes this computation the parent of its instructions and
+        rebuilds their `users` from the operands (each user listed once, in
+        instruction order): for a computation made of detached instructions
+        (`HloComputation(name, instructions, root).link_instructions()`).
+        Returns self."""
+        for inst in self._instructions:
+            inst.parent = self
+            inst.users = []
+        for inst in self._instructions:
+            for op in dict.fromkeys(inst.operands):
+                op.users.append(inst)
+        return self
+
     # ------------------------------------------------------------- reading
 
     @property
