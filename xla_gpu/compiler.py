@@ -60,20 +60,30 @@ class Executable:
                 "shared_bytes": self.spec.shared_bytes}
 
     def mlir(self, stage: str = "emitted") -> str:
-        """The IR at `stage`: "emitted" (what the emitter produced), a pass
-        name of the pipeline (the IR after its first run), or "llvm" (the
-        end of the pipeline)."""
+        """The IR at `stage`: "emitted" (what the emitter produced), a
+        stage of the pipeline ("optimization", "loop-transformation",
+        "lowering", "cuda-lowering" / "cpu-lowering": the IR at its end), a
+        pass name (the IR after its first run), or "llvm" (the end of the
+        pipeline)."""
         if stage == "emitted":
             return self.emitted_mlir
         from mlir import ir as mlir_ir
 
         from . import ir, pipeline
-        passes = pipeline.passes_for(self.target)
+        stages = pipeline.stages_for(self.target)
+        passes = tuple(p for st in stages for p in st.passes)
         names = [pipeline.pass_name(p) for p in passes]
-        if stage != "llvm":
+        ends, count = {}, 0
+        for st in stages:
+            count += len(st.passes)
+            ends[st.name] = count
+        if stage in ends:
+            passes = passes[:ends[stage]]
+        elif stage != "llvm":
             if stage not in names:
-                raise ValueError(f"no stage '{stage}': emitted, llvm, or one of "
-                                 + ", ".join(dict.fromkeys(names)))
+                raise ArgumentError(f"no stage '{stage}': emitted, llvm, "
+                                    f"{', '.join(ends)}, or one of "
+                                    + ", ".join(dict.fromkeys(names)))
             passes = passes[:names.index(stage) + 1]
         module = mlir_ir.Module.parse(self.emitted_mlir, ir.Context())
         pipeline.run(module, passes=passes)
@@ -278,7 +288,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
            dump_dir, dump_regex: str) -> Executable:
     from mlir import ir as mlir_ir
 
-    from . import codegen, emitters, ir, pipeline
+    from . import codegen, emitters, ir
 
     timings: dict[str, float] = {}
     if fusion.output_shapes and all(s.num_elements == 0 for s in fusion.output_shapes):
@@ -316,17 +326,11 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
     exe = Executable(spec, text, emitted, notes=list(kernel.notes), timings=timings)
     try:
         if target == "cuda":
-            pipeline.run(kernel.module, target="cuda", dump_dir=dump_dir,
-                         dump_regex=dump_regex)
-            timings["pipeline"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            exe.ptx = codegen.to_ptx(kernel.module, arch)
-            timings["ptx"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            exe.cubin = codegen.to_cubin(exe.ptx, arch)
-            timings["cubin"] = time.perf_counter() - t0
-            if dump_dir is not None:
-                Path(dump_dir, f"{kernel.name}.ptx").write_text(exe.ptx)
+            from .backends import cuda
+            binary = cuda.compile_module(kernel.module, arch=arch, name=kernel.name,
+                                         dump_dir=dump_dir, dump_regex=dump_regex)
+            exe.ptx, exe.cubin = binary.ptx, binary.cubin
+            timings.update(binary.timings)
         else:
             from .backends import cpu
             host = cpu.compile_module(kernel.module, entry=kernel.name,

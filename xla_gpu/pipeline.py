@@ -1,28 +1,48 @@
-"""The lowering pipeline of seed 000, from emitted xla_gpu IR to the LLVM
-and NVVM dialects (target "cuda") or to a grid-emulating LLVM-dialect module
-for the host (target "cpu"), as one pipeline string and one function.
+"""The lowering pipeline: emitted xla_gpu IR to the LLVM and NVVM dialects
+(target "cuda") or to a grid-emulating LLVM-dialect module for the host
+(target "cpu"), as named stages.
 
     from xla_gpu import ir, pipeline
     ctx = ir.Context()
     module = mlir_ir.Module.parse(text, ctx)
     pipeline.run(module, dump_dir="/tmp/dump", dump_regex="flatten|vectorize")
     pipeline.run(module, target="cpu", threads=128, blocks=24576)
+    pipeline.stages_for("cuda")         # (Stage("optimization", ...), ...)
 
-The two targets share every pass up to xla-expand-float-ops; then "cuda"
-lowers warp shuffles to gpu.shuffle (xla-lower-shuffle-reduce) and lowers
-to NVVM (xla-lower-to-llvm), and "cpu" turns the launch grid into loops
-(xla-emulate-grid, which also emulates the warp shuffles) and lowers for
-the host (xla-lower-to-host).
+The stages, as XLA names its own:
 
-With `dump_dir`, the passes run one by one and the IR after every pass whose
-name matches `dump_regex` is written to `NN.<pass>.mlir` (the analog of
-XLA's --xla_dump_hlo_pass_re); `timings` collects seconds per pass.
+  optimization          xla_gpu ops made explicit: subgraph calls inlined,
+                        loops lowered to scf.for + scf.if, index arithmetic
+                        simplified with the thread/block ranges
+  loop-transformation   tensors flattened to 1-d, loads and stores
+                        vectorized, the vector loops unrolled
+  lowering              pure calls and dead functions resolved, indexing to
+                        (i32) arith, tensors to bare pointers, one argument
+                        per buffer slice, 16-bit float math through f32
+  then one backend stage:
+  cuda-lowering         warp shuffles to gpu.shuffle, LLVM + NVVM with
+                        libdevice calls (xla_gpu.backends.cuda takes it on
+                        to PTX and a cubin)
+  cpu-lowering          the launch grid as loops over blocks and, per phase
+                        between barriers, threads (warp shuffles emulated in
+                        lane order), host LLVM (xla_gpu.backends.cpu JITs it
+                        or links a shared object)
+
+Every element is one element of a `builtin.module(...)` pipeline, so the
+pipeline runs unchanged in the upstream `mlir-opt` with the plugin
+(`pipeline_string()`). Without dumps or timings it runs as one pass
+manager. With `dump_dir`, the passes run one by one and the IR after every
+pass whose name matches `dump_regex` is written to `NN.<pass>.mlir`, and
+after every stage to `stage.<stage>.mlir` (the analog of XLA's
+--xla_dump_hlo_pass_re); `timings` collects seconds per pass and, under
+`stage:<name>`, per stage.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from mlir import ir as _ir
@@ -30,14 +50,21 @@ from mlir.passmanager import PassManager
 
 from . import ir as _xla_ir  # noqa: F401  (registers the xla_gpu passes)
 
-__all__ = ["PASSES", "TARGETS", "passes_for", "pipeline_string", "pass_name",
-           "run"]
+__all__ = ["Stage", "STAGES", "PASSES", "TARGETS", "stages_for", "passes_for",
+           "pipeline_string", "pass_name", "run"]
 
 TARGETS = ("cuda", "cpu")
 
-# Stage by stage, as seed 000 walks through them. Each entry is one element
-# of a `builtin.module(...)` pipeline.
-PASSES: tuple[str, ...] = (
+
+@dataclass(frozen=True)
+class Stage:
+    """A named run of passes: `passes` are elements of a
+    `builtin.module(...)` pipeline."""
+    name: str
+    passes: tuple[str, ...]
+
+
+OPTIMIZATION = Stage("optimization", (
     "inline",                                   # pure_call with one caller
     "cse",
     "func.func(xla-lower-xla-to-scf)",          # loop -> scf.for + scf.if
@@ -45,6 +72,9 @@ PASSES: tuple[str, ...] = (
     "func.func(xla-simplify-arith)",            # xla.range decides the bounds checks
     "canonicalize",
     "cse",
+))
+
+LOOP_TRANSFORMATION = Stage("loop-transformation", (
     "xla-propagate-slice-indices",              # buffer slices of callee params
     "xla-flatten-tensors",                      # N-d -> 1-d, composed indexing
     "canonicalize",
@@ -54,35 +84,45 @@ PASSES: tuple[str, ...] = (
     "func.func(xla-gpu-optimize-loops)",        # unroll the vector loop
     "canonicalize",
     "cse",
-    "func.func(xla-convert-pure-call-ops)",
-    "xla-erase-dead-functions",
-    "func.func(xla-simplify-arith)",
-    "xla-simplify-affine",                      # apply_indexing -> (i32) arith
-    "canonicalize",
-    "cse",
-    # bare pointers, loads, stores; f16/bf16 atomic adds native on NVPTX
-    "xla-lower-tensors{native-16bit-float-add=true}",
-    "xla-merge-pointers",                       # one argument per buffer slice
-    "canonicalize",
-    "cse",
-    "xla-expand-float-ops",                     # bf16 math through f32
-    "func.func(xla-lower-shuffle-reduce)",      # warp shuffles (cpu: emulated)
+))
+
+
+def _lowering(target: str) -> Stage:
+    # cuda: f16/bf16 atomic adds are native (atom.add.noftz); the host keeps
+    # them as CAS loops.
+    lower_tensors = "xla-lower-tensors{native-16bit-float-add=true}" \
+        if target == "cuda" else "xla-lower-tensors"
+    return Stage("lowering", (
+        "func.func(xla-convert-pure-call-ops)",
+        "xla-erase-dead-functions",
+        "func.func(xla-simplify-arith)",
+        "xla-simplify-affine",                  # apply_indexing -> (i32) arith
+        "canonicalize",
+        "cse",
+        lower_tensors,                          # bare pointers, loads, stores
+        "xla-merge-pointers",                   # one argument per buffer slice
+        "canonicalize",
+        "cse",
+        "xla-expand-float-ops",                 # bf16 math through f32
+    ))
+
+
+CUDA_LOWERING = Stage("cuda-lowering", (
+    "func.func(xla-lower-shuffle-reduce)",      # warp shuffles -> gpu.shuffle
     "convert-scf-to-cf",
     "xla-lower-to-llvm",                        # llvm + nvvm, libdevice calls
     "reconcile-unrealized-casts",
     "canonicalize",
     "cse",
-)
-
-
-# The passes both targets run: everything up to xla-expand-float-ops (the
-# host keeps 16-bit float atomic adds as CAS loops: no options there).
-_SHARED = tuple(p.split("{")[0] if p.startswith("xla-lower-tensors{") else p
-                for p in PASSES[:PASSES.index("xla-expand-float-ops") + 1])
+))
 
 # The cpu target after xla-emulate-grid (the grid as loops: blocks, then one
-# loop over the threads per phase between barriers): host LLVM, libm calls.
+# loop over the threads per phase between barriers): scalar accesses and
+# polynomial math so that LLVM vectorizes the thread loops, then host LLVM.
 _CPU_LOWERING = (
+    "xla-scalarize-vector-memory",              # vector<4xf32> loads -> 4 loads
+    "canonicalize",                             # extract(from_elements) folds
+    "xla-approximate-host-math",                # exp/log/tanh/erf as arith
     "convert-scf-to-cf",
     "xla-lower-to-host",                        # llvm, libm, bf16 via f32
     "reconcile-unrealized-casts",
@@ -91,17 +131,29 @@ _CPU_LOWERING = (
 )
 
 
-def passes_for(target: str = "cuda", *, threads: int | None = None,
-               blocks: int | None = None) -> tuple[str, ...]:
-    """The pipeline elements of `target`. For "cpu", `threads` (per block)
-    and `blocks` are the launch dimensions; None takes them from the
+# The stages of each target (the cpu target's grid emulation takes the
+# launch dimensions: see stages_for).
+STAGES: dict[str, tuple[Stage, ...]] = {
+    "cuda": (OPTIMIZATION, LOOP_TRANSFORMATION, _lowering("cuda"), CUDA_LOWERING),
+    "cpu": (OPTIMIZATION, LOOP_TRANSFORMATION, _lowering("cpu"),
+            Stage("cpu-lowering", ("xla-emulate-grid",) + _CPU_LOWERING)),
+}
+
+# The cuda pipeline, element by element.
+PASSES: tuple[str, ...] = tuple(p for stage in STAGES["cuda"] for p in stage.passes)
+
+
+def stages_for(target: str = "cuda", *, threads: int | None = None,
+               blocks: int | None = None) -> tuple[Stage, ...]:
+    """The stages of `target`. For "cpu", `threads` (per block) and
+    `blocks` are the launch dimensions; None takes them from the
     `xla.range` of gpu.thread_id / gpu.block_id."""
+    if target not in STAGES:
+        raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
     if target == "cuda":
         if threads is not None or blocks is not None:
             raise ValueError("launch dimensions are options of the cpu target only")
-        return PASSES
-    if target != "cpu":
-        raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
+        return STAGES["cuda"]
     options = []
     for name, value in (("threads", threads), ("blocks", blocks)):
         if value is None:
@@ -110,7 +162,15 @@ def passes_for(target: str = "cuda", *, threads: int | None = None,
             raise ValueError(f"{name} must be a positive int, got {value!r}")
         options.append(f"{name}={value}")
     emulate = "xla-emulate-grid" + ("{" + " ".join(options) + "}" if options else "")
-    return _SHARED + (emulate,) + _CPU_LOWERING
+    *shared, cpu = STAGES["cpu"]
+    return (*shared, Stage(cpu.name, (emulate,) + cpu.passes[1:]))
+
+
+def passes_for(target: str = "cuda", *, threads: int | None = None,
+               blocks: int | None = None) -> tuple[str, ...]:
+    """The pipeline elements of `target`, stage after stage."""
+    return tuple(p for stage in stages_for(target, threads=threads, blocks=blocks)
+                 for p in stage.passes)
 
 
 def pipeline_string(passes: tuple[str, ...] | None = None, *, target: str = "cuda",
@@ -131,27 +191,40 @@ def pass_name(element: str) -> str:
 def run(module: _ir.Module, *, dump_dir: str | Path | None = None,
         dump_regex: str = ".*", timings: dict[str, float] | None = None,
         passes: tuple[str, ...] | None = None, target: str = "cuda",
-        threads: int | None = None, blocks: int | None = None) -> None:
-    """Runs the pipeline on `module` in place: `passes`, else those of
-    `target` ("cuda" or "cpu", with the cpu target's launch dimensions
-    `threads` and `blocks`). Raises mlir.ir.MLIRError with the pass's
-    diagnostics when a pass fails."""
-    if passes is None:
-        passes = passes_for(target, threads=threads, blocks=blocks)
+        threads: int | None = None, blocks: int | None = None,
+        stages: tuple[Stage, ...] | None = None) -> None:
+    """Runs the pipeline on `module` in place: `passes` (one unnamed stage),
+    else `stages`, else those of `target` ("cuda" or "cpu", with the cpu
+    target's launch dimensions `threads` and `blocks`). Raises
+    mlir.ir.MLIRError with the pass's diagnostics when a pass fails."""
+    if passes is not None:
+        stages = (Stage("passes", tuple(passes)),)
+    elif stages is None:
+        stages = stages_for(target, threads=threads, blocks=blocks)
     if dump_dir is None and timings is None:
-        PassManager.parse(pipeline_string(passes), module.context).run(module.operation)
+        everything = tuple(p for stage in stages for p in stage.passes)
+        PassManager.parse(pipeline_string(everything), module.context).run(module.operation)
         return
     pattern = re.compile(dump_regex)
     if dump_dir is not None:
         dump_dir = Path(dump_dir)
         dump_dir.mkdir(parents=True, exist_ok=True)
         (dump_dir / "00.input.mlir").write_text(str(module))
-    for i, element in enumerate(passes, start=1):
-        name = pass_name(element)
-        start = time.perf_counter()
-        PassManager.parse(pipeline_string((element,)), module.context).run(
-            module.operation)
+    i = 0
+    for stage in stages:
+        stage_start = time.perf_counter()
+        for element in stage.passes:
+            i += 1
+            name = pass_name(element)
+            start = time.perf_counter()
+            PassManager.parse(pipeline_string((element,)), module.context).run(
+                module.operation)
+            if timings is not None:
+                timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+            if dump_dir is not None and pattern.search(name):
+                (dump_dir / f"{i:02d}.{name}.mlir").write_text(str(module))
         if timings is not None:
-            timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
-        if dump_dir is not None and pattern.search(name):
-            (dump_dir / f"{i:02d}.{name}.mlir").write_text(str(module))
+            key = f"stage:{stage.name}"
+            timings[key] = timings.get(key, 0.0) + time.perf_counter() - stage_start
+        if dump_dir is not None and pattern.search(stage.name):
+            (dump_dir / f"stage.{stage.name}.mlir").write_text(str(module))
