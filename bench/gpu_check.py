@@ -212,6 +212,17 @@ def prepare(out: Path, arch: str) -> int:
     for entry in index:
         if "error" in entry:
             print(f"  {entry['case']}: {entry['error']}")
+    # The FFI cases: handler libraries built here (the GPU machine may have
+    # no compiler) and programs calling them, registered for "cuda" there.
+    try:
+        sys.path.insert(0, str(HERE))
+        import ffi_gpu_check
+        ffi_code = ffi_gpu_check.prepare(out / "ffi", arch)
+    except Exception as e:  # reported: the run then has no FFI section
+        print(f"FFI cases not prepared: {type(e).__name__}: {e}")
+        ffi_code = 1
+    if ffi_code:
+        print("FFI cases not prepared (see above)")
     return 0 if written and cuda_path["kernels"] else 2
 
 
@@ -848,9 +859,20 @@ def run(directory: Path, target: str, iterations: int, cuda_path_only: bool = Fa
         return path_code
     print(f"\n== kernels ({target}) ==", flush=True)
     ran, bad = run_kernels(directory, target, iterations)
+    ffi_code = 0
+    if target == "cuda" and (directory / "ffi").is_dir():
+        # The FFI handlers registered for "cuda" (bench/ffi_gpu_check.py), in
+        # a child process too: a handler's sticky CUDA error stays there.
+        print("\n== FFI custom calls (cuda) ==", flush=True)
+        try:
+            ffi_code = subprocess.run([sys.executable, str(HERE / "ffi_gpu_check.py"), "run",
+                                       str(directory / "ffi")], timeout=300).returncode
+        except subprocess.TimeoutExpired:
+            print("FFI custom calls: timed out after 300 s")
+            ffi_code = 1
     if ran == 0 and path_code == 2:
         return 2
-    return 1 if bad or path_code or ran == 0 else 0
+    return 1 if bad or path_code or ffi_code or ran == 0 else 0
 
 
 def main(argv=None) -> int:

@@ -262,6 +262,11 @@ def run_hlo(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cache", action="store_true", help="bypass the compile cache")
     parser.add_argument("--no-command-buffers", action="store_true",
                         help="whole programs: run every thunk on its own (no CUDA graphs)")
+    parser.add_argument("--ffi", action="append", default=[],
+                        metavar="TARGET=LIBRARY:SYMBOL[@PLATFORM]",
+                        help="register an XLA FFI handler for custom calls (repeatable); "
+                             "the reference interpreter needs the cpu one, a cuda run "
+                             "also the @cuda one")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -272,6 +277,10 @@ def run_hlo(argv: list[str] | None = None) -> int:
     from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type
 
     prog = "xla-gpu-run"
+    if args.ffi:
+        from xla_gpu import ffi
+        for spec in args.ffi:
+            ffi.register_from_spec(spec)
     try:
         text = Path(args.input).read_text()
     except OSError as e:

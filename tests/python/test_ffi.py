@@ -602,6 +602,27 @@ def test_stored_ffi_call_program(lib):
 
 
 @needs_compiler
+def test_xla_gpu_run_registers_handlers_from_the_command_line(lib):
+    """xla-gpu-run --ffi TARGET=LIB:SYMBOL checks a program with custom calls
+    against the interpreter, which calls the same handler."""
+    sys.path.insert(0, str(HERE))
+    from program_data import load_program
+    path = load_program("ffi_call").before_path
+    spec = f"xla_gpu_test_add_scaled={lib._name}:XlaGpuTestAddScaled"
+    run = subprocess.run([sys.executable, "-c",
+                          "from xla_gpu._cli import run_hlo_main; run_hlo_main()",
+                          str(path), "--target=cpu", f"--ffi={spec}"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "OK" in run.stdout
+    missing = subprocess.run([sys.executable, "-c",
+                              "from xla_gpu._cli import run_hlo_main; run_hlo_main()",
+                              str(path), "--target=cpu"],
+                             capture_output=True, text=True, timeout=600)
+    assert missing.returncode == 2 and "xla_gpu_test_add_scaled" in missing.stderr
+
+
+@needs_compiler
 def test_saved_program_binds_its_custom_calls_when_loaded(lib, tmp_path):
     from xla_gpu.runtime.program import load_program
     _register("xla_gpu_test_add_broadcast", ffi.pycapsule(lib.XlaGpuTestAddBroadcast),
