@@ -16,8 +16,13 @@ RuntimeError for a failure of the toolchain or the device).
     ├── CompileError (RuntimeError)      the pipeline or code generation failed
     ├── ResourceError (RuntimeError)     a program or kernel larger than the
     │                                    memory, grid or shared memory it gets
-    └── CudaError (RuntimeError)         a CUDA driver call failed
-        └── CudaUnavailableError         no driver or no GPU
+    ├── CudaError (RuntimeError)         a CUDA driver call failed
+    │   └── CudaUnavailableError         no driver or no GPU
+    ├── FfiError (RuntimeError)          a custom-call handler returned an
+    │                                    error (xla_gpu.ffi; code, message,
+    │                                    target, instruction)
+    └── FfiRegistrationError (ValueError) a handler registration XLA would
+                                         refuse (xla_gpu.ffi)
 
 No third-party imports: `xla_gpu.hlo` and `xla_gpu.runtime` use it where no
 compiler is installed.
