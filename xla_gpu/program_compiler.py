@@ -245,7 +245,7 @@ class _ModuleBuilder:
             return self._emit(out, inst.clone_with(ops, opcode="bitcast"))
         if op == "bitcast-convert" and _same_bytes(inst.shape, inst.operands[0].shape):
             return self._emit(out, inst.clone_with(ops, opcode="bitcast"))
-        if op == "copy" and _layout_of(inst.shape) != _layout_of(inst.operands[0].shape):
+        if op == "copy" and inst.shape.minor_to_major != inst.operands[0].shape.minor_to_major:
             return self._wrap(inst, ops, out)
         if op == "convolution":
             from .convolution_lowering import lower_convolution
@@ -358,13 +358,6 @@ def _same_bytes(a: Shape, b: Shape) -> bool:
             b.element_type in ("pred", "s2", "s4", "u2", "u4"):
         return False
     return a.num_elements * a.dtype.itemsize == b.num_elements * b.dtype.itemsize
-
-
-def _layout_of(shape: Shape):
-    if shape.is_tuple:
-        return None
-    return tuple(shape.layout) if shape.layout is not None else \
-        tuple(range(shape.rank - 1, -1, -1))
 
 
 def _reachable_computations(entry: HloComputation) -> list[HloComputation]:
@@ -529,12 +522,6 @@ def _symbol(name: str) -> str:
     return text if text and not text[0].isdigit() else f"k_{text}"
 
 
-def _physical_shape(shape: Shape) -> Shape:
-    order = list(reversed(shape.layout)) if shape.layout is not None else \
-        list(range(shape.rank))
-    return Shape(shape.element_type, tuple(shape.dims[d] for d in order), None)
-
-
 def kernel_computation(comp: HloComputation) -> HloComputation:
     """`comp` reading and writing row-major physical buffers: a parameter
     or output leaf with another layout goes through a bitcast (the
@@ -552,7 +539,7 @@ def kernel_computation(comp: HloComputation) -> HloComputation:
     for inst in comp.post_order():
         if inst.opcode == "parameter" and not _is_row_major(inst.shape):
             physical = HloInstruction(inst.name + ".physical", "parameter",
-                                      _physical_shape(inst.shape), [], {}, None,
+                                      inst.shape.physical_shape(), [], {}, None,
                                       inst.parameter_number, inst.location)
             body.append(physical)
             logical = HloInstruction(inst.name, "bitcast", inst.shape, [physical], {},
@@ -567,7 +554,7 @@ def kernel_computation(comp: HloComputation) -> HloComputation:
     def physical_output(value: HloInstruction) -> HloInstruction:
         if _is_row_major(value.shape):
             return value
-        out = HloInstruction(value.name + ".physical", "bitcast", _physical_shape(value.shape),
+        out = HloInstruction(value.name + ".physical", "bitcast", value.shape.physical_shape(),
                              [value], {}, None, None, value.location)
         body.append(out)
         return out

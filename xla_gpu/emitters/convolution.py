@@ -213,17 +213,6 @@ class ConvolutionKernelConfig:
     leaky_relu_alpha: float = 0.0
 
 
-def _major_to_minor(shape: Shape) -> list[int]:
-    if shape.layout is None:
-        return list(range(shape.rank))
-    return list(reversed(shape.layout))
-
-
-def _physical(shape: Shape) -> Shape:
-    return Shape(shape.element_type, tuple(shape.dims[d] for d in _major_to_minor(shape)),
-                 None)
-
-
 def _cudnn_config(inst: HloInstruction) -> dict:
     raw = inst.attrs.get("backend_config", "")
     if isinstance(raw, dict):
@@ -333,7 +322,7 @@ class ConvolutionEmitter(KernelEmitter):
             self.geom = conv_geometry(root, dims[0], c.result_shape.dims, dims[1])
         else:
             self.geom = conv_geometry(root, dims[0], dims[1], c.result_shape.dims)
-        self.out_physical = _physical(c.result_shape)
+        self.out_physical = c.result_shape.physical_shape()
         self.loop = loop_config(list(self.out_physical.dims), [root],
                                 [c.result_shape.element_type])
 
@@ -350,7 +339,7 @@ class ConvolutionEmitter(KernelEmitter):
     def _read(self, params, k: int, logical: Sequence[ir.Value]) -> ir.Value:
         """Operand k at a logical index, converted to the accumulator type."""
         shape = self.config.operand_shapes[k]
-        physical = [logical[d] for d in _major_to_minor(shape)]
+        physical = [logical[d] for d in shape.major_to_minor]
         value = tensor.extract(params[k], physical)
         return convert(convert(value, shape.element_type, self._compute),
                        self._compute, self._acc)
@@ -366,7 +355,7 @@ class ConvolutionEmitter(KernelEmitter):
         loop = xla_gpu.build_loop(attr, [thread_id, block_id], [outputs[0]])
         block = loop.region.blocks[0]
         rank = self.out_physical.rank
-        order = _major_to_minor(result)
+        order = result.major_to_minor
         with ir.InsertionPoint(block):
             args = list(block.arguments)
             physical = args[1:1 + rank]
@@ -592,11 +581,11 @@ def convolution_kernel_fusion(inst: HloInstruction, name: str | None = None) -> 
     """The kernel's fusion: the operands as parameters in physical order
     and the convolution (its value only, no cuDNN scratch) as the root."""
     config = kernel_config(inst)
-    params = [HloInstruction(f"p{k}", "parameter", _physical(o.shape), [], {}, None, k,
+    params = [HloInstruction(f"p{k}", "parameter", o.shape.physical_shape(), [], {}, None, k,
                              o.location) for k, o in enumerate(inst.operands)]
     attrs = {k: v for k, v in inst.attrs.items()
              if k not in ("control-predecessors", "metadata")}
-    root = HloInstruction(inst.name, inst.opcode, _physical(config.result_shape), params,
+    root = HloInstruction(inst.name, inst.opcode, config.result_shape.physical_shape(), params,
                           attrs, None, None, inst.location)
     kernel_name = sanitize(name or inst.name)
     comp = HloComputation(f"{kernel_name}_computation", params + [root], root, False,
@@ -633,12 +622,12 @@ class CompiledConvolution:
             if tuple(a.shape) != tuple(s.dims):
                 raise HloError(f"{self.name}: operand {k} has shape {list(a.shape)}, "
                                f"expected {s}")
-            physical.append(np.ascontiguousarray(np.transpose(a, _major_to_minor(s))))
+            physical.append(np.ascontiguousarray(np.transpose(a, s.major_to_minor)))
         if self.executable is None:
             return np.zeros(self.config.result_shape.dims,
                             self.config.result_shape.dtype)
         (out,) = self.executable.run(*physical)
-        order = _major_to_minor(self.config.result_shape)
+        order = self.config.result_shape.major_to_minor
         return np.transpose(out, np.argsort(order))
 
     def thunks(self, name: str, operands: Sequence[Any], result: Any,

@@ -618,17 +618,6 @@ def _is_stable(inst: HloInstruction) -> bool:
     return value is True or str(value).lower() == "true"
 
 
-def _major_to_minor(shape: Shape) -> list[int]:
-    if shape.layout is None:
-        return list(range(shape.rank))
-    return list(reversed(shape.layout))
-
-
-def physical_shape(shape: Shape) -> Shape:
-    order = _major_to_minor(shape)
-    return Shape(shape.element_type, tuple(shape.dims[d] for d in order), None)
-
-
 def _sort_geometry(inst: HloInstruction) -> tuple[tuple[int, ...], int, int | None]:
     """(physical dims, physical sort dim, k) of a sort or top-k whose
     operands are in physical order already (a kernel computation)."""
@@ -666,7 +655,7 @@ def check_sort(inst: HloInstruction) -> None:
 
 
 def _common_layout(inst: HloInstruction, shapes: Sequence[Shape]) -> list[int]:
-    orders = {tuple(_major_to_minor(s)) for s in shapes if s.rank}
+    orders = {s.major_to_minor for s in shapes if s.rank}
     if len(orders) > 1:
         raise UnsupportedError(
             inst.error("the sort emitter needs operands and results of one layout, got "
@@ -679,9 +668,9 @@ def sort_kernel_fusion(inst: HloInstruction, config: SortKernelConfig | None,
     """The fusion one kernel of `inst` compiles from: parameters (the
     sorted arrays, physical order) and the sort (or top-k) as its root."""
     operands = inst.operands
-    params = [HloInstruction(f"p{k}", "parameter", physical_shape(o.shape), [], {}, None,
+    params = [HloInstruction(f"p{k}", "parameter", o.shape.physical_shape(), [], {}, None,
                              k, o.location) for k, o in enumerate(operands)]
-    leaves = [physical_shape(l) for l in inst.shape.leaves()]
+    leaves = [l.physical_shape() for l in inst.shape.leaves()]
     shape = Shape(tuple_shapes=tuple(leaves)) if inst.shape.is_tuple else leaves[0]
     attrs = dict(inst.attrs)
     attrs.pop("control-predecessors", None)
@@ -799,13 +788,13 @@ def _storage_dtype(element: str):
 def _to_physical(array: np.ndarray, shape: Shape) -> np.ndarray:
     if shape.is_row_major or array.ndim < 2:
         return array
-    return np.ascontiguousarray(np.transpose(array, _major_to_minor(shape)))
+    return np.ascontiguousarray(np.transpose(array, shape.major_to_minor))
 
 
 def _from_physical(array: np.ndarray, shape: Shape) -> np.ndarray:
     if shape.is_row_major or array.ndim < 2:
         return array
-    return np.transpose(array, np.argsort(_major_to_minor(shape)))
+    return np.transpose(array, np.argsort(shape.major_to_minor))
 
 
 _compiled: dict[str, Any] = {}

@@ -29,7 +29,7 @@ from ..hlo.shape import is_float
 from . import sort as sort_emitter
 from .partitioner import sanitize
 from .sort import (INDEX_TYPE, CompiledSort, SortKernel, check_comparator, comparator_of,
-                   compile_kernel, plan_sort, physical_shape)
+                   compile_kernel, plan_sort)
 from .types import check_supported
 
 __all__ = ["compile_topk", "topk_k", "fits_one_kernel", "decompose_topk", "topk_comparator",
@@ -108,16 +108,14 @@ def _comparator(inst: HloInstruction) -> HloComputation:
 
 def _physical_dim(shape: Shape) -> int:
     """Where the logical last dimension lies in the physical order."""
-    if shape.layout is None:
-        return shape.rank - 1
-    return list(reversed(shape.layout)).index(shape.rank - 1)
+    return shape.major_to_minor.index(shape.rank - 1)
 
 
 def fits_one_kernel(inst: HloInstruction) -> bool:
     """Whether a row fits one sort tile (the one-kernel top-k)."""
     x = inst.operands[0].shape
     try:
-        plan_sort(physical_shape(x).dims, _physical_dim(x), [x.element_type],
+        plan_sort(x.physical_shape().dims, _physical_dim(x), [x.element_type],
                   top_k=max(topk_k(inst), 1))
     except UnsupportedError:
         return False
@@ -144,7 +142,7 @@ def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
     if k == 0 or x.num_elements == 0:
         return CompiledSort(inst.name, [], [x], list(leaves), False,
                             ["empty result: nothing to launch"])
-    dims = physical_shape(x).dims
+    dims = x.physical_shape().dims
     dim = _physical_dim(x)
     try:
         plan = plan_sort(dims, dim, [x.element_type], top_k=k)
@@ -153,9 +151,9 @@ def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
                                           "(decompose_topk)").args[0]) from None
     (config,) = plan.kernels
     # The kernel: a TopK custom call over the physical operand.
-    param = HloInstruction("p0", "parameter", physical_shape(x), [], {}, None, 0,
+    param = HloInstruction("p0", "parameter", x.physical_shape(), [], {}, None, 0,
                            inst.location)
-    results = Shape(tuple_shapes=tuple(physical_shape(s) for s in leaves))
+    results = Shape(tuple_shapes=tuple(s.physical_shape() for s in leaves))
     root = HloInstruction(inst.name, "custom-call", results, [param],
                           {"custom_call_target": "TopK", "called_computations": [comparator]},
                           None, None, inst.location)

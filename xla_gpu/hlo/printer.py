@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from .module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
@@ -40,9 +39,7 @@ def shape_to_text(shape: Shape, layout: bool = True) -> str:
         return "(" + ", ".join(shape_to_text(s, layout) for s in shape.tuple_shapes) + ")"
     text = f"{shape.element_type}[{','.join(map(str, shape.dims))}]"
     if layout and shape.rank and shape.element_type != "token":
-        minor_to_major = shape.layout if shape.layout is not None else \
-            tuple(range(shape.rank - 1, -1, -1))
-        text += "{" + ",".join(map(str, minor_to_major)) + "}"
+        text += "{" + ",".join(map(str, shape.minor_to_major)) + "}"
     return text
 
 

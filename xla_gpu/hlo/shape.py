@@ -12,7 +12,8 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["ELEMENT_TYPES", "Shape", "numpy_dtype", "bit_width", "is_float",
-           "is_signed_int", "is_unsigned_int", "is_integral", "is_complex"]
+           "is_signed_int", "is_unsigned_int", "is_integral", "is_complex",
+           "default_layout", "same_shape"]
 
 # HLO element type name -> numpy dtype. Sub-byte integers are held unpacked,
 # one element per byte, in the ml_dtypes types of that width.
@@ -68,6 +69,12 @@ def is_integral(t: str) -> bool:
     return t == "pred" or is_signed_int(t) or is_unsigned_int(t)
 
 
+def default_layout(rank: int) -> tuple[int, ...]:
+    """XLA's default layout (minor-to-major): row-major, the last dimension
+    minor."""
+    return tuple(range(rank - 1, -1, -1))
+
+
 @dataclass(frozen=True)
 class Shape:
     """An array shape (`f32[2,3]{1,0}`) or a tuple of shapes (`(f32[2], s32[])`).
@@ -96,9 +103,23 @@ class Shape:
         return ELEMENT_TYPES[self.element_type]
 
     @property
+    def minor_to_major(self) -> tuple[int, ...]:
+        """The layout, XLA's default (row-major) one when there is none."""
+        return tuple(self.layout) if self.layout is not None else default_layout(self.rank)
+
+    @property
+    def major_to_minor(self) -> tuple[int, ...]:
+        """The dimensions from the slowest-varying in memory to the fastest."""
+        return self.minor_to_major[::-1]
+
+    @property
     def is_row_major(self) -> bool:
-        return self.layout is None or \
-            tuple(self.layout) == tuple(range(self.rank - 1, -1, -1))
+        return self.layout is None or tuple(self.layout) == default_layout(self.rank)
+
+    def physical_shape(self) -> "Shape":
+        """The array whose row-major order is this one's memory order: the
+        dimensions in major-to-minor order, no layout."""
+        return Shape(self.element_type, tuple(self.dims[d] for d in self.major_to_minor))
 
     def leaves(self) -> list["Shape"]:
         """The array shapes, depth first (itself when not a tuple)."""
@@ -116,3 +137,15 @@ class Shape:
         if self.layout is not None:
             text += "{" + ",".join(map(str, self.layout)) + "}"
         return text
+
+
+def same_shape(a: Shape, b: Shape, layouts: bool = True) -> bool:
+    """Equal shapes, tuples element by element; a missing layout is the
+    default one, and `layouts=False` compares element types and dimensions
+    only."""
+    if a.is_tuple or b.is_tuple:
+        return a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes) \
+            and all(same_shape(x, y, layouts) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
+    if a.element_type != b.element_type or tuple(a.dims) != tuple(b.dims):
+        return False
+    return not layouts or a.element_type == "token" or a.minor_to_major == b.minor_to_major

@@ -13,13 +13,11 @@ deep in emission or evaluation. No third-party imports.
 
 from __future__ import annotations
 
-from math import prod
-
 from ..errors import HloError
 from .module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from .opcodes import (BINARY_ELEMENTWISE, FIXED_ARITY, SAME_TYPE_ELEMENTWISE,
                       TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE)
-from .shape import Shape, bit_width
+from .shape import Shape, bit_width, same_shape
 
 __all__ = ["VerificationError", "verify_instruction", "verify_computation",
            "verify_module", "compatible"]
@@ -54,10 +52,7 @@ _CALLEE_KEYS = {"fusion": "calls", "call": "to_apply"}
 
 def compatible(a: Shape, b: Shape) -> bool:
     """Same element type and dimensions (layouts ignored), recursively."""
-    if a.is_tuple or b.is_tuple:
-        return a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes) \
-            and all(compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
-    return a.element_type == b.element_type and tuple(a.dims) == tuple(b.dims)
+    return same_shape(a, b, layouts=False)
 
 
 def _fail(inst: HloInstruction, detail: str):
@@ -401,19 +396,9 @@ def _verify_structure(comp: HloComputation, members: set[int]) -> None:
         if inst.opcode == "tuple" and inst.shape.is_tuple and \
                 len(inst.shape.tuple_shapes) == len(inst.operands):
             for k, (leaf, o) in enumerate(zip(inst.shape.tuple_shapes, inst.operands)):
-                if not _same_shape_and_layout(leaf, o.shape):
+                if not same_shape(leaf, o.shape):
                     raise inst.error(f"element {k} is {leaf} but operand '{o.name}' is "
                                      f"{o.shape} (layouts included: a tuple passes buffers)")
         for called in inst.called_computations:
             if id(called) not in members:
                 raise inst.error(f"calls '{called.name}', which is not in the module")
-
-
-def _same_shape_and_layout(a: Shape, b: Shape) -> bool:
-    if a.is_tuple or b.is_tuple:
-        return a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes) \
-            and all(_same_shape_and_layout(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
-    if not compatible(a, b):
-        return False
-    default = tuple(range(a.rank - 1, -1, -1))
-    return (a.layout or default) == (b.layout or default)

@@ -215,18 +215,12 @@ def _reads_only_elementwise(param: HloInstruction) -> bool:
     return True
 
 
-def _physical_layout(shape) -> tuple[int, ...]:
-    if shape.layout is None:
-        return tuple(range(len(shape.dims) - 1, -1, -1))
-    return tuple(shape.layout)
-
-
 def _same_storage(a, b) -> bool:
     """Same dimensions, layout and bytes: element i of one is at the same
     address as element i of the other."""
     return not a.is_tuple and not b.is_tuple and \
         tuple(a.dims) == tuple(b.dims) and \
-        _physical_layout(a) == _physical_layout(b) and byte_size(a) == byte_size(b)
+        a.minor_to_major == b.minor_to_major and byte_size(a) == byte_size(b)
 
 
 def elementwise_share_pairs(inst: HloInstruction) -> list[tuple[int, ShapeIndex, ShapeIndex]]:

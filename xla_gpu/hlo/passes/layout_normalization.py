@@ -44,9 +44,7 @@ def _has_default_layout(shape: Shape) -> bool:
 
 def _physical(shape: Shape) -> Shape:
     """The shape whose row-major order is `shape`'s memory order."""
-    major_to_minor = tuple(reversed(shape.layout))
-    return Shape(shape.element_type, tuple(shape.dims[d] for d in major_to_minor),
-                 default_layout(shape.rank))
+    return with_default_layout(shape.physical_shape())
 
 
 def transpose_is_bitcast(inst: HloInstruction) -> bool:

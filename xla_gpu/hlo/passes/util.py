@@ -8,7 +8,7 @@ from math import prod
 from ..fusions import ELEMENTWISE_OPCODES
 from ..graph import post_order
 from ..module import HloComputation, HloInstruction, HloModule
-from ..shape import Shape, bit_width
+from ..shape import Shape, bit_width, default_layout, same_shape
 
 __all__ = ["array_shape", "default_layout", "with_default_layout",
            "program_computations", "has_side_effect", "is_elementwise",
@@ -30,10 +30,6 @@ _SIDE_EFFECTING = frozenset({
 })
 
 
-def default_layout(rank: int) -> tuple[int, ...]:
-    return tuple(range(rank - 1, -1, -1))
-
-
 def array_shape(element_type: str, dims) -> Shape:
     """An array shape with XLA's default (row-major) layout."""
     dims = tuple(int(d) for d in dims)
@@ -46,20 +42,6 @@ def with_default_layout(shape: Shape) -> Shape:
     if shape.element_type == "token":
         return shape
     return Shape(shape.element_type, shape.dims, default_layout(shape.rank))
-
-
-def same_shape(a: Shape, b: Shape, layouts: bool = True) -> bool:
-    """Equal shapes; a missing layout is the default one."""
-    if a.is_tuple or b.is_tuple:
-        return a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes) \
-            and all(same_shape(x, y, layouts) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
-    if a.element_type != b.element_type or tuple(a.dims) != tuple(b.dims):
-        return False
-    if not layouts or a.element_type == "token":
-        return True
-    la = a.layout if a.layout is not None else default_layout(a.rank)
-    lb = b.layout if b.layout is not None else default_layout(b.rank)
-    return tuple(la) == tuple(lb)
 
 
 def byte_size(shape: Shape) -> int:
