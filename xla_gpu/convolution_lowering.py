@@ -34,32 +34,12 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import UnsupportedError
 from .hlo import HloComputation, HloInstruction, Shape
+from .hlo.convolution import conv_geometry
 
-__all__ = ["lower_convolution", "CONVOLUTION_OP_TYPE", "parse_dim_labels"]
+__all__ = ["lower_convolution", "CONVOLUTION_OP_TYPE"]
 
 CONVOLUTION_OP_TYPE = "xla_gpu.convolution"
-
-
-def parse_dim_labels(text, rank: int, where: HloInstruction):
-    """dim_labels=b01f_01io->b01f as ((batch, feature, spatial...) of the
-    input, (input feature, output feature, spatial...) of the kernel,
-    (batch, feature, spatial...) of the output): positions of each."""
-    if not isinstance(text, str) or "->" not in text or "_" not in text.split("->")[0]:
-        raise where.error(f"convolution needs dim_labels=<lhs>_<rhs>-><out>, got {text!r}")
-    lhs, rest = text.split("_", 1)
-    rhs, out = rest.split("->", 1)
-    nsp = rank - 2
-    parsed = []
-    for labels, (a, b) in ((lhs, "bf"), (rhs, "io"), (out, "bf")):
-        wanted = sorted([a, b] + [str(i) for i in range(nsp)])
-        if len(labels) != rank or sorted(labels) != wanted:
-            raise where.error(f"dim_labels '{text}': '{labels}' does not name {a}, {b} "
-                              f"and spatial dimensions 0..{nsp - 1}")
-        parsed.append((labels.index(a), labels.index(b),
-                       [labels.index(str(i)) for i in range(nsp)]))
-    return parsed
 
 
 class _Body:
@@ -114,36 +94,16 @@ def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruc
     out_shape = conv.shape
     rank = out_shape.rank
     nsp = rank - 2
-    (lb, lf, lsp), (ri, ro, rsp), (ob, of, osp) = parse_dim_labels(
-        conv.attrs.get("dim_labels"), rank, conv)
-    window = conv.attrs.get("window") or {}
-    if not isinstance(window, dict):
-        raise conv.error("convolution needs window={size=...}")
-    size = tuple(window.get("size", ()))
-    if len(size) != nsp:
-        raise conv.error(f"the window has {len(size)} dimensions, the convolution {nsp}")
-    stride = tuple(window.get("stride", (1,) * nsp))
-    pad = [tuple(p) for p in window.get("pad", [(0, 0)] * nsp)]
-    lhs_dil = tuple(window.get("lhs_dilate", (1,) * nsp))
-    rhs_dil = tuple(window.get("rhs_dilate", (1,) * nsp))
-    reversal = tuple(window.get("rhs_reversal", (0,) * nsp))
-    groups = int(conv.attrs.get("feature_group_count", 1) or 1)
-    batch_groups = int(conv.attrs.get("batch_group_count", 1) or 1)
+    geom = conv_geometry(conv, lhs.shape.dims, rhs.shape.dims, out_shape.dims)
+    (lb, lf, lsp), (ro, ri, rsp), (ob, of, osp) = geom.lhs, geom.rhs, geom.out
+    size, stride, reversal = geom.size, geom.stride, geom.reversal
+    lhs_dil, rhs_dil = geom.lhs_dilation, geom.rhs_dilation
+    groups, batch_groups = geom.groups, geom.batch_groups
     if groups > 1 and batch_groups > 1:
-        raise UnsupportedError(_where(conv) + "feature_group_count and batch_group_count "
-                               "both above 1")
-    ld, rd, od = lhs.shape.dims, rhs.shape.dims, out_shape.dims
-    n, c = ld[lb], ld[lf]
-    cin, cout = rd[ri], rd[ro]
-    spatial = [ld[d] for d in lsp]
-    out_sp = [od[d] for d in osp]
-    if [rd[d] for d in rsp] != list(size):
-        raise conv.error(f"kernel spatial dimensions {[rd[d] for d in rsp]} do not match "
-                         f"the window size {list(size)}")
-    if cin * groups != c or cout % groups or n % batch_groups or cout % batch_groups:
-        raise conv.error(f"groups do not divide: input features {c}, kernel input "
-                         f"features {cin}, output features {cout}, batch {n}, "
-                         f"feature_group_count={groups}, batch_group_count={batch_groups}")
+        raise conv.unsupported("feature_group_count and batch_group_count both above 1")
+    n, c = geom.batch, geom.features
+    cin, cout = geom.group_features, geom.out_features
+    spatial, out_sp = list(geom.in_spatial), list(geom.out_spatial)
     etype = out_shape.element_type
     k_total = math.prod(size)
     computations: list[HloComputation] = []
@@ -165,9 +125,9 @@ def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruc
     x = body.parameter(0, lhs.shape)
     x = body.transpose(x, [lb] + list(lsp) + [lf])                 # [N, S..., C]
     lt = x.shape.element_type
-    lo = [max(p[0], 0) for p in pad]
-    hi = [max(p[1], 0) for p in pad]
-    crop = [max(-p[0], 0) for p in pad]
+    lo = [max(p, 0) for p in geom.pad_lo]
+    hi = [max(p, 0) for p in geom.pad_hi]
+    crop = [max(-p, 0) for p in geom.pad_lo]
     if any(lo) or any(hi) or any(d > 1 for d in lhs_dil):
         dims = [n] + [(s - 1) * dl + 1 + a + b if s else a + b
                       for s, dl, a, b in zip(spatial, lhs_dil, lo, hi)] + [c]
@@ -244,7 +204,7 @@ def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruc
     if groups > 1 or batch_groups > 1:
         # [G, N, out..., Og] -> [N, out..., G, Og] -> [N, out..., O]
         r = body.transpose(r, list(range(1, 2 + nsp)) + [0, 2 + nsp])
-        r = body.reshape(r, [od[ob]] + out_sp + [cout])
+        r = body.reshape(r, [geom.out_batch] + out_sp + [cout])
     canonical_of = {ob: 0, of: nsp + 1}
     for d in range(nsp):
         canonical_of[osp[d]] = 1 + d
@@ -252,13 +212,9 @@ def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruc
     if r.opcode == "parameter":
         if out_shape.is_row_major:
             return entry, dot, computations
-        r = body.add("copy", Shape(etype, tuple(od)), [r])
+        r = body.add("copy", Shape(etype, tuple(out_shape.dims)), [r])
     # The output leaf takes the convolution's own shape (and layout).
     r.shape = out_shape
     result = fusion("output", body, r, [dot])
     return entry, result, computations
 
-
-def _where(inst: HloInstruction) -> str:
-    line = f"line {inst.location.line}: " if inst.location else ""
-    return f"{line}instruction '{inst.name}' ({inst.opcode}): "

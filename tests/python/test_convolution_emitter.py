@@ -13,6 +13,7 @@ import pytest
 
 import xla_gpu
 from xla_gpu import hlo
+from xla_gpu.convolution_lowering import lower_convolution
 from xla_gpu.emitters import convolution as conv_emitter
 from xla_gpu.errors import HloError, UnsupportedError
 from xla_gpu.hlo import HloComputation, HloInstruction
@@ -24,12 +25,7 @@ def _alone(inst: HloInstruction) -> HloComputation:
     params = [HloInstruction(f"p{k}", "parameter", o.shape, [], {}, None, k)
               for k, o in enumerate(inst.operands)]
     root = inst.clone_with(params)
-    comp = HloComputation("alone", params + [root], root)
-    for i in comp.instructions:
-        i.parent = comp
-    for p in params:
-        p.users = [root]
-    return comp
+    return HloComputation("alone", params + [root], root).link_instructions()
 
 
 def _inputs(inst: HloInstruction, seed: int = 0) -> list[np.ndarray]:
@@ -284,8 +280,13 @@ ENTRY e {
      "feature_group_count=4"),
     ("window={size=2x2}, dim_labels=b01f_01io->b01f", "kernel spatial dims"),
     ("window={size=3x3 stride=2x2}, dim_labels=b01f_01io->b01f", "window gives 2 outputs"),
+    ("window={size=3x3 stride=0x1}, dim_labels=b01f_01io->b01f", "strides and dilations"),
+    ("dim_labels=b01f_01io->b01f", "no size"),
 ])
 def test_bad_convolutions_are_clear_errors(attrs, message):
+    """The emitter, the reference interpreter and the im2col lowering of
+    whole programs read a convolution through one checker: the same
+    message, naming the instruction."""
     inst = _entry_inst(f"""
 ENTRY e {{
   x = f32[1,6,6,2] parameter(0)
@@ -295,6 +296,12 @@ ENTRY e {{
     with pytest.raises(HloError, match=message) as info:
         conv_emitter.compile_convolution(inst, target="cpu")
     assert "instruction 'c'" in str(info.value)
+    with pytest.raises(HloError) as interpreted:
+        hlo.evaluate(_alone(inst), *_inputs(inst))
+    assert str(interpreted.value) == str(info.value)
+    with pytest.raises(HloError) as lowered:
+        lower_convolution(inst, *inst.operands, unique=str, unique_comp=str)
+    assert str(lowered.value) == str(info.value)
 
 
 def test_unsupported_activation_is_named():

@@ -44,7 +44,6 @@ it. HLO convolutions inside whole programs are lowered to im2col + gemm by
 
 from __future__ import annotations
 
-import json
 import math as pymath
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -54,8 +53,11 @@ from mlir import ir
 from mlir.dialects import arith, math, scf, tensor
 
 from ..analysis.fusion import Fusion
-from ..errors import HloError, UnsupportedError
+from ..errors import HloError
 from ..hlo import HloComputation, HloInstruction, Shape
+from ..hlo.convolution import (CUDNN_CONV_TARGETS, ConvolutionGeometry, conv_geometry,
+                               cudnn_activation, cudnn_backend_config, cudnn_operand_count,
+                               forward_dims)
 from ..dialects import xla_gpu
 from ..hlo.shape import bit_width, is_float
 from .base import KernelEmitter, LaunchDims
@@ -66,133 +68,6 @@ from .types import check_supported, element_type
 
 __all__ = ["ConvolutionEmitter", "ConvolutionGeometry", "compile_convolution",
            "CompiledConvolution", "CUDNN_CONV_TARGETS", "conv_geometry"]
-
-CUDNN_CONV_TARGETS = {
-    "__cudnn$convForward": "forward",
-    "__cudnn$convBackwardInput": "backward_input",
-    "__cudnn$convBackwardFilter": "backward_filter",
-    "__cudnn$convBiasActivationForward": "bias_activation",
-}
-# stream_executor's dnn::ActivationMode by name, and as numbers.
-_ACTIVATIONS = {"kNone": "none", "kSigmoid": "sigmoid", "kRelu": "relu", "kRelu6": "relu6",
-                "kTanh": "tanh", "kElu": "elu", "kLeakyRelu": "leaky_relu",
-                "kGeluExact": "gelu"}
-_ACTIVATION_NUMBERS = {"0": "kNone", "1": "kSigmoid", "2": "kRelu", "3": "kRelu6",
-                       "5": "kTanh", "7": "kElu", "8": "kLeakyRelu", "9": "kGeluExact"}
-
-
-# -- geometry ------------------------------------------------------------------------
-
-
-def _labels(text: Any, rank: int, where: HloInstruction):
-    """dim_labels=b01f_01io->b01f as three (major, minor, spatial...)
-    position lists: input (batch, feature), kernel (output feature, input
-    feature), output (batch, feature)."""
-    if not isinstance(text, str) or "->" not in text or "_" not in text.split("->")[0]:
-        raise where.error(f"convolution needs dim_labels=<lhs>_<rhs>-><out>, got {text!r}")
-    lhs, rest = text.split("_", 1)
-    rhs, out = rest.split("->", 1)
-    nsp = rank - 2
-    parsed = []
-    for labels, (major, minor), what in ((lhs, "bf", "input"), (rhs, "oi", "kernel"),
-                                         (out, "bf", "output")):
-        wanted = sorted([major, minor] + [str(i) for i in range(nsp)])
-        if len(labels) != rank or sorted(labels) != wanted:
-            raise where.error(f"dim_labels '{text}': the {what} labels '{labels}' do not "
-                              f"name {major}, {minor} and spatial dimensions "
-                              f"0..{nsp - 1} of a rank-{rank} array")
-        parsed.append((labels.index(major), labels.index(minor),
-                       tuple(labels.index(str(i)) for i in range(nsp))))
-    return parsed
-
-
-@dataclass(frozen=True)
-class ConvolutionGeometry:
-    """A convolution's dimensions and window, canonical (see the module
-    docstring). `lhs`, `rhs`, `out`: (major, minor, spatial positions) of
-    the input (batch, feature), kernel (output feature, input feature) and
-    output (batch, feature) in their logical dims."""
-    lhs: tuple
-    rhs: tuple
-    out: tuple
-    batch: int            # input batch N
-    features: int         # input features C
-    out_batch: int        # N / batch groups
-    out_features: int     # O
-    group_features: int   # kernel input features C / G
-    in_spatial: tuple[int, ...]
-    out_spatial: tuple[int, ...]
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    pad_lo: tuple[int, ...]
-    lhs_dilation: tuple[int, ...]
-    rhs_dilation: tuple[int, ...]
-    reversal: tuple[int, ...]
-    groups: int
-    batch_groups: int
-
-
-def conv_geometry(inst: HloInstruction, lhs_dims, rhs_dims, out_dims) -> ConvolutionGeometry:
-    """Checks and canonicalizes a convolution whose (forward) input,
-    kernel and output have these logical dims."""
-    rank = len(lhs_dims)
-    if rank < 2 or len(rhs_dims) != rank or len(out_dims) != rank:
-        raise inst.error(f"convolution of ranks {len(lhs_dims)}, {len(rhs_dims)} -> "
-                         f"{len(out_dims)}: all must be the same, at least 2")
-    lhs, rhs, out = _labels(inst.attrs.get("dim_labels"), rank, inst)
-    nsp = rank - 2
-    window = inst.attrs.get("window") or {}
-    if not isinstance(window, dict):
-        raise inst.error("convolution needs window={size=...}")
-    size = tuple(int(v) for v in window.get("size", (1,) * nsp))
-    stride = tuple(int(v) for v in window.get("stride", (1,) * nsp))
-    pad = [tuple(int(x) for x in p) for p in window.get("pad", [(0, 0)] * nsp)]
-    lhs_dil = tuple(int(v) for v in window.get("lhs_dilate", (1,) * nsp))
-    rhs_dil = tuple(int(v) for v in window.get("rhs_dilate", (1,) * nsp))
-    reversal = tuple(int(v) for v in window.get("rhs_reversal", (0,) * nsp))
-    if any(len(t) != nsp for t in (size, stride, pad, lhs_dil, rhs_dil, reversal)):
-        raise inst.error(f"the window has fields of another rank than the {nsp} spatial "
-                         "dimensions")
-    if any(v < 1 for v in stride + lhs_dil + rhs_dil):
-        raise inst.error("window strides and dilations must be >= 1")
-    groups = inst.attrs.get("feature_group_count", 1)
-    batch_groups = inst.attrs.get("batch_group_count", 1)
-    try:
-        groups, batch_groups = int(groups), int(batch_groups)
-    except (TypeError, ValueError):
-        raise inst.error("feature_group_count and batch_group_count must be integers") \
-            from None
-    if groups < 1 or batch_groups < 1:
-        raise inst.error("feature_group_count and batch_group_count must be >= 1")
-    n, c = lhs_dims[lhs[0]], lhs_dims[lhs[1]]
-    o, i = rhs_dims[rhs[0]], rhs_dims[rhs[1]]
-    if tuple(rhs_dims[d] for d in rhs[2]) != size:
-        raise inst.error(f"kernel spatial dims {[rhs_dims[d] for d in rhs[2]]} do not match "
-                         f"the window size {list(size)}")
-    if i * groups != c or o % groups:
-        raise inst.error(f"feature_group_count={groups}: {c} input features, kernel input "
-                         f"features {i}, {o} output features do not divide into groups")
-    if n % batch_groups or o % batch_groups:
-        raise inst.error(f"batch_group_count={batch_groups} does not divide the batch {n} "
-                         f"and the output features {o}")
-    out_n, out_o = out_dims[out[0]], out_dims[out[1]]
-    if out_n != n // batch_groups or out_o != o:
-        raise inst.error(f"the output {list(out_dims)} does not have batch "
-                         f"{n // batch_groups} and {o} features")
-    in_sp = tuple(lhs_dims[d] for d in lhs[2])
-    out_sp = tuple(out_dims[d] for d in out[2])
-    for d in range(nsp):
-        dilated = (in_sp[d] - 1) * lhs_dil[d] + 1 if in_sp[d] else 0
-        extent = dilated + pad[d][0] + pad[d][1]
-        span = (size[d] - 1) * rhs_dil[d] + 1
-        expect = (extent - span) // stride[d] + 1 if extent >= span else 0
-        if expect != out_sp[d]:
-            raise inst.error(f"spatial dimension {d}: the window gives {expect} outputs, "
-                             f"the result has {out_sp[d]}")
-    return ConvolutionGeometry(lhs, rhs, out, n, c, out_n, o, i, in_sp, out_sp, size, stride,
-                               tuple(p[0] for p in pad), lhs_dil, rhs_dil, reversal, groups,
-                               batch_groups)
-
 
 # -- the kernel's description ---------------------------------------------------------
 
@@ -213,34 +88,18 @@ class ConvolutionKernelConfig:
     leaky_relu_alpha: float = 0.0
 
 
-def _cudnn_config(inst: HloInstruction) -> dict:
-    raw = inst.attrs.get("backend_config", "")
-    if isinstance(raw, dict):
-        config = raw
-    else:
-        try:
-            config = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-        except ValueError as e:
-            raise inst.error(f"backend_config is not JSON ({e})") from None
-    if not isinstance(config, dict):
-        return {}
-    inner = config.get("cudnn_conv_backend_config", config)
-    return inner if isinstance(inner, dict) else {}
-
-
 def kernel_config(inst: HloInstruction) -> ConvolutionKernelConfig:
     """The kernel of an HLO convolution or a cuDNN convolution custom call
     (checked: shapes, window, groups, operand count, activation)."""
     if inst.opcode == "convolution":
         kind, config = "forward", {}
-        needed = (2,)
     elif inst.opcode == "custom-call" and \
             inst.attrs.get("custom_call_target") in CUDNN_CONV_TARGETS:
         kind = CUDNN_CONV_TARGETS[inst.attrs["custom_call_target"]]
-        config = _cudnn_config(inst)
-        needed = (3, 4) if kind == "bias_activation" else (2,)
+        config = cudnn_backend_config(inst)
     else:
         raise inst.error("not a convolution")
+    needed = cudnn_operand_count(kind)
     if len(inst.operands) not in needed:
         raise inst.error(f"takes {' or '.join(map(str, needed))} operands, got "
                          f"{len(inst.operands)}")
@@ -252,25 +111,16 @@ def kernel_config(inst: HloInstruction) -> ConvolutionKernelConfig:
         check_supported(s, inst)
     if result.element_type.startswith("c") or any(s.element_type.startswith("c")
                                                   for s in shapes):
-        raise UnsupportedError(inst.error("complex convolutions are not supported").args[0])
+        raise inst.unsupported("complex convolutions are not supported")
     dims = [s.dims for s in shapes]
-    if kind == "backward_input":
-        geom = conv_geometry(inst, result.dims, dims[1], dims[0])
-    elif kind == "backward_filter":
-        geom = conv_geometry(inst, dims[0], result.dims, dims[1])
-    else:
-        geom = conv_geometry(inst, dims[0], dims[1], result.dims)
+    geom = conv_geometry(inst, *forward_dims(kind, dims, result.dims))
     if kind == "bias_activation":
         if tuple(dims[2]) != (geom.out_features,):
             raise inst.error(f"the bias is {shapes[2]}, expected [{geom.out_features}] "
                              "(output features)")
         if len(dims) == 4 and tuple(dims[3]) != tuple(result.dims):
             raise inst.error("the side input does not have the output's shape")
-    mode = str(config.get("activation_mode", "kNone"))
-    mode = _ACTIVATION_NUMBERS.get(mode, mode)
-    if mode not in _ACTIVATIONS:
-        raise UnsupportedError(inst.error(f"activation_mode '{mode}' is not supported").args[0])
-    activation = _ACTIVATIONS[mode]
+    activation = cudnn_activation(inst, config)
     if activation != "none" and kind not in ("forward", "bias_activation"):
         raise inst.error(f"an activation on a {kind} convolution")
     return ConvolutionKernelConfig(
@@ -315,13 +165,8 @@ class ConvolutionEmitter(KernelEmitter):
             config = kernel_config(root)
         self.config: ConvolutionKernelConfig = config
         c = config
-        dims = [s.dims for s in c.operand_shapes]
-        if c.kind == "backward_input":
-            self.geom = conv_geometry(root, c.result_shape.dims, dims[1], dims[0])
-        elif c.kind == "backward_filter":
-            self.geom = conv_geometry(root, dims[0], c.result_shape.dims, dims[1])
-        else:
-            self.geom = conv_geometry(root, dims[0], dims[1], c.result_shape.dims)
+        self.geom = conv_geometry(root, *forward_dims(
+            c.kind, [s.dims for s in c.operand_shapes], c.result_shape.dims))
         self.out_physical = c.result_shape.physical_shape()
         self.loop = loop_config(list(self.out_physical.dims), [root],
                                 [c.result_shape.element_type])

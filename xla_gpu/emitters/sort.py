@@ -657,9 +657,8 @@ def check_sort(inst: HloInstruction) -> None:
 def _common_layout(inst: HloInstruction, shapes: Sequence[Shape]) -> list[int]:
     orders = {s.major_to_minor for s in shapes if s.rank}
     if len(orders) > 1:
-        raise UnsupportedError(
-            inst.error("the sort emitter needs operands and results of one layout, got "
-                       + ", ".join(str(s) for s in shapes)).args[0])
+        raise inst.unsupported("the sort emitter needs operands and results of one "
+                               "layout, got " + ", ".join(str(s) for s in shapes))
     return list(next(iter(orders))) if orders else []
 
 
@@ -850,7 +849,7 @@ def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
     try:
         plan = plan_sort(dims, dim, types, stable=_is_stable(inst))
     except UnsupportedError as e:
-        raise UnsupportedError(inst.error(str(e)).args[0]) from None
+        raise inst.unsupported(str(e)) from None
     kernels = []
     for k, config in enumerate(plan.kernels):
         fusion = sort_kernel_fusion(inst, config, name=f"{inst.name}_{k}" if

@@ -69,8 +69,8 @@ def topk_k(inst: HloInstruction) -> int:
         raise inst.error(f"the result {inst.shape} is not ({x.element_type}"
                          f"{list(expected)}, indices{list(expected)})")
     if indices.element_type != INDEX_TYPE:
-        raise UnsupportedError(inst.error(
-            f"top-k indices of type {indices.element_type} (only {INDEX_TYPE})").args[0])
+        raise inst.unsupported(
+            f"top-k indices of type {indices.element_type} (only {INDEX_TYPE})")
     return k
 
 
@@ -132,11 +132,9 @@ def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
     check_supported(x, inst)
     layouts = {tuple(s.layout) for s in (x, *leaves) if s.layout is not None and s.rank > 1
                and not s.is_row_major}
-    if layouts and len({tuple(reversed(s.layout)) if s.layout is not None else
-                        tuple(range(s.rank)) for s in (x, *leaves)}) > 1:
-        raise UnsupportedError(inst.error(
-            "top-k needs its operand and results in one layout, got "
-            + ", ".join(map(str, (x, *leaves)))).args[0])
+    if layouts and len({s.major_to_minor for s in (x, *leaves)}) > 1:
+        raise inst.unsupported("top-k needs its operand and results in one layout, got "
+                               + ", ".join(map(str, (x, *leaves))))
     comparator = _comparator(inst)
     check_comparator(inst, comparator, [x.element_type, INDEX_TYPE])
     if k == 0 or x.num_elements == 0:
@@ -147,8 +145,8 @@ def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
     try:
         plan = plan_sort(dims, dim, [x.element_type], top_k=k)
     except UnsupportedError as e:
-        raise UnsupportedError(inst.error(f"{e}: decompose it into a sort first "
-                                          "(decompose_topk)").args[0]) from None
+        raise inst.unsupported(f"{e}: decompose it into a sort first "
+                               "(decompose_topk)") from None
     (config,) = plan.kernels
     # The kernel: a TopK custom call over the physical operand.
     param = HloInstruction("p0", "parameter", x.physical_shape(), [], {}, None, 0,

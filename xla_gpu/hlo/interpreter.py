@@ -59,13 +59,15 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 import ml_dtypes
 import numpy as np
 
+from .convolution import (CUDNN_CONV_TARGETS, ConvolutionGeometry, conv_geometry,
+                          cudnn_activation, cudnn_backend_config, cudnn_operand_count,
+                          forward_dims)
 from .graph import post_order
 from .module import HloComputation, HloError, HloInstruction, HloModule
 from .opcodes import SMALL_FLOAT_TYPES
@@ -2125,156 +2127,60 @@ def _h_custom_call(ev, inst, ops, batch):
 # ---- convolution
 
 
-def _conv_labels(text: Any, ranks: tuple[int, int, int]):
-    """dim_labels=b01f_01io->b01f as (lhs batch, lhs feature, lhs spatial),
-    (rhs input feature, rhs output feature, rhs spatial), (out batch, out
-    feature, out spatial); spatial lists indexed by spatial dimension."""
-    if not isinstance(text, str) or "->" not in text or \
-            "_" not in text.split("->")[0]:
-        raise HloError(f"convolution needs dim_labels=<lhs>_<rhs>-><out>, "
-                       f"got {text!r}")
-    lhs_text, rest = text.split("_", 1)
-    rhs_text, out_text = rest.split("->", 1)
-    parsed = []
-    for labels, rank, (major, minor), what in (
-            (lhs_text, ranks[0], "bf", "lhs"),
-            (rhs_text, ranks[1], "io", "rhs"),
-            (out_text, ranks[2], "bf", "output")):
-        nspatial = rank - 2
-        expected = sorted([major, minor] + [str(i) for i in range(nspatial)])
-        if len(labels) != rank or sorted(labels) != expected:
-            raise HloError(f"dim_labels '{text}': the {what} labels "
-                           f"'{labels}' do not name {major}, {minor} and "
-                           f"spatial dimensions 0..{nspatial - 1} of a "
-                           f"rank-{rank} array")
-        parsed.append((labels.index(major), labels.index(minor),
-                       [labels.index(str(i)) for i in range(nspatial)]))
-    return parsed
+def _conv_geometry(inst: HloInstruction, lhs_dims, rhs_dims,
+                   out_dims) -> ConvolutionGeometry:
+    """The checked geometry of a convolution (or a cuDNN convolution custom
+    call) with this (forward) input, kernel and output, refused when its
+    dilated, padded input would be too large to hold."""
+    geom = conv_geometry(inst, lhs_dims, rhs_dims, out_dims)
+    _check_elements("the dilated, padded input", _padded_layout(geom)[0])
+    return geom
 
 
-@dataclass
-class _ConvGeometry:
-    """A convolution in canonical dimension order: input [N, C, *spatial],
-    kernel [O, I, *window], output [N / batch_groups, O, *out_spatial]."""
-    in_dims: tuple[int, ...]
-    kernel_dims: tuple[int, ...]
-    out_dims: tuple[int, ...]
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    pad: list[tuple[int, int]]
-    lhs_dil: tuple[int, ...]
-    rhs_dil: tuple[int, ...]
-    reversal: tuple[int, ...]
-    groups: int
-    batch_groups: int
-
-    @property
-    def points(self) -> int:
-        return math.prod(self.out_dims[2:])
-
-    def padded_layout(self):
-        """(the dilated input's shape padded, where the input lands in it
-        (dilation strides included), the crop of negative padding)."""
-        spatial = self.in_dims[2:]
-        dil = [max((d - 1) * b + 1, 0) for d, b in zip(spatial, self.lhs_dil)]
-        grown = [max(lo, 0) + d + max(hi, 0)
-                 for (lo, hi), d in zip(self.pad, dil)]
-        place = (slice(None), slice(None)) + tuple(
-            slice(max(lo, 0), max(lo, 0) + d, b)
-            for (lo, _), d, b in zip(self.pad, dil, self.lhs_dil))
-        crop = (slice(None), slice(None)) + tuple(
-            slice(max(-lo, 0), g - max(-hi, 0))
-            for (lo, hi), g in zip(self.pad, grown))
-        return self.in_dims[:2] + tuple(grown), place, crop
-
-    def windows(self):
-        """(kernel offset, the index of the padded input it multiplies)."""
-        out = self.out_dims[2:]
-        for k in np.ndindex(*self.size):
-            yield k, (slice(None), slice(None)) + tuple(
-                slice(k[d] * self.rhs_dil[d],
-                      k[d] * self.rhs_dil[d] + (out[d] - 1) * self.stride[d]
-                      + 1, self.stride[d]) for d in range(len(out)))
+def _padded_layout(geom: ConvolutionGeometry):
+    """(the dilated input's canonical shape padded, where the input lands in
+    it (dilation strides included), the crop of negative padding)."""
+    dil = [max((d - 1) * b + 1, 0) for d, b in zip(geom.in_spatial, geom.lhs_dilation)]
+    grown = [max(lo, 0) + d + max(hi, 0)
+             for lo, hi, d in zip(geom.pad_lo, geom.pad_hi, dil)]
+    place = (slice(None), slice(None)) + tuple(
+        slice(max(lo, 0), max(lo, 0) + d, b)
+        for lo, d, b in zip(geom.pad_lo, dil, geom.lhs_dilation))
+    crop = (slice(None), slice(None)) + tuple(
+        slice(max(-lo, 0), g - max(-hi, 0))
+        for lo, hi, g in zip(geom.pad_lo, geom.pad_hi, grown))
+    return (geom.batch, geom.features, *grown), place, crop
 
 
-def _canonical_dims(dims: Sequence[int], labels) -> tuple[int, ...]:
-    major, minor, spatial = labels
-    return tuple(dims[d] for d in [major, minor] + list(spatial))
+def _padded_input(x: np.ndarray, geom: ConvolutionGeometry) -> np.ndarray:
+    """The canonical input dilated and padded (negative padding cropped)."""
+    padded_dims, place, crop = _padded_layout(geom)
+    buf = np.zeros(padded_dims, x.dtype)
+    buf[place] = x
+    return buf[crop]
+
+
+def _windows(geom: ConvolutionGeometry):
+    """(kernel offset, the index of the padded input it multiplies)."""
+    out = geom.out_spatial
+    for k in np.ndindex(*geom.size):
+        yield k, (slice(None), slice(None)) + tuple(
+            slice(k[d] * geom.rhs_dilation[d],
+                  k[d] * geom.rhs_dilation[d] + (out[d] - 1) * geom.stride[d]
+                  + 1, geom.stride[d]) for d in range(len(out)))
 
 
 def _to_canonical(x: np.ndarray, labels) -> np.ndarray:
     major, minor, spatial = labels
-    return np.transpose(x, [major, minor] + list(spatial))
+    return np.transpose(x, [major, minor, *spatial])
 
 
 def _from_canonical(x: np.ndarray, labels) -> np.ndarray:
     major, minor, spatial = labels
-    return np.transpose(x, np.argsort([major, minor] + list(spatial)))
+    return np.transpose(x, np.argsort([major, minor, *spatial]))
 
 
-def _conv_geometry(inst: HloInstruction, in_dims, kernel_dims,
-                   out_dims) -> _ConvGeometry:
-    """Checks the window, groups and shapes of a convolution (or a cuDNN
-    convolution custom call) given its canonical input, kernel and output
-    dimensions."""
-    nsp = len(in_dims) - 2
-    window = inst.attrs.get("window", {})
-    if not isinstance(window, dict):
-        raise HloError("convolution needs window={size=...}")
-    size = tuple(window.get("size", ()))
-    if len(size) != nsp:
-        raise HloError(f"the window has {len(size)} dimensions, the "
-                       f"convolution {nsp} spatial ones")
-    stride = tuple(window.get("stride", (1,) * nsp))
-    pad = [tuple(p) for p in window.get("pad", [(0, 0)] * nsp)]
-    lhs_dil = tuple(window.get("lhs_dilate", (1,) * nsp))
-    rhs_dil = tuple(window.get("rhs_dilate", (1,) * nsp))
-    reversal = tuple(window.get("rhs_reversal", (0,) * nsp))
-    if any(len(t) != nsp for t in (stride, pad, lhs_dil, rhs_dil, reversal)):
-        raise HloError("window fields do not match the spatial rank")
-    if any(v < 1 for v in stride + lhs_dil + rhs_dil):
-        raise HloError("window strides and dilations must be >= 1")
-    groups = inst.attrs.get("feature_group_count", 1)
-    batch_groups = inst.attrs.get("batch_group_count", 1)
-    if not isinstance(groups, int) or not isinstance(batch_groups, int) or \
-            groups < 1 or batch_groups < 1:
-        raise HloError("feature_group_count and batch_group_count must be "
-                       "positive integers")
-    n_in, c_in = in_dims[:2]
-    o_feat, i_feat = kernel_dims[:2]
-    if tuple(kernel_dims[2:]) != size:
-        raise HloError(f"kernel spatial dimensions {list(kernel_dims[2:])} do "
-                       f"not match the window size {list(size)}")
-    if i_feat * groups != c_in or o_feat % groups:
-        raise HloError(f"feature_group_count={groups}: {c_in} input "
-                       f"features, kernel input features {i_feat}, "
-                       f"{o_feat} output features do not divide into groups")
-    if n_in % batch_groups or o_feat % batch_groups:
-        raise HloError(f"batch_group_count={batch_groups} does not divide "
-                       f"the batch {n_in} and the output features {o_feat}")
-    geom = _ConvGeometry(tuple(in_dims), tuple(kernel_dims), tuple(out_dims),
-                         size, stride, pad, lhs_dil, rhs_dil, reversal,
-                         groups, batch_groups)
-    padded, _, crop = geom.padded_layout()
-    _check_elements("the dilated, padded input", padded)
-    n_out = n_in // batch_groups
-    if out_dims[0] != n_out or out_dims[1] != o_feat:
-        raise HloError(f"the output {list(out_dims)} (batch, features, "
-                       f"spatial) does not have batch {n_out} and {o_feat} "
-                       "features")
-    for d in range(nsp):
-        sl = crop[2 + d]
-        extent = sl.stop - sl.start
-        span = (size[d] - 1) * rhs_dil[d] + 1
-        expect = (extent - span) // stride[d] + 1 if extent >= span else 0
-        if expect != out_dims[2 + d]:
-            raise HloError(f"spatial dimension {d}: the window gives "
-                           f"{expect} outputs, the result has "
-                           f"{out_dims[2 + d]}")
-    return geom
-
-
-def _oriented_kernel(w: np.ndarray, geom: _ConvGeometry) -> np.ndarray:
+def _oriented_kernel(w: np.ndarray, geom: ConvolutionGeometry) -> np.ndarray:
     for d, r in enumerate(geom.reversal):
         if r:
             w = np.flip(w, axis=2 + d)
@@ -2282,21 +2188,18 @@ def _oriented_kernel(w: np.ndarray, geom: _ConvGeometry) -> np.ndarray:
 
 
 def _conv_forward(x: np.ndarray, w: np.ndarray,
-                  geom: _ConvGeometry) -> np.ndarray:
+                  geom: ConvolutionGeometry) -> np.ndarray:
     """out[n, o, p] = sum over the window and the group's input features
     of the dilated, padded input times the kernel (canonical arrays)."""
-    n_in, c_in = geom.in_dims[:2]
-    o_feat, i_feat = geom.kernel_dims[:2]
-    n_out, points = geom.out_dims[0], geom.points
+    n_in, c_in, i_feat = geom.batch, geom.features, geom.group_features
+    n_out, o_feat = geom.out_batch, geom.out_features
+    points = math.prod(geom.out_spatial)
     bg, g = geom.batch_groups, geom.groups
-    padded_dims, place, crop = geom.padded_layout()
-    buf = np.zeros(padded_dims, x.dtype)
-    buf[place] = x
-    padded = buf[crop]
+    padded = _padded_input(x, geom)
     w = _oriented_kernel(w, geom)
     acc = np.zeros((n_out, o_feat, points), x.dtype)
     if points and acc.size:
-        for k, index in geom.windows():
+        for k, index in _windows(geom):
             v = padded[index].reshape(n_in, c_in, points)
             wk = w[(slice(None), slice(None)) + k]
             if bg > 1:
@@ -2312,20 +2215,20 @@ def _conv_forward(x: np.ndarray, w: np.ndarray,
 
 
 def _conv_backward_input(dy: np.ndarray, w: np.ndarray,
-                         geom: _ConvGeometry) -> np.ndarray:
+                         geom: ConvolutionGeometry) -> np.ndarray:
     """The adjoint of _conv_forward in its input: the gradient of the
     input given the output's (cuDNN's backward-input convolution)."""
-    n_in, c_in = geom.in_dims[:2]
-    o_feat, i_feat = geom.kernel_dims[:2]
-    n_out, points = geom.out_dims[0], geom.points
+    n_in, c_in, i_feat = geom.batch, geom.features, geom.group_features
+    n_out, o_feat = geom.out_batch, geom.out_features
+    points = math.prod(geom.out_spatial)
     bg, g = geom.batch_groups, geom.groups
-    padded_dims, place, crop = geom.padded_layout()
+    padded_dims, place, crop = _padded_layout(geom)
     grad_buf = np.zeros(padded_dims, dy.dtype)
     grad = grad_buf[crop]
     w = _oriented_kernel(w, geom)
     dy = dy.reshape(n_out, o_feat, points)
     if points and dy.size:
-        for k, index in geom.windows():
+        for k, index in _windows(geom):
             wk = w[(slice(None), slice(None)) + k]
             if bg > 1:
                 part = np.einsum("ngop,goc->gncp",
@@ -2335,27 +2238,24 @@ def _conv_backward_input(dy: np.ndarray, w: np.ndarray,
                 part = np.einsum("ngop,goc->ngcp",
                                  dy.reshape(n_out, g, o_feat // g, points),
                                  wk.reshape(g, o_feat // g, i_feat))
-            grad[index] += part.reshape((n_in, c_in) + geom.out_dims[2:])
+            grad[index] += part.reshape((n_in, c_in) + geom.out_spatial)
     return np.array(grad_buf[place], copy=True)
 
 
 def _conv_backward_filter(x: np.ndarray, dy: np.ndarray,
-                          geom: _ConvGeometry) -> np.ndarray:
+                          geom: ConvolutionGeometry) -> np.ndarray:
     """The adjoint of _conv_forward in its kernel: the gradient of the
     kernel given the input and the output's gradient (cuDNN's
     backward-filter convolution)."""
-    n_in, c_in = geom.in_dims[:2]
-    o_feat, i_feat = geom.kernel_dims[:2]
-    n_out, points = geom.out_dims[0], geom.points
+    n_in, c_in, i_feat = geom.batch, geom.features, geom.group_features
+    n_out, o_feat = geom.out_batch, geom.out_features
+    points = math.prod(geom.out_spatial)
     bg, g = geom.batch_groups, geom.groups
-    padded_dims, place, crop = geom.padded_layout()
-    buf = np.zeros(padded_dims, x.dtype)
-    buf[place] = x
-    padded = buf[crop]
+    padded = _padded_input(x, geom)
     dy = dy.reshape(n_out, o_feat, points)
     dw = np.zeros(geom.kernel_dims, x.dtype)
     if points and dy.size:
-        for k, index in geom.windows():
+        for k, index in _windows(geom):
             v = padded[index].reshape(n_in, c_in, points)
             if bg > 1:
                 part = np.einsum("gncp,ngop->goc",
@@ -2377,32 +2277,11 @@ def _in_type(value: np.ndarray, src: str, etype: str) -> np.ndarray:
 def _h_convolution(ev, inst, ops, batch):
     lhs, rhs = np.asarray(ops[0]), np.asarray(ops[1])
     out_shape = inst.shape
-    lhs_l, rhs_l, out_l = _conv_labels(
-        inst.attrs.get("dim_labels"), (lhs.ndim, rhs.ndim, out_shape.rank))
-    geom = _conv_geometry(inst, _canonical_dims(lhs.shape, lhs_l),
-                          _canonical_dims(rhs.shape, (rhs_l[1], rhs_l[0],
-                                                      rhs_l[2])),
-                          _canonical_dims(out_shape.dims, out_l))
+    geom = _conv_geometry(inst, lhs.shape, rhs.shape, out_shape.dims)
     etype = out_shape.element_type
-    x = _to_canonical(_in_type(lhs, _etype_of(inst, 0), etype), lhs_l)
-    w = _to_canonical(_in_type(rhs, _etype_of(inst, 1), etype),
-                      (rhs_l[1], rhs_l[0], rhs_l[2]))
-    return _down(_from_canonical(_conv_forward(x, w, geom), out_l), etype)
-
-
-_CUDNN_CONV_KINDS = {
-    "__cudnn$convForward": "forward",
-    "__cudnn$convBackwardInput": "backward_input",
-    "__cudnn$convBackwardFilter": "backward_filter",
-    "__cudnn$convBiasActivationForward": "bias_activation",
-}
-# stream_executor's dnn::ActivationMode, by name and by number.
-_CUDNN_ACTIVATIONS = {"kNone": "none", "kSigmoid": "sigmoid", "kRelu": "relu",
-                      "kRelu6": "relu6", "kTanh": "tanh", "kElu": "elu",
-                      "kLeakyRelu": "leaky_relu", "kGeluExact": "gelu"}
-_CUDNN_ACTIVATION_NUMBERS = {"0": "kNone", "1": "kSigmoid", "2": "kRelu",
-                             "3": "kRelu6", "5": "kTanh", "7": "kElu",
-                             "8": "kLeakyRelu", "9": "kGeluExact"}
+    x = _to_canonical(_in_type(lhs, _etype_of(inst, 0), etype), geom.lhs)
+    w = _to_canonical(_in_type(rhs, _etype_of(inst, 1), etype), geom.rhs)
+    return _down(_from_canonical(_conv_forward(x, w, geom), geom.out), etype)
 
 
 def _custom_cudnn_conv(ev, inst, ops) -> Value:
@@ -2415,68 +2294,46 @@ def _custom_cudnn_conv(ev, inst, ops) -> Value:
     returns act(conv_result_scale * conv + side_input_scale * side + bias).
     The result is a tuple (value, u8 workspace) or the value alone."""
     target = str(inst.attrs.get("custom_call_target"))
-    kind = _CUDNN_CONV_KINDS[target]
-    raw = inst.attrs.get("backend_config", "")
-    try:
-        config = json.loads(raw) if isinstance(raw, str) and raw else {}
-    except ValueError as e:
-        raise HloError(f"{target}: backend_config is not JSON ({e})") from None
-    config = config.get("cudnn_conv_backend_config", config) \
-        if isinstance(config, dict) else {}
+    kind = CUDNN_CONV_TARGETS[target]
+    config = cudnn_backend_config(inst)
     leaves = inst.shape.leaves()
     result_shape = leaves[0]
     etype = result_shape.element_type
     arrays = [np.asarray(o) for o in ops]
-    needed = {"forward": (2,), "backward_input": (2,), "backward_filter": (2,),
-              "bias_activation": (3, 4)}[kind]
+    needed = cudnn_operand_count(kind)
     if len(arrays) not in needed:
         raise HloError(f"{target} takes {' or '.join(map(str, needed))} "
                        f"operands, got {len(arrays)}")
-    rank = result_shape.rank
-    lhs_l, rhs_l, out_l = _conv_labels(inst.attrs.get("dim_labels"),
-                                       (rank, rank, rank))
-    kernel_l = (rhs_l[1], rhs_l[0], rhs_l[2])  # o first, as canonical
-    if kind == "backward_input":
-        shapes = (result_shape.dims, arrays[1].shape, arrays[0].shape)
-    elif kind == "backward_filter":
-        shapes = (arrays[0].shape, result_shape.dims, arrays[1].shape)
-    else:
-        shapes = (arrays[0].shape, arrays[1].shape, result_shape.dims)
-    geom = _conv_geometry(inst, _canonical_dims(shapes[0], lhs_l),
-                          _canonical_dims(shapes[1], kernel_l),
-                          _canonical_dims(shapes[2], out_l))
+    geom = _conv_geometry(inst, *forward_dims(kind, [a.shape for a in arrays],
+                                              result_shape.dims))
 
     def operand(k: int, labels) -> np.ndarray:
         return _to_canonical(_in_type(arrays[k], _etype_of(inst, k), etype),
                              labels)
     if kind == "backward_input":
         value = _from_canonical(_conv_backward_input(
-            operand(0, out_l), operand(1, kernel_l), geom), lhs_l)
+            operand(0, geom.out), operand(1, geom.rhs), geom), geom.lhs)
     elif kind == "backward_filter":
         value = _from_canonical(_conv_backward_filter(
-            operand(0, lhs_l), operand(1, out_l), geom), kernel_l)
+            operand(0, geom.lhs), operand(1, geom.out), geom), geom.rhs)
     else:
-        value = _conv_forward(operand(0, lhs_l), operand(1, kernel_l), geom)
+        value = _conv_forward(operand(0, geom.lhs), operand(1, geom.rhs), geom)
     value = value * float(config.get("conv_result_scale", 1))
     if kind in ("forward", "bias_activation"):
         if kind == "bias_activation":
             bias = _in_type(arrays[2], _etype_of(inst, 2), etype)
-            if bias.shape != (geom.out_dims[1],):
+            if bias.shape != (geom.out_features,):
                 raise HloError(f"{target}: the bias has shape "
                                f"{list(bias.shape)}, expected "
-                               f"[{geom.out_dims[1]}] (output features)")
+                               f"[{geom.out_features}] (output features)")
             if len(arrays) == 4:
-                side = operand(3, out_l)
+                side = operand(3, geom.out)
                 if side.shape != value.shape:
                     raise HloError(f"{target}: the side input does not have "
                                    "the output's shape")
                 value = value + float(config.get("side_input_scale", 0)) * side
             value = value + bias.reshape((1, -1) + (1,) * (value.ndim - 2))
-        mode = str(config.get("activation_mode", "kNone"))
-        mode = _CUDNN_ACTIVATION_NUMBERS.get(mode, mode)
-        if mode not in _CUDNN_ACTIVATIONS:
-            raise HloError(f"{target}: unsupported activation_mode '{mode}'")
-        act = _CUDNN_ACTIVATIONS[mode]
+        act = cudnn_activation(inst, config)
         if act == "relu":
             value = np.maximum(value, 0)
         elif act == "relu6":
@@ -2492,7 +2349,7 @@ def _custom_cudnn_conv(ev, inst, ops) -> Value:
             value = np.where(value > 0, value, alpha * value)
         elif act == "gelu":
             value = 0.5 * value * (1 + _erf(value / np.sqrt(2)))
-        value = _from_canonical(value, out_l)
+        value = _from_canonical(value, geom.out)
     result = _down(value, etype)
     if not inst.shape.is_tuple:
         return result
@@ -2500,7 +2357,7 @@ def _custom_cudnn_conv(ev, inst, ops) -> Value:
                              for leaf in leaves[1:])
 
 
-_BUILTIN_CUSTOM_CALLS.update({t: _custom_cudnn_conv for t in _CUDNN_CONV_KINDS})
+_BUILTIN_CUSTOM_CALLS.update({t: _custom_cudnn_conv for t in CUDNN_CONV_TARGETS})
 
 
 # ---- select-and-scatter
