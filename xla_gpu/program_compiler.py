@@ -156,18 +156,14 @@ class _ModuleBuilder:
         self.wrapped = 0
 
     def unique(self, base: str) -> str:
-        name, n = base, 0
-        while name in self.names:
-            n += 1
-            name = f"{base}.{n}"
+        """An instruction name free in the module (taken from then on)."""
+        name = _free_name(self.names, base)
         self.names.add(name)
         return name
 
     def unique_comp(self, base: str) -> str:
-        name, n = base, 0
-        while name in self.comp_names:
-            n += 1
-            name = f"{base}.{n}"
+        """A computation name free in the module (taken from then on)."""
+        name = _free_name(self.comp_names, base)
         self.comp_names.add(name)
         return name
 
@@ -483,7 +479,7 @@ def _order_loop_state_updates(module: HloModule) -> int:
                     if any(o is v for v in old_values))
                 others = [r for r in readers if r is not writer]
                 if self_read or any(id(writer) in _ancestors(r, by_name) for r in others):
-                    copy = HloInstruction(_unique_name(by_name, f"{value.name}.state_copy"),
+                    copy = HloInstruction(_free_name(by_name, f"{value.name}.state_copy"),
                                           "copy", value.shape, [value], {}, None, None,
                                           value.location)
                     body.instructions.append(copy)
@@ -506,7 +502,8 @@ def _order_loop_state_updates(module: HloModule) -> int:
     return added
 
 
-def _unique_name(taken: dict[str, HloInstruction], base: str) -> str:
+def _free_name(taken, base: str) -> str:
+    """`base`, or the first of `base.1`, `base.2`, ... not in `taken`."""
     name, n = base, 0
     while name in taken:
         n += 1
