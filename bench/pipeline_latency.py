@@ -5,11 +5,14 @@
 2. emission per kernel: fusion analysis + emitter (HLO -> xla_gpu MLIR) for
    one fusion of each emitter kind and row / multi-row / column reductions;
 3. compile time against fusion size: `xla_gpu.compile(..., target="cpu",
-   cache=False)` of a concatenate of N f32[64,32] parameters and of an
-   elementwise chain of N ops, with `exe.timings` per stage.
+   cache=False)` of an elementwise chain of N ops, a concatenate of N
+   f32[64,32] parameters and a fusion of N outputs, with `exe.timings` per
+   stage, next to XLA:CPU's jit compile of the same computation (through an
+   interpreter that has jax: this one, or --xla-python).
 
     python bench/pipeline_latency.py [--repeat 20] [--module examples/gelu.mlir]
                                      [--only pipeline,emit,scaling]
+                                     [--scaling-repeat 3] [--xla-python PATH]
 """
 
 from __future__ import annotations
@@ -113,12 +116,99 @@ fused {
 """,
 }
 
-SCALING_CASES: dict[str, Callable[[], str]] = {
-    "concatenate of 32 f32[64,32]": lambda: concatenate_hlo(32),
-    "concatenate of 300 f32[64,32]": lambda: concatenate_hlo(300),
-    "elementwise chain of 400": lambda: elementwise_chain_hlo(400),
-    "elementwise chain of 1600": lambda: elementwise_chain_hlo(1600),
-}
+def outputs_hlo(outputs: int, dims=(64,)) -> str:
+    """A fusion of `outputs` outputs, each the negation of its own parameter."""
+    shape = f"f32[{','.join(map(str, dims))}]"
+    body = "\n".join(f"  p{i} = {shape} parameter({i})\n  n{i} = {shape} negate(p{i})"
+                     for i in range(outputs))
+    types = ", ".join([shape] * outputs)
+    names = ", ".join(f"n{i}" for i in range(outputs))
+    return f"HloModule outputs_{outputs}\nfused {{\n{body}\n  ROOT t = ({types}) tuple({names})\n}}\n"
+
+
+# The same computations for XLA:CPU, as Python source that defines `fn` and
+# `specs` for `jax.jit(fn).lower(*specs).compile()`.
+_JAX_CHAIN = """
+import jax, jax.numpy as jnp
+ops = [jnp.add, jnp.multiply, lambda x, y: jnp.tanh(x), jnp.subtract,
+       lambda x, y: jnp.exp(x), jnp.maximum]
+def fn(x, y):
+    for i in range({n}):
+        x = ops[i % len(ops)](x, y)
+    return x
+specs = [jax.ShapeDtypeStruct((1024,), jnp.float32)] * 2
+"""
+_JAX_CONCAT = """
+import jax, jax.numpy as jnp
+def fn(*ps):
+    return jnp.concatenate(ps, axis=0)
+specs = [jax.ShapeDtypeStruct((64, 32), jnp.float32)] * {n}
+"""
+_JAX_OUTPUTS = """
+import jax, jax.numpy as jnp
+def fn(*ps):
+    return tuple(-p for p in ps)
+specs = [jax.ShapeDtypeStruct((64,), jnp.float32)] * {n}
+"""
+
+# (what grows, fusion, HLO text, the same for XLA:CPU)
+SCALING_CASES: list[tuple[str, str, Callable[[], str], str]] = [
+    ("ops", "elementwise chain of 100", lambda: elementwise_chain_hlo(100),
+     _JAX_CHAIN.format(n=100)),
+    ("ops", "elementwise chain of 400", lambda: elementwise_chain_hlo(400),
+     _JAX_CHAIN.format(n=400)),
+    ("ops", "elementwise chain of 1600", lambda: elementwise_chain_hlo(1600),
+     _JAX_CHAIN.format(n=1600)),
+    ("operands", "concatenate of 32 f32[64,32]", lambda: concatenate_hlo(32),
+     _JAX_CONCAT.format(n=32)),
+    ("operands", "concatenate of 300 f32[64,32]", lambda: concatenate_hlo(300),
+     _JAX_CONCAT.format(n=300)),
+    ("outputs", "100 outputs", lambda: outputs_hlo(100), _JAX_OUTPUTS.format(n=100)),
+    ("outputs", "400 outputs", lambda: outputs_hlo(400), _JAX_OUTPUTS.format(n=400)),
+]
+
+# Runs in the interpreter given by --xla-python (one with jax): the median
+# seconds of lower + compile of a fresh function after jax.clear_caches(),
+# after one warm-up, as bench/run_cpu.py measures XLA:CPU.
+_JAX_TIMER = """
+import json, statistics, sys, time
+source, repeat = sys.argv[1], int(sys.argv[2])
+scope = {}
+exec(source, scope)
+import jax
+jax.config.update("jax_platforms", "cpu")
+times = []
+for i in range(repeat + 1):
+    jax.clear_caches()
+    def fresh(*a, _fn=scope["fn"]):
+        return _fn(*a)
+    t0 = time.perf_counter()
+    jax.jit(fresh).lower(*scope["specs"]).compile()
+    if i:
+        times.append(time.perf_counter() - t0)
+print(json.dumps({"compile": statistics.median(times)}))
+"""
+
+
+def _xla_cpu_compile_seconds(python: str | None, source: str, repeat: int) -> float | None:
+    """XLA:CPU's jit compile time of `source`'s function (None without jax)."""
+    if not python:
+        return None
+    import json
+    import subprocess
+    done = subprocess.run([python, "-c", _JAX_TIMER, source, str(repeat)],
+                          capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        print(f"(XLA:CPU failed: {done.stderr.strip().splitlines()[-1:]})")
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])["compile"]
+
+
+def _default_xla_python() -> str | None:
+    """This interpreter when it has jax."""
+    import importlib.util
+    import sys
+    return sys.executable if importlib.util.find_spec("jax") else None
 
 
 def ms(xs) -> float:
@@ -197,31 +287,36 @@ def bench_emit(repeat: int) -> None:
         print(f"| {name} | {emitter} | {ms(analysis):.2f} | {ms(emission):.2f} |")
 
 
-def bench_scaling(repeat: int) -> None:
+def bench_scaling(repeat: int, xla_python: str | None) -> None:
     import xla_gpu
     print(f"\n## Compile time against fusion size\n\n`xla_gpu.compile(text, "
-          f"target=\"cpu\", cache=False)`, median of {repeat} runs after one warm-up; "
-          "seconds per stage from `exe.timings`\n")
-    header = None
-    for name, make in SCALING_CASES.items():
+          f"target=\"cpu\", cache=False)`, median of {repeat} runs after one warm-up, "
+          "seconds per stage from `exe.timings` (emit: fusion analysis, emitter and "
+          "verification; pipeline+jit: the cpu pass pipeline and the host JIT); "
+          "XLA:CPU: `jax.jit(fn).lower(*specs).compile()` of the same computation "
+          f"({'with ' + xla_python if xla_python else 'no jax: --xla-python PATH'})\n")
+    stages = ["emit", "pipeline+jit", "total"]
+    print("| grows | fusion | emitter | " + " | ".join(f"{h} s" for h in stages) +
+          " | XLA:CPU s | ours / XLA:CPU |")
+    print("| --- | --- | --- |" + " ---: |" * (len(stages) + 2))
+    for grows, name, make, jax_source in SCALING_CASES:
         text = make()
         rows: dict[str, list[float]] = {}
         emitter = ""
         for i in range(repeat + 1):
-            t0 = time.perf_counter()
             exe = xla_gpu.compile(text, target="cpu", cache=False)
-            wall = time.perf_counter() - t0
             emitter = exe.spec.emitter
             if i == 0:
                 continue
-            for stage, value in {**exe.timings, "wall": wall}.items():
+            for stage, value in exe.timings.items():
                 rows.setdefault(stage, []).append(value)
-        if header is None:
-            header = list(rows)
-            print("| fusion | emitter | " + " | ".join(f"{h} s" for h in header) + " |")
-            print("| --- | --- |" + " ---: |" * len(header))
-        cells = [f"{statistics.median(rows[h]):.3f}" if h in rows else "-" for h in header]
-        print(f"| {name} | {emitter} | " + " | ".join(cells) + " |")
+        cells = [statistics.median(rows[h]) if h in rows else None for h in stages]
+        xla = _xla_cpu_compile_seconds(xla_python, jax_source, repeat)
+        total = cells[-1]
+        ratio = f"{total / xla:.1f}" if xla and total else "-"
+        print(f"| {grows} | {name} | {emitter} | " +
+              " | ".join("-" if c is None else f"{c:.3f}" for c in cells) +
+              f" | {'-' if xla is None else f'{xla:.3f}'} | {ratio} |")
 
 
 def main() -> None:
@@ -231,6 +326,9 @@ def main() -> None:
     parser.add_argument("--module", default=str(ROOT / "examples" / "gelu.mlir"))
     parser.add_argument("--only", default="pipeline,emit,scaling",
                         help="comma-separated sections: pipeline, emit, scaling")
+    parser.add_argument("--xla-python", default=_default_xla_python(),
+                        help="a Python interpreter with jax, for XLA:CPU's compile time "
+                             "(default: this one when it has jax)")
     args = parser.parse_args()
     sections = set(args.only.split(","))
     if "pipeline" in sections:
@@ -238,7 +336,7 @@ def main() -> None:
     if "emit" in sections:
         bench_emit(args.repeat)
     if "scaling" in sections:
-        bench_scaling(args.scaling_repeat)
+        bench_scaling(args.scaling_repeat, args.xla_python)
 
 
 if __name__ == "__main__":
