@@ -30,16 +30,14 @@ cannot are skipped. Run it under HloPassFix: a rewrite can enable another.
 
 from __future__ import annotations
 
-from math import prod
 from typing import Any
 
 import numpy as np
 
-from ..module import HloComputation, HloInstruction, HloModule
+from ..module import HloComputation, HloInstruction
 from ..shape import Shape, bit_width, is_float, is_integral
-from .pipeline import HloPass
-from .util import (array_shape, default_layout, has_side_effect,
-                   program_computations, same_shape)
+from .pipeline import ComputationPass
+from .util import array_shape, has_side_effect, same_shape
 
 __all__ = ["AlgebraicSimplifier", "scalar_constant_value"]
 
@@ -118,17 +116,10 @@ def _is_identity_of(op: str, init: HloInstruction) -> bool:
     return False
 
 
-class AlgebraicSimplifier(HloPass):
+class AlgebraicSimplifier(ComputationPass):
     name = "algebraic-simplifier"
 
-    def run(self, module: HloModule) -> bool:
-        module.link()
-        changed = False
-        for comp in program_computations(module):
-            changed |= self._run_on(comp)
-        return changed
-
-    def _run_on(self, comp: HloComputation) -> bool:
+    def run_on(self, comp: HloComputation) -> bool:
         changed = False
         for inst in list(comp.instructions):
             if inst.parent is not comp or has_side_effect(inst):

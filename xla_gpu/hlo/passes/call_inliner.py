@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from .pipeline import HloPass
-from .util import program_computations
+from .util import program_instructions
 
 __all__ = ["CallInliner", "inline_call"]
 
@@ -53,12 +53,10 @@ class CallInliner(HloPass):
         module.link()
         changed = False
         # Callees first: a callee's own calls are inlined before it is.
-        for comp in program_computations(module):
-            for inst in list(comp.instructions):
-                if inst.opcode == "call" and isinstance(inst.attrs.get("to_apply"),
-                                                        HloComputation):
-                    inline_call(inst)
-                    changed = True
+        for _, inst in program_instructions(module):
+            if inst.opcode == "call" and isinstance(inst.attrs.get("to_apply"), HloComputation):
+                inline_call(inst)
+                changed = True
         if changed:
             module.remove_unreachable_computations()
         return changed

@@ -21,7 +21,7 @@ from math import prod
 
 from ..module import HloComputation, HloInstruction, HloModule
 from .pipeline import HloPass
-from .util import array_shape, program_computations
+from .util import array_shape, program_instructions
 
 __all__ = ["DotCanonicalization", "is_canonical_dot"]
 
@@ -53,17 +53,14 @@ class DotCanonicalization(HloPass):
     def run(self, module: HloModule) -> bool:
         module.link()
         changed = False
-        for comp in program_computations(module):
-            for inst in list(comp.instructions):
-                if inst.opcode != "dot" or inst.parent is not comp:
-                    continue
-                if inst.shape.is_tuple or is_canonical_dot(inst):
-                    continue
-                lb, rb, lc, rc = _dims(inst)
-                if not lc:
-                    continue  # an outer product: the simplifier's multiply
-                self._canonicalize(comp, inst)
-                changed = True
+        for comp, inst in program_instructions(module):
+            if inst.opcode != "dot" or inst.shape.is_tuple or is_canonical_dot(inst):
+                continue
+            lb, rb, lc, rc = _dims(inst)
+            if not lc:
+                continue  # an outer product: the simplifier's multiply
+            self._canonicalize(comp, inst)
+            changed = True
         return changed
 
     @staticmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..module import HloModule
 from .fusion_utils import FUSIBLE_OPCODES, body_acceptable, create_fusion, fusion_kind_for
 from .pipeline import HloPass
-from .util import program_computations
+from .util import program_instructions
 
 __all__ = ["FusionWrapper", "NOT_WRAPPED"]
 
@@ -32,15 +32,14 @@ class FusionWrapper(HloPass):
     def run(self, module: HloModule) -> bool:
         module.link()
         changed = False
-        for comp in program_computations(module):
-            for inst in list(comp.instructions):
-                if inst.parent is not comp or inst.opcode in NOT_WRAPPED:
-                    continue
-                if inst.opcode not in FUSIBLE_OPCODES and inst.opcode not in ("copy",):
-                    continue  # no emitter computes it: left to its own thunk
-                op = inst.opcode.replace("-", "_")
-                fusion = create_fusion(inst, name=f"wrapped_{op}",
-                                       computation_name=f"wrapped_{op}_computation")
-                fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
-                changed = True
+        for _, inst in program_instructions(module):
+            if inst.opcode in NOT_WRAPPED:
+                continue
+            if inst.opcode not in FUSIBLE_OPCODES and inst.opcode != "copy":
+                continue  # no emitter computes it: left to its own thunk
+            op = inst.opcode.replace("-", "_")
+            fusion = create_fusion(inst, name=f"wrapped_{op}",
+                                   computation_name=f"wrapped_{op}_computation")
+            fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
+            changed = True
         return changed

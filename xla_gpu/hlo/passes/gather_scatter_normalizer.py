@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..module import HloComputation, HloInstruction, HloModule
 from .pipeline import HloPass
-from .util import array_shape, program_computations
+from .util import array_shape, program_instructions
 
 __all__ = ["BatchedGatherScatterNormalizer"]
 
@@ -43,12 +43,11 @@ class BatchedGatherScatterNormalizer(HloPass):
     def run(self, module: HloModule) -> bool:
         module.link()
         changed = False
-        for comp in program_computations(module):
-            for inst in list(comp.instructions):
-                if inst.opcode == "gather":
-                    changed |= self._gather(comp, inst)
-                elif inst.opcode == "scatter":
-                    changed |= self._scatter(comp, inst)
+        for comp, inst in program_instructions(module):
+            if inst.opcode == "gather":
+                changed |= self._gather(comp, inst)
+            elif inst.opcode == "scatter":
+                changed |= self._scatter(comp, inst)
         return changed
 
     @staticmethod

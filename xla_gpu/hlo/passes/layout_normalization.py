@@ -23,10 +23,10 @@ get-tuple-elements (while loops, variadic reductions) keep their layouts.
 
 from __future__ import annotations
 
-from ..module import HloComputation, HloInstruction, HloModule
+from ..module import HloComputation, HloInstruction
 from ..shape import Shape
-from .pipeline import HloPass
-from .util import default_layout, program_computations, with_default_layout
+from .pipeline import ComputationPass
+from .util import default_layout, with_default_layout
 
 __all__ = ["LayoutNormalization", "transpose_is_bitcast"]
 
@@ -55,16 +55,12 @@ def transpose_is_bitcast(inst: HloInstruction) -> bool:
     return kept == sorted(kept)
 
 
-class LayoutNormalization(HloPass):
+class LayoutNormalization(ComputationPass):
     name = "layout-normalization"
 
-    def run(self, module: HloModule) -> bool:
-        module.link()
-        changed = False
-        for comp in program_computations(module):
-            changed |= self._normalize_layouts(comp)
-            changed |= self._bitcasts(comp)
-        return changed
+    def run_on(self, comp: HloComputation) -> bool:
+        changed = self._normalize_layouts(comp)
+        return self._bitcasts(comp) or changed
 
     def _to_logical(self, comp: HloComputation, source: HloInstruction) -> HloInstruction:
         """The value of `source` (non-default layout) in the default

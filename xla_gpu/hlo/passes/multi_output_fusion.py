@@ -18,13 +18,12 @@ ShapesCompatibleForMultiOutputFusion).
 
 from __future__ import annotations
 
-from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
+from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
 from ..shape import Shape
 from .fusion_utils import (_inline_into, body_acceptable, create_fusion,
                            fusion_kind_for, fusion_roots, is_fusible, merge_fusions)
-from .pipeline import HloPass
-from .priority_fusion import MAX_FUSION_INSTRUCTIONS, MAX_OPERANDS_AND_OUTPUTS
-from .util import byte_size, is_effective_scalar, program_computations
+from .priority_fusion import FusionPass
+from .util import byte_size, is_effective_scalar
 
 __all__ = ["MultiOutputFusion", "ReachabilityMap"]
 
@@ -128,26 +127,17 @@ def _shapes_compatible(body: HloComputation) -> bool:
     return True
 
 
-class MultiOutputFusion(HloPass):
+class MultiOutputFusion(FusionPass):
     name = "multi-output-fusion"
 
-    def __init__(self, max_fusion_instructions: int = MAX_FUSION_INSTRUCTIONS,
-                 max_operands: int = MAX_OPERANDS_AND_OUTPUTS):
-        self.max_fusion_instructions = max_fusion_instructions
-        self.max_operands = max_operands
-
-    def run(self, module: HloModule) -> bool:
-        module.link()
+    def run_on(self, comp: HloComputation) -> bool:
+        # Pairs found unmergeable stay so: merges only add paths and leave
+        # other fusions' bodies alone. The objects are kept alive so that
+        # their ids are not reused.
+        self._refused: dict[tuple[int, int], tuple] = {}
         changed = False
-        for comp in program_computations(module):
-            # Pairs found unmergeable stay so: merges only add paths and
-            # leave other fusions' bodies alone. The objects are kept alive
-            # so that their ids are not reused.
-            self._refused: dict[tuple[int, int], tuple] = {}
-            while self._one_merge(comp):
-                changed = True
-        if changed:
-            module.remove_unreachable_computations()
+        while self._one_merge(comp):
+            changed = True
         return changed
 
     def _fits(self, a: HloInstruction, b: HloInstruction) -> bool:

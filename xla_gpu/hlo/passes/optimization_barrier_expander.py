@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..module import HloModule
 from .pipeline import HloPass
-from .util import program_computations
+from .util import program_instructions
 
 __all__ = ["OptimizationBarrierExpander"]
 
@@ -21,10 +21,8 @@ class OptimizationBarrierExpander(HloPass):
     def run(self, module: HloModule) -> bool:
         module.link()
         changed = False
-        for comp in program_computations(module):
-            for barrier in list(comp.instructions):
-                if barrier.opcode not in _BARRIERS or barrier.parent is not comp:
-                    continue
+        for _, barrier in program_instructions(module):
+            if barrier.opcode in _BARRIERS:
                 barrier.replace_with(barrier.operands[0])
                 changed = True
         return changed

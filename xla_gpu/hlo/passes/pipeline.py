@@ -18,11 +18,12 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ..module import HloError, HloModule
+from ..module import HloComputation, HloError, HloModule
 from ..printer import module_to_text
+from .util import program_computations
 from .verifier import verify_module
 
-__all__ = ["HloPass", "HloPassPipeline", "HloPassFix", "DumpOptions",
+__all__ = ["HloPass", "ComputationPass", "HloPassPipeline", "HloPassFix", "DumpOptions",
            "PassContext"]
 
 
@@ -103,6 +104,26 @@ class HloPass:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+class ComputationPass(HloPass):
+    """A pass that rewrites each program computation (the ENTRY and what
+    its control flow runs, callees first) on its own: subclasses implement
+    `run_on(comp) -> changed`. With `prunes_computations`, computations a
+    change left uncalled (fusion bodies merged into others) are dropped."""
+    prunes_computations = False
+
+    def run(self, module: HloModule) -> bool:
+        module.link()
+        changed = False
+        for comp in program_computations(module):
+            changed |= bool(self.run_on(comp))
+        if changed and self.prunes_computations:
+            module.remove_unreachable_computations()
+        return changed
+
+    def run_on(self, comp: HloComputation) -> bool:
+        raise NotImplementedError
 
 
 class HloPassPipeline(HloPass):

@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import heapq
 
-from ..module import HloComputation, HloInstruction, HloModule
+from ..module import HloComputation, HloInstruction
 from .cost_model import NodeCost, fused_cost, node_cost
 from .fusion_utils import (BodyInfo, _inline_into, absorb_consumer,
                            body_acceptable, create_fusion, fuse_producer,
                            fusion_kind_for, is_fusible)
-from .pipeline import HloPass
-from .util import is_effective_scalar, program_computations
+from .pipeline import ComputationPass
+from .util import is_effective_scalar
 
-__all__ = ["PriorityFusion", "single_instruction_info"]
+__all__ = ["PriorityFusion", "FusionPass", "single_instruction_info"]
 
 MAX_FUSION_INSTRUCTIONS = 320
 MAX_OPERANDS_AND_OUTPUTS = 96
@@ -73,22 +73,23 @@ def _scratch_body(consumer: HloInstruction, producer: HloInstruction | None) -> 
     return body
 
 
-class PriorityFusion(HloPass):
-    name = "priority-fusion"
+class FusionPass(ComputationPass):
+    """A fusion pass within XLA's limits: at most `max_fusion_instructions`
+    instructions in a fusion, `max_operands` operands and outputs together.
+    Fusion bodies it replaces are dropped."""
+    prunes_computations = True
 
     def __init__(self, max_fusion_instructions: int = MAX_FUSION_INSTRUCTIONS,
                  max_operands: int = MAX_OPERANDS_AND_OUTPUTS):
         self.max_fusion_instructions = max_fusion_instructions
         self.max_operands = max_operands
 
-    def run(self, module: HloModule) -> bool:
-        module.link()
-        changed = False
-        for comp in program_computations(module):
-            changed |= _PriorityFusionRun(self, comp).run()
-        if changed:
-            module.remove_unreachable_computations()
-        return changed
+
+class PriorityFusion(FusionPass):
+    name = "priority-fusion"
+
+    def run_on(self, comp: HloComputation) -> bool:
+        return _PriorityFusionRun(self, comp).run()
 
 
 class _PriorityFusionRun:

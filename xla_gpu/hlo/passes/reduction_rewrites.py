@@ -19,12 +19,12 @@ commutative: floating-point sums come out in another order.
 
 from __future__ import annotations
 
-from math import ceil, isqrt, prod
+from math import ceil, isqrt
 
 from ..module import HloComputation, HloInstruction, HloModule
 from ..shape import Shape
 from .pipeline import HloPass
-from .util import array_shape, program_computations
+from .util import array_shape, program_instructions
 
 __all__ = ["ReductionDimensionGrouper", "ReductionSplitter", "TreeReductionRewriter",
            "ROW_REDUCTION_LIMIT", "COLUMN_REDUCTION_LIMIT"]
@@ -34,10 +34,17 @@ COLUMN_REDUCTION_LIMIT = 4096
 
 
 def _reduces(module: HloModule):
-    for comp in program_computations(module):
-        for inst in list(comp.instructions):
-            if inst.opcode == "reduce" and inst.parent is comp:
-                yield comp, inst
+    return ((comp, inst) for comp, inst in program_instructions(module)
+            if inst.opcode == "reduce")
+
+
+def _reduced_dims(reduce: HloInstruction):
+    """(input dims, reduced dimensions sorted, the dimensions of size > 1,
+    the reduced ones among them) of a reduce."""
+    src = reduce.operands[0].shape.dims
+    reduced = sorted(reduce.attrs.get("dimensions", ()))
+    big = [d for d in range(len(src)) if src[d] > 1]
+    return src, reduced, big, [d for d in big if d in reduced]
 
 
 def _new_reduce(comp: HloComputation, template: HloInstruction,
@@ -108,10 +115,7 @@ class ReductionSplitter(HloPass):
         module.link()
         changed = False
         for comp, inst in _reduces(module):
-            src = inst.operands[0].shape.dims
-            reduced = sorted(inst.attrs.get("dimensions", ()))
-            big = [d for d in range(len(src)) if src[d] > 1]
-            big_reduced = [d for d in big if d in reduced]
+            src, reduced, big, big_reduced = _reduced_dims(inst)
             if len(big_reduced) < 2:
                 continue
             first, last = big.index(big_reduced[0]), big.index(big_reduced[-1])
@@ -141,10 +145,7 @@ class TreeReductionRewriter(HloPass):
         module.link()
         changed = False
         for comp, inst in _reduces(module):
-            src = inst.operands[0].shape.dims
-            reduced = sorted(inst.attrs.get("dimensions", ()))
-            big = [d for d in range(len(src)) if src[d] > 1]
-            big_reduced = [d for d in big if d in reduced]
+            src, reduced, big, big_reduced = _reduced_dims(inst)
             if len(big_reduced) != 1:
                 continue  # the grouper runs first: one reduced dimension
             d = big_reduced[0]

@@ -4,6 +4,7 @@ computations hold "program" instructions, side effects, opcode classes."""
 from __future__ import annotations
 
 from math import prod
+from typing import Iterator
 
 from ..fusions import ELEMENTWISE_OPCODES
 from ..graph import post_order
@@ -11,7 +12,7 @@ from ..module import HloComputation, HloInstruction, HloModule
 from ..shape import Shape, bit_width, default_layout, same_shape
 
 __all__ = ["array_shape", "default_layout", "with_default_layout",
-           "program_computations", "has_side_effect", "is_elementwise",
+           "program_computations", "program_instructions", "has_side_effect", "is_elementwise",
            "is_scalar_constant", "is_effective_scalar", "byte_size",
            "same_shape", "ELEMENTWISE_OPCODES", "CONTROL_FLOW_OPCODES"]
 
@@ -88,6 +89,17 @@ def program_computations(module: HloModule) -> list[HloComputation]:
     while's body before its condition): the order the passes visit
     computations in, and so the order in which they create names."""
     return post_order([module.entry], _control_flow_callees_last_first)
+
+
+def program_instructions(module: HloModule) -> Iterator[tuple[HloComputation, HloInstruction]]:
+    """(computation, instruction) for every instruction of the program
+    computations (callees first), each computation's instructions as they
+    are when its turn comes: the instructions a rewrite adds on the way are
+    not visited, and those it removes are skipped."""
+    for comp in program_computations(module):
+        for inst in list(comp.instructions):
+            if inst.parent is comp:
+                yield comp, inst
 
 
 def _control_flow_callees_last_first(comp: HloComputation) -> list[HloComputation]:
