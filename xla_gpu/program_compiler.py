@@ -46,8 +46,8 @@ from . import __version__
 from .errors import CompileError, HloError, UnsupportedError
 from .hlo import HloComputation, HloInstruction, HloModule, Shape
 from .hlo.fusions import inline_calls
-from .hlo.graph import post_order
-from .hlo.module import callees
+from .hlo.graph import post_order, reachable
+from .hlo.module import CONTROL_PREDECESSORS, callees
 from .runtime import command_buffer
 from .runtime.buffers import BufferSlice
 from .runtime.gemm import EPILOGUES, CublasPlanError, GemmConfig, cublas_plan
@@ -414,19 +414,11 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
 def _ancestors(inst: HloInstruction, by_name: dict[str, HloInstruction]) -> set[int]:
     """ids of every instruction `inst` depends on (operands and control
     predecessors, transitively), itself included."""
-    seen: set[int] = set()
-    stack = [inst]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.extend(node.operands)
-        for name in node.attrs.get("control-predecessors") or ():
-            pred = by_name.get(name)
-            if pred is not None:
-                stack.append(pred)
-    return seen
+    def deps(node: HloInstruction) -> list[HloInstruction]:
+        preds = [by_name[n] for n in node.attrs.get(CONTROL_PREDECESSORS) or () if n in by_name]
+        return [*node.operands, *preds]
+
+    return {id(node) for node in reachable([inst], deps)}
 
 
 def _order_loop_state_updates(module: HloModule) -> int:

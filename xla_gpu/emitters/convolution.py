@@ -259,6 +259,22 @@ class ConvolutionEmitter(KernelEmitter):
         clamped = arith.minsi(arith.maxsi(q, zero), _index(max(limit - 1, 0)))
         return clamped, ok
 
+    def _input_position(self, y, k):
+        """The input's spatial index that output position `y` reads at
+        window position `k` (x * lhs_dilation = y * stride + k *
+        rhs_dilation - pad_lo), clamped, and whether it exists (on the
+        dilation grid, inside the input)."""
+        g = self.geom
+        ok, x = None, []
+        for d in range(len(k)):
+            p = arith.addi(arith.muli(y[d], _index(g.stride[d])),
+                           arith.muli(k[d], _index(g.rhs_dilation[d])))
+            p = arith.subi(p, _index(g.pad_lo[d]))
+            xd, okd = self._on_grid(p, g.lhs_dilation[d], g.in_spatial[d])
+            ok = self._and(ok, okd)
+            x.append(xd)
+        return x, ok
+
     def _guarded(self, ok, value):
         return arith.select(ok, value, self._zero()) if ok is not None else value
 
@@ -298,14 +314,7 @@ class ConvolutionEmitter(KernelEmitter):
 
         def term(ivs):
             c, k = ivs[0], ivs[1:]
-            ok, x = None, []
-            for d in range(len(k)):
-                p = arith.addi(arith.muli(y[d], _index(g.stride[d])),
-                               arith.muli(k[d], _index(g.rhs_dilation[d])))
-                p = arith.subi(p, _index(g.pad_lo[d]))
-                xd, okd = self._on_grid(p, g.lhs_dilation[d], g.in_spatial[d])
-                ok = self._and(ok, okd)
-                x.append(xd)
+            x, ok = self._input_position(y, k)
             feature = c if base_feature is None else arith.addi(base_feature, c)
             a = self._read(params, 0, self._place(g.lhs, batch, feature, x, rank))
             w = self._read(params, 1, self._place(g.rhs, o, c, self._kernel_spatial(k), rank))
@@ -359,14 +368,7 @@ class ConvolutionEmitter(KernelEmitter):
         def term(ivs):
             n, y = ivs[0], ivs[1:]
             batch = n if bg is None else arith.addi(arith.muli(bg, _index(g.out_batch)), n)
-            ok, x = None, []
-            for d in range(len(y)):
-                p = arith.addi(arith.muli(y[d], _index(g.stride[d])),
-                               arith.muli(k[d], _index(g.rhs_dilation[d])))
-                p = arith.subi(p, _index(g.pad_lo[d]))
-                xd, okd = self._on_grid(p, g.lhs_dilation[d], g.in_spatial[d])
-                ok = self._and(ok, okd)
-                x.append(xd)
+            x, ok = self._input_position(y, k)
             a = self._read(params, 0, self._place(g.lhs, batch, feature, x, rank))
             dy = self._read(params, 1, self._place(g.out, n, o, y, rank))
             return self._guarded(ok, self._mul(a, dy))

@@ -5,13 +5,14 @@ instructions and long call chains never reach Python's recursion limit.
 
     post_order([root], lambda i: i.operands)          # operands first
     post_order([entry], called_by)                     # callees first
+    reachable([root], lambda i: i.operands)            # what root depends on
 """
 
 from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence, TypeVar
 
-__all__ = ["post_order"]
+__all__ = ["post_order", "reachable"]
 
 Node = TypeVar("Node")
 
@@ -51,4 +52,25 @@ def post_order(starts: Iterable[Node], successors: Callable[[Node], Sequence[Nod
             for k in range(len(nexts) - 1, -1, -1):
                 if id(nexts[k]) not in done:
                     stack.append((nexts[k], False))
+    return order
+
+
+def reachable(starts: Iterable[Node], successors: Callable[[Node], Sequence[Node]]
+              ) -> list[Node]:
+    """Every node reachable from `starts` (the starts included), each
+    listed once, in depth-first pre-order: the starts, and each node's
+    successors, in the order given. Nodes are told apart by identity."""
+    seen: set[int] = set()
+    order: list[Node] = []
+    stack = list(starts)[::-1]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        order.append(node)
+        nexts = successors(node)
+        for k in range(len(nexts) - 1, -1, -1):
+            if id(nexts[k]) not in seen:
+                stack.append(nexts[k])
     return order

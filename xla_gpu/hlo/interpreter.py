@@ -1172,14 +1172,7 @@ def _h_reduce_window(ev, inst, ops, batch):
     window = inst.attrs.get("window", {})
     if not isinstance(window, dict):
         raise HloError("reduce-window needs window={size=...}")
-    rank = inputs[0].ndim
-    size = tuple(window.get("size", (1,) * rank))
-    stride = tuple(window.get("stride", (1,) * rank))
-    pad = list(window.get("pad", [(0, 0)] * rank))
-    base_dil = tuple(window.get("lhs_dilate", (1,) * rank))
-    win_dil = tuple(window.get("rhs_dilate", (1,) * rank))
-    if not all(len(t) == rank for t in (size, stride, pad, base_dil, win_dil)):
-        raise HloError("window fields do not match the operand rank")
+    size, stride, pad, base_dil, win_dil = _window_fields(window, inputs[0].ndim)
     out_leaves = inst.shape.leaves()
     out_dims = out_leaves[0].dims
     padded = []
@@ -2363,10 +2356,9 @@ _BUILTIN_CUSTOM_CALLS.update({t: _custom_cudnn_conv for t in CUDNN_CONV_TARGETS}
 # ---- select-and-scatter
 
 
-def _windows_of(x: np.ndarray, window: dict, fill) -> tuple:
-    """The padded operand, its validity mask and the window geometry
-    (size, stride, dilation) of a reduce-window-like op."""
-    rank = x.ndim
+def _window_fields(window: dict, rank: int) -> tuple:
+    """(size, stride, pad, base dilation, window dilation) of a window
+    over a rank-`rank` operand, defaults where a field is absent."""
     size = tuple(window.get("size", (1,) * rank))
     stride = tuple(window.get("stride", (1,) * rank))
     pad = list(window.get("pad", [(0, 0)] * rank))
@@ -2374,6 +2366,13 @@ def _windows_of(x: np.ndarray, window: dict, fill) -> tuple:
     win_dil = tuple(window.get("rhs_dilate", (1,) * rank))
     if not all(len(t) == rank for t in (size, stride, pad, base_dil, win_dil)):
         raise HloError("window fields do not match the operand rank")
+    return size, stride, pad, base_dil, win_dil
+
+
+def _windows_of(x: np.ndarray, window: dict, fill) -> tuple:
+    """The padded operand, its validity mask and the window geometry
+    (size, stride, dilation) of a reduce-window-like op."""
+    size, stride, pad, base_dil, win_dil = _window_fields(window, x.ndim)
     if any(b != 1 for b in base_dil):
         raise HloError("select-and-scatter with base dilation is not "
                        "supported")

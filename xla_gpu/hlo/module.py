@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ..errors import HloError, HloParseError, Location, UnsupportedError
-from .graph import post_order
+from .graph import post_order, reachable
 from .shape import Shape
 
 __all__ = ["HloError", "HloParseError", "HloInstruction", "HloComputation",
@@ -516,16 +516,9 @@ class HloComputation:
         """Removes every instruction that the root does not need and that
         `keep(inst)` does not protect (parameters are always kept).
         Returns how many were removed."""
-        live: set[int] = set()
-        stack = [self.root] if self.root is not None else []
-        stack += [i for i in self._instructions
-                  if i.opcode == "parameter" or keep(i)]
-        while stack:
-            inst = stack.pop()
-            if id(inst) in live:
-                continue
-            live.add(id(inst))
-            stack.extend(inst.operands)
+        starts = [self.root] if self.root is not None else []
+        starts += [i for i in self._instructions if i.opcode == "parameter" or keep(i)]
+        live = {id(i) for i in reachable(starts, attrgetter("operands"))}
         dead = [i for i in self._instructions if id(i) not in live]
         self.remove_instructions(dead)
         return len(dead)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .module import HloComputation, HloInstruction
+from .graph import reachable
+from .module import HloComputation, HloInstruction, callees
 from .shape import Shape, bit_width, is_float, is_integral, numpy_dtype
 
 __all__ = ["TOLERANCES", "Mismatch", "compare", "random_inputs", "tolerance_type",
@@ -39,19 +40,14 @@ def tolerance_type(comp: HloComputation, output_type: str) -> str:
     as exact as f32)."""
     if not is_float(output_type):
         return output_type
-    seen, stack, loosest = set(), [comp], output_type
-    while stack:
-        c = stack.pop()
-        if id(c) in seen:
-            continue
-        seen.add(id(c))
+    loosest = output_type
+    for c in reachable([comp], lambda c: callees(c)[::-1]):
         for inst in c.instructions:
             for leaf in inst.shape.leaves():
                 t = leaf.element_type
                 if is_float(t) and TOLERANCES.get(t, (0, 0))[0] > \
                         TOLERANCES.get(loosest, (0, 0))[0]:
                     loosest = t
-            stack.extend(inst.called_computations)
     return loosest
 
 
@@ -126,17 +122,14 @@ def _sequential_computations(comp: HloComputation) -> list[HloComputation]:
     """`comp` and the computations it calls whose parameters are fed by the
     caller's values (call, while, conditional, fusion): constrained uses
     inside them constrain the outer parameters passed in."""
-    out, stack, seen = [], [comp], set()
-    while stack:
-        c = stack.pop()
-        if id(c) in seen:
-            continue
-        seen.add(id(c))
-        out.append(c)
-        for inst in c.instructions:
-            if inst.opcode in ("call", "fusion", "while", "conditional"):
-                stack.extend(inst.called_computations)
-    return out
+    def fed_by_caller(c: HloComputation) -> list[HloComputation]:
+        # The last callee is walked first: the order decides which
+        # reduction a parameter shared by several takes its init from.
+        return [called for inst in reversed(c.instructions)
+                if inst.opcode in ("call", "fusion", "while", "conditional")
+                for called in reversed(inst.called_computations)]
+
+    return reachable([comp], fed_by_caller)
 
 
 def _outer_parameter(inst: HloInstruction, comp: HloComputation,

@@ -14,11 +14,13 @@ whose users read it through `get-tuple-element`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from math import prod
 
 from ...analysis.fusion import (epilogue_chain_ok, find_hero,
                                 is_tiled_transpose, normalized_transpose)
 from ..fusions import ELEMENTWISE_OPCODES
+from ..graph import reachable
 from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
                       HloModule)
 from ..shape import Shape
@@ -246,15 +248,8 @@ def _check_transpose(roots, heroes) -> BodyInfo:
 
 
 def _all_reachable(starts) -> list[HloInstruction]:
-    out, seen, stack = [], set(), list(starts)
-    while stack:
-        i = stack.pop()
-        if id(i) in seen:
-            continue
-        seen.add(id(i))
-        out.append(i)
-        stack.extend(i.operands)
-    return out
+    """`starts` and every instruction they depend on."""
+    return reachable(starts, attrgetter("operands"))
 
 
 def _reaches(inst: HloInstruction, target: HloInstruction) -> bool:
