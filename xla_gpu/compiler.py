@@ -332,18 +332,26 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
             exe.ptx, exe.cubin = binary.ptx, binary.cubin
             timings.update(binary.timings)
         else:
+            # The host code is generated once, as a shared object that both
+            # this process (ctypes) and the cache / saved artifacts load; the
+            # JIT stands in only where no linker is installed.
+            from . import pipeline
             from .backends import cpu
-            host = cpu.compile_module(kernel.module, entry=kernel.name,
-                                      threads=spec.threads, blocks=spec.blocks,
-                                      dump_dir=dump_dir)
-            exe.host_mlir = host.llvm_ir
-            exe._kernel = _HostRunner(spec, host)
-            try:  # for the disk cache and saved kernels: runs without MLIR
-                exe.host_library = cpu.shared_object(
-                    mlir_ir.Module.parse(host.llvm_ir, context), kernel.name)
+            pipeline.run(kernel.module, target="cpu", threads=spec.threads,
+                         blocks=spec.blocks, dump_dir=dump_dir, dump_regex=dump_regex,
+                         timings=timings if dump_dir is not None else None)
+            timings["pipeline"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            exe.host_mlir = str(kernel.module)
+            try:
+                exe.host_library = cpu.shared_object(kernel.module, kernel.name)
+                exe._kernel = HostKernel.from_bytes(spec, exe.host_library)
             except cpu.HostCompileError as e:
-                exe.notes.append(f"no host shared object: {e}")
-            timings["pipeline+jit"] = time.perf_counter() - t0
+                exe.notes.append(f"no host shared object ({e}): the kernel runs in the "
+                                 "JIT and is not cached on disk")
+                exe._kernel = _HostRunner(spec, cpu.from_lowered(exe.host_mlir,
+                                                                 entry=kernel.name))
+            timings["jit"] = time.perf_counter() - t0
     except mlir_ir.MLIRError as e:
         raise CompileError(f"fusion '{fusion.name}': the {target} pipeline failed: {e}") from None
     except codegen.CodegenError as e:

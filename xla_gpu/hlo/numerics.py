@@ -361,7 +361,8 @@ def _distinct_floats(count: int, element_type: str, rng: np.random.Generator) ->
     bits = bit_width(element_type)
     if bits <= 16:
         codes = np.arange(1 << bits, dtype=np.uint16 if bits == 16 else np.uint8)
-        values = codes.view(dtype).astype(np.float64)
+        with np.errstate(invalid="ignore"):    # the codes include NaNs
+            values = codes.view(dtype).astype(np.float64)
         values = np.unique(values[np.isfinite(values) & (np.abs(values) <= 4)])
         if values.size >= count:
             return rng.choice(values, size=count, replace=False).astype(dtype)

@@ -16,8 +16,10 @@ from __future__ import annotations
 import ctypes
 import os
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -35,7 +37,12 @@ __all__ = ["load", "LoadedKernel", "HostKernel", "EmptyKernel", "KernelSpec", "A
 
 class HostKernel:
     """A cpu-target kernel in a shared object: `<name>_host(void **args)`
-    runs the whole grid (see xla_gpu.backends.cpu)."""
+    runs the whole grid, `<name>_host_blocks(a0, ..., aN-1, first, end)` a
+    range of blocks; a grid of 64 blocks or more is split over host threads
+    (ctypes releases the GIL). See xla_gpu.backends.cpu."""
+
+    _pool: ThreadPoolExecutor | None = None
+    _pool_lock = threading.Lock()
 
     def __init__(self, spec: KernelSpec, library: str | Path):
         self.spec = spec
@@ -43,6 +50,12 @@ class HostKernel:
         self._entry = getattr(self._lib, f"{spec.name}_host")
         self._entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         self._entry.restype = None
+        self._blocks = getattr(self._lib, f"{spec.name}_host_blocks", None)
+        nargs = len(spec.kernel_args)
+        if self._blocks is not None:
+            self._blocks.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * 2
+            self._blocks.restype = None
+        self.workers = min(os.cpu_count() or 1, 8) if spec.blocks >= 64 else 1
 
     @staticmethod
     def from_bytes(spec: KernelSpec, library: bytes) -> "HostKernel":
@@ -61,11 +74,31 @@ class HostKernel:
         finally:
             os.unlink(path)
 
+    def launch(self, pointers: Sequence[int], stream=None) -> None:
+        """Runs the grid on raw buffer pointers (the kernel's arguments)."""
+        if self.workers <= 1 or self._blocks is None:
+            packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+            self._entry(packed)
+            return
+        with HostKernel._pool_lock:
+            if HostKernel._pool is None:
+                HostKernel._pool = ThreadPoolExecutor(min(os.cpu_count() or 1, 8),
+                                                      thread_name_prefix="xla_gpu_host")
+        blocks, workers = self.spec.blocks, self.workers
+        bounds = [blocks * w // workers for w in range(workers + 1)]
+        # The first range runs on this thread, the others on the pool.
+        futures = [HostKernel._pool.submit(self._blocks, *pointers, bounds[w], bounds[w + 1])
+                   for w in range(1, workers)]
+        try:
+            self._blocks(*pointers, bounds[0], bounds[1])
+        finally:
+            for future in futures:
+                future.result()
+
     def run(self, *args) -> tuple[np.ndarray, ...]:
         check_output_memory(self.spec)
         buffers, outputs = self.spec.host_buffers(args)
-        packed = (ctypes.c_void_p * max(len(buffers), 1))(*[b.ctypes.data for b in buffers])
-        self._entry(packed)
+        self.launch([b.ctypes.data for b in buffers])
         return self.spec.results(outputs)
 
 
