@@ -407,11 +407,13 @@ def _last_reader(value: HloValue, live: LiveRanges,
     return best
 
 
-def _share_slots(inst: HloInstruction) -> dict[int, list[tuple[ShapeIndex, ShapeIndex]]]:
+def _share_slots(inst: HloInstruction, elementwise: bool = True
+                 ) -> dict[int, list[tuple[ShapeIndex, ShapeIndex]]]:
     """operand number -> [(operand index, output index)] that `inst` may
-    write over (in place or elementwise)."""
+    write over (in place, or also elementwise)."""
     slots: dict[int, list[tuple[ShapeIndex, ShapeIndex]]] = {}
-    for k, operand_index, output_index in in_place_pairs(inst) + elementwise_share_pairs(inst):
+    pairs = in_place_pairs(inst) + (elementwise_share_pairs(inst) if elementwise else [])
+    for k, operand_index, output_index in pairs:
         slots.setdefault(k, []).append((operand_index, output_index))
     return slots
 
@@ -422,14 +424,23 @@ def _shares_legally(writer: HloInstruction, operand_value: HloValue,
     """`writer` reads `operand_value`'s buffer only through operands it may
     write over (so its output may take that buffer)."""
     slots = _share_slots(writer) if allowed_slots is None else allowed_slots
-    target = alias.find(operand_value)
+    return _reads_only_where_it_writes(writer, alias.find(operand_value), df, alias, slots)
+
+
+def _reads_only_where_it_writes(writer: HloInstruction, buffer: int, df: DataflowAnalysis,
+                                alias: AliasAnalysis, slots: dict,
+                                outputs: list[ShapeIndex] | None = None) -> bool:
+    """Whether `writer` reads `buffer` (an alias-analysis buffer), and only
+    at operand leaves that `slots` (see _share_slots) lets it write over,
+    into one of `outputs` when given."""
     reads = False
     for k, operand in enumerate(writer.operands):
         for index, value in df.leaf_values(operand):
-            if alias.find(value) != target:
+            if alias.find(value) != buffer:
                 continue
             reads = True
-            if not any(index == oi for oi, _ in slots.get(k, [])):
+            if not any(oi == index and (outputs is None or out in outputs)
+                       for oi, out in slots.get(k, ())):
                 return False
     return reads
 
@@ -575,10 +586,7 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
             candidates += [(k, oi, out, False) for k, oi, out in elementwise_share_pairs(inst)]
         if not candidates:
             continue
-        slots = _share_slots(inst) if share_elementwise else {}
-        if not share_elementwise:
-            for k, oi, out in pairs:
-                slots.setdefault(k, []).append((oi, out))
+        slots = _share_slots(inst, share_elementwise)
         records = []
         for k, operand_index, output_index, in_place in candidates:
             if not df.has_value(inst.operands[k], operand_index) or \
@@ -628,17 +636,8 @@ def _touch_is_sharing(ba: BufferAssignment, t: int, ending: int, starting: int) 
                if v.instruction is writer and alias.find(v) == starting]
     if not written:
         return False
-    slots = _share_slots(writer) if ba.share_elementwise else \
-        {k: [(oi, out)] for k, oi, out in in_place_pairs(writer)}
-    reads = False
-    for k, operand in enumerate(writer.operands):
-        for index, value in df.leaf_values(operand):
-            if alias.find(value) != ending:
-                continue
-            reads = True
-            if not any(oi == index and out in written for oi, out in slots.get(k, [])):
-                return False
-    return reads
+    slots = _share_slots(writer, ba.share_elementwise)
+    return _reads_only_where_it_writes(writer, ending, df, alias, slots, written)
 
 
 def _interferes(ba: BufferAssignment, a: int, b: int, buffers: "_BufferSet | None" = None) -> bool:
