@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -288,7 +289,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
            dump_dir, dump_regex: str) -> Executable:
     from mlir import ir as mlir_ir
 
-    from . import codegen, emitters, ir
+    from . import codegen, emitters
 
     timings: dict[str, float] = {}
     if fusion.output_shapes and all(s.num_elements == 0 for s in fusion.output_shapes):
@@ -304,7 +305,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
         return Executable(spec, text, "", notes=["every output is empty: no kernel"],
                           timings=timings)
     t0 = time.perf_counter()
-    context = ir.Context()
+    context = _thread_context()
     kernel = emitters.emit_fusion(fusion, context)
     try:
         kernel.module.operation.verify()
@@ -357,6 +358,20 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
     except codegen.CodegenError as e:
         raise CompileError(f"fusion '{fusion.name}': {e}") from None
     return exe
+
+
+_contexts = threading.local()
+
+
+def _thread_context():
+    """This thread's MLIR context for emission and the pipeline (making one
+    costs more than emitting a typical kernel); contexts are not shared
+    between threads."""
+    context = getattr(_contexts, "context", None)
+    if context is None:
+        from . import ir
+        context = _contexts.context = ir.Context()
+    return context
 
 
 class _HostRunner:
