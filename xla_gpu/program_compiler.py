@@ -1041,15 +1041,7 @@ def _where(inst: HloInstruction) -> str:
 
 
 def _memory_analysis(assignment, kernels: dict[str, KernelImage]) -> MemoryAnalysis:
-    analysis = assignment.memory_analysis()
-    fields = {}
-    for name in MemoryAnalysis.__dataclass_fields__:
-        value = getattr(analysis, name, None)
-        if value is None and isinstance(analysis, dict):
-            value = analysis.get(name)
-        if value is not None:
-            fields[name] = int(value)
-    memory = MemoryAnalysis(**fields)
+    memory = assignment.memory_analysis()
     memory.generated_code_size_in_bytes = sum(k.code_size for k in kernels.values())
     return memory
 

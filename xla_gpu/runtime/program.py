@@ -55,7 +55,11 @@ _ALIGNMENT = 64
 
 @dataclass
 class MemoryAnalysis:
-    """jax's `compiled.memory_analysis()` fields, in bytes."""
+    """jax's `compiled.memory_analysis()` fields, in bytes, as buffer
+    assignment finds them (`xla_gpu.service`; the compiler adds
+    `generated_code_size_in_bytes`, the kernels' size).
+    `peak_memory_in_bytes` is arguments + outputs + temp - alias;
+    `constant_size_in_bytes` the constants the executable carries."""
     temp_size_in_bytes: int = 0
     argument_size_in_bytes: int = 0
     output_size_in_bytes: int = 0
@@ -67,6 +71,7 @@ class MemoryAnalysis:
     host_alias_size_in_bytes: int = 0
     host_generated_code_size_in_bytes: int = 0
     constant_size_in_bytes: int = 0
+    peak_memory_in_bytes: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return dict(self.__dict__)

@@ -1,7 +1,7 @@
 """The back half of the compiler that needs no MLIR: scheduling,
 dataflow and alias analysis, live ranges, the heap simulator and buffer
 assignment (XLA's service/ folder). Imports only `xla_gpu.hlo`, numpy and
-`xla_gpu.runtime.buffers`.
+the runtime's records (`Allocation`, `BufferSlice`, `MemoryAnalysis`).
 
     from xla_gpu.service import schedule_module, assign_buffers
     schedule = schedule_module(module, memory_limit=None)

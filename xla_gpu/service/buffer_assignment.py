@@ -42,11 +42,11 @@ insertion adds the copies such modules need.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
 from ..errors import HloError, ResourceError
 from ..hlo.module import HloInstruction, HloModule
 from ..runtime.buffers import Allocation, BufferSlice
+from ..runtime.program import MemoryAnalysis
 from .alias_analysis import (AliasAnalysis, InputOutputAlias, elementwise_share_pairs,
                              in_place_pairs, parse_input_output_alias)
 from .dataflow import (INT64_MAX, DataflowAnalysis, HloValue, ShapeIndex,
@@ -57,27 +57,6 @@ from .liveness import Interval, LiveRanges
 __all__ = ["BufferAssignment", "MemoryAnalysis", "assign_buffers"]
 
 DEFAULT_ALIGNMENT = 64
-
-
-@dataclass(frozen=True)
-class MemoryAnalysis:
-    """jax's `compiled.memory_analysis()` fields. `generated_code_size_in_bytes`
-    is the caller's to fill (the kernels' size); `peak_memory_in_bytes` is
-    arguments + outputs + temp - alias."""
-    temp_size_in_bytes: int = 0
-    argument_size_in_bytes: int = 0
-    output_size_in_bytes: int = 0
-    alias_size_in_bytes: int = 0
-    generated_code_size_in_bytes: int = 0
-    host_generated_code_size_in_bytes: int = 0
-    host_argument_size_in_bytes: int = 0
-    host_output_size_in_bytes: int = 0
-    host_alias_size_in_bytes: int = 0
-    host_temp_size_in_bytes: int = 0
-    peak_memory_in_bytes: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
 
 
 def _copy_needed(inst: HloInstruction, message: str) -> HloError:
@@ -199,7 +178,8 @@ class BufferAssignment:
         return self.allocations[index]
 
     def memory_analysis(self) -> MemoryAnalysis:
-        argument = output = alias = temp = 0
+        """The allocations' sizes in jax's fields (generated code left 0)."""
+        argument = output = alias = temp = constant = 0
         for a in self.allocations:
             if a.kind == "parameter":
                 argument += a.size
@@ -209,9 +189,12 @@ class BufferAssignment:
                 output += a.size
             if a.kind == "temp":
                 temp += a.size
+            if a.kind == "constant":
+                constant += a.size
         return MemoryAnalysis(
             temp_size_in_bytes=temp, argument_size_in_bytes=argument,
             output_size_in_bytes=output, alias_size_in_bytes=alias,
+            constant_size_in_bytes=constant,
             peak_memory_in_bytes=argument + output + temp - alias)
 
     # --------------------------------------------------------------- dumps
