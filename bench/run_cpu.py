@@ -34,6 +34,7 @@ import datetime
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,7 @@ t1 = time.perf_counter()
 text = open(sys.argv[1]).read()
 err = None
 try:
-    xla_gpu.compile(text, target="cuda", cache=False)
+    xla_gpu.compile(text, target="cuda", cache=False, fusion=sys.argv[2])
 except Exception as e:
     err = f"{type(e).__name__}: {e}"
 t2 = time.perf_counter()
@@ -84,7 +85,7 @@ print(json.dumps({"import": t1 - t0, "compile": t3 - t2, "total": (t1 - t0) + (t
 """
 
 _PEAK_OURS = r"""
-import json, sys
+import json, re, sys
 
 def mem():
     # ru_maxrss (KiB), and VmHWM (the peak resident set of this process image)
@@ -101,7 +102,9 @@ base = mem()
 done, failed = 0, 0
 for path in sys.argv[1:]:
     try:
-        xla_gpu.compile(open(path).read(), target="cuda", cache=False)
+        text = open(path).read()
+        entry = re.search(r"^ENTRY\s+%?([\w.\-]+)", text, re.M).group(1)
+        xla_gpu.compile(text, target="cuda", cache=False, fusion=entry)
         done += 1
     except Exception:
         failed += 1
@@ -153,6 +156,17 @@ def _subprocess_json(args: list[str], env: dict, clean_rss: bool = False) -> tup
     return json.loads(lines[-1]), wall
 
 
+def entry_name(text: str) -> str:
+    """The ENTRY computation's name: the corpus' HLO is one fusion written
+    as an ENTRY of plain ops, which `xla_gpu.compile` would otherwise take
+    as a whole program (HLO passes, thunks); `fusion=` names it as the one
+    fusion to compile."""
+    match = re.search(r"^ENTRY\s+%?([\w.\-]+)", text, re.M)
+    if match is None:
+        raise ValueError("the HLO text has no ENTRY computation")
+    return match.group(1)
+
+
 def _unsupported(e: BaseException | str) -> str:
     return f"not supported yet ({bl.reason(e)})"
 
@@ -168,13 +182,14 @@ def compile_latency(cases, repeat: int, cold_repeat: int, env: dict, log) -> lis
     for case in cases:
         text = case.hlo("gpu")
         path = str(case.hlo_path("gpu"))
+        entry = entry_name(text)
         row = {"case": case.name, "what": case.what}
         log(f"[compile] {case.name}")
         # cold: fresh processes, ours and XLA alternating
         cold_o, cold_x, cold_o_wall = [], [], []
         for _ in range(cold_repeat):
             try:
-                r, wall = _subprocess_json([_COLD_OURS, path], env)
+                r, wall = _subprocess_json([_COLD_OURS, path, entry], env)
                 if r["error"]:
                     row["error"] = r["error"]
                 else:
@@ -208,7 +223,7 @@ def compile_latency(cases, repeat: int, cold_repeat: int, env: dict, log) -> lis
 
         exe = None
         try:
-            exe = xla_gpu.compile(text, target="cuda", cache=False)
+            exe = xla_gpu.compile(text, target="cuda", cache=False, fusion=entry)
             row["emitter"] = exe.spec.emitter
             row["launch"] = f"{exe.spec.blocks}x{exe.spec.threads}"
             row["notes"] = exe.notes
@@ -221,7 +236,7 @@ def compile_latency(cases, repeat: int, cold_repeat: int, env: dict, log) -> lis
             if exe is not None:
                 gc.collect()
                 t0 = time.perf_counter()
-                e2 = xla_gpu.compile(text, target="cuda", cache=False)
+                e2 = xla_gpu.compile(text, target="cuda", cache=False, fusion=entry)
                 total = time.perf_counter() - t0
                 warm_cubin.append(total)
                 warm_ptx.append(total - e2.timings.get("cubin", 0.0))
@@ -241,16 +256,16 @@ def compile_latency(cases, repeat: int, cold_repeat: int, env: dict, log) -> lis
 
         # cache hits: memory, then disk (memory cleared before each)
         if exe is not None:
-            xla_gpu.compile(text, target="cuda")          # miss: fills both caches
+            xla_gpu.compile(text, target="cuda", fusion=entry)  # miss: fills both caches
             mem, disk = [], []
             for _ in range(max(repeat, 5)):
                 t0 = time.perf_counter()
-                xla_gpu.compile(text, target="cuda")
+                xla_gpu.compile(text, target="cuda", fusion=entry)
                 mem.append(time.perf_counter() - t0)
             for _ in range(max(repeat, 5)):
                 clear_memory_cache()
                 t0 = time.perf_counter()
-                hit = xla_gpu.compile(text, target="cuda")
+                hit = xla_gpu.compile(text, target="cuda", fusion=entry)
                 disk.append(time.perf_counter() - t0)
             assert hit.ptx, "a disk hit without PTX"
             row["mem_hit_s"] = bl.median(mem)
@@ -289,7 +304,7 @@ def run_time(cases, rounds: int, target_s: float, log) -> list[dict]:
         xla_call()
         t_x1 = time.perf_counter() - t0
         try:
-            exe = xla_gpu.compile(text, target="cpu")
+            exe = xla_gpu.compile(text, target="cpu", fusion=entry_name(text))
             row["emitter"] = exe.spec.emitter
             got = exe.run(*inputs)
             t0 = time.perf_counter()

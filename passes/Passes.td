@@ -299,6 +299,40 @@ def EmulateGridPass : Pass<"xla-emulate-grid", "mlir::ModuleOp"> {
                            "mlir::func::FuncDialect"];
 }
 
+def ScalarizeVectorMemoryPass
+    : Pass<"xla-scalarize-vector-memory", "mlir::ModuleOp"> {
+  let summary = "Splits vector loads and stores into one per element (cpu)";
+  let description = [{
+    The `cpu` target, after `xla-emulate-grid`: every non-atomic,
+    non-volatile `llvm.load` / `llvm.store` of a 1-D vector of whole-byte
+    elements becomes one scalar
+    access per element (same flags; alignments of the element offsets),
+    joined by `vector.from_elements` / taken apart with `vector.extract`,
+    which canonicalize folds away. LLVM's loop vectorizer then sees the loop
+    over a block's threads with scalar values only and vectorizes it across
+    threads (it rejects loops with vector-typed values).
+  }];
+  let dependentDialects = ["mlir::LLVM::LLVMDialect",
+                           "mlir::vector::VectorDialect"];
+}
+
+def ApproximateHostMathPass
+    : Pass<"xla-approximate-host-math", "mlir::ModuleOp"> {
+  let summary = "f32 exp/expm1/log/log1p/tanh/erf as vectorizable arithmetic (cpu)";
+  let description = [{
+    The `cpu` target, before `xla-lower-to-host`: f32 `math.exp`,
+    `math.expm1`, `math.log`, `math.log1p`, `math.tanh` and `math.erf`
+    (scalar or vector) become arith ops (range reduction, polynomials,
+    selects for the special cases) instead of libm calls, so that LLVM's
+    loop vectorizer can run over a loop that uses them. Errors stay within
+    2.5 ulp of the exact result over the whole f32 range, NaN, infinities,
+    signed zeros and subnormals included (the bounds are in the source).
+    Other math ops and f64 are left alone (libm).
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect",
+                           "mlir::math::MathDialect"];
+}
+
 def LowerToHostPass : Pass<"xla-lower-to-host", "mlir::ModuleOp"> {
   let summary = "Lowers a grid-emulated module to the LLVM dialect for the "
                 "host";

@@ -2,14 +2,17 @@
 //
 // The cpu target's counterpart of xla-lower-to-llvm. What differs from the
 // NVVM lowering:
-//   - math: LLVM intrinsics where MathToLLVM has them (the x86 backend turns
-//     the transcendental ones into libm calls), else libm calls (tanhf,
-//     erff, ...); the JIT resolves both in the process's libm;
+//   - math: f32 exp/expm1/log/log1p/tanh/erf are arithmetic already
+//     (xla-approximate-host-math, in the cpu pipeline before this pass);
+//     the rest become LLVM intrinsics where MathToLLVM has them (the x86
+//     backend turns the transcendental ones into libm calls), else libm
+//     calls (sinf's kin, f64); the JIT resolves both in the process's libm;
 //   - bf16: x86 without AVX512-BF16 computes bf16 arithmetic in f32 and
 //     rounds through `__truncsfbf2`, which the JIT cannot resolve. Every
 //     bf16 arith op is therefore computed in f32 here and rounded back
 //     (once per op, as the GPU's bf16 instructions round), and the
-//     conversions become integer ops (round to nearest even, NaN kept);
+//     conversions become integer ops (round to nearest even, NaN kept),
+//     all in i32/i16 so that they vectorize;
 //   - no kernels, no special registers: gpu and nvvm ops are an error.
 //
 //===----------------------------------------------------------------------===//
@@ -24,6 +27,7 @@
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Transforms/DialectConversion.h"
+#include "mlir/IR/TypeUtilities.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace mlir::xla_gpu {
@@ -32,6 +36,52 @@ namespace mlir::xla_gpu {
 #include "Passes.h.inc"
 
 namespace {
+
+Type withElement(Type like, Type element) {
+  if (auto shaped = dyn_cast<ShapedType>(like)) return shaped.clone(element);
+  return element;
+}
+
+Value splat(OpBuilder &b, Location loc, Type type, int64_t value) {
+  auto attr = b.getIntegerAttr(getElementTypeOrSelf(type), value);
+  if (auto shaped = dyn_cast<ShapedType>(type))
+    return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(shaped, attr));
+  return arith::ConstantOp::create(b, loc, attr);
+}
+
+// f32 -> bf16, round to nearest even, NaN -> 0x7fc0, computed on the bits:
+// (x + 0x7fff + bit 16 of x) >> 16.
+struct TruncFToBF16AsIntegers : OpRewritePattern<arith::TruncFOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(arith::TruncFOp op,
+                                PatternRewriter &rewriter) const override {
+    Value x = op.getIn();
+    if (!getElementTypeOrSelf(x.getType()).isF32() ||
+        !getElementTypeOrSelf(op.getType()).isBF16() || op.getRoundingmodeAttr())
+      return failure();
+    Location loc = op.getLoc();
+    Type i32 = withElement(x.getType(), rewriter.getI32Type());
+    Type i16 = withElement(x.getType(), rewriter.getI16Type());
+    // x != x: NaN.
+    Value isNan = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::UNE, x, x);
+    Value bits = arith::BitcastOp::create(rewriter, loc, i32, x);
+    Value lsb = arith::AndIOp::create(
+        rewriter, loc,
+        arith::ShRUIOp::create(rewriter, loc, bits, splat(rewriter, loc, i32, 16)),
+        splat(rewriter, loc, i32, 1));
+    Value rounded = arith::AddIOp::create(
+        rewriter, loc,
+        arith::AddIOp::create(rewriter, loc, bits, splat(rewriter, loc, i32, 0x7fff)),
+        lsb);
+    Value high = arith::TruncIOp::create(
+        rewriter, loc, i16,
+        arith::ShRUIOp::create(rewriter, loc, rounded, splat(rewriter, loc, i32, 16)));
+    Value result = arith::SelectOp::create(rewriter, loc, isNan,
+                                           splat(rewriter, loc, i16, 0x7fc0), high);
+    rewriter.replaceOpWithNewOp<arith::BitcastOp>(op, op.getType(), result);
+    return success();
+  }
+};
 
 struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
   void runOnOperation() override {
@@ -72,9 +122,12 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
                             op->getContext(), arith::FastMathFlags::none));
       });
     }
-    // bf16 <-> f32 conversions as integer ops.
+    // bf16 <-> f32 conversions as integer ops; f32 -> bf16 chooses the NaN
+    // among i16s (upstream's expansion selects between bf16 values, which
+    // x86 cannot do in vector registers: every lane went through a scalar).
     {
       RewritePatternSet patterns(ctx);
+      patterns.add<TruncFToBF16AsIntegers>(ctx, /*benefit=*/2);
       arith::populateExpandBFloat16Patterns(patterns);
       if (failed(applyPatternsGreedily(module, std::move(patterns))))
         return signalPassFailure();

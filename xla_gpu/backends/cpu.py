@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -59,6 +61,21 @@ class HostCompileError(RuntimeError):
     """The JIT or the linker failed; the message has the tool's output."""
 
 _PACKED = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _worker_pool() -> ThreadPoolExecutor:
+    """The threads that run block ranges of `HostKernel.run(workers=N)`,
+    made once per process (one per core; the JIT-compiled code runs
+    without the GIL)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max(os.cpu_count() or 1, 1),
+                                       thread_name_prefix="xla_gpu_host")
+        return _POOL
 
 
 def _element_bytes(element: _ir.Type) -> int | None:
@@ -162,9 +179,14 @@ class HostKernel:
                 *[ctypes.addressof(s) for s in slots])
             self._blocks_fn(packed)
 
-        with ThreadPoolExecutor(workers) as pool:
-            for future in [pool.submit(run_range, bounds[w], bounds[w + 1])
-                           for w in range(workers)]:
+        # The first range runs on this thread, the others on the shared
+        # pool (a pool per call costs more than a small kernel's run).
+        futures = [_worker_pool().submit(run_range, bounds[w], bounds[w + 1])
+                   for w in range(1, workers)]
+        try:
+            run_range(bounds[0], bounds[1])
+        finally:
+            for future in futures:
                 future.result()
 
     __call__ = run

@@ -1,0 +1,129 @@
+//===- scalarize_vector_memory.cpp - vector loads/stores as scalar ones ---===//
+//
+// The cpu target after xla-emulate-grid. The emitters give each GPU thread
+// a few consecutive elements, read and written as one vector access
+// (`llvm.load %p : vector<4xf32>`), which is what the GPU wants. On the
+// host, the loop over a block's threads is what should become SIMD code
+// (consecutive threads in consecutive lanes), and LLVM's loop vectorizer
+// refuses a loop whose body has values of vector type. This pass splits
+// every such access into one scalar access per element (the same memory,
+// the same flags; atomic and volatile accesses stay whole); the thread loop then has scalar ops only, and the
+// vectorizer turns the per-element accesses of consecutive threads into
+// interleaved vector accesses. Where the vector was built from, or taken
+// apart into, scalars (vector.from_elements, vector.extract), canonicalize
+// removes the vector entirely.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Passes.h"
+#include "llvm/Support/MathExtras.h"
+
+namespace mlir::xla_gpu {
+
+#define GEN_PASS_DEF_SCALARIZEVECTORMEMORYPASS
+#include "Passes.h.inc"
+
+namespace {
+
+// Longer vectors stay as they are (the emitters' vectors are 2 to 8 wide).
+constexpr int64_t kMaxElements = 64;
+
+// The element type of a 1-D fixed vector of whole bytes that this pass
+// splits, or null.
+Type splittableElement(Type type) {
+  auto vector = dyn_cast<VectorType>(type);
+  if (!vector || vector.getRank() != 1 || vector.isScalable() ||
+      vector.getNumElements() > kMaxElements)
+    return {};
+  Type element = vector.getElementType();
+  if (!element.isIntOrFloat() || element.getIntOrFloatBitWidth() % 8 != 0)
+    return {};  // i1 vectors are bit-packed in memory
+  return element;
+}
+
+// The alignment of element `i` of an access aligned to `alignment` (0:
+// the ABI alignment, which an element of the vector also has).
+unsigned elementAlignment(unsigned alignment, int64_t i, int64_t bytes) {
+  if (alignment == 0 || i == 0) return alignment;
+  uint64_t offset = static_cast<uint64_t>(i * bytes);
+  return std::min<uint64_t>(alignment, offset & (~offset + 1));
+}
+
+Value elementAddress(OpBuilder &b, Location loc, Value base, Type element,
+                     int64_t i) {
+  if (i == 0) return base;
+  return LLVM::GEPOp::create(b, loc, base.getType(), element, base,
+                             ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(i)},
+                             LLVM::GEPNoWrapFlags::inbounds);
+}
+
+void splitLoad(LLVM::LoadOp load, Type element) {
+  auto vector = cast<VectorType>(load.getType());
+  int64_t n = vector.getNumElements();
+  int64_t bytes = element.getIntOrFloatBitWidth() / 8;
+  OpBuilder b(load);
+  Location loc = load.getLoc();
+  SmallVector<Value> elements;
+  for (int64_t i = 0; i < n; ++i) {
+    Value addr = elementAddress(b, loc, load.getAddr(), element, i);
+    elements.push_back(LLVM::LoadOp::create(
+        b, loc, element, addr,
+        elementAlignment(load.getAlignment().value_or(0), i, bytes),
+        /*isVolatile=*/false, load.getNontemporal(), load.getInvariant(),
+        load.getInvariantGroup()));
+  }
+  Value whole = vector::FromElementsOp::create(b, loc, vector, elements);
+  load.getResult().replaceAllUsesWith(whole);
+  load.erase();
+}
+
+void splitStore(LLVM::StoreOp store, Type element) {
+  Value value = store.getValue();
+  int64_t n = cast<VectorType>(value.getType()).getNumElements();
+  int64_t bytes = element.getIntOrFloatBitWidth() / 8;
+  OpBuilder b(store);
+  Location loc = store.getLoc();
+  auto fromElements = value.getDefiningOp<vector::FromElementsOp>();
+  for (int64_t i = 0; i < n; ++i) {
+    Value scalar = fromElements
+                       ? fromElements.getElements()[i]
+                       : vector::ExtractOp::create(b, loc, value,
+                                                   ArrayRef<int64_t>{i})
+                             .getResult();
+    Value addr = elementAddress(b, loc, store.getAddr(), element, i);
+    LLVM::StoreOp::create(
+        b, loc, scalar, addr,
+        elementAlignment(store.getAlignment().value_or(0), i, bytes),
+        /*isVolatile=*/false, store.getNontemporal(),
+        store.getInvariantGroup());
+  }
+  store.erase();
+}
+
+struct ScalarizeVectorMemoryPass
+    : impl::ScalarizeVectorMemoryPassBase<ScalarizeVectorMemoryPass> {
+  void runOnOperation() override {
+    SmallVector<LLVM::LoadOp> loads;
+    SmallVector<LLVM::StoreOp> stores;
+    getOperation()->walk([&](Operation *op) {
+      if (auto load = dyn_cast<LLVM::LoadOp>(op)) {
+        if (load.getOrdering() == LLVM::AtomicOrdering::not_atomic &&
+            !load.getVolatile_() && splittableElement(load.getType()))
+          loads.push_back(load);
+      } else if (auto store = dyn_cast<LLVM::StoreOp>(op)) {
+        if (store.getOrdering() == LLVM::AtomicOrdering::not_atomic &&
+            !store.getVolatile_() &&
+            splittableElement(store.getValue().getType()))
+          stores.push_back(store);
+      }
+    });
+    // Loads first: a store of a loaded vector then sees its elements.
+    for (LLVM::LoadOp load : loads)
+      splitLoad(load, splittableElement(load.getType()));
+    for (LLVM::StoreOp store : stores)
+      splitStore(store, splittableElement(store.getValue().getType()));
+  }
+};
+
+} // namespace
+} // namespace mlir::xla_gpu
