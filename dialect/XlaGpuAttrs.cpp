@@ -17,7 +17,7 @@ void XlaGpuDialect::registerAttributes() {
       >();
 }
 
-// `<"part" "part" ...>`: adjacent strings are concatenated, as in the seed's
+// `<"part" "part" ...>`: adjacent strings are concatenated, as in the reference walkthrough's
 // listings. Errors point at the offending character inside the string.
 Attribute IndexingMapAttr::parse(AsmParser &parser, Type) {
   if (parser.parseLess()) return {};

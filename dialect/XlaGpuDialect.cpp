@@ -23,7 +23,7 @@ struct XlaGpuOpAsmInterface : public OpAsmDialectInterface {
   }
 };
 
-// The seed's rule: a subgraph function is inlined into its pure_call only
+// The reference walkthrough's rule: a subgraph function is inlined into its pure_call only
 // while it has a single call site; a function called from two or more sites
 // stays outlined so that code size does not grow with the number of uses.
 struct XlaGpuInlinerInterface : public DialectInlinerInterface {

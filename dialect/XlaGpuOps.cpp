@@ -23,7 +23,7 @@ ParseResult parseIndexingMapAttr(OpAsmParser &parser, IndexingMapAttr &attr) {
   return success();
 }
 
-// `(%a, %b)`; the comma may be left out (the seed's transpose listing writes
+// `(%a, %b)`; the comma may be left out (the reference walkthrough's transpose listing writes
 // `(%thread_id_x %block_id_x)`).
 ParseResult
 parseDimOperands(OpAsmParser &parser,

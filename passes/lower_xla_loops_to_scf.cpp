@@ -11,7 +11,7 @@ namespace mlir::xla_gpu {
 
 namespace {
 
-// lo <= value <= hi, as the seed writes it (cmpi sge, cmpi sle, andi).
+// lo <= value <= hi, as the reference walkthrough writes it (cmpi sge, cmpi sle, andi).
 Value inRange(PatternRewriter &rewriter, Location loc, Value value,
               Interval bounds) {
   auto cst = [&](int64_t v) {

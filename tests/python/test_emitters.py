@@ -58,7 +58,7 @@ def test_jax_fusions_compile_to_ptx(path, fusion, tmp_path):
     assert f".entry {kernel.name}(" in ptx
 
 
-def test_seed_gelu_matches_the_seed_listing():
+def test_gelu_matches_the_walkthrough_listing():
     kernel = emitters.emit((ROOT / "examples" / "gelu.hlo").read_text())
     text = str(kernel.module)
     assert kernel.emitter == "loop" and kernel.launch.threads == 128
@@ -74,7 +74,7 @@ def _emit(text: str, fusion=None) -> emitters.EmittedKernel:
     return emitters.emit(text, ir.Context(), fusion=fusion)
 
 
-SEED_PARTITION = """
+WALKTHROUGH_PARTITION = """
 HloModule m
 fused {
   p = f32[32,32] parameter(0)
@@ -86,10 +86,10 @@ fused {
 
 
 def test_partitioner_splits_differently_indexed_users():
-    # Seed 000: log is read at two different indices by add and transpose,
+    # The reference walkthrough: log is read at two different indices by add and transpose,
     # so it gets a function of its own; the transpose has one user and
     # stays with the add.
-    text = str(_emit(SEED_PARTITION).module)
+    text = str(_emit(WALKTHROUGH_PARTITION).module)
     assert text.count("func.func private") == 2
     assert text.count("xla_gpu.pure_call @fused_log(") == 2
 

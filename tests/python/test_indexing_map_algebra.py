@@ -34,7 +34,7 @@ from xla_gpu import ir
      "(d0) -> (d0), domain: d0 in [0, 7]"),
     ("(d0, d1) -> (d0), domain: d0 in [0, 7], d1 in [0, 7], d0 + d1 in [0, 9]",
      "(d0, d1) -> (d0), domain: d0 in [0, 7], d1 in [0, 7], d0 + d1 in [0, 9]"),
-    # Seed 000: the linearized GELU index recombines to th_x * 4 + bl_x * 512 + v.
+    # The reference walkthrough: the linearized GELU index recombines to th_x * 4 + bl_x * 512 + v.
     ("(th_x, bl_x)[v] -> ((bl_x floordiv 4096) * 2097152 + ((bl_x floordiv 8) mod 512) * 4096"
      " + (bl_x mod 8) * 512 + th_x * 4 + v), "
      "domain: th_x in [0, 127], bl_x in [0, 24575], v in [0, 3]",
@@ -106,7 +106,7 @@ def test_compose(ctx):
         "(th_x, bl_x)[v] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512, "
         "(bl_x mod 8) * 512 + th_x * 4 + v), "
         "domain: th_x in [0, 127], bl_x in [0, 24575], v in [0, 3]")
-    # The seed's flattening: ranges make the 6x512x4096 bounds redundant.
+    # The reference walkthrough's flattening: ranges make the 6x512x4096 bounds redundant.
     assert str(loop.compose(ir.IndexingMap.linearization([6, 512, 4096]))) == (
         "(th_x, bl_x)[v] -> (th_x * 4 + bl_x * 512 + v), "
         "domain: th_x in [0, 127], bl_x in [0, 24575], v in [0, 3]")

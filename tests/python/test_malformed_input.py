@@ -21,7 +21,7 @@ TOKENS = ["(", ")", "[", "]", ",", "->", "in", "domain:", "%", "#map", "0", "-1"
 
 
 def _sources() -> list[str]:
-    files = sorted((LIT / "seed").glob("*.mlir")) + [LIT / "dialect" / "ops.mlir",
+    files = sorted((LIT / "walkthrough").glob("*.mlir")) + [LIT / "dialect" / "ops.mlir",
                                                      LIT / "dialect" / "canonicalize.mlir"]
     out = []
     for f in files:

@@ -39,8 +39,8 @@ CASES = {
     "partial": _fusion("""
   p = f32[50,70] parameter(0)
   ROOT t = f32[70,50] transpose(p), dimensions={1,0}"""),
-    # Seed 000: exp prologue, abs epilogue, partial tiles on dims 0 and 2.
-    "seed": _fusion("""
+    # The reference walkthrough: exp prologue, abs epilogue, partial tiles on dims 0 and 2.
+    "walkthrough": _fusion("""
   p = f32[20,160,170] parameter(0)
   e = f32[20,160,170] exponential(p)
   t = f32[170,160,20] transpose(e), dimensions={2,1,0}
@@ -229,7 +229,7 @@ def _tiling(text):
 
 
 @pytest.mark.parametrize("name,vector,shmem,blocks", [
-    ("seed", 1, [32, 1, 33], 960),          # the seed's tensor<32x1x33xf32>
+    ("walkthrough", 1, [32, 1, 33], 960),          # the reference walkthrough's tensor<32x1x33xf32>
     ("2d", 1, [32, 33], 32),
     ("021", 1, [1, 32, 33], 24),
     ("partial", 1, [32, 33], 6),
@@ -251,8 +251,8 @@ def test_tiling(name, vector, shmem, blocks):
     assert tiling.steps * 128 * tiling.vector == np.prod(tiling.block_sizes)
 
 
-def test_seed_listing_maps():
-    module = str(_emit(CASES["seed"]).module)
+def test_walkthrough_listing_maps():
+    module = str(_emit(CASES["walkthrough"]).module)
     assert ("(th_x, bl_x)[i, j] -> (th_x floordiv 32 + i * 4, bl_x floordiv 6, "
             "th_x mod 32 + (bl_x mod 6) * 32, th_x floordiv 32 + i * 4, 0, th_x mod 32), "
             "domain: th_x in [0, 127], bl_x in [0, 959], i in [0, 7], j in [0, 0], "

@@ -1,10 +1,10 @@
 // apply_indexing of apply_indexing composes, and the composed map is
-// simplified with the ranges: linearizing seed 000's three GELU indices gives
+// simplified with the ranges: linearizing the reference walkthrough's three GELU indices gives
 // the flattened listing's single map.
 // RUN: xla-gpu-opt %s --canonicalize --split-input-file | FileCheck %s
 
 // CHECK: #[[MAP:.*]] = #xla_gpu.indexing_map<"(th_x, bl_x, vector_index) -> (th_x * 4 + bl_x * 512 + vector_index), domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]">
-// CHECK-LABEL: func.func @seed_linearization(
+// CHECK-LABEL: func.func @walkthrough_linearization(
 // CHECK-NEXT: %[[I:.*]] = xla_gpu.apply_indexing #[[MAP]](%arg0, %arg1, %arg2)
 // CHECK-NEXT: return %[[I]]
 #map = #xla_gpu.indexing_map<"(th_x, bl_x)[vector_index] -> (bl_x floordiv 4096),"
@@ -15,7 +15,7 @@
  "domain: th_x in [0, 127], bl_x in [0, 24575], vector_index in [0, 3]">
 #linear = #xla_gpu.indexing_map<"(d0, d1, d2) -> (d0 * 2097152 + d1 * 4096 + d2),"
  "domain: d0 in [0, 5], d1 in [0, 511], d2 in [0, 4095]">
-func.func @seed_linearization(%tid: index, %bid: index, %v: index) -> index {
+func.func @walkthrough_linearization(%tid: index, %bid: index, %v: index) -> index {
   %dim0 = xla_gpu.apply_indexing #map(%tid, %bid)[%v]
   %dim1 = xla_gpu.apply_indexing #map1(%tid, %bid)[%v]
   %dim2 = xla_gpu.apply_indexing #map2(%tid, %bid)[%v]

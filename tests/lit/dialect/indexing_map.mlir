@@ -29,7 +29,7 @@ func.func private @no_results() attributes {m = #xla_gpu.indexing_map<"(d0) -> (
 // CHECK-SAME: #xla_gpu.indexing_map<"(a, b) -> (a - b, a - 4, -a, a - b * 3, a ceildiv 3, (a + b) floordiv 2, (a mod 5) mod 3), domain: a in [-10, -1], b in [0, 100]">
 func.func private @arith() attributes {m = #xla_gpu.indexing_map<"(a, b) -> (a - b, a - 4, -a, a - b * 3, a ceildiv 3, (a + b) floordiv 2, (a mod 5) mod 3), domain: a in [-10, -1], b in [0, 100]">}
 
-// Adjacent string literals concatenate (seed 000 writes maps that way);
+// Adjacent string literals concatenate (the reference walkthrough writes maps that way);
 // spacing is free.
 // CHECK-LABEL: @split
 // CHECK-SAME: #xla_gpu.indexing_map<"(d0)[s0] -> (d0 * 4 + s0), domain: d0 in [0, 127], s0 in [0, 3]">

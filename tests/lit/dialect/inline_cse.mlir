@@ -1,4 +1,4 @@
-// pure_call and the inliner (seed 000's rule), CSE and LICM; shared memory
+// pure_call and the inliner (the reference walkthrough's rule), CSE and LICM; shared memory
 // and barriers are never merged or dropped.
 // RUN: xla-gpu-opt %s --split-input-file --inline | FileCheck %s --check-prefix=INLINE
 // RUN: xla-gpu-opt %s --split-input-file --cse | FileCheck %s --check-prefix=CSE

@@ -1,5 +1,5 @@
 // xla-flatten-tensors: N-d tensors become 1-d everywhere; indices go through
-// the linearization, which canonicalize composes (seed 000, "Flattening
+// the linearization, which canonicalize composes (the reference walkthrough's "Flattening
 // tensors").
 // RUN: xla-gpu-opt %s --split-input-file --xla-flatten-tensors | FileCheck %s
 // RUN: xla-gpu-opt %s --split-input-file --xla-flatten-tensors --canonicalize --cse | FileCheck %s --check-prefix=COMPOSED

@@ -1,4 +1,4 @@
-// xla-lower-tensors: bare pointers, loads and stores (seed 000, "Lowering to
+// xla-lower-tensors: bare pointers, loads and stores (the reference walkthrough's "Lowering to
 // LLVM").
 // RUN: xla-gpu-opt %s --split-input-file --xla-lower-tensors | FileCheck %s
 

@@ -1,5 +1,5 @@
 // xla_gpu.loop -> scf.for per symbol + scf.if domain check + one
-// single-result apply_indexing per map result (seed 000, "xla_gpu to scf").
+// single-result apply_indexing per map result (the reference walkthrough's "xla_gpu to scf").
 // RUN: xla-gpu-opt %s --split-input-file --xla-lower-xla-loops-to-scf | FileCheck %s
 // RUN: xla-gpu-opt %s --split-input-file --xla-lower-xla-to-scf | FileCheck %s
 

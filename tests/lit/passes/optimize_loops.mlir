@@ -1,4 +1,4 @@
-// xla-gpu-optimize-loops unrolls small constant-trip loops fully (seed 000,
+// xla-gpu-optimize-loops unrolls small constant-trip loops fully (the reference walkthrough's
 // "Loop unrolling").
 // RUN: xla-gpu-opt %s --split-input-file --xla-gpu-optimize-loops --canonicalize | FileCheck %s
 // RUN: xla-gpu-opt %s --split-input-file --xla-gpu-optimize-loops=max-trip-count=2 | FileCheck %s --check-prefix=LIMIT

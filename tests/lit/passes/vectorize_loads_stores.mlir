@@ -1,4 +1,4 @@
-// xla-vectorize-loads-stores (seed 000, "Vectorization").
+// xla-vectorize-loads-stores (the reference walkthrough's "Vectorization").
 // RUN: xla-gpu-opt %s --split-input-file --xla-vectorize-loads-stores --cse | FileCheck %s
 
 // CHECK-LABEL: func.func @gelu(

@@ -1,5 +1,5 @@
-// Seed 000's GELU fusion through the whole pipeline, one RUN line per stage
-// of the seed's walkthrough.
+// The reference walkthrough's GELU fusion through the whole pipeline, one RUN line per stage
+// of the reference walkthrough's walkthrough.
 // RUN: xla-gpu-translate %s --stop-after=inline | FileCheck %s --check-prefix=INLINE
 // RUN: xla-gpu-translate %s --stop-after=xla-lower-xla-to-scf | FileCheck %s --check-prefix=SCF
 // RUN: xla-gpu-translate %s --stop-after=xla-flatten-tensors | FileCheck %s --check-prefix=FLAT

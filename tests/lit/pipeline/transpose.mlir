@@ -1,7 +1,7 @@
-// Seed 000's transpose listing through the pipeline: the tile lives in shared
+// The reference walkthrough's transpose listing through the pipeline: the tile lives in shared
 // memory (address space 3) and a barrier separates the two loops.
-// RUN: xla-gpu-translate %S/../seed/transpose.mlir --emit=mlir | FileCheck %s --check-prefix=LLVM
-// RUN: xla-gpu-translate %S/../seed/transpose.mlir --emit=ptx -o %t.ptx && FileCheck %s --check-prefix=PTX < %t.ptx
+// RUN: xla-gpu-translate %S/../walkthrough/transpose.mlir --emit=mlir | FileCheck %s --check-prefix=LLVM
+// RUN: xla-gpu-translate %S/../walkthrough/transpose.mlir --emit=ptx -o %t.ptx && FileCheck %s --check-prefix=PTX < %t.ptx
 // RUN: %if ptxas %{ %ptxas -arch=sm_90 %t.ptx -o %t.cubin %}
 
 // LLVM: llvm.mlir.global private @shared_0() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<1056 x f32>

@@ -1,4 +1,4 @@
-// Seed 000, "Inliner": @main after @gelu is inlined into its single pure_call.
+// The reference walkthrough, stage "Inliner": @main after @gelu is inlined into its single pure_call.
 // RUN: xla-gpu-opt %s > %t.1.mlir
 // RUN: xla-gpu-opt %t.1.mlir > %t.2.mlir
 // RUN: diff %t.1.mlir %t.2.mlir

@@ -1,5 +1,5 @@
-// Seed 000, "MLIR conversion": the GELU fusion as the loop emitter emits it,
-// verbatim (the map split over adjacent strings, as the seed writes it).
+// The reference walkthrough, stage "MLIR conversion": the GELU fusion as the loop emitter emits it,
+// verbatim (the map split over adjacent strings, as the reference walkthrough writes it).
 // It parses, verifies, and prints to text that parses to the same IR, both
 // through the custom syntax and through the generic form.
 // RUN: xla-gpu-opt %s > %t.1.mlir

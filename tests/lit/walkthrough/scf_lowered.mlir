@@ -1,4 +1,4 @@
-// Seed 000, "xla_gpu to scf": the loop as scf.for + scf.if with one apply_indexing per result.
+// The reference walkthrough, stage "xla_gpu to scf": the loop as scf.for + scf.if with one apply_indexing per result.
 // RUN: xla-gpu-opt %s > %t.1.mlir
 // RUN: xla-gpu-opt %t.1.mlir > %t.2.mlir
 // RUN: diff %t.1.mlir %t.2.mlir

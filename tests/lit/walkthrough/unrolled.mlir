@@ -1,4 +1,4 @@
-// Seed 000, "Loop unrolling": the vector loop is gone; four extract/compute/insert groups (the seed elides the arithmetic, one op stands for it here).
+// The reference walkthrough, stage "Loop unrolling": the vector loop is gone; four extract/compute/insert groups (the reference walkthrough elides the arithmetic, one op stands for it here).
 // RUN: xla-gpu-opt %s > %t.1.mlir
 // RUN: xla-gpu-opt %t.1.mlir > %t.2.mlir
 // RUN: diff %t.1.mlir %t.2.mlir

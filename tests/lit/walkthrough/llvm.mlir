@@ -1,4 +1,4 @@
-// Seed 000, "Lowering to LLVM": the kernel after lower-tensors and lower-to-llvm (llvm + nvvm dialects; no xla_gpu op is left).
+// The reference walkthrough, stage "Lowering to LLVM": the kernel after lower-tensors and lower-to-llvm (llvm + nvvm dialects; no xla_gpu op is left).
 // RUN: xla-gpu-opt %s > %t.1.mlir
 // RUN: xla-gpu-opt %t.1.mlir > %t.2.mlir
 // RUN: diff %t.1.mlir %t.2.mlir

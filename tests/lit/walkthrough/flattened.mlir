@@ -1,4 +1,4 @@
-// Seed 000, "Flattening tensors": 1-d tensors indexed through one linearized apply_indexing.
+// The reference walkthrough, stage "Flattening tensors": 1-d tensors indexed through one linearized apply_indexing.
 // RUN: xla-gpu-opt %s > %t.1.mlir
 // RUN: xla-gpu-opt %t.1.mlir > %t.2.mlir
 // RUN: diff %t.1.mlir %t.2.mlir

@@ -1,4 +1,4 @@
-// Seed 000, "Transpose emitter": read coalesced into a padded shared tile, sync_threads, write coalesced. The seed's '(%thread_id_x %block_id_x)' (no comma) is accepted; the elided indexing computations are filled in.
+// The reference walkthrough, stage "Transpose emitter": read coalesced into a padded shared tile, sync_threads, write coalesced. The reference walkthrough's '(%thread_id_x %block_id_x)' (no comma) is accepted; the elided indexing computations are filled in.
 // RUN: xla-gpu-opt %s > %t.1.mlir
 // RUN: xla-gpu-opt %t.1.mlir > %t.2.mlir
 // RUN: diff %t.1.mlir %t.2.mlir

@@ -1,4 +1,4 @@
-// Seed 000, "Vectorization": one vector.transfer_read hoisted out of the vector loop, one transfer_write after it.
+// The reference walkthrough, stage "Vectorization": one vector.transfer_read hoisted out of the vector loop, one transfer_write after it.
 // RUN: xla-gpu-opt %s > %t.1.mlir
 // RUN: xla-gpu-opt %t.1.mlir > %t.2.mlir
 // RUN: diff %t.1.mlir %t.2.mlir
