@@ -21,13 +21,20 @@ from xla_gpu.emitters import topk as topk_emitter
 from xla_gpu.errors import HloError, UnsupportedError
 from xla_gpu.hlo import numerics
 
-LT = """
-less {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT lt = pred[] compare(a, b), direction=LT
-}
-"""
+
+def comparator(name: str, direction: str, *types: str, compare_type: str = "") -> str:
+    """The text of a comparator computation over (lhs, rhs) pairs of
+    scalars of `types`, ordering by the first pair only."""
+    params = []
+    for k, t in enumerate(types):
+        params += [f"  p{2 * k} = {t}[] parameter({2 * k})",
+                   f"  p{2 * k + 1} = {t}[] parameter({2 * k + 1})"]
+    extra = f", type={compare_type}" if compare_type else ""
+    return (f"\n{name} {{\n" + "\n".join(params) +
+            f"\n  ROOT r = pred[] compare(p0, p1), direction={direction}{extra}\n}}\n")
+
+
+LT = comparator("less", "LT", "f32")
 
 
 def _module(text: str):
@@ -135,14 +142,7 @@ ENTRY e {{
 
 
 def test_keys_and_values_descending():
-    _check_sort("""
-greater {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  c = f32[] parameter(2)
-  d = f32[] parameter(3)
-  ROOT gt = pred[] compare(a, b), direction=GT
-}
+    _check_sort(comparator("greater", "GT", "s32", "f32") + """
 ENTRY e {
   k = s32[4,45] parameter(0)
   v = f32[4,45] parameter(1)
@@ -151,14 +151,7 @@ ENTRY e {
 
 
 def test_argsort_with_iota_operand():
-    text = """
-less {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  c = s32[] parameter(2)
-  d = s32[] parameter(3)
-  ROOT lt = pred[] compare(a, b), direction=LT
-}
+    text = comparator("less", "LT", "f32", "s32") + """
 ENTRY e {
   x = f32[3,20] parameter(0)
   i = s32[3,20] parameter(1)
@@ -173,12 +166,7 @@ ENTRY e {
 
 def test_total_order_comparator_with_nans():
     # jax's comparator for floats: NaN last, -0.0 before 0.0 (total order).
-    text = """
-total {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT lt = pred[] compare(a, b), direction=LT, type=TOTALORDER
-}
+    text = comparator("total", "LT", "f32", compare_type="TOTALORDER") + """
 ENTRY e {
   x = f32[29] parameter(0)
   ROOT s = f32[29] sort(x), dimensions={0}, to_apply=total
@@ -224,14 +212,7 @@ ENTRY e {
 
 
 def test_stable_sort_keeps_order_of_equal_keys():
-    text = """
-less {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  c = s32[] parameter(2)
-  d = s32[] parameter(3)
-  ROOT lt = pred[] compare(a, b), direction=LT
-}
+    text = comparator("less", "LT", "f32", "s32") + """
 ENTRY e {
   x = f32[2,40] parameter(0)
   p = s32[2,40] parameter(1)
@@ -250,14 +231,7 @@ def test_sort_of_several_kernels(monkeypatch):
     # A 32-element tile: 100 elements take tiled and global kernels, both
     # reading the results in place after the first.
     monkeypatch.setattr(sort_emitter, "MAX_TILE", 32)
-    compiled = _check_sort("""
-greater {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  c = s32[] parameter(2)
-  d = s32[] parameter(3)
-  ROOT gt = pred[] compare(a, b), direction=GT
-}
+    compiled = _check_sort(comparator("greater", "GT", "f32", "s32") + """
 ENTRY e {
   x = f32[100,2] parameter(0)
   i = s32[100,2] parameter(1)
@@ -282,16 +256,7 @@ ENTRY e {
 
 
 def test_pred_and_narrow_operands():
-    _check_sort("""
-cmp {
-  a = bf16[] parameter(0)
-  b = bf16[] parameter(1)
-  c = pred[] parameter(2)
-  d = pred[] parameter(3)
-  e = s8[] parameter(4)
-  f = s8[] parameter(5)
-  ROOT lt = pred[] compare(a, b), direction=LT
-}
+    _check_sort(comparator("cmp", "LT", "bf16", "pred", "s8") + """
 ENTRY e {
   x = bf16[21] parameter(0)
   y = pred[21] parameter(1)
@@ -404,12 +369,7 @@ def _walk(thunks):
 
 def test_program_stable_sort_of_several_kernels(monkeypatch):
     monkeypatch.setattr(sort_emitter, "MAX_TILE", 32)
-    text = """HloModule m
-less {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT lt = pred[] compare(a, b), direction=LT
-}
+    text = "HloModule m\n" + comparator("less", "LT", "f32") + """
 ENTRY e {
   x = f32[2,40] parameter(0)
   ROOT s = f32[2,40] sort(x), dimensions={1}, is_stable=true, to_apply=less
@@ -424,12 +384,7 @@ ENTRY e {
 
 
 def test_program_sort_with_layout():
-    text = """HloModule m
-less {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT lt = pred[] compare(a, b), direction=LT
-}
+    text = "HloModule m\n" + comparator("less", "LT", "s32") + """
 ENTRY e {
   x = s32[5,9]{0,1} parameter(0)
   ROOT s = s32[5,9]{0,1} sort(x), dimensions={1}, to_apply=less
