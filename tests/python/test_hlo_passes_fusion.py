@@ -6,15 +6,13 @@ producer recomputed per element, in-place buffers."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from xla_gpu.analysis.fusion import analyze
 from xla_gpu.hlo import evaluate, module_to_text, parse_module
 from xla_gpu.hlo.numerics import compare, random_inputs
-from xla_gpu.hlo.passes import (FusionWrapper, HloDCE, HloPassPipeline, MultiOutputFusion,
-                                PassContext, PriorityFusion, RenameFusions, fused_cost,
-                                node_cost, optimize, verify_module)
+from xla_gpu.hlo.passes import (FusionWrapper, HloDCE, HloPassPipeline, PassContext,
+                                PriorityFusion, fused_cost, node_cost, optimize, verify_module)
 from xla_gpu.hlo.passes.cost_model import LAUNCH_OVERHEAD
 
 ADD = """

@@ -7,7 +7,6 @@ MLIR-free, and with the real emitters when MLIR is installed."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np

@@ -13,8 +13,7 @@ import pytest
 
 from xla_gpu.hlo import (ELEMENT_TYPES, HloComputation, HloError, HloInstruction,
                          HloParseError, Shape, evaluate, parse_file, parse_module)
-from xla_gpu.hlo.printer import (computation_to_text, literal_to_text,
-                                 module_to_text, shape_to_text)
+from xla_gpu.hlo.printer import literal_to_text, module_to_text, shape_to_text
 
 REPO = Path(__file__).resolve().parents[2]
 TEXTS = sorted(
