@@ -56,7 +56,6 @@ share one layout.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -182,10 +181,6 @@ class SortPlan:
     kernels: list[SortKernelConfig]
     tile: int
 
-    @property
-    def single_kernel(self) -> bool:
-        return len(self.kernels) == 1
-
     def describe(self) -> str:
         return "; ".join(k.describe() for k in self.kernels)
 
@@ -259,7 +254,8 @@ def scalar_computation(comp: HloComputation) -> HloComputation:
         copy = inst.clone_with([mapping[id(o)] for o in inst.operands], opcode=opcode)
         mapping[id(inst)] = copy
         body.append(copy)
-    return HloComputation(comp.name, body, mapping[id(comp.root)], False, comp.location).link_instructions()
+    new = HloComputation(comp.name, body, mapping[id(comp.root)], False, comp.location)
+    return new.link_instructions()
 
 
 def comparator_of(inst: HloInstruction) -> HloComputation:
@@ -1002,8 +998,5 @@ def _with_index_parameters(comp: HloComputation, operands: int, name: str) -> Hl
     for side in range(2):
         body.append(HloInstruction(f"index.{'lhs' if side == 0 else 'rhs'}", "parameter",
                                    scalar, [], {}, None, 2 * operands + side))
-    return HloComputation(name, body, mapping[id(comp.root)], False, comp.location).link_instructions()
-
-
-def config_digest(config: SortKernelConfig) -> str:
-    return hashlib.sha256(repr(config).encode()).hexdigest()[:16]
+    new = HloComputation(name, body, mapping[id(comp.root)], False, comp.location)
+    return new.link_instructions()

@@ -769,10 +769,6 @@ def _check_value(inst: HloInstruction, value: Value, shape: Shape) -> None:
                          f"{shape} (an inconsistent module?)")
 
 
-def _operands_of(inst: HloInstruction) -> list[HloInstruction]:
-    return inst.operands
-
-
 def _broadcast_leaves(value: Value, batch: tuple[int, ...]) -> Value:
     if isinstance(value, tuple):
         return tuple(_broadcast_leaves(v, batch) for v in value)
