@@ -44,7 +44,7 @@ from __future__ import annotations
 import bisect
 
 from ..errors import HloError, ResourceError
-from ..hlo.module import HloInstruction, HloModule
+from ..hlo.module import CONTROL_PREDECESSORS, HloInstruction, HloModule
 from ..runtime.buffers import Allocation, BufferSlice
 from ..runtime.program import MemoryAnalysis
 from .alias_analysis import (AliasAnalysis, InputOutputAlias, elementwise_share_pairs,
@@ -484,41 +484,10 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
         raise ValueError(f"alignment must be a power of two, got {alignment}")
     df = DataflowAnalysis(module)
     alias = AliasAnalysis(df)
-    entry = df.entry
-    for comp in df.computations:
-        try:
-            schedule.sequence(comp)
-        except KeyError:
-            raise HloError(f"computation '{comp.name}' has no schedule (schedule the "
-                           "module with schedule_module first)") from None
-        seq = schedule.sequence(comp)
-        if {id(i) for i in seq} != {id(i) for i in comp.instructions} or \
-                len(seq) != len(comp.instructions):
-            raise HloError(f"the schedule of computation '{comp.name}' does not hold "
-                           "exactly its instructions (was the module changed after "
-                           "scheduling?)")
-        position = {id(i): k for k, i in enumerate(seq)}
-        by_name = {i.name: i for i in seq}
-        for inst in seq:
-            preds = list(inst.operands) + [by_name[n] for n in
-                                           inst.attrs.get("control-predecessors") or ()
-                                           if n in by_name]
-            for p in preds:
-                if position[id(p)] >= position[id(inst)]:
-                    raise HloError(f"{where(inst)}is scheduled before '{p.name}', "
-                                   "which it depends on")
-
+    _check_schedule(df, schedule)
     donations = parse_input_output_alias(module)
-    params = {p.parameter_number: p for p in entry.parameters}
-    for d in donations:
-        if d.parameter not in params:
-            raise HloError(f"module '{module.name}': input_output_alias names "
-                           f"parameter {d.parameter}, which ENTRY does not have")
-        if not df.has_value(params[d.parameter], d.parameter_index) or \
-                not df.has_value(entry.root, d.output_index):
-            raise HloError(f"module '{module.name}': input_output_alias "
-                           f"{d.output_index} -> ({d.parameter}, {d.parameter_index}) "
-                           "does not name array leaves of the parameter and the result")
+    params = {p.parameter_number: p for p in df.entry.parameters}
+    _check_donations(module, df, donations, params)
     donated_params = {(d.parameter, tuple(d.parameter_index)) for d in donations}
     live = LiveRanges(df, schedule, donations)
 
@@ -533,15 +502,69 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
     ba = BufferAssignment(module, schedule, df, alias, live, alignment)
     ba.share_elementwise = share_elementwise
     buffers = _BufferSet(alias, live, donated_params)
+    _merge_donations(ba, buffers, donations, params, donated_params)
+    _merge_in_place_writers(ba, buffers, donated_params)
+    groups = _read_only_buffers_checked(df, alias, donated_params)
+    _allocate(ba, groups, buffers, params, donated_params)
+    return ba
 
-    def live_out_roots() -> set[int]:
-        return {alias.find(v) for _, v in df.leaf_values(entry.root)}
 
-    # Donated parameters take their output's buffer when nothing reads the
-    # parameter after the output is written.
+def _check_schedule(df: DataflowAnalysis, schedule) -> None:
+    """Every analysed computation has a sequence of exactly its
+    instructions, each after its operands and control predecessors."""
+    for comp in df.computations:
+        try:
+            seq = schedule.sequence(comp)
+        except KeyError:
+            raise HloError(f"computation '{comp.name}' has no schedule (schedule the "
+                           "module with schedule_module first)") from None
+        if {id(i) for i in seq} != {id(i) for i in comp.instructions} or \
+                len(seq) != len(comp.instructions):
+            raise HloError(f"the schedule of computation '{comp.name}' does not hold "
+                           "exactly its instructions (was the module changed after "
+                           "scheduling?)")
+        position = {id(i): k for k, i in enumerate(seq)}
+        by_name = {i.name: i for i in seq}
+        for inst in seq:
+            preds = list(inst.operands) + [by_name[n] for n in
+                                           inst.attrs.get(CONTROL_PREDECESSORS) or ()
+                                           if n in by_name]
+            for p in preds:
+                if position[id(p)] >= position[id(inst)]:
+                    raise HloError(f"{where(inst)}is scheduled before '{p.name}', "
+                                   "which it depends on")
+
+
+def _check_donations(module: HloModule, df: DataflowAnalysis,
+                     donations: list[InputOutputAlias], params: dict) -> None:
+    """input_output_alias names array leaves of ENTRY's parameters and
+    result."""
+    for d in donations:
+        if d.parameter not in params:
+            raise HloError(f"module '{module.name}': input_output_alias names "
+                           f"parameter {d.parameter}, which ENTRY does not have")
+        if not df.has_value(params[d.parameter], d.parameter_index) or \
+                not df.has_value(df.entry.root, d.output_index):
+            raise HloError(f"module '{module.name}': input_output_alias "
+                           f"{d.output_index} -> ({d.parameter}, {d.parameter_index}) "
+                           "does not name array leaves of the parameter and the result")
+
+
+def _live_out_buffers(ba: BufferAssignment) -> set[int]:
+    """The buffers of the ENTRY result's leaves."""
+    return {ba.alias.find(v) for _, v in ba.dataflow.leaf_values(ba.dataflow.entry.root)}
+
+
+def _merge_donations(ba: BufferAssignment, buffers: "_BufferSet",
+                     donations: list[InputOutputAlias], params: dict,
+                     donated_params: set) -> None:
+    """Donated parameters take their output's buffer when nothing reads the
+    parameter after the output is written (recorded in `ba.donations`); a
+    must-alias donation that cannot is an error."""
+    df, alias, live = ba.dataflow, ba.alias, ba.live_ranges
     for d in donations:
         p_value = df.value_at(params[d.parameter], d.parameter_index)
-        out_value = df.value_at(entry.root, d.output_index)
+        out_value = df.value_at(df.entry.root, d.output_index)
         writers = [v for v in alias.buffer_values(out_value) if not v.is_phi and
                    v.instruction.opcode not in ("parameter", "constant")]
         ok = False
@@ -549,7 +572,7 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
             ok = True
         elif writers:
             writer = min(writers, key=lambda v: live.range_of(v).start).instruction
-            others = live_out_roots() - {alias.find(out_value)}
+            others = _live_out_buffers(ba) - {alias.find(out_value)}
             ok = _can_merge(p_value, writer, out_value, buffers, df, alias, live,
                             _share_slots(writer), donated_params, others)
             if ok:
@@ -557,19 +580,24 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
         if ok:
             ba.donations.append(d)
         elif d.must_alias:
-            raise HloError(f"module '{module.name}': output {d.output_index} must alias "
+            raise HloError(f"module '{ba.module.name}': output {d.output_index} must alias "
                            f"parameter {d.parameter} {d.parameter_index}, but the "
                            "parameter is still read after the output is written")
 
-    # In-place writers and (optionally) elementwise reuse, in program order.
+
+def _merge_in_place_writers(ba: BufferAssignment, buffers: "_BufferSet",
+                            donated_params: set) -> None:
+    """In-place writers (and, with share_elementwise, elementwise reuse)
+    take their operand's buffer where the schedule allows, in program
+    order; the in-place ones are recorded for `in_place_operands`."""
+    df, alias, live = ba.dataflow, ba.alias, ba.live_ranges
     for inst in live.flattened:
-        pairs = in_place_pairs(inst)
-        candidates = [(k, oi, out, True) for k, oi, out in pairs]
-        if share_elementwise:
+        candidates = [(k, oi, out, True) for k, oi, out in in_place_pairs(inst)]
+        if ba.share_elementwise:
             candidates += [(k, oi, out, False) for k, oi, out in elementwise_share_pairs(inst)]
         if not candidates:
             continue
-        slots = _share_slots(inst, share_elementwise)
+        slots = _share_slots(inst, ba.share_elementwise)
         records = []
         for k, operand_index, output_index, in_place in candidates:
             if not df.has_value(inst.operands[k], operand_index) or \
@@ -580,7 +608,7 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
             shared = alias.same_buffer(operand_value, out_value)
             if not shared and _can_merge(operand_value, inst, out_value, buffers, df,
                                          alias, live, slots, donated_params,
-                                         live_out_roots()):
+                                         _live_out_buffers(ba)):
                 buffers.merge(operand_value, out_value)
                 shared = True
             if in_place:
@@ -588,11 +616,15 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
         if records:
             ba._in_place[id(inst)] = records
 
-    # Nothing may write over a read-only parameter or a constant.
+
+def _read_only_buffers_checked(df: DataflowAnalysis, alias: AliasAnalysis,
+                               donated_params: set) -> dict[int, list[HloValue]]:
+    """The values of each buffer (by alias root), after checking that
+    nothing writes over a read-only parameter or a constant."""
     groups: dict[int, list[HloValue]] = {}
     for value in df.values:
         groups.setdefault(alias.find(value), []).append(value)
-    for root, values in groups.items():
+    for values in groups.values():
         readonly, writers = _readonly_and_writers(values, df, donated_params)
         if readonly and (writers or len(readonly) > 1):
             culprit = (writers or readonly[1:])[0]
@@ -602,9 +634,7 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
             raise _copy_needed(culprit.instruction,
                                f"it would write into the buffer of {kind} "
                                f"'{what.instruction.name}'")
-
-    _allocate(ba, groups, buffers, params, donated_params)
-    return ba
+    return groups
 
 
 def _touch_is_sharing(ba: BufferAssignment, t: int, ending: int, starting: int) -> bool:
