@@ -35,7 +35,7 @@ from typing import Callable
 import numpy as np
 
 from .hlo import HloComputation, HloInstruction, Shape
-from .hlo.convolution import conv_geometry
+from .hlo.convolution import ConvolutionGeometry, conv_geometry
 
 __all__ = ["lower_convolution", "CONVOLUTION_OP_TYPE"]
 
@@ -91,21 +91,9 @@ def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruc
                       ) -> tuple[list[HloInstruction], HloInstruction, list[HloComputation]]:
     """The instructions replacing `conv` (reading `lhs` and `rhs`), the one
     holding its value, and the fused computations they call."""
-    out_shape = conv.shape
-    rank = out_shape.rank
-    nsp = rank - 2
-    geom = conv_geometry(conv, lhs.shape.dims, rhs.shape.dims, out_shape.dims)
-    (lb, lf, lsp), (ro, ri, rsp), (ob, of, osp) = geom.lhs, geom.rhs, geom.out
-    size, stride, reversal = geom.size, geom.stride, geom.reversal
-    lhs_dil, rhs_dil = geom.lhs_dilation, geom.rhs_dilation
-    groups, batch_groups = geom.groups, geom.batch_groups
-    if groups > 1 and batch_groups > 1:
+    geom = conv_geometry(conv, lhs.shape.dims, rhs.shape.dims, conv.shape.dims)
+    if geom.groups > 1 and geom.batch_groups > 1:
         raise conv.unsupported("feature_group_count and batch_group_count both above 1")
-    n, c = geom.batch, geom.features
-    cin, cout = geom.group_features, geom.out_features
-    spatial, out_sp = list(geom.in_spatial), list(geom.out_spatial)
-    etype = out_shape.element_type
-    k_total = math.prod(size)
     computations: list[HloComputation] = []
     entry: list[HloInstruction] = []
     metadata = {"op_type": CONVOLUTION_OP_TYPE, "op_name": conv.name}
@@ -120,101 +108,136 @@ def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruc
         entry.append(inst)
         return inst
 
-    # 1. im2col: patches [N, out..., window..., C] (grouped variants below).
+    body, root = _im2col(conv, lhs.shape, geom)
+    patches = fusion("im2col", body, root, [lhs])
+    body, root = _filter(rhs.shape, geom)
+    kernel = rhs if root.opcode == "parameter" and rhs.shape.is_row_major else \
+        fusion("filter", body, root, [rhs])
+    dot = _gemm(conv, patches, kernel, geom, unique(f"{conv.name}.gemm"), metadata)
+    entry.append(dot)
+    body, root = _output(dot.shape, conv.shape, geom)
+    if root is None:
+        return entry, dot, computations
+    return entry, fusion("output", body, root, [dot]), computations
+
+
+def _grouped(geom: ConvolutionGeometry) -> int:
+    """The number of groups the gemm batches over (feature or batch
+    groups; 1 when neither)."""
+    return geom.groups if geom.groups > 1 else geom.batch_groups
+
+
+def _im2col(conv: HloInstruction, lhs_shape: Shape, geom: ConvolutionGeometry
+            ) -> tuple[_Body, HloInstruction]:
+    """Step 1: the input's patches [N, out..., window..., C] (feature
+    groups: [G, N, out..., window..., C / G]; batch groups: [B, N / B, out...,
+    window..., C])."""
+    (lb, lf, lsp), nsp = geom.lhs, len(geom.size)
+    n, c, size = geom.batch, geom.features, geom.size
+    out_sp = list(geom.out_spatial)
     body = _Body()
-    x = body.parameter(0, lhs.shape)
+    x = body.parameter(0, lhs_shape)
     x = body.transpose(x, [lb] + list(lsp) + [lf])                 # [N, S..., C]
     lt = x.shape.element_type
     lo = [max(p, 0) for p in geom.pad_lo]
     hi = [max(p, 0) for p in geom.pad_hi]
     crop = [max(-p, 0) for p in geom.pad_lo]
-    if any(lo) or any(hi) or any(d > 1 for d in lhs_dil):
+    if any(lo) or any(hi) or any(d > 1 for d in geom.lhs_dilation):
         dims = [n] + [(s - 1) * dl + 1 + a + b if s else a + b
-                      for s, dl, a, b in zip(spatial, lhs_dil, lo, hi)] + [c]
-        config = [(0, 0, 0)] + [(a, b, dl - 1) for a, b, dl in zip(lo, hi, lhs_dil)] + \
-            [(0, 0, 0)]
+                      for s, dl, a, b in zip(geom.in_spatial, geom.lhs_dilation, lo, hi)] + [c]
+        config = [(0, 0, 0)] + [(a, b, dl - 1)
+                                for a, b, dl in zip(lo, hi, geom.lhs_dilation)] + [(0, 0, 0)]
         x = body.add("pad", Shape(lt, tuple(dims)), [x, body.zero(lt)], padding=config)
     padded = x.shape.dims
     slices = []
     for kk in itertools.product(*[range(s) for s in size]):
         bounds = [(0, n, 1)]
         for d in range(nsp):
-            w = size[d] - 1 - kk[d] if reversal[d] else kk[d]
-            start = crop[d] + w * rhs_dil[d]
-            limit = start + (out_sp[d] - 1) * stride[d] + 1 if out_sp[d] else start
+            w = size[d] - 1 - kk[d] if geom.reversal[d] else kk[d]
+            start = crop[d] + w * geom.rhs_dilation[d]
+            limit = start + (out_sp[d] - 1) * geom.stride[d] + 1 if out_sp[d] else start
             if limit > padded[1 + d] or start < 0:
                 raise conv.error(f"window position {list(kk)} reads outside the padded "
                                  f"input (spatial dimension {d})")
-            bounds.append((start, limit, stride[d]))
+            bounds.append((start, limit, geom.stride[d]))
         bounds.append((0, c, 1))
         piece = body.add("slice", Shape(lt, tuple([n] + out_sp + [c])), [x], slice=bounds)
         slices.append(body.reshape(piece, [n] + out_sp + [1, c]))
     if len(slices) == 1:
         patches = slices[0]
     else:
-        patches = body.add("concatenate", Shape(lt, tuple([n] + out_sp + [k_total, c])),
+        patches = body.add("concatenate",
+                           Shape(lt, tuple([n] + out_sp + [math.prod(size), c])),
                            slices, dimensions=(1 + nsp,))
     patches = body.reshape(patches, [n] + out_sp + list(size) + [c])
-    if groups > 1:
-        cg = c // groups
+    if geom.groups > 1:
+        groups = geom.groups
         # [N, out..., window..., G, Cg] -> [G, N, out..., window..., Cg]
-        patches = body.reshape(patches, [n] + out_sp + list(size) + [groups, cg])
+        patches = body.reshape(patches, [n] + out_sp + list(size) + [groups, c // groups])
         perm = [1 + 2 * nsp] + list(range(1 + 2 * nsp)) + [2 + 2 * nsp]
         patches = body.transpose(patches, perm)
-    elif batch_groups > 1:
-        patches = body.reshape(patches, [batch_groups, n // batch_groups] + out_sp +
-                               list(size) + [c])
-    patches = fusion("im2col", body, patches, [lhs])
+    elif geom.batch_groups > 1:
+        patches = body.reshape(patches, [geom.batch_groups, n // geom.batch_groups] +
+                               out_sp + list(size) + [c])
+    return body, patches
 
-    # 2. the filter as [window..., I, O] (grouped: [G, window..., I, Og]).
+
+def _filter(rhs_shape: Shape, geom: ConvolutionGeometry) -> tuple[_Body, HloInstruction]:
+    """Step 2: the kernel as [window..., I, O] (grouped: [G, window..., I,
+    O / G]); the root is the parameter itself when no relayout is needed."""
+    (ro, ri, rsp), nsp = geom.rhs, len(geom.size)
     body = _Body()
-    w = body.parameter(0, rhs.shape)
+    w = body.parameter(0, rhs_shape)
     w = body.transpose(w, list(rsp) + [ri, ro])
-    if groups > 1 or batch_groups > 1:
-        g = groups if groups > 1 else batch_groups
-        w = body.reshape(w, list(size) + [cin, g, cout // g])
+    g = _grouped(geom)
+    if g > 1:
+        w = body.reshape(w, list(geom.size) + [geom.group_features, g, geom.out_features // g])
         w = body.transpose(w, [nsp + 1] + list(range(nsp)) + [nsp, nsp + 2])
-    if w.opcode == "parameter" and rhs.shape.is_row_major:
-        kernel = rhs
-    else:
-        kernel = fusion("filter", body, w, [rhs])
+    return body, w
 
-    # 3. the gemm.
-    if groups > 1 or batch_groups > 1:
-        g = groups if groups > 1 else batch_groups
-        batch_n = n if groups > 1 else n // batch_groups
+
+def _gemm(conv: HloInstruction, patches: HloInstruction, kernel: HloInstruction,
+          geom: ConvolutionGeometry, name: str, metadata: dict) -> HloInstruction:
+    """Step 3: the dot contracting the patches' (window..., C) with the
+    kernel's (window..., I), batched over the groups."""
+    nsp, out_sp = len(geom.size), list(geom.out_spatial)
+    g = _grouped(geom)
+    if g > 1:
+        batch_n = geom.batch if geom.groups > 1 else geom.batch // geom.batch_groups
         lhs_contracting = tuple(range(2 + nsp, 3 + 2 * nsp))
         rhs_contracting = tuple(range(1, 2 + nsp))
-        dot_dims = [g, batch_n] + out_sp + [cout // g]
+        dot_dims = [g, batch_n] + out_sp + [geom.out_features // g]
         attrs = dict(lhs_batch_dims=(0,), rhs_batch_dims=(0,))
     else:
         lhs_contracting = tuple(range(1 + nsp, 2 + 2 * nsp))
         rhs_contracting = tuple(range(0, nsp + 1))
-        dot_dims = [n] + out_sp + [cout]
+        dot_dims = [geom.batch] + out_sp + [geom.out_features]
         attrs = {}
     attrs.update(lhs_contracting_dims=lhs_contracting, rhs_contracting_dims=rhs_contracting,
                  metadata=dict(metadata))
-    dot = HloInstruction(unique(f"{conv.name}.gemm"), "dot", Shape(etype, tuple(dot_dims)),
-                         [patches, kernel], attrs, None, None, conv.location)
-    entry.append(dot)
+    return HloInstruction(name, "dot", Shape(conv.shape.element_type, tuple(dot_dims)),
+                          [patches, kernel], attrs, None, None, conv.location)
 
-    # 4. the output's dimension order and layout.
+
+def _output(dot_shape: Shape, out_shape: Shape, geom: ConvolutionGeometry
+            ) -> tuple[_Body, HloInstruction | None]:
+    """Step 4: the product in the output's dimension order and layout; the
+    root is None when the product already is the output (a bitcast)."""
+    (ob, of, osp), nsp = geom.out, len(geom.size)
     body = _Body()
-    r = body.parameter(0, dot.shape)
-    if groups > 1 or batch_groups > 1:
+    r = body.parameter(0, dot_shape)
+    if _grouped(geom) > 1:
         # [G, N, out..., Og] -> [N, out..., G, Og] -> [N, out..., O]
         r = body.transpose(r, list(range(1, 2 + nsp)) + [0, 2 + nsp])
-        r = body.reshape(r, [geom.out_batch] + out_sp + [cout])
+        r = body.reshape(r, [geom.out_batch] + list(geom.out_spatial) + [geom.out_features])
     canonical_of = {ob: 0, of: nsp + 1}
     for d in range(nsp):
         canonical_of[osp[d]] = 1 + d
-    r = body.transpose(r, [canonical_of[j] for j in range(rank)])
+    r = body.transpose(r, [canonical_of[j] for j in range(out_shape.rank)])
     if r.opcode == "parameter":
         if out_shape.is_row_major:
-            return entry, dot, computations
-        r = body.add("copy", Shape(etype, tuple(out_shape.dims)), [r])
+            return body, None
+        r = body.add("copy", Shape(out_shape.element_type, tuple(out_shape.dims)), [r])
     # The output leaf takes the convolution's own shape (and layout).
     r.shape = out_shape
-    result = fusion("output", body, r, [dot])
-    return entry, result, computations
-
+    return body, r
