@@ -14,8 +14,9 @@ whose users read it through `get-tuple-element`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 from math import prod
+from operator import attrgetter
+from typing import Callable
 
 from ...analysis.fusion import (epilogue_chain_ok, find_hero,
                                 is_tiled_transpose, normalized_transpose)
@@ -27,7 +28,7 @@ from ..shape import Shape
 from .util import is_effective_scalar
 
 __all__ = ["FUSIBLE_OPCODES", "create_fusion", "fuse_producer", "absorb_consumer",
-           "merge_fusions",
+           "merge_fusions", "build_merged_body",
            "fusion_roots", "classify_body", "BodyInfo", "is_fusible",
            "fusion_kind_for", "hero_names"]
 
@@ -447,6 +448,55 @@ def absorb_consumer(fusion: HloInstruction, consumer: HloInstruction) -> HloInst
     return fusion
 
 
+def _fusion_outputs(inst: HloInstruction, result: HloInstruction) -> list[HloInstruction]:
+    """The values of `inst`'s outputs once inlined as `result` (one per
+    element of a multi-output fusion's root tuple, else one)."""
+    if inst.opcode == "fusion" and inst.attrs["calls"].root.opcode == "tuple":
+        return list(result.operands)
+    return [result]
+
+
+def build_merged_body(body: HloComputation, first: HloInstruction, second: HloInstruction,
+                      value_of: Callable[[HloInstruction], HloInstruction]
+                      ) -> tuple[list[int], list[HloInstruction], bool]:
+    """Inlines `first` and then `second` (which may read first's outputs)
+    into `body`, other operands through `value_of` (their value in the
+    body), and roots it at the merged outputs: first's that are read
+    elsewhere than `second`, then all of second's (a tuple when more than
+    one); what is dead afterwards (the inlined bodies' root tuples) is
+    removed. Returns (the numbers of first's kept outputs, the outputs,
+    whether first has several outputs)."""
+    comp = first.parent
+    first_result = _inline_into(body, first, [value_of(o) for o in first.operands])
+    first_outputs = _fusion_outputs(first, first_result)
+    second_values = []
+    for o in second.operands:
+        if o is first:
+            second_values.append(first_outputs[0] if len(first_outputs) == 1 else first_result)
+        elif o.opcode == "get-tuple-element" and o.operands[0] is first:
+            second_values.append(first_outputs[o.attrs["index"]])
+        else:
+            second_values.append(value_of(o))
+    second_outputs = _fusion_outputs(second, _inline_into(body, second, second_values))
+    first_users = [u for u in first.users if u is not second]
+    first_multi = len(first_outputs) > 1 or first.shape.is_tuple
+    kept: list[int] = []
+    if first_multi:
+        kept = sorted({u.attrs["index"] for u in first_users
+                       if u.opcode == "get-tuple-element" and
+                       (any(x is not second for x in u.users) or u is comp.root)})
+    elif first_users or first is comp.root:
+        kept = [0]
+    outputs = [first_outputs[k] for k in kept] + second_outputs
+    if len(outputs) == 1:
+        root = outputs[0]
+    else:
+        root = body.add("tuple", Shape("", (), None, tuple(o.shape for o in outputs)), outputs)
+    body.set_root(root)
+    body.remove_dead()
+    return kept, outputs, first_multi
+
+
 def merge_fusions(first: HloInstruction, second: HloInstruction,
                   name: str = "fusion") -> HloInstruction:
     """Merges two fusions of one computation into one multi-output fusion
@@ -471,45 +521,9 @@ def merge_fusions(first: HloInstruction, second: HloInstruction,
             operands.append(o)
         return params[id(o)]
 
-    def outputs_of(inst: HloInstruction, result: HloInstruction) -> list[HloInstruction]:
-        """The values of inst's outputs in the new body (one per leaf of a
-        multi-output fusion, else one)."""
-        if inst.opcode == "fusion" and inst.attrs["calls"].root.opcode == "tuple":
-            return list(result.operands)
-        return [result]
-
-    first_result = _inline_into(body, first, [value_of(o) for o in first.operands])
-    first_outputs = outputs_of(first, first_result)
-    # second reads first: its operand values come from first's outputs.
-    second_values = []
-    for o in second.operands:
-        if o is first:
-            second_values.append(first_outputs[0] if len(first_outputs) == 1 else first_result)
-        elif o.opcode == "get-tuple-element" and o.operands[0] is first:
-            second_values.append(first_outputs[o.attrs["index"]])
-        else:
-            second_values.append(value_of(o))
-    second_result = _inline_into(body, second, second_values)
-    second_outputs = outputs_of(second, second_result)
-    # first's outputs still read outside `second`.
-    first_users = [u for u in first.users if u is not second]
-    gte_users = [u for u in first_users if u.opcode == "get-tuple-element"]
-    first_multi = len(first_outputs) > 1 or first.shape.is_tuple
-    kept_first: list[int] = []
-    if first_multi:
-        used = sorted({u.attrs["index"] for u in gte_users
-                       if any(x is not second for x in u.users) or u is comp.root})
-        kept_first = used
-    elif first_users or first is comp.root:
-        kept_first = [0]
-    outputs = [first_outputs[k] for k in kept_first] + second_outputs
-    if len(outputs) == 1:
-        root = outputs[0]
-    else:
-        root = body.add("tuple", Shape("", (), None, tuple(o.shape for o in outputs)), outputs)
-    body.set_root(root)
-    body.remove_dead()
-    # Drop the tuples of the inlined multi-output bodies (now dead).
+    kept_first, outputs, first_multi = build_merged_body(body, first, second, value_of)
+    second_outputs = outputs[len(kept_first):]
+    root = body.root
     module.add_computation(body, before=comp)
     attrs = {"kind": "kLoop", "calls": body}
     for src in (second, first):

@@ -19,8 +19,7 @@ ShapesCompatibleForMultiOutputFusion).
 from __future__ import annotations
 
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
-from ..shape import Shape
-from .fusion_utils import (_inline_into, body_acceptable, create_fusion,
+from .fusion_utils import (body_acceptable, build_merged_body, create_fusion,
                            fusion_kind_for, fusion_roots, is_fusible, merge_fusions)
 from .priority_fusion import FusionPass
 from .util import byte_size, is_effective_scalar
@@ -87,32 +86,7 @@ def _trial(first: HloInstruction, second: HloInstruction) -> HloComputation:
                 params[id(o)] = body.add_instruction(p, keep_name=True)
         return params[id(o)]
 
-    first_result = _inline_into(body, first, [value_of(o) for o in first.operands])
-    first_multi = first.opcode == "fusion" and first.attrs["calls"].root.opcode == "tuple"
-    first_outputs = list(first_result.operands) if first_multi else [first_result]
-    values = []
-    for o in second.operands:
-        if o is first:
-            values.append(first_result)
-        elif o.opcode == "get-tuple-element" and o.operands[0] is first:
-            values.append(first_outputs[o.attrs["index"]])
-        else:
-            values.append(value_of(o))
-    second_result = _inline_into(body, second, values)
-    second_outputs = list(second_result.operands) \
-        if second.opcode == "fusion" and second.attrs["calls"].root.opcode == "tuple" \
-        else [second_result]
-    if first_multi:
-        kept = sorted({u.attrs["index"] for u in first.users if u is not second and
-                       (any(x is not second for x in u.users) or u is first.parent.root)})
-    else:
-        kept = [0] if [u for u in first.users if u is not second] or \
-            first is first.parent.root else []
-    outputs = [first_outputs[k] for k in kept] + second_outputs
-    root = outputs[0] if len(outputs) == 1 else body.add(
-        "tuple", Shape("", (), None, tuple(o.shape for o in outputs)), outputs)
-    body.set_root(root)
-    body.remove_dead()
+    build_merged_body(body, first, second, value_of)
     return body
 
 
