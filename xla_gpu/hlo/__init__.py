@@ -1,4 +1,7 @@
-"""The HLO front end: a parser of HLO text and a numpy reference interpreter.
+"""The HLO front end: the graph (`module`), a parser and printer of HLO
+text, the shape verifier, a numpy reference interpreter, and the HLO pass
+pipeline (`xla_gpu.hlo.passes`); `graph` holds the iterative walks every
+order is built on, `convolution` what a convolution's attributes mean.
 
 Imports only numpy and ml_dtypes (never MLIR): a compiled kernel's expected
 outputs can be computed where no compiler is installed.

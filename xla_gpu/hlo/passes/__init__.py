@@ -6,10 +6,14 @@ HLO that reads like XLA's after_optimizations dump:
     fused = optimize(module, dump_dir="/tmp/dump", dump_regex=".*")
 
 Each pass is an `HloPass` (`run(module) -> changed`) in its own module;
-`optimization_pipeline()` lists them in XLA:GPU's order.
+those that rewrite one computation at a time are `ComputationPass`es
+(`run_on(comp) -> changed`), the fusion passes `FusionPass`es (XLA's
+fusion size limits). `optimization_pipeline()` lists them in XLA:GPU's
+order.
 """
 
-from .pipeline import DumpOptions, HloPass, HloPassFix, HloPassPipeline, PassContext
+from .pipeline import (ComputationPass, DumpOptions, HloPass, HloPassFix, HloPassPipeline,
+                       PassContext)
 from .verifier import verify_module
 from .dce import HloDCE
 from .cse import HloCSE
@@ -33,9 +37,10 @@ from .optimize import optimization_pipeline, optimize
 
 __all__ = [
     "optimize", "optimization_pipeline",
-    "DumpOptions", "HloPass", "HloPassFix", "HloPassPipeline", "PassContext",
-    "verify_module", "HloDCE", "HloCSE", "CallInliner", "TupleSimplifier",
-    "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer", "OptimizationBarrierExpander",
+    "DumpOptions", "HloPass", "ComputationPass", "HloPassFix", "HloPassPipeline",
+    "PassContext", "verify_module", "HloDCE", "HloCSE", "CallInliner", "TupleSimplifier",
+    "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer",
+    "OptimizationBarrierExpander",
     "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
     "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
     "fused_cost", "kernel_time", "PriorityFusion", "MultiOutputFusion",
