@@ -45,6 +45,7 @@ import numpy as np
 from . import __version__
 from .errors import CompileError, HloError, UnsupportedError
 from .hlo import HloComputation, HloInstruction, HloModule, Shape
+from .hlo.cublas import cublas_gemm
 from .hlo.fusions import inline_calls
 from .hlo.graph import post_order, reachable
 from .hlo.module import CONTROL_PREDECESSORS, callees
@@ -103,19 +104,6 @@ def is_whole_program(module: HloModule) -> bool:
 # -- module preparation ------------------------------------------------------------
 
 
-def _backend_config(inst: HloInstruction) -> dict:
-    raw = inst.attrs.get("backend_config")
-    if isinstance(raw, dict):
-        return raw
-    if not isinstance(raw, str) or not raw.strip().startswith("{"):
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _gemm_fusion(inst: HloInstruction) -> HloInstruction | None:
     """The dot of a kCustom fusion that is a GEMM (XLA:CPU's __ynn_fusion,
     XLA:GPU's __triton_gemm...), None otherwise."""
@@ -125,7 +113,7 @@ def _gemm_fusion(inst: HloInstruction) -> HloInstruction | None:
     if not isinstance(comp, HloComputation):
         return None
     dots = [i for i in comp.instructions if i.opcode == "dot"]
-    backend = _backend_config(inst)
+    backend = inst.backend_config()
     # XLA:CPU prints fusion_config, XLA:GPU fusion_backend_config.
     config = backend.get("fusion_config") or backend.get("fusion_backend_config") or {}
     kind = config.get("kind", "") if isinstance(config, dict) else ""
@@ -872,29 +860,21 @@ class _ThunkEmitter:
         return GemmThunk(inst.name, config)
 
     def emit_cublas(self, inst: HloInstruction) -> list[Thunk]:
-        config = _backend_config(inst).get("gemm_backend_config")
-        if not isinstance(config, dict):
-            raise inst.error("a cuBLAS custom call without gemm_backend_config")
-        dims = config.get("dot_dimension_numbers", {})
-
-        def ints(key):
-            return tuple(int(v) for v in dims.get(key, []))
-        epilogue = str(config.get("epilogue", "DEFAULT"))
-        if epilogue not in EPILOGUES:
-            raise UnsupportedError(_where(inst) + f"cuBLAS epilogue {epilogue} is not "
-                                   f"supported (supported: {', '.join(EPILOGUES)})")
-        beta = float(config.get("beta", 0) or 0)
+        spec = cublas_gemm(inst)
+        if spec.epilogue not in EPILOGUES:
+            raise inst.unsupported(f"cuBLAS epilogue {spec.epilogue} is not supported "
+                                   f"(supported: {', '.join(EPILOGUES)})")
         operands = list(inst.operands)
         lhs, rhs = operands[0], operands[1]
         rest = operands[2:]
         c = bias = None
-        if beta != 0:
+        if spec.beta != 0:
             if not rest:
                 raise inst.error("beta != 0 but no C operand")
             c = rest.pop(0)
-        if "BIAS" in epilogue:
+        if spec.epilogue_kind.bias:
             if not rest:
-                raise inst.error(f"epilogue {epilogue} but no bias operand")
+                raise inst.error(f"epilogue {spec.epilogue} but no bias operand")
             bias = rest.pop(0)
         out_index = (0,) if inst.shape.is_tuple else ()
         workspace = None
@@ -902,16 +882,12 @@ class _ThunkEmitter:
             last = (len(inst.shape.tuple_shapes) - 1,)
             if self.has_slice(inst, last):
                 workspace = self.slice(inst, last)
-        alpha = complex(float(config.get("alpha_real", 1) or 0),
-                        float(config.get("alpha_imag", 0) or 0))
-        precision = json.dumps(config.get("precision_config", {})).lower()
         gemm = GemmConfig(
             self.ref(lhs), self.ref(rhs), self.ref(inst, out_index),
-            ints("lhs_batch_dimensions"), ints("rhs_batch_dimensions"),
-            ints("lhs_contracting_dimensions"), ints("rhs_contracting_dimensions"),
-            alpha=alpha, beta=beta, c=None if c is None else self.ref(c),
-            bias=None if bias is None else self.ref(bias), epilogue=epilogue,
-            precision="HIGHEST" if "highest" in precision else "DEFAULT",
+            spec.lhs_batch, spec.rhs_batch, spec.lhs_contracting, spec.rhs_contracting,
+            alpha=spec.alpha, beta=spec.beta, c=None if c is None else self.ref(c),
+            bias=None if bias is None else self.ref(bias), epilogue=spec.epilogue,
+            precision="HIGHEST" if spec.highest_precision else "DEFAULT",
             workspace=workspace)
         return [self._gemm(inst, gemm)]
 
@@ -925,7 +901,7 @@ class _ThunkEmitter:
         cond_thunks = self.copies(inst.name, inst, (), cond_param, ()) + self.emit(cond)
         body_thunks = self.copies(inst.name, inst, (), body_param, ()) + self.emit(body) + \
             self.copies(inst.name, body.root, (), inst, ())
-        trip = _backend_config(inst).get("known_trip_count", {})
+        trip = inst.backend_config().get("known_trip_count", {})
         trip_count = None
         if isinstance(trip, dict) and "n" in trip:
             try:

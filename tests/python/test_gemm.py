@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from xla_gpu import hlo
+from xla_gpu.errors import UnsupportedError
 from xla_gpu.runtime import gemm
 from xla_gpu.runtime.buffers import BufferSlice
 from xla_gpu.runtime.gemm import CublasPlanError, GemmConfig, cublas_plan
@@ -202,6 +203,57 @@ def test_bad_configs_are_clear_errors():
         GemmConfig(ref, ref, ref, (), (), (1,), (0,), epilogue="GELU_AUX")
     with pytest.raises(hlo.HloError, match="do not pair up"):
         GemmConfig(ref, ref, ref, (0,), (), (1,), (0,))
+
+
+def _cublas_call(backend_config: str, operands: int = 2):
+    extra = "".join(f", c{k}" for k in range(operands - 2))
+    params = "".join(f"\n  c{k} = f32[4,5] parameter({k + 2})" for k in range(operands - 2))
+    module = hlo.parse_module(f"""HloModule m
+ENTRY e {{
+  a = f32[4,6] parameter(0)
+  b = f32[6,5] parameter(1){params}
+  ROOT g = f32[4,5] custom-call(a, b{extra}), custom_call_target="__cublas$gemm", backend_config={backend_config}
+}}""")
+    return module.entry.root
+
+
+def test_cublas_custom_calls_are_read_once_for_interpreter_and_compiler():
+    """xla_gpu.hlo.cublas reads the gemm_backend_config that both the
+    interpreter and the program compiler run; the numpy gemm's activations
+    are the interpreter's."""
+    from xla_gpu.hlo.cublas import EPILOGUES, activation, cublas_gemm
+    call = _cublas_call('{"gemm_backend_config":{"alpha_real":2,"beta":1,'
+                        '"epilogue":"BIAS_RELU","dot_dimension_numbers":{'
+                        '"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],'
+                        '"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]},'
+                        '"precision_config":{"operand_precision":["HIGHEST","DEFAULT"]}}}', 4)
+    spec = cublas_gemm(call)
+    assert (spec.lhs_contracting, spec.rhs_contracting) == ((1,), (0,))
+    assert spec.alpha == 2 and spec.beta == 1 and spec.highest_precision
+    assert spec.epilogue_kind.bias and spec.epilogue_kind.activation == "relu"
+    assert spec.operand_count == 4
+    assert set(gemm.EPILOGUES) == {n for n, e in EPILOGUES.items() if not e.aux}
+    x = np.linspace(-3, 3, 13)
+    lhs = ArrayRef(BufferSlice(0, 0, 8 * 13), "f64", (13, 1))
+    rhs = ArrayRef(BufferSlice(1, 0, 8), "f64", (1, 1))
+    # cuBLASLt's activations (GELU: the tanh approximation), through the
+    # numpy gemm's epilogues.
+    expected = {"relu": np.maximum(x, 0), None: x, "silu": x / (1 + np.exp(-x)),
+                "gelu": 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))}
+    for name, want in expected.items():
+        np.testing.assert_allclose(activation(x, name), want, rtol=1e-12)
+        epilogue = next(n for n, e in EPILOGUES.items()
+                        if e.activation == name and not e.bias and not e.aux)
+        config = GemmConfig(lhs, rhs, lhs, (), (), (1,), (0,), epilogue=epilogue)
+        out = gemm.gemm_reference(config, x.reshape(13, 1), np.ones((1, 1)))
+        np.testing.assert_allclose(out[:, 0], want, rtol=1e-12)
+    with pytest.raises(hlo.HloError, match="instruction 'g'.*not JSON"):
+        cublas_gemm(_cublas_call('{"gemm_backend_config": {beta: 1}}'))
+    with pytest.raises(hlo.HloError, match="instruction 'g'.*dot_dimension_numbers"):
+        cublas_gemm(_cublas_call('{"gemm_backend_config":{"beta":0}}'))
+    with pytest.raises(UnsupportedError, match="instruction 'g'.*unsupported epilogue 'NOPE'"):
+        cublas_gemm(_cublas_call('{"gemm_backend_config":{"epilogue":"NOPE",'
+                                 '"dot_dimension_numbers":{}}}'))
 
 
 def test_config_round_trips_through_json():

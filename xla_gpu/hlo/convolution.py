@@ -14,7 +14,6 @@ groups, whatever dim_labels says.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -191,16 +190,7 @@ def conv_geometry(inst: HloInstruction, lhs_dims: Sequence[int], rhs_dims: Seque
 def cudnn_backend_config(inst: HloInstruction) -> dict:
     """The cudnn_conv_backend_config of a cuDNN convolution custom call
     (or the backend_config itself when it is not nested); {} when absent."""
-    raw = inst.attrs.get("backend_config", "")
-    if isinstance(raw, dict):
-        config = raw
-    else:
-        try:
-            config = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-        except ValueError as e:
-            raise inst.error(f"backend_config is not JSON ({e})") from None
-    if not isinstance(config, dict):
-        return {}
+    config = inst.backend_config()
     inner = config.get("cudnn_conv_backend_config", config)
     return inner if isinstance(inner, dict) else {}
 

@@ -56,7 +56,6 @@ Conventions:
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from operator import attrgetter
@@ -68,6 +67,8 @@ import numpy as np
 from .convolution import (CUDNN_CONV_TARGETS, ConvolutionGeometry, conv_geometry,
                           cudnn_activation, cudnn_backend_config, cudnn_operand_count,
                           forward_dims)
+from .cublas import activation as cublas_activation
+from .cublas import cublas_gemm
 from .graph import post_order
 from .module import HloComputation, HloError, HloInstruction, HloModule
 from .opcodes import SMALL_FLOAT_TYPES
@@ -1642,49 +1643,16 @@ def _custom_topk(ev, inst, ops) -> Value:
 
 # ---- custom calls: XLA's own targets, then registered Python handlers
 
-_GEMM_EPILOGUES = {
-    # epilogue: (adds a bias vector, activation, returns the pre-activation)
-    "DEFAULT": (False, None, False), "BIAS": (True, None, False),
-    "RELU": (False, "relu", False), "BIAS_RELU": (True, "relu", False),
-    "GELU": (False, "gelu", False), "GELU_AUX": (False, "gelu", True),
-    "BIAS_GELU": (True, "gelu", False), "BIAS_GELU_AUX": (True, "gelu", True),
-    "SILU": (False, "silu", False), "BIAS_SILU": (True, "silu", False),
-}
-
-
 def _custom_gemm(ev, inst, ops) -> Value:
     """XLA:GPU's cuBLAS custom calls (`__cublas$gemm`,
-    `__cublas$lt$matmul`): D = act(alpha * dot(A, B) + beta * C + bias)
-    with the dot dimension numbers, alpha, beta and epilogue of the
-    backend_config's gemm_backend_config; operands A, B, then C when beta is
-    nonzero, then the bias vector for the BIAS epilogues. The result is D, or
-    a tuple (D, [pre-activation for *_AUX,] s8 workspace)."""
+    `__cublas$lt$matmul`; see xla_gpu.hlo.cublas): D = act(alpha * dot(A,
+    B) + beta * C + bias). The result is D, or a tuple (D, [pre-activation
+    for *_AUX,] s8 workspace)."""
     target = inst.attrs.get("custom_call_target")
-    raw = inst.attrs.get("backend_config", "")
-    try:
-        config = json.loads(raw) if isinstance(raw, str) and raw else {}
-    except ValueError as e:
-        raise HloError(f"{target}: backend_config is not JSON ({e})") from None
-    gemm = config.get("gemm_backend_config", config)
-    if not isinstance(gemm, dict) or "dot_dimension_numbers" not in gemm:
-        raise HloError(f"{target}: backend_config has no gemm_backend_config "
-                       "with dot_dimension_numbers")
-    dnums = gemm["dot_dimension_numbers"]
-
-    def dims(key: str) -> tuple[int, ...]:
-        try:
-            return tuple(int(v) for v in dnums.get(key, ()))
-        except (TypeError, ValueError):
-            raise HloError(f"{target}: bad {key} {dnums.get(key)!r}") from None
-    alpha = complex(float(gemm.get("alpha_real", 1)),
-                    float(gemm.get("alpha_imag", 0)))
-    beta = float(gemm.get("beta", 0))
-    epilogue = str(gemm.get("epilogue", "DEFAULT"))
-    if epilogue not in _GEMM_EPILOGUES:
-        raise HloError(f"{target}: unsupported epilogue '{epilogue}' "
-                       f"(supported: {', '.join(_GEMM_EPILOGUES)})")
-    has_bias, activation, has_aux = _GEMM_EPILOGUES[epilogue]
-    expected = 2 + (beta != 0) + has_bias
+    gemm = cublas_gemm(inst)
+    epilogue, beta, alpha = gemm.epilogue, gemm.beta, gemm.alpha
+    has_bias, has_aux = gemm.epilogue_kind.bias, gemm.epilogue_kind.aux
+    expected = gemm.operand_count
     if len(ops) != expected:
         raise HloError(f"{target}: {len(ops)} operands; beta={beta:g} and "
                        f"epilogue {epilogue} take {expected} (A, B"
@@ -1695,10 +1663,8 @@ def _custom_gemm(ev, inst, ops) -> Value:
     etype = out_shape.element_type
     acc = _dot_general(np.asarray(ops[0]), np.asarray(ops[1]),
                        _etype_of(inst, 0), _etype_of(inst, 1), etype,
-                       dims("lhs_batch_dimensions"),
-                       dims("rhs_batch_dimensions"),
-                       dims("lhs_contracting_dimensions"),
-                       dims("rhs_contracting_dimensions"))
+                       gemm.lhs_batch, gemm.rhs_batch,
+                       gemm.lhs_contracting, gemm.rhs_contracting)
     if acc.shape != out_shape.dims:
         raise HloError(f"{target}: the product has shape {list(acc.shape)}, "
                        f"the result is {out_shape}")
@@ -1709,25 +1675,17 @@ def _custom_gemm(ev, inst, ops) -> Value:
         if c.shape != acc.shape:
             raise HloError(f"{target}: C has shape {list(c.shape)}, the "
                            f"result {out_shape}")
-        acc = acc + beta * _up(_convert(c, _etype_of(inst, k), etype)
-                               if _etype_of(inst, k) != etype else c, etype)
+        acc = acc + beta * _in_type(c, _etype_of(inst, k), etype)
         k += 1
     if has_bias:
         bias = np.asarray(ops[k])
-        bias = _up(_convert(bias, _etype_of(inst, k), etype)
-                   if _etype_of(inst, k) != etype else bias, etype)
+        bias = _in_type(bias, _etype_of(inst, k), etype)
         if bias.shape not in (acc.shape, acc.shape[-1:]):
             raise HloError(f"{target}: the bias has shape {list(bias.shape)}; "
                            f"expected [{acc.shape[-1]}] for {out_shape}")
         acc = acc + bias
     pre = acc
-    if activation == "relu":
-        acc = np.maximum(acc, 0)
-    elif activation == "gelu":  # cuBLASLt's GELU: the tanh approximation
-        acc = 0.5 * acc * (1 + np.tanh(np.sqrt(2 / np.pi) *
-                                       (acc + 0.044715 * acc ** 3)))
-    elif activation == "silu":
-        acc = acc / (1 + np.exp(-acc))
+    acc = cublas_activation(acc, gemm.epilogue_kind.activation)
     results = [_down(acc, etype)]
     if has_aux:
         if len(leaves) < 2:

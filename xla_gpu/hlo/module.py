@@ -18,6 +18,7 @@ checks):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Iterable, Iterator
@@ -69,6 +70,21 @@ class HloInstruction:
                     all(isinstance(v, HloComputation) for v in value):
                 out.extend(value)
         return out
+
+    def backend_config(self) -> dict[str, Any]:
+        """The backend_config attribute as a JSON object: {} when there is
+        none (or it is not an object); HloError naming the instruction when
+        its text is not JSON."""
+        raw = self.attrs.get("backend_config")
+        if isinstance(raw, dict):
+            return raw
+        if not isinstance(raw, str) or not raw.strip():
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError as e:
+            raise self.error(f"backend_config is not JSON ({e})") from None
+        return value if isinstance(value, dict) else {}
 
     def error(self, message: str) -> HloError:
         where = f"line {self.location.line}: " if self.location else ""

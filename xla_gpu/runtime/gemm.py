@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import CudaError, CudaUnavailableError, HloError
+from ..hlo.cublas import EPILOGUES as CUBLAS_EPILOGUES
+from ..hlo.cublas import activation
 from .buffers import BufferSlice
 from .thunks import ArrayRef
 
@@ -42,7 +44,7 @@ __all__ = ["GemmConfig", "run_gemm", "gemm_reference", "EPILOGUES", "cublaslt_li
            "cublas_plan", "CublasPlanError"]
 
 # XLA's GemmBackendConfig epilogues that have a single output.
-EPILOGUES = ("DEFAULT", "RELU", "BIAS", "BIAS_RELU", "GELU", "BIAS_GELU", "SILU", "BIAS_SILU")
+EPILOGUES = tuple(name for name, kind in CUBLAS_EPILOGUES.items() if not kind.aux)
 
 _F32_ACCUMULATED = frozenset({"f16", "bf16", "f32", "f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz",
                               "f8e5m2fnuz", "f8e4m3fnuz", "f8e4m3", "f8e3m4"})
@@ -164,16 +166,6 @@ def _to_type(value: np.ndarray, ref: ArrayRef) -> np.ndarray:
     return np.asarray(value).astype(ref.storage_dtype)
 
 
-def _activation(x: np.ndarray, epilogue: str) -> np.ndarray:
-    if epilogue.endswith("RELU"):
-        return np.maximum(x, 0)
-    if epilogue.endswith("GELU"):       # cuBLASLt's GELU: the tanh approximation
-        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
-    if epilogue.endswith("SILU"):
-        return x / (1 + np.exp(-x))
-    return x
-
-
 def gemm_reference(config: GemmConfig, lhs: np.ndarray, rhs: np.ndarray,
                    c: np.ndarray | None = None, bias: np.ndarray | None = None) -> np.ndarray:
     """The result of `config` on logical numpy operands, in the output's
@@ -198,7 +190,7 @@ def gemm_reference(config: GemmConfig, lhs: np.ndarray, rhs: np.ndarray,
         result = result + np.asarray(c).astype(compute) * compute.type(config.beta)
     if config.bias is not None:
         result = result + np.asarray(bias).astype(compute)
-    result = _activation(result, config.epilogue)
+    result = activation(result, CUBLAS_EPILOGUES[config.epilogue].activation)
     return _to_type(result, config.out)
 
 
