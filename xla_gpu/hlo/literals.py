@@ -68,26 +68,13 @@ class LiteralParsing:
         if depth > MAX_NESTING:
             self.error("literal nesting too deep")
         self.expect("{")
-        items: list = []
-        self.skip()
-        if self.peek() == "}":
-            self.pos += 1
-            return items
-        while True:
+
+        def item():
             self.skip()
             if self.peek() == "{":
-                items.append(self.nested(etype, depth + 1))
-            else:
-                items.append(self.scalar(etype))
-            self.skip()
-            if self.peek() == ",":
-                self.pos += 1
-                continue
-            if self.peek() == "}":
-                self.pos += 1
-                return items
-            self.error(f"expected ',' or '}}' in a literal, found "
-                       f"{self.describe()}")
+                return self.nested(etype, depth + 1)
+            return self.scalar(etype)
+        return self.comma_list("}", "a literal", item)
 
     def scalar(self, etype: str) -> Any:
         self.skip()

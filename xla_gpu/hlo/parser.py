@@ -362,22 +362,8 @@ class _Parser(LiteralParsing):
         start = self.pos
         if self.peek() == "(":
             self.pos += 1
-            elements: list[Shape] = []
-            self.skip()
-            if self.peek() == ")":
-                self.pos += 1
-                return Shape("", (), None, ())
-            while True:
-                elements.append(self.shape(depth + 1))
-                self.skip()
-                if self.peek() == ",":
-                    self.pos += 1
-                    continue
-                if self.peek() == ")":
-                    self.pos += 1
-                    return Shape("", (), None, tuple(elements))
-                self.error(f"expected ',' or ')' in a tuple shape, found "
-                           f"{self.describe()}")
+            elements = self.comma_list(")", "a tuple shape", lambda: self.shape(depth + 1))
+            return Shape("", (), None, tuple(elements))
         if self.pos >= self.n or self.text[self.pos] not in _IDENT_START:
             self.error(f"expected a shape, found {self.describe()}")
         while self.pos < self.n and (self.text[self.pos].isalnum() and
@@ -659,25 +645,13 @@ class _Parser(LiteralParsing):
             inst.parameter_number = number
             self.expect(")", "to close the parameter")
         else:
-            self.skip()
-            if self.peek() != ")":
-                while True:
-                    self.skip()
-                    # A typed operand starts with its shape.
-                    typed = None
-                    if self.peek() == "(" or self._at_shape():
-                        typed = self.shape()
-                    name_, pos_ = self.name("an operand name")
-                    refs.append((name_, pos_, typed))
-                    self.skip()
-                    if self.peek() == ",":
-                        self.pos += 1
-                        continue
-                    if self.peek() == ")":
-                        break
-                    self.error(f"expected ',' or ')' in the operand list, "
-                               f"found {self.describe()}")
-            self.pos += 1
+            def operand() -> tuple[str, int, Shape | None]:
+                self.skip()
+                # A typed operand starts with its shape.
+                typed = self.shape() if self.peek() == "(" or self._at_shape() else None
+                name_, pos_ = self.name("an operand name")
+                return name_, pos_, typed
+            refs = self.comma_list(")", "the operand list", operand)
         self.operand_refs[id(inst)] = refs
         arity = _ARITY.get(opcode)
         if arity is not None and len(refs) != arity and \
@@ -942,22 +916,7 @@ class _SubParser(_Parser):
         if self.peek() != "{":
             return (self.integer(),)
         self.pos += 1
-        out: list[int] = []
-        self.skip()
-        if self.peek() == "}":
-            self.pos += 1
-            return ()
-        while True:
-            out.append(self.integer())
-            self.skip()
-            if self.peek() == ",":
-                self.pos += 1
-                continue
-            if self.peek() == "}":
-                self.pos += 1
-                return tuple(out)
-            self.error(f"expected ',' or '}}' in an integer list, found "
-                       f"{self.describe()}")
+        return tuple(self.comma_list("}", "an integer list", self.integer))
 
     def slice_spec(self) -> list[tuple[int, int, int]]:
         self.expect("{")
