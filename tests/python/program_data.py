@@ -25,7 +25,7 @@ PROGRAMS_DIR = Path(__file__).resolve().parent / "programs"
 
 _COMPLEX_PARTS = {"c64": "f32", "c128": "f64"}
 
-__all__ = ["PROGRAMS_DIR", "ProgramData", "load_program", "program_names"]
+__all__ = ["PROGRAMS_DIR", "ProgramData", "load_program", "program_names", "add_scaled"]
 
 
 def program_names() -> list[str]:
@@ -109,3 +109,17 @@ def load_program(name: str) -> ProgramData:
         inputs=_leaves(folder / "inputs.npz", "arg", meta["inputs"]),
         outputs=_leaves(folder / "outputs.npz", "out", meta["outputs"]),
         xla_memory=json.loads((folder / "xla_memory.json").read_text()))
+
+
+def add_scaled(x, y, *, scale, mode):
+    """A Python twin of programs/ffi_call/handler.cc (custom call target
+    xla_gpu_test_add_scaled) for the interpreter: f32 math, as the C++
+    handler does it."""
+    assert x.dtype == y.dtype == np.float32
+    if mode == 0:
+        return scale * x
+    if mode == 1:
+        return scale * x + y
+    if mode == 2:
+        return scale * (x - y)
+    raise ValueError(f"unknown mode {mode}")

@@ -23,7 +23,8 @@ from xla_gpu import hlo
 from xla_gpu.runtime.program import ProgramExecutable, load_program
 
 sys.path.insert(0, str(Path(__file__).parent))
-from program_data import load_program as load_data, program_names  # noqa: E402
+from program_data import add_scaled, program_names  # noqa: E402
+from program_data import load_program as load_data  # noqa: E402
 
 AFTER = "after_optimizations_cpu.hlo"
 BEFORE = "before_optimizations.hlo"
@@ -41,29 +42,14 @@ KNOWN_MISSING = {
 }
 KNOWN_MISSING_BEFORE = {
     "rng_bit_generator": "rng-bit-generator has no emitter",
+    "random_rbg": "bitcast-convert between bit widths in the elemental emitter",
 }
-# Would abort the process (an assertion in MLIR's AffineMap::get while
-# emitting a fusion the HLO passes built): not run until that is fixed.
-ABORTS_BEFORE = {
-    "random_rbg": "an MLIR assertion (AffineMap::get) aborts while emitting a fusion",
-}
-
-
-def _add_scaled(x, y, scale, mode):
-    """tests/python/programs/ffi_call/handler.cc as a Python handler."""
-    if mode == 0:
-        return scale * x
-    if mode == 1:
-        return scale * x + y
-    if mode == 2:
-        return scale * (x - y)
-    raise ValueError(f"unknown mode {mode}")
 
 
 @pytest.fixture(autouse=True)
 def _handlers():
     from xla_gpu.hlo import interpreter
-    interpreter.register_custom_call("xla_gpu_test_add_scaled", _add_scaled)
+    interpreter.register_custom_call("xla_gpu_test_add_scaled", add_scaled)
     yield
     interpreter.unregister_custom_call("xla_gpu_test_add_scaled")
 
@@ -77,8 +63,6 @@ def _cases():
                 (KNOWN_MISSING_BEFORE.get(name) if form == BEFORE else None)
             marks = [pytest.mark.xfail(reason=missing, raises=xla_gpu.XlaGpuError,
                                        strict=False)] if missing else []
-            if form == BEFORE and name in ABORTS_BEFORE:
-                marks = [pytest.mark.skip(reason=ABORTS_BEFORE[name])]
             yield pytest.param(name, form, id=f"{name}-{form.split('_')[0]}", marks=marks)
 
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from program_data import PROGRAMS_DIR, load_program, program_names
+from program_data import PROGRAMS_DIR, add_scaled, load_program, program_names
 from xla_gpu.hlo import parse_file
 from xla_gpu.hlo.interpreter import (evaluate, register_custom_call,
                                      registered_custom_calls,
@@ -21,19 +21,6 @@ REQUIRED = {"mlp_train_step", "transformer_block", "scan_rnn",
             "kv_cache_update", "cond_switch", "sort_topk", "layer_norm_bf16",
             "cumsum_argmax", "small_conv", "softmax_xent", "adam_step",
             "ffi_call"}
-
-
-def add_scaled(x, y, *, scale, mode):
-    """A Python twin of programs/ffi_call/handler.cc (target
-    xla_gpu_test_add_scaled): f32 math, as the C++ handler does it."""
-    assert x.dtype == y.dtype == np.float32
-    if mode == 0:
-        return scale * x
-    if mode == 1:
-        return scale * x + y
-    if mode == 2:
-        return scale * (x - y)
-    raise ValueError(f"unknown mode {mode}")
 
 
 @pytest.fixture
