@@ -122,7 +122,8 @@ def test_while_thunk_runs_condition_then_body():
     assert exe.kernel_launches() == 6 + 2 * 5      # 6 conditions, 5 bodies of 2 kernels
 
 
-COND_PRED = """HloModule m
+# Branch bodies of the conditionals below: one fusion each.
+BRANCH_FUSIONS = """HloModule m
 neg {
   x = f32[4] parameter(0)
   ROOT n = f32[4] negate(x)
@@ -131,7 +132,9 @@ exp {
   x = f32[4] parameter(0)
   ROOT n = f32[4] exponential(x)
 }
-on_true {
+"""
+
+COND_PRED = BRANCH_FUSIONS + """on_true {
   x = f32[4] parameter(0)
   ROOT r = f32[4] fusion(x), kind=kLoop, calls=neg
 }
@@ -146,16 +149,7 @@ ENTRY e {
 }
 """
 
-COND_INDEX = """HloModule m
-neg {
-  x = f32[4] parameter(0)
-  ROOT n = f32[4] negate(x)
-}
-exp {
-  x = f32[4] parameter(0)
-  ROOT n = f32[4] exponential(x)
-}
-b0 {
+COND_INDEX = BRANCH_FUSIONS + """b0 {
   x = f32[4] parameter(0)
   ROOT r = f32[4] fusion(x), kind=kLoop, calls=neg
 }
