@@ -46,7 +46,7 @@ from . import __version__
 from .errors import CompileError, HloError, UnsupportedError
 from .hlo import HloComputation, HloInstruction, HloModule, Shape
 from .hlo.cublas import cublas_gemm
-from .hlo.fusions import inline_calls
+from .hlo.fusions import fusion_text, inline_calls
 from .hlo.graph import post_order, reachable
 from .hlo.module import CONTROL_PREDECESSORS, callees
 from .runtime import command_buffer
@@ -583,7 +583,7 @@ class _KernelCompiler:
             self.cached += 1
         else:
             fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
-            text = _fusion_text(kernel_comp)
+            text = fusion_text(kernel_comp)
             try:
                 exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*")
             except (HloError, CompileError) as e:
@@ -636,15 +636,6 @@ _kernel_memory: dict[str, Any] = {}
 # output element): used when the dedicated emitter fails on a fusion.
 _LOOP_CAN_STAND_IN = frozenset({"transpose", "reduction", "concatenate", "input_slices",
                                 "in_place_dynamic_update_slice"})
-
-
-def _fusion_text(comp: HloComputation) -> str:
-    """The fusion computation as HLO text (stored with the kernel)."""
-    try:
-        from .hlo.printer import computation_to_text
-        return "HloModule fusion\n\n" + computation_to_text(comp)
-    except (ImportError, AttributeError, TypeError, ValueError, KeyError):
-        return f"// fusion computation {comp.name}\n"
 
 
 # -- thunk emission --------------------------------------------------------------------

@@ -69,6 +69,7 @@ from ..analysis.indexing import delinearize, map_text
 from ..dialects import xla_gpu
 from ..errors import HloError, UnsupportedError
 from ..hlo import HloComputation, HloInstruction, HloModule, Shape
+from ..hlo.fusions import fusion_text
 from ..hlo.shape import bit_width
 from ..ir import IndexingMap
 from .base import KernelEmitter, LaunchDims
@@ -811,21 +812,13 @@ def compile_kernel(fusion: Fusion, target: str, arch: str = "sm_90",
     if exe is None and disk is not None:
         exe = disk.get(key, target)
     if exe is None:
-        exe = compiler._build(fusion, _fusion_text(fusion.computation), target, arch, key,
+        exe = compiler._build(fusion, fusion_text(fusion.computation), target, arch, key,
                               None, ".*")
         if disk is not None:
             disk.put(key, exe)
     if cache:
         _compiled[key] = exe
     return exe, key
-
-
-def _fusion_text(comp: HloComputation) -> str:
-    try:
-        from ..hlo.printer import computation_to_text
-        return "HloModule fusion\n\n" + computation_to_text(comp)
-    except (ImportError, AttributeError, TypeError, ValueError, KeyError):
-        return f"// fusion computation {comp.name}\n"
 
 
 def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",

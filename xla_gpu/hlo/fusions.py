@@ -6,9 +6,15 @@ from __future__ import annotations
 
 from .module import HloComputation, HloError, HloInstruction, HloModule
 from .opcodes import ELEMENTWISE_OPCODES
+from .printer import computation_to_text
 
-__all__ = ["ELEMENTWISE_OPCODES", "fusion_computation", "inline_calls"]
+__all__ = ["ELEMENTWISE_OPCODES", "fusion_computation", "fusion_text", "inline_calls"]
 
+
+def fusion_text(comp: HloComputation) -> str:
+    """A fusion computation as the text of a module holding it alone: what
+    a compiled kernel stores, and `fusion_computation` reads back."""
+    return "HloModule fusion\n\n" + computation_to_text(comp)
 
 
 def fusion_computation(module: HloModule, fusion: str | None = None) -> tuple[str, HloComputation]:
