@@ -146,10 +146,7 @@ class HloInstruction:
         self.operands[index] = new
         if not any(o is old for o in self.operands):
             _remove_identity(old.users, self)
-        if not any(u is self for u in new.users):
-            new.users.append(self)
-        if self.parent is not None:
-            self.parent._mark_unordered()
+        self._now_reads(new)
 
     def replace_uses_of(self, old: "HloInstruction", new: "HloInstruction") -> None:
         """Every operand of `self` that is `old` becomes `new`."""
@@ -163,6 +160,11 @@ class HloInstruction:
         if not changed:
             return
         _remove_identity(old.users, self)
+        self._now_reads(new)
+
+    def _now_reads(self, new: "HloInstruction") -> None:
+        """`self` has `new` among its operands: listed once among new's
+        users, and its computation's order checked again."""
         if not any(u is self for u in new.users):
             new.users.append(self)
         if self.parent is not None:
