@@ -75,7 +75,8 @@ from .opcodes import SMALL_FLOAT_TYPES
 from .shape import ELEMENT_TYPES, Shape, bit_width
 
 __all__ = ["evaluate", "register_custom_call", "unregister_custom_call",
-           "registered_custom_calls", "decode_ffi_attributes"]
+           "registered_custom_calls", "decode_ffi_attributes", "handler_attributes",
+           "call_handler"]
 
 Value = Any  # np.ndarray or tuple of Values
 
@@ -564,6 +565,13 @@ _FLOAT_UNARY: dict[str, Callable] = {
     "cosine": np.cos,
     "tan": np.tan,
     "erf": _erf,
+    "acos": np.arccos,
+    "acosh": np.arccosh,
+    "asin": np.arcsin,
+    "asinh": np.arcsinh,
+    "atanh": np.arctanh,
+    "cosh": np.cosh,
+    "sinh": np.sinh,
     "ceil": np.ceil,
     "floor": np.floor,
     "round-nearest-even": np.rint,
@@ -2035,15 +2043,8 @@ def _h_custom_call(ev, inst, ops, batch):
         raise HloError("custom-call needs custom_call_target=\"...\"")
     handler = _CUSTOM_CALLS.get(target)
     if handler is None and target in _INSTRUCTION_CUSTOM_CALLS:
-        args = [tuple(np.array(v, copy=True) for v in o) if isinstance(o, tuple)
-                else np.array(o, copy=True) for o in ops]
-        try:
-            result = _INSTRUCTION_CUSTOM_CALLS[target](inst, *args)
-        except HloError:
-            raise
-        except Exception as e:  # the handler's own failure, named
-            raise HloError(f"the handler of custom call target '{target}' "
-                           f"failed: {type(e).__name__}: {e}") from e
+        with_inst = _INSTRUCTION_CUSTOM_CALLS[target]
+        result = call_handler(lambda *args: with_inst(inst, *args), target, ops)
         return _result_like(result, inst.shape, target)
     if handler is None and target in _BUILTIN_CUSTOM_CALLS:
         return _BUILTIN_CUSTOM_CALLS[target](ev, inst, ops)
@@ -2053,22 +2054,34 @@ def _h_custom_call(ev, inst, ops, batch):
                        "(register one with xla_gpu.hlo.interpreter."
                        f"register_custom_call; registered: {known})")
     config = inst.attrs.get("backend_config", "")
-    config = config if isinstance(config, str) else ""
-    api = str(inst.attrs.get("api_version", ""))
-    if api == "API_VERSION_TYPED_FFI":
-        kwargs = decode_ffi_attributes(config, f"custom call '{target}'")
-    else:
-        kwargs = {"backend_config": config} if config else {}
+    kwargs = handler_attributes(target, str(inst.attrs.get("api_version", "")),
+                                config if isinstance(config, str) else "")
+    return _result_like(call_handler(handler, target, ops, kwargs), inst.shape, target)
+
+
+def handler_attributes(target: str, api_version: str, backend_config: str) -> dict[str, Any]:
+    """The keyword arguments a Python custom-call handler gets: the
+    attributes decoded from a typed-FFI backend_config, or
+    backend_config=<text> for the older APIs."""
+    if api_version == "API_VERSION_TYPED_FFI":
+        return decode_ffi_attributes(backend_config, f"custom call '{target}'")
+    return {"backend_config": backend_config} if backend_config else {}
+
+
+def call_handler(handler: Callable[..., Any], target: str, operands: Sequence[Value],
+                 kwargs: dict[str, Any] | None = None) -> Any:
+    """Calls a Python custom-call handler on copies of its operands (a tuple
+    operand as a tuple), so that it cannot change the caller's values; its
+    own failure becomes an HloError naming the target."""
     args = [tuple(np.array(v, copy=True) for v in o) if isinstance(o, tuple)
-            else np.array(o, copy=True) for o in ops]
+            else np.array(o, copy=True) for o in operands]
     try:
-        result = handler(*args, **kwargs)
+        return handler(*args, **(kwargs or {}))
     except HloError:
         raise
     except Exception as e:  # the handler's own failure, named
         raise HloError(f"the handler of custom call target '{target}' "
                        f"failed: {type(e).__name__}: {e}") from e
-    return _result_like(result, inst.shape, target)
 
 
 # ---- convolution

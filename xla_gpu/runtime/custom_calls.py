@@ -58,12 +58,9 @@ def _call_python(fn, ctx, thunk) -> None:
         else:
             operands.append(tuple(flat[position:position + arity]))
             position += arity
-    if thunk.api_version == "API_VERSION_TYPED_FFI":
-        kwargs = interpreter.decode_ffi_attributes(thunk.backend_config,
-                                                   f"custom call '{thunk.target}'")
-    else:
-        kwargs = {"backend_config": thunk.backend_config} if thunk.backend_config else {}
-    result = fn(*operands, **kwargs)
+    kwargs = interpreter.handler_attributes(thunk.target, thunk.api_version,
+                                            thunk.backend_config)
+    result = interpreter.call_handler(fn, thunk.target, operands, kwargs)
     if len(thunk.results) == 1 and not isinstance(result, (tuple, list)):
         results = [result]
     else:
