@@ -469,13 +469,12 @@ class CompiledConvolution:
             if tuple(a.shape) != tuple(s.dims):
                 raise HloError(f"{self.name}: operand {k} has shape {list(a.shape)}, "
                                f"expected {s}")
-            physical.append(np.ascontiguousarray(np.transpose(a, s.major_to_minor)))
+            physical.append(np.ascontiguousarray(s.physical_from_logical(a)))
         if self.executable is None:
             return np.zeros(self.config.result_shape.dims,
                             self.config.result_shape.dtype)
         (out,) = self.executable.run(*physical)
-        order = self.config.result_shape.major_to_minor
-        return np.transpose(out, np.argsort(order))
+        return self.config.result_shape.logical_from_physical(out)
 
     def thunks(self, name: str, operands: Sequence[Any], result: Any,
                register: Callable[[str, Any], str]) -> list:

@@ -735,10 +735,11 @@ class CompiledSort:
             if self.copy_first:
                 return tuple(np.array(a) for a in arrays)
             return tuple(np.zeros(s.dims, s.dtype) for s in shapes)
-        current = [_to_physical(a, s) for a, s in zip(arrays, self.operand_shapes)]
+        current = [np.ascontiguousarray(s.physical_from_logical(a))
+                   for a, s in zip(arrays, self.operand_shapes)]
         for kernel in self.kernels:
             current = list(kernel.executable.run(*current))
-        return tuple(_from_physical(a, s) for a, s in zip(current, shapes))
+        return tuple(s.logical_from_physical(a) for a, s in zip(current, shapes))
 
     def thunks(self, name: str, operands: Sequence[Any], results: Sequence[Any],
                register: Callable[[str, Any], str]) -> list:
@@ -779,18 +780,6 @@ class CompiledSort:
 def _storage_dtype(element: str):
     from ..runtime.spec import ArgSpec
     return ArgSpec((), element).storage_dtype
-
-
-def _to_physical(array: np.ndarray, shape: Shape) -> np.ndarray:
-    if shape.is_row_major or array.ndim < 2:
-        return array
-    return np.ascontiguousarray(np.transpose(array, shape.major_to_minor))
-
-
-def _from_physical(array: np.ndarray, shape: Shape) -> np.ndarray:
-    if shape.is_row_major or array.ndim < 2:
-        return array
-    return np.transpose(array, np.argsort(shape.major_to_minor))
 
 
 _compiled: dict[str, Any] = {}

@@ -886,28 +886,13 @@ def _h_reshape(ev, inst, ops, batch):
     return np.reshape(ops[0], inst.shape.dims)
 
 
-def _physical(x: np.ndarray, layout) -> np.ndarray:
-    """The elements of x in memory order for its layout."""
-    if layout is None or list(layout) == list(range(x.ndim - 1, -1, -1)):
-        return x.reshape(-1)
-    return np.transpose(x, tuple(reversed(layout))).reshape(-1)
-
-
-def _from_physical(buf: np.ndarray, dims, layout) -> np.ndarray:
-    if layout is None or list(layout) == list(range(len(dims) - 1, -1, -1)):
-        return buf.reshape(dims)
-    major_to_minor = tuple(reversed(layout))
-    arr = buf.reshape([dims[d] for d in major_to_minor])
-    return np.transpose(arr, np.argsort(major_to_minor))
-
-
 def _h_bitcast(ev, inst, ops, batch):
     x = np.asarray(ops[0])
     src_shape = inst.operands[0].shape
     src, dst = src_shape.element_type, inst.shape.element_type
     if batch is not None:  # scalars: only the element type can change
         return x if src == dst else _bitcast_convert(x, src, dst, x.shape)
-    buf = _physical(x, src_shape.layout)
+    buf = src_shape.physical_from_logical(x).reshape(-1)   # memory order
     if src != dst:
         if src_shape.num_elements * bit_width(src) != \
                 inst.shape.num_elements * bit_width(dst):
@@ -917,7 +902,7 @@ def _h_bitcast(ev, inst, ops, batch):
     elif buf.size != inst.shape.num_elements:
         raise HloError(f"bitcast from {src_shape} to {inst.shape} changes "
                        "the element count")
-    return _from_physical(buf, inst.shape.dims, inst.shape.layout)
+    return inst.shape.logical_from_physical(buf.reshape(inst.shape.physical_shape().dims))
 
 
 def _h_transpose(ev, inst, ops, batch):

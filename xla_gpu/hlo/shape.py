@@ -121,6 +121,18 @@ class Shape:
         dimensions in major-to-minor order, no layout."""
         return Shape(self.element_type, tuple(self.dims[d] for d in self.major_to_minor))
 
+    def physical_from_logical(self, array: np.ndarray) -> np.ndarray:
+        """`array` (this shape's logical dims) with its axes in memory order,
+        the dims of `physical_shape()` (a view)."""
+        return array if self.is_row_major else np.transpose(array, self.major_to_minor)
+
+    def logical_from_physical(self, array: np.ndarray) -> np.ndarray:
+        """An array in memory order (the dims of `physical_shape()`) with its
+        axes in logical order (a view)."""
+        if self.is_row_major:
+            return array
+        return np.transpose(array, np.argsort(self.major_to_minor))
+
     def leaves(self) -> list["Shape"]:
         """The array shapes, depth first (itself when not a tuple)."""
         if not self.is_tuple:
