@@ -122,12 +122,13 @@ SOFTMAX_LIKE = f"""HloModule m
 }}
 """
 
-CONCAT_BITCAST = """HloModule m
+# XLA's concatenate emitter takes at most four operands (a loop per operand).
+CONCAT_FIVE = """HloModule m
 fused {
   p = f32[4,8] parameter(0)
   q = f32[4,8] parameter(1)
-  c = f32[8,8] concatenate(p, q), dimensions={0}
-  ROOT b = f32[64] bitcast(c)
+  c = f32[20,8] concatenate(p, q, p, q, p), dimensions={0}
+  ROOT b = f32[160] bitcast(c)
 }
 """
 
@@ -136,8 +137,8 @@ FALLBACKS = {
                        "the reduced dimensions are not contiguous"),
     "reduce_feeds_reduce": (SOFTMAX_LIKE, "reduction",
                             "reduce 'r1' feeds another reduction's input"),
-    "concatenate_epilogue": (CONCAT_BITCAST, "concatenate",
-                             "the epilogue of 'c' is not elementwise"),
+    "concatenate_operands": (CONCAT_FIVE, "concatenate",
+                             "'c' has 5 operands (more than 4)"),
 }
 
 
@@ -157,7 +158,7 @@ def test_reduction_refusal_is_none_for_what_the_emitter_takes():
     assert reduction_refusal(fusion.roots, fusion.heroes) is None
 
 
-@pytest.mark.parametrize("name", ["reduce_feeds_reduce", "concatenate_epilogue"])
+@pytest.mark.parametrize("name", ["reduce_feeds_reduce", "concatenate_operands"])
 def test_fallback_fusions_compute_the_reference_values(name):
     text = FALLBACKS[name][0]
     comp = select_fusion(hlo.parse_module(text)).computation

@@ -18,7 +18,8 @@ from typing import Any
 from ..hlo import HloComputation, HloError, HloInstruction, HloModule
 from ..hlo.verifier import verify_computation
 from ..hlo.fusions import ELEMENTWISE_OPCODES, fusion_computation
-from .epilogue import epilogue_chain_ok, is_elementwise_epilogue, reaches
+from .concatenate import concatenate_refusal, find_concatenate_hero
+from .epilogue import epilogue_chain_ok, reaches
 from .reduction import reduction_refusal
 from .transpose import is_tiled_transpose, normalized_transpose, transpose_refusal
 
@@ -29,9 +30,6 @@ __all__ = ["Fusion", "select_fusion", "analyze", "find_hero", "EMITTER_KINDS",
 EMITTER_KINDS = ("loop", "transpose", "reduction", "scatter", "concatenate",
                  "in_place_dynamic_update_slice", "input_slices", "sort", "topk",
                  "convolution")
-
-# XLA's limit above which a concatenate is left to the loop emitter.
-_MAX_CONCAT_OPERANDS = 64
 
 # What the loop emitter does instead of the emitter the heroes call for,
 # when that emitter cannot take the fusion (the note on the kernel).
@@ -104,7 +102,10 @@ def find_hero(root: HloInstruction) -> HloInstruction:
 
 
 def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
-    while inst.opcode in ("bitcast",):
+    """`inst` below its bitcasts between row-major shapes (a reshape of the
+    same bytes: kernels hold arrays in row-major order)."""
+    while inst.opcode == "bitcast" and inst.shape.is_row_major and \
+            inst.operands[0].shape.is_row_major:
         inst = inst.operands[0]
     return inst
 
@@ -146,9 +147,7 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
     if root is None:
         raise HloError(f"computation '{comp.name}' has no root")
     if root.opcode == "tuple":
-        roots = list(root.operands)
-        if any(r.shape.is_tuple for r in roots):
-            raise root.unsupported("nested tuple outputs are not supported")
+        roots = _flatten_tuple_root(root)
     elif root.shape.is_tuple and (root.opcode in ("reduce", "sort", "topk") or (
             root.opcode == "custom-call" and
             root.attrs.get("custom_call_target") == "TopK")):
@@ -173,9 +172,8 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
         kind = "reduction"
     elif any(is_tiled_transpose(h) for h in heroes):
         kind = "transpose"
-    elif len(roots) == 1 and heroes[0].opcode == "concatenate" and \
-            len(heroes[0].operands) <= _MAX_CONCAT_OPERANDS:
-        kind = "concatenate"
+    elif _all_found(concats := [find_concatenate_hero(r) for r in roots]):
+        kind, heroes = "concatenate", concats
     else:
         kind = "loop"
     refusal = _refusal(kind, roots, heroes)
@@ -185,6 +183,33 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
     return Fusion(name, comp, roots, heroes, "loop", module, [note], hero_kind=kind)
 
 
+def _flatten_tuple_root(root: HloInstruction) -> list[HloInstruction]:
+    """The roots of a tuple-shaped fusion root, in output order: nested
+    tuple instructions are flattened (depth first, as XLA numbers the
+    outputs); an op with several results (a variadic reduce or scatter) is
+    one root that gives several outputs."""
+    roots: list[HloInstruction] = []
+    stack = [root]
+    while stack:
+        inst = stack.pop()
+        if inst.opcode == "tuple":
+            stack.extend(reversed(inst.operands))
+            continue
+        if inst.shape.is_tuple and inst.opcode not in _MULTI_RESULT_OPCODES:
+            raise inst.unsupported(f"a tuple-shaped {inst.opcode} inside the output "
+                                   "tuple is not supported")
+        roots.append(inst)
+    return roots
+
+
+# Ops whose tuple-shaped result is several arrays of the fusion's outputs.
+_MULTI_RESULT_OPCODES = ("reduce", "scatter", "sort")
+
+
+def _all_found(heroes: list[HloInstruction | None]) -> bool:
+    return all(h is not None for h in heroes)
+
+
 def _refusal(kind: str, roots: list[HloInstruction],
              heroes: list[HloInstruction]) -> str | None:
     """Why the emitter of `kind` cannot take the fusion (None if it can)."""
@@ -192,6 +217,6 @@ def _refusal(kind: str, roots: list[HloInstruction],
         return transpose_refusal(roots, heroes)
     if kind == "reduction":
         return reduction_refusal(roots, heroes)
-    if kind == "concatenate" and not is_elementwise_epilogue(roots[0], heroes[0]):
-        return f"the epilogue of '{heroes[0].name}' is not elementwise"
+    if kind == "concatenate":
+        return concatenate_refusal(roots, heroes)
     return None

@@ -1,15 +1,20 @@
 """The concatenate emitter: one `xla_gpu.loop` per operand, over the
 largest operand's shape, so each operand is read coalesced and written at
-its offset; an elementwise epilogue (e.g. a convert of the concatenation)
-runs on the written values."""
+its offset. Every root comes from a concatenate hero (several heroes split
+alike may share the loops: operand k of each) through an epilogue that
+keeps the element's linear position (elementwise ops, bitcasts, reshapes):
+the epilogue runs on the value read and its result is written at the
+root's own index of that element."""
 
 from __future__ import annotations
+
+from math import prod
 
 from mlir import ir
 from mlir.dialects import arith, tensor
 
-from ..analysis.epilogue import is_elementwise_epilogue
-from ..analysis.indexing import delinearize, indexing_map
+from ..analysis.concatenate import concatenate_refusal
+from ..analysis.indexing import delinearize, dim, indexing_map, linearize
 from ..dialects import xla_gpu
 from ..ir import IndexingMap
 from .base import KernelEmitter
@@ -23,30 +28,34 @@ class ConcatenateEmitter(KernelEmitter):
 
     def __init__(self, fusion):
         super().__init__(fusion)
-        self.root = fusion.roots[0]
-        self.hero = fusion.heroes[0]
-        if not is_elementwise_epilogue(self.root, self.hero):
-            raise self.root.error("internal: the fusion analysis chose the concatenate "
-                                  "emitter for an epilogue that is not elementwise")
-        self._operand_ids = {id(o) for o in self.hero.operands}
-        self.axis = self.hero.attrs["dimensions"][0]
-        self.largest = max((o.shape.dims for o in self.hero.operands),
+        refusal = concatenate_refusal(fusion.roots, fusion.heroes)
+        if refusal is not None:
+            raise fusion.roots[0].error("internal: the fusion analysis chose the "
+                                        f"concatenate emitter for a fusion it cannot "
+                                        f"take ({refusal})")
+        self.heroes = list(dict.fromkeys(fusion.heroes))
+        first = self.heroes[0]
+        self._hero_ids = {id(h) for h in self.heroes}
+        self._operand_ids = {id(o) for h in self.heroes for o in h.operands}
+        self.axis = first.attrs["dimensions"][0]
+        self.largest = max((o.shape.dims for o in first.operands),
                            key=lambda d: d[self.axis])
         self.config = loop_config(self.largest, fusion.computation.instructions,
                                   [s.element_type for s in fusion.output_shapes])
 
     def root_groups(self):
-        return [] if self.root is self.hero else [[self.root]]
+        return [[r] for r, h in zip(self.fusion.roots, self.fusion.heroes) if r is not h]
 
     def is_subgraph_root(self, inst) -> bool:
         return id(inst) in self._operand_ids
 
     def is_excluded(self, inst) -> bool:
-        return inst is self.hero
+        return id(inst) in self._hero_ids
 
     def prepare_subgraphs(self) -> None:
-        if self.root is not self.hero:
-            self.partitioned.subgraph_of(self.root).injected = [self.hero]
+        for root, hero in zip(self.fusion.roots, self.fusion.heroes):
+            if root is not hero:
+                self.partitioned.subgraph_of(root).injected = [hero]
 
     def _operand_map(self, size: int) -> IndexingMap:
         """The thread-to-index map of an operand `size` long on the axis:
@@ -60,31 +69,63 @@ class ConcatenateEmitter(KernelEmitter):
         dims, symbols = thread_variables(config)
         return indexing_map(dims, symbols, results, constraints)
 
+    def _position_maps(self) -> dict[int, ir.Attribute]:
+        """For roots of another shape than their hero: the map from the
+        hero's index to the root's index of the same element (row-major
+        linear positions are kept by the epilogue)."""
+        maps = {}
+        for k, (root, hero) in enumerate(zip(self.fusion.roots, self.fusion.heroes)):
+            src, dst = list(hero.shape.dims), list(root.shape.dims)
+            if src == dst:
+                continue
+            linear = linearize([dim(i) for i in range(len(src))], src)
+            maps[k] = self.index_map(indexing_map(
+                [(f"d{i}", s) for i, s in enumerate(src)], [],
+                delinearize(linear, dst) if dst else []))
+        return maps
+
     def emit_entry(self, params, outputs, thread_id, block_id):
-        result = outputs[0]
+        results = list(outputs)
         offset = 0
         rank = len(self.largest)
+        positions = self._position_maps()
         maps: dict[int, ir.Attribute] = {}   # by the operand's size on the axis
-        for operand in self.hero.operands:
-            size = operand.shape.dims[self.axis]
+        slots = []                           # (root, hero, output slot)
+        for k, (root, hero) in enumerate(zip(self.fusion.roots, self.fusion.heroes)):
+            slots.append((k, root, hero))
+        for j, operand0 in enumerate(self.heroes[0].operands):
+            size = operand0.shape.dims[self.axis]
             if size == 0:
                 continue
             if size not in maps:
                 maps[size] = self.index_map(self._operand_map(size))
-            attr = maps[size]
-            loop = xla_gpu.build_loop(attr, [thread_id, block_id], [result])
+            loop = xla_gpu.build_loop(maps[size], [thread_id, block_id], results)
             block = loop.region.blocks[0]
-            with ir.InsertionPoint(block):
+            with ir.InsertionPoint(block), self.calls_shared():
                 args = list(block.arguments)
                 indices = args[1:1 + rank]
-                value = self.value_at(operand, params, indices)
-                out_indices = list(indices)
+                iters = args[1 + rank:]
+                read = {id(h): self.value_at(h.operands[j], params, indices)
+                        for h in self.heroes}
+                hero_index = list(indices)
                 if offset:
-                    out_indices[self.axis] = arith.addi(
+                    hero_index[self.axis] = arith.addi(
                         indices[self.axis], arith.constant(ir.IndexType.get(), offset))
-                if self.root is not self.hero:
-                    value = self.call_subgraph(self.root, params, out_indices, [value])[0]
-                xla_gpu.YieldOp([tensor.insert(value, args[1 + rank], out_indices)])
-            result = loop.results[0]
+                written = list(iters)
+                moved: dict[str, list] = {}     # root indices, by position map
+                for k, root, hero in slots:
+                    value = read[id(hero)]
+                    out_index = hero_index
+                    if k in positions:
+                        key = str(positions[k])
+                        if key not in moved:
+                            moved[key] = xla_gpu.build_apply_indexing(positions[k],
+                                                                      hero_index)
+                        out_index = moved[key]
+                    if root is not hero:
+                        value = self.call_subgraph(root, params, out_index, [value])[0]
+                    written[k] = tensor.insert(value, written[k], out_index)
+                xla_gpu.YieldOp(written)
+            results = list(loop.results)
             offset += size
-        return [result]
+        return results

@@ -130,7 +130,7 @@ class FunctionEmitter:
                 if inst.opcode in _UNARY or inst.opcode in _BINARY:
                     handler = FunctionEmitter._elementwise
                 else:
-                    raise inst.error("not supported by the elemental emitter")
+                    raise inst.unsupported("not supported by the elemental emitter")
             values = handler(self, inst, indices)
         self._scopes[-1][key] = values
         return values
@@ -202,9 +202,13 @@ class FunctionEmitter:
         return tensor.extract(self._constants[id(inst)], indices)
 
     def _function_entry_block(self) -> ir.Block:
+        # `.operation.name` is the op's name ("func.func"); a FuncOp view's
+        # own `.name` is its symbol.
         op = ir.InsertionPoint.current.block.owner
-        while op is not None and op.name != "func.func":
+        while op is not None and op.operation.name != "func.func":
             op = op.parent
+        if op is None:
+            raise RuntimeError("internal: an array constant is emitted outside a function")
         return op.regions[0].blocks[0]
 
     # -- elementwise -------------------------------------------------------
@@ -228,6 +232,17 @@ class FunctionEmitter:
         else:
             operand_indices = self.maps.apply(indexing, indices)
         return self.emit(operand, operand_indices)
+
+    def _bitcast(self, inst: HloInstruction, indices: Values) -> Values:
+        """A bitcast moves elements (its indexing map) and, when the element
+        types differ, reinterprets their bits (same width)."""
+        values = self._through_map(inst, indices)
+        src, dst = inst.operands[0].shape.element_type, inst.shape.element_type
+        if src == dst or element_type(src) == element_type(dst):
+            return values
+        if bit_width(src) != bit_width(dst):
+            raise inst.unsupported(f"bitcast from {src} to {dst} changes the element width")
+        return [arith.bitcast(element_type(dst), values[0])]
 
     def _iota(self, inst, indices):
         t = inst.shape.element_type
@@ -336,7 +351,7 @@ class FunctionEmitter:
         operand, starts = inst.operands
         a = inst.attrs
         if a.get("operand_batching_dims"):
-            raise inst.error("gather with batching dimensions is not supported yet")
+            raise inst.unsupported("gather with batching dimensions is not supported yet")
         offset_dims = list(a.get("offset_dims", ()))
         collapsed = set(a.get("collapsed_slice_dims", ()))
         start_map = list(a.get("start_index_map", ()))
@@ -465,7 +480,7 @@ _HANDLERS: dict[str, Callable] = {
     "broadcast": FunctionEmitter._through_map,
     "transpose": FunctionEmitter._through_map,
     "reshape": FunctionEmitter._through_map,
-    "bitcast": FunctionEmitter._through_map,
+    "bitcast": FunctionEmitter._bitcast,
     "slice": FunctionEmitter._through_map,
     "reverse": FunctionEmitter._through_map,
     "copy": FunctionEmitter._copy,
@@ -491,6 +506,8 @@ _FLOAT_MATH = {
     "log-plus-one": math.log1p, "sqrt": math.sqrt, "rsqrt": math.rsqrt,
     "cbrt": math.cbrt, "tanh": math.tanh, "sine": math.sin, "cosine": math.cos,
     "tan": math.tan, "erf": math.erf, "ceil": math.ceil, "floor": math.floor,
+    "acos": math.acos, "acosh": math.acosh, "asin": math.asin, "asinh": math.asinh,
+    "atanh": math.atanh, "cosh": math.cosh, "sinh": math.sinh,
     "round-nearest-afz": math.round, "round-nearest-even": math.roundeven,
 }
 
@@ -513,7 +530,7 @@ def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
         return convert(args[0], in_t, t)
     if op == "bitcast-convert":
         if bit_width(in_t) != bit_width(t):
-            raise inst.error("bitcast-convert between different bit widths is not supported")
+            raise inst.unsupported("bitcast-convert between different bit widths is not supported")
         if element_type(in_t) == element_type(t):  # f8 <-> 8-bit ints: same i8
             return args[0]
         return arith.bitcast(element_type(t), args[0])
@@ -533,7 +550,7 @@ def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
     if is_float(t) or (op == "is-finite" and is_float(in_t)):
         return _float_op(inst, t, args)
     if t.startswith("c"):
-        raise inst.error("complex arithmetic is not supported yet")
+        raise inst.unsupported("complex arithmetic is not supported yet")
     return _int_op(inst, t, args)
 
 
@@ -573,7 +590,7 @@ def _float_op(inst: HloInstruction, t: str, args: Values) -> ir.Value:
         return arith.select(nonzero, math.copysign(one, x), x)
     if op == "is-finite":
         return math.isfinite(args[0])
-    raise inst.error(f"{op} is not supported for {t}")
+    raise inst.unsupported(f"{op} is not supported for {t}")
 
 
 def _is_sub_byte(t: str) -> bool:
@@ -687,7 +704,7 @@ def _int_op_full_width(inst: HloInstruction, t: str, args: Values) -> ir.Value:
         return math.ctlz(args[0])
     if op == "power":
         return _int_power(t, *args)
-    raise inst.error(f"{op} is not supported for {t}")
+    raise inst.unsupported(f"{op} is not supported for {t}")
 
 
 def _int_power(t: str, base: ir.Value, exponent: ir.Value) -> ir.Value:

@@ -108,8 +108,18 @@ def partition(computation: HloComputation,
 
     for group in root_groups:
         group = [r for r in dict.fromkeys(group) if id(r) not in owner]
+        # A root that other instructions of the fusion also read roots a
+        # function of its own: in the group's function, a subgraph between
+        # it and another root would call the group's function back.
+        members = {id(r) for r in group}
+        shared = [r for r in group if len(group) > 1 and any(
+            u.opcode != "tuple" and id(u) not in members for u in r.users)]
+        shared_ids = {id(r) for r in shared}
+        group = [r for r in group if id(r) not in shared_ids]
         if group:
             new_subgraph(group)
+        for root in shared:
+            new_subgraph([root])
 
     for inst in reversed(computation.post_order()):
         if id(inst) in owner or _is_free(inst) or inst.opcode == "tuple" or exclude(inst):

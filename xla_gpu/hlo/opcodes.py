@@ -18,7 +18,7 @@ UNARY_ELEMENTWISE = frozenset("""
 abs negate sign ceil floor round-nearest-afz round-nearest-even not exponential
 exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic sine cosine
 tan erf is-finite popcnt count-leading-zeros real imag copy convert
-bitcast-convert reduce-precision
+bitcast-convert reduce-precision acos acosh asin asinh atanh cosh sinh
 """.split())
 
 BINARY_ELEMENTWISE = frozenset("""
@@ -36,6 +36,7 @@ ELEMENTWISE_OPCODES = ELEMENTWISE | frozenset({"map"})
 FLOAT_MATH = frozenset("""
 exponential exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic
 sine cosine tan erf ceil floor round-nearest-afz round-nearest-even
+acos acosh asin asinh atanh cosh sinh
 """.split())
 
 # Ops whose operands (all of them) have the result's element type.
@@ -44,7 +45,8 @@ negate sign ceil floor round-nearest-afz round-nearest-even not exponential
 exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic sine cosine
 tan erf popcnt count-leading-zeros copy reduce-precision add subtract multiply
 divide remainder maximum minimum power atan2 and or xor shift-left
-shift-right-arithmetic shift-right-logical clamp
+shift-right-arithmetic shift-right-logical clamp acos acosh asin asinh atanh cosh
+sinh
 """.split())
 
 # Operand counts of the fixed-arity opcodes.

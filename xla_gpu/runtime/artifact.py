@@ -166,10 +166,11 @@ def validate_spec(spec: KernelSpec, fusion_hlo: str | None, where: str) -> None:
     for k, j in spec.aliases.items():
         if not (0 <= k < len(spec.outputs) and 0 <= j < len(spec.parameters)):
             raise bad(f"alias output {k} -> parameter {j} names no such argument")
-        if spec.outputs[k] != spec.parameters[j]:
+        out, param = spec.outputs[k], spec.parameters[j]
+        if (out.dtype, out.size) != (param.dtype, param.size):
             raise bad(f"output {k} ({spec.outputs[k].describe()}) is written in place "
                       f"into parameter {j} ({spec.parameters[j].describe()}) of "
-                      "another shape")
+                      "another element type or size")
     for arg in (*spec.parameters, *spec.outputs):
         if any(not isinstance(d, int) or d < 0 for d in arg.shape):
             raise bad(f"bad shape {list(arg.shape)}")

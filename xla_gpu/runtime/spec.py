@@ -86,7 +86,15 @@ class ArgSpec:
 
     def from_storage(self, array: np.ndarray) -> np.ndarray:
         logical = self.numpy_dtype
+        if array.shape != self.shape and array.size == self.size:
+            # An output written in place into a parameter of another shape
+            # (a bitcast of a dynamic-update-slice): the same elements.
+            array = array.reshape(self.shape)
         return array if array.dtype == logical else array.astype(logical)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:

@@ -1,0 +1,231 @@
+"""Regressions found by running XLA's own emitter tests through xla_gpu
+(the conformance run): each case is a small fusion written here, run on the
+cpu target against the reference interpreter, with the emitter XLA would
+choose and the structure its tests pin where that is the point."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import xla_gpu
+from xla_gpu import emitters, hlo, ir
+from xla_gpu.analysis.fusion import select_fusion
+from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type
+
+
+def _run(text: str, fusion: str | None = None, seed: int = 0):
+    """Compiles `text` for the cpu target, runs it on random inputs and
+    checks every output against the interpreter; returns the executable."""
+    spec = select_fusion(hlo.parse_module(text), fusion)
+    inputs = random_inputs(spec.computation, seed)
+    exe = xla_gpu.compile(text, target="cpu", fusion=fusion, cache=False)
+    got = exe.run(*inputs)
+    want = hlo.evaluate(spec.computation, *inputs)
+    assert len(got) == len(want) == len(spec.output_shapes)
+    for k, (g, w, s) in enumerate(zip(got, want, spec.output_shapes)):
+        assert np.asarray(g).shape == tuple(s.dims)
+        mismatch = compare(np.asarray(g), np.asarray(w), s.element_type, k,
+                           tolerance_type(spec.computation, s.element_type),
+                           has_reduction(spec.computation))
+        assert mismatch is None, f"{exe.spec.emitter} emitter: {mismatch}"
+    return exe
+
+
+def _emit(text: str):
+    return emitters.emit(hlo.parse_module(text), ir.Context())
+
+
+# -- elemental ops ---------------------------------------------------------------
+
+INVERSE_AND_HYPERBOLIC = """
+f {
+  x = f32[64] parameter(0)
+  y = f64[64] parameter(1)
+  h = bf16[64] parameter(2)
+  a = f32[64] acos(x)
+  b = f64[64] acosh(y)
+  c = f32[64] asin(x)
+  d = f64[64] asinh(y)
+  e = bf16[64] atanh(h)
+  g = f32[64] cosh(x)
+  s = f64[64] sinh(y)
+  ROOT t = (f32[64], f64[64], f32[64], f64[64], bf16[64], f32[64], f64[64])
+      tuple(a, b, c, d, e, g, s)
+}
+"""
+
+
+def test_inverse_trigonometric_and_hyperbolic_ops_match_the_interpreter():
+    exe = _run(INVERSE_AND_HYPERBOLIC)
+    for op in ("acos", "acosh", "asin", "asinh", "atanh", "cosh", "sinh"):
+        assert f"math.{op} " in exe.mlir()
+
+
+def test_a_bitcast_to_another_element_type_reinterprets_the_bits():
+    # Integer arithmetic on the bits of halves, as XLA allows bitcast to do.
+    text = """
+f {
+  x = f16[20] parameter(0)
+  b = s16[4,5] bitcast(x)
+  ROOT a = s16[4,5] add(b, b)
+}
+"""
+    exe = _run(text)
+    assert re.search(r"arith\.bitcast %\S+ : f16 to i16", exe.mlir())
+
+
+# -- outputs and partitioning ----------------------------------------------------
+
+def test_nested_output_tuples_are_flattened_depth_first():
+    text = """
+add {
+  a0 = f32[] parameter(0)
+  a1 = f32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = f32[] parameter(3)
+  s = f32[] add(a0, b0)
+  m = f32[] multiply(a1, b1)
+  ROOT t = (f32[], f32[]) tuple(s, m)
+}
+f {
+  p = f32[3,4] parameter(0)
+  q = f32[3,4] parameter(1)
+  z = f32[] constant(0)
+  r = (f32[3], f32[3]) reduce(p, q, z, z), dimensions={1}, to_apply=add
+  l = f32[3,4] log(q)
+  t1 = (f32[3,4]) tuple(p)
+  t2 = ((f32[3,4])) tuple(t1)
+  ROOT t = ((f32[3], f32[3]), f32[3,4], ((f32[3,4]))) tuple(r, l, t2)
+}
+"""
+    spec = select_fusion(hlo.parse_module(text))
+    assert [list(s.dims) for s in spec.output_shapes] == [[3], [3], [3, 4], [3, 4]]
+    _run(text)
+
+
+def test_a_root_that_other_instructions_read_gets_its_own_function():
+    # `m` is an output and feeds the other outputs through a broadcast: in
+    # one function with them, the broadcast's function would call it back.
+    text = """
+add {
+  a = f64[] parameter(0)
+  b = f64[] parameter(1)
+  ROOT s = f64[] add(a, b)
+}
+f {
+  p = f64[4] parameter(0)
+  z = f64[] constant(0)
+  m = f64[] reduce(p, z), dimensions={0}, to_apply=add
+  bm = f64[4] broadcast(m), dimensions={}
+  eq = pred[4] compare(p, bm), direction=EQ
+  c = f64[4] convert(eq)
+  n = f64[] reduce(c, z), dimensions={0}, to_apply=add
+  ROOT t = (f64[], f64[]) tuple(n, m)
+}
+"""
+    _run(text)
+
+
+def test_array_constants_are_read_in_subgraph_functions():
+    text = """
+f {
+  x = s4[3] constant({-2, -3, -4})
+  ROOT b = s4[3,31] broadcast(x), dimensions={0}
+}
+"""
+    exe = _run(text)
+    assert "arith.constant dense<[-2, -3, -4]> : tensor<3xi8>" in exe.mlir()
+
+
+# -- in-place dynamic-update-slice ------------------------------------------------
+
+def test_an_in_place_update_written_through_a_bitcast():
+    text = """
+f {
+  in = f32[20,30] parameter(0)
+  up = f32[5,6] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  d = f32[20,30] dynamic-update-slice(in, up, i, j)
+  ROOT b = f32[600] bitcast(d)
+}
+"""
+    exe = _run(text)
+    assert exe.spec.emitter == "in_place_dynamic_update_slice"
+    assert exe.spec.aliases == {0: 0} and exe.launch_dims["threads"] == 30
+
+
+# -- concatenate ----------------------------------------------------------------
+
+CONCATENATES = {
+    # A bitcast and a convert after the hero.
+    "bitcast_epilogue": """
+f {
+  p0 = pred[1] parameter(0)
+  p1 = pred[1] parameter(1)
+  p2 = pred[1] parameter(2)
+  c = pred[3] concatenate(p0, p1, p2), dimensions={0}
+  b = pred[1,1,3] bitcast(c)
+  ROOT r = u32[1,1,3] convert(b)
+}
+""",
+    # The epilogue reads a parameter of its own.
+    "side_parameter": """
+f {
+  p0 = f32[64] parameter(0)
+  p1 = f32[192] parameter(1)
+  n = f32[64] negate(p0)
+  s = f32[128] slice(p1), slice={[32:160]}
+  e = f32[128] exponential(s)
+  c = f32[192] concatenate(n, e), dimensions={0}
+  ROOT a = f32[192] add(c, p1)
+}
+""",
+    # Two concatenates split alike, each with a reshaping epilogue.
+    "two_heroes": """
+f {
+  p0 = f32[2,16,8] parameter(0)
+  p1 = f32[2,48,8] parameter(1)
+  p2 = f32[2,16,8] parameter(2)
+  p3 = f32[2,48,8] parameter(3)
+  q = f32[2,64,8] concatenate(p0, p1), dimensions={1}
+  k = f32[2,64,8] concatenate(p2, p3), dimensions={1}
+  qn = f32[2,64,8] negate(q)
+  qb = f32[128,8] bitcast(qn)
+  kb = f32[128,8] bitcast(k)
+  ROOT t = (f32[128,8], f32[128,8]) tuple(qb, kb)
+}
+""",
+    # One hero, written as is and converted.
+    "shared_hero": """
+f {
+  p0 = f32[4,12] parameter(0)
+  p1 = f32[4,20] parameter(1)
+  c = f32[4,32] concatenate(p0, p1), dimensions={1}
+  v = bf16[4,32] convert(c)
+  ROOT t = (f32[4,32], bf16[4,32]) tuple(c, v)
+}
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONCATENATES))
+def test_concatenate_emitter_takes_position_keeping_epilogues(name):
+    exe = _run(CONCATENATES[name])
+    assert exe.spec.emitter == "concatenate"
+    operands = 3 if name == "bitcast_epilogue" else 2
+    assert exe.mlir().count("xla_gpu.loop") == operands
+
+
+def test_concatenates_of_more_than_four_operands_go_to_the_loop_emitter():
+    text = """
+f {
+  p = f32[4] parameter(0)
+  ROOT c = f32[20] concatenate(p, p, p, p, p), dimensions={0}
+}
+"""
+    fusion = select_fusion(hlo.parse_module(text))
+    assert (fusion.kind, fusion.hero_kind) == ("loop", "concatenate")
