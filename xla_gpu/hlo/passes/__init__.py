@@ -7,13 +7,14 @@ HLO that reads like XLA's after_optimizations dump:
 
 Each pass is an `HloPass` (`run(module) -> changed`) in its own module;
 those that rewrite one computation at a time are `ComputationPass`es
-(`run_on(comp) -> changed`), the fusion passes `FusionPass`es (XLA's
+(`run_on(comp) -> changed`), one instruction at a time `InstructionPass`es
+(`visit(comp, inst) -> changed`), the fusion passes `FusionPass`es (XLA's
 fusion size limits). `optimization_pipeline()` lists them in XLA:GPU's
 order.
 """
 
 from .pipeline import (ComputationPass, DumpOptions, HloPass, HloPassFix, HloPassPipeline,
-                       PassContext)
+                       InstructionPass, PassContext)
 from .verifier import verify_module
 from .dce import HloDCE
 from .cse import HloCSE
@@ -37,7 +38,8 @@ from .optimize import optimization_pipeline, optimize
 
 __all__ = [
     "optimize", "optimization_pipeline",
-    "DumpOptions", "HloPass", "ComputationPass", "HloPassFix", "HloPassPipeline",
+    "DumpOptions", "HloPass", "ComputationPass", "InstructionPass", "HloPassFix",
+    "HloPassPipeline",
     "PassContext", "verify_module", "HloDCE", "HloCSE", "CallInliner", "TupleSimplifier",
     "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer",
     "OptimizationBarrierExpander",

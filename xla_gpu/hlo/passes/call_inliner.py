@@ -4,9 +4,8 @@ left uncalled are dropped by DCE."""
 
 from __future__ import annotations
 
-from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
-from .pipeline import HloPass
-from .util import program_instructions
+from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
+from .pipeline import InstructionPass
 
 __all__ = ["CallInliner", "inline_call"]
 
@@ -46,17 +45,14 @@ def inline_call(call: HloInstruction) -> HloInstruction:
     return result
 
 
-class CallInliner(HloPass):
+class CallInliner(InstructionPass):
+    """Inlines every call; program computations are visited callees first,
+    so a callee's own calls are inlined before it is."""
     name = "call-inliner"
+    prunes_computations = True
 
-    def run(self, module: HloModule) -> bool:
-        module.link()
-        changed = False
-        # Callees first: a callee's own calls are inlined before it is.
-        for _, inst in program_instructions(module):
-            if inst.opcode == "call" and isinstance(inst.attrs.get("to_apply"), HloComputation):
-                inline_call(inst)
-                changed = True
-        if changed:
-            module.remove_unreachable_computations()
-        return changed
+    def visit(self, comp: HloComputation, inst: HloInstruction) -> bool:
+        if inst.opcode != "call" or not isinstance(inst.attrs.get("to_apply"), HloComputation):
+            return False
+        inline_call(inst)
+        return True

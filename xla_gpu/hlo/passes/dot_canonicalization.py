@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from math import prod
 
-from ..module import HloComputation, HloInstruction, HloModule
-from .pipeline import HloPass
-from .util import array_shape, program_instructions
+from ..module import HloComputation, HloInstruction
+from .pipeline import InstructionPass
+from .util import array_shape
 
 __all__ = ["DotCanonicalization", "is_canonical_dot"]
 
@@ -47,21 +47,17 @@ def is_canonical_dot(inst: HloInstruction) -> bool:
     return lc[0] in (nb, nb + 1) and rc[0] in (nb, nb + 1)
 
 
-class DotCanonicalization(HloPass):
+class DotCanonicalization(InstructionPass):
     name = "dot-canonicalization"
 
-    def run(self, module: HloModule) -> bool:
-        module.link()
-        changed = False
-        for comp, inst in program_instructions(module):
-            if inst.opcode != "dot" or inst.shape.is_tuple or is_canonical_dot(inst):
-                continue
-            lb, rb, lc, rc = _dims(inst)
-            if not lc:
-                continue  # an outer product: the simplifier's multiply
-            self._canonicalize(comp, inst)
-            changed = True
-        return changed
+    def visit(self, comp: HloComputation, inst: HloInstruction) -> bool:
+        if inst.opcode != "dot" or inst.shape.is_tuple or is_canonical_dot(inst):
+            return False
+        lb, rb, lc, rc = _dims(inst)
+        if not lc:
+            return False  # an outer product: the simplifier's multiply
+        self._canonicalize(comp, inst)
+        return True
 
     @staticmethod
     def _side(comp: HloComputation, operand: HloInstruction, batch, contracting,

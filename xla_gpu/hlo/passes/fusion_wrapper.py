@@ -7,10 +7,9 @@ constants, tuples, get-tuple-element, bitcasts) stay as they are."""
 
 from __future__ import annotations
 
-from ..module import HloModule
+from ..module import HloComputation, HloInstruction
 from .fusion_utils import FUSIBLE_OPCODES, body_acceptable, create_fusion, fusion_kind_for
-from .pipeline import HloPass
-from .util import program_instructions
+from .pipeline import InstructionPass
 
 __all__ = ["FusionWrapper", "NOT_WRAPPED"]
 
@@ -26,20 +25,16 @@ NOT_WRAPPED = frozenset({
     "copy-done", "async-start", "async-done", "async-update"})
 
 
-class FusionWrapper(HloPass):
+class FusionWrapper(InstructionPass):
     name = "fusion-wrapper"
 
-    def run(self, module: HloModule) -> bool:
-        module.link()
-        changed = False
-        for _, inst in program_instructions(module):
-            if inst.opcode in NOT_WRAPPED:
-                continue
-            if inst.opcode not in FUSIBLE_OPCODES and inst.opcode != "copy":
-                continue  # no emitter computes it: left to its own thunk
-            op = inst.opcode.replace("-", "_")
-            fusion = create_fusion(inst, name=f"wrapped_{op}",
-                                   computation_name=f"wrapped_{op}_computation")
-            fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
-            changed = True
-        return changed
+    def visit(self, comp: HloComputation, inst: HloInstruction) -> bool:
+        if inst.opcode in NOT_WRAPPED:
+            return False
+        if inst.opcode not in FUSIBLE_OPCODES and inst.opcode != "copy":
+            return False  # no emitter computes it: left to its own thunk
+        op = inst.opcode.replace("-", "_")
+        fusion = create_fusion(inst, name=f"wrapped_{op}",
+                               computation_name=f"wrapped_{op}_computation")
+        fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
+        return True

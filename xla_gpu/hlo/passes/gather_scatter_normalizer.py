@@ -8,9 +8,9 @@ emitters and the interpreter then see plain gathers and scatters."""
 
 from __future__ import annotations
 
-from ..module import HloComputation, HloInstruction, HloModule
-from .pipeline import HloPass
-from .util import array_shape, program_instructions
+from ..module import HloComputation, HloInstruction
+from .pipeline import InstructionPass
+from .util import array_shape
 
 __all__ = ["BatchedGatherScatterNormalizer"]
 
@@ -37,18 +37,15 @@ def _indices_with_batch_iotas(comp: HloComputation, indices: HloInstruction,
     return joined, index_vector_dim
 
 
-class BatchedGatherScatterNormalizer(HloPass):
+class BatchedGatherScatterNormalizer(InstructionPass):
     name = "batched-gather-scatter-normalizer"
 
-    def run(self, module: HloModule) -> bool:
-        module.link()
-        changed = False
-        for comp, inst in program_instructions(module):
-            if inst.opcode == "gather":
-                changed |= self._gather(comp, inst)
-            elif inst.opcode == "scatter":
-                changed |= self._scatter(comp, inst)
-        return changed
+    def visit(self, comp: HloComputation, inst: HloInstruction) -> bool:
+        if inst.opcode == "gather":
+            return self._gather(comp, inst)
+        if inst.opcode == "scatter":
+            return self._scatter(comp, inst)
+        return False
 
     @staticmethod
     def _gather(comp: HloComputation, inst: HloInstruction) -> bool:

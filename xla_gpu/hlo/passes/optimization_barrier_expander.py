@@ -6,23 +6,19 @@ freely."""
 
 from __future__ import annotations
 
-from ..module import HloModule
-from .pipeline import HloPass
-from .util import program_instructions
+from ..module import HloComputation, HloInstruction
+from .pipeline import InstructionPass
 
 __all__ = ["OptimizationBarrierExpander"]
 
 _BARRIERS = ("opt-barrier", "optimization-barrier")
 
 
-class OptimizationBarrierExpander(HloPass):
+class OptimizationBarrierExpander(InstructionPass):
     name = "optimization-barrier-expander"
 
-    def run(self, module: HloModule) -> bool:
-        module.link()
-        changed = False
-        for _, barrier in program_instructions(module):
-            if barrier.opcode in _BARRIERS:
-                barrier.replace_with(barrier.operands[0])
-                changed = True
-        return changed
+    def visit(self, comp: HloComputation, inst: HloInstruction) -> bool:
+        if inst.opcode not in _BARRIERS:
+            return False
+        inst.replace_with(inst.operands[0])
+        return True

@@ -18,12 +18,12 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ..module import HloComputation, HloError, HloModule
+from ..module import HloComputation, HloError, HloInstruction, HloModule
 from ..printer import module_to_text
 from .util import program_computations
 from .verifier import verify_module
 
-__all__ = ["HloPass", "ComputationPass", "HloPassPipeline", "HloPassFix", "DumpOptions",
+__all__ = ["HloPass", "ComputationPass", "InstructionPass", "HloPassPipeline", "HloPassFix", "DumpOptions",
            "PassContext"]
 
 
@@ -123,6 +123,23 @@ class ComputationPass(HloPass):
         return changed
 
     def run_on(self, comp: HloComputation) -> bool:
+        raise NotImplementedError
+
+
+class InstructionPass(ComputationPass):
+    """A pass that rewrites one instruction at a time: subclasses implement
+    `visit(comp, inst) -> changed`, called for every instruction of each
+    program computation as the computation was when its turn came (those an
+    earlier rewrite removed are skipped, those it added are not visited)."""
+
+    def run_on(self, comp: HloComputation) -> bool:
+        changed = False
+        for inst in list(comp.instructions):
+            if inst.parent is comp:
+                changed |= bool(self.visit(comp, inst))
+        return changed
+
+    def visit(self, comp: HloComputation, inst: HloInstruction) -> bool:
         raise NotImplementedError
 
 
