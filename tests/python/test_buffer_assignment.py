@@ -244,18 +244,17 @@ def test_while_writing_a_read_only_parameter_needs_a_copy():
         assign(text)
 
 
-def test_while_state_swap_needs_a_copy():
-    text = """HloModule w
+def _two_state_loop(body: str) -> str:
+    """A while loop over two f32[8] state elements with this body (its
+    parameter is `s`); the condition never runs the body."""
+    return """HloModule w
 cond {
   s = (f32[8], f32[8]) parameter(0)
   ROOT t = pred[] constant(false)
 }
 body {
   s = (f32[8], f32[8]) parameter(0)
-  a = f32[8] get-tuple-element(s), index=0
-  b = f32[8] get-tuple-element(s), index=1
-  ROOT r = (f32[8], f32[8]) tuple(b, a)
-}
+""" + body + """}
 ENTRY e {
   p = f32[8] parameter(0)
   x = f32[8] exponential(p)
@@ -263,31 +262,24 @@ ENTRY e {
   init = (f32[8], f32[8]) tuple(x, y)
   ROOT w = (f32[8], f32[8]) while(init), condition=cond, body=body
 }"""
+
+
+def test_while_state_swap_needs_a_copy():
+    text = _two_state_loop("""  a = f32[8] get-tuple-element(s), index=0
+  b = f32[8] get-tuple-element(s), index=1
+  ROOT r = (f32[8], f32[8]) tuple(b, a)
+""")
     with pytest.raises(HloError, match="loop state element.*copy"):
         assign(text)
 
 
 def test_while_state_read_after_rewrite_needs_a_copy():
-    text = """HloModule w
-cond {
-  s = (f32[8], f32[8]) parameter(0)
-  ROOT t = pred[] constant(false)
-}
-body {
-  s = (f32[8], f32[8]) parameter(0)
-  a = f32[8] get-tuple-element(s), index=0
+    text = _two_state_loop("""  a = f32[8] get-tuple-element(s), index=0
   a2 = f32[8] exponential(a)
   b = f32[8] get-tuple-element(s), index=1
   ab = f32[8] add(a, b), control-predecessors={a2}
   ROOT r = (f32[8], f32[8]) tuple(a2, ab)
-}
-ENTRY e {
-  p = f32[8] parameter(0)
-  x = f32[8] exponential(p)
-  y = f32[8] log(p)
-  init = (f32[8], f32[8]) tuple(x, y)
-  ROOT w = (f32[8], f32[8]) while(init), condition=cond, body=body
-}"""
+""")
     with pytest.raises(HloError, match="still\\s+read.*'ab'"):
         assign(text)
 
