@@ -701,15 +701,33 @@ class _Occupancy:
 
 def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
               buffers: _BufferSet, params: dict, donated_params: set) -> None:
-    df, alias, entry = ba.dataflow, ba.alias, ba.dataflow.entry
-    output_of: dict[int, ShapeIndex] = {}
-    for index, value in df.leaf_values(entry.root):
-        output_of.setdefault(alias.find(value), index)
+    """Places every buffer (by alias root): parameters, outputs and
+    constants in allocations of their own, temporaries in a free output or
+    donated-parameter allocation where one fits, the rest packed into one
+    temp allocation."""
     size_of = {root: max(v.size for v in values) for root, values in groups.items()}
     for root, size in size_of.items():
         if size > INT64_MAX:
             raise ResourceError(f"a buffer of {size} bytes does not fit in int64")
-    placed: set[int] = set()
+    allocations = _fixed_allocations(ba, groups, size_of, params)
+    temps = [root for root in groups if root not in ba._placement]
+    reused = _place_in_output_allocations(ba, buffers, groups, size_of, allocations, temps,
+                                          donated_params)
+    temps = [root for root in temps if root not in reused]
+    if temps:
+        allocations.append(_pack_temporaries(ba, buffers, size_of, allocations, temps))
+    ba.allocations = allocations
+
+
+def _fixed_allocations(ba: BufferAssignment, groups: dict[int, list[HloValue]],
+                       size_of: dict[int, int], params: dict) -> list[Allocation]:
+    """An allocation for each ENTRY parameter leaf, each output leaf that is
+    not a parameter (a constant's own when it is one), and each other
+    constant; their buffers placed at offset 0."""
+    df, alias, entry = ba.dataflow, ba.alias, ba.dataflow.entry
+    output_of: dict[int, ShapeIndex] = {}
+    for index, value in df.leaf_values(entry.root):
+        output_of.setdefault(alias.find(value), index)
     allocations: list[Allocation] = []
 
     def add(root: int, **kw) -> None:
@@ -717,18 +735,17 @@ def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
                                       alignment=ba.alignment,
                                       output_index=output_of.get(root), **kw))
         ba._placement[root] = (len(allocations) - 1, 0)
-        placed.add(root)
 
     for number in sorted(params):
         for index, value in df.leaf_values(params[number]):
             root = alias.find(value)
-            if root in placed:
+            if root in ba._placement:
                 raise HloError(f"{where(params[number])}its leaf {index} shares a buffer "
                                "with another parameter")
             add(root, kind="parameter", parameter=number, parameter_index=index)
     for index, value in df.leaf_values(entry.root):
         root = alias.find(value)
-        if root not in placed:
+        if root not in ba._placement:
             constants = [v for v in groups[root] if v.instruction.opcode == "constant"]
             if constants:
                 add(root, kind="constant", constant=constants[0].instruction.name)
@@ -740,17 +757,24 @@ def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
                 continue
             for _, value in df.leaf_values(inst):
                 root = alias.find(value)
-                if root not in placed:
+                if root not in ba._placement:
                     add(root, kind="constant", constant=inst.name)
     fixed = sum(a.size for a in allocations)
     if fixed > INT64_MAX:
         raise ResourceError(f"module '{ba.module.name}': its parameters, outputs and "
                             f"constants take {fixed} bytes, more than int64 can address")
-    temps = [root for root in groups if root not in placed]
-    # As XLA's BufferAssigner: a temporary may live in a (writable) output
-    # or donated-parameter allocation, at offset 0, when nothing placed
-    # there is live at the same time: first those of its operands, then the
-    # smallest that fits.
+    return allocations
+
+
+def _place_in_output_allocations(ba: BufferAssignment, buffers: _BufferSet,
+                                 groups: dict[int, list[HloValue]], size_of: dict[int, int],
+                                 allocations: list[Allocation], temps: list[int],
+                                 donated_params: set) -> set[int]:
+    """As XLA's BufferAssigner: a temporary may live in a (writable) output
+    or donated-parameter allocation, at offset 0, when nothing placed there
+    is live at the same time: first those of its operands, then the
+    smallest that fits. Returns the temporaries placed so."""
+    df, alias = ba.dataflow, ba.alias
     reusable = {a.index for a in allocations
                 if a.kind == "output" or
                 (a.kind == "parameter" and (a.parameter, a.parameter_index) in donated_params)}
@@ -780,20 +804,23 @@ def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
                 occupants[allocation].add(root, mine)
                 reused.add(root)
                 break
-    temps = [root for root in temps if root not in reused]
-    if temps:
-        items = [HeapItem(root, size_of[root], buffers.intervals[root]) for root in temps]
-        result = pack(items, ba.alignment)
-        heap_size = result.size
-        total = sum(a.size for a in allocations) + heap_size
-        if total > INT64_MAX:
-            raise ResourceError(f"module '{ba.module.name}' needs {total} bytes, more "
-                                "than int64 can address")
-        temp = Allocation(index=len(allocations), size=heap_size, kind="temp",
-                          alignment=ba.alignment)
-        allocations.append(temp)
-        ba.temp_allocation = temp
-        ba.heap_order = result.order
-        for root in temps:
-            ba._placement[root] = (temp.index, result.offsets[root])
-    ba.allocations = allocations
+    return reused
+
+
+def _pack_temporaries(ba: BufferAssignment, buffers: _BufferSet, size_of: dict[int, int],
+                      allocations: list[Allocation], temps: list[int]) -> Allocation:
+    """The temp allocation: `temps` packed by the heap simulator."""
+    items = [HeapItem(root, size_of[root], buffers.intervals[root]) for root in temps]
+    result = pack(items, ba.alignment)
+    heap_size = result.size
+    total = sum(a.size for a in allocations) + heap_size
+    if total > INT64_MAX:
+        raise ResourceError(f"module '{ba.module.name}' needs {total} bytes, more "
+                            "than int64 can address")
+    temp = Allocation(index=len(allocations), size=heap_size, kind="temp",
+                      alignment=ba.alignment)
+    ba.temp_allocation = temp
+    ba.heap_order = result.order
+    for root in temps:
+        ba._placement[root] = (temp.index, result.offsets[root])
+    return temp
