@@ -764,7 +764,7 @@ class _ThunkEmitter:
         if op == "topk":
             return [self.emit_topk(inst, inst.operands[0], int(inst.attrs.get("k", 0)),
                                    bool(inst.attrs.get("largest", True)), None)]
-        raise UnsupportedError(_where(inst) + f"no thunk for opcode '{op}'")
+        raise inst.unsupported(f"no thunk for opcode '{op}'")
 
     # kernels -----------------------------------------------------------------------
     def emit_fusion(self, inst: HloInstruction) -> list[Thunk]:
@@ -776,7 +776,7 @@ class _ThunkEmitter:
             return [memset]
         for operand in inst.operands:
             if operand.shape.is_tuple:
-                raise UnsupportedError(_where(inst) + "a fusion operand is a tuple "
+                raise inst.unsupported("a fusion operand is a tuple "
                                        f"('{operand.name}')")
         image = self.kernels.compile(inst, comp)
         spec = image.spec
@@ -847,7 +847,7 @@ class _ThunkEmitter:
             try:
                 cublas_plan(config)
             except CublasPlanError as e:
-                raise UnsupportedError(_where(inst) + f"the gemm cannot run on cuBLASLt: {e}")
+                raise inst.unsupported(f"the gemm cannot run on cuBLASLt: {e}")
         return GemmThunk(inst.name, config)
 
     def emit_cublas(self, inst: HloInstruction) -> list[Thunk]:
@@ -934,7 +934,7 @@ class _ThunkEmitter:
                 inst.shape.dims[-1]
             return [self.emit_topk(inst, inst.operands[0], k, True, comparator)]
         if target.startswith("__"):
-            raise UnsupportedError(_where(inst) + f"XLA-internal custom call target "
+            raise inst.unsupported(f"XLA-internal custom call target "
                                    f"'{target}' has no thunk")
         operands = [self.ref(o, index) for o in inst.operands
                     for index, _ in _leaves(o.shape)]
@@ -979,7 +979,7 @@ class _ThunkEmitter:
         from .emitters.convolution import CUDNN_CONV_TARGETS, compile_convolution
         target = str(inst.attrs.get("custom_call_target", ""))
         if target not in CUDNN_CONV_TARGETS:
-            raise UnsupportedError(_where(inst) + f"cuDNN call '{target}' is not supported "
+            raise inst.unsupported(f"cuDNN call '{target}' is not supported "
                                    f"(supported: {', '.join(CUDNN_CONV_TARGETS)})")
         compiled = compile_convolution(inst, target=self.target, arch=self.kernels.arch,
                                        cache=self.kernels.cache)
