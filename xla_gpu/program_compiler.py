@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .errors import CompileError, HloError, UnsupportedError
+from .errors import CompileError, HloError
 from .hlo import HloComputation, HloInstruction, HloModule, Shape
 from .hlo.cublas import cublas_gemm
 from .hlo.fusions import fusion_text, inline_calls
