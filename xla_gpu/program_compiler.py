@@ -17,8 +17,8 @@ What is compiled:
     with their epilogues, `TopK` a topk thunk;
   * a module of plain ops (as JAX prints it before optimizations) goes
     through `xla_gpu.hlo.passes.optimize` (XLA's fusion pipeline); when that
-    is not available, fails, or `optimize=False`, each op that is not a
-    thunk of its own becomes its own small fusion (XLA's "wrapped_<op>").
+    fails, or with `optimize=False`, each op that is not a thunk of its own
+    becomes its own small fusion (XLA's "wrapped_<op>").
 
 Every fusion compiles through the single-fusion compiler and its cache
 (`xla_gpu.compile(..., fusion=NAME)` builds the same kernel), keyed by the
@@ -363,19 +363,14 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
                       for i in c.instructions)
     run_passes = (not has_fusions) if optimize is None else optimize
     if run_passes:
+        from .hlo.passes import optimize as optimize_hlo
         try:
-            from .hlo import passes
-            passes.optimize
-        except (ImportError, AttributeError) as e:
-            notes.append(f"HLO passes unavailable ({e}): each op is its own fusion")
-        else:
-            try:
-                module = passes.optimize(module, dump_dir=dump_dir, dump_regex=dump_regex)
-                notes.append("optimized by xla_gpu.hlo.passes")
-            except (HloError, NotImplementedError, RecursionError, ValueError, KeyError,
-                    TypeError, AttributeError, IndexError, AssertionError) as e:
-                notes.append(f"HLO passes failed ({type(e).__name__}: {e}): each op is its "
-                             "own fusion")
+            module = optimize_hlo(module, dump_dir=dump_dir, dump_regex=dump_regex)
+            notes.append("optimized by xla_gpu.hlo.passes")
+        except (HloError, NotImplementedError, RecursionError, ValueError, KeyError,
+                TypeError, AttributeError, IndexError, AssertionError) as e:
+            notes.append(f"HLO passes failed ({type(e).__name__}: {e}): each op is its "
+                         "own fusion")
     # Top-k too long for one kernel -> sort + slice; stable sorts of several
     # kernels get their tie-break index as an operand (a buffer).
     from .emitters.topk import rewrite_for_sort_kernels
