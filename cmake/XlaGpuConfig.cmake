@@ -2,8 +2,10 @@
 #   find_package(XlaGpu CONFIG REQUIRED
 #                HINTS "$(python -c 'import xla_gpu; print(xla_gpu.cmake_dir())')")
 # You also need MLIR 22.1's headers (find_package(MLIR)) on the include path.
+# Headers are namespaced: #include "xla_gpu/XlaGpuDialect.h", "xla_gpu/Passes.h",
+# "xla_gpu/CAPI.h", "xla_gpu/IndexingMap.h".
 get_filename_component(_xla_gpu_root "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
-set(XlaGpu_INCLUDE_DIRS "${_xla_gpu_root}/include/xla_gpu")
+set(XlaGpu_INCLUDE_DIRS "${_xla_gpu_root}/include")
 set(XlaGpu_PLUGIN "${_xla_gpu_root}/lib/XlaGpuPlugin.so")
 # libXlaGpu.so runs over the MLIR of the Python bindings installed beside it.
 get_filename_component(_xla_gpu_site "${_xla_gpu_root}/../.." ABSOLUTE)

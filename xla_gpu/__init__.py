@@ -52,8 +52,9 @@ def cmake_dir() -> str:
 
 
 def include_dir() -> str:
-    """Headers of the dialect, its C API and passes (with the generated .inc)."""
-    return str(_NATIVE_DIR / "include" / "xla_gpu")
+    """The include directory of the dialect's, its C API's and its passes'
+    headers (with the generated .inc): `#include "xla_gpu/XlaGpuDialect.h"`."""
+    return str(_NATIVE_DIR / "include")
 
 
 from .errors import (ArgumentError, ArtifactError, CompileError,  # noqa: E402

@@ -21,7 +21,7 @@ def _header_functions(header: Path) -> set[str]:
 
 
 def test_every_exported_function_is_declared_to_ctypes():
-    header = Path(xla_gpu.include_dir()) / "CAPI.h"
+    header = Path(xla_gpu.include_dir()) / "xla_gpu" / "CAPI.h"
     assert header.exists(), header
     assert _header_functions(header) == set(_native.C_SIGNATURES)
 
@@ -38,7 +38,7 @@ def test_ctypes_signatures_match_the_header(tmp_path):
         checks.append(f"static_assert(std::is_same_v<decltype(&{name}), {signature}>, "
                       f"\"{name}: the header and xla_gpu._native disagree\");")
     source = tmp_path / "abi.cc"
-    source.write_text("#include <type_traits>\n#include \"CAPI.h\"\n" + "\n".join(checks) + "\n")
+    source.write_text("#include <type_traits>\n#include \"xla_gpu/CAPI.h\"\n" + "\n".join(checks) + "\n")
     result = subprocess.run([compiler, "-std=c++17", "-fsyntax-only",
                              f"-I{xla_gpu.include_dir()}", f"-I{mlir_include}", str(source)],
                             capture_output=True, text=True)

@@ -1,7 +1,7 @@
 // Parses xla_gpu IR given on the command line, checks the indexing map
 // through the C++ API, runs the canonicalizer and prints the result.
-#include "Passes.h"
-#include "XlaGpuDialect.h"
+#include "xla_gpu/Passes.h"
+#include "xla_gpu/XlaGpuDialect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
