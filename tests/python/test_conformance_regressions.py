@@ -229,3 +229,85 @@ f {
 """
     fusion = select_fusion(hlo.parse_module(text))
     assert (fusion.kind, fusion.hero_kind) == ("loop", "concatenate")
+
+
+# -- emitter choice -------------------------------------------------------------
+
+def test_sub_byte_transposes_of_the_minor_dimension_use_the_loop_emitter():
+    moves_minor = "f {\n  p = s4[64,64] parameter(0)\n  ROOT t = s4[64,64] transpose(p), dimensions={1,0}\n}\n"
+    keeps_minor = ("f {\n  p = s4[64,16,4] parameter(0)\n"
+                   "  ROOT t = s4[16,64,4] transpose(p), dimensions={1,0,2}\n}\n")
+    assert select_fusion(hlo.parse_module(moves_minor)).kind == "loop"
+    assert select_fusion(hlo.parse_module(keeps_minor)).kind == "transpose"
+    _run(moves_minor)
+
+
+ADD = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def test_a_reduce_with_several_epilogues_stays_the_hero():
+    text = ADD + """
+f {
+  p = f32[8,256] parameter(0)
+  z = f32[] constant(0)
+  r = f32[8] reduce(p, z), dimensions={1}, to_apply=add
+  l = f32[8] log(r)
+  a = f32[8] abs(r)
+  ROOT t = (f32[8], f32[8]) tuple(l, a)
+}
+"""
+    fusion = select_fusion(hlo.parse_module(text))
+    assert fusion.kind == "reduction" and [h.name for h in fusion.heroes] == ["r", "r"]
+    exe = _run(text)
+    assert exe.mlir().count("xla_gpu.predicated_insert") >= 2
+
+
+# -- reduction variants and their structure --------------------------------------
+
+def _reduce(shape: str, out: str, dims: str, element: str = "f32") -> str:
+    return ADD.replace("f32", element) + f"""
+f {{
+  p = {element}[{shape}] parameter(0)
+  z = {element}[] constant(0)
+  ROOT r = {element}[{out}] reduce(p, z), dimensions={{{dims}}}, to_apply=add
+}}
+"""
+
+
+@pytest.mark.parametrize("shape,out,element,variant,lanes,tile", [
+    # Kept minor size 8 divides a warp: the small-column emitter, 2 lanes,
+    # 32 shared rows of 8 columns and one padding column.
+    ("5,64,8", "5,8", "f32", "SmallColumnReductionEmitter", 2, "32x9xf32"),
+    # 64 columns of f32: two side by side per thread, a 32 x 65 tile.
+    ("96,64", "64", "f32", "ColumnReductionEmitter", 2, "32x65xf32"),
+    # Odd column count: no vector loads, the classic 32 x 33 tile.
+    ("40,33", "33", "f32", "ColumnReductionEmitter", 1, "32x33xf32"),
+    # 16-bit columns, 128 of them: four per thread.
+    ("64,128", "128", "s16", "ColumnReductionEmitter", 4, "32x129xi16"),
+])
+def test_column_reductions_tile_as_xla_does(shape, out, element, variant, lanes, tile):
+    text = _reduce(shape, out, "0" if shape.count(",") == 1 else "1", element)
+    emitter = emitters.emitter_for(select_fusion(hlo.parse_module(text)))
+    assert type(emitter).__name__ == variant and emitter.lanes == lanes
+    exe = _run(text)
+    assert f"xla_gpu.allocate_shared : tensor<{tile}>" in exe.mlir()
+    assert "xla_gpu.predicated_extract" in exe.mlir()
+    if lanes > 1:
+        assert re.search(rf"vector.transfer_read .*vector<{lanes}x", exe.mlir("loop-transformation"))
+
+
+def test_multi_row_reductions_follow_xlas_rule():
+    # Rows of 4: a warp holds 8 rows (shuffle to distance 2); rows of 24
+    # are not a power of two: the row emitter.
+    four = select_fusion(hlo.parse_module(_reduce("1024,4", "1024", "1")))
+    assert type(emitters.emitter_for(four)).__name__ == "MultiRowReductionEmitter"
+    exe = _run(_reduce("1024,4", "1024", "1"))
+    assert re.search(r"shuffle_reduce\(.*\) to 2 ", exe.mlir())
+    odd = select_fusion(hlo.parse_module(_reduce("64,24", "64", "1")))
+    assert type(emitters.emitter_for(odd)).__name__ == "RowReductionEmitter"

@@ -63,10 +63,6 @@ CASES = {
     "u8_packed": _fusion("""
   p = u8[2,300,260] parameter(0)
   ROOT t = u8[2,260,300] transpose(p), dimensions={0,2,1}"""),
-    # Sub-byte ints take a byte each in kernel buffers: packed like s8.
-    "s4_packed": _fusion("""
-  p = s4[64,96] parameter(0)
-  ROOT t = s4[96,64] transpose(p), dimensions={1,0}"""),
     "pred": _fusion("""
   p = pred[20,36,17] parameter(0)
   n = pred[20,36,17] not(p)
@@ -236,7 +232,6 @@ def _tiling(text):
     ("bf16_packed", 2, [64, 65], 6),        # 2 x 16 bits per access
     ("f16_odd", 1, [32, 33], 4),            # 33 and 47 are odd: no packing
     ("u8_packed", 4, [1, 128, 129], 18),    # 4 x 8 bits per access
-    ("s4_packed", 4, [128, 129], 1),
     ("pred", 1, [32, 1, 33], 36),           # 17 is not a multiple of 4
     ("two_heroes", 2, [64, 65], 2),         # the narrower (f16) decides
     ("102", 2, [32, 33, 2], 6),             # the kept minor dim is the vector

@@ -91,14 +91,20 @@ def find_hero(root: HloInstruction) -> HloInstruction:
     reshapes) to the op that decides the emitter; `root` if there is none."""
     cur = root
     while True:
-        if cur.opcode in ("reduce", "transpose", "concatenate", "scatter"):
+        if cur.opcode in _HERO_OPCODES:
             return cur
         if cur.opcode in ("bitcast", "reshape", "copy") or cur.opcode in ELEMENTWISE_OPCODES:
             live = list(dict.fromkeys(o for o in cur.operands if not _is_trivial_operand(o)))
-            if len(live) == 1 and len(live[0].users) == 1 and live[0].opcode != "parameter":
+            # Ops in between carry one value to one user; the hero itself may
+            # have several epilogues (a reduce written as log and as abs).
+            if len(live) == 1 and live[0].opcode != "parameter" and \
+                    (len(live[0].users) == 1 or live[0].opcode in _HERO_OPCODES):
                 cur = live[0]
                 continue
         return root
+
+
+_HERO_OPCODES = ("reduce", "transpose", "concatenate", "scatter")
 
 
 def _through_bitcasts(inst: HloInstruction) -> HloInstruction:

@@ -38,7 +38,7 @@ shuffle finishes each column.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, scf, tensor
+from mlir.dialects import arith, tensor, vector
 from mlir.ir import AffineExpr
 
 from ..analysis.indexing import const, delinearize, dim, floordiv, indexing_map, sym
@@ -49,9 +49,11 @@ from ..hlo.shape import bit_width
 from .base import WARP_SIZE, KernelEmitter, LaunchDims
 
 __all__ = ["ReductionEmitter", "RowReductionEmitter", "MultiRowReductionEmitter",
-           "ColumnReductionEmitter", "reduction_emitter"]
+           "ColumnReductionEmitter", "SmallColumnReductionEmitter", "reduction_emitter"]
 
 MAX_THREADS_PER_ROW = 1024
+# vector.extract / vector.insert at a position given by a value.
+_DYNAMIC = ir.ShapedType.get_dynamic_size()
 MIN_THREADS_PER_BLOCK = 128
 COLUMN_TILE = WARP_SIZE
 
@@ -78,15 +80,93 @@ def _output_index(layout: ReductionLayout, k: AffineExpr) -> list[AffineExpr]:
 
 
 def reduction_emitter(fusion) -> "ReductionEmitter":
-    """The variant XLA would run: column when kept dimensions lie below the
-    reduced ones, multi-row when a row needs fewer threads than a warp, row
-    otherwise."""
+    """The variant XLA would run (CreateReductionFusion): for kept dimensions
+    below the reduced ones, the small-column emitter when the kept minor
+    size divides a warp, the column emitter otherwise; for rows, multi-row
+    when a power-of-two row fits a warp's vector loads, row otherwise."""
     layout = checked_layout(fusion.roots, fusion.heroes)
     if not layout.is_row:
+        if WARP_SIZE % layout.K1 == 0:
+            return SmallColumnReductionEmitter(fusion, layout)
         return ColumnReductionEmitter(fusion, layout)
-    if _RowConfig(layout, reduce_heroes(fusion.heroes)).threads_per_row < WARP_SIZE:
+    if _multi_row_vector(fusion, layout) is not None:
         return MultiRowReductionEmitter(fusion, layout)
     return RowReductionEmitter(fusion, layout)
+
+
+# GPU cores (SMs) of an H100/H200: a multi-row reduction should give each work.
+_CORE_COUNT = 132
+_THREADS_PER_BLOCK_TARGET = 256
+
+
+def _input_bits(fusion) -> int | None:
+    """The narrowest element type among the fusion's parameters (None
+    without parameters)."""
+    bits = [bit_width(p.shape.element_type) if p.shape.element_type != "pred" else 8
+            for p in fusion.parameters for _ in [0] if not p.shape.is_tuple]
+    return min(bits) if bits else None
+
+
+def _output_bits(fusion) -> int:
+    return min(max(bit_width(s.element_type), 8) for s in fusion.output_shapes)
+
+
+def _multi_row_threads(layout: ReductionLayout, vector: int) -> tuple[int, int]:
+    """(rows per block, threads per row) of a multi-row reduction."""
+    per_row = layout.R // vector
+    if layout.K * per_row <= _THREADS_PER_BLOCK_TARGET:
+        # At least a whole warp: the shuffles need every lane (rows past
+        # the last are masked off).
+        return max(layout.K, WARP_SIZE // per_row), per_row
+    return max(1, _THREADS_PER_BLOCK_TARGET // per_row), per_row
+
+
+def _multi_row_vector(fusion, layout: ReductionLayout) -> int | None:
+    """XLA's MultiRowReductionFusion::TryCreate: the vector size of a
+    multi-row reduction, or None when rows need the row emitter (a row
+    length that is not a power of two, or longer than a warp's vectors)."""
+    R = layout.R
+    if R & (R - 1):
+        return None
+    inputs, outputs = _input_bits(fusion), _output_bits(fusion)
+    smallest = min(inputs, outputs) if inputs is not None else outputs
+    largest = max(inputs, outputs) if inputs is not None else outputs
+    v = min(R, 64 // smallest)
+    if largest >= 32:
+        v = min(128 // largest, v)
+    v = max(v, 1)
+    if R > WARP_SIZE * v:
+        return None
+
+    def blocks(vec: int) -> int:
+        rows, _ = _multi_row_threads(layout, vec)
+        return -(-layout.K // rows)
+
+    while v > 1 and blocks(v) < _CORE_COUNT:
+        v //= 2
+    if R > WARP_SIZE * v:
+        return None
+    return v
+
+
+def _column_vector(fusion, minor: int, threads: int) -> int:
+    """XLA's GetVectorSizeForMlir for column reductions: elements per thread
+    loaded side by side along the kept minor dimension `minor`."""
+    if minor % 2 or threads * 2 > minor:
+        return 1
+    if any(o.shape.element_type in ("c64", "c128")
+           for h in reduce_heroes(fusion.heroes) for o in h.operands):
+        return 1
+    bits = _input_bits(fusion)
+    if bits is None:
+        bits = _output_bits(fusion)
+    if bits >= 64:
+        return 1
+    if bits >= 32:
+        return 2
+    if threads * 4 > minor:
+        return 2
+    return 4 if minor % 4 == 0 else 2
 
 
 class ReductionEmitter(KernelEmitter):
@@ -113,6 +193,10 @@ class ReductionEmitter(KernelEmitter):
             self._slots.setdefault(id(root), slot)
             slot += len(root.shape.leaves())
         self.threads = self.blocks = self.steps = 0
+        # Separate accumulators per thread, side by side along the kept
+        # minor dimension (the column variants' vector loads): the loop's
+        # last symbol picks one; 1 when all of a thread's elements combine.
+        self.lanes = 1
         self._configure()
 
     # -- to override ----------------------------------------------------------
@@ -198,20 +282,31 @@ class ReductionEmitter(KernelEmitter):
         attr = self._map(_input_index(lay, k, r), symbols, constraints)
         inits = self._inits(params)
         flat_inits = [v for group in inits for v in group]
+        lanes = self.lanes
+        acc_inits = flat_inits if lanes == 1 else [
+            vector.broadcast(ir.VectorType.get([lanes], v.type), v) for v in flat_inits]
         side_slots = [self._output_slot(s) for s in self.side_outputs]
         side_outputs = [outputs[slot] for slot in side_slots]
-        loop = xla_gpu.build_loop(attr, [thread_id, block_id], [*flat_inits, *side_outputs])
+        loop = xla_gpu.build_loop(attr, [thread_id, block_id], [*acc_inits, *side_outputs])
         block = loop.region.blocks[0]
         rank = len(lay.dims)
         with ir.InsertionPoint(block), self.calls_shared():
             args = list(block.arguments)
             index = args[len(symbols):len(symbols) + rank]
             iters = args[len(symbols) + rank:]
+            lane = args[len(symbols) - 1] if lanes > 1 else None
             new_accs, pos = [], 0
             for hero, group in zip(self.heroes, inits):
                 accs = iters[pos:pos + len(group)]
                 pos += len(group)
-                new_accs += self._combine(hero, accs, self._input_values(hero, params, index))
+                if lane is None:
+                    new_accs += self._combine(hero, accs, self._input_values(hero, params, index))
+                    continue
+                # This lane's accumulators, combined and put back.
+                scalars = [vector.extract(a, [lane], [_DYNAMIC]) for a in accs]
+                combined = self._combine(hero, scalars, self._input_values(hero, params, index))
+                new_accs += [vector.insert(c, a, [lane], [_DYNAMIC])
+                             for c, a in zip(combined, accs)]
             written = []
             for s, out in zip(self.side_outputs, iters[len(flat_inits):]):
                 value = self.call_subgraph(s, params, index)[0]
@@ -225,29 +320,28 @@ class ReductionEmitter(KernelEmitter):
         return self._finish(params, outputs, partials, inits, thread_id, block_id)
 
     def _write(self, params, outputs, values_per_hero, k_value, cond):
-        """Writes each root (epilogue applied) at kept index `k_value` if `cond`."""
-        outputs = list(outputs)
-        if_op = scf.IfOp(cond, [o.type for o in outputs], has_else=True)
-        with ir.InsertionPoint(if_op.then_block):
-            out_index = []
-            if self.layout.kept:
-                attr = self.index_map(indexing_map(
-                    [("k", self.layout.K)], [], _output_index(self.layout, dim(0))))
-                out_index = xla_gpu.build_apply_indexing(attr, [k_value])
-            new = list(outputs)
-            for root, hero in zip(self.fusion.roots, self.fusion.heroes):
-                if hero.opcode != "reduce":
-                    continue
-                values = values_per_hero[self._hero_index[id(hero)]]
-                if root is not hero:
-                    values = self.call_subgraph(root, params, out_index, values)
-                slot = self._output_slot(root)
-                for i, value in enumerate(values):
-                    new[slot + i] = tensor.insert(value, new[slot + i], out_index)
-            scf.YieldOp(new)
-        with ir.InsertionPoint(if_op.else_block):
-            scf.YieldOp(outputs)
-        return list(if_op.results)
+        """Writes each root (epilogue applied) at kept index `k_value` where
+        `cond` holds, with `xla_gpu.predicated_insert` as XLA does. The
+        epilogues run in every thread, at an index clamped into the output
+        (they may read parameters there)."""
+        new = list(outputs)
+        out_index = []
+        if self.layout.kept:
+            index = ir.IndexType.get()
+            k_safe = arith.minui(k_value, arith.constant(index, self.layout.K - 1))
+            attr = self.index_map(indexing_map(
+                [("k", self.layout.K)], [], _output_index(self.layout, dim(0))))
+            out_index = xla_gpu.build_apply_indexing(attr, [k_safe])
+        for root, hero in zip(self.fusion.roots, self.fusion.heroes):
+            if hero.opcode != "reduce" or id(hero) not in self._hero_index:
+                continue
+            values = values_per_hero[self._hero_index[id(hero)]]
+            if root is not hero:
+                values = self.call_subgraph(root, params, out_index, values)
+            slot = self._output_slot(root)
+            for i, value in enumerate(values):
+                new[slot + i] = self._predicated_insert(cond, value, new[slot + i], out_index)
+        return new
 
     def _predicated_insert(self, cond, value, dest, indices):
         return xla_gpu.PredicatedInsertOp(value, dest, list(indices), cond).result
@@ -351,9 +445,21 @@ class RowReductionEmitter(ReductionEmitter):
 
 
 class MultiRowReductionEmitter(RowReductionEmitter):
-    """Rows shorter than a warp: `threads_per_row` lanes per row, several
-    rows per warp; one shuffle up to distance threads_per_row / 2 combines a
-    row's partials, no shared memory."""
+    """Rows that fit a warp's vector loads (XLA's MultiRowReductionFusion):
+    each of `threads_per_row` lanes loads `vector` consecutive elements of
+    its row, several rows per warp; one shuffle up to distance
+    threads_per_row / 2 combines a row's partials, no shared memory."""
+
+    def _configure(self) -> None:
+        lay = self.layout
+        v = _multi_row_vector(self.fusion, lay)
+        if v is None:
+            raise self.heroes[0].error("internal: not a multi-row reduction")
+        rows, per_row = _multi_row_threads(lay, v)
+        self.vector, self.threads_per_row, self.rows_per_block = v, per_row, rows
+        self.threads = rows * per_row
+        self.blocks = -(-lay.K // rows)
+        self.steps = 1
 
     def _finish(self, params, outputs, partials, inits, thread_id, block_id):
         per_hero = [self._shuffle(h, vals, self.threads_per_row // 2)
@@ -362,15 +468,19 @@ class MultiRowReductionEmitter(RowReductionEmitter):
 
 
 class ColumnReductionEmitter(ReductionEmitter):
-    """Kept dimensions below the reduced ones: blocks of 32x32 threads cover
-    32 columns of one K0 index; thread (x, y) accumulates rows y, y + 32,
-    ... of column x; the partials are transposed through a padded 32x33
-    shared tile and a warp shuffle finishes each column."""
+    """Kept dimensions below the reduced ones (XLA's ColumnReductionFusion):
+    blocks of 32x32 threads cover 32 * `lanes` columns of one K0 index;
+    thread (y, x) accumulates rows y, y + 32, ... of columns
+    (tile * 32 + x) * lanes + l, one accumulator per column (vector loads
+    along the row); the partials go through a 32 x (32 * lanes) shared tile
+    (padded by one element when its rows are a multiple of 32) and are read
+    back transposed, and a warp shuffle finishes each column."""
 
     def _configure(self) -> None:
         lay = self.layout
+        self.lanes = _column_vector(self.fusion, lay.K1, COLUMN_TILE)
         self.threads = COLUMN_TILE * COLUMN_TILE
-        self.column_tiles = -(-lay.K1 // COLUMN_TILE)
+        self.column_tiles = -(-lay.K1 // (COLUMN_TILE * self.lanes))
         self.blocks = lay.K0 * self.column_tiles
         self.steps = -(-lay.R // COLUMN_TILE)
 
@@ -382,33 +492,119 @@ class ColumnReductionEmitter(ReductionEmitter):
         return dim(1) % self.column_tiles if self.column_tiles > 1 else const(0)
 
     def _loop_exprs(self):
-        lay = self.layout
-        k1 = self._tile() * COLUMN_TILE + dim(0) % COLUMN_TILE
-        # Summed left to right: k0 * K1 + tile * 32 + x.
-        k = self._k0() * lay.K1 + self._tile() * COLUMN_TILE + dim(0) % COLUMN_TILE
+        lay, v = self.layout, self.lanes
+        column = (self._tile() * COLUMN_TILE + dim(0) % COLUMN_TILE) * v
+        if v > 1:
+            column = column + sym(1)
+        k = self._k0() * lay.K1 + column
         r = sym(0) * COLUMN_TILE + floordiv(dim(0), COLUMN_TILE)
-        symbols = [("s", self.steps)]
-        constraints = [(r, 0, lay.R - 1), (k1, 0, lay.K1 - 1)]
+        symbols = [("s", self.steps)] + ([("l", v)] if v > 1 else [])
+        constraints = [(r, 0, lay.R - 1), (column, 0, lay.K1 - 1)]
         return k, r, symbols, constraints
 
     def _finish(self, params, outputs, partials, inits, thread_id, block_id):
-        lay = self.layout
+        lay, v = self.layout, self.lanes
         index = ir.IndexType.get()
+        width = COLUMN_TILE * v
+        width += 1 if width % WARP_SIZE == 0 else 0
         x, y = self._ids(thread_id, block_id, [dim(0) % COLUMN_TILE,
                                                floordiv(dim(0), COLUMN_TILE)])
-        stored = []
-        for v in partials:
-            shm = xla_gpu.AllocateSharedOp(
-                ir.RankedTensorType.get([COLUMN_TILE, COLUMN_TILE + 1], v.type)).result
-            stored.append(tensor.insert(v, shm, [y, x]))
-        synced = list(xla_gpu.SyncThreadsOp(stored).results)
-        transposed = [tensor.extract(t, [x, y]) for t in synced]
-        per_hero = [self._shuffle(h, vals, WARP_SIZE // 2)
-                    for h, vals in zip(self.heroes, self._split(transposed, inits))]
-        column = self._tile() * COLUMN_TILE + floordiv(dim(0), COLUMN_TILE)
-        k = self._k0() * lay.K1 + self._tile() * COLUMN_TILE + floordiv(dim(0), COLUMN_TILE)
-        k_v, column_v = self._ids(thread_id, block_id, [k, column])
-        cond = arith.andi(
-            arith.cmpi(arith.CmpIPredicate.eq, x, arith.constant(index, 0)),
-            arith.cmpi(arith.CmpIPredicate.ult, column_v, arith.constant(index, lay.K1)))
-        return self._write(params, outputs, per_hero, k_v, cond)
+        tiles = []
+        for p in partials:
+            scalar = p.type if v == 1 else ir.VectorType(p.type).element_type
+            tile = xla_gpu.AllocateSharedOp(
+                ir.RankedTensorType.get([COLUMN_TILE, width], scalar)).result
+            for lane in range(v):
+                value = p if v == 1 else vector.extract(p, [], [lane])
+                position = self._ids(thread_id, block_id,
+                                     [floordiv(dim(0), COLUMN_TILE) * v + lane])[0]
+                tile = tensor.insert(value, tile, [x, position])
+            tiles.append(tile)
+        synced = list(xla_gpu.SyncThreadsOp(tiles).results)
+        flat_inits = [i for group in inits for i in group]
+        is_x0 = arith.cmpi(arith.CmpIPredicate.eq, x, arith.constant(index, 0))
+        for lane in range(v):
+            column = (self._tile() * COLUMN_TILE + floordiv(dim(0), COLUMN_TILE)) * v + lane
+            k = self._k0() * lay.K1 + column
+            read_at, k_v, column_v = self._ids(thread_id, block_id, [
+                dim(0) % COLUMN_TILE * v + lane, k, column])
+            in_range = arith.cmpi(arith.CmpIPredicate.ult, column_v,
+                                  arith.constant(index, lay.K1))
+            read = [self._predicated_extract(in_range, t, [y, read_at], init)
+                    for t, init in zip(synced, flat_inits)]
+            per_hero = [self._shuffle(h, vals, WARP_SIZE // 2)
+                        for h, vals in zip(self.heroes, self._split(read, inits))]
+            outputs = self._write(params, outputs, per_hero, k_v, arith.andi(is_x0, in_range))
+        return outputs
+
+
+class SmallColumnReductionEmitter(ReductionEmitter):
+    """Column reductions whose kept minor size K1 divides a warp (XLA's
+    SmallColumnReductionFusion): one block per K0 index walks the [R, K1]
+    slab linearly, each thread `lanes` consecutive elements per step (one
+    accumulator each: always the same columns); the partials go through a
+    `shared_rows` x K1 shared tile, are read back a column per group of
+    `shared_rows` lanes and a shuffle over those lanes finishes each column."""
+
+    def _configure(self) -> None:
+        lay = self.layout
+        threads = 128
+        v = _column_vector(self.fusion, lay.R * lay.K1, COLUMN_TILE)
+        rows = v * threads // lay.K1
+        while rows > COLUMN_TILE and v > 1:
+            v //= 2
+            rows //= 2
+        if rows > COLUMN_TILE:
+            threads //= rows // COLUMN_TILE
+            rows = COLUMN_TILE
+        self.lanes, self.threads, self.shared_rows = v, threads, rows
+        self.blocks = lay.K0
+        self.steps = -(-(lay.R * lay.K1) // (v * threads))
+
+    def _linear(self) -> AffineExpr:
+        v = self.lanes
+        linear = dim(0) * v if v > 1 else dim(0)
+        if v > 1:
+            linear = linear + sym(1)
+        return linear + sym(0) * (v * self.threads)
+
+    def _loop_exprs(self):
+        lay, v = self.layout, self.lanes
+        linear = self._linear()
+        k = dim(1) * lay.K1 + linear % lay.K1
+        r = floordiv(linear, lay.K1)
+        symbols = [("s", self.steps)] + ([("l", v)] if v > 1 else [])
+        return k, r, symbols, [(linear, 0, lay.R * lay.K1 - 1)]
+
+    def _finish(self, params, outputs, partials, inits, thread_id, block_id):
+        lay, v, rows, threads = self.layout, self.lanes, self.shared_rows, self.threads
+        index = ir.IndexType.get()
+        padding = 0 if (threads == WARP_SIZE and v == 1) else -(-lay.K1 // (threads * v))
+        tiles = []
+        for p in partials:
+            scalar = p.type if v == 1 else ir.VectorType(p.type).element_type
+            tile = xla_gpu.AllocateSharedOp(
+                ir.RankedTensorType.get([rows, lay.K1 + padding], scalar)).result
+            for lane in range(v):
+                value = p if v == 1 else vector.extract(p, [], [lane])
+                linear = dim(0) * v + lane
+                row, column = self._ids(thread_id, block_id, [
+                    floordiv(linear, lay.K1), linear % lay.K1])
+                tile = tensor.insert(value, tile, [row, column])
+            tiles.append(tile)
+        synced = list(xla_gpu.SyncThreadsOp(tiles).results)
+        flat_inits = [i for group in inits for i in group]
+        for lane in range(v):
+            linear = dim(0) + lane * threads
+            row, column, k = self._ids(thread_id, block_id, [
+                linear % rows, floordiv(linear, rows),
+                dim(1) * lay.K1 + floordiv(linear, rows)])
+            in_range = arith.cmpi(arith.CmpIPredicate.ult, column,
+                                  arith.constant(index, lay.K1))
+            read = [self._predicated_extract(in_range, t, [row, column], init)
+                    for t, init in zip(synced, flat_inits)]
+            per_hero = [self._shuffle(h, vals, rows // 2)
+                        for h, vals in zip(self.heroes, self._split(read, inits))]
+            first = arith.cmpi(arith.CmpIPredicate.eq, row, arith.constant(index, 0))
+            outputs = self._write(params, outputs, per_hero, k, arith.andi(first, in_range))
+        return outputs
