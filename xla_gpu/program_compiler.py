@@ -231,7 +231,7 @@ class _ModuleBuilder:
             return self._emit(out, inst.clone_with(ops, opcode="bitcast"))
         if op == "copy" and inst.shape.minor_to_major != inst.operands[0].shape.minor_to_major:
             return self._wrap(inst, ops, out)
-        if op == "convolution":
+        if op == "convolution" and _lower_to_gemm(inst):
             from .convolution_lowering import lower_convolution
             created, result, computations = lower_convolution(
                 inst, ops[0], ops[1], self.unique, self.unique_comp)
@@ -759,6 +759,8 @@ class _ThunkEmitter:
         if op == "topk":
             return [self.emit_topk(inst, inst.operands[0], int(inst.attrs.get("k", 0)),
                                    bool(inst.attrs.get("largest", True)), None)]
+        if op == "convolution":
+            return [self.emit_convolution(inst)]
         raise inst.unsupported(f"no thunk for opcode '{op}'")
 
     # kernels -----------------------------------------------------------------------
@@ -967,13 +969,14 @@ class _ThunkEmitter:
                          compiled.describe())
 
     def emit_convolution(self, inst: HloInstruction) -> Thunk:
-        """XLA:GPU's cuDNN convolution custom calls (forward, backward
-        input / filter, bias + activation): the direct-convolution kernel
-        (emitters.convolution) writing the value; the scratch element of
-        the result tuple is left alone."""
+        """An HLO convolution too small for im2col + gemm (see
+        _lower_to_gemm), or XLA:GPU's cuDNN convolution custom calls
+        (forward, backward input / filter, bias + activation): the
+        direct-convolution kernel (emitters.convolution) writing the value;
+        the scratch element of a custom call's result tuple is left alone."""
         from .emitters.convolution import CUDNN_CONV_TARGETS, compile_convolution
         target = str(inst.attrs.get("custom_call_target", ""))
-        if target not in CUDNN_CONV_TARGETS:
+        if inst.opcode == "custom-call" and target not in CUDNN_CONV_TARGETS:
             raise inst.unsupported(f"cuDNN call '{target}' is not supported "
                                    f"(supported: {', '.join(CUDNN_CONV_TARGETS)})")
         compiled = compile_convolution(inst, target=self.target, arch=self.kernels.arch,
@@ -983,6 +986,25 @@ class _ThunkEmitter:
         return ConvolutionThunk(inst.name, compiled.thunks(
             inst.name, operands, self.slice(inst, value), self.kernels.register),
             compiled.describe())
+
+
+# Multiply-adds below which a convolution runs as one direct kernel (no
+# temporaries, as XLA's cuDNN call) rather than im2col + gemm (a patch matrix
+# of input elements x window in temporary memory, but the gemm's speed).
+_DIRECT_CONVOLUTION_MACS = 1 << 24
+
+
+def _lower_to_gemm(inst: HloInstruction) -> bool:
+    """Whether an HLO convolution becomes im2col + gemm: large ones, where
+    the gemm's throughput pays for the patch matrix."""
+    from .hlo.convolution import conv_geometry
+    lhs, rhs = inst.operands
+    geom = conv_geometry(inst, lhs.shape.dims, rhs.shape.dims, inst.shape.dims)
+    window = 1
+    for size in geom.size:
+        window *= size
+    macs = inst.shape.num_elements * window * geom.group_features
+    return macs >= _DIRECT_CONVOLUTION_MACS
 
 
 def _convolution_of(inst: HloInstruction) -> str | None:

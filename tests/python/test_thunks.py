@@ -366,7 +366,12 @@ ENTRY e {
 }
 """,
 ])
-def test_convolution_thunk_is_im2col_plus_gemm(text):
+@pytest.mark.parametrize("large", [True, False], ids=["im2col+gemm", "direct"])
+def test_convolution_thunk(text, large, monkeypatch):
+    """A large convolution is im2col + gemm (here: any, by lowering the
+    threshold), a small one one direct kernel with no temporaries."""
+    import xla_gpu.program_compiler as program_compiler
+    monkeypatch.setattr(program_compiler, "_DIRECT_CONVOLUTION_MACS", 0 if large else 1 << 62)
     module = hlo.parse_module(text)
     rng = np.random.default_rng(6)
     args = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in module.entry.parameters]
@@ -374,7 +379,10 @@ def test_convolution_thunk_is_im2col_plus_gemm(text):
     convs = [t for t in walk(exe.thunks) if t.kind == "convolution"]
     assert len(convs) == 1 and convs[0].name == "c"
     inner = [t.kind for t in convs[0].thunks]
-    assert inner.count("gemm") == 1 and "kernel" in inner
+    if large:
+        assert inner.count("gemm") == 1 and "kernel" in inner
+    else:
+        assert inner == ["kernel"] and exe.memory_analysis().temp_size_in_bytes == 0
 
 
 _GEMM_CONFIG = ('"gemm_backend_config":{{"alpha_real":{alpha},"alpha_imag":0,"beta":{beta},'
