@@ -31,6 +31,16 @@
 // Grid queries (gpu.thread_id, ...) are not values of a phase: every use is
 // replaced by the loop counters (or launch constants) of the phase it is in.
 //
+// Thread loops. The innermost loop, over consecutive threads, is the one
+// LLVM vectorizes (consecutive threads in consecutive SIMD lanes); the
+// values kept per thread are arrays indexed by the thread, read and
+// written contiguously by it. Where a phase divides the thread id by a
+// divisor or multiple of 32, or takes it modulo one (the emitters' tiles:
+// thread / 32 picks a row, thread % 32 a column) and the block is whole
+// warps, its loop becomes two, over the warps and, inside, over the 32
+// lanes (thread = 32 warp + lane), and those divisions become expressions
+// of the two counters, so that addresses are affine in the lane.
+//
 // Warp shuffles. An xla_gpu.shuffle_reduce cuts the kernel like a barrier
 // (every lane of a warp must have its operands before any lane reads the
 // others'). The phase before stores each thread's operands into a buffer
@@ -41,9 +51,14 @@
 // (t xor d stays in t's warp), each lane with its own values first, as the
 // GPU's lanes call it; `cur` and `next` alternate between two buffers. The
 // phases after read their thread's slot of the last one. The results are
-// therefore bit-identical to the GPU's, whatever the combiner. Warps with
-// inactive lanes have no defined shuffle result on the GPU: blocks must be
-// whole warps.
+// therefore bit-identical to the GPU's, whatever the combiner. Lanes that
+// exchange with an inactive lane have no defined result on the GPU: blocks
+// must be whole groups of 2 * max_distance lanes. When the combiner is symmetric (combiner(a, b) =
+// combiner(b, a), proven on its body: sums, products, min/max), every lane
+// of a group of 2 * max_distance lanes ends with its first lane's value,
+// and only the calls that value depends on run (2m - 1 per group of 2m
+// lanes, in the GPU's order, bit-identical too); threads then read their
+// group's first slot.
 //
 //===----------------------------------------------------------------------===//
 
@@ -52,6 +67,7 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -150,6 +166,108 @@ FailureOr<int64_t> launchDimension(func::FuncOp kernel, int64_t requested,
   return 1;
 }
 
+// Whether combiner(a..., b...) equals combiner(b..., a...) for all inputs,
+// proven on the combiner's body: its ops (pure, no regions) printed as
+// expressions of the arguments, operands of commutative ops in sorted
+// order, must read the same with the two argument halves swapped.
+// `addf(a, b)`, `maximumf(extf(a), extf(b))` are symmetric; a comparison
+// of a with b (an argmax's tie-break) is not.
+bool isSymmetricCombiner(func::FuncOp combiner) {
+  constexpr size_t kMaxOps = 64, kMaxExpression = 4096;
+  if (!combiner || combiner.isExternal() || !combiner.getBody().hasOneBlock())
+    return false;
+  Block &body = combiner.getBody().front();
+  unsigned n = body.getNumArguments();
+  if (n == 0 || n % 2 != 0 || body.getOperations().size() > kMaxOps) return false;
+  for (Operation &op : body.without_terminator())
+    if (op.getNumRegions() != 0 || !isMemoryEffectFree(&op)) return false;
+  auto expressions = [&](bool swapped) -> std::optional<SmallVector<std::string>> {
+    llvm::DenseMap<Value, std::string> names;
+    for (unsigned i = 0; i < n; ++i) {
+      bool first = (i < n / 2) != swapped;
+      names[body.getArgument(i)] = (first ? "a" : "b") + std::to_string(i % (n / 2));
+    }
+    auto print = [&](Operation &op) -> std::optional<std::string> {
+      SmallVector<std::string> operands;
+      for (Value v : op.getOperands()) {
+        auto it = names.find(v);
+        if (it == names.end()) return std::nullopt;
+        operands.push_back(it->second);
+      }
+      if (op.hasTrait<OpTrait::IsCommutative>()) llvm::sort(operands);
+      std::string text;
+      llvm::raw_string_ostream os(text);
+      os << op.getName() << op.getAttrDictionary() << "(";
+      llvm::interleaveComma(operands, os);
+      os << "):";
+      llvm::interleaveComma(op.getResultTypes(), os);
+      return text;
+    };
+    for (Operation &op : body.without_terminator()) {
+      std::optional<std::string> text = print(op);
+      if (!text || text->size() > kMaxExpression) return std::nullopt;
+      for (OpResult result : op.getResults())
+        names[result] = *text + "#" + std::to_string(result.getResultNumber());
+    }
+    std::optional<std::string> returned = print(*body.getTerminator());
+    if (!returned) return std::nullopt;
+    return SmallVector<std::string>{*returned};
+  };
+  auto plain = expressions(false), swapped = expressions(true);
+  return plain && swapped && *plain == *swapped;
+}
+
+// Whether `value` is `thread` through casts (index_cast(ui), ext, trunc to
+// at least 16 bits: thread ids are small and non-negative).
+bool isThreadId(Value value, Value thread) {
+  while (value != thread) {
+    Operation *def = value.getDefiningOp();
+    if (!def) return false;
+    if (isa<arith::IndexCastUIOp, arith::IndexCastOp, arith::ExtUIOp,
+            arith::ExtSIOp>(def) ||
+        (isa<arith::TruncIOp>(def) && def->getResult(0).getType().getIntOrFloatBitWidth() >= 16))
+      value = def->getOperand(0);
+    else
+      return false;
+  }
+  return true;
+}
+
+// Marks `loop` (over a block's threads) as one whose iterations do not
+// depend on each other through memory: threads between two barriers do not
+// communicate (a race on the GPU otherwise), and a thread's own accesses
+// keep their order inside its iteration. Every load and store in it joins
+// a fresh access group, and the loop carries `llvm.loop_annotation` with
+// `parallelAccesses` (xla-lower-to-host moves it onto the loop's latch).
+// LLVM's vectorizer then needs no dependence analysis and no run-time
+// overlap checks: arguments that share bytes (an elementwise output over
+// its input) stay correct, and addresses it cannot bound do not stop it.
+// Loops with atomics (threads do communicate) are left alone.
+void markThreadsIndependent(scf::ForOp loop) {
+  MLIRContext *ctx = loop.getContext();
+  bool atomics = loop.getBody()
+                     ->walk([](Operation *op) {
+                       return isa<LLVM::AtomicRMWOp, LLVM::AtomicCmpXchgOp>(op)
+                                  ? WalkResult::interrupt()
+                                  : WalkResult::advance();
+                     })
+                     .wasInterrupted();
+  if (atomics) return;
+  auto group = LLVM::AccessGroupAttr::get(ctx, DistinctAttr::create(UnitAttr::get(ctx)));
+  loop.getBody()->walk([&](Operation *op) {
+    auto access = dyn_cast<LLVM::AccessGroupOpInterface>(op);
+    if (!access || !isa<LLVM::LoadOp, LLVM::StoreOp>(op)) return;
+    SmallVector<Attribute> groups;
+    if (ArrayAttr existing = access.getAccessGroupsOrNull())
+      llvm::append_range(groups, existing);
+    groups.push_back(group);
+    access.setAccessGroups(ArrayAttr::get(ctx, groups));
+  });
+  auto annotation = LLVM::LoopAnnotationAttr::get(
+      ctx, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {group});
+  loop->setAttr("llvm.loop_annotation", annotation);
+}
+
 // One kernel's rewrite into @k_host_blocks.
 class KernelEmulation {
 public:
@@ -163,7 +281,11 @@ public:
 private:
   struct Phase {
     SmallVector<Operation *> ops;
-    scf::ForOp loop;  // over the threads of the block
+    // The innermost loop over the threads of the block: over all of them,
+    // or over the lanes of a warp inside a loop over the warps.
+    scf::ForOp loop;
+    Value thread;      // the thread id (index)
+    Value warp, lane;  // index, once the loop is warps x lanes (splitIntoWarps)
     // What a value of an earlier phase, or a grid query, is in this phase.
     llvm::DenseMap<Value, Value> values;
     Value threadI64;
@@ -181,6 +303,9 @@ private:
     SmallVector<Value> buffers[2];
     unsigned resultSide = 0;             // which buffers hold the results
     SmallVector<Value> operandsInPhase;  // stored at the phase's end
+    // Nonzero when the combiner is symmetric: the results of a group of
+    // `groupSize` lanes are all in the group's first slot.
+    int64_t groupSize = 0;
   };
 
   LogicalResult check();
@@ -191,6 +316,9 @@ private:
   void moveOpsAndKeepValues();
   void emitBetweenPhases(OpBuilder &b, unsigned before);
   void emitButterfly(OpBuilder &b, Shuffle &shuffle);
+  void emitGroupReduction(OpBuilder &b, Shuffle &shuffle);
+  void foldWarpArithmetic();
+  void splitIntoWarps(Phase &phase);
 
   std::optional<unsigned> definingPhase(Value value) const;
   bool recomputable(Value value, int depth);
@@ -225,6 +353,8 @@ private:
   llvm::MapVector<Value, Kept> kept_;
   llvm::DenseMap<Value, bool> recomputable_;
   llvm::DenseMap<int64_t, Value> constants_;
+  // The innermost loops of the shuffle emulation (over threads or lanes).
+  SmallVector<scf::ForOp> exchangeLoops_;
   Value blockIv_, i64One_;
 };
 
@@ -245,11 +375,23 @@ LogicalResult KernelEmulation::check() {
                   "phases at "
                << (barrier ? "barriers" : "warp shuffles")
                << ", which must be at the top level of the kernel";
-      if (!barrier && threads_ % kWarpSize != 0)
-        return op->emitOpError("needs whole warps, but the block has ")
-               << threads_ << " threads, not a multiple of " << kWarpSize
-               << " (the lanes a partial warp lacks have no values to "
-                  "shuffle on the GPU either)";
+      // A butterfly up to distance m exchanges values within groups of 2m
+      // lanes: the block must be whole groups (a lane a partial group lacks
+      // has no value to shuffle on the GPU either).
+      int64_t group = barrier ? 1 : 2 * cast<ShuffleReduceOp>(op).getMaxDistance();
+      if (threads_ % group != 0) {
+        InFlightDiagnostic error = op->emitOpError();
+        if (group == kWarpSize)
+          error << "needs whole warps";
+        else
+          error << "needs whole groups of " << group << " lanes (max_distance "
+                << group / 2 << ")";
+        error << ", but the block has " << threads_
+              << " threads, not a multiple of " << group
+              << " (the lanes a partial group lacks have no values to "
+                 "shuffle on the GPU either)";
+        return WalkResult::interrupt();
+      }
       return WalkResult::advance();
     }
     if (isGridQuery(op)) return WalkResult::advance();
@@ -351,6 +493,7 @@ void KernelEmulation::buildLoops() {
     // has no ops of its own.
     if (phase.ops.empty() && !shuffles_.count(i)) continue;
     phase.loop = scf::ForOp::create(b, loc, zero, threads, one);
+    phase.thread = phase.loop.getInductionVar();
   }
 }
 
@@ -358,9 +501,76 @@ void KernelEmulation::emitBetweenPhases(OpBuilder &b, unsigned before) {
   switch (syncs_[before]) {
   case SyncKind::kBlockBarrier:
     return;  // the loop structure is the barrier
-  case SyncKind::kWarpCollective:
-    emitButterfly(b, shuffles_[before]);
+  case SyncKind::kWarpCollective: {
+    Shuffle &shuffle = shuffles_[before];
+    auto combiner = symbols_.lookupNearestSymbolFrom<func::FuncOp>(
+        shuffle.op, shuffle.op.getCombinerAttr());
+    if (isSymmetricCombiner(combiner))
+      emitGroupReduction(b, shuffle);
+    else
+      emitButterfly(b, shuffle);
     return;
+  }
+  }
+}
+
+// A symmetric combiner's butterfly leaves the same value in every lane of a
+// group of 2 * max_distance lanes: after the step at distance d, lanes t
+// and t xor d hold combiner(x_t, x_(t^d)) and combiner(x_(t^d), x_t), which
+// are equal, and the next steps combine equal pairs. That value is the
+// group's first lane's, so only the lanes a first lane depends on are
+// computed: at distance d, lanes j < d of the group take combiner(own,
+// lane j + d) in place (2m - 1 calls for a group of 2m lanes, not 2m log2
+// 2m), in the GPU's order, so the result is bit-identical.
+void KernelEmulation::emitGroupReduction(OpBuilder &b, Shuffle &shuffle) {
+  ShuffleReduceOp op = shuffle.op;
+  Location loc = op.getLoc();
+  for (Type stored : shuffle.stored)
+    shuffle.buffers[0].push_back(threadBuffer(loc, stored));
+  shuffle.resultSide = 0;
+  int64_t maxDistance = op.getMaxDistance();
+  shuffle.groupSize = 2 * maxDistance;
+  Value zero = indexConstant(0), one = indexConstant(1);
+  auto groups = scf::ForOp::create(b, loc, zero, indexConstant(threads_),
+                                   indexConstant(shuffle.groupSize));
+  OpBuilder inGroup(groups.getBody()->getTerminator());
+  Type i64 = b.getI64Type();
+  Value first = arith::IndexCastUIOp::create(inGroup, loc, i64,
+                                             groups.getInductionVar());
+  for (int64_t d = maxDistance; d >= 1; d /= 2) {
+    auto lanes = scf::ForOp::create(inGroup, loc, zero, indexConstant(d), one);
+    exchangeLoops_.push_back(lanes);
+    OpBuilder body(lanes.getBody()->getTerminator());
+    auto flags = arith::IntegerOverflowFlags::nsw | arith::IntegerOverflowFlags::nuw;
+    Value mine = arith::AddIOp::create(
+        body, loc, first,
+        arith::IndexCastUIOp::create(body, loc, i64, lanes.getInductionVar()),
+        flags);
+    Value other = arith::AddIOp::create(
+        body, loc, mine, arith::ConstantIntOp::create(body, loc, i64, d), flags);
+    auto address = [&](unsigned k, Value slot) -> Value {
+      Value buffer = shuffle.buffers[0][k];
+      return LLVM::GEPOp::create(body, loc, buffer.getType(), shuffle.stored[k],
+                                 buffer, ValueRange{slot},
+                                 LLVM::GEPNoWrapFlags::inbounds);
+    };
+    auto load = [&](unsigned k, Value slot) -> Value {
+      Value v = LLVM::LoadOp::create(body, loc, shuffle.stored[k], address(k, slot));
+      Type type = op.getOperand(k).getType();
+      if (type.isIndex()) v = arith::IndexCastOp::create(body, loc, type, v);
+      return v;
+    };
+    SmallVector<Value> args;
+    for (unsigned k = 0; k < op.getNumOperands(); ++k) args.push_back(load(k, mine));
+    for (unsigned k = 0; k < op.getNumOperands(); ++k) args.push_back(load(k, other));
+    auto call = func::CallOp::create(body, loc, op.getCombinerAttr(),
+                                     op.getResultTypes(), args);
+    for (auto [k, result] : llvm::enumerate(call.getResults())) {
+      Value v = result;
+      if (v.getType().isIndex())
+        v = arith::IndexCastOp::create(body, loc, shuffle.stored[k], v);
+      LLVM::StoreOp::create(body, loc, v, address(k, mine));
+    }
   }
 }
 
@@ -377,6 +587,7 @@ void KernelEmulation::emitButterfly(OpBuilder &b, Shuffle &shuffle) {
   unsigned side = 0;
   for (int64_t d = op.getMaxDistance(); d >= 1; d /= 2, side ^= 1) {
     auto loop = scf::ForOp::create(b, loc, zero, threads, one);
+    exchangeLoops_.push_back(loop);
     OpBuilder body(loop.getBody()->getTerminator());
     Type i64 = body.getI64Type();
     Value lane = arith::IndexCastUIOp::create(body, loc, i64,
@@ -445,7 +656,7 @@ bool KernelEmulation::recomputable(Value value, int depth) {
 }
 
 Value KernelEmulation::gridValue(Operation *query, unsigned phase) {
-  Value thread = phases_[phase].loop.getInductionVar();
+  Value thread = phases_[phase].thread;
   auto isX = [](gpu::Dimension d) { return d == gpu::Dimension::x; };
   return llvm::TypeSwitch<Operation *, Value>(query)
       .Case([&](gpu::ThreadIdOp op) {
@@ -472,9 +683,10 @@ Value KernelEmulation::threadSlot(OpBuilder &b, Location loc, Value buffer,
                                   Type stored, unsigned phase) {
   Phase &p = phases_[phase];
   if (!p.threadI64) {
-    OpBuilder start = OpBuilder::atBlockBegin(p.loop.getBody());
-    p.threadI64 = arith::IndexCastUIOp::create(
-        start, loc, start.getI64Type(), p.loop.getInductionVar());
+    OpBuilder start(p.loop.getBody(), p.loop.getBody()->begin());
+    if (Operation *def = p.thread.getDefiningOp()) start.setInsertionPointAfter(def);
+    p.threadI64 = arith::IndexCastUIOp::create(start, loc, start.getI64Type(),
+                                               p.thread);
   }
   return LLVM::GEPOp::create(b, loc, buffer.getType(), stored, buffer,
                              ValueRange{p.threadI64},
@@ -530,8 +742,16 @@ FailureOr<Value> KernelEmulation::valueIn(Value value, unsigned phase) {
     Value buffer = s.buffers[s.resultSide][k];
     Location loc = value.getLoc();
     OpBuilder b = atPhaseEnd(phase);
-    result = LLVM::LoadOp::create(
-        b, loc, s.stored[k], threadSlot(b, loc, buffer, s.stored[k], phase));
+    Value slot = threadSlot(b, loc, buffer, s.stored[k], phase);
+    if (s.groupSize) {
+      // The group's first slot: thread & ~(groupSize - 1).
+      Value first = arith::AndIOp::create(
+          b, loc, phases_[phase].threadI64,
+          arith::ConstantIntOp::create(b, loc, b.getI64Type(), ~(s.groupSize - 1)));
+      slot = LLVM::GEPOp::create(b, loc, buffer.getType(), s.stored[k], buffer,
+                                 ValueRange{first}, LLVM::GEPNoWrapFlags::inbounds);
+    }
+    result = LLVM::LoadOp::create(b, loc, s.stored[k], slot);
     if (value.getType().isIndex())
       result = arith::IndexCastOp::create(b, loc, value.getType(), result);
   } else if (defined && *defined < phase) {
@@ -613,6 +833,102 @@ void KernelEmulation::moveOpsAndKeepValues() {
   }
 }
 
+// The phase's loop over the threads as a loop over the warps and, inside,
+// over the 32 lanes: thread = 32 warp + lane.
+void KernelEmulation::splitIntoWarps(Phase &phase) {
+  scf::ForOp flat = phase.loop;
+  Location loc = flat.getLoc();
+  OpBuilder b(flat);
+  Value zero = indexConstant(0), one = indexConstant(1);
+  auto warps = scf::ForOp::create(b, loc, zero,
+                                  indexConstant(threads_ / kWarpSize), one);
+  b.setInsertionPoint(warps.getBody()->getTerminator());
+  auto lanes = scf::ForOp::create(b, loc, zero, indexConstant(kWarpSize), one);
+  b.setInsertionPointToStart(lanes.getBody());
+  auto flags = arith::IntegerOverflowFlags::nsw | arith::IntegerOverflowFlags::nuw;
+  Value thread = arith::AddIOp::create(
+      b, loc,
+      arith::MulIOp::create(b, loc, warps.getInductionVar(),
+                            indexConstant(kWarpSize), flags),
+      lanes.getInductionVar(), flags);
+  Block *body = lanes.getBody();
+  body->getOperations().splice(body->getTerminator()->getIterator(),
+                               flat.getBody()->getOperations(),
+                               flat.getBody()->begin(),
+                               flat.getBody()->getTerminator()->getIterator());
+  flat.getInductionVar().replaceAllUsesWith(thread);
+  flat.erase();
+  phase.loop = lanes;
+  phase.thread = thread;
+  phase.warp = warps.getInductionVar();
+  phase.lane = lanes.getInductionVar();
+}
+
+// In a phase run as warps x lanes, thread = 32 w + l with l < 32, so
+// thread / c and thread % c for a c that divides 32 or that 32 divides are
+// expressions of w and l without a division:
+//   c | 32:  thread / c = w (32 / c) + l / c,   thread % c = l % c
+//   32 | c:  thread / c = w / (c / 32),          thread % c = (w % (c / 32)) 32 + l
+// The emitters' tiling (a warp's row, a lane's column) then indexes memory
+// affinely in l, and the lane loop vectorizes without gathers.
+void KernelEmulation::foldWarpArithmetic() {
+  if (threads_ % kWarpSize != 0 || threads_ == kWarpSize) return;
+  for (Phase &phase : phases_) {
+    if (!phase.loop) continue;
+    SmallVector<std::pair<Operation *, int64_t>> divisions;
+    phase.loop.getBody()->walk([&](Operation *op) {
+      if (!isa<arith::DivUIOp, arith::RemUIOp, arith::DivSIOp, arith::RemSIOp>(op) ||
+          !isThreadId(op->getOperand(0), phase.thread))
+        return;
+      APInt divisorBits;
+      if (!matchPattern(op->getOperand(1), m_ConstantInt(&divisorBits))) return;
+      int64_t c = divisorBits.getSExtValue();
+      if (c > 1 && (kWarpSize % c == 0 || c % kWarpSize == 0))
+        divisions.emplace_back(op, c);
+    });
+    if (divisions.empty()) continue;
+    splitIntoWarps(phase);
+    for (auto [op, c] : divisions) {
+      OpBuilder b(op);
+      Location loc = op->getLoc();
+      Type type = op->getResult(0).getType();
+      auto cast = [&](Value v) -> Value {
+        return type.isIndex() ? v : arith::IndexCastUIOp::create(b, loc, type, v).getResult();
+      };
+      auto constant = [&](int64_t v) -> Value {
+        return type.isIndex() ? arith::ConstantIndexOp::create(b, loc, v).getResult()
+                              : arith::ConstantIntOp::create(b, loc, type, v).getResult();
+      };
+      auto flags = arith::IntegerOverflowFlags::nsw | arith::IntegerOverflowFlags::nuw;
+      Value w = cast(phase.warp), l = cast(phase.lane);
+      bool divide = isa<arith::DivUIOp, arith::DivSIOp>(op);
+      Value result;
+      if (kWarpSize % c == 0) {
+        result = divide
+                     ? arith::AddIOp::create(
+                           b, loc,
+                           arith::MulIOp::create(b, loc, w, constant(kWarpSize / c), flags),
+                           arith::DivUIOp::create(b, loc, l, constant(c)), flags)
+                           .getResult()
+                     : arith::RemUIOp::create(b, loc, l, constant(c)).getResult();
+      } else {
+        Value warps = constant(c / kWarpSize);
+        result = divide
+                     ? arith::DivUIOp::create(b, loc, w, warps).getResult()
+                     : arith::AddIOp::create(
+                           b, loc,
+                           arith::MulIOp::create(
+                               b, loc, arith::RemUIOp::create(b, loc, w, warps),
+                               constant(kWarpSize), flags),
+                           l, flags)
+                           .getResult();
+      }
+      op->getResult(0).replaceAllUsesWith(result);
+      op->erase();
+    }
+  }
+}
+
 LogicalResult KernelEmulation::run() {
   if (failed(check())) return failure();
   // The prologue goes before an op that stays where it is (the kernel's
@@ -634,6 +950,10 @@ LogicalResult KernelEmulation::run() {
   buildLoops();
   if (failed(rewriteOperands())) return failure();
   moveOpsAndKeepValues();
+  foldWarpArithmetic();
+  for (Phase &phase : phases_)
+    if (phase.loop) markThreadsIndependent(phase.loop);
+  for (scf::ForOp loop : exchangeLoops_) markThreadsIndependent(loop);
 
   // The barriers are the loop structure now; the grid queries are unused.
   SmallVector<Operation *> dead;

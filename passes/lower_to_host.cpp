@@ -50,7 +50,9 @@ Value splat(OpBuilder &b, Location loc, Type type, int64_t value) {
 }
 
 // f32 -> bf16, round to nearest even, NaN -> 0x7fc0, computed on the bits:
-// (x + 0x7fff + bit 16 of x) >> 16.
+// (x + 0x7fff + bit 16 of x) >> 16. The NaN is chosen among i32s: a select
+// next to the bitcast to bf16 would be folded into a select of bf16
+// vectors, which x86 scalarizes lane by lane.
 struct TruncFToBF16AsIntegers : OpRewritePattern<arith::TruncFOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(arith::TruncFOp op,
@@ -73,12 +75,12 @@ struct TruncFToBF16AsIntegers : OpRewritePattern<arith::TruncFOp> {
         rewriter, loc,
         arith::AddIOp::create(rewriter, loc, bits, splat(rewriter, loc, i32, 0x7fff)),
         lsb);
+    rounded = arith::SelectOp::create(rewriter, loc, isNan,
+                                      splat(rewriter, loc, i32, 0x7fc00000), rounded);
     Value high = arith::TruncIOp::create(
         rewriter, loc, i16,
         arith::ShRUIOp::create(rewriter, loc, rounded, splat(rewriter, loc, i32, 16)));
-    Value result = arith::SelectOp::create(rewriter, loc, isNan,
-                                           splat(rewriter, loc, i16, 0x7fc0), high);
-    rewriter.replaceOpWithNewOp<arith::BitcastOp>(op, op.getType(), result);
+    rewriter.replaceOpWithNewOp<arith::BitcastOp>(op, op.getType(), high);
     return success();
   }
 };
@@ -159,6 +161,20 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
     target.addLegalOp<ModuleOp>();
     if (failed(applyFullConversion(module, target, std::move(patterns))))
       return signalPassFailure();
+
+    // convert-scf-to-cf leaves an scf.for's `llvm.loop_annotation` (the
+    // thread loops' parallel accesses, xla-emulate-grid) on the loop's
+    // latch branch as a plain attribute; the branch's own `loop_annotation`
+    // is what becomes `!llvm.loop` metadata.
+    module.walk([](Operation *op) {
+      auto annotation =
+          op->getAttrOfType<LLVM::LoopAnnotationAttr>("llvm.loop_annotation");
+      if (!annotation) return;
+      op->removeAttr("llvm.loop_annotation");
+      if (auto br = dyn_cast<LLVM::BrOp>(op)) br.setLoopAnnotationAttr(annotation);
+      else if (auto condBr = dyn_cast<LLVM::CondBrOp>(op))
+        condBr.setLoopAnnotationAttr(annotation);
+    });
   }
 };
 

@@ -18,7 +18,7 @@ BF16 = ml_dtypes.bfloat16
 
 ROOT = Path(__file__).resolve().parents[2]
 GELU = (ROOT / "examples" / "gelu.mlir").read_text()
-TRANSPOSE = (ROOT / "tests" / "lit" / "seed" / "transpose.mlir").read_text()
+TRANSPOSE = (ROOT / "tests" / "lit" / "walkthrough" / "transpose.mlir").read_text()
 
 
 def bf16_round(x: np.ndarray) -> np.ndarray:

@@ -6,6 +6,13 @@
 
 // A block reverses its slice of %in through shared memory: the loaded value
 // is kept per thread across the barrier, the index arithmetic recomputed.
+// Each thread loop is marked parallel (threads between barriers do not
+// depend on each other): its loads and stores in one access group, the
+// loop annotated with it, so that LLVM vectorizes without overlap checks.
+// CHECK: #[[G0:.*]] = #llvm.access_group<id = distinct[{{[0-9]+}}]<>>
+// CHECK: #[[G1:.*]] = #llvm.access_group<id = distinct[{{[0-9]+}}]<>>
+// CHECK: #[[L0:.*]] = #llvm.loop_annotation<parallelAccesses = #[[G0]]>
+// CHECK: #[[L1:.*]] = #llvm.loop_annotation<parallelAccesses = #[[G1]]>
 // CHECK-NOT: llvm.mlir.global
 // CHECK-LABEL: func.func @kernel_host_blocks(
 // CHECK-SAME: %[[IN:[^:]*]]: !llvm.ptr, %[[OUT:[^:]*]]: !llvm.ptr, %[[FIRST:[^:]*]]: index, %[[END:[^:]*]]: index)
@@ -16,29 +23,29 @@
 // CHECK: scf.for %[[T:.*]] = %[[C0:.*]] to %[[C64:.*]] step
 // CHECK: %[[T64:.*]] = arith.index_castui %[[T]] : index to i64
 // CHECK: arith.muli %[[B]]
-// CHECK: %[[V:.*]] = llvm.load %{{.*}} : !llvm.ptr -> f32
+// CHECK: %[[V:.*]] = llvm.load %{{.*}} {access_groups = [#[[G0]]]} : !llvm.ptr -> f32
 // CHECK: llvm.getelementptr inbounds %[[SHARED]]
 // CHECK: llvm.store %[[V]]
 // CHECK: %[[SLOT:.*]] = llvm.getelementptr inbounds %[[KEPT]][%[[T64]]]
-// CHECK: llvm.store %[[V]], %[[SLOT]]
-// CHECK: }
+// CHECK: llvm.store %[[V]], %[[SLOT]] {access_groups = [#[[G0]]]} : f32, !llvm.ptr
+// CHECK: } {llvm.loop_annotation = #[[L0]]}
 // CHECK: scf.for %[[T1:.*]] = %[[C0]] to %[[C64]] step
 // CHECK: %[[T164:.*]] = arith.index_castui %[[T1]] : index to i64
 // CHECK: %[[RELOAD:.*]] = llvm.getelementptr inbounds %[[KEPT]][%[[T164]]]
-// CHECK: %[[V1:.*]] = llvm.load %[[RELOAD]] : !llvm.ptr -> f32
+// CHECK: %[[V1:.*]] = llvm.load %[[RELOAD]] {{.*}}: !llvm.ptr -> f32
 // CHECK: arith.muli %[[B]]
 // CHECK: arith.subi %{{.*}}, %[[T1]] : index
 // CHECK: %[[W:.*]] = llvm.load %{{.*}} : !llvm.ptr -> f32
 // CHECK: arith.addf %[[V1]], %[[W]] : f32
-// CHECK: }
+// CHECK: } {llvm.loop_annotation = #[[L1]]}
 // CHECK-NOT: gpu.
 // The whole grid, the arguments packed: one pointer each.
 // CHECK-LABEL: func.func @kernel_host(
 // CHECK-SAME: %[[ARGS:[^:]*]]: !llvm.ptr) attributes {llvm.emit_c_interface, xla.blocks = 10 : i64, xla.num_args = 2 : i64, xla.threads_per_block = 64 : i64}
 // CHECK: %[[S0:.*]] = llvm.getelementptr inbounds %[[ARGS]][0] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
-// CHECK: %[[A0:.*]] = llvm.load %[[S0]] : !llvm.ptr -> !llvm.ptr
+// CHECK: %[[A0:.*]] = llvm.load %[[S0]] {{.*}}: !llvm.ptr -> !llvm.ptr
 // CHECK: %[[S1:.*]] = llvm.getelementptr inbounds %[[ARGS]][1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
-// CHECK: %[[A1:.*]] = llvm.load %[[S1]] : !llvm.ptr -> !llvm.ptr
+// CHECK: %[[A1:.*]] = llvm.load %[[S1]] {{.*}}: !llvm.ptr -> !llvm.ptr
 // CHECK: %[[Z:.*]] = arith.constant 0 : index
 // CHECK: %[[N:.*]] = arith.constant 10 : index
 // CHECK: call @kernel_host_blocks(%[[A0]], %[[A1]], %[[Z]], %[[N]])
@@ -133,7 +140,7 @@ func.func @grid(%out: !llvm.ptr) attributes {xla.entry} {
 // CHECK: scf.for
 // CHECK: scf.for
 // CHECK: %[[RAW:.*]] = llvm.load %{{.*}} : !llvm.ptr -> i32
-// CHECK: }
+// CHECK: } {llvm.loop_annotation = #{{.*}}}
 // CHECK-NEXT: scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step
 // CHECK-DAG: llvm.load %{{.*}} : !llvm.ptr -> i64
 // CHECK-DAG: llvm.load %{{.*}} : !llvm.ptr -> i1
@@ -144,7 +151,7 @@ func.func @grid(%out: !llvm.ptr) attributes {xla.entry} {
 // CHECK-NEXT: scf.yield
 // CHECK-NEXT: }
 // CHECK: llvm.store
-// CHECK-NEXT: }
+// CHECK-NEXT: } {llvm.loop_annotation = #{{.*}}}
 // CHECK-NEXT: }
 // CHECK-NEXT: return
 func.func @kept(%in: !llvm.ptr, %out: !llvm.ptr) {

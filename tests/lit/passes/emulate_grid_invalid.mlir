@@ -122,7 +122,24 @@ func.func @shuffle_in_if(%p: !llvm.ptr) {
 
 // -----
 
-// A block of 48 threads has a partial warp: no defined shuffle on the GPU.
+// A butterfly to distance 8 exchanges within groups of 16 lanes: a block of
+// 40 threads has a partial group, with no defined shuffle on the GPU.
+func.func private @add(%a: f32, %b: f32) -> f32 {
+  %s = arith.addf %a, %b : f32
+  return %s : f32
+}
+func.func @partial_group(%p: !llvm.ptr) {
+  %tid = gpu.thread_id x {xla.range = [0 : index, 39 : index]}
+  %x = llvm.load %p : !llvm.ptr -> f32
+  // expected-error @+1 {{'xla_gpu.shuffle_reduce' op needs whole groups of 16 lanes (max_distance 8), but the block has 40 threads, not a multiple of 16 (the lanes a partial group lacks have no values to shuffle on the GPU either)}}
+  %r = xla_gpu.shuffle_reduce(%x) to 8 combiner=@add : f32
+  llvm.store %r, %p : f32, !llvm.ptr
+  return
+}
+
+// -----
+
+// To distance 16 the groups are warps: 48 threads are one and a half.
 func.func private @add(%a: f32, %b: f32) -> f32 {
   %s = arith.addf %a, %b : f32
   return %s : f32
@@ -130,8 +147,8 @@ func.func private @add(%a: f32, %b: f32) -> f32 {
 func.func @partial_warp(%p: !llvm.ptr) {
   %tid = gpu.thread_id x {xla.range = [0 : index, 47 : index]}
   %x = llvm.load %p : !llvm.ptr -> f32
-  // expected-error @+1 {{'xla_gpu.shuffle_reduce' op needs whole warps, but the block has 48 threads, not a multiple of 32 (the lanes a partial warp lacks have no values to shuffle on the GPU either)}}
-  %r = xla_gpu.shuffle_reduce(%x) to 8 combiner=@add : f32
+  // expected-error @+1 {{'xla_gpu.shuffle_reduce' op needs whole warps, but the block has 48 threads, not a multiple of 32 (the lanes a partial group lacks have no values to shuffle on the GPU either)}}
+  %r = xla_gpu.shuffle_reduce(%x) to 16 combiner=@add : f32
   llvm.store %r, %p : f32, !llvm.ptr
   return
 }

@@ -15,9 +15,9 @@
 // CHECK: %[[T64:.*]] = arith.index_castui %[[T]] : index to i64
 // CHECK: %[[V:.*]] = llvm.load %{{.*}} : !llvm.ptr -> f32
 // CHECK: %[[SLOT:.*]] = llvm.getelementptr inbounds %[[A]][%[[T64]]]
-// CHECK: llvm.store %[[V]], %[[SLOT]] : f32, !llvm.ptr
+// CHECK: llvm.store %[[V]], %[[SLOT]] {{.*}}: f32, !llvm.ptr
 // CHECK: }
-// Distance 4: A -> B.
+// Distance 4: A -> B (@sub is not symmetric: every lane's step).
 // CHECK: scf.for %[[L:.*]] = %[[C0]] to %[[C64]] step
 // CHECK: %[[L64:.*]] = arith.index_castui %[[L]] : index to i64
 // CHECK: %[[D4:.*]] = arith.constant 4 : i64
@@ -44,7 +44,7 @@
 // CHECK: scf.for %[[T1:.*]] = %[[C0]] to %[[C64]] step
 // CHECK: %[[T164:.*]] = arith.index_castui %[[T1]] : index to i64
 // CHECK: %[[RS:.*]] = llvm.getelementptr inbounds %[[B]][%[[T164]]]
-// CHECK: %[[RV:.*]] = llvm.load %[[RS]] : !llvm.ptr -> f32
+// CHECK: %[[RV:.*]] = llvm.load %[[RS]] {{.*}}: !llvm.ptr -> f32
 // CHECK: llvm.store %[[RV]]
 // CHECK-NOT: xla_gpu.shuffle_reduce
 // CHECK-LABEL: func.func @kernel_host(
@@ -120,5 +120,57 @@ func.func @two_values(%x: !llvm.ptr, %out: !llvm.ptr) {
   %s:2 = xla_gpu.shuffle_reduce(%r#0, %r#1) to 16 combiner=@argmax : f32, index
   %i64 = arith.index_castui %s#1 : index to i64
   llvm.store %i64, %out : i64, !llvm.ptr
+  return
+}
+
+// -----
+
+// A symmetric combiner (a bf16 sum through f32: the same expression with
+// the arguments swapped) leaves every lane of a group of 2 * 8 lanes with
+// the group's first lane's value: per group, distance d runs lanes j < d
+// in place (15 calls, not 64), and a thread reads its group's first slot.
+// CHECK-LABEL: func.func @row_sums_host_blocks(
+// CHECK-DAG: %[[BUF:.*]] = llvm.alloca %{{.*}} x !llvm.array<64 x bf16>
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
+// CHECK-DAG: %[[C8:.*]] = arith.constant 8 : index
+// CHECK-NOT: llvm.alloca
+// CHECK: scf.for
+// CHECK: llvm.store %{{.*}}, %{{.*}} : bf16, !llvm.ptr
+// CHECK: scf.for %[[G:.*]] = %{{.*}} to %{{.*}} step %[[C16]] {
+// CHECK: %[[G64:.*]] = arith.index_castui %[[G]] : index to i64
+// CHECK: scf.for %[[J:.*]] = %{{.*}} to %[[C8]] step
+// CHECK: %[[MINE:.*]] = arith.addi %[[G64]], %{{.*}} overflow<nsw, nuw> : i64
+// CHECK: %[[OTHER:.*]] = arith.addi %[[MINE]], %{{.*}} overflow<nsw, nuw> : i64
+// CHECK: llvm.getelementptr inbounds %[[BUF]][%[[MINE]]]
+// CHECK: llvm.getelementptr inbounds %[[BUF]][%[[OTHER]]]
+// CHECK: %[[SUM:.*]] = func.call @add(
+// CHECK: llvm.store %[[SUM]], %{{.*}} : bf16, !llvm.ptr
+// CHECK: }
+// CHECK: scf.for
+// CHECK: func.call @add(
+// CHECK: scf.for
+// CHECK: func.call @add(
+// CHECK: scf.for
+// CHECK: func.call @add(
+// CHECK-NOT: func.call @add(
+// The phase after: thread & ~15.
+// CHECK: %[[MASK:.*]] = arith.constant -16 : i64
+// CHECK: %[[FIRST:.*]] = arith.andi %{{.*}}, %[[MASK]] : i64
+// CHECK: llvm.getelementptr inbounds %[[BUF]][%[[FIRST]]]
+func.func private @add(%a: bf16, %b: bf16) -> bf16 {
+  %x = arith.extf %a : bf16 to f32
+  %y = arith.extf %b : bf16 to f32
+  %s = arith.addf %y, %x : f32
+  %r = arith.truncf %s : f32 to bf16
+  return %r : bf16
+}
+func.func @row_sums(%in: !llvm.ptr, %out: !llvm.ptr) {
+  %tid = gpu.thread_id x {xla.range = [0 : index, 63 : index]}
+  %t64 = arith.index_castui %tid : index to i64
+  %src = llvm.getelementptr inbounds %in[%t64] : (!llvm.ptr, i64) -> !llvm.ptr, bf16
+  %v = llvm.load %src : !llvm.ptr -> bf16
+  %r = xla_gpu.shuffle_reduce(%v) to 8 combiner=@add : bf16
+  %dst = llvm.getelementptr inbounds %out[%t64] : (!llvm.ptr, i64) -> !llvm.ptr, bf16
+  llvm.store %r, %dst : bf16, !llvm.ptr
   return
 }

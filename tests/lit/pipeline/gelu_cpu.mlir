@@ -26,6 +26,10 @@
 // has no vector values, so LLVM vectorizes it across threads); tanh is
 // arithmetic (xla-approximate-host-math: e / (e + 2), e = expm1(2|x|), no
 // libm call); bf16 arithmetic in f32; the C-interface wrappers.
+// The thread loop's latch carries the parallel-accesses annotation (the
+// branch's own loop_annotation: `!llvm.loop` metadata in LLVM IR).
+// HOST: #[[GROUP:.*]] = #llvm.access_group<id = distinct[0]<>>
+// HOST: #[[LOOP:.*]] = #llvm.loop_annotation<parallelAccesses = #[[GROUP]]>
 // HOST-NOT: nvvm
 // HOST-NOT: __nv_
 // HOST-LABEL: llvm.func @main_host_blocks(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: i64, %arg3: i64) attributes {llvm.emit_c_interface}
@@ -45,6 +49,8 @@
 // HOST: llvm.store %{{.*}} : bf16, !llvm.ptr
 // HOST: llvm.store %{{.*}} : bf16, !llvm.ptr
 // HOST-NOT: vector<4xbf16>
+// HOST: llvm.br ^{{.*}} {loop_annotation = #[[LOOP]]}
+// HOST-NOT: llvm.loop_annotation
 // HOST-LABEL: llvm.func @_mlir_ciface_main_host_blocks(
 // HOST-LABEL: llvm.func @main_host(%arg0: !llvm.ptr)
 // HOST: llvm.call @main_host_blocks(
@@ -57,4 +63,5 @@
 
 // LAUNCH: llvm.mlir.constant(64 : index) : i64
 // LAUNCH-LABEL: llvm.func @main_host(
+// LAUNCH-SAME: xla.blocks = 100 : i64, xla.num_args = 2 : i64, xla.threads_per_block = 64 : i64
 // LAUNCH: llvm.mlir.constant(100 : index) : i64

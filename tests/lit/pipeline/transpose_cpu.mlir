@@ -1,8 +1,8 @@
 // Seed 000's transpose listing through the cpu target: the shared-memory
 // tile is a per-block buffer, the barrier splits each block into two loops
 // over its threads; the index arithmetic both sides share is recomputed.
-// RUN: xla-gpu-translate %S/../seed/transpose.mlir --target=cpu --stop-after=xla-emulate-grid | FileCheck %s --check-prefix=GRID
-// RUN: xla-gpu-translate %S/../seed/transpose.mlir --target=cpu | FileCheck %s --check-prefix=HOST
+// RUN: xla-gpu-translate %S/../walkthrough/transpose.mlir --target=cpu --stop-after=xla-emulate-grid | FileCheck %s --check-prefix=GRID
+// RUN: xla-gpu-translate %S/../walkthrough/transpose.mlir --target=cpu | FileCheck %s --check-prefix=HOST
 
 // GRID-NOT: llvm.mlir.global
 // GRID-LABEL: func.func @transpose_host_blocks(
