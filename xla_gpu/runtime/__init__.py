@@ -17,6 +17,7 @@ import ctypes
 import os
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,7 +40,14 @@ class HostKernel:
     """A cpu-target kernel in a shared object: `<name>_host(void **args)`
     runs the whole grid, `<name>_host_blocks(a0, ..., aN-1, first, end)` a
     range of blocks; a grid of 64 blocks or more is split over host threads
-    (ctypes releases the GIL). See xla_gpu.backends.cpu."""
+    (ctypes releases the GIL) once the first runs, on one thread, took
+    `MIN_SPLIT_SECONDS` or more (the fastest of `TIMED_RUNS`: the first
+    also faults in fresh output pages); handing a range to another thread
+    costs about 0.1 ms, so short kernels stay on the caller's thread.
+    See xla_gpu.backends.cpu."""
+
+    MIN_SPLIT_SECONDS = 3e-4
+    TIMED_RUNS = 3
 
     _pool: ThreadPoolExecutor | None = None
     _pool_lock = threading.Lock()
@@ -56,6 +64,7 @@ class HostKernel:
             self._blocks.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * 2
             self._blocks.restype = None
         self.workers = min(os.cpu_count() or 1, 8) if spec.blocks >= 64 else 1
+        self._single_thread_seconds: list[float] = []
 
     @staticmethod
     def from_bytes(spec: KernelSpec, library: bytes) -> "HostKernel":
@@ -76,9 +85,17 @@ class HostKernel:
 
     def launch(self, pointers: Sequence[int], stream=None) -> None:
         """Runs the grid on raw buffer pointers (the kernel's arguments)."""
-        if self.workers <= 1 or self._blocks is None:
+        timed = self._single_thread_seconds
+        if self.workers <= 1 or self._blocks is None or (
+                len(timed) == self.TIMED_RUNS and min(timed) < self.MIN_SPLIT_SECONDS):
             packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
             self._entry(packed)
+            return
+        if len(timed) < self.TIMED_RUNS:   # the first runs, on this thread
+            packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+            start = time.perf_counter()
+            self._entry(packed)
+            timed.append(time.perf_counter() - start)
             return
         with HostKernel._pool_lock:
             if HostKernel._pool is None:

@@ -150,8 +150,10 @@ class KernelSpec:
         arrays = [aligned_copy(a, p.alignment)
                   if j in in_place or not is_aligned(a, p.alignment) else a
                   for j, (a, p) in enumerate(zip(self.check_arguments(args), self.parameters))]
+        # Kernels write every element of their outputs (as on the GPU, where
+        # outputs are uninitialized device memory): no zero fill.
         outputs = [arrays[self.aliases[k]] if k in self.aliases
-                   else aligned_zeros(o.shape, o.storage_dtype, o.alignment)
+                   else aligned_empty(o.shape, o.storage_dtype, o.alignment)
                    for k, o in enumerate(self.outputs)]
         buffers = [arrays[i] if kind == "param" else outputs[i] for kind, i in self.kernel_args]
         return buffers, outputs
