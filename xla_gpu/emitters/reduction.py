@@ -25,14 +25,22 @@ at least a warp), `v` elements per thread and step (vector loads):
     %r = xla_gpu.shuffle_reduce(%p) to warps/2 combiner=@reducer
     %out = xla_gpu.predicated_insert @epilogue(%r) into %output[...] if first thread of row
 
-Multi-row reduction (`MultiRowReductionEmitter`): rows shorter than a warp
-share warps, `t` lanes per row; the shuffle stops at distance t/2 and no
-shared memory is needed.
+Multi-row reduction (`MultiRowReductionEmitter`, XLA's rule): power-of-two
+rows that fit a warp's vector loads share warps, `t` lanes per row; the
+shuffle stops at distance t/2 and no shared memory is needed.
 
 Column reduction (`ColumnReductionEmitter`): 32x32 threads per block cover
-32 columns; thread (x, y) accumulates rows y, y+32, ...; the partials go
-through a padded 32x33 shared tile, are read back transposed, and a warp
-shuffle finishes each column.
+32 * lanes columns; thread (x, y) accumulates rows y, y+32, ... of `lanes`
+adjacent columns (one accumulator each: vector loads along the row); the
+partials go through a 32 x (32 * lanes) shared tile (padded by one), are
+read back transposed, and a warp shuffle finishes each column.
+
+Small column reduction (`SmallColumnReductionEmitter`): when the kept minor
+size divides a warp, one block walks a K0 index's [R, K1] slab linearly;
+the partials meet in a `shared_rows` x K1 tile and a shuffle over
+`shared_rows` lanes finishes each column.
+
+Every variant writes its results with `xla_gpu.predicated_insert`.
 """
 
 from __future__ import annotations
@@ -54,7 +62,6 @@ __all__ = ["ReductionEmitter", "RowReductionEmitter", "MultiRowReductionEmitter"
 MAX_THREADS_PER_ROW = 1024
 # vector.extract / vector.insert at a position given by a value.
 _DYNAMIC = ir.ShapedType.get_dynamic_size()
-MIN_THREADS_PER_BLOCK = 128
 COLUMN_TILE = WARP_SIZE
 
 
@@ -247,7 +254,22 @@ class ReductionEmitter(KernelEmitter):
         return xla_gpu.build_apply_indexing(attr, [thread_id, block_id])
 
     def _combine(self, hero, accs, values):
+        self._mark_no_signed_zeros(hero.attrs["to_apply"])
         return self.call_computation(hero.attrs["to_apply"], [*accs, *values])
+
+    def _mark_no_signed_zeros(self, comp) -> None:
+        """As XLA: the reducer's float additions ignore the sign of zero
+        (`fastmath<nsz>`), so the first add of the zero init folds away."""
+        marked = self.__dict__.setdefault("_nsz_marked", set())
+        if id(comp) in marked:
+            return
+        marked.add(id(comp))
+        f = self.scalar_function(comp)
+        nsz = ir.Attribute.parse("#arith.fastmath<nsz>")
+        for block in f.regions[0].blocks:
+            for op in block.operations:
+                if op.operation.name == "arith.addf":
+                    op.attributes["fastmath"] = nsz
 
     def _shuffle(self, hero, values, distance: int):
         if distance < 1:
@@ -351,26 +373,30 @@ class ReductionEmitter(KernelEmitter):
 
 
 class _RowConfig:
-    """Threads of a row reduction: `threads_per_row` (a power of two, at most
-    1024) each load `vector` consecutive elements per step (2 for 32-bit, 4
-    for narrower types, when the row is a multiple of it); blocks of at
-    least 128 threads take `rows_per_block` rows."""
+    """Threads of a row reduction, as XLA's RowReductionFusion picks them:
+    `threads_per_row` (a power of two from a warp up to 1024) so that each
+    thread reduces at least 16 elements of its row, `vector` consecutive
+    elements per load (XLA's vector size: 2 for 32-bit, up to 4 for
+    narrower types when every thread still has work), and rows of short
+    reductions side by side up to 256 threads per block."""
 
-    def __init__(self, layout: ReductionLayout, heroes: list[HloInstruction]):
-        types = [o.shape.element_type for h in heroes for o in h.operands[:len(h.operands) // 2]]
-        widest = max(bit_width(t) for t in types)
-        v = 1
-        if widest <= 32:
-            v = 2 if widest == 32 else 4
-            while v > 1 and layout.R % v:
-                v //= 2
-        per_row = -(-layout.R // v)
-        t = min(MAX_THREADS_PER_ROW, _pow2_at_least(per_row))
+    def __init__(self, layout: ReductionLayout, fusion):
+        t = min(MAX_THREADS_PER_ROW,
+                _pow2_at_least(max(WARP_SIZE, -(-layout.R // _MIN_ROW_ELEMENTS_PER_THREAD))))
+        v = _column_vector(fusion, layout.R, t)
         self.vector, self.threads_per_row = v, t
-        self.rows_per_block = max(1, MIN_THREADS_PER_BLOCK // t)
-        self.threads = t * self.rows_per_block
-        self.blocks = -(-layout.K // self.rows_per_block)
+        rows = 1
+        if t * 2 <= _THREADS_PER_BLOCK_TARGET:
+            rows = layout.K if layout.K * t <= _THREADS_PER_BLOCK_TARGET \
+                else _THREADS_PER_BLOCK_TARGET // t
+        self.rows_per_block = rows
+        self.threads = t * rows
+        self.blocks = -(-layout.K // rows)
         self.steps = -(-layout.R // (t * v))
+
+
+# Each thread of a row reduction reduces at least this many elements.
+_MIN_ROW_ELEMENTS_PER_THREAD = 16
 
 
 class RowReductionEmitter(ReductionEmitter):
@@ -380,7 +406,7 @@ class RowReductionEmitter(ReductionEmitter):
     shuffle."""
 
     def _configure(self) -> None:
-        config = _RowConfig(self.layout, self.heroes)
+        config = _RowConfig(self.layout, self.fusion)
         self.vector, self.threads_per_row = config.vector, config.threads_per_row
         self.rows_per_block = config.rows_per_block
         self.threads, self.blocks, self.steps = config.threads, config.blocks, config.steps
