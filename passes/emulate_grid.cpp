@@ -903,7 +903,9 @@ void KernelEmulation::foldWarpArithmetic() {
       Value w = cast(phase.warp), l = cast(phase.lane);
       bool divide = isa<arith::DivUIOp, arith::DivSIOp>(op);
       Value result;
-      if (kWarpSize % c == 0) {
+      if (c == kWarpSize) {
+        result = divide ? w : l;
+      } else if (kWarpSize % c == 0) {
         result = divide
                      ? arith::AddIOp::create(
                            b, loc,

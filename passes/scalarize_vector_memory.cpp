@@ -57,6 +57,45 @@ Value elementAddress(OpBuilder &b, Location loc, Value base, Type element,
                              LLVM::GEPNoWrapFlags::inbounds);
 }
 
+// A vector of at most 64 bits that is only loaded and stored whole (a
+// copy: the transposes and concatenates move 4 x bf16 per thread) moves as
+// one integer instead: the vectorizer then packs consecutive threads'
+// copies into contiguous vector accesses without shuffles.
+bool isWholeCopy(LLVM::LoadOp load) {
+  auto vector = cast<VectorType>(load.getType());
+  unsigned bits = vector.getNumElements() * vector.getElementTypeBitWidth();
+  if (bits > 64 || !llvm::isPowerOf2_32(bits) || load.getResult().use_empty())
+    return false;
+  return llvm::all_of(load.getResult().getUses(), [](OpOperand &use) {
+    auto store = dyn_cast<LLVM::StoreOp>(use.getOwner());
+    return store && use.getOperandNumber() == 0 && !store.getVolatile_() &&
+           store.getOrdering() == LLVM::AtomicOrdering::not_atomic;
+  });
+}
+
+void copyAsInteger(LLVM::LoadOp load) {
+  auto vector = cast<VectorType>(load.getType());
+  auto integer = IntegerType::get(load.getContext(),
+                                  vector.getNumElements() * vector.getElementTypeBitWidth());
+  OpBuilder b(load);
+  auto whole = LLVM::LoadOp::create(
+      b, load.getLoc(), integer, load.getAddr(), load.getAlignment().value_or(0),
+      /*isVolatile=*/false, load.getNontemporal(), load.getInvariant(),
+      load.getInvariantGroup());
+  whole.setAccessGroupsAttr(load.getAccessGroupsAttr());
+  for (OpOperand &use : llvm::make_early_inc_range(load.getResult().getUses())) {
+    auto store = cast<LLVM::StoreOp>(use.getOwner());
+    b.setInsertionPoint(store);
+    auto copy = LLVM::StoreOp::create(
+        b, store.getLoc(), whole.getResult(), store.getAddr(),
+        store.getAlignment().value_or(0), /*isVolatile=*/false,
+        store.getNontemporal(), store.getInvariantGroup());
+    copy.setAccessGroupsAttr(store.getAccessGroupsAttr());
+    store.erase();
+  }
+  load.erase();
+}
+
 void splitLoad(LLVM::LoadOp load, Type element) {
   auto vector = cast<VectorType>(load.getType());
   int64_t n = vector.getNumElements();
@@ -117,11 +156,24 @@ struct ScalarizeVectorMemoryPass
           stores.push_back(store);
       }
     });
-    // Loads first: a store of a loaded vector then sees its elements.
-    for (LLVM::LoadOp load : loads)
+    // Whole copies first (their stores go with them), then loads: a store
+    // of a loaded vector then sees its elements.
+    SmallVector<LLVM::LoadOp> copies, splits;
+    llvm::DenseSet<Operation *> copyStores;
+    for (LLVM::LoadOp load : loads) {
+      if (!isWholeCopy(load)) {
+        splits.push_back(load);
+        continue;
+      }
+      copies.push_back(load);
+      for (Operation *user : load.getResult().getUsers()) copyStores.insert(user);
+    }
+    for (LLVM::LoadOp load : copies) copyAsInteger(load);
+    for (LLVM::LoadOp load : splits)
       splitLoad(load, splittableElement(load.getType()));
     for (LLVM::StoreOp store : stores)
-      splitStore(store, splittableElement(store.getValue().getType()));
+      if (!copyStores.contains(store))
+        splitStore(store, splittableElement(store.getValue().getType()));
   }
 };
 

@@ -52,3 +52,24 @@ func.func @kept_whole(%p: !llvm.ptr) -> vector<2xi8> {
   %v = llvm.load %p : !llvm.ptr -> vector<2xi8>
   return %v : vector<2xi8>
 }
+
+// A vector of at most 64 bits only copied (loaded, then stored whole) moves
+// as one integer, access groups kept; 128 bits are split.
+// CHECK-LABEL: func.func @copies(
+// CHECK-SAME: %[[S:[^:]*]]: !llvm.ptr, %[[D:[^:]*]]: !llvm.ptr)
+// CHECK: %[[W:.*]] = llvm.load %[[S]] invariant {access_groups = [#{{.*}}], alignment = 8 : i64} : !llvm.ptr -> i64
+// CHECK: llvm.store %[[W]], %[[D]] {access_groups = [#{{.*}}], alignment = 8 : i64} : i64, !llvm.ptr
+// CHECK: %[[D2:.*]] = llvm.getelementptr %[[D]][8]
+// CHECK: llvm.store %[[W]], %[[D2]] {{.*}}: i64, !llvm.ptr
+// CHECK-COUNT-4: llvm.load %{{.*}} : !llvm.ptr -> f32
+// CHECK-COUNT-4: llvm.store %{{.*}} : f32, !llvm.ptr
+#group = #llvm.access_group<id = distinct[0]<>>
+func.func @copies(%s: !llvm.ptr, %d: !llvm.ptr) {
+  %v = llvm.load %s invariant {access_groups = [#group], alignment = 8 : i64} : !llvm.ptr -> vector<4xbf16>
+  llvm.store %v, %d {access_groups = [#group], alignment = 8 : i64} : vector<4xbf16>, !llvm.ptr
+  %d2 = llvm.getelementptr %d[8] : (!llvm.ptr) -> !llvm.ptr, bf16
+  llvm.store %v, %d2 {access_groups = [#group], alignment = 8 : i64} : vector<4xbf16>, !llvm.ptr
+  %w = llvm.load %s : !llvm.ptr -> vector<4xf32>
+  llvm.store %w, %d : vector<4xf32>, !llvm.ptr
+  return
+}
