@@ -161,7 +161,9 @@ class FunctionEmitter:
                 continue
             visited.add(id(node))
             stack.append((node, True))
-            for operand in node.operands:
+            # Reversed: the first operand is popped (emitted) first, as the
+            # recursive emission orders them.
+            for operand in reversed(node.operands):
                 if operand.shape.dims == node.shape.dims and operand.shape.rank and \
                         id(operand) not in visited and \
                         self._is_same_index_elementwise(operand) and \
