@@ -15,6 +15,11 @@
 //     call @k_host_blocks(%args[0], ..., %args[N-1], 0, B)
 //   }
 //
+// @k_host runs on one host thread. A kernel with atomics gets a private
+// copy for it, @k_host_serial_blocks, whose atomics are plain loads and
+// stores (no other thread runs then); @k_host_blocks keeps them for block
+// ranges that run side by side.
+//
 // Phases. The kernel's body is one block of top-level ops (scf still
 // structured), and its barriers are among those ops: they cut the body into
 // phases, each run by every thread of the block before the next starts,
@@ -266,6 +271,83 @@ void markThreadsIndependent(scf::ForOp loop) {
   auto annotation = LLVM::LoopAnnotationAttr::get(
       ctx, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {group});
   loop->setAttr("llvm.loop_annotation", annotation);
+}
+
+bool hasAtomics(Operation *root) {
+  return root
+      ->walk([](Operation *op) {
+        return isa<LLVM::AtomicRMWOp, LLVM::AtomicCmpXchgOp>(op)
+                   ? WalkResult::interrupt()
+                   : WalkResult::advance();
+      })
+      .wasInterrupted();
+}
+
+// `old op value` as plain LLVM arithmetic, or null for an operation this
+// does not know (the atomic then stays).
+Value combineLikeAtomic(OpBuilder &b, Location loc, LLVM::AtomicBinOp op,
+                        Value old, Value value) {
+  using Bin = LLVM::AtomicBinOp;
+  switch (op) {
+  case Bin::xchg: return value;
+  case Bin::add: return LLVM::AddOp::create(b, loc, old, value);
+  case Bin::sub: return LLVM::SubOp::create(b, loc, old, value);
+  case Bin::_and: return LLVM::AndOp::create(b, loc, old, value);
+  case Bin::_or: return LLVM::OrOp::create(b, loc, old, value);
+  case Bin::_xor: return LLVM::XOrOp::create(b, loc, old, value);
+  case Bin::max: return LLVM::SMaxOp::create(b, loc, old, value);
+  case Bin::min: return LLVM::SMinOp::create(b, loc, old, value);
+  case Bin::umax: return LLVM::UMaxOp::create(b, loc, old, value);
+  case Bin::umin: return LLVM::UMinOp::create(b, loc, old, value);
+  case Bin::fadd: return LLVM::FAddOp::create(b, loc, old, value);
+  case Bin::fsub: return LLVM::FSubOp::create(b, loc, old, value);
+  case Bin::fmax: return LLVM::MaxNumOp::create(b, loc, old, value);
+  case Bin::fmin: return LLVM::MinNumOp::create(b, loc, old, value);
+  case Bin::fmaximum: return LLVM::MaximumOp::create(b, loc, old, value);
+  case Bin::fminimum: return LLVM::MinimumOp::create(b, loc, old, value);
+  default: return {};
+  }
+}
+
+// In `func`, which runs on one thread, atomics become loads and stores:
+// atomicrmw -> load, combine, store (the old value is the result);
+// cmpxchg -> load, store the new value where the old one matched (the old
+// one back otherwise), {old, matched}.
+LogicalResult serializeAtomics(func::FuncOp func) {
+  SmallVector<Operation *> atomics;
+  func.walk([&](Operation *op) {
+    if (isa<LLVM::AtomicRMWOp, LLVM::AtomicCmpXchgOp>(op)) atomics.push_back(op);
+  });
+  for (Operation *atomic : atomics) {
+    OpBuilder b(atomic);
+    Location loc = atomic->getLoc();
+    if (auto rmw = dyn_cast<LLVM::AtomicRMWOp>(atomic)) {
+      Type type = rmw.getVal().getType();
+      Value old = LLVM::LoadOp::create(b, loc, type, rmw.getPtr());
+      Value updated = combineLikeAtomic(b, loc, rmw.getBinOp(), old, rmw.getVal());
+      if (!updated) {
+        old.getDefiningOp()->erase();
+        continue;
+      }
+      LLVM::StoreOp::create(b, loc, updated, rmw.getPtr());
+      rmw.getResult().replaceAllUsesWith(old);
+      rmw.erase();
+      continue;
+    }
+    auto cas = cast<LLVM::AtomicCmpXchgOp>(atomic);
+    Type type = cas.getVal().getType();
+    Value old = LLVM::LoadOp::create(b, loc, type, cas.getPtr());
+    Value matched = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::eq, old,
+                                         cas.getCmp());
+    Value stored = LLVM::SelectOp::create(b, loc, matched, cas.getVal(), old);
+    LLVM::StoreOp::create(b, loc, stored, cas.getPtr());
+    Value pair = LLVM::UndefOp::create(b, loc, cas.getType());
+    pair = LLVM::InsertValueOp::create(b, loc, pair, old, ArrayRef<int64_t>{0});
+    pair = LLVM::InsertValueOp::create(b, loc, pair, matched, ArrayRef<int64_t>{1});
+    cas.getResult().replaceAllUsesWith(pair);
+    cas.erase();
+  }
+  return success();
 }
 
 // One kernel's rewrite into @k_host_blocks.
@@ -998,7 +1080,7 @@ struct EmulateGridPass : impl::EmulateGridPassBase<EmulateGridPass> {
     SymbolTable &table = symbols.getSymbolTable(module);
     for (func::FuncOp kernel : kernels) {
       std::string name = kernel.getSymName().str();
-      for (StringRef suffix : {"_host", "_host_blocks"})
+      for (StringRef suffix : {"_host", "_host_blocks", "_host_serial_blocks"})
         if (table.lookup(name + suffix.str())) {
           kernelError(kernel) << "the symbol @" << name << suffix
                               << " is taken";
@@ -1053,7 +1135,20 @@ struct EmulateGridPass : impl::EmulateGridPassBase<EmulateGridPass> {
       }
       args.push_back(arith::ConstantIndexOp::create(b, loc, 0));
       args.push_back(arith::ConstantIndexOp::create(b, loc, *gridBlocks));
-      func::CallOp::create(b, loc, kernel, args);
+      // The whole grid runs on one host thread: where the kernel has
+      // atomics, it calls a copy whose atomics are plain read-modify-writes
+      // (x86 has no atomic float add: each one was a locked cmpxchg loop).
+      func::FuncOp whole = kernel;
+      if (hasAtomics(kernel)) {
+        OpBuilder before(host);
+        whole = cast<func::FuncOp>(before.clone(*kernel));
+        whole.setSymName(name + "_host_serial_blocks");
+        whole.setPrivate();
+        whole->removeAttr(cInterface);
+        table.insert(whole);
+        if (failed(serializeAtomics(whole))) return signalPassFailure();
+      }
+      func::CallOp::create(b, loc, whole, args);
       func::ReturnOp::create(b, loc);
     }
 

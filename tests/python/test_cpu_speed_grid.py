@@ -1,0 +1,92 @@
+"""The cpu target's grid emulation as SIMD-friendly loops: atomics of the
+whole-grid entry (one host thread) are plain read-modify-writes while block
+ranges run side by side with real atomics, and both agree with the
+reference interpreter; thread loops are marked parallel only without
+atomics; the runtime splits a grid over threads only when it is long."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xla_gpu
+from xla_gpu import hlo
+from xla_gpu.backends import cpu
+from xla_gpu.hlo.numerics import compare
+
+_SCATTER = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused {
+  operand = f32[8,64] parameter(0)
+  indices = s32[512,1] parameter(1)
+  updates = f32[512,64] parameter(2)
+  ROOT scatter = f32[8,64] scatter(operand, indices, updates), update_window_dims={1},
+      inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+      to_apply=add
+}
+"""
+
+
+def _scatter_inputs():
+    rng = np.random.default_rng(3)
+    operand = rng.standard_normal((8, 64)).astype(np.float32)
+    # 512 updates into 8 rows: every row is hit 64 times on average.
+    indices = rng.integers(0, 8, (512, 1)).astype(np.int32)
+    updates = rng.standard_normal((512, 64)).astype(np.float32)
+    return operand, indices, updates
+
+
+def test_colliding_scatter_adds_serial_and_side_by_side():
+    inputs = _scatter_inputs()
+    want = hlo.evaluate(hlo.parse_module(_SCATTER), *inputs)[0]
+    exe = xla_gpu.compile(_SCATTER, target="cpu", cache=False)
+    assert "_host_serial_blocks" in exe.host_mlir   # the whole grid's copy
+    (got,) = exe.run(*inputs)
+    assert compare(got, want, "f32", scale_relative=True) is None
+    # The JIT'd kernel: the whole grid on one thread (serial copy), then
+    # block ranges on three threads (atomics).
+    kernel = cpu.from_lowered(exe.host_mlir, entry=exe.spec.name)
+    assert kernel.num_args == 3   # the output is the operand's buffer
+    for workers in (1, 3):
+        out = inputs[0].copy()
+        kernel.run([out, inputs[1], inputs[2]], workers=workers)
+        assert compare(out, want, "f32", scale_relative=True) is None, workers
+
+
+def test_whole_grid_entry_of_a_kernel_without_atomics_is_the_block_loop():
+    text = """HloModule m
+fused {
+  p = f32[4096] parameter(0)
+  ROOT n = f32[4096] negate(p)
+}
+"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    assert "_host_serial_blocks" not in exe.host_mlir
+    # The thread loop is parallel: access groups and the loop annotation.
+    assert "parallelAccesses" in exe.host_mlir and "access_groups" in exe.host_mlir
+    x = np.linspace(-3, 3, 4096, dtype=np.float32)
+    np.testing.assert_array_equal(exe.run(x)[0], -x)
+
+
+def test_runtime_splits_only_long_grids():
+    text = """HloModule m
+fused {
+  p = f32[65536] parameter(0)
+  ROOT n = f32[65536] negate(p)
+}
+"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    kernel = exe._load()
+    if kernel.workers <= 1:
+        pytest.skip("one host core: nothing to split")
+    x = np.ones(65536, np.float32)
+    for _ in range(kernel.TIMED_RUNS + 2):
+        np.testing.assert_array_equal(exe.run(x)[0], -x)
+    timed = kernel._single_thread_seconds
+    assert len(timed) == kernel.TIMED_RUNS
+    # A 256 KiB negate takes microseconds: it stays on the caller's thread.
+    assert min(timed) < kernel.MIN_SPLIT_SECONDS
