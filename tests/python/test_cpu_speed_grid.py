@@ -2,7 +2,7 @@
 whole-grid entry (one host thread) are plain read-modify-writes while block
 ranges run side by side with real atomics, and both agree with the
 reference interpreter; thread loops are marked parallel only without
-atomics; the runtime splits a grid over threads only when it is long."""
+atomics; the runtime times one thread against block ranges on several."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ fused {
     np.testing.assert_array_equal(exe.run(x)[0], -x)
 
 
-def test_runtime_splits_only_long_grids():
+def test_runtime_chooses_one_thread_or_ranges_by_timing_both():
     text = """HloModule m
 fused {
   p = f32[65536] parameter(0)
@@ -83,10 +83,11 @@ fused {
     kernel = exe._load()
     if kernel.workers <= 1:
         pytest.skip("one host core: nothing to split")
-    x = np.ones(65536, np.float32)
-    for _ in range(kernel.TIMED_RUNS + 2):
+    x = np.arange(65536, dtype=np.float32)
+    for _ in range(2 * kernel.PROBE_RUNS):
+        assert kernel.split is None
         np.testing.assert_array_equal(exe.run(x)[0], -x)
-    timed = kernel._single_thread_seconds
-    assert len(timed) == kernel.TIMED_RUNS
-    # A 256 KiB negate takes microseconds: it stays on the caller's thread.
-    assert min(timed) < kernel.MIN_SPLIT_SECONDS
+    assert kernel.split in (True, False)
+    for split in (True, False):   # both ways give the same result
+        kernel.split = split
+        np.testing.assert_array_equal(exe.run(x)[0], -x)

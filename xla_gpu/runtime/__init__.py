@@ -38,16 +38,17 @@ __all__ = ["load", "LoadedKernel", "HostKernel", "EmptyKernel", "KernelSpec", "A
 
 class HostKernel:
     """A cpu-target kernel in a shared object: `<name>_host(void **args)`
-    runs the whole grid, `<name>_host_blocks(a0, ..., aN-1, first, end)` a
-    range of blocks; a grid of 64 blocks or more is split over host threads
-    (ctypes releases the GIL) once the first runs, on one thread, took
-    `MIN_SPLIT_SECONDS` or more (the fastest of `TIMED_RUNS`: the first
-    also faults in fresh output pages); handing a range to another thread
-    costs about 0.1 ms, so short kernels stay on the caller's thread.
-    See xla_gpu.backends.cpu."""
+    runs the whole grid on one thread, `<name>_host_blocks(a0, ..., aN-1,
+    first, end)` a range of blocks. A grid of 64 blocks or more may run as
+    ranges on several host threads (ctypes releases the GIL): whether that
+    is faster depends on the kernel's length and on how busy the machine is
+    (handing a range to another thread costs 0.05-0.3 ms), so the first
+    runs try both ways, `PROBE_RUNS` each (one thread first: the first run
+    also faults in fresh output pages), the faster is kept, and the choice
+    is made again every `REPROBE_EVERY` runs. See xla_gpu.backends.cpu."""
 
-    MIN_SPLIT_SECONDS = 3e-4
-    TIMED_RUNS = 3
+    PROBE_RUNS = 3
+    REPROBE_EVERY = 500
 
     _pool: ThreadPoolExecutor | None = None
     _pool_lock = threading.Lock()
@@ -64,7 +65,10 @@ class HostKernel:
             self._blocks.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * 2
             self._blocks.restype = None
         self.workers = min(os.cpu_count() or 1, 8) if spec.blocks >= 64 else 1
-        self._single_thread_seconds: list[float] = []
+        # Seconds of the probing runs, one thread (False) and split (True).
+        self._probe: dict[bool, list[float]] = {False: [], True: []}
+        self.split: bool | None = None   # None while probing
+        self._runs_since_probe = 0
 
     @staticmethod
     def from_bytes(spec: KernelSpec, library: bytes) -> "HostKernel":
@@ -85,18 +89,28 @@ class HostKernel:
 
     def launch(self, pointers: Sequence[int], stream=None) -> None:
         """Runs the grid on raw buffer pointers (the kernel's arguments)."""
-        timed = self._single_thread_seconds
-        if self.workers <= 1 or self._blocks is None or (
-                len(timed) == self.TIMED_RUNS and min(timed) < self.MIN_SPLIT_SECONDS):
-            packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
-            self._entry(packed)
+        if self.workers <= 1 or self._blocks is None:
+            self._run_whole(pointers)
             return
-        if len(timed) < self.TIMED_RUNS:   # the first runs, on this thread
-            packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        if self.split is None:
+            split = len(self._probe[False]) >= self.PROBE_RUNS
             start = time.perf_counter()
-            self._entry(packed)
-            timed.append(time.perf_counter() - start)
+            (self._run_split if split else self._run_whole)(pointers)
+            self._probe[split].append(time.perf_counter() - start)
+            if len(self._probe[True]) >= self.PROBE_RUNS:
+                self.split = min(self._probe[True]) < min(self._probe[False])
+                self._runs_since_probe = 0
             return
+        (self._run_split if self.split else self._run_whole)(pointers)
+        self._runs_since_probe += 1
+        if self._runs_since_probe >= self.REPROBE_EVERY:
+            self.split, self._probe = None, {False: [], True: []}
+
+    def _run_whole(self, pointers: Sequence[int]) -> None:
+        packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        self._entry(packed)
+
+    def _run_split(self, pointers: Sequence[int]) -> None:
         with HostKernel._pool_lock:
             if HostKernel._pool is None:
                 HostKernel._pool = ThreadPoolExecutor(min(os.cpu_count() or 1, 8),
