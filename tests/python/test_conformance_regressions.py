@@ -242,6 +242,70 @@ def test_sub_byte_transposes_of_the_minor_dimension_use_the_loop_emitter():
     _run(moves_minor)
 
 
+# -- packed transposes (narrow types) --------------------------------------------
+
+def _transpose(element: str, dims: list[int], perm: list[int], extra: str = "") -> str:
+    out = [dims[p] for p in perm]
+    shape = lambda d: f"{element}[{','.join(map(str, d))}]"  # noqa: E731
+    return (f"f {{\n  p = {shape(dims)} parameter(0)\n"
+            f"  t = {shape(out)} transpose(p), dimensions={{{','.join(map(str, perm))}}}\n"
+            + (extra or f"  ROOT r = {shape(out)} copy(t)\n") + "}\n")
+
+
+@pytest.mark.parametrize("element,dims,perm,tile", [
+    # T1 = 6 (too short for the padded tile) with A = 10 beside it: 60 columns.
+    ("s16", [2, 4, 64, 10, 6], [1, 0, 4, 3, 2], "64x64xi16"),
+    # A = 6 before T1 = 32: two A rows fill a tile row; T2 = 28 rows.
+    ("f16", [28, 2, 6, 32], [1, 3, 2, 0], "64x64xf16"),
+    # Partial tiles on both tiled dims (70 = 64 + 6 columns, 100 = 64 + 36 rows).
+    ("bf16", [100, 70], [1, 0], "64x64xbf16"),
+    # 8-bit: 4 elements to a bank word, a 128x128 tile; predicates as bytes.
+    ("s8", [8, 64, 68], [0, 2, 1], "128x128xi8"),
+    ("pred", [64, 64], [1, 0], "128x128xi8"),
+])
+def test_narrow_transposes_are_packed_as_xla_packs_them(element, dims, perm, tile):
+    text = _transpose(element, dims, perm)
+    fusion = select_fusion(hlo.parse_module(text))
+    assert fusion.kind == "transpose"
+    kernel = _emit(text)
+    assert kernel.launch.threads == 128
+    assert re.findall(r"allocate_shared : tensor<([^>]*)>", str(kernel)) == [tile]
+    exe = _run(text)
+    # Vector accesses on both sides: V elements per thread and access.
+    loops = exe.mlir("loop-transformation")
+    assert "vector.transfer_read" in loops and "vector.transfer_write" in loops
+
+
+def test_a_packed_transpose_writes_side_outputs_and_epilogues():
+    # Two transposes of one shape (one tile each), an epilogue through a
+    # bitcast, and a side output of the input's elements in another shape.
+    text = """
+f {
+  p = f16[2,64,64] parameter(0)
+  q = bf16[2,64,64] parameter(1)
+  t = f16[2,64,64] transpose(p), dimensions={0,2,1}
+  u = bf16[2,64,64] transpose(q), dimensions={0,2,1}
+  n = f16[2,64,64] negate(t)
+  b = f16[128,64] bitcast(n)
+  e = f16[8192] bitcast(p)
+  s = f16[8192] exponential(e)
+  ROOT r = (f16[128,64], bf16[2,64,64], f16[8192]) tuple(b, u, s)
+}
+"""
+    kernel = _emit(text)
+    assert kernel.emitter == "transpose"
+    assert re.findall(r"allocate_shared : tensor<([^>]*)>", str(kernel)) == \
+        ["64x64xf16", "64x64xbf16"]
+    _run(text)
+
+
+def test_small_narrow_transposes_xla_leaves_unpacked_go_to_the_loop_emitter():
+    # 3 populated rows: fewer than the 10 vectors XLA's packed transpose
+    # asks for, and too short for the padded tile.
+    fusion = select_fusion(hlo.parse_module(_transpose("bf16", [3, 16, 3], [2, 1, 0])))
+    assert fusion.kind == "loop"
+
+
 ADD = """
 add {
   a = f32[] parameter(0)

@@ -22,6 +22,19 @@ Tiling, as XLA's TransposeFusion does it, on the normalized transpose
 
 The tile's dimension read by columns is padded by one element so that the
 column accesses hit distinct shared-memory banks.
+
+Narrow types (under 32 bits) whose minor dimension moves are packed as
+XLA's PackedTranspose does when the shape allows (`packed_tiling`, checked
+before the rules above): with `V = 32 / bits` elements to a shared-memory
+bank word, the tile is an unpadded `32V x 32V` square (64x64 for 16-bit,
+128x128 for 8-bit types). Its rows are the input's T2 dimension, its
+columns the input's minor dimension T1 (and, when T1 is short, the
+dimension A next to it, so that `A x T1` fills a row). Each thread writes
+V consecutive input elements of a row; each thread reads a `V x V` block
+(V vector reads of V elements) and writes its V columns as V consecutive
+output elements, so both global sides move 32 bits per thread per access.
+The columns are swizzled by V per group of V rows instead of padded, so
+that the V x V blocks stay contiguous.
 """
 
 from __future__ import annotations
@@ -34,8 +47,8 @@ from ..hlo.shape import bit_width
 from .epilogue import is_order_preserving_epilogue
 
 __all__ = ["normalized_transpose", "is_tiled_transpose", "TransposeTiling",
-           "TransposePlan", "plan_transpose", "transpose_refusal",
-           "TILE", "NUM_WARPS", "THREADS", "MAX_SHARED_BYTES"]
+           "PackedTiling", "packed_tiling", "TransposePlan", "plan_transpose",
+           "transpose_refusal", "TILE", "NUM_WARPS", "THREADS", "MAX_SHARED_BYTES"]
 
 TILE = 32                     # tile side (elements, times the vector width): a warp
 NUM_WARPS = 4                 # warps per block: rows of the tile per step
@@ -44,6 +57,11 @@ THREADS = TILE * NUM_WARPS    # 128 threads per block
 MAX_SHARED_BYTES = 48 * 1024
 # Each thread's global accesses should be at least this wide.
 MIN_ACCESS_BITS = 32
+
+# Shared memory: 32 banks of 32-bit words. A packed transpose tile is
+# 32 * V square with V elements to a word.
+NUM_BANKS = 32
+BANK_BITS = 32
 
 # XLA's thresholds for a tiled (shared-memory) transpose: both minor
 # dimensions (the operand's and the result's) at least 16, or both at least
@@ -80,15 +98,23 @@ def normalized_transpose(inst: HloInstruction) -> tuple[list[int], list[int]]:
     return dims, new_perm
 
 
+def xla_bits(element: str) -> int:
+    """Bits of an element as XLA's transpose rules count them (pred: 8)."""
+    return 8 if element == "pred" else bit_width(element)
+
+
 def is_tiled_transpose(inst: HloInstruction) -> bool:
     """Whether XLA emits `inst` with the tiled (shared-memory) transpose
-    emitter (GetDescriptionForTiledTransposeEmitter)."""
+    emitter (GetDescriptionForTiledTransposeEmitter): packed first, then
+    the padded tile's rules."""
     if inst.opcode != "transpose":
         return False
     dims, perm = normalized_transpose(inst)
     n = len(perm)
     if n < 2:
         return False
+    if packed_tiling(dims, perm, xla_bits(inst.shape.element_type)) is not None:
+        return True
     out = [dims[p] for p in perm]
     if perm[-1] != n - 1 and bit_width(inst.shape.element_type) < 8 and \
             inst.shape.element_type != "pred":
@@ -111,6 +137,89 @@ def is_tiled_transpose(inst: HloInstruction) -> bool:
 
 def storage_bits(element: str) -> int:
     return max(bit_width(element), 8)  # pred and sub-byte ints take a byte
+
+
+class PackedTiling:
+    """XLA's packed transpose of one normalized transpose (operand dims
+    `dims`, result dim k = operand dim `perm[k]`) for elements of `bits`.
+
+    Canonical shapes: the operand is viewed as `[..., T2, ..., A, T1, B]`
+    and the result as `[..., T1, ..., A, T2, B]`, with A (the dimension
+    before T1, kept in place) and B (the minor dimension when it stays; here
+    always 1: a transpose that keeps its minor dimension is not packed)
+    added as size-1 dimensions where the transpose has none. Result dim k of
+    the canonical transpose is canonical operand dim `cperm[k]`.
+
+    One block covers a `t2 x (a * t1)` tile of the operand (rows: T2,
+    columns: A and T1), every other dimension tiled by 1; 4 warps; the
+    shared tile is `side x side` with `side = 32 * vector`."""
+
+    def __init__(self, dims: list[int], perm: list[int], bits: int):
+        n = len(dims)
+        out = [dims[p] for p in perm]
+        cperm = list(perm)
+        if cperm[-1] != n - 1:          # the minor dimension moves: B = 1
+            cperm.append(n)
+            out.append(1)
+        r = len(out)
+        if cperm[r - 3] != r - 3:       # no dimension stays before T1: A = 1
+            out.insert(r - 2, 1)
+            cperm = [p + 1 if p > r - 3 else p for p in cperm]
+            cperm.insert(r - 2, r - 2)
+            r += 1
+        cin = [0] * r
+        for k, p in enumerate(cperm):
+            cin[p] = out[k]
+        self.dims, self.perm = list(dims), list(perm)
+        self.in_dims, self.out_dims, self.cperm = cin, out, cperm
+        self.rank = r
+        self.a_id = r - 3                       # same position on both sides
+        self.t1_in, self.t1_out = r - 2, cperm.index(r - 2)
+        self.t2_in, self.t2_out = cperm[r - 2], r - 2
+        self.bits = bits
+        self.vector = BANK_BITS // bits
+        self.side = NUM_BANKS * self.vector
+        self.t1 = min(cin[self.t1_in], self.side)
+        self.a = min(cin[self.a_id], self.side // self.t1)
+        self.t2 = min(cin[self.t2_in], self.side)
+        self.rows, self.cols = self.t2, self.a * self.t1
+        self.out_tile = [1] * r
+        self.out_tile[self.t1_out] = self.t1
+        self.out_tile[self.t2_out] = self.t2
+        self.out_tile[self.a_id] = self.a
+        self.in_tile = [0] * r
+        for k, p in enumerate(cperm):
+            self.in_tile[p] = self.out_tile[k]
+        self.block_counts = [-(-d // t) for d, t in zip(out, self.out_tile)]
+        self.num_blocks = prod(self.block_counts)
+        self.shmem_dims = [self.side, self.side]
+        # Steps of the loops: the write loop covers the tile's rows 4 at a
+        # time (one per warp), the read loop its columns 4 * vector at a time.
+        self.write_steps = -(-self.rows // NUM_WARPS)
+        self.read_steps = -(-self.cols // (self.vector * NUM_WARPS))
+
+    def supported(self) -> bool:
+        """XLA's conditions (GetPackedTransposeTileSizes): a narrow type,
+        at least 10 vectors of populated rows and columns, whole vectors."""
+        v = self.vector
+        if self.bits >= BANK_BITS or self.in_dims[-1] != 1:
+            return False
+        if self.rows < 10 * v or self.cols < 10 * v:
+            return False
+        return self.rows % v == 0 and self.cols % v == 0 and \
+            self.in_dims[self.t2_in] % self.t2 % v == 0
+
+    def shared_bytes(self, heroes: list[HloInstruction]) -> int:
+        return len(heroes) * self.side * self.side * self.bits // 8
+
+
+def packed_tiling(dims: list[int], perm: list[int], bits: int) -> PackedTiling | None:
+    """The packed tiling of a normalized transpose of `bits`-wide elements,
+    None when XLA does not pack it."""
+    if len(dims) < 2 or bits >= BANK_BITS or perm[-1] == len(dims) - 1:
+        return None
+    tiling = PackedTiling(dims, perm, bits)
+    return tiling if tiling.supported() else None
 
 
 class TransposeTiling:
@@ -157,10 +266,10 @@ class TransposePlan:
     (root, hero) per output in output order, hero None for side outputs
     (written by the first loop at the input element's linear position);
     `heroes` the distinct tiled transposes, one tile each; `tiling` their
-    common tiling."""
+    common tiling (a `PackedTiling` for a packed transpose)."""
     slots: list[tuple[HloInstruction, HloInstruction | None]]
     heroes: list[HloInstruction]
-    tiling: TransposeTiling
+    tiling: TransposeTiling | PackedTiling
 
 
 def _plan(roots: list[HloInstruction], heroes: list[HloInstruction]) -> TransposePlan | str:
@@ -200,7 +309,19 @@ def _plan(roots: list[HloInstruction], heroes: list[HloInstruction]) -> Transpos
     below = _first_reached(starts, {id(h) for h in tiled})
     if below is not None:
         return f"transpose '{below.name}' feeds another transpose or a side output"
-    tiling = _choose_tiling(dims, perm, tiled)
+    if packed_tiling(dims, perm, xla_bits(first.shape.element_type)) is not None:
+        # XLA's packed transpose, its tile sized by the bits each element
+        # takes here (sub-byte integers take a byte).
+        bits = {storage_bits(h.shape.element_type) for h in tiled}
+        if len(bits) > 1:
+            return "packed transposes of elements of different widths"
+        tiling = packed_tiling(dims, perm, bits.pop())
+        if tiling is None:
+            return (f"transpose '{first.name}' is packed by XLA for "
+                    f"{first.shape.element_type} elements but not in the byte each "
+                    "takes here")
+    else:
+        tiling = _choose_tiling(dims, perm, tiled)
     if tiling.shared_bytes(tiled) > MAX_SHARED_BYTES:
         return (f"{len(tiled)} tiles of {'x'.join(map(str, tiling.shmem_dims))} "
                 f"need {tiling.shared_bytes(tiled)} bytes of shared memory, more than "

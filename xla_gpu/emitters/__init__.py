@@ -25,7 +25,7 @@ from .loop import LoopEmitter
 from .reduction import reduction_emitter
 from .scatter import ScatterEmitter
 from .sort import SortEmitter
-from .transpose import TransposeEmitter
+from .transpose import transpose_emitter
 
 __all__ = ["emit", "emit_fusion", "emitter_for", "EmittedKernel", "LaunchDims",
            "KernelEmitter"]
@@ -35,7 +35,7 @@ _EMITTERS = {
     "concatenate": ConcatenateEmitter,
     "in_place_dynamic_update_slice": InPlaceDynamicUpdateSliceEmitter,
     "input_slices": InputSlicesEmitter,
-    "transpose": TransposeEmitter,
+    "transpose": transpose_emitter,   # padded or packed tile
     "reduction": reduction_emitter,   # the row, multi-row or column variant
     "scatter": ScatterEmitter,
     "sort": SortEmitter,

@@ -53,7 +53,8 @@ from ..ir import IndexingMap
 from .base import KernelEmitter, LaunchDims
 from .types import element_type
 
-__all__ = ["TransposeEmitter", "TransposeTiling"]
+__all__ = ["TransposeEmitter", "TransposeEmitterBase", "TransposeTiling",
+           "transpose_emitter"]
 
 
 def _scaled(expr: AffineExpr, factor: int) -> AffineExpr:
@@ -182,26 +183,31 @@ class TransposeTiling(analysis.TransposeTiling):
                             [("i", self.steps), ("j", self.vector)], results, constraints)
 
 
-class TransposeEmitter(KernelEmitter):
+def transpose_emitter(fusion) -> "TransposeEmitterBase":
+    """The padded-tile or the packed transpose emitter, as the plan of the
+    fusion's transposes says (XLA's CreateTransposeFusion)."""
+    plan = plan_transpose(fusion.roots, fusion.heroes)
+    if isinstance(plan.tiling, analysis.PackedTiling):
+        from .packed_transpose import PackedTransposeEmitter
+        return PackedTransposeEmitter(fusion, plan)
+    return TransposeEmitter(fusion, plan)
+
+
+class TransposeEmitterBase(KernelEmitter):
+    """What both transpose emitters share: the outputs' slots and how the
+    computation is partitioned (each hero's operand a subgraph root, the
+    heroes themselves injected into their epilogues)."""
     name = "transpose"
 
-    def __init__(self, fusion):
+    def __init__(self, fusion, plan: analysis.TransposePlan | None = None):
         super().__init__(fusion)
-        plan = plan_transpose(fusion.roots, fusion.heroes)
+        plan = plan or plan_transpose(fusion.roots, fusion.heroes)
         # Output slots: (root, hero) for transposed outputs, (root, None) for
         # side outputs, in output order; one tile per hero.
         self.slots = plan.slots
         self.heroes = plan.heroes
         self._hero_ids = {id(h) for h in self.heroes}
         self._hero_operand_ids = {id(h.operands[0]) for h in self.heroes}
-        t = plan.tiling
-        self.tiling = TransposeTiling(t.dims, t.perm, t.vector)
-        self._split_ids: list[ir.Value] | None = None   # warp, lane, block id
-
-    # -- KernelEmitter -----------------------------------------------------
-    def launch_dims(self) -> LaunchDims:
-        # The tiles are static shared memory: no dynamic bytes to launch with.
-        return LaunchDims(THREADS, self.tiling.num_blocks)
 
     def root_groups(self):
         # Side outputs of one shape share a function (they are computed at
@@ -226,6 +232,21 @@ class TransposeEmitter(KernelEmitter):
         for root, hero in self.slots:
             if hero is not None and root is not hero:
                 self.partitioned.subgraph_of(root).injected = [hero]
+
+
+class TransposeEmitter(TransposeEmitterBase):
+    """The padded 32 x 33 (times the vector) tile (see the module text)."""
+
+    def __init__(self, fusion, plan: analysis.TransposePlan | None = None):
+        plan = plan or plan_transpose(fusion.roots, fusion.heroes)
+        super().__init__(fusion, plan)
+        t = plan.tiling
+        self.tiling = TransposeTiling(t.dims, t.perm, t.vector)
+        self._split_ids: list[ir.Value] | None = None   # warp, lane, block id
+
+    def launch_dims(self) -> LaunchDims:
+        # The tiles are static shared memory: no dynamic bytes to launch with.
+        return LaunchDims(THREADS, self.tiling.num_blocks)
 
     # -- emission ------------------------------------------------------------
     def emit_entry(self, params, outputs, thread_id, block_id):
