@@ -231,6 +231,25 @@ f {
     assert (fusion.kind, fusion.hero_kind) == ("loop", "concatenate")
 
 
+def test_tuples_written_without_a_shape_take_their_operands_shapes():
+    # XLA prints some tuples as `t = tuple(a, b)`; operands may come later.
+    text = """
+f {
+  a = f32[3] parameter(0)
+  b = s32[] parameter(1)
+  outer = tuple(inner, b)
+  inner = tuple(a, a)
+  ROOT r = (f32[3], f32[3], s32[]) tuple(a, a, b)
+}
+"""
+    comp = hlo.parse_module(text).computations[-1]
+    shapes = {i.name: str(i.shape) for i in comp.instructions}
+    assert shapes["inner"] == "(f32[3], f32[3])"
+    assert shapes["outer"] == "((f32[3], f32[3]), s32[])"
+    with pytest.raises(hlo.HloError, match="depends on itself"):
+        hlo.parse_module("f {\n  x = tuple(y)\n  ROOT y = tuple(x)\n}\n")
+
+
 # -- emitter choice -------------------------------------------------------------
 
 def test_sub_byte_transposes_of_the_minor_dimension_use_the_loop_emitter():

@@ -149,6 +149,8 @@ class _Parser(LiteralParsing):
         self.comp_pos: dict[int, int] = {}
         # (instruction, [(name, position)]) of `control-predecessors`
         self.control_refs: list[tuple[HloInstruction, list]] = []
+        # Tuples written without a shape (see `instruction`).
+        self.untyped_tuples: list[HloInstruction] = []
 
     # ---------------------------------------------------------------- errors
 
@@ -619,7 +621,11 @@ class _Parser(LiteralParsing):
         name, name_pos = self.name("an instruction name")
         self.inst_name = name
         self.expect("=", f"after the instruction name '{name}'")
-        shape = self.shape()
+        self.skip()
+        # XLA prints a tuple without its shape at times (`t = tuple(a, b)`):
+        # the shape is its operands', set once they are resolved.
+        untyped_tuple = self.at_keyword("tuple")
+        shape = Shape("", (), None, ()) if untyped_tuple else self.shape()
         self.skip()
         opcode_pos = self.pos
         if self.pos >= self.n or self.text[self.pos] not in _IDENT_START:
@@ -628,6 +634,8 @@ class _Parser(LiteralParsing):
         inst = HloInstruction(name=name, opcode=opcode, shape=shape,
                               location=Location(*self.location(name_pos)))
         self.inst_pos[id(inst)] = name_pos
+        if untyped_tuple:
+            self.untyped_tuples.append(inst)
         self.skip()
         if self.peek() != "(":
             self.error(f"expected '(' after opcode '{opcode}', found "
@@ -751,6 +759,22 @@ class _Parser(LiteralParsing):
 
     # -------------------------------------------------------------- linking
 
+    def infer_tuple_shapes(self, comp: HloComputation) -> None:
+        """Shapes of the tuples written without one: their operands'
+        (in rounds, since operands may be written after their users)."""
+        members = {id(i) for i in comp.instructions}
+        pending = [i for i in self.untyped_tuples if id(i) in members]
+        known = members - {id(i) for i in pending}
+        while pending:
+            ready = [i for i in pending if all(id(o) in known for o in i.operands)]
+            if not ready:
+                self.inst_error(pending[0], "the shape of this tuple depends on "
+                                            "itself through its operands")
+            for inst in ready:
+                inst.shape = Shape("", (), None, tuple(o.shape for o in inst.operands))
+                known.add(id(inst))
+            pending = [i for i in pending if id(i) not in known]
+
     def resolve_operands(self, comp: HloComputation,
                          names: dict[str, HloInstruction]) -> None:
         for inst in comp.instructions:
@@ -770,6 +794,7 @@ class _Parser(LiteralParsing):
                     if ref not in names:
                         self.error(f"control predecessor '%{ref}' is not "
                                    "defined", pos, instruction=inst.name)
+        self.infer_tuple_shapes(comp)
         # The graph must be acyclic (operands may be written after users).
         state: dict[int, int] = {}
         for inst in comp.instructions:
