@@ -394,3 +394,151 @@ def test_multi_row_reductions_follow_xlas_rule():
     assert re.search(r"shuffle_reduce\(.*\) to 2 ", exe.mlir())
     odd = select_fusion(hlo.parse_module(_reduce("64,24", "64", "1")))
     assert type(emitters.emitter_for(odd)).__name__ == "RowReductionEmitter"
+
+
+# -- variadic scatter ------------------------------------------------------------
+
+def _variadic_scatter(combiner_root: str, unique: bool, indices: str) -> str:
+    """Two operands (scores and tags) updated by one scatter whose combiner
+    sees both current values, then both updates."""
+    return f"""
+pick {{
+  cur_score = f32[] parameter(0)
+  cur_tag = s32[] parameter(1)
+  new_score = f32[] parameter(2)
+  new_tag = s32[] parameter(3)
+  higher = pred[] compare(new_score, cur_score), direction=GT
+  best_score = f32[] select(higher, new_score, cur_score)
+  best_tag = s32[] select(higher, new_tag, cur_tag)
+  one = s32[] constant(1)
+  count = s32[] add(cur_tag, one)
+  {combiner_root}
+}}
+
+f {{
+  scores = f32[40,6] parameter(0)
+  tags = s32[40,6] parameter(1)
+  {indices}
+  new_scores = f32[12,2,6] parameter(3)
+  new_tags = s32[12,2,6] parameter(4)
+  ROOT s = (f32[40,6], s32[40,6]) scatter(scores, tags, idx, new_scores, new_tags),
+      update_window_dims={{1,2}}, inserted_window_dims={{}},
+      scatter_dims_to_operand_dims={{0}}, index_vector_dim=1,
+      unique_indices={'true' if unique else 'false'}, to_apply=pick
+}}
+"""
+
+
+def test_a_variadic_scatter_with_unique_indices_updates_every_operand_in_parallel():
+    # Index rows 0, 3, 6, ...: windows of 2 rows never overlap.
+    text = _variadic_scatter("ROOT r = (f32[], s32[]) tuple(best_score, best_tag)", True,
+                             "i = s32[12,1] iota(), iota_dimension=0\n"
+                             "  c3 = s32[] constant(3)\n"
+                             "  three = s32[12,1] broadcast(c3), dimensions={}\n"
+                             "  idx = s32[12,1] multiply(i, three)\n"
+                             "  unused = s32[1] parameter(2)")
+    exe = _run(text)
+    assert exe.spec.emitter == "scatter"
+    assert exe.launch_dims["threads"] > 1
+    ir_text = exe.mlir()
+    assert "atomic_rmw" not in ir_text
+    assert re.search(r"xla_gpu\.loop .*iter_args\(%\S+ = %\S+, %\S+ = %\S+\)", ir_text)
+
+
+@pytest.mark.parametrize("root", [
+    "ROOT r = (f32[], s32[]) tuple(best_score, best_tag)",   # argmax, order-free
+    "ROOT r = (f32[], s32[]) tuple(new_score, count)",       # last write wins + a count
+])
+def test_a_variadic_scatter_with_repeated_indices_combines_in_update_order(root):
+    # Random indices in [0, 38] repeat and windows overlap: one thread
+    # applies every update in row-major order, as the reference does.
+    text = _variadic_scatter(root, False, "idx = s32[12,1] parameter(2)")
+    exe = _run(text)
+    assert exe.spec.emitter == "scatter"
+    assert exe.launch_dims["threads"] == 1 and exe.launch_dims["blocks"] == 1
+
+
+# -- f4e2m1fn --------------------------------------------------------------------
+
+F4_OPS = """
+f {
+  a = f32[8,24] parameter(0)
+  b = f4e2m1fn[8,24] convert(a)
+  c = f4e2m1fn[8,24] parameter(1)
+  d = f4e2m1fn[8,24] multiply(b, c)
+  e = f32[8,24] convert(d)
+  s = s4[8,24] bitcast-convert(b)
+  u = f4e2m1fn[8,24] bitcast-convert(s)
+  g = pred[8,24] compare(b, c), direction=LT, type=TOTALORDER
+  h = f16[8,24] convert(c)
+  m = f4e2m1fn[8,24] maximum(c, u)
+  k = f4e2m1fn[] constant(-1.5)
+  kb = f4e2m1fn[8,24] broadcast(k), dimensions={}
+  n = f4e2m1fn[8,24] add(m, kb)
+  ROOT t = (f4e2m1fn[8,24], f32[8,24], s4[8,24], pred[8,24], f16[8,24], f4e2m1fn[8,24])
+      tuple(b, e, s, g, h, n)
+}
+"""
+
+
+def test_f4e2m1fn_converts_computes_and_reinterprets_as_the_interpreter():
+    _run(F4_OPS)
+
+
+def test_f4e2m1fn_conversion_rounds_saturates_and_maps_nan_as_ml_dtypes():
+    import ml_dtypes
+    text = """
+f {
+  a = f32[32] parameter(0)
+  ROOT b = f4e2m1fn[32] convert(a)
+}
+"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    # Ties to even on both sides of each code, subnormal 0.5, saturation at
+    # +-6 for large values and infinities, NaN -> -0, signed zeros.
+    a = np.array([0, 0.25, 0.2501, 0.75, 1.25, 1.75, 2.5, 3.5, 5, 5.01, 6, 6.99, 7, 1e30,
+                  np.inf, -np.inf, np.nan, -0.0, -0.25, -0.7, -3.3, -5, -7, 1e-30,
+                  -1e-30, 0.5, 1.5, 3, 4, -6, 2.25, -2.75], np.float32)
+    got = np.asarray(exe.run(a)[0]).view(np.uint8)
+    want = a.astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    assert got.tolist() == want.tolist()
+
+
+# -- dot inside a fusion ---------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    # f8 matrix-vector product, f8 result (accumulated in f32, rounded once).
+    """
+f {
+  a = f8e4m3fn[7,12] parameter(0)
+  b = f8e4m3fn[12,1] parameter(1)
+  ROOT d = f8e4m3fn[7,1] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""",
+    # Batched, two contracting dims, transposed operands, an epilogue.
+    """
+f {
+  a = f32[3,4,5,2] parameter(0)
+  b = f32[3,2,6,4] parameter(1)
+  d = f32[3,5,6] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={0},
+      lhs_contracting_dims={1,3}, rhs_contracting_dims={3,1}
+  ROOT e = f32[3,5,6] exponential(d)
+}
+""",
+    # Integer and predicate dots: s8 operands widened to s32; or-of-ands.
+    """
+f {
+  a = s8[6,9] parameter(0)
+  b = s8[9,4] parameter(1)
+  d = s32[6,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  p = pred[6,9] parameter(2)
+  q = pred[9,4] parameter(3)
+  e = pred[6,4] dot(p, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (s32[6,4], pred[6,4]) tuple(d, e)
+}
+""",
+])
+def test_small_dots_inside_a_fusion_loop_over_the_contracting_dims(text):
+    exe = _run(text)
+    assert exe.spec.emitter == "loop"
+    assert "scf.for" in exe.mlir()

@@ -25,7 +25,7 @@ from ..hlo.shape import (Shape, bit_width, is_float, is_signed_int,
                          is_unsigned_int)
 from ..ir import IndexingMap
 from . import float8
-from .float8 import is_f8
+from .float8 import is_minifloat
 from .types import check_supported, dense_attr, element_type, scalar_attr
 
 __all__ = ["FunctionEmitter", "IndexMaps"]
@@ -240,8 +240,12 @@ class FunctionEmitter:
         types differ, reinterprets their bits (same width)."""
         values = self._through_map(inst, indices)
         src, dst = inst.operands[0].shape.element_type, inst.shape.element_type
-        if src == dst or element_type(src) == element_type(dst):
+        if src == dst:
             return values
+        if element_type(src) == element_type(dst):
+            # Same storage (f8 / 8-bit ints, f4 / 4-bit ints in a byte): the
+            # bits stay; a sub-byte result is brought back to its width.
+            return [wrap_sub_byte(values[0], dst)]
         if bit_width(src) != bit_width(dst):
             raise inst.unsupported(f"bitcast from {src} to {dst} changes the element width")
         return [arith.bitcast(element_type(dst), values[0])]
@@ -404,6 +408,64 @@ class FunctionEmitter:
 
         return nest(0, [], accs)
 
+    def _dot(self, inst, indices):
+        """A dot read one output element at a time, as XLA's elemental
+        emitter does for small dots inside fusions: a loop nest over the
+        contracting dimensions accumulating lhs * rhs. The operands are
+        converted to the result type (as HLO's dot semantics and the
+        reference interpreter do), floats narrower than f32 accumulate in
+        f32 and are rounded once at the end."""
+        a = inst.attrs
+        lhs, rhs = inst.operands
+        lb, rb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
+        lc, rc = list(a.get("lhs_contracting_dims", ())), list(a.get("rhs_contracting_dims", ()))
+        if len(lb) != len(rb) or len(lc) != len(rc):
+            raise inst.error("dot batch / contracting dimensions do not pair up")
+        t = inst.shape.element_type
+        if t in ("c64", "c128"):
+            raise inst.unsupported("complex dots are not supported by the elemental emitter")
+        acc_t = "f32" if is_float(t) and bit_width(t) < 32 else t
+        lfree = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
+        rfree = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+        if len(lb) + len(lfree) + len(rfree) != len(indices):
+            raise inst.error("the dot's result rank does not match its dimension numbers")
+        batch = indices[:len(lb)]
+        lhs_free = indices[len(lb):len(lb) + len(lfree)]
+        rhs_free = indices[len(lb) + len(lfree):]
+        sizes = [lhs.shape.dims[d] for d in lc]
+
+        def operand_value(op, placed: list[tuple[list[int], Values]]) -> ir.Value:
+            pos: list = [None] * op.shape.rank
+            for dims, values in placed:
+                for d, v in zip(dims, values):
+                    pos[d] = v
+            value = self.emit1(op, pos)
+            return convert(convert(value, op.shape.element_type, t), t, acc_t)
+
+        def step(ivs: Values, acc: ir.Value) -> ir.Value:
+            x = operand_value(lhs, [(lb, batch), (lc, ivs), (lfree, lhs_free)])
+            y = operand_value(rhs, [(rb, batch), (rc, ivs), (rfree, rhs_free)])
+            if acc_t == "pred":
+                return arith.ori(acc, arith.andi(x, y))
+            if is_float(acc_t):
+                return arith.addf(acc, arith.mulf(x, y))
+            return arith.addi(acc, arith.muli(x, y))
+
+        def nest(level: int, ivs: Values, acc: ir.Value) -> ir.Value:
+            if level == len(sizes):
+                return step(ivs, acc)
+            loop = scf.ForOp(_index_const(0), _index_const(sizes[level]), _index_const(1), [acc])
+            body = self._in_region(loop.body, lambda: [nest(
+                level + 1, [*ivs, loop.induction_variable], loop.inner_iter_args[0])])
+            with ir.InsertionPoint(loop.body):
+                scf.YieldOp(body)
+            return loop.results[0]
+
+        result = nest(0, [], _const(acc_t, 0))
+        if acc_t != t:
+            return [convert(result, acc_t, t)]
+        return [wrap_sub_byte(result, t)]
+
     def _reduce_window(self, inst, indices):
         n = len(inst.operands) // 2
         inputs, inits = inst.operands[:n], inst.operands[n:]
@@ -494,6 +556,7 @@ _HANDLERS: dict[str, Callable] = {
     "gather": FunctionEmitter._gather,
     "reduce": FunctionEmitter._reduce,
     "reduce-window": FunctionEmitter._reduce_window,
+    "dot": FunctionEmitter._dot,
     "get-tuple-element": FunctionEmitter._get_tuple_element,
     "map": FunctionEmitter._map,
 }
@@ -519,7 +582,8 @@ _ICMP_UNSIGNED = {"EQ": "eq", "NE": "ne", "LT": "ult", "LE": "ule", "GT": "ugt",
 
 
 def _is_f8(t: str) -> bool:
-    return is_f8(t)
+    """f8 and f4 types (held as codes in an i8, computed in f32)."""
+    return is_minifloat(t)
 
 
 def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
@@ -534,7 +598,7 @@ def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
         if bit_width(in_t) != bit_width(t):
             raise inst.unsupported("bitcast-convert between different bit widths is not supported")
         if element_type(in_t) == element_type(t):  # f8 <-> 8-bit ints: same i8
-            return args[0]
+            return wrap_sub_byte(args[0], t)
         return arith.bitcast(element_type(t), args[0])
     if op == "compare":
         return _compare(inst, in_t, args)
@@ -543,7 +607,9 @@ def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
     if op == "clamp":
         lo, x, hi = args
         return _min_max("minimum", t, _min_max("maximum", t, x, lo), hi)
-    if _is_f8(in_t) and op not in ("is-finite",):
+    if _is_f8(in_t) and op == "is-finite":
+        return math.isfinite(convert(args[0], in_t, "f32"))
+    if _is_f8(in_t):
         # Arithmetic on f8 is done in f32 and rounded once, as XLA does.
         wide = [convert(a, ot, "f32") for a, ot in zip(args, operand_types)]
         inner = HloInstruction(inst.name, op, Shape("f32", inst.shape.dims), inst.operands,
@@ -758,6 +824,8 @@ def _compare(inst: HloInstruction, t: str, args: Values) -> ir.Value:
     a, b = args
     if is_float(t):
         if str(inst.attrs.get("type", "")).upper() == "TOTALORDER":
+            if bit_width(t) < 8:   # f4: its f32 value orders alike (exact)
+                a, b, t = convert(a, t, "f32"), convert(b, t, "f32"), "f32"
             width = bit_width(t)
             it = ir.IntegerType.get_signless(width)
             keys = []
@@ -778,9 +846,9 @@ def convert(value: ir.Value, src: str, dst: str) -> ir.Value:
     """HLO convert: float->int saturates (NaN -> 0), ->pred is `!= 0`."""
     if src == dst:
         return value
-    if is_f8(src):  # exact through f32
+    if is_minifloat(src):  # exact through f32
         return convert(float8.decode(value, src), "f32", dst)
-    if is_f8(dst):
+    if is_minifloat(dst):
         return float8.encode(convert(value, src, "f32"), dst)
     dt = element_type(dst)
     if dst == "pred":

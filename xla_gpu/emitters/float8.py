@@ -1,17 +1,20 @@
-"""f8 element types in emitted IR: stored as i8 (LLVM has no f8 types),
-converted exactly through helper functions that the module gets once per
-type and direction:
+"""f8 and f4 element types in emitted IR: stored as i8 (LLVM has no f8
+types; f4e2m1fn takes a byte as the sub-byte integers do, its code in the
+low 4 bits), converted exactly through helper functions that the module
+gets once per type and direction:
 
     func.func private @xla_f8e4m3fn_to_f32(i8) -> f32      // 256-entry table
     func.func private @xla_f32_to_f8e4m3fn(f32) -> i8      // RNE, by search
 
-Decoding reads a table of the 256 values. Encoding rounds to nearest even
-the way ml_dtypes (and so the reference interpreter) does: a binary search
-for the largest code not above |x| in the table of non-negative finite
-values, then the nearer of it and the next code (ties to the even code);
-NaN -> the type's NaN; beyond the largest finite value (after rounding) ->
-infinity where the type has one, NaN where it does not; the sign goes on
-last (fnuz types have no -0: it becomes 0).
+Decoding reads a table of the 256 (f4: 16) values. Encoding rounds to
+nearest even the way ml_dtypes (and so the reference interpreter) does: a
+binary search for the largest code not above |x| in the table of
+non-negative finite values, then the nearer of it and the next code (ties
+to the even code); NaN -> the type's NaN; beyond the largest finite value
+(after rounding) -> infinity where the type has one, NaN where it does not;
+the sign goes on last (fnuz types have no -0: it becomes 0). f4e2m1fn has
+neither infinity nor NaN: beyond its largest value it saturates (keeping the
+sign) and NaN becomes -0, as ml_dtypes converts.
 """
 
 from __future__ import annotations
@@ -22,16 +25,21 @@ from mlir import ir
 from mlir.dialects import arith, func, math, tensor
 
 from ..dialects import xla_gpu
-from ..hlo.opcodes import F8_TYPES, is_f8
-from ..hlo.shape import ELEMENT_TYPES
+from ..hlo.opcodes import F8_TYPES, is_f8, is_minifloat
+from ..hlo.shape import ELEMENT_TYPES, bit_width
 
-__all__ = ["is_f8", "decode", "encode", "F8_TYPES"]
-
+__all__ = ["is_f8", "is_minifloat", "decode", "encode", "F8_TYPES"]
 
 
 def _values(t: str) -> np.ndarray:
-    """The float32 value of each of the 256 codes."""
-    return np.arange(256, dtype=np.uint8).view(ELEMENT_TYPES[t]).astype(np.float32)
+    """The float32 value of each code (256 for f8, 16 for f4)."""
+    count = 1 << bit_width(t)
+    return np.arange(count, dtype=np.uint8).view(ELEMENT_TYPES[t]).astype(np.float32)
+
+
+def _code_of(t: str, x: float) -> int:
+    """The code ml_dtypes gives the f32 value `x`."""
+    return int(np.array([x], np.float32).astype(ELEMENT_TYPES[t]).view(np.uint8)[0])
 
 
 def _module() -> ir.Operation:
@@ -73,7 +81,11 @@ def decode(bits: ir.Value, t: str) -> ir.Value:
     """f32 value of the f8 code `bits` (i8)."""
     f32 = ir.F32Type.get()
 
+    bits_count = bit_width(t)
+
     def body(code):
+        if bits_count < 8:  # the code is the low bits of the byte
+            code = arith.andi(code, arith.constant(code.type, (1 << bits_count) - 1))
         return tensor.extract(_table(_values(t)), [_index(code)])
 
     return _call(_helper(f"xla_{t}_to_f32", bits.type, f32, body), bits, f32)
@@ -85,12 +97,17 @@ def encode(value: ir.Value, t: str) -> ir.Value:
     values = _values(t)
     finfo = ml_dtypes.finfo(ELEMENT_TYPES[t])
     fnuz = "fnuz" in t
+    sign_bit = 1 << (bit_width(t) - 1)
     # Non-negative finite codes 0..top, ascending in value.
-    top = int(np.argmax(values[:128] == float(finfo.max)))
+    top = int(np.argmax(values[:sign_bit] == float(finfo.max)))
     positive = values[:top + 1]
     has_inf = bool(np.isinf(values).any())
-    nan_code = int(np.flatnonzero(np.isnan(values))[0])
-    inf_code = int(np.flatnonzero(values == np.inf)[0]) if has_inf else nan_code
+    has_nan = bool(np.isnan(values).any())
+    # Without NaN (f4e2m1fn) a NaN input gets the code ml_dtypes gives it
+    # and overflow saturates to the largest value.
+    nan_code = int(np.flatnonzero(np.isnan(values))[0]) if has_nan else _code_of(t, np.nan)
+    inf_code = int(np.flatnonzero(values == np.inf)[0]) if has_inf else \
+        nan_code if has_nan else top
 
     def body(x):
         f32, i32 = ir.F32Type.get(), ir.IntegerType.get_signless(32)
@@ -129,15 +146,15 @@ def encode(value: ir.Value, t: str) -> ir.Value:
             # ml_dtypes keeps an exact tie at the boundary on max only when
             # max's code is even; otherwise it overflows.
             over = over if top % 2 else over_exact
-        code = arith.select(over, arith.constant(i32, inf_code & 0x7F), code)
+        code = arith.select(over, arith.constant(i32, inf_code & (sign_bit - 1)), code)
         negative = arith.cmpi(arith.CmpIPredicate.slt, arith.bitcast(i32, x),
                               arith.constant(i32, 0))
-        signed = arith.ori(code, arith.constant(i32, 0x80))
+        signed = arith.ori(code, arith.constant(i32, sign_bit))
         if fnuz:  # no -0: a negative zero result stays 0
             nonzero = arith.cmpi(arith.CmpIPredicate.ne, code, arith.constant(i32, 0))
             negative = arith.andi(negative, nonzero)
         code = arith.select(negative, signed, code)
-        if not has_inf:  # overflow is NaN, whatever the sign
+        if not has_inf and has_nan:  # overflow is NaN, whatever the sign
             code = arith.select(over, arith.constant(i32, nan_code), code)
         is_nan = arith.cmpf(arith.CmpFPredicate.UNO, x, x)
         code = arith.select(is_nan, arith.constant(i32, nan_code), code)

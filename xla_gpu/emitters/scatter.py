@@ -15,8 +15,17 @@ in-place dynamic-update-slice), so only updated elements are written.
 
 Combiners that map to hardware atomics (add, min, max, or, and, exchange...)
 become `llvm.atomicrmw` in lower-tensors; others a compare-and-swap loop.
-Refused (the fusion cannot be emitted yet): variadic scatters, batching
-dimensions, scatters whose operand is not a fusion parameter, epilogues.
+
+A variadic scatter (N operands, one indices array, N updates; the combiner
+takes the N current values then the N updates and returns an N-tuple) is
+emitted as XLA does for unique indices: one thread per update element reads
+the N current values, calls the combiner and inserts the N results. With
+possibly repeated indices no atomic can update N elements together, so one
+thread walks every update in row-major order (the order the reference
+semantics combine them in): correct, and slow for large updates.
+
+Refused (the fusion cannot be emitted yet): batching dimensions, scatters
+whose operands are not fusion parameters, epilogues.
 """
 
 from __future__ import annotations
@@ -24,10 +33,11 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, scf, tensor
 
+from ..analysis.indexing import indexing_map, sym
 from ..dialects import xla_gpu
 from ..hlo import HloError
 from ..hlo.shape import is_unsigned_int
-from .base import KernelEmitter
+from .base import KernelEmitter, LaunchDims
 from .loop_config import loop_config, thread_to_output_map
 
 __all__ = ["ScatterEmitter"]
@@ -42,47 +52,69 @@ class ScatterEmitter(KernelEmitter):
             raise HloError(f"fusion '{fusion.name}': the scatter emitter needs the "
                            "scatter as the only root")
         self.scatter = s = fusion.roots[0]
-        if len(s.operands) != 3:
-            raise s.error("variadic scatter is not supported yet")
+        if len(s.operands) < 3 or len(s.operands) % 2 == 0:
+            raise s.error(f"a scatter takes N operands, the indices and N updates; "
+                          f"it has {len(s.operands)} operands")
+        # N operands, the indices, N updates.
+        self.count = n = (len(s.operands) - 1) // 2
+        self.operands = list(s.operands[:n])
+        self.indices = s.operands[n]
+        self.updates = list(s.operands[n + 1:])
         a = s.attrs
         if a.get("input_batching_dims") or a.get("scatter_indices_batching_dims"):
-            raise s.error("scatter with batching dimensions is not supported yet")
-        operand = s.operands[0]
-        if operand.opcode != "parameter" or len(operand.users) != 1:
-            raise s.error("the scatter operand must be a fusion parameter used only "
-                          "by the scatter (its buffer is updated in place)")
-        self.aliases[0] = operand.parameter_number
-        self.updates_dims = list(s.operands[2].shape.dims)
+            raise s.unsupported("scatter with batching dimensions is not supported yet")
+        for k, operand in enumerate(self.operands):
+            if operand.opcode != "parameter" or len(operand.users) != 1:
+                raise s.error(f"scatter operand {k} must be a fusion parameter used only "
+                              "by the scatter (its buffer is updated in place)")
+            self.aliases[k] = operand.parameter_number
+        self.updates_dims = list(self.updates[0].shape.dims)
         self.config = loop_config(self.updates_dims, fusion.computation.instructions,
-                                  [s.shape.element_type])
+                                  [o.shape.element_type for o in self.operands])
         self.unique = bool(a.get("unique_indices", False))
+        # Several outputs with repeated indices: one thread does every update.
+        self.serial = n > 1 and not self.unique
+
+    def launch_dims(self) -> LaunchDims:
+        if self.serial:
+            return LaunchDims(1, 1)
+        return super().launch_dims()
 
     def root_groups(self):
         return []
 
     def is_subgraph_root(self, inst) -> bool:
-        return any(inst is o for o in self.scatter.operands[1:])
+        return any(inst is o for o in self.scatter.operands[self.count:])
 
     def is_excluded(self, inst) -> bool:
         return inst is self.scatter
 
+    def _loop_map(self):
+        if not self.serial:
+            return thread_to_output_map(self.config, self.updates_dims)
+        # One thread: every update index is a loop symbol.
+        symbols = [(f"u{k}", d) for k, d in enumerate(self.updates_dims)]
+        return indexing_map([("th_x", 1), ("bl_x", 1)], symbols,
+                            [sym(k) for k in range(len(symbols))])
+
     def emit_entry(self, params, outputs, thread_id, block_id):
         s = self.scatter
-        operand, indices, updates = s.operands
+        n = self.count
+        operand, indices = self.operands[0], self.indices
         a = s.attrs
         window_dims = list(a.get("update_window_dims", ()))
         inserted = set(a.get("inserted_window_dims", ()))
         to_operand = list(a.get("scatter_dims_to_operand_dims", ()))
         ivd = a.get("index_vector_dim", indices.shape.rank)
         index = ir.IndexType.get()
-        attr = self.index_map(thread_to_output_map(self.config, self.updates_dims))
-        loop = xla_gpu.build_loop(attr, [thread_id, block_id], [outputs[0]])
+        attr = self.index_map(self._loop_map())
+        loop = xla_gpu.build_loop(attr, [thread_id, block_id], list(outputs[:n]))
         block = loop.region.blocks[0]
         rank = len(self.updates_dims)
         with ir.InsertionPoint(block):
             args = list(block.arguments)
-            u_index = args[1:1 + rank]
-            out = args[1 + rank]
+            u_index = args[-n - rank:-n]
+            outs = args[-n:]
             emitter = self.function_emitter(params, lambda i: False)
             batch = [d for i, d in enumerate(u_index) if i not in window_dims]
             window = [d for i, d in enumerate(u_index) if i in window_dims]
@@ -117,26 +149,26 @@ class ScatterEmitter(KernelEmitter):
                 ok = c if ok is None else arith.andi(ok, c)
             target = [off if st is None else st if off is None else arith.addi(st, off)
                       for st, off in zip(starts, offsets)]
-            value = emitter.emit1(updates, u_index)
+            values = [emitter.emit1(u, u_index) for u in self.updates]
             combiner = s.attrs["to_apply"]
 
-            def update() -> ir.Value:
-                if self.unique:
-                    current = tensor.extract(out, target)
-                    new = self.call_computation(combiner, [current, value])[0]
-                    return tensor.insert(new, out, target)
-                return self._atomic(out, target, combiner, value)
+            def update() -> list[ir.Value]:
+                if self.unique or self.serial:
+                    current = [tensor.extract(o, target) for o in outs]
+                    new = self.call_computation(combiner, current + values)
+                    return [tensor.insert(v, o, target) for v, o in zip(new, outs)]
+                return [self._atomic(outs[0], target, combiner, values[0])]
 
             if ok is None:
                 result = update()
             else:
-                if_op = scf.IfOp(ok, [out.type], has_else=True)
+                if_op = scf.IfOp(ok, [o.type for o in outs], has_else=True)
                 with ir.InsertionPoint(if_op.then_block):
-                    scf.YieldOp([update()])
+                    scf.YieldOp(update())
                 with ir.InsertionPoint(if_op.else_block):
-                    scf.YieldOp([out])
-                result = if_op.results[0]
-            xla_gpu.YieldOp([result])
+                    scf.YieldOp(outs)
+                result = list(if_op.results)
+            xla_gpu.YieldOp(result)
         return list(loop.results)
 
     def _atomic(self, out, target, combiner, value) -> ir.Value:

@@ -6,7 +6,7 @@ import numpy as np
 from mlir import ir
 
 from ..hlo import HloError
-from ..hlo.opcodes import F8_TYPES
+from ..hlo.opcodes import MINIFLOAT_TYPES, is_minifloat
 from ..hlo.shape import ELEMENT_TYPES, Shape, bit_width, is_float, is_integral
 
 __all__ = ["element_type", "tensor_type", "scalar_attr", "dense_attr",
@@ -23,8 +23,8 @@ _FLOATS = {
 
 def element_type(name: str) -> ir.Type:
     """pred -> i1, s8/u8 -> i8 (signless: signedness lives in the ops), f8
-    types -> i8 (their bits; see float8.py), ..."""
-    if name.startswith("f8"):
+    and f4 types -> i8 (their codes; see float8.py), ..."""
+    if is_minifloat(name):
         return ir.IntegerType.get_signless(8)
     if name in _FLOATS:
         return _FLOATS[name]()
@@ -50,7 +50,7 @@ def _signed(value: int, bits: int) -> int:
 
 def scalar_attr(name: str, value) -> ir.Attribute:
     t = element_type(name)
-    if name.startswith("f8"):
+    if is_minifloat(name):
         bits = np.array([value], dtype=ELEMENT_TYPES[name]).view(np.uint8)[0]
         return ir.IntegerAttr.get(t, _signed(int(bits), 8))
     if is_float(name):
@@ -75,9 +75,9 @@ def dense_attr(shape: Shape, array: np.ndarray) -> ir.DenseElementsAttr:
 
 _SUPPORTED = {"pred", "s2", "s4", "s8", "s16", "s32", "s64", "u2", "u4", "u8", "u16",
               "u32", "u64", "f16", "bf16", "f32", "f64"}
-# f8 values can be loaded, stored, compared and converted through f16/f32;
-# arithmetic on them is done in f32 as XLA does.
-_F8 = frozenset(F8_TYPES)
+# f8 and f4 values can be loaded, stored, compared and converted through
+# f32; arithmetic on them is done in f32 as XLA does.
+_F8 = frozenset(MINIFLOAT_TYPES)
 
 
 def check_supported(shape: Shape, where) -> None:

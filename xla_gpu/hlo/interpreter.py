@@ -381,8 +381,14 @@ def _bitcast_convert(x: np.ndarray, src: str, dst: str,
     if "pred" in (src, dst):
         raise HloError("bitcast-convert of pred is not supported")
     if sbits < 8 or dbits < 8:
-        if sbits != dbits or not (_is_int(src) and _is_int(dst)):
+        if sbits != dbits:
             raise HloError(f"bitcast-convert {src} -> {dst} is not supported")
+        if not _is_int(src):    # a 4-bit float: its code, as unsigned bits
+            x, src = np.ascontiguousarray(x).view(np.uint8) & ((1 << sbits) - 1), \
+                f"u{sbits}"
+        if not _is_int(dst):
+            return np.ascontiguousarray(_bits_unsigned(x, src).astype(np.uint8)) \
+                .view(ELEMENT_TYPES[dst]).reshape(out_dims)
         return _wrap_int(_signed_of_bits(_bits_unsigned(x, src), sbits)
                          if dst[0] == "s" else _bits_unsigned(x, src), dst)
     out = np.ascontiguousarray(x).view(ELEMENT_TYPES[dst])
@@ -408,6 +414,8 @@ def _total_order_key(x: np.ndarray, etype: str) -> np.ndarray:
     """Integers that order floats as IEEE totalOrder does:
     -NaN < -inf < ... < -0 < +0 < ... < inf < +NaN."""
     x = np.asarray(x)
+    if bit_width(etype) < 8:   # f4 codes fill part of a byte: order their f32 values
+        x = x.astype(np.float32)
     size = x.dtype.itemsize
     sint = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[size]
     bits = np.ascontiguousarray(x).view(sint).astype(np.int64)

@@ -30,6 +30,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "f8e5m2": (0.25, 1e-2), "f8e4m3fn": (0.125, 1e-2), "f8e4m3": (0.125, 1e-2),
     "f8e4m3fnuz": (0.125, 1e-2), "f8e5m2fnuz": (0.25, 1e-2),
     "f8e4m3b11fnuz": (0.125, 1e-2), "f8e3m4": (0.0625, 1e-2),
+    "f4e2m1fn": (0.5, 0.25),
 }
 
 

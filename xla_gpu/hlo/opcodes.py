@@ -11,8 +11,9 @@ from __future__ import annotations
 
 __all__ = ["UNARY_ELEMENTWISE", "BINARY_ELEMENTWISE", "TERNARY_ELEMENTWISE",
            "ELEMENTWISE", "ELEMENTWISE_OPCODES", "FLOAT_MATH", "FIXED_ARITY",
-           "MIN_ARITY", "SAME_TYPE_ELEMENTWISE", "F8_TYPES", "SMALL_FLOAT_TYPES",
-           "SUB_BYTE_INT_TYPES", "is_f8"]
+           "MIN_ARITY", "SAME_TYPE_ELEMENTWISE", "F8_TYPES", "F4_TYPES",
+           "MINIFLOAT_TYPES", "SMALL_FLOAT_TYPES", "SUB_BYTE_INT_TYPES", "is_f8",
+           "is_minifloat"]
 
 UNARY_ELEMENTWISE = frozenset("""
 abs negate sign ceil floor round-nearest-afz round-nearest-even not exponential
@@ -68,10 +69,19 @@ MIN_ARITY: dict[str, int] = {
 
 F8_TYPES = ("f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz",
             "f8e4m3", "f8e3m4")
+F4_TYPES = ("f4e2m1fn",)
+# Floats of 8 bits or fewer: no LLVM type; held as their bit pattern in a
+# byte and computed in f32.
+MINIFLOAT_TYPES = F8_TYPES + F4_TYPES
 # Float types XLA computes in f32 and rounds back after every op.
-SMALL_FLOAT_TYPES = frozenset({"f16", "bf16", *F8_TYPES})
+SMALL_FLOAT_TYPES = frozenset({"f16", "bf16", *MINIFLOAT_TYPES})
 SUB_BYTE_INT_TYPES = frozenset({"s2", "s4", "u2", "u4"})
 
 
 def is_f8(element_type: str) -> bool:
     return element_type in F8_TYPES
+
+
+def is_minifloat(element_type: str) -> bool:
+    """f8 and f4 types: held as their codes in a byte (see MINIFLOAT_TYPES)."""
+    return element_type in MINIFLOAT_TYPES

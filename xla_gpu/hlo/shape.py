@@ -34,10 +34,13 @@ ELEMENT_TYPES: dict[str, np.dtype] = {
     "f8e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
     "f8e4m3": np.dtype(ml_dtypes.float8_e4m3),
     "f8e3m4": np.dtype(ml_dtypes.float8_e3m4),
+    # 4-bit float (1 sign, 2 exponent, 1 mantissa bits; no inf or NaN),
+    # held one element per byte as the sub-byte integers are.
+    "f4e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
     "c64": np.dtype(np.complex64), "c128": np.dtype(np.complex128),
 }
 
-_BITS = {"pred": 1, "s2": 2, "u2": 2, "s4": 4, "u4": 4}
+_BITS = {"pred": 1, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "f4e2m1fn": 4}
 
 
 def numpy_dtype(element_type: str) -> np.dtype:
