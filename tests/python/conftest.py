@@ -13,6 +13,10 @@ import pytest
 # by any test module; subprocesses inherit it).
 _SESSION_CACHE = tempfile.mkdtemp(prefix="xla_gpu_test_cache_")
 os.environ["XLA_GPU_CACHE_DIR"] = _SESSION_CACHE
+# Subprocesses (`python -c ...`) must import the installed package, not the
+# source tree they may be started in (which lacks the built native part and
+# generated op builders): no current directory on their sys.path.
+os.environ["PYTHONSAFEPATH"] = "1"
 
 
 def pytest_sessionfinish(session, exitstatus):
