@@ -280,8 +280,21 @@ def EmulateGridPass : Pass<"xla-emulate-grid", "mlir::ModuleOp"> {
     operands, then one loop over the block's threads per distance d
     (max_distance, ..., 2, 1) computes `combiner(mine, lane t xor d's)` for
     every thread t into a second buffer, exactly the GPU's butterfly, and
-    the phases after read their thread's result. Blocks must be whole warps
-    (threads a multiple of 32).
+    the phases after read their thread's result. With a combiner that is
+    symmetric (proven on its body), only the 2m - 1 calls of a group of 2m
+    lanes that its first lane depends on run, with the same bits. Blocks
+    must be whole groups of 2 * max_distance lanes.
+
+    For LLVM's loop vectorizer (the innermost loop, over consecutive
+    threads, is the one that becomes SIMD code): a top-level `scf.for` with
+    constant bounds is lifted into a block-level loop around its own phase
+    (loop-carried values in per-thread buffers); a phase that divides the
+    thread id by a divisor or multiple of 32 runs as warps x lanes with
+    those divisions folded; every thread loop without atomics is marked
+    parallel (its loads and stores in one access group, `parallelAccesses`
+    in `llvm.loop_annotation`). `@k_host` runs the whole grid on one thread:
+    a kernel with atomics gets a private copy for it,
+    `@k_host_serial_blocks`, whose atomics are plain loads and stores.
 
     Launch dimensions are one-dimensional: `threads` per block and `blocks`
     (0: one more than the upper bound of `xla.range` on `gpu.thread_id x`
@@ -296,7 +309,8 @@ def EmulateGridPass : Pass<"xla-emulate-grid", "mlir::ModuleOp"> {
   ];
   let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::scf::SCFDialect",
                            "mlir::arith::ArithDialect",
-                           "mlir::func::FuncDialect"];
+                           "mlir::func::FuncDialect",
+                           "mlir::vector::VectorDialect"];
 }
 
 def ScalarizeVectorMemoryPass

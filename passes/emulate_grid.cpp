@@ -46,6 +46,19 @@
 // lanes (thread = 32 warp + lane), and those divisions become expressions
 // of the two counters, so that addresses are affine in the lane.
 //
+// Uniform loops. A top-level scf.for with constant bounds (a thread's loop
+// over its elements: the same trip count in every thread) would leave the
+// thread loop with an inner loop, which LLVM does not vectorize. It is
+// lifted instead: it gets a phase of its own, run as
+//   scf.for %i = lb to ub step s {                  // the kernel's loop
+//     for %thread = 0 to T { body(%i) }             // its body, per thread
+//   }
+// with the loop-carried values in buffers of one slot per thread (the
+// initial values on the first iteration), read after it like kept values.
+// Cutting a thread's code into phases reorders threads only relative to
+// each other, which the GPU does not order either (without a barrier,
+// threads that share data race).
+//
 // Warp shuffles. An xla_gpu.shuffle_reduce cuts the kernel like a barrier
 // (every lane of a warp must have its operands before any lane reads the
 // others'). The phase before stores each thread's operands into a buffer
@@ -69,6 +82,7 @@
 
 #include "Passes.h"
 #include "RangeInference.h"
+#include "ScalarizeVectors.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "mlir/IR/IRMapping.h"
@@ -98,7 +112,30 @@ bool isGridQuery(Operation *op) {
 enum class SyncKind {
   kBlockBarrier,    // gpu.barrier: nothing to do between the phases
   kWarpCollective,  // xla_gpu.shuffle_reduce: the butterfly between them
+  kLiftedLoop,      // no sync: a uniform loop runs around its own phase
 };
+
+// A top-level scf.for whose bounds are constants (the same for every
+// thread) and that runs at least twice: it becomes a loop around its own
+// phase (see "Uniform loops" in the header).
+struct UniformLoop {
+  int64_t lower, upper, step;
+};
+std::optional<UniformLoop> liftableLoop(Operation *op) {
+  auto loop = dyn_cast<scf::ForOp>(op);
+  if (!loop) return std::nullopt;
+  APInt lower, upper, step;
+  if (!matchPattern(loop.getLowerBound(), m_ConstantInt(&lower)) ||
+      !matchPattern(loop.getUpperBound(), m_ConstantInt(&upper)) ||
+      !matchPattern(loop.getStep(), m_ConstantInt(&step)))
+    return std::nullopt;
+  UniformLoop bounds{lower.getSExtValue(), upper.getSExtValue(), step.getSExtValue()};
+  if (bounds.step <= 0 || bounds.upper - bounds.lower < 2 * bounds.step)
+    return std::nullopt;
+  for (Type type : loop.getResultTypes())
+    if (!type.isIndex() && !LLVM::isCompatibleType(type)) return std::nullopt;
+  return bounds;
+}
 
 std::optional<SyncKind> getSyncKind(Operation *op) {
   if (isa<gpu::BarrierOp>(op)) return SyncKind::kBlockBarrier;
@@ -368,6 +405,13 @@ private:
     scf::ForOp loop;
     Value thread;      // the thread id (index)
     Value warp, lane;  // index, once the loop is warps x lanes (splitIntoWarps)
+    // A lifted uniform loop: the kernel's scf.for, the block-level loop
+    // that replaces it around the thread loop, and one buffer of one slot
+    // per thread per loop-carried value.
+    scf::ForOp lifted, outer;
+    UniformLoop bounds{};
+    SmallVector<Value> carried;
+    SmallVector<Type> carriedTypes;
     // What a value of an earlier phase, or a grid query, is in this phase.
     llvm::DenseMap<Value, Value> values;
     Value threadI64;
@@ -401,6 +445,7 @@ private:
   void emitGroupReduction(OpBuilder &b, Shuffle &shuffle);
   void foldWarpArithmetic();
   void splitIntoWarps(Phase &phase);
+  void dissolveLiftedLoop(unsigned index);
 
   std::optional<unsigned> definingPhase(Value value) const;
   bool recomputable(Value value, int depth);
@@ -427,7 +472,7 @@ private:
   SymbolTableCollection &symbols_;
   OpBuilder entry_;  // the start of the kernel: buffers and constants
   llvm::DenseSet<Operation *> prologue_;
-  SmallVector<Phase> phases_;
+  SmallVector<Phase, 4> phases_;
   SmallVector<SyncKind> syncs_;  // syncs_[i] ends phases_[i]
   SmallVector<Operation *> syncOps_;
   llvm::MapVector<unsigned, Shuffle> shuffles_;  // by the phase they end
@@ -548,6 +593,21 @@ void KernelEmulation::cutIntoPhases() {
       phases_.emplace_back();
       continue;
     }
+    if (std::optional<UniformLoop> bounds = liftableLoop(&op)) {
+      auto newPhase = [&] {
+        syncs_.push_back(SyncKind::kLiftedLoop);
+        syncOps_.push_back(nullptr);
+        phases_.emplace_back();
+      };
+      if (!phases_.back().ops.empty() || shuffles_.count(phases_.size() - 1))
+        newPhase();
+      phaseOf_[&op] = phases_.size() - 1;
+      phases_.back().ops.push_back(&op);
+      phases_.back().lifted = cast<scf::ForOp>(op);
+      phases_.back().bounds = *bounds;
+      newPhase();
+      continue;
+    }
     phaseOf_[&op] = phases_.size() - 1;
     phases_.back().ops.push_back(&op);
   }
@@ -574,7 +634,20 @@ void KernelEmulation::buildLoops() {
     // A phase that ends in a shuffle stores its operands, even when it
     // has no ops of its own.
     if (phase.ops.empty() && !shuffles_.count(i)) continue;
-    phase.loop = scf::ForOp::create(b, loc, zero, threads, one);
+    if (phase.lifted) {
+      for (Type type : phase.lifted.getResultTypes()) {
+        Type stored = type.isIndex() ? b.getI64Type() : type;
+        phase.carriedTypes.push_back(stored);
+        phase.carried.push_back(threadBuffer(phase.lifted.getLoc(), stored));
+      }
+      phase.outer = scf::ForOp::create(b, loc, indexConstant(phase.bounds.lower),
+                                       indexConstant(phase.bounds.upper),
+                                       indexConstant(phase.bounds.step));
+      OpBuilder inOuter(phase.outer.getBody()->getTerminator());
+      phase.loop = scf::ForOp::create(inOuter, loc, zero, threads, one);
+    } else {
+      phase.loop = scf::ForOp::create(b, loc, zero, threads, one);
+    }
     phase.thread = phase.loop.getInductionVar();
   }
 }
@@ -582,6 +655,7 @@ void KernelEmulation::buildLoops() {
 void KernelEmulation::emitBetweenPhases(OpBuilder &b, unsigned before) {
   switch (syncs_[before]) {
   case SyncKind::kBlockBarrier:
+  case SyncKind::kLiftedLoop:
     return;  // the loop structure is the barrier
   case SyncKind::kWarpCollective: {
     Shuffle &shuffle = shuffles_[before];
@@ -836,6 +910,18 @@ FailureOr<Value> KernelEmulation::valueIn(Value value, unsigned phase) {
     result = LLVM::LoadOp::create(b, loc, s.stored[k], slot);
     if (value.getType().isIndex())
       result = arith::IndexCastOp::create(b, loc, value.getType(), result);
+  } else if (defined && *defined < phase && phases_[*defined].lifted &&
+             def == phases_[*defined].lifted.getOperation()) {
+    // A lifted loop's result: its thread's slot of the carried buffer.
+    Phase &loopPhase = phases_[*defined];
+    unsigned k = cast<OpResult>(value).getResultNumber();
+    Location loc = value.getLoc();
+    OpBuilder b = atPhaseEnd(phase);
+    result = LLVM::LoadOp::create(
+        b, loc, loopPhase.carriedTypes[k],
+        threadSlot(b, loc, loopPhase.carried[k], loopPhase.carriedTypes[k], phase));
+    if (value.getType().isIndex())
+      result = arith::IndexCastOp::create(b, loc, value.getType(), result);
   } else if (defined && *defined < phase) {
     if (recomputable(value, 0)) {
       IRMapping mapping;
@@ -886,10 +972,56 @@ LogicalResult KernelEmulation::rewriteOperands() {
   return success();
 }
 
+// A lifted loop's body runs in the thread loop inside the block-level loop
+// over the same counter: the carried values come from the thread's slot
+// (the initial values on the first iteration) and go back there.
+void KernelEmulation::dissolveLiftedLoop(unsigned index) {
+  Phase &phase = phases_[index];
+  scf::ForOp loop = phase.lifted;
+  Location loc = loop.getLoc();
+  OpBuilder b = atPhaseEnd(index);
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                      phase.outer.getInductionVar(),
+                                      indexConstant(phase.bounds.lower));
+  SmallVector<Value> current;
+  for (auto [k, init] : llvm::enumerate(loop.getInitArgs())) {
+    Value slot = threadSlot(b, loc, phase.carried[k], phase.carriedTypes[k], index);
+    Value saved = LLVM::LoadOp::create(b, loc, phase.carriedTypes[k], slot);
+    if (init.getType().isIndex())
+      saved = arith::IndexCastOp::create(b, loc, init.getType(), saved);
+    current.push_back(arith::SelectOp::create(b, loc, first, init, saved));
+  }
+  Block *body = loop.getBody();
+  auto yield = cast<scf::YieldOp>(body->getTerminator());
+  SmallVector<Value> next(yield.getOperands());
+  loop.getInductionVar().replaceAllUsesWith(phase.outer.getInductionVar());
+  for (auto [arg, value] : llvm::zip(loop.getRegionIterArgs(), current))
+    arg.replaceAllUsesWith(value);
+  Operation *end = phase.loop.getBody()->getTerminator();
+  end->getBlock()->getOperations().splice(end->getIterator(), body->getOperations(),
+                                          body->begin(), yield->getIterator());
+  b.setInsertionPoint(end);
+  for (auto [k, value] : llvm::enumerate(next)) {
+    Value stored = value;
+    if (value.getType().isIndex())
+      stored = arith::IndexCastOp::create(b, loc, phase.carriedTypes[k], value);
+    LLVM::StoreOp::create(
+        b, loc, stored,
+        threadSlot(b, loc, phase.carried[k], phase.carriedTypes[k], index));
+  }
+  loop.erase();
+  phase.lifted = nullptr;
+}
+
 void KernelEmulation::moveOpsAndKeepValues() {
-  for (Phase &phase : phases_)
+  for (auto [i, phase] : llvm::enumerate(phases_)) {
+    if (phase.lifted) {
+      dissolveLiftedLoop(i);
+      continue;
+    }
     for (Operation *op : phase.ops)
       op->moveBefore(phase.loop.getBody()->getTerminator());
+  }
   for (auto &[value, kept] : kept_) {
     Location loc = value.getLoc();
     OpBuilder b = atPhaseEnd(kept.phase);
@@ -1015,6 +1147,9 @@ void KernelEmulation::foldWarpArithmetic() {
 
 LogicalResult KernelEmulation::run() {
   if (failed(check())) return failure();
+  // Vector accumulators as one value per element: what lifted loops carry,
+  // and what phases keep, is then scalars.
+  splitCarriedVectors(kernel_);
   // The prologue goes before an op that stays where it is (the kernel's
   // first op may move into a phase): the constant 0, created first.
   OpBuilder start = OpBuilder::atBlockBegin(&body_);

@@ -11,11 +11,14 @@
 // vectorizer turns the per-element accesses of consecutive threads into
 // interleaved vector accesses. Where the vector was built from, or taken
 // apart into, scalars (vector.from_elements, vector.extract), canonicalize
-// removes the vector entirely.
+// removes the vector entirely. Small vectors carried through scf.for and
+// scf.if (a thread's vector accumulators) become one value per element
+// too (splitCarriedVectors, which xla-emulate-grid also runs first).
 //
 //===----------------------------------------------------------------------===//
 
 #include "Passes.h"
+#include "ScalarizeVectors.h"
 #include "llvm/Support/MathExtras.h"
 
 namespace mlir::xla_gpu {
@@ -139,9 +142,162 @@ void splitStore(LLVM::StoreOp store, Type element) {
   store.erase();
 }
 
+// The element values of a 1-D vector `v` (vector.extract each).
+SmallVector<Value> elementsOf(OpBuilder &b, Location loc, Value v) {
+  auto vector = cast<VectorType>(v.getType());
+  if (auto fromElements = v.getDefiningOp<vector::FromElementsOp>())
+    return SmallVector<Value>(fromElements.getElements());
+  SmallVector<Value> elements;
+  for (int64_t i = 0; i < vector.getNumElements(); ++i)
+    elements.push_back(vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{i}));
+  return elements;
+}
+
+// A small 1-D vector carried through control flow (loop-carried, or an
+// scf.if result) becomes one value per element: after convert-scf-to-cf
+// it would be a vector-typed block argument (a phi), which stops LLVM's
+// loop vectorizer as a vector load does.
+bool isCarriedVector(Type type) {
+  auto vector = dyn_cast<VectorType>(type);
+  return vector && vector.getRank() == 1 && !vector.isScalable() &&
+         vector.getNumElements() <= kMaxElements &&
+         vector.getElementType().isIntOrFloat();
+}
+
+void splitIfResults(scf::IfOp op) {
+  SmallVector<Type> types;
+  for (Type type : op.getResultTypes()) {
+    if (!isCarriedVector(type)) {
+      types.push_back(type);
+      continue;
+    }
+    auto vector = cast<VectorType>(type);
+    types.append(vector.getNumElements(), vector.getElementType());
+  }
+  OpBuilder b(op);
+  auto split = scf::IfOp::create(b, op.getLoc(), types, op.getCondition(),
+                                 /*withElseRegion=*/true);
+  for (auto [from, to] : {std::pair{&op.getThenRegion(), &split.getThenRegion()},
+                          std::pair{&op.getElseRegion(), &split.getElseRegion()}}) {
+    to->getBlocks().clear();
+    to->getBlocks().splice(to->end(), from->getBlocks());
+    auto yield = cast<scf::YieldOp>(to->front().getTerminator());
+    OpBuilder inner(yield);
+    SmallVector<Value> values;
+    for (Value v : yield.getOperands()) {
+      if (isCarriedVector(v.getType()))
+        llvm::append_range(values, elementsOf(inner, yield.getLoc(), v));
+      else
+        values.push_back(v);
+    }
+    yield->setOperands(values);
+  }
+  b.setInsertionPointAfter(split);
+  unsigned next = 0;
+  for (OpResult result : op.getResults()) {
+    if (!isCarriedVector(result.getType())) {
+      result.replaceAllUsesWith(split.getResult(next++));
+      continue;
+    }
+    auto vector = cast<VectorType>(result.getType());
+    SmallVector<Value> elements(split.getResults().slice(next, vector.getNumElements()));
+    next += vector.getNumElements();
+    result.replaceAllUsesWith(
+        vector::FromElementsOp::create(b, op.getLoc(), vector, elements).getResult());
+  }
+  op.erase();
+}
+
+void splitLoopCarried(scf::ForOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  SmallVector<Value> inits;
+  for (Value init : op.getInitArgs()) {
+    if (isCarriedVector(init.getType()))
+      llvm::append_range(inits, elementsOf(b, loc, init));
+    else
+      inits.push_back(init);
+  }
+  auto split = scf::ForOp::create(b, loc, op.getLowerBound(), op.getUpperBound(),
+                                  op.getStep(), inits);
+  split->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+  Block *oldBody = op.getBody(), *newBody = split.getBody();
+  // The old body's arguments, rebuilt from the new body's at its start.
+  OpBuilder start = OpBuilder::atBlockBegin(newBody);
+  SmallVector<Value> replacements{split.getInductionVar()};
+  unsigned next = 1;
+  for (BlockArgument arg : oldBody->getArguments().drop_front()) {
+    if (!isCarriedVector(arg.getType())) {
+      replacements.push_back(newBody->getArgument(next++));
+      continue;
+    }
+    auto vector = cast<VectorType>(arg.getType());
+    SmallVector<Value> elements(
+        newBody->getArguments().slice(next, vector.getNumElements()));
+    next += vector.getNumElements();
+    replacements.push_back(
+        vector::FromElementsOp::create(start, loc, vector, elements).getResult());
+  }
+  // scf.for::create gave the new body a yield of nothing: the old body's
+  // ops (and its yield) replace it.
+  if (!newBody->empty() && newBody->back().hasTrait<OpTrait::IsTerminator>())
+    newBody->back().erase();
+  newBody->getOperations().splice(newBody->end(), oldBody->getOperations());
+  for (auto [from, to] : llvm::zip(oldBody->getArguments(), replacements))
+    from.replaceAllUsesWith(to);
+  auto yield = cast<scf::YieldOp>(newBody->getTerminator());
+  OpBuilder inner(yield);
+  SmallVector<Value> yielded;
+  for (Value v : yield.getOperands()) {
+    if (isCarriedVector(v.getType()))
+      llvm::append_range(yielded, elementsOf(inner, yield.getLoc(), v));
+    else
+      yielded.push_back(v);
+  }
+  yield->setOperands(yielded);
+  b.setInsertionPointAfter(split);
+  next = 0;
+  for (OpResult result : op.getResults()) {
+    if (!isCarriedVector(result.getType())) {
+      result.replaceAllUsesWith(split.getResult(next++));
+      continue;
+    }
+    auto vector = cast<VectorType>(result.getType());
+    SmallVector<Value> elements(split.getResults().slice(next, vector.getNumElements()));
+    next += vector.getNumElements();
+    result.replaceAllUsesWith(
+        vector::FromElementsOp::create(b, loc, vector, elements).getResult());
+  }
+  op.erase();
+}
+
+} // namespace
+
+void splitCarriedVectors(Operation *root) {
+  // Inner ops before the ops holding them (a post-order walk).
+  SmallVector<Operation *> carriers;
+  root->walk([&](Operation *op) {
+    if (auto ifOp = dyn_cast<scf::IfOp>(op)) {
+      if (llvm::any_of(ifOp.getResultTypes(), isCarriedVector))
+        carriers.push_back(op);
+    } else if (auto forOp = dyn_cast<scf::ForOp>(op)) {
+      if (llvm::any_of(forOp.getResultTypes(), isCarriedVector))
+        carriers.push_back(op);
+    }
+  });
+  for (Operation *op : carriers) {
+    if (auto ifOp = dyn_cast<scf::IfOp>(op)) splitIfResults(ifOp);
+    else splitLoopCarried(cast<scf::ForOp>(op));
+  }
+}
+
+namespace {
+
 struct ScalarizeVectorMemoryPass
     : impl::ScalarizeVectorMemoryPassBase<ScalarizeVectorMemoryPass> {
   void runOnOperation() override {
+    splitCarriedVectors(getOperation());
+
     SmallVector<LLVM::LoadOp> loads;
     SmallVector<LLVM::StoreOp> stores;
     getOperation()->walk([&](Operation *op) {
