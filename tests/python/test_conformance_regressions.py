@@ -542,3 +542,90 @@ def test_small_dots_inside_a_fusion_loop_over_the_contracting_dims(text):
     exe = _run(text)
     assert exe.spec.emitter == "loop"
     assert "scf.for" in exe.mlir()
+
+
+# -- reductions the reduction emitter now takes ----------------------------------
+
+SUM = """
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+"""
+
+REDUCTIONS_XLA_TAKES = {
+    # Two heroes whose inputs differ in shape (one a bitcast of the other)
+    # but reduce to the same columns.
+    "bitcast_inputs": (SUM + """
+f {
+  p = f32[48,96] parameter(0)
+  z = f32[] constant(0)
+  a = f32[96] reduce(p, z), dimensions={0}, to_apply=sum
+  n = f32[48,96] negate(p)
+  b = f32[6,8,96] bitcast(n)
+  c = f32[96] reduce(b, z), dimensions={0,1}, to_apply=sum
+  ROOT t = (f32[96], f32[96]) tuple(a, c)
+}
+""", "ColumnReductionEmitter"),
+    # Reduced dimensions on both sides of the kept one: [R0, K, R] rows.
+    "major_and_minor": (SUM + """
+f {
+  p = f32[5,20,96] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[20] reduce(p, z), dimensions={0,2}, to_apply=sum
+}
+""", "RowReductionEmitter"),
+    # A side output of another shape with as many elements as the input.
+    "reshaped_side_output": (SUM + """
+f {
+  p = f32[16,64] parameter(0)
+  e = f32[16,64] exponential(p)
+  z = f32[] constant(0)
+  r = f32[16] reduce(e, z), dimensions={1}, to_apply=sum
+  s = f32[4,4,8,8] bitcast(e)
+  ROOT t = (f32[16], f32[4,4,8,8]) tuple(r, s)
+}
+""", "RowReductionEmitter"),
+    # A reduce that a side output (through a broadcast) and another
+    # reduction's input read: those compute it again elementally.
+    "reduce_read_elsewhere": (SUM + """
+f {
+  p = f32[8,32] parameter(0)
+  z = f32[] constant(0)
+  r1 = f32[8] reduce(p, z), dimensions={1}, to_apply=sum
+  b = f32[8,32] broadcast(r1), dimensions={0}
+  s = f32[8,32] subtract(p, b)
+  r2 = f32[8] reduce(s, z), dimensions={1}, to_apply=sum
+  ROOT t = (f32[8], f32[8], f32[8,32]) tuple(r1, r2, b)
+}
+""", "MultiRowReductionEmitter"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS_XLA_TAKES))
+def test_reductions_xla_takes_go_to_the_reduction_emitter(name):
+    text, variant = REDUCTIONS_XLA_TAKES[name]
+    kernel = _emit(text)
+    assert kernel.emitter == "reduction" and not kernel.notes
+    assert type(emitters.emitter_for(kernel.fusion)).__name__ == variant
+    _run(text)
+
+
+def test_each_concatenate_operand_loops_over_its_own_blocks():
+    # Launched for the largest operand (4096 elements: 32 blocks of 128);
+    # the small operand's loop covers its own 384 elements (3 blocks).
+    text = """
+f {
+  a = f32[16,256] parameter(0)
+  b = f32[1,256] parameter(1)
+  c = f32[2,256] parameter(2)
+  ROOT r = f32[19,256] concatenate(a, b, c), dimensions={0}
+}
+"""
+    kernel = _emit(text)
+    assert kernel.emitter == "concatenate" and kernel.launch.blocks == 32
+    ir_text = str(kernel.module)
+    for blocks in (32, 2, 4):
+        assert f"bl_x in [0, {blocks - 1}]" in ir_text
+    _run(text)

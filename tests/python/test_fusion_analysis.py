@@ -103,6 +103,7 @@ def test_emission_parses_no_indexing_map_text(monkeypatch):
     ([512, 1024], [0], ColumnReductionEmitter),
     ([6, 100, 40], [1], ColumnReductionEmitter),
     ([4, 8, 16, 32], [2, 3], RowReductionEmitter),
+    ([6, 10, 64], [0, 2], RowReductionEmitter),   # [R0, K, R]: XLA's row form
 ])
 def test_reduction_variant(dims, reduced, variant):
     fusion = select_fusion(hlo.parse_module(_reduce(dims, reduced)))
@@ -110,15 +111,14 @@ def test_reduction_variant(dims, reduced, variant):
     assert type(emitter_for(fusion)) is variant
 
 
-SOFTMAX_LIKE = f"""HloModule m
+# A side output that is not as large as the reduce input.
+SMALL_SIDE_OUTPUT = f"""HloModule m
 {ADD}fused {{
   p = f32[8,32] parameter(0)
   z = f32[] constant(0)
   r1 = f32[8] reduce(p, z), dimensions={{1}}, to_apply=add
-  b = f32[8,32] broadcast(r1), dimensions={{0}}
-  s = f32[8,32] subtract(p, b)
-  r2 = f32[8] reduce(s, z), dimensions={{1}}, to_apply=add
-  ROOT t = (f32[8], f32[8]) tuple(r1, r2)
+  b = f32[8,4] broadcast(r1), dimensions={{0}}
+  ROOT t = (f32[8], f32[8,4]) tuple(r1, b)
 }}
 """
 
@@ -133,10 +133,10 @@ fused {
 """
 
 FALLBACKS = {
-    "not_contiguous": (_reduce([6, 10, 8], [0, 2]), "reduction",
-                       "the reduced dimensions are not contiguous"),
-    "reduce_feeds_reduce": (SOFTMAX_LIKE, "reduction",
-                            "reduce 'r1' feeds another reduction's input"),
+    "not_contiguous": (_reduce([6, 10, 8, 4], [0, 2]), "reduction",
+                       "the reduced dimensions are neither contiguous"),
+    "small_side_output": (SMALL_SIDE_OUTPUT, "reduction",
+                          "output 'b' is neither a reduction nor as large"),
     "concatenate_operands": (CONCAT_FIVE, "concatenate",
                              "'c' has 5 operands (more than 4)"),
 }
@@ -158,7 +158,7 @@ def test_reduction_refusal_is_none_for_what_the_emitter_takes():
     assert reduction_refusal(fusion.roots, fusion.heroes) is None
 
 
-@pytest.mark.parametrize("name", ["reduce_feeds_reduce", "concatenate_operands"])
+@pytest.mark.parametrize("name", ["small_side_output", "concatenate_operands"])
 def test_fallback_fusions_compute_the_reference_values(name):
     text = FALLBACKS[name][0]
     comp = select_fusion(hlo.parse_module(text)).computation

@@ -1,13 +1,19 @@
 """Reduction analysis: the reduce input seen as [K0, R, K1] (reduced
-dimensions contiguous once size-1 dimensions are dropped), and whether the
+dimensions contiguous once size-1 dimensions are dropped) or, for row
+reductions, [R0, K, R] (reduced dimensions on both sides of the kept ones:
+XLA's major-reduced / kept / minor-reduced row form), and whether the
 reduction emitter can take a fusion (the fusion analysis sends it to the
 loop emitter otherwise, which reduces sequentially in each thread).
 
-The reduction emitter takes a fusion whose reduce heroes all reduce the same
-dimensions of inputs of one shape, with scalar init values, whose roots are
-those reduces (or elementwise epilogues of them) or side outputs shaped like
-the reduce input, and in which no reduce feeds another reduce's input, a
-side output, or an epilogue other than its own.
+The reduction emitter takes a fusion whose reduce heroes reduce inputs that
+normalize to one [K0, R, K1] or [R0, K, R] form (their shapes may differ:
+f32[64,128] and its bitcast f32[8,8,128], both reduced to [128]), with
+scalar init values, whose roots are those reduces (or elementwise
+epilogues of them) or side outputs with as many elements as the reduce
+input (written at the same row-major position). A reduce that something
+else reads (another reduce's input, a side output, another reduce's
+epilogue) is computed a second time, elementally, where it is read, as
+XLA's emitter does (`heroes_read_elsewhere`).
 """
 
 from __future__ import annotations
@@ -18,26 +24,45 @@ from ..hlo import HloError, HloInstruction
 from .epilogue import is_elementwise_epilogue
 
 __all__ = ["ReductionLayout", "reduction_layout", "reduction_refusal",
-           "reduce_heroes", "checked_layout"]
+           "reduce_heroes", "checked_layout", "checked_layouts",
+           "heroes_read_elsewhere"]
 
 
 class ReductionLayout:
     """The reduce input as [K0, R, K1] (K = K0 * K1 kept elements): `R`
     elements reduced per output element; a row reduction (K1 == 1) reduces
-    the minor dimensions, a column reduction keeps K1 elements below them."""
+    the minor dimensions, a column reduction keeps K1 elements below them.
+    A row reduction may also reduce dimensions above the kept ones: `R0`
+    of them per output element ([R0, K, R]; R0 is 1 otherwise). The
+    reduced linear index runs over `reduced` (ascending) row-major: its
+    major part counts R0, its minor part R."""
 
     def __init__(self, dims: list[int], reduced: list[int]):
         self.dims = list(dims)
         self.reduced = sorted(reduced)
         self.kept = [i for i in range(len(dims)) if i not in self.reduced]
+        big_kept = [i for i in self.kept if dims[i] > 1]
+        first_kept = big_kept[0] if big_kept else len(dims)
         big = [i for i in range(len(dims)) if dims[i] > 1]
         big_reduced = [i for i in big if i in self.reduced]
-        last = big_reduced[-1] if big_reduced else len(dims) - 1
-        self.R = prod(dims[i] for i in self.reduced)
+        # Reduced dimensions above the first kept one, when others lie
+        # below the kept ones (the [R0, K, R] row form).
+        major = [i for i in self.reduced if i < first_kept]
+        two_sided = bool(big_kept) and any(i < first_kept for i in big_reduced) and \
+            any(i > first_kept for i in big_reduced)
+        self.R0 = prod(dims[i] for i in major) if two_sided else 1
+        minor_reduced = [i for i in self.reduced if not two_sided or i > first_kept]
+        big_minor_reduced = [i for i in big_reduced if i in minor_reduced]
+        last = big_minor_reduced[-1] if big_minor_reduced else len(dims) - 1
+        self.R = prod(dims[i] for i in minor_reduced)
         self.K = prod(dims[i] for i in self.kept)
         self.K1 = prod(dims[i] for i in self.kept if i > last)
         self.K0 = self.K // self.K1
         self.is_row = self.K1 == 1
+
+    def form(self) -> tuple[int, int, int, int]:
+        """What the emitters tile: (R0, K0, R, K1)."""
+        return self.R0, self.K0, self.R, self.K1
 
 
 def _layout_refusal(dims: list[int], reduced: list[int]) -> str | None:
@@ -46,9 +71,15 @@ def _layout_refusal(dims: list[int], reduced: list[int]) -> str | None:
     if not big_reduced:
         return "the reduction reduces only size-1 dimensions"
     first, last = big.index(big_reduced[0]), big.index(big_reduced[-1])
-    if big[first:last + 1] != big_reduced:
-        return "the reduced dimensions are not contiguous"
-    return None
+    if big[first:last + 1] == big_reduced:
+        return None
+    # Reduced dimensions on both sides of the kept ones: a row reduction
+    # when the kept dimensions are contiguous and the minor ones reduced.
+    big_kept = [i for i in big if i not in reduced]
+    k_first, k_last = big.index(big_kept[0]), big.index(big_kept[-1])
+    if big[k_first:k_last + 1] == big_kept and big[0] in reduced and big[-1] in reduced:
+        return None
+    return "the reduced dimensions are neither contiguous nor around one kept block"
 
 
 def reduce_heroes(heroes: list[HloInstruction]) -> list[HloInstruction]:
@@ -70,67 +101,79 @@ def reduction_refusal(roots: list[HloInstruction],
         return "no reduce among the heroes"
     first = reduces[0]
     dims = list(first.operands[0].shape.dims)
-    reduced = sorted(first.attrs["dimensions"])
-    refusal = _layout_refusal(dims, reduced)
+    refusal = _layout_refusal(dims, sorted(first.attrs["dimensions"]))
     if refusal is not None:
         return refusal
+    form = reduction_layout(first).form()
     for h in reduces[1:]:
-        if list(h.operands[0].shape.dims) != dims or sorted(h.attrs["dimensions"]) != reduced:
+        if _layout_refusal(list(h.operands[0].shape.dims), sorted(h.attrs["dimensions"])) \
+                is not None or reduction_layout(h).form() != form:
             return "reduce heroes of different shapes"
+    size = prod(dims)
     for root, hero in zip(roots, heroes):
         if hero.opcode == "reduce":
             if root is not hero and not is_elementwise_epilogue(root, hero):
                 return f"the epilogue of '{hero.name}' is not elementwise"
             if root is not hero and hero.shape.is_tuple:
                 return "an epilogue of a variadic reduce"
-        elif root.shape.is_tuple or list(root.shape.dims) != dims:
-            return f"output '{root.name}' is neither a reduction nor shaped like the reduce input"
+        elif root.shape.is_tuple or prod(root.shape.dims) != size:
+            return f"output '{root.name}' is neither a reduction nor as large as the reduce input"
     for h in reduces:
         if any(o.shape.rank for o in h.operands[len(h.operands) // 2:]):
             return "init values must be scalars"
-    # A reduced value exists only after the reduction: nothing but its own
-    # epilogue may read it (not another reduce's input, not a side output,
-    # not another epilogue).
+    return None
+
+
+def heroes_read_elsewhere(roots: list[HloInstruction],
+                          heroes: list[HloInstruction]) -> set[int]:
+    """id() of the reduce heroes that something other than their own
+    epilogue reads: another reduce's input, a side output, or another
+    reduce's epilogue. The reduced value exists only after the reduction,
+    so those readers compute it again, elementally (a sequential loop in
+    each thread that reads it), as XLA's reduction emitter does."""
+    reduces = reduce_heroes(heroes)
     hero_ids = {id(h) for h in reduces}
+    found: set[int] = set()
+    # Everything below the reduces' operands and the side outputs.
     starts = [o for h in reduces for o in h.operands] + \
         [r for r, h in zip(roots, heroes) if h.opcode != "reduce"]
-    stack, seen = list(starts), set()
-    while stack:
-        inst = stack.pop()
-        if id(inst) in seen:
-            continue
-        seen.add(id(inst))
-        if id(inst) in hero_ids:
-            return f"reduce '{inst.name}' feeds another reduction's input or a side output"
-        stack.extend(inst.operands)
+    _collect(starts, hero_ids, found, stop=None)
+    # Epilogues: what they read besides their own hero.
     for root, hero in zip(roots, heroes):
         if hero.opcode == "reduce" and root is not hero:
-            other = _other_reduce_read(root, hero, hero_ids)
-            if other is not None:
-                return f"the epilogue of '{hero.name}' reads reduce '{other.name}'"
-    return None
+            _collect([root], hero_ids, found, stop=hero)
+    return found
 
 
-def _other_reduce_read(root: HloInstruction, hero: HloInstruction,
-                       hero_ids: set[int]) -> HloInstruction | None:
-    """A reduce hero other than `hero` that the epilogue `root` reads (the
-    walk stops at `hero`: what it reads is the reduction's business)."""
-    stack, seen = [root], {id(hero)}
+def _collect(starts: list[HloInstruction], hero_ids: set[int], found: set[int],
+             stop: HloInstruction | None) -> None:
+    """Adds to `found` the heroes reachable from `starts` (not walking
+    through `stop`, nor below a hero: an elemental copy reads the hero's
+    operands itself, and those are walked from the reduces' operands)."""
+    stack, seen = list(starts), set() if stop is None else {id(stop)}
     while stack:
         inst = stack.pop()
         if id(inst) in seen:
             continue
         seen.add(id(inst))
         if id(inst) in hero_ids:
-            return inst
+            found.add(id(inst))
+            continue
         stack.extend(inst.operands)
-    return None
 
 
 def checked_layout(roots: list[HloInstruction], heroes: list[HloInstruction]) -> ReductionLayout:
-    """The layout of a fusion the analysis gave the reduction emitter."""
+    """The layout of a fusion the analysis gave the reduction emitter (its
+    first reduce hero's; the others have the same form)."""
+    return checked_layouts(roots, heroes)[0]
+
+
+def checked_layouts(roots: list[HloInstruction],
+                    heroes: list[HloInstruction]) -> list[ReductionLayout]:
+    """The layout of each reduce hero (`reduce_heroes` order) of a fusion
+    the analysis gave the reduction emitter."""
     refusal = reduction_refusal(roots, heroes)
     if refusal is not None:
         raise HloError(f"internal: the fusion analysis chose the reduction emitter "
                        f"for a fusion it cannot take ({refusal})")
-    return reduction_layout(reduce_heroes(heroes)[0])
+    return [reduction_layout(h) for h in reduce_heroes(heroes)]

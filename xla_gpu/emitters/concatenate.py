@@ -1,6 +1,8 @@
-"""The concatenate emitter: one `xla_gpu.loop` per operand, over the
-largest operand's shape, so each operand is read coalesced and written at
-its offset. Every root comes from a concatenate hero (several heroes split
+"""The concatenate emitter: one `xla_gpu.loop` per operand, launched for
+the largest operand; each operand's loop runs over its own shape, on the
+blocks that shape needs (XLA's block range per operand: `bl_x in [0, B-1]`
+with B the operand's own block count), so each operand is read coalesced
+and written at its offset. Every root comes from a concatenate hero (several heroes split
 alike may share the loops: operand k of each) through an epilogue that
 keeps the element's linear position (elementwise ops, bitcasts, reshapes):
 the epilogue runs on the value read and its result is written at the
@@ -59,14 +61,19 @@ class ConcatenateEmitter(KernelEmitter):
 
     def _operand_map(self, size: int) -> IndexingMap:
         """The thread-to-index map of an operand `size` long on the axis:
-        the largest operand's shape, cut to `size` on the axis."""
+        consecutive threads cover its own shape (the launch's threads and
+        unroll), its blocks only (the others skip the loop)."""
         config = self.config
-        linear = linear_thread_expr(config.threads, config.blocks, config.unroll)
-        results = delinearize(linear, self.largest)
-        constraints = [(linear, 0, config.num_elements - 1)]
-        if size < self.largest[self.axis]:
-            constraints.append((results[self.axis], 0, size - 1))
+        shape = list(self.largest)
+        shape[self.axis] = size
+        count = prod(shape)
+        per_block = config.threads * config.unroll
+        blocks = -(-count // per_block)
+        linear = linear_thread_expr(config.threads, blocks, config.unroll)
+        results = delinearize(linear, shape)
+        constraints = [(linear, 0, count - 1)] if blocks * per_block > count else []
         dims, symbols = thread_variables(config)
+        dims = [dims[0], (dims[1][0], blocks)]
         return indexing_map(dims, symbols, results, constraints)
 
     def _position_maps(self) -> dict[int, ir.Attribute]:

@@ -97,6 +97,13 @@ def thread_to_output_map(config: LoopConfig, shape_dims: Sequence[int],
     results = delinearize(linear, shape_dims) if shape_dims else []
     constraints = list(extra_constraints)
     if t * config.blocks * u > config.num_elements:
-        constraints.append((linear, 0, config.num_elements - 1))
+        if u > 1 and config.num_elements % u == 0:
+            # Whole vectors: the thread's vector is in or out as a whole,
+            # a check free of the vector index (testable outside the
+            # vector loop).
+            constraints.append((linear_thread_expr(t, config.blocks, 1), 0,
+                                config.num_elements // u - 1))
+        else:
+            constraints.append((linear, 0, config.num_elements - 1))
     dims, symbols = thread_variables(config)
     return indexing_map(dims, symbols, results, constraints)

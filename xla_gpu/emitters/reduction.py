@@ -49,8 +49,10 @@ from mlir import ir
 from mlir.dialects import arith, tensor, vector
 from mlir.ir import AffineExpr
 
-from ..analysis.indexing import const, delinearize, dim, floordiv, indexing_map, sym
-from ..analysis.reduction import ReductionLayout, checked_layout, reduce_heroes
+from ..analysis.indexing import (const, delinearize, dim, floordiv, indexing_map,
+                                linearize, sym)
+from ..analysis.reduction import (ReductionLayout, checked_layout, checked_layouts,
+                                  heroes_read_elsewhere, reduce_heroes)
 from ..dialects import xla_gpu
 from ..hlo import HloInstruction
 from ..hlo.shape import bit_width
@@ -86,6 +88,16 @@ def _output_index(layout: ReductionLayout, k: AffineExpr) -> list[AffineExpr]:
     return delinearize(k, [layout.dims[i] for i in layout.kept]) if layout.kept else []
 
 
+def _linear_parts(layout: ReductionLayout, index: list[AffineExpr]) -> tuple[AffineExpr,
+                                                                              AffineExpr]:
+    """(kept linear index, reduced linear index) of the reduce input index
+    `index` (the inverse of `_input_index`)."""
+    kept = linearize([index[i] for i in layout.kept], [layout.dims[i] for i in layout.kept])
+    reduced = linearize([index[i] for i in layout.reduced],
+                        [layout.dims[i] for i in layout.reduced])
+    return kept, reduced
+
+
 def reduction_emitter(fusion) -> "ReductionEmitter":
     """The variant XLA would run (CreateReductionFusion): for kept dimensions
     below the reduced ones, the small-column emitter when the kept minor
@@ -96,7 +108,7 @@ def reduction_emitter(fusion) -> "ReductionEmitter":
         if WARP_SIZE % layout.K1 == 0:
             return SmallColumnReductionEmitter(fusion, layout)
         return ColumnReductionEmitter(fusion, layout)
-    if _multi_row_vector(fusion, layout) is not None:
+    if layout.R0 == 1 and _multi_row_vector(fusion, layout) is not None:
         return MultiRowReductionEmitter(fusion, layout)
     return RowReductionEmitter(fusion, layout)
 
@@ -187,8 +199,12 @@ class ReductionEmitter(KernelEmitter):
 
     def __init__(self, fusion, layout: ReductionLayout | None = None):
         super().__init__(fusion)
-        self.layout = layout or checked_layout(fusion.roots, fusion.heroes)
+        # One layout per hero: their shapes may differ, their form is one.
+        self.layouts = checked_layouts(fusion.roots, fusion.heroes)
+        self.layout = layout or self.layouts[0]
         self.heroes = reduce_heroes(fusion.heroes)
+        # Heroes that other instructions read get an elemental copy there.
+        self._read_elsewhere = heroes_read_elsewhere(fusion.roots, fusion.heroes)
         self.side_outputs = [root for root, hero in zip(fusion.roots, fusion.heroes)
                              if hero.opcode != "reduce"]
         self._hero_index = {id(h): k for k, h in enumerate(self.heroes)}
@@ -234,7 +250,7 @@ class ReductionEmitter(KernelEmitter):
         return id(inst) in self._input_ids
 
     def is_excluded(self, inst) -> bool:
-        return id(inst) in self._hero_index
+        return id(inst) in self._hero_index and id(inst) not in self._read_elsewhere
 
     def prepare_subgraphs(self) -> None:
         for root, hero in zip(self.fusion.roots, self.fusion.heroes):
@@ -286,6 +302,24 @@ class ReductionEmitter(KernelEmitter):
         n = len(hero.operands) // 2
         return [self.value_at(operand, params, index) for operand in hero.operands[:n]]
 
+    def _index_in(self, dims: list[int], layout: ReductionLayout | None, index):
+        """The loop's reduce input index (the first hero's) as an index into
+        an array of shape `dims`: the same (kept, reduced) position of
+        another hero's input (`layout`), or the same row-major position of a
+        side output (layout None). `index` itself when the shapes agree."""
+        first = self.layout
+        if list(dims) == first.dims:
+            return list(index)
+        source = [dim(i) for i in range(len(first.dims))]
+        if layout is not None:
+            k, r = _linear_parts(first, source)
+            results = _input_index(layout, k, r)
+        else:
+            results = delinearize(linearize(source, first.dims), dims) if dims else []
+        attr = self.index_map(indexing_map(
+            [(f"d{i}", n) for i, n in enumerate(first.dims)], [], results))
+        return xla_gpu.build_apply_indexing(attr, list(index))
+
     def _split(self, flat, inits):
         """`flat` values grouped per hero, as `inits` is."""
         out, pos = [], 0
@@ -318,21 +352,23 @@ class ReductionEmitter(KernelEmitter):
             iters = args[len(symbols) + rank:]
             lane = args[len(symbols) - 1] if lanes > 1 else None
             new_accs, pos = [], 0
-            for hero, group in zip(self.heroes, inits):
+            for hero, layout, group in zip(self.heroes, self.layouts, inits):
                 accs = iters[pos:pos + len(group)]
                 pos += len(group)
+                at = self._index_in(layout.dims, layout, index)
                 if lane is None:
-                    new_accs += self._combine(hero, accs, self._input_values(hero, params, index))
+                    new_accs += self._combine(hero, accs, self._input_values(hero, params, at))
                     continue
                 # This lane's accumulators, combined and put back.
                 scalars = [vector.extract(a, [lane], [_DYNAMIC]) for a in accs]
-                combined = self._combine(hero, scalars, self._input_values(hero, params, index))
+                combined = self._combine(hero, scalars, self._input_values(hero, params, at))
                 new_accs += [vector.insert(c, a, [lane], [_DYNAMIC])
                              for c, a in zip(combined, accs)]
             written = []
             for s, out in zip(self.side_outputs, iters[len(flat_inits):]):
-                value = self.call_subgraph(s, params, index)[0]
-                written.append(tensor.insert(value, out, index))
+                at = self._index_in(list(s.shape.dims), None, index)
+                value = self.call_subgraph(s, params, at)[0]
+                written.append(tensor.insert(value, out, at))
             xla_gpu.YieldOp([*new_accs, *written])
         results = list(loop.results)
         partials, side_results = results[:len(flat_inits)], results[len(flat_inits):]
@@ -347,17 +383,23 @@ class ReductionEmitter(KernelEmitter):
         epilogues run in every thread, at an index clamped into the output
         (they may read parameters there)."""
         new = list(outputs)
-        out_index = []
+        k_safe = None
         if self.layout.kept:
             index = ir.IndexType.get()
             k_safe = arith.minui(k_value, arith.constant(index, self.layout.K - 1))
-            attr = self.index_map(indexing_map(
-                [("k", self.layout.K)], [], _output_index(self.layout, dim(0))))
-            out_index = xla_gpu.build_apply_indexing(attr, [k_safe])
+        out_indices: dict[tuple[int, ...], list] = {}
         for root, hero in zip(self.fusion.roots, self.fusion.heroes):
             if hero.opcode != "reduce" or id(hero) not in self._hero_index:
                 continue
-            values = values_per_hero[self._hero_index[id(hero)]]
+            number = self._hero_index[id(hero)]
+            layout = self.layouts[number]
+            kept_dims = tuple(layout.dims[i] for i in layout.kept)
+            if kept_dims not in out_indices:   # one per output shape
+                out_indices[kept_dims] = [] if not layout.kept else \
+                    xla_gpu.build_apply_indexing(self.index_map(indexing_map(
+                        [("k", self.layout.K)], [], _output_index(layout, dim(0)))), [k_safe])
+            out_index = out_indices[kept_dims]
+            values = values_per_hero[number]
             if root is not hero:
                 values = self.call_subgraph(root, params, out_index, values)
             slot = self._output_slot(root)
@@ -423,13 +465,19 @@ class RowReductionEmitter(ReductionEmitter):
     def _loop_exprs(self):
         t, v = self.threads_per_row, self.vector
         lay = self.layout
-        step, element = sym(0), sym(1)    # s, j
+        first = 1 if lay.R0 > 1 else 0    # after the major loop's symbol
+        step, element = sym(first), sym(first + 1)    # s, j
         row = self._row()
         col = (step * t + self._lane()) * v + element if v > 1 else step * t + self._lane()
         symbols = [("s", self.steps), ("j", v)]
         constraints = [(col, 0, lay.R - 1)]
         if self.blocks * self.rows_per_block > lay.K:
             constraints.append((row, 0, lay.K - 1))
+        if lay.R0 > 1:
+            # [R0, K, R]: each thread also walks the major reduced elements
+            # (the outermost loop), as XLA's row reduction does.
+            symbols.insert(0, ("m", lay.R0))
+            return row, sym(0) * lay.R + col, symbols, constraints
         return row, col, symbols, constraints
 
     def _finish(self, params, outputs, partials, inits, thread_id, block_id):
