@@ -12,7 +12,8 @@
 //     bf16 arith op is therefore computed in f32 here and rounded back
 //     (once per op, as the GPU's bf16 instructions round), and the
 //     conversions become integer ops (round to nearest even, NaN kept),
-//     all in i32/i16 so that they vectorize;
+//     all in i32/i16 so that they vectorize; bf16 values that are only
+//     moved (loads, stores, selects, phis) become i16 afterwards;
 //   - no kernels, no special registers: gpu and nvvm ops are an error.
 //
 //===----------------------------------------------------------------------===//
@@ -50,9 +51,10 @@ Value splat(OpBuilder &b, Location loc, Type type, int64_t value) {
 }
 
 // f32 -> bf16, round to nearest even, NaN -> 0x7fc0, computed on the bits:
-// (x + 0x7fff + bit 16 of x) >> 16. The NaN is chosen among i32s: a select
-// next to the bitcast to bf16 would be folded into a select of bf16
-// vectors, which x86 scalarizes lane by lane.
+// (x + 0x7fff + bit 16 of x) >> 16, after NaN is replaced by the quiet NaN
+// 0x7fc00000 (which that rounds to 0x7fc0). The NaN is chosen among f32s:
+// a select of i16s next to the bitcast to bf16 is folded by LLVM into a
+// select of bf16 lanes, which x86 scalarizes lane by lane.
 struct TruncFToBF16AsIntegers : OpRewritePattern<arith::TruncFOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(arith::TruncFOp op,
@@ -66,7 +68,10 @@ struct TruncFToBF16AsIntegers : OpRewritePattern<arith::TruncFOp> {
     Type i16 = withElement(x.getType(), rewriter.getI16Type());
     // x != x: NaN.
     Value isNan = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::UNE, x, x);
-    Value bits = arith::BitcastOp::create(rewriter, loc, i32, x);
+    Value quietNan = arith::BitcastOp::create(rewriter, loc, x.getType(),
+                                              splat(rewriter, loc, i32, 0x7fc00000));
+    Value canonical = arith::SelectOp::create(rewriter, loc, isNan, quietNan, x);
+    Value bits = arith::BitcastOp::create(rewriter, loc, i32, canonical);
     Value lsb = arith::AndIOp::create(
         rewriter, loc,
         arith::ShRUIOp::create(rewriter, loc, bits, splat(rewriter, loc, i32, 16)),
@@ -75,8 +80,6 @@ struct TruncFToBF16AsIntegers : OpRewritePattern<arith::TruncFOp> {
         rewriter, loc,
         arith::AddIOp::create(rewriter, loc, bits, splat(rewriter, loc, i32, 0x7fff)),
         lsb);
-    rounded = arith::SelectOp::create(rewriter, loc, isNan,
-                                      splat(rewriter, loc, i32, 0x7fc00000), rounded);
     Value high = arith::TruncIOp::create(
         rewriter, loc, i16,
         arith::ShRUIOp::create(rewriter, loc, rounded, splat(rewriter, loc, i32, 16)));
@@ -84,6 +87,98 @@ struct TruncFToBF16AsIntegers : OpRewritePattern<arith::TruncFOp> {
     return success();
   }
 };
+
+// x86 has no bf16 registers: the backend promotes every bf16 value that
+// lives in a register (a select, a phi, a vector shuffle) to f32 and rounds
+// it back for the store through `__truncsfbf2`, which the JIT cannot
+// resolve (and which would cost a call per element). Once the arithmetic
+// is f32 (above), bf16 values are only moved, so they become i16 here:
+// the same bits, integer registers, no conversions.
+Type bf16AsI16(Type type) {
+  MLIRContext *ctx = type.getContext();
+  if (type.isBF16()) return IntegerType::get(ctx, 16);
+  if (auto vector = dyn_cast<VectorType>(type))
+    return vector.getElementType().isBF16()
+               ? vector.clone(IntegerType::get(ctx, 16)) : type;
+  if (auto array = dyn_cast<LLVM::LLVMArrayType>(type))
+    return LLVM::LLVMArrayType::get(bf16AsI16(array.getElementType()),
+                                    array.getNumElements());
+  if (auto strct = dyn_cast<LLVM::LLVMStructType>(type)) {
+    if (strct.isIdentified()) return type;
+    SmallVector<Type> body = llvm::map_to_vector(strct.getBody(), bf16AsI16);
+    return LLVM::LLVMStructType::getLiteral(ctx, body, strct.isPacked());
+  }
+  if (auto fn = dyn_cast<LLVM::LLVMFunctionType>(type)) {
+    SmallVector<Type> params = llvm::map_to_vector(fn.getParams(), bf16AsI16);
+    return LLVM::LLVMFunctionType::get(bf16AsI16(fn.getReturnType()), params,
+                                       fn.isVarArg());
+  }
+  return type;
+}
+
+Attribute bf16AttrAsI16(Attribute attr) {
+  if (auto typeAttr = dyn_cast<TypeAttr>(attr))
+    return TypeAttr::get(bf16AsI16(typeAttr.getValue()));
+  if (auto floatAttr = dyn_cast<FloatAttr>(attr); floatAttr && floatAttr.getType().isBF16())
+    return IntegerAttr::get(IntegerType::get(attr.getContext(), 16),
+                            floatAttr.getValue().bitcastToAPInt());
+  if (auto dense = dyn_cast<DenseFPElementsAttr>(attr);
+      dense && dense.getElementType().isBF16())
+    return dense.bitcast(IntegerType::get(attr.getContext(), 16));
+  return attr;
+}
+
+// Ops that only move bf16 values; anything else on bf16 (arithmetic left
+// over) keeps the types, and the backend's promotion, as before.
+bool onlyMovesValues(Operation *op) {
+  return isa<LLVM::LoadOp, LLVM::StoreOp, LLVM::SelectOp, LLVM::BitcastOp,
+             LLVM::ConstantOp, LLVM::AllocaOp, LLVM::GEPOp, LLVM::BrOp,
+             LLVM::CondBrOp, LLVM::SwitchOp, LLVM::CallOp, LLVM::ReturnOp,
+             LLVM::LLVMFuncOp, LLVM::InsertElementOp, LLVM::ExtractElementOp,
+             LLVM::ShuffleVectorOp, LLVM::InsertValueOp, LLVM::ExtractValueOp,
+             LLVM::UndefOp, LLVM::PoisonOp, LLVM::ZeroOp, LLVM::FreezeOp,
+             LLVM::ICmpOp, LLVM::GlobalOp, LLVM::AddressOfOp,
+             UnrealizedConversionCastOp>(op);
+}
+
+bool touchesBF16(Operation *op) {
+  auto hasBF16 = [](Type t) { return bf16AsI16(t) != t; };
+  if (llvm::any_of(op->getOperandTypes(), hasBF16) ||
+      llvm::any_of(op->getResultTypes(), hasBF16))
+    return true;
+  for (Region &region : op->getRegions())
+    for (Block &block : region)
+      if (llvm::any_of(block.getArgumentTypes(), hasBF16)) return true;
+  return llvm::any_of(op->getAttrs(), [](NamedAttribute a) {
+    return bf16AttrAsI16(a.getValue()) != a.getValue();
+  });
+}
+
+void moveBF16AsI16(ModuleOp module) {
+  bool movesOnly = true;
+  module.walk([&](Operation *op) {
+    if (touchesBF16(op) && !onlyMovesValues(op)) movesOnly = false;
+  });
+  if (!movesOnly) return;
+  module.walk([](Operation *op) {
+    for (Value result : op->getResults()) result.setType(bf16AsI16(result.getType()));
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          arg.setType(bf16AsI16(arg.getType()));
+    for (NamedAttribute named : op->getAttrs()) {
+      Attribute converted = bf16AttrAsI16(named.getValue());
+      if (converted != named.getValue()) op->setAttr(named.getName(), converted);
+    }
+  });
+  // i16 -> bf16 bitcasts are now i16 -> i16.
+  module.walk([](LLVM::BitcastOp cast) {
+    if (cast.getArg().getType() == cast.getType()) {
+      cast.replaceAllUsesWith(cast.getArg());
+      cast.erase();
+    }
+  });
+}
 
 struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
   void runOnOperation() override {
@@ -175,6 +270,7 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
       else if (auto condBr = dyn_cast<LLVM::CondBrOp>(op))
         condBr.setLoopAnnotationAttr(annotation);
     });
+    moveBF16AsI16(module);
   }
 };
 

@@ -1,14 +1,14 @@
 // xla-lower-to-host: LLVM intrinsics or libm for math, bf16 computed in f32
-// with one rounding per op (integer ops, no __truncsfbf2), C interfaces.
+// with one rounding per op (integer ops, no __truncsfbf2), bf16 values that
+// are only moved carried as i16 (x86 has no bf16 registers), C interfaces.
 // RUN: xla-gpu-opt %s --xla-lower-to-host | FileCheck %s
 
 // CHECK-DAG: llvm.func @erff(f32) -> f32
 // CHECK-LABEL: llvm.func @host(
-// CHECK-SAME: %[[P:[^:]*]]: !llvm.ptr, %[[X:[^:]*]]: f32, %[[Y:[^:]*]]: bf16)
+// CHECK-SAME: %[[P:[^:]*]]: !llvm.ptr, %[[X:[^:]*]]: f32, %[[Y:[^:]*]]: i16)
 // CHECK-SAME: attributes {llvm.emit_c_interface}
 // bf16 -> f32 is a shift.
-// CHECK: %[[Y16:.*]] = llvm.bitcast %[[Y]] : bf16 to i16
-// CHECK: %[[Y32:.*]] = llvm.zext %[[Y16]] : i16 to i32
+// CHECK: %[[Y32:.*]] = llvm.zext %[[Y]] : i16 to i32
 // CHECK: %[[YSHL:.*]] = llvm.shl %[[Y32]]
 // CHECK: %[[YF:.*]] = llvm.bitcast %[[YSHL]] : i32 to f32
 // CHECK: %[[T:.*]] = llvm.intr.tanh(%[[X]]) : (f32) -> f32
@@ -17,12 +17,15 @@
 // The bf16 product, in f32, rounded to nearest even before the sum.
 // CHECK: %[[PROD:.*]] = llvm.fmul %[[YF]], %[[YF]] : f32
 // CHECK: llvm.fcmp "une" %[[PROD]], %[[PROD]] : f32
-// CHECK: llvm.bitcast %[[PROD]] : f32 to i32
+// NaN becomes the quiet NaN before the rounding.
+// CHECK: %[[CANON:.*]] = llvm.select %{{.*}}, %{{.*}}, %[[PROD]] : i1, f32
+// CHECK: llvm.bitcast %[[CANON]] : f32 to i32
 // CHECK: llvm.lshr
 // CHECK: llvm.fadd %{{.*}}, %[[YF]] : f32
 // CHECK-NOT: : bf16 to f32
 // CHECK-NOT: llvm.fptrunc
-// CHECK: llvm.store %{{.*}}, %[[P]] : bf16, !llvm.ptr
+// CHECK: llvm.store %{{.*}}, %[[P]] : i16, !llvm.ptr
+// CHECK-NOT: bf16
 // CHECK-LABEL: llvm.func @_mlir_ciface_host(
 // CHECK: llvm.call @host(
 func.func @host(%p: !llvm.ptr, %x: f32, %y: bf16) attributes {llvm.emit_c_interface} {
@@ -35,5 +38,22 @@ func.func @host(%p: !llvm.ptr, %x: f32, %y: bf16) attributes {llvm.emit_c_interf
   %q = llvm.getelementptr %p[1] : (!llvm.ptr) -> !llvm.ptr, f32
   %es = arith.addf %e, %s : f32
   llvm.store %es, %q : f32, !llvm.ptr
+  return
+}
+
+// A bf16 select and a bf16 value through a loop's phi: moved as i16.
+// CHECK-LABEL: llvm.func @moves(
+// CHECK-SAME: %[[C:[^:]*]]: i1, %[[A:[^:]*]]: i16, %[[B:[^:]*]]: i16,
+// bf16 1.5 is 0x3fc0.
+// CHECK: llvm.mlir.constant(dense<16320> : vector<2xi16>)
+// CHECK: %[[S:.*]] = llvm.select %[[C]], %[[A]], %[[B]] : i1, i16
+// CHECK: llvm.store %[[S]], %{{.*}} : i16, !llvm.ptr
+// CHECK-NOT: bf16
+func.func @moves(%c: i1, %a: bf16, %b: bf16, %p: !llvm.ptr) {
+  %s = arith.select %c, %a, %b : bf16
+  llvm.store %s, %p : bf16, !llvm.ptr
+  %z = arith.constant dense<1.5> : vector<2xbf16>
+  %q = llvm.getelementptr %p[1] : (!llvm.ptr) -> !llvm.ptr, bf16
+  llvm.store %z, %q : vector<2xbf16>, !llvm.ptr
   return
 }

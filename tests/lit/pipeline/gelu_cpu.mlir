@@ -34,20 +34,20 @@
 // HOST-NOT: __nv_
 // HOST-LABEL: llvm.func @main_host_blocks(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: i64, %arg3: i64) attributes {llvm.emit_c_interface}
 // HOST-NOT: vector<4xbf16>
-// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> bf16
-// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> bf16
-// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> bf16
-// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> bf16
+// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> i16
+// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> i16
+// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> i16
+// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> i16
 // HOST: llvm.fmul %{{.*}} : f32
 // HOST-NOT: llvm.intr.tanh
 // HOST-NOT: llvm.call
 // HOST: llvm.intr.floor(%{{.*}}) : (f32) -> f32
 // HOST: llvm.fdiv %{{.*}} : f32
 // HOST: llvm.intr.copysign(%{{.*}}) : (f32, f32) -> f32
-// HOST: llvm.store %{{.*}} : bf16, !llvm.ptr
-// HOST: llvm.store %{{.*}} : bf16, !llvm.ptr
-// HOST: llvm.store %{{.*}} : bf16, !llvm.ptr
-// HOST: llvm.store %{{.*}} : bf16, !llvm.ptr
+// HOST: llvm.store %{{.*}} : i16, !llvm.ptr
+// HOST: llvm.store %{{.*}} : i16, !llvm.ptr
+// HOST: llvm.store %{{.*}} : i16, !llvm.ptr
+// HOST: llvm.store %{{.*}} : i16, !llvm.ptr
 // HOST-NOT: vector<4xbf16>
 // HOST: llvm.br ^{{.*}} {loop_annotation = #[[LOOP]]}
 // HOST-NOT: llvm.loop_annotation
