@@ -700,3 +700,51 @@ ENTRY main {
     root = result.entry.root
     assert root.opcode == "dot" and [o.name for o in root.operands] == ["b", "a"]
     assert root.attrs["lhs_contracting_dims"] == (1,) and root.attrs["rhs_contracting_dims"] == (2,)
+
+
+# ------------------------------------------------- select-and-scatter expander
+
+_SELECT_AND_SCATTER = """
+HloModule sas
+pick {
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction={direction}
+}
+combine {
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT c = {t}[] add(a, b)
+}
+ENTRY main {
+  x = {t}[{x}] parameter(0)
+  s = {t}[{s}] parameter(1)
+  zero = {t}[] constant(0)
+  ROOT r = {t}[{x}] select-and-scatter(x, s, zero), window={{window}}, select=pick, scatter=combine
+}
+"""
+
+
+@pytest.mark.parametrize("t,x,s,window,direction", [
+    # max-pool gradient, SAME padding: edge windows partly padding
+    ("f32", "6,7", "3,4", "size=3x3 stride=2x2 pad=1_1x1_1", "GE"),
+    # overlapping windows: one position chosen by several windows
+    ("f32", "5,5", "4,4", "size=2x2", "GE"),
+    # min-pool, integers with many ties: the first in row-major order wins
+    ("s32", "2,6,4", "2,3,2", "size=1x2x2 stride=1x2x2", "LE"),
+    # a window made only of padding selects nothing
+    ("f32", "3,3", "3,4", "size=2x2 pad=0_1x1_2", "GT"),
+])
+def test_select_and_scatter_becomes_reduce_window_and_scatter(t, x, s, window, direction):
+    from xla_gpu.hlo.passes import SelectAndScatterExpander
+    text = (_SELECT_AND_SCATTER.replace("{t}", t).replace("{x}", x).replace("{s}", s)
+            .replace("{window}", window).replace("{direction}", direction))
+    module, result, changed = run_pass(text, SelectAndScatterExpander(), HloDCE())
+    assert changed
+    assert "select-and-scatter" not in opcodes(result)
+    assert {"reduce-window", "scatter"} <= set(opcodes(result))
+    if t == "s32":   # ties: values drawn from a few integers
+        rng = np.random.default_rng(1)
+        args = [rng.integers(-2, 3, p.shape.dims).astype(np.int32)
+                for p in module.entry.parameters]
+        np.testing.assert_array_equal(evaluate(result, *args)[0], evaluate(module, *args)[0])

@@ -38,7 +38,6 @@ DEFAULT = ("mlp_train_step", "scan_rnn", "cond_switch", "kv_cache_update",
 # What is missing for the others (each raises a clear error today).
 KNOWN_MISSING = {
     "fft_ops": "c64 is not supported by the emitters",
-    "maxpool_grad": "variadic reduce-window / select-and-scatter in the emitters",
 }
 KNOWN_MISSING_BEFORE = {
     "rng_bit_generator": "rng-bit-generator has no emitter",

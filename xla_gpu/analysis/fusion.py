@@ -154,7 +154,7 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
         raise HloError(f"computation '{comp.name}' has no root")
     if root.opcode == "tuple":
         roots = _flatten_tuple_root(root)
-    elif root.shape.is_tuple and (root.opcode in ("reduce", "sort", "topk", "scatter") or (
+    elif root.shape.is_tuple and (root.opcode in ("reduce", "reduce-window", "sort", "topk", "scatter") or (
             root.opcode == "custom-call" and
             root.attrs.get("custom_call_target") == "TopK")):
         roots = [root]   # several outputs of one op (variadic reduce or scatter, sort, top-k)

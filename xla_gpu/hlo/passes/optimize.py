@@ -1,7 +1,7 @@
 """`optimize`: XLA:GPU's HLO optimization pipeline, in its order:
 
   call inlining, optimization barriers expanded, batched gather/scatter
-    normalization
+    normalization, select-and-scatter as reduce-window + scatter
   simplification (fixed point): algebraic simplifier, tuple
     simplifier, constant folding, DCE; CSE
   layout normalization (transposes explicit, free reshapes as bitcasts)
@@ -35,6 +35,7 @@ from .priority_fusion import PriorityFusion
 from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
                                  TreeReductionRewriter)
 from .rename_fusions import RenameFusions
+from .select_and_scatter_expander import SelectAndScatterExpander
 from .tuple_simplifier import TupleSimplifier
 
 __all__ = ["optimize", "optimization_pipeline"]
@@ -54,6 +55,7 @@ def optimization_pipeline() -> HloPassPipeline:
         CallInliner(),
         OptimizationBarrierExpander(),
         BatchedGatherScatterNormalizer(),
+        SelectAndScatterExpander(),
         _simplification("simplification"),
         LayoutNormalization(),
         DotCanonicalization(),
