@@ -2562,7 +2562,7 @@ def _h_rng_bit_generator(ev, inst, ops, batch):
         if bits < 64 else raw.astype(np.uint64)
     if out_shape.dtype != out.dtype:
         out = out.view(out_shape.dtype)
-    return new_state, out.reshape(dims)
+    return new_state, np.asarray(out).reshape(dims)
 
 
 def _h_rng(ev, inst, ops, batch):

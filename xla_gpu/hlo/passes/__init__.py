@@ -25,6 +25,7 @@ from .constant_folding import HloConstantFolding
 from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
 from .optimization_barrier_expander import OptimizationBarrierExpander
 from .select_and_scatter_expander import SelectAndScatterExpander
+from .rng_bit_generator_expander import RngBitGeneratorExpander
 from .layout_normalization import LayoutNormalization
 from .dot_canonicalization import DotCanonicalization
 from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
@@ -44,7 +45,7 @@ __all__ = [
     "PassContext", "verify_module", "HloDCE", "HloCSE", "CallInliner", "TupleSimplifier",
     "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer",
     "OptimizationBarrierExpander",
-    "SelectAndScatterExpander",
+    "SelectAndScatterExpander", "RngBitGeneratorExpander",
     "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
     "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
     "fused_cost", "kernel_time", "PriorityFusion", "MultiOutputFusion",

@@ -1,7 +1,8 @@
 """`optimize`: XLA:GPU's HLO optimization pipeline, in its order:
 
   call inlining, optimization barriers expanded, batched gather/scatter
-    normalization, select-and-scatter as reduce-window + scatter
+    normalization, select-and-scatter as reduce-window + scatter,
+    rng-bit-generator as elementwise Philox / Threefry over iotas
   simplification (fixed point): algebraic simplifier, tuple
     simplifier, constant folding, DCE; CSE
   layout normalization (transposes explicit, free reshapes as bitcasts)
@@ -35,6 +36,7 @@ from .priority_fusion import PriorityFusion
 from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
                                  TreeReductionRewriter)
 from .rename_fusions import RenameFusions
+from .rng_bit_generator_expander import RngBitGeneratorExpander
 from .select_and_scatter_expander import SelectAndScatterExpander
 from .tuple_simplifier import TupleSimplifier
 
@@ -56,6 +58,7 @@ def optimization_pipeline() -> HloPassPipeline:
         OptimizationBarrierExpander(),
         BatchedGatherScatterNormalizer(),
         SelectAndScatterExpander(),
+        RngBitGeneratorExpander(),
         _simplification("simplification"),
         LayoutNormalization(),
         DotCanonicalization(),

@@ -1,0 +1,65 @@
+"""rng-bit-generator through RngBitGeneratorExpander: the expanded
+elementwise HLO gives the reference interpreter's bits (XLA's Philox and
+Threefry, checked there against Random123's known answers) and state, for
+each output width, state size and a counter that wraps; and the expanded
+form runs on the cpu target with the same bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xla_gpu
+from xla_gpu.hlo import evaluate, parse_module
+from xla_gpu.hlo.passes import HloDCE, RngBitGeneratorExpander, TupleSimplifier
+from xla_gpu.hlo.passes import HloPassPipeline, PassContext, verify_module
+
+
+def _module(algorithm: str, out: str, words: int) -> str:
+    return f"""
+HloModule rng
+ENTRY e {{
+  s = u64[{words}] parameter(0)
+  ROOT r = (u64[{words}], {out}) rng-bit-generator(s), algorithm={algorithm}
+}}
+"""
+
+
+STATES = {
+    2: [np.array([0x1234_5678_9ABC_DEF0, 42], np.uint64),
+        np.array([7, 2**64 - 1], np.uint64)],             # the counter wraps
+    3: [np.array([7, 2**64 - 2, 4], np.uint64)],           # ... into the high word
+    4: [np.array([3, 5, 9, 11], np.uint64)],
+}
+
+
+@pytest.mark.parametrize("algorithm", ["rng_philox", "rng_three_fry", "rng_default"])
+@pytest.mark.parametrize("out", ["u32[3,5]", "u64[7]", "u8[3,3]", "s16[5]", "u32[]",
+                                 "s32[3,3]", "u64[2,3]"])
+@pytest.mark.parametrize("words", [2, 3, 4])
+def test_expanded_bits_and_state_match_the_interpreter(algorithm, out, words):
+    module = parse_module(_module(algorithm, out, words)).link()
+    expanded = module.clone()
+    changed = HloPassPipeline("rng", [RngBitGeneratorExpander(), TupleSimplifier(),
+                                      HloDCE()]).run(expanded, PassContext(verify=True))
+    verify_module(expanded)
+    assert changed
+    assert "rng-bit-generator" not in [i.opcode for i in expanded.entry.instructions]
+    for state in STATES[words]:
+        want = evaluate(module, state)
+        got = evaluate(expanded, state)
+        for w, g in zip(want, got):
+            assert w.dtype == g.dtype
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("algorithm,out", [("rng_philox", "u32[64,33]"),
+                                           ("rng_three_fry", "u32[5,7]"),
+                                           ("rng_philox", "u64[9]")])
+def test_runs_on_the_cpu_target(algorithm, out):
+    text = _module(algorithm, out, 2)
+    state = np.array([0xDEADBEEF_12345678, 2**64 - 3], np.uint64)
+    want = evaluate(parse_module(text), state)
+    got = xla_gpu.compile(text, target="cpu").run(state)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(np.asarray(g), w)
