@@ -39,10 +39,7 @@ DEFAULT = ("mlp_train_step", "scan_rnn", "cond_switch", "kv_cache_update",
 KNOWN_MISSING = {
     "fft_ops": "c64 is not supported by the emitters",
 }
-KNOWN_MISSING_BEFORE = {
-    "rng_bit_generator": "rng-bit-generator has no emitter",
-    "random_rbg": "bitcast-convert between bit widths in the elemental emitter",
-}
+KNOWN_MISSING_BEFORE: dict[str, str] = {}
 
 
 @pytest.fixture(autouse=True)

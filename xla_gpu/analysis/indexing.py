@@ -212,6 +212,12 @@ def output_to_input(inst: HloInstruction, operand: int,
     def build(results, symbols=(), constraints=()):
         return indexing_map(dims, symbols, results, constraints)
 
+    if op == "bitcast-convert" and len(in_dims) != len(out):
+        # Between element widths: the narrower side has one more (minor)
+        # dimension, the pieces of one wide element.
+        if len(in_dims) < len(out):
+            return build(d[:-1])
+        return build([*d, sym(0)], [("s0", in_dims[-1])])
     if op in ELEMENTWISE_OPCODES or op in ("copy", "map"):
         return build(d if in_dims else [])
     if op == "broadcast":

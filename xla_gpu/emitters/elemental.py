@@ -219,6 +219,44 @@ class FunctionEmitter:
         args = [self.emit1(o, indices if o.shape.rank else []) for o in inst.operands]
         return [emit_elementwise(inst, operand_types, args)]
 
+    def _bitcast_convert(self, inst: HloInstruction, indices: Values) -> Values:
+        """bitcast-convert; between element widths the narrow side has one
+        more (minor) dimension: a wide element's pieces, the first piece
+        its lowest bits (the bytes' order on a little-endian machine, which
+        XLA's GPUs and CPUs are)."""
+        operand = inst.operands[0]
+        in_t, t = operand.shape.element_type, inst.shape.element_type
+        wide_in, wide_out = bit_width(in_t), bit_width(t)
+        if wide_in == wide_out:
+            return self._elementwise(inst, indices)
+        if min(wide_in, wide_out) < 8 or is_minifloat(in_t) or is_minifloat(t) or \
+                "pred" in (in_t, t) or in_t.startswith("c") or t.startswith("c"):
+            raise inst.unsupported(f"bitcast-convert from {in_t} to {t} is not supported")
+
+        def as_bits(value: ir.Value, width: int) -> ir.Value:
+            integer = ir.IntegerType.get_signless(width)
+            return value if value.type == integer else arith.bitcast(integer, value)
+
+        def from_bits(bits: ir.Value) -> ir.Value:
+            target = element_type(t)
+            return bits if bits.type == target else arith.bitcast(target, bits)
+
+        wide = ir.IntegerType.get_signless(max(wide_in, wide_out))
+        if wide_in > wide_out:   # one wide element -> its piece indices[-1]
+            bits = as_bits(self.emit1(operand, list(indices[:-1])), wide_in)
+            piece = arith.index_cast(wide, indices[-1])
+            shift = arith.muli(piece, arith.constant(wide, wide_out))
+            narrow = ir.IntegerType.get_signless(wide_out)
+            return [from_bits(arith.trunci(narrow, arith.shrui(bits, shift)))]
+        joined = None            # the pieces of one wide element, joined
+        for k in range(wide_out // wide_in):
+            piece = as_bits(self.emit1(operand, [*indices, _index_const(k)]), wide_in)
+            part = arith.extui(wide, piece)
+            if k:
+                part = arith.shli(part, arith.constant(wide, k * wide_in))
+            joined = part if joined is None else arith.ori(joined, part)
+        return [from_bits(joined)]
+
     def _map(self, inst, indices):
         args = [self.emit1(o, indices) for o in inst.operands]
         return self.call_computation(inst.attrs["to_apply"], args)
@@ -559,6 +597,7 @@ _HANDLERS: dict[str, Callable] = {
     "dot": FunctionEmitter._dot,
     "get-tuple-element": FunctionEmitter._get_tuple_element,
     "map": FunctionEmitter._map,
+    "bitcast-convert": FunctionEmitter._bitcast_convert,
 }
 
 # -- elementwise ops -----------------------------------------------------------
