@@ -275,6 +275,153 @@ bool isThreadId(Value value, Value thread) {
   return true;
 }
 
+// The largest unsigned value `value` takes, from constants, scf.for
+// counters with constant bounds and the unsigned arithmetic of index math
+// (std::nullopt when unknown or when a step could wrap its type).
+std::optional<uint64_t> unsignedUpperBound(Value value, int depth = 0) {
+  constexpr int kMaxDepth = 24;
+  if (depth > kMaxDepth || !value.getType().isIntOrIndex()) return std::nullopt;
+  unsigned width = value.getType().isIndex() ? 64 : value.getType().getIntOrFloatBitWidth();
+  uint64_t typeMax = width >= 64 ? UINT64_MAX : (uint64_t{1} << width) - 1;
+  auto fits = [&](std::optional<uint64_t> v) -> std::optional<uint64_t> {
+    if (v && *v <= typeMax) return v;
+    return std::nullopt;
+  };
+  APInt cst;
+  if (matchPattern(value, m_ConstantInt(&cst)))
+    return cst.getActiveBits() <= 64 ? std::optional<uint64_t>(cst.getZExtValue())
+                                     : std::nullopt;
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto loop = dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp());
+    if (!loop || arg != loop.getInductionVar()) return std::nullopt;
+    APInt lower, upper;
+    if (!matchPattern(loop.getLowerBound(), m_ConstantInt(&lower)) ||
+        !matchPattern(loop.getUpperBound(), m_ConstantInt(&upper)) ||
+        lower.isNegative() || upper.isNegative() || upper.isZero())
+      return std::nullopt;
+    return fits(upper.getZExtValue() - 1);
+  }
+  Operation *op = value.getDefiningOp();
+  if (!op) return std::nullopt;
+  auto bound = [&](unsigned i) { return unsignedUpperBound(op->getOperand(i), depth + 1); };
+  if (auto range = getXlaRange(op))
+    return range->lower >= 0 ? std::optional<uint64_t>(range->upper) : std::nullopt;
+  if (isa<arith::IndexCastUIOp, arith::ExtUIOp>(op)) return fits(bound(0));
+  if (isa<arith::IndexCastOp, arith::TruncIOp>(op)) {
+    // Exact when the operand's values fit in the result's non-negative half.
+    std::optional<uint64_t> v = bound(0);
+    if (v && *v <= typeMax / 2) return v;
+    return std::nullopt;
+  }
+  if (isa<arith::AddIOp, arith::MulIOp>(op)) {
+    std::optional<uint64_t> a = bound(0), b = bound(1);
+    if (!a || !b) return std::nullopt;
+    uint64_t result;
+    bool overflow = isa<arith::AddIOp>(op) ? __builtin_add_overflow(*a, *b, &result)
+                                           : __builtin_mul_overflow(*a, *b, &result);
+    return overflow ? std::nullopt : fits(result);
+  }
+  if (isa<arith::DivUIOp, arith::ShRUIOp>(op)) {
+    std::optional<uint64_t> a = bound(0);
+    APInt divisor;
+    if (!a || !matchPattern(op->getOperand(1), m_ConstantInt(&divisor)) ||
+        divisor.getActiveBits() > 63)
+      return a;
+    uint64_t d = divisor.getZExtValue();
+    if (isa<arith::DivUIOp>(op)) return d == 0 ? a : std::optional<uint64_t>(*a / d);
+    return d >= 64 ? 0 : *a >> d;
+  }
+  if (isa<arith::MinUIOp>(op)) {
+    std::optional<uint64_t> a = bound(0), b = bound(1);
+    if (a && b) return std::min(*a, *b);
+    return a ? a : b;
+  }
+  if (isa<arith::RemUIOp>(op)) {
+    std::optional<uint64_t> a = bound(0), b = bound(1);
+    if (b && *b > 0) return a ? std::min(*a, *b - 1) : *b - 1;
+    return a;
+  }
+  if (isa<arith::AndIOp>(op)) {
+    std::optional<uint64_t> a = bound(0), b = bound(1);
+    if (a && b) return std::min(*a, *b);
+    return a ? a : b;
+  }
+  if (isa<arith::OrIOp, arith::XOrIOp, arith::MaxUIOp>(op)) {
+    std::optional<uint64_t> a = bound(0), b = bound(1);
+    if (!a || !b) return std::nullopt;
+    if (!isa<arith::MaxUIOp>(op)) {
+      // Below the next power of two of the larger bound.
+      uint64_t m = std::max(*a, *b);
+      return m == 0 ? 0 : fits(llvm::maskTrailingOnes<uint64_t>(llvm::Log2_64(m) + 1));
+    }
+    return std::max(*a, *b);
+  }
+  if (auto select = dyn_cast<arith::SelectOp>(op)) {
+    std::optional<uint64_t> a = bound(1), b = bound(2);
+    if (a && b) return std::max(*a, *b);
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// A power-of-two remainder of a value that varies with the thread counter
+// of `loop` (`x % 2^k` as arith.remui, `x & (2^k - 1)` as arith.andi) that
+// can wrap inside the loop: XLA's rotated shared-memory tiles
+// (`(column + row) % 32`). LLVM 22's loop vectorizer miscompiles the
+// addresses built from such a remainder: SCEV models it as
+// `zext(trunc(x to ik))`, and when that is added to a value that varies in
+// an enclosing loop (the tile's row) the run-time check that the k-bit
+// recurrence does not wrap is lost, and the vectorizer stores and loads
+// the wrapped addresses as consecutive ones (a 25-line loop without any of
+// our annotations shows it; flags and the loop's independence are not the
+// cause). Each such remainder is rewritten where its operand is below
+// 2^(k+1), as `x < 2^k ? x : x - 2^k`, which SCEV cannot fold into a
+// recurrence (the accesses become per-lane ones, still vectorized);
+// returns false when one's operand is not bounded so (the caller then
+// keeps the loop scalar).
+bool guardWrappingRemainders(scf::ForOp loop) {
+  Value counter = loop.getInductionVar();
+  llvm::DenseSet<Value> varying{counter};
+  SmallVector<Operation *> remainders;
+  loop.getBody()->walk<WalkOrder::PreOrder>([&](Operation *op) {
+    if (!llvm::any_of(op->getOperands(), [&](Value v) { return varying.contains(v); }))
+      return;
+    for (Value result : op->getResults()) varying.insert(result);
+    if (op->getNumResults() != 1 || !op->getResult(0).getType().isIntOrIndex()) return;
+    APInt divisor;
+    if (isa<arith::RemUIOp>(op) &&
+        matchPattern(op->getOperand(1), m_ConstantInt(&divisor)) && divisor.isPowerOf2())
+      remainders.push_back(op);
+    else if (isa<arith::AndIOp>(op) &&
+             matchPattern(op->getOperand(1), m_ConstantInt(&divisor)) &&
+             divisor.isMask() && varying.contains(op->getOperand(0)))
+      remainders.push_back(op);
+  });
+  bool allGuarded = true;
+  for (Operation *op : remainders) {
+    APInt constant;
+    (void)matchPattern(op->getOperand(1), m_ConstantInt(&constant));
+    uint64_t modulus = isa<arith::RemUIOp>(op) ? constant.getZExtValue()
+                                               : constant.getZExtValue() + 1;
+    Value x = op->getOperand(0);
+    std::optional<uint64_t> upper = unsignedUpperBound(x);
+    if (upper && *upper < modulus) continue;  // never wraps
+    if (!upper || modulus == 0 || *upper / 2 >= modulus) {
+      allGuarded = false;
+      continue;
+    }
+    OpBuilder b(op);
+    Location loc = op->getLoc();
+    Value m = arith::ConstantOp::create(b, loc, b.getIntegerAttr(x.getType(), modulus));
+    Value below = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, x, m);
+    Value wrapped = arith::SubIOp::create(b, loc, x, m);
+    Value result = arith::SelectOp::create(b, loc, below, x, wrapped);
+    op->getResult(0).replaceAllUsesWith(result);
+    op->erase();
+  }
+  return allGuarded;
+}
+
 // Marks `loop` (over a block's threads) as one whose iterations do not
 // depend on each other through memory: threads between two barriers do not
 // communicate (a race on the GPU otherwise), and a thread's own accesses
@@ -287,6 +434,12 @@ bool isThreadId(Value value, Value thread) {
 // Loops with atomics (threads do communicate) are left alone.
 void markThreadsIndependent(scf::ForOp loop) {
   MLIRContext *ctx = loop.getContext();
+  // A remainder that may wrap and cannot be guarded keeps the loop scalar
+  // (see guardWrappingRemainders), whether its threads are independent or not.
+  LLVM::LoopVectorizeAttr vectorize;
+  if (!guardWrappingRemainders(loop))
+    vectorize = LLVM::LoopVectorizeAttr::get(ctx, BoolAttr::get(ctx, true), {}, {},
+                                             {}, {}, {}, {});
   bool atomics = loop.getBody()
                      ->walk([](Operation *op) {
                        return isa<LLVM::AtomicRMWOp, LLVM::AtomicCmpXchgOp>(op)
@@ -294,7 +447,13 @@ void markThreadsIndependent(scf::ForOp loop) {
                                   : WalkResult::advance();
                      })
                      .wasInterrupted();
-  if (atomics) return;
+  if (atomics) {
+    if (vectorize)
+      loop->setAttr("llvm.loop_annotation",
+                    LLVM::LoopAnnotationAttr::get(ctx, {}, vectorize, {}, {}, {}, {}, {},
+                                                  {}, {}, {}, {}, {}, {}, {}, {}));
+    return;
+  }
   auto group = LLVM::AccessGroupAttr::get(ctx, DistinctAttr::create(UnitAttr::get(ctx)));
   loop.getBody()->walk([&](Operation *op) {
     auto access = dyn_cast<LLVM::AccessGroupOpInterface>(op);
@@ -306,7 +465,7 @@ void markThreadsIndependent(scf::ForOp loop) {
     access.setAccessGroups(ArrayAttr::get(ctx, groups));
   });
   auto annotation = LLVM::LoopAnnotationAttr::get(
-      ctx, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {group});
+      ctx, {}, vectorize, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {group});
   loop->setAttr("llvm.loop_annotation", annotation);
 }
 
