@@ -1,5 +1,5 @@
 """rng-bit-generator through RngBitGeneratorExpander: the expanded
-elementwise HLO gives the reference interpreter's bits (XLA's Philox and
+elementwise HLO (the bits one loop fusion) gives the reference interpreter's bits (XLA's Philox and
 Threefry, checked there against Random123's known answers) and state, for
 each output width, state size and a counter that wraps; and the expanded
 form runs on the cpu target with the same bits."""
@@ -44,7 +44,9 @@ def test_expanded_bits_and_state_match_the_interpreter(algorithm, out, words):
                                       HloDCE()]).run(expanded, PassContext(verify=True))
     verify_module(expanded)
     assert changed
-    assert "rng-bit-generator" not in [i.opcode for i in expanded.entry.instructions]
+    opcodes = [i.opcode for i in expanded.entry.instructions]
+    assert "rng-bit-generator" not in opcodes
+    assert opcodes.count("fusion") == 1          # the bits: one loop fusion
     for state in STATES[words]:
         want = evaluate(module, state)
         got = evaluate(expanded, state)

@@ -1,7 +1,9 @@
 """RngBitGeneratorExpander (XLA's pass of that name): an `rng-bit-generator`
 becomes elementwise HLO over iotas — the counter-based generator evaluated
-at each output element's position — so that the loop emitter fuses it like
-any other elementwise producer, on both targets. The bits are XLA's
+at each output element's position — built as one loop fusion (its values
+are each used several times, where fusion, built bottom-up, would stop),
+which consumers may still fuse into, on both targets; the new state is a
+few scalar ops beside it. The bits are XLA's
 (XLA:CPU and XLA:GPU give the same), as the reference interpreter computes
 them:
 
@@ -182,72 +184,34 @@ class RngBitGeneratorExpander(InstructionPass):
         if algorithm not in ("rng_philox", "rng_three_fry"):
             raise inst.error(f"unknown rng algorithm '{algorithm}'")
 
-        scalars = _Builder(comp, ())
         words = state.shape.dims[0]
-
-        def word(k: int) -> HloInstruction:
-            piece = comp.add("slice", array_shape("u64", (1,)), [state],
-                             slice=[(k, k + 1, 1)])
-            return comp.add("reshape", array_shape("u64", ()), [piece])
-
-        key = word(0)
-        key_low, key_high = scalars.low32(key), scalars.high32(key)
         dims = tuple(out.dims)
-        count = math.prod(dims)
-        b = _Builder(comp, dims)
-        coordinates = [b.iota(d) for d in range(len(dims))]
-        if algorithm == "rng_philox":
-            low = word(1)
-            high = word(2) if words >= 3 else key
-            position = b.linear_index(dims, coordinates)
-            per_block = 2 if bits == 64 else 4          # output elements per block
-            block = b.op("divide", position, b.const(per_block, "u64"))
-            slot = b.op("remainder", position, b.const(per_block, "u64"))
-            counter_low = b.add(b.spread(low), block)
-            carry = b.op("compare", counter_low, b.spread(low), direction="LT")
-            counter_high = b.add(b.spread(high), b.convert(carry, "u64"))
-            w = _philox(b, counter_low, counter_high, b.spread(key_low), b.spread(key_high))
-            if bits == 64:
-                raw = b.choose(slot, [b.join64(w[0], w[1]), b.join64(w[2], w[3])])
-            else:
-                raw = b.choose(slot, w)
-            blocks = -(-count * (2 if bits == 64 else 1) // 4)
-            new_low = scalars.add(low, scalars.const(blocks, "u64"))
-            changed = {1: new_low}
-            if words >= 3:
-                wrapped = scalars.op("compare", new_low, low, direction="LT")
-                changed[2] = scalars.add(high, scalars.convert(wrapped, "u64"))
-        else:
-            start = word(1)
-            if bits == 64:
-                counter = b.add(b.spread(start), b.linear_index(dims, coordinates))
-                o0, o1 = _threefry(b, b.low32(counter), b.high32(counter),
-                                   b.spread(key_low), b.spread(key_high))
-                raw = b.join64(o0, o1)
-                advanced = count
-            else:
-                split = _threefry_split(dims)
-                if split is None:
-                    half = (1,)
-                    halved = [b.const(0, "u64")]
-                    odd = None
-                else:
-                    half = dims[:split] + (-(-dims[split] // 2),) + dims[split + 1:]
-                    halved = list(coordinates)
-                    halved[split] = b.op("shift-right-logical", coordinates[split],
-                                         b.const(1, "u64"))
-                    odd = b.op("and", coordinates[split], b.const(1, "u64"))
-                counter = b.add(b.spread(start), b.linear_index(half, halved))
-                o0, o1 = _threefry(b, b.low32(counter), b.high32(counter),
-                                   b.spread(key_low), b.spread(key_high))
-                raw = o0 if odd is None else b.choose(odd, [o0, o1])
-                advanced = math.prod(half)
-            changed = {1: scalars.add(start, scalars.const(advanced, "u64"))}
-
+        # The bits: one loop fusion over the output, its state a parameter
+        # (the generator's values are used several times each: built
+        # unfused, fusion would stop at every shared value).
+        body = HloComputation(f"{inst.name}.bits")
+        state_param = body.add_instruction(
+            HloInstruction.create_parameter(0, state.shape, "state"))
+        raw, blocks = _bits(body, state_param, words, dims, bits, algorithm)
         unsigned = f"u{bits}"
+        b = _Builder(body, dims)
         raw = b.convert(raw, unsigned)               # the low bits of the word
         if out.element_type != unsigned:
-            raw = comp.add("bitcast-convert", array_shape(out.element_type, dims), [raw])
+            raw = body.add("bitcast-convert", array_shape(out.element_type, dims), [raw])
+        body.set_root(raw)
+        if comp.module is not None:
+            comp.module.add_computation(body, before=comp)
+        fused = comp.add("fusion", raw.shape, [state], kind="kLoop", calls=body)
+
+        # The new state: the counter advanced by the blocks drawn.
+        scalars = _Builder(comp, ())
+        low = _word(comp, state, 1)
+        new_low = scalars.add(low, scalars.const(blocks, "u64"))
+        changed = {1: new_low}
+        if algorithm == "rng_philox" and words >= 3:
+            high = _word(comp, state, 2)
+            wrapped = scalars.op("compare", new_low, low, direction="LT")
+            changed[2] = scalars.add(high, scalars.convert(wrapped, "u64"))
         pieces = []
         for k in range(words):
             if k in changed:
@@ -258,7 +222,60 @@ class RngBitGeneratorExpander(InstructionPass):
                                        slice=[(k, end, 1)]))
         new_state = pieces[0] if len(pieces) == 1 else comp.add(
             "concatenate", array_shape("u64", (words,)), pieces, dimensions=(0,))
-        result = comp.add("tuple", Shape("", (), None, (new_state.shape, raw.shape)),
-                          [new_state, raw])
+        result = comp.add("tuple", Shape("", (), None, (new_state.shape, fused.shape)),
+                          [new_state, fused])
         inst.replace_with(result)
         return True
+
+
+def _word(comp: HloComputation, state: HloInstruction, k: int) -> HloInstruction:
+    """state[k] as a u64 scalar."""
+    piece = comp.add("slice", array_shape("u64", (1,)), [state], slice=[(k, k + 1, 1)])
+    return comp.add("reshape", array_shape("u64", ()), [piece])
+
+
+def _bits(comp: HloComputation, state: HloInstruction, words: int, dims: tuple[int, ...],
+          bits: int, algorithm: str) -> tuple[HloInstruction, int]:
+    """The generator's raw words (u32, or u64 for 64-bit outputs) at every
+    output position, and how far the counter advances."""
+    scalars = _Builder(comp, ())
+    key = _word(comp, state, 0)
+    key_low, key_high = scalars.low32(key), scalars.high32(key)
+    count = math.prod(dims)
+    b = _Builder(comp, dims)
+    coordinates = [b.iota(d) for d in range(len(dims))]
+    if algorithm == "rng_philox":
+        low = _word(comp, state, 1)
+        high = _word(comp, state, 2) if words >= 3 else key
+        position = b.linear_index(dims, coordinates)
+        per_block = 2 if bits == 64 else 4          # output elements per block
+        block = b.op("divide", position, b.const(per_block, "u64"))
+        slot = b.op("remainder", position, b.const(per_block, "u64"))
+        counter_low = b.add(b.spread(low), block)
+        carry = b.op("compare", counter_low, b.spread(low), direction="LT")
+        counter_high = b.add(b.spread(high), b.convert(carry, "u64"))
+        w = _philox(b, counter_low, counter_high, b.spread(key_low), b.spread(key_high))
+        if bits == 64:
+            return b.choose(slot, [b.join64(w[0], w[1]), b.join64(w[2], w[3])]), \
+                -(-count * 2 // 4)
+        return b.choose(slot, w), -(-count // 4)
+    start = _word(comp, state, 1)
+    if bits == 64:
+        counter = b.add(b.spread(start), b.linear_index(dims, coordinates))
+        o0, o1 = _threefry(b, b.low32(counter), b.high32(counter),
+                           b.spread(key_low), b.spread(key_high))
+        return b.join64(o0, o1), count
+    split = _threefry_split(dims)
+    if split is None:
+        half: tuple[int, ...] = (1,)
+        halved = [b.const(0, "u64")]
+        odd = None
+    else:
+        half = dims[:split] + (-(-dims[split] // 2),) + dims[split + 1:]
+        halved = list(coordinates)
+        halved[split] = b.op("shift-right-logical", coordinates[split], b.const(1, "u64"))
+        odd = b.op("and", coordinates[split], b.const(1, "u64"))
+    counter = b.add(b.spread(start), b.linear_index(half, halved))
+    o0, o1 = _threefry(b, b.low32(counter), b.high32(counter),
+                       b.spread(key_low), b.spread(key_high))
+    return (o0 if odd is None else b.choose(odd, [o0, o1])), math.prod(half)
