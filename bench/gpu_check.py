@@ -26,6 +26,8 @@ and prints one line per case:
   launch_limits   block/grid/shared-memory limits before launch, the loaded
                   function's MAX_THREADS_PER_BLOCK, dynamic smem > 48 KiB
   unload          modules unloaded when their kernel is collected
+  fft             a whole program of FFT / IFFT / RFFT / IRFFT thunks in c64
+                  and c128 (cuFFT, inverses scaled by cuBLAS) against numpy
 The kernel table: emitter, launch, result, time (CUDA events) and
 bandwidth as a fraction of a device-to-device copy in the same run.
 Exit status: 0 when everything ran and matched; 1 on any failure; 2 when
@@ -88,6 +90,23 @@ f {
 ENTRY main {
   p = f32[1024,256] parameter(0)
   ROOT fusion = f32[1024,256] fusion(p), kind=kLoop, calls=f
+}
+"""
+
+
+# A whole program of fft thunks (no kernels): saved as a program, run by
+# case_fft. The IRFFT reads the RFFT's result, which is an output too.
+FFT_PROGRAM = """HloModule ffts
+ENTRY main {
+  z = c64[6,32,24] parameter(0)
+  x = f32[40,100] parameter(1)
+  w = c128[4,64] parameter(2)
+  f = c64[6,32,24] fft(z), fft_type=FFT, fft_length={32,24}
+  i = c64[6,32,24] fft(z), fft_type=IFFT, fft_length={24}
+  r = c64[40,51] fft(x), fft_type=RFFT, fft_length={100}
+  b = f32[40,100] fft(r), fft_type=IRFFT, fft_length={100}
+  d = c128[4,64] fft(w), fft_type=IFFT, fft_length={4,64}
+  ROOT t = (c64[6,32,24], c64[6,32,24], c64[40,51], f32[40,100], c128[4,64]) tuple(f, i, r, b, d)
 }
 """
 
@@ -169,6 +188,12 @@ def _prepare_cuda_path(out: Path, arch: str) -> dict:
     if other is not None:
         (out / f"multiply.{OTHER_ARCH}.cubin").write_bytes(other)
         index["other_arch_cubin"] = f"multiply.{OTHER_ARCH}.cubin"
+    try:
+        xla_gpu.compile(FFT_PROGRAM, target="cuda", arch=arch, cache=False).save(
+            out / "fft_program")
+        index["fft_program"] = "fft_program"
+    except Exception as e:  # reported by case_fft
+        index["fft_program_error"] = f"{type(e).__name__}: {e}".splitlines()[0]
     try:
         xla_gpu.compile(_huge_grid(), target="cuda", arch=arch, cache=False)
         index["compile_errors"]["huge_grid"] = None
@@ -695,11 +720,40 @@ def case_unload(k: Kernels) -> str:
     return f"100 loads: all unloaded, {(free_before - free_after) >> 20} MiB difference"
 
 
+def case_fft(k: Kernels) -> str:
+    if k.target == "cuda":
+        if "fft_program" not in k.index:
+            raise CaseFailure(f"not prepared: {k.index.get('fft_program_error', 'missing')}")
+        from xla_gpu import runtime
+        program = runtime.load(k.directory / k.index["fft_program"])
+    else:
+        import xla_gpu
+        program = xla_gpu.compile(FFT_PROGRAM, target="cpu", cache=False)
+    rng = np.random.default_rng(10)
+    z = (rng.standard_normal((6, 32, 24)) + 1j * rng.standard_normal((6, 32, 24))) \
+        .astype(np.complex64)
+    x = rng.standard_normal((40, 100)).astype(np.float32)
+    w = rng.standard_normal((4, 64)) + 1j * rng.standard_normal((4, 64))
+    wants = [np.fft.fft2(z.astype(np.complex128)), np.fft.ifft(z.astype(np.complex128)),
+             np.fft.rfft(x.astype(np.float64)), x.astype(np.float64), np.fft.ifft2(w)]
+    names = ["FFT c64 2-D", "IFFT c64", "RFFT f32", "IRFFT(RFFT) f32", "IFFT c128 2-D"]
+    errors = []
+    for _ in range(2):   # the second run reuses the plans
+        got = program.run(z, x, w)
+        errors = []
+        for name, g, want in zip(names, got, wants):
+            error = float(np.abs(g - want).max() / max(1.0, np.abs(want).max()))
+            limit = 1e-12 if g.dtype == np.complex128 else 1e-5
+            _expect(error <= limit, f"{name}: relative error {error:.2e} > {limit:.0e}")
+            errors.append(f"{name} {error:.1e}")
+    return "; ".join(errors) + f" ({program.stats.get('ffts', 0)} fft thunks)"
+
+
 CASES = [("ptx", case_ptx), ("compile_limits", case_compile_limits),
          ("cubin_fallback", case_cubin_fallback), ("sqrt", case_sqrt),
          ("atomics16", case_atomics16), ("threads", case_threads), ("stream", case_stream),
          ("dlpack", case_dlpack), ("launch_limits", case_launch_limits),
-         ("unload", case_unload),
+         ("unload", case_unload), ("fft", case_fft),
          # Last: if the misaligned read were not caught, its sticky error
          # would fail every case after it.
          ("misaligned", case_misaligned)]

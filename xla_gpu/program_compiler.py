@@ -3,9 +3,9 @@ executable (kernels + thunk sequence + buffer assignment + optimized HLO).
 
     fused module ──schedule──► order per computation
                  ──buffer assignment──► slices of allocations
-                 ──thunk emission──► kernel / copy / memset / gemm / while /
-                                     conditional / custom_call / sort / topk /
-                                     convolution thunks
+                 ──thunk emission──► kernel / copy / memset / gemm / fft /
+                                     while / conditional / custom_call / sort /
+                                     topk / convolution thunks
                  ──command buffers──► runs of device thunks, one graph each
 
 What is compiled:
@@ -14,7 +14,9 @@ What is compiled:
     kCustom fusions whose root is a dot (XLA:CPU's `__ynn_fusion`, XLA:GPU's
     `__triton_gemm`) become a gemm with their other work as kernels;
     `__cublas$gemm` / `__cublas$lt$matmul` custom calls become gemm thunks
-    with their epilogues, `TopK` a topk thunk;
+    with their epilogues, `TopK` a topk thunk; `fft` instructions become fft
+    thunks (cuFFT on cuda), their operand and result relayouted to the
+    default layout by copies where the HLO gives another;
   * a module of plain ops (as JAX prints it before optimizations) goes
     through `xla_gpu.hlo.passes.optimize` (XLA's fusion pipeline); when that
     fails, or with `optimize=False`, each op that is not a thunk of its own
@@ -49,13 +51,15 @@ from .hlo.cublas import cublas_gemm
 from .hlo.fusions import fusion_text, inline_calls
 from .hlo.graph import post_order, reachable
 from .hlo.module import CONTROL_PREDECESSORS, callees
+from .hlo.shape import default_layout
 from .runtime import command_buffer
 from .runtime.buffers import BufferSlice
+from .runtime.fft import FftConfig, cufft_layout_error
 from .runtime.gemm import EPILOGUES, CublasPlanError, GemmConfig, cublas_plan
 from .runtime.program import KernelImage, MemoryAnalysis, ProgramExecutable
 from .runtime.thunks import (ArrayRef, ConditionalThunk, ConvolutionThunk, CopyThunk,
-                             CustomCallThunk, GemmThunk, KernelThunk, MemsetThunk,
-                             SortThunk, Thunk, TopKThunk, WhileThunk)
+                             CustomCallThunk, FftThunk, GemmThunk, KernelThunk,
+                             MemsetThunk, SortThunk, Thunk, TopKThunk, WhileThunk)
 
 __all__ = ["compile_program", "is_whole_program", "prepare_module", "THUNK_OPCODES"]
 
@@ -64,8 +68,8 @@ __all__ = ["compile_program", "is_whole_program", "prepare_module", "THUNK_OPCOD
 THUNK_OPCODES = frozenset({
     "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "fusion", "dot",
     "custom-call", "while", "conditional", "sort", "topk", "convolution", "copy",
-    "after-all", "add-dependency", "opt-barrier", "optimization-barrier", "partition-id",
-    "replica-id",
+    "fft", "after-all", "add-dependency", "opt-barrier", "optimization-barrier",
+    "partition-id", "replica-id",
 })
 # Forward a value without a thunk (aliases of their operand's buffer).
 _FORWARDING = frozenset({"tuple", "get-tuple-element", "bitcast", "opt-barrier",
@@ -231,6 +235,8 @@ class _ModuleBuilder:
             return self._emit(out, inst.clone_with(ops, opcode="bitcast"))
         if op == "copy" and inst.shape.minor_to_major != inst.operands[0].shape.minor_to_major:
             return self._wrap(inst, ops, out)
+        if op == "fft":
+            return self._fft(inst, ops, out)
         if op == "convolution" and _lower_to_gemm(inst):
             from .convolution_lowering import lower_convolution
             created, result, computations = lower_convolution(
@@ -241,6 +247,31 @@ class _ModuleBuilder:
         if op in THUNK_OPCODES:
             return self._emit(out, inst.clone_with(ops))
         return self._wrap(inst, ops, out)
+
+    def _fft(self, inst: HloInstruction, ops: list[HloInstruction],
+             out: list[HloInstruction]) -> HloInstruction:
+        """An fft with a row-major operand and result (cuFFT reads packed
+        row-major batches; XLA's layout assignment gives fft the default
+        layout): another layout is relayouted by a copy kernel before (the
+        operand) or after (the result) the fft."""
+        operand = ops[0] if ops else None
+        if operand is not None and not _is_row_major(operand.shape):
+            shape = operand.shape
+            relayout = HloInstruction(
+                self.unique(f"{inst.name}.operand_relayout"), "copy",
+                Shape(shape.element_type, tuple(shape.dims), default_layout(len(shape.dims))),
+                [operand], {}, None, None, inst.location)
+            operand = self._wrap(relayout, [operand], out)
+            ops = [operand, *ops[1:]]
+        if _is_row_major(inst.shape):
+            return self._emit(out, inst.clone_with(ops))
+        shape = inst.shape
+        row_major = Shape(shape.element_type, tuple(shape.dims),
+                          default_layout(len(shape.dims)))
+        fft = self._emit(out, inst.clone_with(ops, shape=row_major))
+        relayout = HloInstruction(self.unique(f"{inst.name}.result_relayout"), "copy", shape,
+                                  [fft], {}, None, None, inst.location)
+        return self._wrap(relayout, [fft], out)
 
     def _own_result_buffers(self, branch: HloComputation) -> None:
         """A conditional branch that returns its parameter (or a constant)
@@ -761,6 +792,8 @@ class _ThunkEmitter:
                                    bool(inst.attrs.get("largest", True)), None)]
         if op == "convolution":
             return [self.emit_convolution(inst)]
+        if op == "fft":
+            return [self.emit_fft(inst)]
         raise inst.unsupported(f"no thunk for opcode '{op}'")
 
     # kernels -----------------------------------------------------------------------
@@ -878,6 +911,28 @@ class _ThunkEmitter:
             precision="HIGHEST" if spec.highest_precision else "DEFAULT",
             workspace=workspace)
         return [self._gemm(inst, gemm)]
+
+    # fft -----------------------------------------------------------------------------------
+    def emit_fft(self, inst: HloInstruction) -> Thunk:
+        """An fft thunk: numpy.fft on the cpu target, cuFFT on cuda."""
+        if len(inst.operands) != 1:
+            raise inst.error(f"fft takes one operand, got {len(inst.operands)}")
+        if inst.shape.is_tuple or inst.operands[0].shape.is_tuple:
+            raise inst.error("fft operates on arrays, not tuples")
+        lengths = inst.attrs.get("fft_length", ())
+        if isinstance(lengths, int):
+            lengths = (lengths,)
+        try:
+            config = FftConfig(str(inst.attrs.get("fft_type", "")),
+                               tuple(int(n) for n in lengths),
+                               self.ref(inst.operands[0]), self.ref(inst))
+        except (HloError, TypeError, ValueError) as e:
+            raise inst.error(str(e)) from None
+        if self.target == "cuda":
+            problem = cufft_layout_error(config)
+            if problem is not None:
+                raise inst.unsupported(problem)
+        return FftThunk(inst.name, config)
 
     # control flow -----------------------------------------------------------------------
     def emit_while(self, inst: HloInstruction) -> list[Thunk]:

@@ -12,8 +12,8 @@ program's allocations to memory for one execution.
     for thunk in thunks:
         thunk.execute(ctx)
 
-Kinds: kernel, copy, memset, gemm, while, conditional, custom_call, sort,
-topk, convolution, command_buffer. Thunks that hold others expose them as
+Kinds: kernel, copy, memset, gemm, fft, while, conditional, custom_call,
+sort, topk, convolution, command_buffer. Thunks that hold others expose them as
 `.thunks` (flattened, in order); `while` keeps `.condition` and `.body`,
 `conditional` keeps `.branches`.
 """
@@ -32,7 +32,7 @@ from ..hlo.shape import ELEMENT_TYPES
 from .buffers import BufferSlice
 
 __all__ = ["ArrayRef", "ExecutionContext", "Thunk", "KernelThunk", "CopyThunk",
-           "MemsetThunk", "GemmThunk", "WhileThunk", "ConditionalThunk",
+           "MemsetThunk", "GemmThunk", "FftThunk", "WhileThunk", "ConditionalThunk",
            "CustomCallThunk", "SortThunk", "TopKThunk", "ConvolutionThunk",
            "CommandBufferThunk", "ThunkError", "thunk_from_dict", "walk",
            "sequence_text", "COMMAND_BUFFER_KINDS"]
@@ -431,6 +431,41 @@ class GemmThunk(Thunk):
 
     def describe(self) -> str:
         return f"gemm {self.name} {self.config.describe()}"
+
+
+@_register
+@dataclass
+class FftThunk(Thunk):
+    """An HLO fft (FFT / IFFT / RFFT / IRFFT over the 1-3 minor dimensions,
+    see `fft.FftConfig`): numpy.fft on the cpu target, cuFFT on cuda (inverse
+    transforms scaled by 1/N, as XLA's FftThunk). Not recorded into command
+    buffers (XLA has no fft command either)."""
+    kind: ClassVar[str] = "fft"
+    config: Any = None          # fft.FftConfig
+
+    def execute(self, ctx: ExecutionContext) -> None:
+        from . import fft
+        fft.run_fft(ctx, self.config)
+        ctx.stats["ffts"] += 1
+
+    def prepare(self, ctx: ExecutionContext) -> None:
+        if ctx.target == "cuda":
+            from . import fft
+            fft.prepare(self.config)
+
+    def buffer_uses(self):
+        return [(self.config.input.slice, False), (self.config.output.slice, True)]
+
+    def _fields(self):
+        return {"config": self.config.to_dict()}
+
+    @classmethod
+    def _from_dict(cls, d):
+        from .fft import FftConfig
+        return cls(d["name"], FftConfig.from_dict(d["config"]))
+
+    def describe(self) -> str:
+        return f"fft {self.name} {self.config.describe()}"
 
 
 @_register
