@@ -129,52 +129,57 @@ ENTRY main {
     assert exe.stats.get("ffts") == 4
 
 
-def test_fft_inside_elementwise_work_is_never_fused(tmp_path):
+def test_fft_inside_elementwise_work_is_never_fused():
     """A plain-op program (the optimization pipeline runs): the multiply
-    and the abs around the fft become kernels, the fft its own thunk."""
+    before the ffts and the abs after them become kernels, each fft its own
+    thunk in ENTRY."""
     text = """HloModule around
 
 ENTRY main {
-  z = c64[4,16] parameter(0)
-  two = c64[] constant((2, 0))
-  twos = c64[4,16] broadcast(two), dimensions={}
-  scaled = c64[4,16] multiply(z, twos)
-  f = c64[4,16] fft(scaled), fft_type=FFT, fft_length={16}
-  ROOT a = f32[4,16] abs(f)
+  x = f32[4,16] parameter(0)
+  two = f32[] constant(2)
+  twos = f32[4,16] broadcast(two), dimensions={}
+  scaled = f32[4,16] multiply(x, twos)
+  r = c64[4,9] fft(scaled), fft_type=RFFT, fft_length={16}
+  back = f32[4,16] fft(r), fft_type=IRFFT, fft_length={16}
+  ROOT a = f32[4,16] abs(back)
 }
 """
     exe = xla_gpu.compile(text, target="cpu")
     kinds = [t.kind for t in walk(exe.thunks)]
-    assert kinds.count("fft") == 1 and "kernel" in kinds
+    assert kinds.count("fft") == 2 and "kernel" in kinds
     optimized = hlo.parse_module(exe.as_text())
     ffts = [(comp.name, inst.name) for comp in optimized.computations
             for inst in comp.instructions if inst.opcode == "fft"]
-    assert ffts == [(optimized.entry.name, "f")]   # in ENTRY, inside no fusion
+    assert ffts == [(optimized.entry.name, "r"), (optimized.entry.name, "back")]
     assert any(inst.opcode == "fusion" for inst in optimized.entry.instructions)
-    z = _random((4, 16), "c64", 3)
-    (got,) = exe.run(z)
-    np.testing.assert_allclose(got, np.abs(np.fft.fft(2 * z.astype(np.complex128))),
-                               rtol=1e-5, atol=1e-4)
+    x = _random((4, 16), "f32", 3)
+    (got,) = exe.run(x)
+    np.testing.assert_allclose(got, np.abs(2 * x), rtol=1e-5, atol=1e-5)
 
 
-def test_non_default_layouts_are_relayouted_by_copies(tmp_path):
-    """cuFFT reads row-major batches: an operand and a result in column-major
-    layout get a copy kernel on either side of the fft."""
-    text = """HloModule layouts, entry_computation_layout={(c64[8,6]{0,1})->c64[8,6]{0,1}}
+def test_non_default_layouts_are_relayouted_by_copies():
+    """cuFFT reads row-major batches: a column-major operand (the RFFT's)
+    and result (the IRFFT's) get a copy kernel on their side of the fft."""
+    text = """HloModule layouts, entry_computation_layout={(f32[8,6]{0,1})->(c64[8,4]{1,0}, f32[8,6]{0,1})}
 
 ENTRY main {
-  z = c64[8,6]{0,1} parameter(0)
-  ROOT f = c64[8,6]{0,1} fft(z), fft_type=FFT, fft_length={6}
+  x = f32[8,6]{0,1} parameter(0)
+  r = c64[8,4]{1,0} fft(x), fft_type=RFFT, fft_length={6}
+  back = f32[8,6]{0,1} fft(r), fft_type=IRFFT, fft_length={6}
+  ROOT t = (c64[8,4]{1,0}, f32[8,6]{0,1}) tuple(r, back)
 }
 """
     exe = xla_gpu.compile(text, target="cpu", optimize=False)
     ffts = [t for t in walk(exe.thunks) if t.kind == "fft"]
-    assert len(ffts) == 1
-    assert ffts[0].config.input.is_row_major and ffts[0].config.output.is_row_major
+    assert len(ffts) == 2
+    for thunk in ffts:
+        assert thunk.config.input.is_row_major and thunk.config.output.is_row_major
     assert sum(1 for t in walk(exe.thunks) if t.kind == "kernel") == 2
-    z = _random((8, 6), "c64", 4)
-    (got,) = exe.run(z)
-    np.testing.assert_allclose(got, np.fft.fft(z.astype(np.complex128), axis=-1), atol=1e-5)
+    x = _random((8, 6), "f32", 4)
+    r, back = exe.run(x)
+    np.testing.assert_allclose(r, np.fft.rfft(x.astype(np.float64), axis=-1), atol=1e-5)
+    np.testing.assert_allclose(back, x, atol=1e-6)
 
 
 def test_zero_sized_batches(tmp_path):
