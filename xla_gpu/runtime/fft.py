@@ -25,7 +25,9 @@ fft to the default layout). The cpu target reads any layout through numpy
 views.
 
 Plans are created once per (fft type, lengths, batch, element type) and
-destroyed at exit; cuFFT allocates and owns each plan's workspace.
+CUDA stream (a plan's workspace and scratch must not be used by two
+streams at once), and destroyed at exit; cuFFT allocates and owns each
+plan's workspace.
 
 cuFFT and cuBLAS are found (first hit wins) in: the pip wheels
 (`nvidia/cufft/lib`, `nvidia/cublas/lib` as jax[cuda12] installs them,
@@ -371,11 +373,12 @@ class _CuBLAS:
 class _Plan:
     """A cuFFT plan (its workspace owned by cuFFT) and, for complex-to-real
     transforms, the scratch copy of the input cuFFT may overwrite. One host
-    thread uses a plan at a time (cuFFT plans are not thread-safe)."""
+    thread uses a plan at a time (cuFFT plans are not thread-safe), on one
+    stream (its workspace and scratch are reused in stream order)."""
 
-    def __init__(self, cufft: _CuFFT, config: FftConfig):
+    def __init__(self, cufft: _CuFFT, config: FftConfig, stream: int):
         self.cufft = cufft
-        self.key = config.plan_key()
+        self.key = (config.plan_key(), stream)
         self.lock = threading.Lock()
         self.handle = ctypes.c_int(0)
         self.scratch = None
@@ -432,18 +435,19 @@ def _cublas() -> _CuBLAS:
         return _cublas_instance
 
 
-def prepare(config: FftConfig) -> _Plan:
-    """The cuFFT plan of `config`, created once per plan key (in the
-    primary context; not while a CUDA graph is being captured)."""
+def prepare(config: FftConfig, stream: int = 0) -> _Plan:
+    """The cuFFT plan of `config` on `stream`, created once per plan key and
+    stream (in the primary context; not while a CUDA graph is being
+    captured)."""
     from .cuda import current_context
     cufft = _cufft()
-    key = config.plan_key()
+    key = (config.plan_key(), int(stream))
     with _state_lock:
         plan = _plans.get(key)
     if plan is not None:
         return plan
     with current_context():
-        plan = _Plan(cufft, config)
+        plan = _Plan(cufft, config, int(stream))
         if config.inverse:
             _cublas()
     with _state_lock:
@@ -491,7 +495,7 @@ def _run_cufft(ctx, config: FftConfig) -> None:
         ctx.memset(config.output.slice, 0, 1, config.output.nbytes)
         return
     from .cuda import _check, _driver, current_context
-    plan = prepare(config)
+    plan = prepare(config, stream)
     lib = plan.cufft.lib
     vp = ctypes.c_void_p
     source = ctx.pointer(config.input.slice)

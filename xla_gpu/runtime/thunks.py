@@ -451,7 +451,7 @@ class FftThunk(Thunk):
     def prepare(self, ctx: ExecutionContext) -> None:
         if ctx.target == "cuda":
             from . import fft
-            fft.prepare(self.config)
+            fft.prepare(self.config, int(ctx.stream or 0))
 
     def buffer_uses(self):
         return [(self.config.input.slice, False), (self.config.output.slice, True)]
