@@ -21,7 +21,11 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+try:
+    import xla_gpu  # noqa: F401  (the installed package)
+except ImportError:   # a bare source tree
+    sys.path.insert(0, str(REPO))
 
 from xla_gpu.hlo import parse_file  # noqa: E402
 from xla_gpu.hlo.passes import PassContext, node_cost, optimize  # noqa: E402
@@ -78,6 +82,9 @@ def main() -> int:
         header += f" {'run ms ours/xla':>18} {'ratio':>6}"
     print(header)
     ratios = []
+    if args.run:   # ffi_call's handler, as bench/programs.py registers it
+        from programs import _register_python_handlers
+        _register_python_handlers()
     for d in dirs:
         before = parse_file(d / "before_optimizations.hlo")
         xla = parse_file(d / "after_optimizations_cpu.hlo")

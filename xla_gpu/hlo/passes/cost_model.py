@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
+from ..fusions import ELEMENTWISE_OPCODES
 from ..module import HloComputation, HloInstruction
 from .util import byte_size
 
@@ -175,8 +176,16 @@ def _evaluations(roots: list[HloInstruction], order: list[HloInstruction],
             for o in inst.operands:
                 count[id(o)] = count.get(id(o), 0.0) + float(_elements(o))
             continue
+        same_index = op in ELEMENTWISE_OPCODES
         for o in dict.fromkeys(inst.operands):
-            count[id(o)] = count.get(id(o), 0.0) + e
+            if same_index and o.shape.dims == inst.shape.dims:
+                # Read at the consumer's own index: the emitters compute a
+                # value once per index, however many elementwise users read
+                # it there (summing would count a DAG's shared values once
+                # per path: 2^10 times in Philox's ten rounds).
+                count[id(o)] = max(count.get(id(o), 0.0), e)
+            else:
+                count[id(o)] = count.get(id(o), 0.0) + e
     return count, flops
 
 

@@ -125,7 +125,7 @@ def classify_body(body: HloComputation) -> BodyInfo:
     to the loop emitter for a reduction or a tiled transpose)."""
     roots = fusion_roots(body)
     if any(r.shape.is_tuple for r in roots) and not (
-            len(roots) == 1 and roots[0].opcode == "reduce"):
+            len(roots) == 1 and roots[0].opcode in ("reduce", "reduce-window")):
         return BodyInfo("loop", [], False, "nested tuple outputs")
     heroes = [find_hero(r) for r in roots]
     if any(h.opcode == "scatter" for h in heroes):
