@@ -19,7 +19,8 @@ from xla_gpu.runtime import fft as fft_runtime
 from xla_gpu.runtime.buffers import BufferSlice
 from xla_gpu.runtime.fft import FftConfig, cufft_layout_error, fft_reference
 from xla_gpu.runtime.program import load_program
-from xla_gpu.runtime.thunks import ArrayRef, FftThunk, thunk_from_dict, walk
+from xla_gpu.runtime.thunks import (ArrayRef, ExecutionContext, FftThunk, thunk_from_dict,
+                                    walk)
 
 _COMPLEX = {"f32": "c64", "f64": "c128"}
 _REAL = {"c64": "f32", "c128": "f64"}
@@ -276,6 +277,13 @@ def test_missing_cufft_is_a_clear_error(monkeypatch):
         fft_runtime.cufft_library()
     with pytest.raises(CudaUnavailableError, match="cuBLAS not found"):
         fft_runtime.cublas_library()
+    # An fft thunk run on cuda says which instruction needed cuFFT.
+    monkeypatch.setattr(fft_runtime, "_cufft_instance", None)
+    monkeypatch.setattr(fft_runtime, "_plans", {})
+    config = FftConfig("FFT", (8,), _ref((4, 8), "c64"), _ref((4, 8), "c64", 256))
+    ctx = ExecutionContext("cuda", [1 << 20], {})
+    with pytest.raises(CudaUnavailableError, match="fft 'spectrum': cuFFT not found"):
+        FftThunk("spectrum", config).execute(ctx)
 
 
 def _gpu_with_cufft() -> bool:

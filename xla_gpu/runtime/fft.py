@@ -447,9 +447,9 @@ def prepare(config: FftConfig, stream: int = 0) -> _Plan:
     if plan is not None:
         return plan
     with current_context():
-        plan = _Plan(cufft, config, int(stream))
-        if config.inverse:
+        if config.inverse:   # cuBLAS first: a missing library leaks no plan
             _cublas()
+        plan = _Plan(cufft, config, int(stream))
     with _state_lock:
         existing = _plans.get(key)
         if existing is not None:   # another thread made it meanwhile

@@ -444,8 +444,12 @@ class FftThunk(Thunk):
     config: Any = None          # fft.FftConfig
 
     def execute(self, ctx: ExecutionContext) -> None:
+        from ..errors import CudaError
         from . import fft
-        fft.run_fft(ctx, self.config)
+        try:
+            fft.run_fft(ctx, self.config)
+        except CudaError as e:   # name the instruction (a missing cuFFT, a plan refused)
+            raise type(e)(f"fft '{self.name}': {e}") from e
         ctx.stats["ffts"] += 1
 
     def prepare(self, ctx: ExecutionContext) -> None:
