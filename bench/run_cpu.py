@@ -21,6 +21,9 @@ run, over the corpus of bench/corpus.py:
    jax's with xla_gpu.hlo.numerics.compare.
 3. Peak memory (ru_maxrss) of a process that compiles the whole corpus
    (ours, target="cuda"), and of one that compiles it with XLA:CPU.
+4. Whole programs (tests/python/programs, `--programs N`): cpu-target run
+   time and warm compile (target="cuda", to cubin) against XLA:CPU's
+   jax.jit of the same program.
 
 Writes bench/results/run_cpu.{md,json,png} and the run_cpu section of
 bench/RESULTS.md (--no-results-md to leave it alone). jax and matplotlib
@@ -351,13 +354,144 @@ def peak_memory(cases, env: dict) -> dict:
     return out
 
 
+# -- 4. whole programs ------------------------------------------------------------------
+
+# Programs first in the table (the rest follow in name order): a training
+# step, a transformer block, normalization, reductions, loops, gathers.
+_PROGRAM_ORDER = ("mlp_train_step", "transformer_block", "adam_step", "layer_norm_bf16",
+                  "softmax_xent", "reductions", "scan_rnn", "embedding_lookup",
+                  "kv_cache_update", "conv_grouped_grad", "sort_topk", "random_dropout")
+
+
+def program_selection(count: int | None) -> list[str]:
+    """The first `count` programs of tests/python/programs (None: all) in
+    _PROGRAM_ORDER, then by name."""
+    sys.path.insert(0, str(ROOT / "tests" / "python"))
+    from program_data import program_names
+    names = program_names()
+    ordered = [n for n in _PROGRAM_ORDER if n in names] + sorted(
+        n for n in names if n not in _PROGRAM_ORDER)
+    return ordered if count is None else ordered[:max(count, 0)]
+
+
+def whole_programs(names: list[str], repeat: int, rounds: int, target_s: float,
+                   log) -> list[dict]:
+    """Per program (JAX's pre-optimization HLO, `before_optimizations.hlo`,
+    through xla_gpu's own HLO passes, as XLA:CPU gets it from jax):
+      - run time: `exe.run(*inputs)` of `xla_gpu.compile(text, target="cpu")`
+        on the stored inputs (checked against the stored XLA:CPU outputs)
+        against `jax.jit(fn)` of the program's jax function on device-put
+        inputs of the same shapes, rounds alternating;
+      - warm compile: `xla_gpu.compile(text, target="cuda", cache=False)`
+        (every kernel to cubin when ptxas is found) against
+        `jax.jit(fn).lower(*args).compile()` of a fresh function after
+        `jax.clear_caches()`, after one warm-up each, alternating.
+    Programs whose jax side needs a setup hook (ffi_call registers a C
+    handler with jax, which retypes ctypes' PyCapsule_New for the whole
+    process) are left out."""
+    import jax
+    import numpy as np
+
+    import xla_gpu
+    from xla_gpu import hlo
+    sys.path.insert(0, str(ROOT / "tests" / "python"))
+    from program_data import load_program
+    sys.path.insert(0, str(HERE))
+    from programs import _jax_programs, _register_python_handlers
+    _register_python_handlers()
+    jax_programs = _jax_programs() or {}
+    rows = []
+    for name in names:
+        prog = jax_programs.get(name)
+        row = {"program": name}
+        if prog is None or prog.setup is not None:
+            row["skipped"] = ("no jax function" if prog is None else
+                              "its jax side registers a C handler (left out)")
+            rows.append(row)
+            continue
+        log(f"[program] {name}")
+        data = load_program(name)
+        text = data.before_path.read_text()
+        args = prog.make_inputs(np.random.default_rng(0))
+        with jax.enable_x64(prog.x64):
+            jitted = jax.jit(prog.fn, keep_unused=True)
+            dev = jax.device_put(args, jax.devices("cpu")[0])
+
+            def xla_call(jitted=jitted, dev=dev):
+                return jax.block_until_ready(jitted(*dev))
+
+            def xla_compile(fn=prog.fn, args=args):
+                jax.clear_caches()
+
+                def fresh(*a):
+                    return fn(*a)
+                t0 = time.perf_counter()
+                jax.jit(fresh, keep_unused=True).lower(*args).compile()
+                return time.perf_counter() - t0
+            try:
+                exe = xla_gpu.compile(text, target="cpu")
+                results = exe.run(*data.inputs)
+                row["match"] = not data.mismatches(results, hlo.parse_module(text))
+                row["kernels"] = len(exe.kernels)
+                row["launches"] = exe.kernel_launches()
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {bl.first_line(e, 160)}"
+                exe = None
+            xla_call()
+            t0 = time.perf_counter()
+            xla_call()
+            n_x = int(min(max(target_s / max(time.perf_counter() - t0, 1e-6), 3), 2000))
+            n_o = 3
+            if exe is not None:
+                t0 = time.perf_counter()
+                exe.run(*data.inputs)
+                n_o = int(min(max(target_s / max(time.perf_counter() - t0, 1e-6), 3), 2000))
+            ours, xla = [], []
+            for _ in range(rounds):
+                if exe is not None:
+                    t0 = time.perf_counter()
+                    for _ in range(n_o):
+                        exe.run(*data.inputs)
+                    ours.append((time.perf_counter() - t0) / n_o)
+                t0 = time.perf_counter()
+                for _ in range(n_x):
+                    xla_call()
+                xla.append((time.perf_counter() - t0) / n_x)
+            row["ours_run_s"] = bl.median(ours) if ours else None
+            row["xla_run_s"] = bl.median(xla)
+
+            warm_ours, warm_xla = [], []
+            cuda_ok = True
+            try:
+                xla_gpu.compile(text, target="cuda", cache=False)
+            except Exception as e:
+                row["compile_error"] = f"{type(e).__name__}: {bl.first_line(e, 160)}"
+                cuda_ok = False
+            xla_compile()
+            for _ in range(repeat):
+                if cuda_ok:
+                    gc.collect()
+                    t0 = time.perf_counter()
+                    xla_gpu.compile(text, target="cuda", cache=False)
+                    warm_ours.append(time.perf_counter() - t0)
+                gc.collect()
+                warm_xla.append(xla_compile())
+            row["ours_compile_s"] = bl.median(warm_ours) if warm_ours else None
+            row["xla_compile_s"] = bl.median(warm_xla)
+        rows.append(row)
+        del xla_call, dev
+        gc.collect()
+    return rows
+
+
 # -- the report ------------------------------------------------------------------------
 
 def _ms(s):
     return None if s is None else s * 1e3
 
 
-def report(meta: dict, comp_rows, run_rows, peak, chart_note: str) -> str:
+def report(meta: dict, comp_rows, run_rows, peak, chart_note: str,
+           program_rows=()) -> str:
     out = [f"## On a machine without a GPU: `{meta['command']}`", "",
            f"- date: {meta['date']}",
            f"- machine: {meta['machine_line']}",
@@ -468,6 +602,48 @@ def report(meta: dict, comp_rows, run_rows, peak, chart_note: str) -> str:
                     f"({'met' if geomean is not None and geomean <= 1.0 else 'not met'}); "
                     f"no case worse than 2x — worst {bl.fmt_ratio(worst)} ({worst_case}; "
                     f"{'met' if not over else 'not met: ' + ', '.join(over)}).", ""]
+    if program_rows:
+        out += ["### Whole programs: cpu-target run time and warm compile vs XLA:CPU", "",
+                "The programs of tests/python/programs (part 1), JAX's pre-optimization "
+                "HLO through xla_gpu's HLO passes. Run: `exe.run(*inputs)` of "
+                "`xla_gpu.compile(text, target=\"cpu\")` (every kernel launched from "
+                "Python, outputs allocated per run) vs `jax.jit(fn)` on device-put "
+                "inputs. Compile: warm `xla_gpu.compile(text, target=\"cuda\", "
+                "cache=False)`, every kernel to cubin (ptxas) vs `jax.jit(fn).lower(*args)"
+                ".compile()` after `jax.clear_caches()`. Medians; ours and XLA "
+                "alternate. Result: ours against XLA:CPU's stored outputs.", ""]
+        rows, r_run, r_comp = [], [], []
+        for r in program_rows:
+            if r.get("skipped"):
+                rows.append([r["program"], "-", "-", "-", "-", "-", "-", "-", "-",
+                             r["skipped"]])
+                continue
+            a = bl.ratio(r.get("ours_run_s"), r.get("xla_run_s"))
+            b = bl.ratio(r.get("ours_compile_s"), r.get("xla_compile_s"))
+            if a is not None:
+                r_run.append(a)
+            if b is not None:
+                r_comp.append(b)
+            result = ("error: " + r["error"]) if r.get("error") else \
+                ("ok" if r.get("match") else "differs from XLA:CPU")
+            if r.get("compile_error"):
+                result += "; cuda compile: " + r["compile_error"]
+            rows.append([r["program"], str(r.get("kernels", "-")),
+                         str(r.get("launches", "-")), bl.fmt(_ms(r.get("ours_run_s")), 2),
+                         bl.fmt(_ms(r.get("xla_run_s")), 2), bl.fmt_ratio(a),
+                         bl.fmt(_ms(r.get("ours_compile_s")), 0),
+                         bl.fmt(_ms(r.get("xla_compile_s")), 0), bl.fmt_ratio(b), result])
+        g_run, g_comp = bl.geomean(r_run), bl.geomean(r_comp)
+        rows.append(["**geomean**", "", "", "", "", f"**{bl.fmt_ratio(g_run)}**", "", "",
+                     f"**{bl.fmt_ratio(g_comp)}**", ""])
+        out += [bl.md_table(["program", "kernels", "launches/run", "ours run ms",
+                             "XLA:CPU run ms", "ratio run", "ours warm compile ms",
+                             "XLA:CPU warm compile ms", "ratio compile", "result"], rows,
+                            "l" + "r" * 8 + "l"), ""]
+        out += [f"Goals: run ratio ≤ 1.0 — geomean {bl.fmt_ratio(g_run)} "
+                f"({'met' if g_run is not None and g_run <= 1 else 'not met'}); warm "
+                f"compile ratio ≤ 1.0 — geomean {bl.fmt_ratio(g_comp)} "
+                f"({'met' if g_comp is not None and g_comp <= 1 else 'not met'}).", ""]
     if peak:
         out += ["### Peak memory of compiling the whole corpus (one process, "
                 "ru_maxrss)", ""]
@@ -528,7 +704,10 @@ def main(argv=None) -> int:
     parser.add_argument("--round-seconds", type=float, default=0.25)
     parser.add_argument("--quick", action="store_true", help="repeat 2, cold 1, rounds 2")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=["compile", "cold", "run", "memory"])
+                        choices=["compile", "cold", "run", "memory", "programs"])
+    parser.add_argument("--programs", type=int, default=10, metavar="N",
+                        help="whole programs in the program table (0: none; "
+                             "-1: all of tests/python/programs)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--no-results-md", action="store_true",
                         help="do not rewrite the run_cpu section of bench/RESULTS.md")
@@ -558,6 +737,10 @@ def main(argv=None) -> int:
         if "run" not in args.skip else []
     log("[memory]")
     peak = peak_memory(cases, env) if "memory" not in args.skip else {}
+    program_names = [] if "programs" in args.skip else \
+        program_selection(None if args.programs < 0 else args.programs)
+    program_rows = whole_programs(program_names, max(args.repeat // 2, 2), args.rounds,
+                                  args.round_seconds, log) if program_names else []
     try:
         from importlib.metadata import version
         mlir_version = version("xtc-mlir-python-bindings")
@@ -572,10 +755,11 @@ def main(argv=None) -> int:
             "wall_s": time.perf_counter() - start}
     args.out.mkdir(parents=True, exist_ok=True)
     note = chart(args.out / "run_cpu.png", comp_rows, run_rows)
-    text = report(meta, comp_rows, run_rows, peak, note)
+    text = report(meta, comp_rows, run_rows, peak, note, program_rows)
     (args.out / "run_cpu.md").write_text(text)
     (args.out / "run_cpu.json").write_text(json.dumps(
-        {"meta": meta, "compile": comp_rows, "run": run_rows, "peak_memory": peak},
+        {"meta": meta, "compile": comp_rows, "run": run_rows, "peak_memory": peak,
+         "programs": program_rows},
         indent=1, default=str))
     if not args.no_results_md:
         bl.update_section(HERE / "RESULTS.md", "run_cpu", text)
