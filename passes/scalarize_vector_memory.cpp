@@ -99,6 +99,18 @@ void copyAsInteger(LLVM::LoadOp load) {
   load.erase();
 }
 
+// The per-access metadata of `from` on `to`: access groups (the thread
+// loop's parallel accesses, xla-emulate-grid: LLVM takes a loop for
+// parallel only when every access in it is in the group), alias scopes and
+// TBAA.
+template <typename OpT>
+void copyAccessMetadata(OpT from, OpT to) {
+  to.setAccessGroupsAttr(from.getAccessGroupsAttr());
+  to.setAliasScopesAttr(from.getAliasScopesAttr());
+  to.setNoaliasScopesAttr(from.getNoaliasScopesAttr());
+  to.setTbaaAttr(from.getTbaaAttr());
+}
+
 void splitLoad(LLVM::LoadOp load, Type element) {
   auto vector = cast<VectorType>(load.getType());
   int64_t n = vector.getNumElements();
@@ -108,11 +120,13 @@ void splitLoad(LLVM::LoadOp load, Type element) {
   SmallVector<Value> elements;
   for (int64_t i = 0; i < n; ++i) {
     Value addr = elementAddress(b, loc, load.getAddr(), element, i);
-    elements.push_back(LLVM::LoadOp::create(
+    auto part = LLVM::LoadOp::create(
         b, loc, element, addr,
         elementAlignment(load.getAlignment().value_or(0), i, bytes),
         /*isVolatile=*/false, load.getNontemporal(), load.getInvariant(),
-        load.getInvariantGroup()));
+        load.getInvariantGroup());
+    copyAccessMetadata(load, part);
+    elements.push_back(part);
   }
   Value whole = vector::FromElementsOp::create(b, loc, vector, elements);
   load.getResult().replaceAllUsesWith(whole);
@@ -133,11 +147,12 @@ void splitStore(LLVM::StoreOp store, Type element) {
                                                    ArrayRef<int64_t>{i})
                              .getResult();
     Value addr = elementAddress(b, loc, store.getAddr(), element, i);
-    LLVM::StoreOp::create(
+    auto part = LLVM::StoreOp::create(
         b, loc, scalar, addr,
         elementAlignment(store.getAlignment().value_or(0), i, bytes),
         /*isVolatile=*/false, store.getNontemporal(),
         store.getInvariantGroup());
+    copyAccessMetadata(store, part);
   }
   store.erase();
 }

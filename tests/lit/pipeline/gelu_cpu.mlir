@@ -23,7 +23,9 @@
 
 // Host LLVM: no NVVM, no gpu ops, no libdevice; each thread's vector<4xbf16>
 // access is four scalar ones (xla-scalarize-vector-memory: the thread loop
-// has no vector values, so LLVM vectorizes it across threads); tanh is
+// has no vector values, so LLVM vectorizes it across threads), each in the
+// thread loop's access group (LLVM takes a loop for parallel only when every
+// access in it is in the group); tanh is
 // arithmetic (xla-approximate-host-math: e / (e + 2), e = expm1(2|x|), no
 // libm call); bf16 arithmetic in f32; the C-interface wrappers.
 // The thread loop's latch carries the parallel-accesses annotation (the
@@ -34,20 +36,20 @@
 // HOST-NOT: __nv_
 // HOST-LABEL: llvm.func @main_host_blocks(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: i64, %arg3: i64) attributes {llvm.emit_c_interface}
 // HOST-NOT: vector<4xbf16>
-// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> i16
-// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> i16
-// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> i16
-// HOST: llvm.load %{{.*}} invariant : !llvm.ptr -> i16
+// HOST: llvm.load %{{.*}} invariant {access_groups = [#[[GROUP]]]} : !llvm.ptr -> i16
+// HOST: llvm.load %{{.*}} invariant {access_groups = [#[[GROUP]]]} : !llvm.ptr -> i16
+// HOST: llvm.load %{{.*}} invariant {access_groups = [#[[GROUP]]]} : !llvm.ptr -> i16
+// HOST: llvm.load %{{.*}} invariant {access_groups = [#[[GROUP]]]} : !llvm.ptr -> i16
 // HOST: llvm.fmul %{{.*}} : f32
 // HOST-NOT: llvm.intr.tanh
 // HOST-NOT: llvm.call
 // HOST: llvm.intr.floor(%{{.*}}) : (f32) -> f32
 // HOST: llvm.fdiv %{{.*}} : f32
 // HOST: llvm.intr.copysign(%{{.*}}) : (f32, f32) -> f32
-// HOST: llvm.store %{{.*}} : i16, !llvm.ptr
-// HOST: llvm.store %{{.*}} : i16, !llvm.ptr
-// HOST: llvm.store %{{.*}} : i16, !llvm.ptr
-// HOST: llvm.store %{{.*}} : i16, !llvm.ptr
+// HOST: llvm.store %{{.*}} {access_groups = [#[[GROUP]]]} : i16, !llvm.ptr
+// HOST: llvm.store %{{.*}} {access_groups = [#[[GROUP]]]} : i16, !llvm.ptr
+// HOST: llvm.store %{{.*}} {access_groups = [#[[GROUP]]]} : i16, !llvm.ptr
+// HOST: llvm.store %{{.*}} {access_groups = [#[[GROUP]]]} : i16, !llvm.ptr
 // HOST-NOT: vector<4xbf16>
 // HOST: llvm.br ^{{.*}} {loop_annotation = #[[LOOP]]}
 // HOST-NOT: llvm.loop_annotation
