@@ -146,7 +146,9 @@ def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
     arguments, written in place). `tensor.extract`/`tensor.insert` and 1-d
     `vector.transfer_read`/`transfer_write` become a `getelementptr` and an
     `llvm.load`/`llvm.store` (vector-wide where vectorized; `invariant` on
-    arguments the function never writes; `i1` stored as `i8`);
+    arguments the function never writes; `i1` stored as `i8`; `complex<T>`
+    as a struct of its parts, taken apart by `llvm.extractvalue` into
+    `complex.create` and put together from `complex.re` / `complex.im`);
     `xla_gpu.allocate_shared` becomes a global in shared memory (address
     space 3), `xla_gpu.sync_threads` a `gpu.barrier`, tensor constants
     private globals.
@@ -162,6 +164,8 @@ def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
     or 16 bits (and i1, a byte) are updated through the aligned 32-bit word
     that holds them: the CAS loop replaces their bits in the word, and
     or/and/xor are word-wide atomics that leave the other bits unchanged.
+    A `complex.add` on a complex element is two float `fadd` atomics, one
+    per part (as XLA does); no other complex update is lowered.
 
     With `native-16bit-float-add` (the cuda pipeline), f16 and bf16 `addf`
     is one `llvm.atomicrmw fadd` on the element too: NVPTX emits the native
@@ -176,7 +180,20 @@ def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
            "Lower f16/bf16 atomic adds to llvm.atomicrmw fadd (NVPTX)">,
   ];
   let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::gpu::GPUDialect",
-                           "mlir::arith::ArithDialect", "mlir::scf::SCFDialect"];
+                           "mlir::arith::ArithDialect", "mlir::scf::SCFDialect",
+                           "mlir::complex::ComplexDialect"];
+}
+
+def ExpandComplexPass : Pass<"xla-expand-complex", "mlir::ModuleOp"> {
+  let summary = "Replaces complex values by their real and imaginary parts";
+  let description = [{
+    Runs after `convert-complex-to-standard`: every `complex<T>` value that
+    is left (function arguments and results, scf-carried values, selects,
+    `complex.create` / `re` / `im` / `constant`) becomes its two `T` parts,
+    so that the target lowerings see floats only.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect",
+                           "mlir::complex::ComplexDialect"];
 }
 
 def SimplifyAffinePass : Pass<"xla-simplify-affine", "mlir::ModuleOp"> {

@@ -5,6 +5,7 @@
 #include "XlaGpuDialect.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "mlir/Dialect/Complex/IR/Complex.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -61,10 +62,35 @@ BlockArgument traceToArgument(Value value,
   return {};
 }
 
-// Element types as stored in memory: i1 takes a byte.
+// Element types as stored in memory: i1 takes a byte, complex<T> is a
+// struct of its real and imaginary parts (as XLA and C lay them out).
 Type storageType(Type element) {
   if (element.isInteger(1)) return IntegerType::get(element.getContext(), 8);
+  if (auto complex = dyn_cast<ComplexType>(element)) {
+    Type part = complex.getElementType();
+    return LLVM::LLVMStructType::getLiteral(element.getContext(), {part, part});
+  }
   return element;
+}
+
+// A loaded complex<T> struct as a complex value (complex.create of its
+// parts: `convert-complex-to-standard` and xla-expand-complex then keep the
+// parts apart).
+Value complexFromStruct(OpBuilder &b, Location loc, ComplexType type,
+                        Value loaded) {
+  Value re = LLVM::ExtractValueOp::create(b, loc, loaded, ArrayRef<int64_t>{0});
+  Value im = LLVM::ExtractValueOp::create(b, loc, loaded, ArrayRef<int64_t>{1});
+  return complex::CreateOp::create(b, loc, type, re, im);
+}
+
+// A complex value as the struct stored for it.
+Value structFromComplex(OpBuilder &b, Location loc, Value value) {
+  Type storage = storageType(value.getType());
+  Value result = LLVM::PoisonOp::create(b, loc, storage);
+  result = LLVM::InsertValueOp::create(
+      b, loc, result, complex::ReOp::create(b, loc, value), ArrayRef<int64_t>{0});
+  return LLVM::InsertValueOp::create(
+      b, loc, result, complex::ImOp::create(b, loc, value), ArrayRef<int64_t>{1});
 }
 
 // The GEP index: an i32 index cast to `index` is used as it is, anything
@@ -106,7 +132,9 @@ struct LowerExtract : OpConversionPattern<tensor::ExtractOp> {
         rewriter, loc, storageType(element), addr, /*alignment=*/0,
         /*isVolatile=*/false, /*isNonTemporal=*/false,
         /*isInvariant=*/analysis.invariantReads.contains(op));
-    if (storageType(element) != element)
+    if (auto complex = dyn_cast<ComplexType>(element))
+      loaded = complexFromStruct(rewriter, loc, complex, loaded);
+    else if (storageType(element) != element)
       loaded = arith::TruncIOp::create(rewriter, loc, element, loaded);
     rewriter.replaceOp(op, loaded);
     return success();
@@ -124,7 +152,9 @@ struct LowerInsert : OpConversionPattern<tensor::InsertOp> {
     Value addr = elementAddress(rewriter, loc, adaptor.getDest(), element,
                                 adaptor.getIndices());
     Value value = adaptor.getScalar();
-    if (storageType(element) != element)
+    if (isa<ComplexType>(element))
+      value = structFromComplex(rewriter, loc, value);
+    else if (storageType(element) != element)
       value = arith::ExtUIOp::create(rewriter, loc, storageType(element), value);
     LLVM::StoreOp::create(rewriter, loc, value, addr);
     rewriter.replaceOp(op, adaptor.getDest());
@@ -279,6 +309,39 @@ std::optional<AtomicPlan> planAtomic(AtomicRMWOp op, bool native16BitFloatAdd) {
   return plan;
 }
 
+// A complex atomic_rmw that adds a value to %current: the value's
+// parts are added to the element's parts by two float atomics (as XLA does;
+// each part's sum is exact in the end, the pair is not one atomic update).
+std::optional<AtomicPlan> planComplexAdd(AtomicRMWOp op) {
+  Block *body = op.getBody();
+  Value current = op.getCurrentValue();
+  Value result = cast<YieldOp>(body->getTerminator()).getValues().front();
+  AtomicPlan plan{AtomicPlan::kBinary, LLVM::AtomicBinOp::fadd};
+  complex::AddOp add;
+  for (Operation &inner : body->without_terminator()) {
+    bool usesCurrent = false;
+    inner.walk([&](Operation *nested) {
+      for (Value v : nested->getOperands())
+        usesCurrent |= v == current || (add && v == add.getResult());
+    });
+    if (!isMemoryEffectFree(&inner)) return std::nullopt;
+    if (!usesCurrent) {
+      plan.independent.push_back(&inner);
+      continue;
+    }
+    add = dyn_cast<complex::AddOp>(&inner);
+    if (!add || plan.operand) return std::nullopt;  // one step only
+    if (add.getLhs() == current && add.getRhs() != current)
+      plan.operand = add.getRhs();
+    else if (add.getRhs() == current && add.getLhs() != current)
+      plan.operand = add.getLhs();
+    else
+      return std::nullopt;
+  }
+  if (!add || result != add.getResult()) return std::nullopt;
+  return plan;
+}
+
 // The aligned 32-bit word holding a narrow element: its address, the
 // element's bit offset in it and the mask of the other elements' bits.
 struct Word {
@@ -338,12 +401,38 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
     Type storage = storageType(element);
     Value addr = elementAddress(rewriter, loc, adaptor.getInput(), element,
                                 adaptor.getIndices());
+    if (auto complex = dyn_cast<ComplexType>(element)) {
+      std::optional<AtomicPlan> plan = planComplexAdd(op);
+      if (!plan)
+        return rewriter.notifyMatchFailure(op, "a complex update that is not "
+                                               "an addition");
+      emitComplexAdd(rewriter, loc, *plan, addr, complex.getElementType());
+      rewriter.replaceOp(op, adaptor.getInput());
+      return success();
+    }
     if (std::optional<AtomicPlan> plan = planAtomic(op, native16BitFloatAdd))
       emitAtomic(rewriter, loc, op, *plan, addr, storage);
     else
       emitCasLoop(rewriter, loc, op, addr, storage);
     rewriter.replaceOp(op, adaptor.getInput());
     return success();
+  }
+
+  void emitComplexAdd(ConversionPatternRewriter &rewriter, Location loc,
+                      const AtomicPlan &plan, Value addr, Type part) const {
+    IRMapping mapping;
+    for (Operation *inner : plan.independent) rewriter.clone(*inner, mapping);
+    Value operand = mapping.lookupOrDefault(plan.operand);
+    Value parts[2] = {complex::ReOp::create(rewriter, loc, operand),
+                      complex::ImOp::create(rewriter, loc, operand)};
+    for (int k = 0; k < 2; ++k) {
+      Value partAddr = LLVM::GEPOp::create(
+          rewriter, loc, addr.getType(), part, addr,
+          ArrayRef<LLVM::GEPArg>{k}, LLVM::GEPNoWrapFlags::inbounds);
+      LLVM::AtomicRMWOp::create(rewriter, loc, LLVM::AtomicBinOp::fadd,
+                                partAddr, parts[k],
+                                LLVM::AtomicOrdering::monotonic);
+    }
   }
 
   void emitAtomic(ConversionPatternRewriter &rewriter, Location loc,
@@ -498,6 +587,25 @@ struct LowerTensorConstant : OpConversionPattern<arith::ConstantOp> {
     auto tensor = dyn_cast<RankedTensorType>(op.getType());
     auto dense = dyn_cast<DenseElementsAttr>(op.getValue());
     if (!tensor || !dense) return failure();
+    if (auto complex = dyn_cast<ComplexType>(tensor.getElementType())) {
+      // The parts, interleaved, as an array of 2N floats (the layout of N
+      // complex structs).
+      auto partType = cast<FloatType>(complex.getElementType());
+      SmallVector<APFloat> parts;
+      parts.reserve(2 * tensor.getNumElements());
+      for (std::complex<APFloat> v : dense.getValues<std::complex<APFloat>>()) {
+        parts.push_back(v.real());
+        parts.push_back(v.imag());
+      }
+      auto flat = RankedTensorType::get(
+          {static_cast<int64_t>(parts.size())}, partType);
+      auto array = LLVM::LLVMArrayType::get(partType, parts.size());
+      rewriter.replaceOp(
+          op, addressOfNewGlobal(rewriter, op, "constant", array,
+                                 /*constant=*/true,
+                                 DenseElementsAttr::get(flat, parts), 0));
+      return success();
+    }
     if (storageType(tensor.getElementType()) != tensor.getElementType())
       return rewriter.notifyMatchFailure(op, "i1 tensor constants");
     auto array = LLVM::LLVMArrayType::get(tensor.getElementType(),
@@ -520,11 +628,20 @@ LogicalResult analyze(func::FuncOp func, Analysis &analysis) {
         return op->emitOpError("xla-lower-tensors needs static 1-d tensors "
                                "(run xla-flatten-tensors first), got ")
                << tensor;
-      if (!tensor.getElementType().isIntOrFloat())
+      Type element = tensor.getElementType();
+      auto complex = dyn_cast<ComplexType>(element);
+      if (!element.isIntOrFloat() &&
+          !(complex && isa<FloatType>(complex.getElementType())))
         return op->emitOpError("xla-lower-tensors: element type ")
-               << tensor.getElementType() << " is not supported";
+               << element << " is not supported";
     }
-    if (auto atomic = dyn_cast<AtomicRMWOp>(op)) {
+    if (auto atomic = dyn_cast<AtomicRMWOp>(op);
+        atomic && isa<ComplexType>(atomic.getElementType())) {
+      if (!planComplexAdd(atomic))
+        return op->emitOpError("xla-lower-tensors: the only atomic update of "
+                               "complex elements is an addition (complex.add "
+                               "of the current value and another)");
+    } else if (atomic) {
       unsigned bits = storageType(atomic.getElementType()).getIntOrFloatBitWidth();
       if (bits != 8 && bits != 16 && bits != 32 && bits != 64)
         return op->emitOpError("xla-lower-tensors: no atomic update of ")

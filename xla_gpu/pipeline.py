@@ -17,8 +17,9 @@ The stages, as XLA names its own:
   loop-transformation   tensors flattened to 1-d, loads and stores
                         vectorized, the vector loops unrolled
   lowering              pure calls and dead functions resolved, indexing to
-                        (i32) arith, tensors to bare pointers, one argument
-                        per buffer slice, 16-bit float math through f32
+                        (i32) arith, tensors to bare pointers, complex
+                        values as pairs of floats, one argument per buffer
+                        slice, 16-bit float math through f32
   then one backend stage:
   cuda-lowering         warp shuffles to gpu.shuffle, LLVM + NVVM with
                         libdevice calls (xla_gpu.backends.cuda takes it on
@@ -100,6 +101,8 @@ def _lowering(target: str) -> Stage:
         "canonicalize",
         "cse",
         lower_tensors,                          # bare pointers, loads, stores
+        "convert-complex-to-standard",          # complex math on the parts
+        "xla-expand-complex",                   # complex values as two floats
         "xla-merge-pointers",                   # one argument per buffer slice
         "canonicalize",
         "cse",

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from mlir import ir
 from mlir.dialects import arith, math, scf, tensor
+from mlir.dialects import complex as complex_ops
 
 from ..analysis.indexing import output_to_input
 from ..dialects import xla_gpu
@@ -26,7 +27,8 @@ from ..hlo.shape import (Shape, bit_width, is_float, is_signed_int,
 from ..ir import IndexingMap
 from . import float8
 from .float8 import is_minifloat
-from .types import check_supported, dense_attr, element_type, scalar_attr
+from .types import (check_supported, complex_part, dense_attr, element_type, is_complex,
+                    scalar_attr)
 
 __all__ = ["FunctionEmitter", "IndexMaps"]
 
@@ -62,6 +64,8 @@ def _index_const(value: int) -> ir.Value:
 
 
 def _const(type_name: str, value) -> ir.Value:
+    if is_complex(type_name):
+        return complex_ops.constant(element_type(type_name), scalar_attr(type_name, value))
     return arith.constant(element_type(type_name), scalar_attr(type_name, value))
 
 
@@ -631,6 +635,8 @@ def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
     op = inst.opcode
     t = inst.shape.element_type
     in_t = operand_types[0] if operand_types else t
+    if is_complex(in_t) or is_complex(t) or op in ("real", "imag"):
+        return _complex_op(inst, operand_types, args)
     if op == "convert":
         return convert(args[0], in_t, t)
     if op == "bitcast-convert":
@@ -656,9 +662,86 @@ def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
         return convert(emit_elementwise(inner, ["f32"] * len(args), wide), "f32", t)
     if is_float(t) or (op == "is-finite" and is_float(in_t)):
         return _float_op(inst, t, args)
-    if t.startswith("c"):
-        raise inst.unsupported("complex arithmetic is not supported yet")
     return _int_op(inst, t, args)
+
+
+# HLO ops on complex values and the `complex` dialect ops they are (XLA's
+# elemental emitter emits the same ops; `convert-complex-to-standard`
+# lowers them to arith/math on the parts).
+_COMPLEX_UNARY = {
+    "exponential": complex_ops.exp, "exponential-minus-one": complex_ops.expm1,
+    "log": complex_ops.log, "log-plus-one": complex_ops.log1p,
+    "sqrt": complex_ops.sqrt, "rsqrt": complex_ops.rsqrt, "tanh": complex_ops.tanh,
+    "sine": complex_ops.sin, "cosine": complex_ops.cos, "tan": complex_ops.tan,
+    "negate": complex_ops.neg, "sign": complex_ops.sign,
+}
+_COMPLEX_BINARY = {
+    "add": complex_ops.add, "subtract": complex_ops.sub, "multiply": complex_ops.mul,
+    "divide": complex_ops.div, "atan2": complex_ops.atan2,
+}
+
+
+def _complex_op(inst: HloInstruction, operand_types: Sequence[str],
+                args: Values) -> ir.Value:
+    """An elementwise op whose operands or result are c64 / c128."""
+    op = inst.opcode
+    t = inst.shape.element_type
+    in_t = operand_types[0] if operand_types else t
+    if op == "complex":
+        return complex_ops.create_(element_type(t), *args)
+    if op in ("real", "imag"):
+        if is_complex(in_t):
+            part = complex_ops.re(args[0]) if op == "real" else complex_ops.im(args[0])
+            return convert(part, complex_part(in_t), t)
+        # Of a real value: the value itself, and zero.
+        return convert(args[0], in_t, t) if op == "real" else _const(t, 0)
+    if op == "convert":
+        if not is_complex(in_t):
+            # Real -> complex: the real part, a zero imaginary part.
+            part = complex_part(t)
+            return complex_ops.create_(element_type(t), convert(args[0], in_t, part),
+                                       _const(part, 0.0))
+        re, im = complex_ops.re(args[0]), complex_ops.im(args[0])
+        if not is_complex(t):
+            return convert(re, complex_part(in_t), t)   # the real part, as XLA
+        src, dst = complex_part(in_t), complex_part(t)
+        return complex_ops.create_(element_type(t), convert(re, src, dst),
+                                   convert(im, src, dst))
+    if op == "select":
+        return arith.select(*args)
+    if op == "compare":
+        direction = inst.attrs.get("direction")
+        if direction == "EQ":
+            return complex_ops.eq(*args)
+        if direction == "NE":
+            return complex_ops.neq(*args)
+        raise inst.error(f"complex values are not ordered: compare direction {direction!r}")
+    if op == "abs":
+        return complex_ops.abs(args[0])
+    if op in _COMPLEX_UNARY:
+        return _COMPLEX_UNARY[op](args[0])
+    if op in _COMPLEX_BINARY:
+        return _COMPLEX_BINARY[op](*args)
+    if op == "power":
+        return _complex_power(t, *args)
+    raise inst.unsupported(f"{op} is not supported for {t}")
+
+
+def _complex_power(t: str, base: ir.Value, exponent: ir.Value) -> ir.Value:
+    """x ** y = exp(y log x), with the cases that formula gets wrong: any
+    x ** 0 and 1 ** y are 1, and 0 ** y is 0 for a real y > 0."""
+    part = complex_part(t)
+    power = complex_ops.pow(base, exponent)
+    zero, one = _const(t, 0), _const(t, 1)
+    part_zero = _const(part, 0.0)
+    exponent_zero = complex_ops.eq(exponent, zero)
+    base_one = complex_ops.eq(base, one)
+    base_zero = complex_ops.eq(base, zero)
+    real_positive = arith.andi(
+        arith.cmpf(arith.CmpFPredicate.OGT, complex_ops.re(exponent), part_zero),
+        arith.cmpf(arith.CmpFPredicate.OEQ, complex_ops.im(exponent), part_zero))
+    result = arith.select(arith.andi(base_zero, real_positive), zero, power)
+    return arith.select(arith.ori(exponent_zero, base_one), one, result)
 
 
 def _float_op(inst: HloInstruction, t: str, args: Values) -> ir.Value:

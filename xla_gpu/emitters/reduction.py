@@ -46,7 +46,8 @@ Every variant writes its results with `xla_gpu.predicated_insert`.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, tensor, vector
+from mlir.dialects import arith, func, tensor, vector
+from mlir.dialects import complex as complex_ops
 from mlir.ir import AffineExpr
 
 from ..analysis.indexing import (const, delinearize, dim, floordiv, indexing_map,
@@ -113,8 +114,6 @@ def reduction_emitter(fusion) -> "ReductionEmitter":
     return RowReductionEmitter(fusion, layout)
 
 
-# GPU cores (SMs) of an H100/H200: a multi-row reduction should give each work.
-_CORE_COUNT = 132
 _THREADS_PER_BLOCK_TARGET = 256
 
 
@@ -161,7 +160,8 @@ def _multi_row_vector(fusion, layout: ReductionLayout) -> int | None:
         rows, _ = _multi_row_threads(layout, vec)
         return -(-layout.K // rows)
 
-    while v > 1 and blocks(v) < _CORE_COUNT:
+    # Each SM of the device should get a block.
+    while v > 1 and blocks(v) < fusion.device.core_count:
         v //= 2
     if R > WARP_SIZE * v:
         return None
@@ -290,8 +290,54 @@ class ReductionEmitter(KernelEmitter):
     def _shuffle(self, hero, values, distance: int):
         if distance < 1:
             return list(values)
+        values = list(values)
         f = self.scalar_function(hero.attrs["to_apply"])
-        return xla_gpu.build_shuffle_reduce(f.sym_name.value, list(values), distance)
+        if not any(isinstance(v.type, ir.ComplexType) for v in values):
+            return xla_gpu.build_shuffle_reduce(f.sym_name.value, values, distance)
+        # Lanes exchange integers and floats: complex values cross as their
+        # real and imaginary parts, and a combiner over the parts rebuilds
+        # them around the reducer.
+        parts = []
+        for v in values:
+            parts.extend([complex_ops.re(v), complex_ops.im(v)]
+                         if isinstance(v.type, ir.ComplexType) else [v])
+        combiner = self._parts_combiner(f, [v.type for v in values])
+        shuffled = iter(xla_gpu.build_shuffle_reduce(combiner, parts, distance))
+        return [complex_ops.create_(v.type, next(shuffled), next(shuffled))
+                if isinstance(v.type, ir.ComplexType) else next(shuffled) for v in values]
+
+    def _parts_combiner(self, reducer: func.FuncOp, types: list[ir.Type]) -> str:
+        """A combiner over the parts of `types` (complex values as (re, im))
+        that calls `reducer` on the rebuilt values; its symbol name."""
+        made = self.__dict__.setdefault("_parts_combiners", {})
+        key = reducer.sym_name.value
+        if key in made:
+            return made[key]
+
+        def split(t):
+            return [ir.ComplexType(t).element_type] * 2 if isinstance(t, ir.ComplexType) else [t]
+
+        flat = [p for t in types for p in split(t)]
+        with ir.InsertionPoint(self.module.body):
+            f = func.FuncOp(self._unique(key + "_parts"), (flat + flat, flat),
+                            visibility="private")
+        block = f.add_entry_block()
+        with ir.InsertionPoint(block):
+            args = iter(block.arguments)
+            rebuilt = []
+            for _ in range(2):
+                for t in types:
+                    rebuilt.append(complex_ops.create_(t, next(args), next(args))
+                                   if isinstance(t, ir.ComplexType) else next(args))
+            results = func.CallOp(list(reducer.type.results),
+                                  ir.FlatSymbolRefAttr.get(key), rebuilt).results
+            out = []
+            for r in results:
+                out.extend([complex_ops.re(r), complex_ops.im(r)]
+                           if isinstance(r.type, ir.ComplexType) else [r])
+            func.ReturnOp(out)
+        made[key] = f.sym_name.value
+        return made[key]
 
     def _inits(self, params):
         emitter = self.function_emitter(params, lambda i: False)

@@ -10,7 +10,7 @@ from ..hlo.opcodes import MINIFLOAT_TYPES, is_minifloat
 from ..hlo.shape import ELEMENT_TYPES, Shape, bit_width, is_float, is_integral
 
 __all__ = ["element_type", "tensor_type", "scalar_attr", "dense_attr",
-           "check_supported"]
+           "check_supported", "complex_part", "is_complex"]
 
 _FLOATS = {
     "f16": ir.F16Type.get, "bf16": ir.BF16Type.get, "f32": ir.F32Type.get,
@@ -48,8 +48,23 @@ def _signed(value: int, bits: int) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
+def is_complex(name: str) -> bool:
+    return name in ("c64", "c128")
+
+
+def complex_part(name: str) -> str:
+    """The element type of the real and imaginary parts of c64 / c128."""
+    return {"c64": "f32", "c128": "f64"}[name]
+
+
 def scalar_attr(name: str, value) -> ir.Attribute:
     t = element_type(name)
+    if name in ("c64", "c128"):
+        # complex.constant's value: [re, im].
+        part = element_type(complex_part(name))
+        value = complex(value)
+        return ir.ArrayAttr.get([ir.FloatAttr.get(part, value.real),
+                                 ir.FloatAttr.get(part, value.imag)])
     if is_minifloat(name):
         bits = np.array([value], dtype=ELEMENT_TYPES[name]).view(np.uint8)[0]
         return ir.IntegerAttr.get(t, _signed(int(bits), 8))
@@ -68,13 +83,19 @@ def dense_attr(shape: Shape, array: np.ndarray) -> ir.DenseElementsAttr:
         return ir.DenseElementsAttr.get(bits, type=t.element_type, shape=list(shape.dims))
     if is_integral(shape.element_type) and 1 < bit_width(shape.element_type) < 8:
         array = array.astype(np.int8 if shape.element_type.startswith("s") else np.uint8)
+    if shape.element_type in ("c64", "c128"):
+        # Interleaved (re, im) pairs, handed over as the parts' bits.
+        array = array.astype(ELEMENT_TYPES[shape.element_type])
+        part = array.dtype.itemsize // 2
+        return ir.DenseElementsAttr.get(array.view(np.dtype(f"u{part}")),
+                                        type=t.element_type, shape=list(shape.dims))
     width = array.dtype.itemsize * 8
     raw = array.view(np.dtype(f"u{array.dtype.itemsize}")) if width <= 64 else array
     return ir.DenseElementsAttr.get(raw, type=t.element_type, shape=list(shape.dims))
 
 
 _SUPPORTED = {"pred", "s2", "s4", "s8", "s16", "s32", "s64", "u2", "u4", "u8", "u16",
-              "u32", "u64", "f16", "bf16", "f32", "f64"}
+              "u32", "u64", "f16", "bf16", "f32", "f64", "c64", "c128"}
 # f8 and f4 values can be loaded, stored, compared and converted through
 # f32; arithmetic on them is done in f32 as XLA does.
 _F8 = frozenset(MINIFLOAT_TYPES)

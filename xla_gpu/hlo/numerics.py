@@ -31,6 +31,9 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "f8e4m3fnuz": (0.125, 1e-2), "f8e5m2fnuz": (0.25, 1e-2),
     "f8e4m3b11fnuz": (0.125, 1e-2), "f8e3m4": (0.0625, 1e-2),
     "f4e2m1fn": (0.5, 0.25),
+    # Complex values: each part as its float type.
+    "c64": (2e-5, 1e-6),
+    "c128": (1e-10, 1e-12),
 }
 
 
@@ -82,6 +85,19 @@ def compare(actual: np.ndarray, expected: np.ndarray, element_type: str,
     finite expected magnitude (see `has_reduction`)."""
     if actual.shape != expected.shape:
         return Mismatch(output, (), actual.shape, expected.shape, -1, -1)
+    if element_type in ("c64", "c128"):
+        # The real and imaginary parts, each within the tolerance.
+        part = "f32" if element_type == "c64" else "f64"
+        tolerance_of = {"c64": "f32", "c128": "f64"}.get(tolerance_of or element_type,
+                                                         tolerance_of)
+        parts = [np.stack([np.real(x), np.imag(x)], axis=-1) for x in (actual, expected)]
+        mm = compare(parts[0], parts[1], part, output, tolerance_of, scale_relative)
+        if mm is None:
+            return None
+        # Reported at the complex element; the count is of differing parts.
+        where = mm.index[:-1]
+        return Mismatch(output, where, actual[where], expected[where], mm.count,
+                        mm.total)
     if not is_float(element_type):
         bad = actual != expected
         if not bad.any():

@@ -17,8 +17,8 @@ func.func @fresh_tensor(%x: f32) -> tensor<4xf32> {
 
 // -----
 
-func.func @complex(%t: tensor<4xcomplex<f32>>, %i: index) -> complex<f32> {
-  // expected-error @+1 {{xla-lower-tensors: element type 'complex<f32>' is not supported}}
-  %e = tensor.extract %t[%i] : tensor<4xcomplex<f32>>
-  return %e : complex<f32>
+func.func @integer_complex(%t: tensor<4xcomplex<i32>>, %i: index) -> complex<i32> {
+  // expected-error @+1 {{xla-lower-tensors: element type 'complex<i32>' is not supported}}
+  %e = tensor.extract %t[%i] : tensor<4xcomplex<i32>>
+  return %e : complex<i32>
 }

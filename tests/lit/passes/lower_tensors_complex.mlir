@@ -1,0 +1,59 @@
+// xla-lower-tensors on complex elements: a complex<T> element is stored as
+// a struct of its two parts; loads take the parts out (complex.create),
+// stores put them in; a complex add on an element is two float atomics;
+// complex constants become arrays of interleaved parts.
+// RUN: xla-gpu-opt %s --split-input-file --xla-lower-tensors | FileCheck %s
+
+// CHECK-LABEL: func.func @copy_negated(
+// CHECK-SAME: %[[IN:[a-z0-9]+]]: !llvm.ptr, %[[OUT:[a-z0-9]+]]: !llvm.ptr, %{{.*}}: index)
+// CHECK: %[[P:.*]] = llvm.getelementptr inbounds %[[IN]][%{{.*}}] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.struct<(f32, f32)>
+// CHECK: %[[S:.*]] = llvm.load %[[P]] invariant : !llvm.ptr -> !llvm.struct<(f32, f32)>
+// CHECK: %[[RE:.*]] = llvm.extractvalue %[[S]][0] : !llvm.struct<(f32, f32)>
+// CHECK: %[[IM:.*]] = llvm.extractvalue %[[S]][1] : !llvm.struct<(f32, f32)>
+// CHECK: %[[C:.*]] = complex.create %[[RE]], %[[IM]] : complex<f32>
+// CHECK: %[[N:.*]] = complex.neg %[[C]] : complex<f32>
+// CHECK: %[[Q:.*]] = llvm.getelementptr inbounds %[[OUT]][%{{.*}}] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.struct<(f32, f32)>
+// CHECK: %[[NRE:.*]] = complex.re %[[N]] : complex<f32>
+// CHECK: %[[W0:.*]] = llvm.insertvalue %[[NRE]], %{{.*}}[0] : !llvm.struct<(f32, f32)>
+// CHECK: %[[NIM:.*]] = complex.im %[[N]] : complex<f32>
+// CHECK: %[[W1:.*]] = llvm.insertvalue %[[NIM]], %[[W0]][1] : !llvm.struct<(f32, f32)>
+// CHECK: llvm.store %[[W1]], %[[Q]] : !llvm.struct<(f32, f32)>, !llvm.ptr
+func.func @copy_negated(%in: tensor<16xcomplex<f32>>, %out: tensor<16xcomplex<f32>>, %i: index) -> tensor<16xcomplex<f32>> {
+  %v = tensor.extract %in[%i] : tensor<16xcomplex<f32>>
+  %n = complex.neg %v : complex<f32>
+  %r = tensor.insert %n into %out[%i] : tensor<16xcomplex<f32>>
+  return %r : tensor<16xcomplex<f32>>
+}
+
+// -----
+
+// CHECK: llvm.mlir.global private constant @constant_0(dense<[1.000000e+00, 2.000000e+00, 0.000000e+00, -3.000000e+00]> : tensor<4xf64>) {addr_space = 0 : i32, alignment = 16 : i64} : !llvm.array<4 x f64>
+// CHECK-LABEL: func.func @constant(
+// CHECK: %[[G:.*]] = llvm.mlir.addressof @constant_0 : !llvm.ptr
+// CHECK: llvm.getelementptr inbounds %[[G]][%{{.*}}] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.struct<(f64, f64)>
+func.func @constant(%out: tensor<2xcomplex<f64>>, %i: index) -> tensor<2xcomplex<f64>> {
+  %c = arith.constant dense<[(1.0, 2.0), (0.0, -3.0)]> : tensor<2xcomplex<f64>>
+  %v = tensor.extract %c[%i] : tensor<2xcomplex<f64>>
+  %r = tensor.insert %v into %out[%i] : tensor<2xcomplex<f64>>
+  return %r : tensor<2xcomplex<f64>>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @atomic_add(
+// CHECK-SAME: %[[OUT:[a-z0-9]+]]: !llvm.ptr, %{{.*}}: index, %[[X:.*]]: complex<f32>)
+// CHECK: %[[E:.*]] = llvm.getelementptr inbounds %[[OUT]][%{{.*}}] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.struct<(f32, f32)>
+// CHECK-DAG: %[[RE:.*]] = complex.re %[[X]] : complex<f32>
+// CHECK-DAG: %[[IM:.*]] = complex.im %[[X]] : complex<f32>
+// CHECK: %[[P0:.*]] = llvm.getelementptr inbounds %[[E]][0] : (!llvm.ptr) -> !llvm.ptr, f32
+// CHECK: llvm.atomicrmw fadd %[[P0]], %[[RE]] monotonic : !llvm.ptr, f32
+// CHECK: %[[P1:.*]] = llvm.getelementptr inbounds %[[E]][1] : (!llvm.ptr) -> !llvm.ptr, f32
+// CHECK: llvm.atomicrmw fadd %[[P1]], %[[IM]] monotonic : !llvm.ptr, f32
+func.func @atomic_add(%out: tensor<8xcomplex<f32>>, %i: index, %x: complex<f32>) -> tensor<8xcomplex<f32>> {
+  %r = xla_gpu.atomic_rmw %out[%i] : tensor<8xcomplex<f32>> {
+  ^bb0(%current: complex<f32>):
+    %s = complex.add %current, %x : complex<f32>
+    xla_gpu.yield %s : complex<f32>
+  }
+  return %r : tensor<8xcomplex<f32>>
+}
