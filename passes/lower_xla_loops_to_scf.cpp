@@ -44,26 +44,63 @@ struct LowerLoop : OpRewritePattern<LoopOp> {
     SmallVector<Value> dims(op.getDims());
     TypeRange resultTypes = op.getResultTypes();
 
-    // The innermost body: check the domain, then run the loop's body.
-    auto emitBody = [&](OpBuilder &, Location, ValueRange ivs,
-                        ValueRange iterArgs) -> scf::ValueVector {
-      Value inBounds;
-      auto conjoin = [&](Value cond) {
-        inBounds = inBounds ? arith::AndIOp::create(rewriter, loc, inBounds, cond)
-                                  .getResult()
-                            : cond;
-      };
-      for (auto [dim, var] : llvm::zip(dims, map.getDims()))
-        conjoin(inRange(rewriter, loc, dim, var.bounds));
-      SmallVector<Value> operands(dims);
-      llvm::append_range(operands, ivs);
-      for (const Constraint &c : map.getConstraints()) {
+    // The domain check is split: the dimensions' ranges and the constraints
+    // free of symbols hold or fail for the whole nest and are tested once,
+    // outside it; only constraints on symbols are tested per iteration.
+    // (A bounds check of a partial last block that is free of the vector
+    // symbol then leaves the vector loop's body straight-line, which
+    // xla-vectorize-loads-stores needs.)
+    SmallVector<Constraint> outerConstraints, innerConstraints;
+    for (const Constraint &c : map.getConstraints()) {
+      bool usesSymbol = false;
+      c.expr.walk([&](AffineExpr e) {
+        usesSymbol |= isa<AffineSymbolExpr>(e);
+      });
+      (usesSymbol ? innerConstraints : outerConstraints).push_back(c);
+    }
+    auto conjoin = [&](Value &all, Value cond) {
+      all = all ? arith::AndIOp::create(rewriter, loc, all, cond).getResult()
+                : cond;
+    };
+    auto checkConstraints = [&](Value &all, ValueRange operands,
+                                ArrayRef<Constraint> constraints) {
+      for (const Constraint &c : constraints) {
         Value v = ApplyIndexingOp::create(rewriter, loc, operands,
                                           map.withSingleResult(c.expr))
                       .getResult(0);
-        conjoin(inRange(rewriter, loc, v, c.bounds));
+        conjoin(all, inRange(rewriter, loc, v, c.bounds));
       }
-      if (!inBounds) inBounds = arith::ConstantIntOp::create(rewriter, loc, 1, 1);
+    };
+
+    // The innermost body: check the constraints on symbols, then run the
+    // loop's body.
+    auto emitBody = [&](OpBuilder &, Location, ValueRange ivs,
+                        ValueRange iterArgs) -> scf::ValueVector {
+      SmallVector<Value> operands(dims);
+      llvm::append_range(operands, ivs);
+      auto bodyArgsHere = [&](ValueRange iterArgs) {
+        SmallVector<Value> bodyArgs(ivs);
+        for (AffineExpr result : map.getAffineMap().getResults())
+          bodyArgs.push_back(ApplyIndexingOp::create(rewriter, loc, operands,
+                                                     map.withSingleResult(result))
+                                 .getResult(0));
+        llvm::append_range(bodyArgs, iterArgs);
+        return bodyArgs;
+      };
+      Value inBounds;
+      checkConstraints(inBounds, operands, innerConstraints);
+      if (!inBounds) {
+        // Nothing to check per iteration: the body, straight-line.
+        SmallVector<Value> bodyArgs = bodyArgsHere(iterArgs);
+        Block *block = rewriter.getInsertionBlock();
+        Block::iterator point = rewriter.getInsertionPoint();
+        rewriter.inlineBlockBefore(op.getBody(), block, point, bodyArgs);
+        auto yield = cast<YieldOp>(*std::prev(point));
+        scf::ValueVector results(yield.getValues().begin(),
+                                 yield.getValues().end());
+        rewriter.eraseOp(yield);
+        return results;
+      }
 
       auto ifOp = scf::IfOp::create(rewriter, loc, resultTypes, inBounds,
                                     /*withElseRegion=*/!resultTypes.empty());
@@ -74,12 +111,7 @@ struct LowerLoop : OpRewritePattern<LoopOp> {
       Block *thenBlock = &ifOp.getThenRegion().front();
       if (!thenBlock->empty()) rewriter.eraseOp(thenBlock->getTerminator());
       rewriter.setInsertionPointToEnd(thenBlock);
-      SmallVector<Value> bodyArgs(ivs);
-      for (AffineExpr result : map.getAffineMap().getResults())
-        bodyArgs.push_back(ApplyIndexingOp::create(rewriter, loc, operands,
-                                                   map.withSingleResult(result))
-                               .getResult(0));
-      llvm::append_range(bodyArgs, iterArgs);
+      SmallVector<Value> bodyArgs = bodyArgsHere(iterArgs);
       rewriter.inlineBlockBefore(op.getBody(), thenBlock, thenBlock->end(),
                                  bodyArgs);
       auto yield = cast<YieldOp>(thenBlock->getTerminator());
@@ -88,15 +120,38 @@ struct LowerLoop : OpRewritePattern<LoopOp> {
       rewriter.setInsertionPointAfter(ifOp);
       return scf::ValueVector(ifOp.getResults().begin(), ifOp.getResults().end());
     };
+    auto emitNest = [&](ValueRange inits) -> SmallVector<Value> {
+      if (lbs.empty()) return emitBody(rewriter, loc, {}, inits);
+      scf::LoopNest nest =
+          scf::buildLoopNest(rewriter, loc, lbs, ubs, steps, inits, emitBody);
+      return SmallVector<Value>(nest.results);
+    };
 
-    if (lbs.empty()) {
-      scf::ValueVector results = emitBody(rewriter, loc, {}, op.getInits());
-      rewriter.replaceOp(op, results);
+    // The check outside the nest (symbols, unused there, at their lower
+    // bounds).
+    Value outerCond;
+    for (auto [dim, var] : llvm::zip(dims, map.getDims()))
+      conjoin(outerCond, inRange(rewriter, loc, dim, var.bounds));
+    SmallVector<Value> outerOperands(dims);
+    llvm::append_range(outerOperands, lbs);
+    checkConstraints(outerCond, outerOperands, outerConstraints);
+    if (!outerCond) {
+      rewriter.replaceOp(op, emitNest(op.getInits()));
       return success();
     }
-    scf::LoopNest nest = scf::buildLoopNest(rewriter, loc, lbs, ubs, steps,
-                                            op.getInits(), emitBody);
-    rewriter.replaceOp(op, nest.results);
+    auto outerIf = scf::IfOp::create(rewriter, loc, resultTypes, outerCond,
+                                     /*withElseRegion=*/!resultTypes.empty());
+    if (!resultTypes.empty()) {
+      rewriter.setInsertionPointToEnd(&outerIf.getElseRegion().front());
+      scf::YieldOp::create(rewriter, loc, op.getInits());
+    }
+    Block *outerThen = &outerIf.getThenRegion().front();
+    if (!outerThen->empty()) rewriter.eraseOp(outerThen->getTerminator());
+    rewriter.setInsertionPointToEnd(outerThen);
+    SmallVector<Value> results = emitNest(op.getInits());
+    rewriter.setInsertionPointToEnd(outerThen);
+    scf::YieldOp::create(rewriter, loc, results);
+    rewriter.replaceOp(op, outerIf.getResults());
     return success();
   }
 };

@@ -39,7 +39,6 @@ std::optional<Contiguous> matchContiguous(Value index, scf::ForOp loop,
   auto apply = index.getDefiningOp<ApplyIndexingOp>();
   if (!apply || apply->getNumResults() != 1) return std::nullopt;
   const IndexingMap &map = apply.getIndexingMap();
-  if (!map.getConstraints().empty()) return std::nullopt;
   Value iv = loop.getInductionVar();
   std::optional<unsigned> ivPos;
   for (auto [i, operand] : llvm::enumerate(apply.getOperands())) {
@@ -59,6 +58,13 @@ std::optional<Contiguous> matchContiguous(Value index, scf::ForOp loop,
   if (!ivVar.bounds.contains(Interval{0, n - 1})) return std::nullopt;
   AffineExpr ivExpr = ivIsDim ? getAffineDimExpr(*ivPos, ctx)
                               : getAffineSymbolExpr(*ivPos - numDims, ctx);
+  // Constraints free of %iv hold for all n elements or for none (the
+  // access is one vector either way); one on %iv could cut the vector.
+  for (const Constraint &c : map.getConstraints()) {
+    bool usesIv = false;
+    c.expr.walk([&](AffineExpr e) { usesIv |= e == ivExpr; });
+    if (usesIv) return std::nullopt;
+  }
   AffineExpr expr = map.getAffineMap().getResult(0);
   AffineExpr zero = getAffineConstantExpr(0, ctx);
   AffineExpr base = expr.replace(ivExpr, zero);

@@ -188,7 +188,8 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
             fusion: str | None = None, cache: bool = True,
             dump_dir: str | os.PathLike | None = None,
             dump_regex: str = ".*", command_buffers: bool = True,
-            optimize: bool | None = None, memory_limit: int | None = None) -> Executable:
+            optimize: bool | None = None, memory_limit: int | None = None,
+            device=None) -> Executable:
     """Compiles one fusion of `hlo_text` (HLO text, or a path to it), or,
     when `fusion` is None and the ENTRY is a whole program (more than one
     fusion, or ops outside fusions), the whole ENTRY into a
@@ -199,7 +200,10 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     "cpu" (the same kernel run by grid emulation on the host), or "auto"
     (cuda when a GPU is usable). fusion: which fusion of the ENTRY to
     compile (default: the only one). dump_dir: write the IR after each pass
-    matching dump_regex, and the PTX (bypasses the cache).
+    matching dump_regex, and the PTX (bypasses the cache). device: the GPU
+    whose description a fusion's launch configuration follows
+    (`xla_gpu.analysis.device.DeviceDescription`; default the H200; XLA's
+    own emitter tests describe `RTX_A6000`); single fusions only.
 
     Raises only xla_gpu's errors: ArgumentError (bad options), HloParseError
     (malformed text), HloError / UnsupportedError (a module it cannot
@@ -212,6 +216,10 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     if not isinstance(hlo_text, (str, os.PathLike)):
         raise ArgumentError(f"compile() takes HLO text or a path, got "
                             f"{type(hlo_text).__name__}")
+    from .analysis.device import DeviceDescription
+    if device is not None and not isinstance(device, DeviceDescription):
+        raise ArgumentError(f"device must be an xla_gpu.analysis.device.DeviceDescription, "
+                            f"got {type(device).__name__}")
     source = "<hlo>"
     text = hlo_text
     if isinstance(hlo_text, os.PathLike) or (
@@ -225,7 +233,7 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     try:
         return _compile(text, source, target, arch, fusion, cache, dump_dir, dump_regex,
                         dict(command_buffers=command_buffers, optimize=optimize,
-                             memory_limit=memory_limit))
+                             memory_limit=memory_limit), device)
     except XlaGpuError:
         raise
     except RecursionError:
@@ -240,12 +248,17 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
 
 
 def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
-             cache: bool, dump_dir, dump_regex: str, program_options=None) -> Executable:
+             cache: bool, dump_dir, dump_regex: str, program_options=None,
+             device=None) -> Executable:
     if target == "auto":
         target = "cuda" if cuda_available() else "cpu"
     use_cache = cache and dump_dir is None
     identity = compile_cache.compiler_identity(target) if use_cache else ""
-    raw_key = compile_cache.make_key("raw", text, target, arch, fusion or "", identity)
+    # A device other than the default is part of the keys (the launch
+    # configuration depends on it).
+    device_key = () if device is None else (repr(device),)
+    raw_key = compile_cache.make_key("raw", text, target, arch, fusion or "", identity,
+                                     *device_key)
     disk = compile_cache.DiskCache() if use_cache else None
     if use_cache:
         hit = _memory.get(raw_key)
@@ -261,15 +274,18 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     module = hlo.parse_module(text, source=source)
     from .program_compiler import compile_program, is_whole_program
     if fusion is None and is_whole_program(module):
+        if device is not None:
+            raise ArgumentError("device= applies to single fusions; whole programs are "
+                                "configured for the default device")
         return compile_program(module, text=text, target=target, arch=arch, cache=cache,
                                dump_dir=dump_dir, dump_regex=dump_regex,
                                **(program_options or {}))
     from .analysis.fusion import select_fusion
-    spec_fusion = select_fusion(module, fusion)
+    spec_fusion = select_fusion(module, fusion, device)
     from .hlo.fingerprint import fingerprint
     # Names do not matter: a renamed fusion reuses the kernel (and its name).
     key = compile_cache.make_key("fusion", fingerprint(spec_fusion.computation), target,
-                                 arch, identity)
+                                 arch, identity, *device_key)
     if use_cache:
         exe = disk.get(key, target)
         if exe is not None:

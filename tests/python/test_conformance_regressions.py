@@ -629,3 +629,196 @@ f {
     for blocks in (32, 2, 4):
         assert f"bl_x in [0, {blocks - 1}]" in ir_text
     _run(text)
+
+
+# -- complex element types -------------------------------------------------------
+
+COMPLEX_ELEMENTWISE = """
+f {{
+  re = {part}[24] parameter(0)
+  im = {part}[24] parameter(1)
+  w = {c}[24] parameter(2)
+  z = {c}[24] complex(re, im)
+  sum = {c}[24] add(z, w)
+  diff = {c}[24] subtract(sum, w)
+  prod = {c}[24] multiply(diff, w)
+  quot = {c}[24] divide(prod, z)
+  e = {c}[24] exponential(w)
+  l = {c}[24] log(w)
+  s = {c}[24] sqrt(w)
+  t = {c}[24] tanh(w)
+  n = {c}[24] negate(e)
+  g = {c}[24] sign(w)
+  p = {c}[24] power(z, w)
+  k = {c}[3] constant({{(1, 2), (0, -1), (3.5, 0)}})
+  kb = {c}[8,3] broadcast(k), dimensions={{1}}
+  kr = {c}[24] reshape(kb)
+  scaled = {c}[24] multiply(quot, kr)
+  a = {part}[24] abs(w)
+  r = {part}[24] real(scaled)
+  i = {part}[24] imag(l)
+  eq = pred[24] compare(z, w), direction=NE
+  pick = {c}[24] select(eq, s, t)
+  back = {c}[24] convert(a)
+  ROOT out = ({c}[24], {part}[24], {part}[24], {part}[24], {c}[24], {c}[24], {c}[24],
+              {c}[24], {c}[24]) tuple(scaled, a, r, i, pick, back, n, g, p)
+}}
+"""
+
+
+@pytest.mark.parametrize("c, part", [("c64", "f32"), ("c128", "f64")])
+def test_complex_elementwise_ops_match_the_interpreter(c, part):
+    exe = _run(COMPLEX_ELEMENTWISE.format(c=c, part=part))
+    emitted = exe.mlir()
+    for op in ("complex.create", "complex.add", "complex.mul", "complex.div",
+               "complex.exp", "complex.log", "complex.abs", "complex.re",
+               "complex.constant", "complex.neq"):
+        assert op in emitted, op
+    # After the lowering no complex value is left: the parts are floats.
+    assert "complex<" not in exe.mlir("lowering")
+
+
+def test_complex_conversions_between_widths_and_to_real_match_the_interpreter():
+    text = """
+f {
+  x = c64[4,8] parameter(0)
+  y = s32[4,8] parameter(1)
+  wide = c128[4,8] convert(x)
+  twice = c128[4,8] add(wide, wide)
+  narrow = c64[4,8] convert(twice)
+  from_int = c64[4,8] convert(y)
+  mixed = c64[4,8] add(narrow, from_int)
+  real_part = f32[4,8] convert(mixed)
+  ROOT t = (c64[4,8], f32[4,8]) tuple(mixed, real_part)
+}
+"""
+    _run(text)
+
+
+@pytest.mark.parametrize("c, dims, reduced", [("c64", "128,64", "0"),
+                                              ("c128", "16,256", "1"),
+                                              ("c64", "8,300", "1")])
+def test_complex_reductions_match_the_interpreter(c, dims, reduced):
+    # Column and row reductions: warp shuffles move the parts of the
+    # complex partial sums.
+    rows, cols = (int(v) for v in dims.split(","))
+    kept = cols if reduced == "0" else rows
+    text = f"""
+add {{
+  a = {c}[] parameter(0)
+  b = {c}[] parameter(1)
+  ROOT s = {c}[] add(a, b)
+}}
+
+f {{
+  x = {c}[{dims}] parameter(0)
+  zero = {c}[] constant((0, 0))
+  ROOT r = {c}[{kept}] reduce(x, zero), dimensions={{{reduced}}}, to_apply=add
+}}
+"""
+    exe = _run(text)
+    assert exe.spec.emitter == "reduction"
+    assert "xla_gpu.shuffle_reduce" in exe.mlir()
+
+
+def test_complex_dynamic_update_slice_in_place_matches_the_interpreter():
+    text = """
+f {
+  x = c64[6,5] parameter(0)
+  u = c64[2,3] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT d = c64[6,5] dynamic-update-slice(x, u, i, j)
+}
+"""
+    _run(text)
+
+
+def test_complex_scatter_add_updates_both_parts_atomically():
+    text = """
+add {
+  a = c64[] parameter(0)
+  b = c64[] parameter(1)
+  ROOT s = c64[] add(a, b)
+}
+
+f {
+  x = c64[16,4] parameter(0)
+  idx = s32[10,1] parameter(1)
+  upd = c64[10,4] parameter(2)
+  ROOT s = c64[16,4] scatter(x, idx, upd), update_window_dims={1},
+      inserted_window_dims={0}, scatter_dims_to_operand_dims={0},
+      index_vector_dim=1, to_apply=add
+}
+"""
+    exe = _run(text)
+    assert exe.spec.emitter == "scatter"
+    assert exe.mlir("lowering").count("llvm.atomicrmw fadd") >= 2
+
+
+@pytest.mark.parametrize("c, part", [("c64", "f32"), ("c128", "f64")])
+def test_complex_kernels_compile_to_ptx_that_ptxas_accepts(c, part, tmp_path):
+    import subprocess
+
+    from xla_gpu import codegen
+    exe = xla_gpu.compile(COMPLEX_ELEMENTWISE.format(c=c, part=part), target="cuda",
+                          cache=False)
+    assert ".entry" in exe.ptx
+    ptxas = codegen.find_ptxas()
+    if ptxas is None:
+        pytest.skip("no ptxas")
+    src = tmp_path / "k.ptx"
+    src.write_text(exe.ptx)
+    run = subprocess.run([ptxas, "-arch=sm_90", str(src), "-o", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+# -- device descriptions and vectorization ----------------------------------------
+
+def test_the_device_description_decides_the_unroll_of_a_loop_fusion():
+    # 240000 elements: fewer than an H200 runs at once (132 x 2048 threads),
+    # more than an RTX A6000 does (84 x 1536, XLA's test device): unrolled
+    # by 4 only for the A6000, as XLA's rule says.
+    from xla_gpu.analysis.device import H200, RTX_A6000
+    text = """
+f {
+  x = f32[20,40,300] parameter(0)
+  ROOT n = f32[20,40,300] negate(x)
+}
+"""
+    spec = select_fusion(hlo.parse_module(text), None, RTX_A6000)
+    assert spec.device is RTX_A6000
+    h200 = xla_gpu.compile(text, target="cpu", cache=False)
+    a6000 = xla_gpu.compile(text, target="cpu", cache=False, device=RTX_A6000)
+    assert h200.launch_dims["blocks"] == 1875            # 240000 / 128
+    assert a6000.launch_dims["blocks"] == 469            # 240000 / (128 * 4), partial
+    # The last block is partial; its bounds check is free of the vector
+    # index, so the loads and stores are whole vectors.
+    assert "vector<4xf32>" in a6000.mlir("loop-transformation")
+    assert "vector<4xf32>" not in h200.mlir("loop-transformation")
+    assert H200.max_resident_threads == 132 * 2048
+    with pytest.raises(xla_gpu.errors.ArgumentError):
+        xla_gpu.compile(text, target="cpu", cache=False, device="A6000")
+    x = np.arange(240000, dtype=np.float32).reshape(20, 40, 300)
+    np.testing.assert_array_equal(a6000.run(x)[0], -x)
+
+
+def test_a_concatenate_is_unrolled_by_a_factor_of_every_operand_size():
+    # One operand is a single row on the axis: no unrolling (XLA takes the
+    # gcd of the loop unroll and the operands' sizes), each operand's loop
+    # over its own blocks.
+    from xla_gpu.analysis.device import RTX_A6000
+    text = """
+f {
+  a = f32[16,16000] parameter(0)
+  b = f32[1,16000] parameter(1)
+  ROOT c = f32[17,16000] concatenate(a, b), dimensions={0}
+}
+"""
+    spec = select_fusion(hlo.parse_module(text), None, RTX_A6000)
+    kernel = emitters.emitter_for(spec).emit(ir.Context())
+    emitted = str(kernel.module)
+    assert kernel.launch.blocks == 2000
+    assert "bl_x in [0, 1999]" in emitted and "bl_x in [0, 124]" in emitted
+    assert "vector_index in [0, 0]" in emitted          # one element per thread

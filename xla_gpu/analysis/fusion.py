@@ -18,7 +18,9 @@ from typing import Any
 from ..hlo import HloComputation, HloError, HloInstruction, HloModule
 from ..hlo.verifier import verify_computation
 from ..hlo.fusions import ELEMENTWISE_OPCODES, fusion_computation
+from ..errors import ArgumentError
 from .concatenate import concatenate_refusal, find_concatenate_hero
+from .device import DEFAULT_DEVICE, DeviceDescription
 from .epilogue import epilogue_chain_ok, reaches
 from .reduction import reduction_refusal
 from .transpose import is_tiled_transpose, normalized_transpose, transpose_refusal
@@ -59,6 +61,9 @@ class Fusion:
     # The emitter XLA would choose for the heroes: `kind`, or the emitter
     # that could not take the fusion when `kind` is "loop" instead.
     hero_kind: str = ""
+    # The GPU whose description the launch configuration follows (unroll
+    # factors, reduction vector sizes; see analysis.device).
+    device: DeviceDescription = DEFAULT_DEVICE
 
     def __post_init__(self) -> None:
         self.hero_kind = self.hero_kind or self.kind
@@ -73,9 +78,18 @@ class Fusion:
         return [leaf for r in self.roots for leaf in r.shape.leaves()]
 
 
-def select_fusion(module: HloModule, fusion: str | None = None) -> Fusion:
+def select_fusion(module: HloModule, fusion: str | None = None,
+                  device: DeviceDescription | None = None) -> Fusion:
+    """The analysis of fusion `fusion` of `module` (default: the only one),
+    its launch configuration chosen for `device` (default: the H200)."""
     name, comp = fusion_computation(module, fusion)
-    return analyze(comp, name, module)
+    result = analyze(comp, name, module)
+    if device is not None:
+        if not isinstance(device, DeviceDescription):
+            raise ArgumentError(f"device must be an xla_gpu.analysis.device.DeviceDescription, "
+                                f"got {type(device).__name__}")
+        result.device = device
+    return result
 
 
 def _is_trivial_operand(inst: HloInstruction) -> bool:

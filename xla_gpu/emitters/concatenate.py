@@ -10,7 +10,7 @@ root's own index of that element."""
 
 from __future__ import annotations
 
-from math import prod
+from math import gcd, prod
 
 from mlir import ir
 from mlir.dialects import arith, tensor
@@ -20,7 +20,8 @@ from ..analysis.indexing import delinearize, dim, indexing_map, linearize
 from ..dialects import xla_gpu
 from ..ir import IndexingMap
 from .base import KernelEmitter
-from .loop_config import linear_thread_expr, loop_config, thread_variables
+from ..hlo.shape import bit_width
+from .loop_config import linear_thread_expr, loop_config, thread_variables, with_unroll
 
 __all__ = ["ConcatenateEmitter"]
 
@@ -42,8 +43,19 @@ class ConcatenateEmitter(KernelEmitter):
         self.axis = first.attrs["dimensions"][0]
         self.largest = max((o.shape.dims for o in first.operands),
                            key=lambda d: d[self.axis])
-        self.config = loop_config(self.largest, fusion.computation.instructions,
-                                  [s.element_type for s in fusion.output_shapes])
+        output_types = [s.element_type for s in fusion.output_shapes]
+        config = loop_config(self.largest, fusion.computation.instructions, output_types,
+                             fusion.device)
+        # As XLA: the unroll factor divides every operand's size on the axis
+        # (an operand one row long is not unrolled); sub-byte outputs keep
+        # the factor that makes each thread write whole bytes.
+        unroll = config.unroll
+        for operand in first.operands:
+            unroll = gcd(unroll, operand.shape.dims[self.axis])
+        sub_byte = any(bit_width(t) < 8 and t != "pred" for t in output_types)
+        if unroll != config.unroll and not sub_byte:
+            config = with_unroll(config, unroll)
+        self.config = config
 
     def root_groups(self):
         return [[r] for r, h in zip(self.fusion.roots, self.fusion.heroes) if r is not h]

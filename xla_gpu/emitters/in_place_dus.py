@@ -36,7 +36,8 @@ class InPlaceDynamicUpdateSliceEmitter(KernelEmitter):
                           if root is not dus}
         self.update_dims = list(self.updates[0].operands[1].shape.dims)
         self.config = loop_config(self.update_dims, fusion.computation.instructions,
-                                  [s.element_type for s in fusion.output_shapes])
+                                  [s.element_type for s in fusion.output_shapes],
+                                  fusion.device)
         for k, root in enumerate(self.updates):
             self.aliases[k] = _through_bitcasts(root.operands[0]).parameter_number
         # Updates and start indices root subgraphs; the updates are written here.

@@ -24,7 +24,8 @@ class InputSlicesEmitter(KernelEmitter):
         self._input_ids = {id(s.operands[0]) for s in self.slices}
         self._slice_ids = {id(s) for s in self.slices}
         self.config = loop_config(self.input_dims, fusion.computation.instructions,
-                                  [s.element_type for s in fusion.output_shapes])
+                                  [s.element_type for s in fusion.output_shapes],
+                                  fusion.device)
 
     def root_groups(self):
         return []

@@ -33,7 +33,8 @@ class LoopEmitter(KernelEmitter):
             self.groups.setdefault(dims, []).append(root)
         largest = max(self.groups, key=prod)
         self.config = loop_config(list(largest), fusion.computation.instructions,
-                                  [s.element_type for s in fusion.output_shapes])
+                                  [s.element_type for s in fusion.output_shapes],
+                                  fusion.device)
 
     def root_groups(self):
         return list(self.groups.values())

@@ -1,8 +1,9 @@
 """Launch configuration of loop-like emitters, as XLA computes it
-(ComputeLoopFusionConfig + CalculateLaunchDimensions) for an H100/H200-class
-GPU: unroll (vector width) 4, 2 or 1 when the output is large enough to fill
-the GPU, raised so a thread writes whole bytes of sub-byte outputs; 128
-threads per block (4 warps); one element per thread per unroll step."""
+(ComputeLoopFusionConfig + CalculateLaunchDimensions) for a device
+description (default: the H200): unroll (vector width) 4, 2 or 1 when the
+output has at least as many elements as the GPU runs threads at once,
+raised so a thread writes whole bytes of sub-byte outputs; 128 threads per
+block (4 warps); one element per thread per unroll step."""
 
 from __future__ import annotations
 
@@ -12,18 +13,20 @@ from typing import Sequence
 
 from mlir.ir import AffineExpr
 
+from ..analysis.device import DEFAULT_DEVICE, DeviceDescription
 from ..analysis.indexing import delinearize, dim, indexing_map, sum_exprs, sym
 from ..hlo import HloInstruction
 from ..hlo.shape import bit_width
 from ..ir import IndexingMap
 
-__all__ = ["LoopConfig", "loop_config", "thread_to_output_map", "linear_thread_expr",
+__all__ = ["LoopConfig", "loop_config", "with_unroll", "thread_to_output_map",
+           "linear_thread_expr",
            "thread_variables",
            "MAX_UNROLL", "THREADS_PER_BLOCK", "GPU_THREADS"]
 
 MAX_UNROLL = 4
 THREADS_PER_BLOCK = 128          # warp size 32 x warp scheduling granularity 4
-GPU_THREADS = 132 * 2048         # H100/H200 SXM: SMs x threads per SM
+GPU_THREADS = DEFAULT_DEVICE.max_resident_threads   # H200: SMs x threads per SM
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,11 @@ def _may_prevent_vectorization(instructions: Sequence[HloInstruction]) -> bool:
 
 
 def loop_config(shape_dims: Sequence[int], instructions: Sequence[HloInstruction],
-                output_types: Sequence[str]) -> LoopConfig:
+                output_types: Sequence[str],
+                device: DeviceDescription = DEFAULT_DEVICE) -> LoopConfig:
     n = prod(shape_dims)
     unroll = 1
-    if n >= GPU_THREADS and not _may_prevent_vectorization(instructions):
+    if n >= device.max_resident_threads and not _may_prevent_vectorization(instructions):
         unroll = next((u for u in (MAX_UNROLL, 2) if n % u == 0), 1)
     # pred is stored as a byte.
     smallest = min((max(bit_width(t), 8) if t == "pred" else bit_width(t)
@@ -61,6 +65,13 @@ def loop_config(shape_dims: Sequence[int], instructions: Sequence[HloInstruction
     threads = min(THREADS_PER_BLOCK, threads_needed)
     blocks = -(-threads_needed // threads)
     return LoopConfig(unroll, threads, blocks, n)
+
+
+def with_unroll(config: LoopConfig, unroll: int) -> LoopConfig:
+    """`config` with another unroll factor (threads and blocks follow)."""
+    threads_needed = max(-(-config.num_elements // unroll), 1)
+    threads = min(THREADS_PER_BLOCK, threads_needed)
+    return LoopConfig(unroll, threads, -(-threads_needed // threads), config.num_elements)
 
 
 # The dimensions and symbol of every thread-to-output map:

@@ -70,7 +70,8 @@ class ScatterEmitter(KernelEmitter):
             self.aliases[k] = operand.parameter_number
         self.updates_dims = list(self.updates[0].shape.dims)
         self.config = loop_config(self.updates_dims, fusion.computation.instructions,
-                                  [o.shape.element_type for o in self.operands])
+                                  [o.shape.element_type for o in self.operands],
+                                  fusion.device)
         self.unique = bool(a.get("unique_indices", False))
         # Several outputs with repeated indices: one thread does every update.
         self.serial = n > 1 and not self.unique

@@ -24,10 +24,11 @@ func.func @predicated(%t: tensor<4x8xf32>, %i: index, %j: index, %c: i1, %v: f32
   return %r, %e : tensor<4x8xf32>, f32
 }
 
-// Inside an xla_gpu.loop: the loop is lowered first, then the ops in it.
+// Inside an xla_gpu.loop: the loop is lowered first (its domain checked
+// around the symbol loop), then the ops in it.
 // CHECK-LABEL: func.func @in_loop(
-// CHECK: scf.for
 // CHECK: scf.if
+// CHECK: scf.for
 // CHECK: %[[LANE0:.*]] = arith.cmpi eq
 // CHECK: scf.if %[[LANE0]] -> (tensor<16xf32>) {
 // CHECK: tensor.insert

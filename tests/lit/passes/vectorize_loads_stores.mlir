@@ -57,3 +57,29 @@ func.func @negative(%in: tensor<1024xf32>, %big: tensor<1024xf64>, %a: index) ->
   }
   return %r#0, %r#1, %r#2, %r#3 : f32, f32, f64, f32
 }
+
+// -----
+
+// A constraint free of the induction variable holds for the whole vector
+// or for none of it: the read is vectorized. One on the induction variable
+// could cut the vector: that read stays per element.
+// CHECK-LABEL: func.func @constraints(
+// CHECK: vector.transfer_read %{{.*}} : tensor<1024xf32>, vector<4xf32>
+// CHECK: scf.for
+// CHECK: vector.extract
+// CHECK: tensor.extract
+func.func @constraints(%in: tensor<1024xf32>) -> (f32, f32) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %z = arith.constant 0.0 : f32
+  %tid = gpu.thread_id x {xla.range = [0 : index, 255 : index]}
+  %r:2 = scf.for %v = %c0 to %c4 step %c1 iter_args(%x = %z, %y = %z) -> (f32, f32) {
+    %i0 = xla_gpu.apply_indexing #xla_gpu.indexing_map<"(d0, d1) -> (d0 * 4 + d1), domain: d0 in [0, 255], d1 in [0, 3], d0 floordiv 2 in [0, 100]">(%tid, %v)
+    %e0 = tensor.extract %in[%i0] : tensor<1024xf32>
+    %i1 = xla_gpu.apply_indexing #xla_gpu.indexing_map<"(d0, d1) -> (d0 * 4 + d1), domain: d0 in [0, 255], d1 in [0, 3], d0 * 4 + d1 in [0, 1000]">(%tid, %v)
+    %e1 = tensor.extract %in[%i1] : tensor<1024xf32>
+    scf.yield %e0, %e1 : f32, f32
+  }
+  return %r#0, %r#1 : f32, f32
+}

@@ -13,8 +13,8 @@
 // INLINE: math.tanh
 // INLINE-NOT: func.func private @gelu
 
-// SCF: scf.for
 // SCF: scf.if
+// SCF: scf.for
 // SCF: xla_gpu.apply_indexing
 // SCF-NOT: xla_gpu.loop
 
