@@ -194,7 +194,41 @@ def gemm_reference(config: GemmConfig, lhs: np.ndarray, rhs: np.ndarray,
     return _to_type(result, config.out)
 
 
+_DIRECT_TYPES = frozenset({"f32", "f64", "c64", "c128"})
+
+
+def _is_plain_product(config: GemmConfig) -> bool:
+    """A product numpy computes in the operands' own type with nothing
+    after it (alpha 1, no c, bias or activation): matmul may write the
+    output buffer directly."""
+    t = config.out.element_type
+    return t in _DIRECT_TYPES and config.lhs.element_type == t and \
+        config.rhs.element_type == t and complex(config.alpha) == 1 and \
+        (config.c is None or not config.beta) and config.bias is None and \
+        CUBLAS_EPILOGUES[config.epilogue].activation is None
+
+
+def _matmul_into_output(ctx, config: GemmConfig) -> bool:
+    """The plain product written straight into a row-major output that no
+    operand overlaps (no conversions, no temporary result); False when the
+    general path must run."""
+    out = ctx.array(config.out)
+    if not out.flags.c_contiguous:
+        return False
+    batch, m, n, k = config.bmnk
+    a = ctx.array(config.lhs).transpose(
+        config.lhs_batch + config.lhs_free + config.lhs_contracting).reshape(batch, m, k)
+    b = ctx.array(config.rhs).transpose(
+        config.rhs_batch + config.rhs_contracting + config.rhs_free).reshape(batch, k, n)
+    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return False
+    np.matmul(a, b, out=out.reshape(batch, m, n))
+    return True
+
+
 def _run_numpy(ctx, config: GemmConfig) -> None:
+    if _is_plain_product(config) and _matmul_into_output(ctx, config):
+        return
     c = ctx.array(config.c) if config.c is not None else None
     bias = ctx.array(config.bias) if config.bias is not None else None
     if c is not None:
