@@ -18,18 +18,21 @@ namespace mlir::xla_gpu {
 
 namespace {
 
-// CUDA's launch limits in x (blocks per grid, threads per block).
+// CUDA's launch limits (blocks per grid in x and in y, threads per block).
 constexpr int64_t kMaxBlocksX = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxBlocksY = 65535;
 constexpr int64_t kMaxThreadsPerBlock = 1024;
 
-// The launch dimension a kernel's `gpu.thread_id x` / `gpu.block_id x` ops
-// promise through their `xla.range` (one more than the upper bound): the
-// largest over the module and the op that says it, or 0 where no op says.
+// The launch dimension a kernel's `gpu.thread_id` / `gpu.block_id` ops in
+// `dimension` promise through their `xla.range` (one more than the upper
+// bound): the largest over the module and the op that says it, or 0 where
+// no op says.
 template <typename IdOp>
-std::pair<int64_t, Operation *> launchDimension(ModuleOp module) {
+std::pair<int64_t, Operation *>
+launchDimension(ModuleOp module, gpu::Dimension dimension = gpu::Dimension::x) {
   std::pair<int64_t, Operation *> largest{0, nullptr};
   module.walk([&](IdOp op) {
-    if (op.getDimension() != gpu::Dimension::x) return;
+    if (op.getDimension() != dimension) return;
     auto range = op->template getAttrOfType<ArrayAttr>("xla.range");
     if (!range || range.size() != 2) return;
     auto hi = dyn_cast<IntegerAttr>(range[1]);
@@ -120,13 +123,20 @@ struct LowerToLLVMPass : impl::LowerToLLVMPassBase<LowerToLLVMPass> {
     });
     if (leftOver.wasInterrupted()) return signalPassFailure();
 
-    // Launch limits the emitters' one-dimensional grids must respect.
+    // Launch limits the emitters' grids must respect (the loop emitter
+    // splits a grid over the x limit over y; the others launch 1-D grids).
     auto [blocks, blockOp] = launchDimension<gpu::BlockIdOp>(module);
     if (blocks > kMaxBlocksX) {
       blockOp->emitOpError("a grid of ")
           << blocks << " blocks exceeds CUDA's limit of " << kMaxBlocksX
-          << " blocks in x; the emitters launch one-dimensional grids only "
-             "(XLA would split such a grid over y)";
+          << " blocks in x (only the loop emitter splits such a grid over y)";
+      return signalPassFailure();
+    }
+    auto [blocksY, blockYOp] =
+        launchDimension<gpu::BlockIdOp>(module, gpu::Dimension::y);
+    if (blocksY > kMaxBlocksY) {
+      blockYOp->emitOpError("a grid of ")
+          << blocksY << " blocks in y exceeds CUDA's limit of " << kMaxBlocksY;
       return signalPassFailure();
     }
     auto [threads, threadOp] = launchDimension<gpu::ThreadIdOp>(module);

@@ -57,8 +57,11 @@ class Executable:
 
     @property
     def launch_dims(self) -> dict:
-        return {"threads": self.spec.threads, "blocks": self.spec.blocks,
+        dims = {"threads": self.spec.threads, "blocks": self.spec.blocks,
                 "shared_bytes": self.spec.shared_bytes}
+        if self.spec.blocks_y > 1:
+            dims["blocks_y"] = self.spec.blocks_y
+        return dims
 
     def mlir(self, stage: str = "emitted") -> str:
         """The IR at `stage`: "emitted" (what the emitter produced), a
@@ -338,7 +341,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
                     for p in fusion.parameters],
         outputs=[ArgSpec(tuple(s.dims), s.element_type) for s in fusion.output_shapes],
         aliases=dict(kernel.aliases), emitter=kernel.emitter, fusion=fusion.name,
-        fingerprint=key, version=__version__)
+        fingerprint=key, version=__version__, blocks_y=kernel.launch.blocks_y)
     t0 = time.perf_counter()
     exe = Executable(spec, text, emitted, notes=list(kernel.notes), timings=timings)
     try:

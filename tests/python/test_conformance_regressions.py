@@ -822,3 +822,39 @@ f {
     assert kernel.launch.blocks == 2000
     assert "bl_x in [0, 1999]" in emitted and "bl_x in [0, 124]" in emitted
     assert "vector_index in [0, 0]" in emitted          # one element per thread
+
+
+def test_a_grid_over_cudas_x_limit_goes_two_dimensional():
+    # 24*2048*2048*3*4096 bf16 elements: 2^31 + ... blocks of 128 x 4; as
+    # XLA, y = ceil(blocks / (2^31 - 1)) rows of ceil(blocks / y) blocks.
+    text = """
+f {
+  one = bf16[] constant(1)
+  ROOT b = bf16[24,2048,2048,3,4096] broadcast(one), dimensions={}
+}
+"""
+    kernel = _emit(text)
+    assert (kernel.launch.blocks, kernel.launch.blocks_y) == (1207959552, 2)
+    emitted = str(kernel.module)
+    assert re.search(r"gpu\.block_id\s+y \{xla\.range = \[0 : index, 1 : index\]\}", emitted)
+    assert "bl_y in [0, 1]" in emitted
+    exe = xla_gpu.compile(text, target="cuda", cache=False)
+    assert exe.launch_dims["blocks_y"] == 2
+    assert "%ctaid.y" in exe.ptx
+    # The host emulates one-dimensional grids only: a clear error (such a
+    # grid could not run on the host anyway).
+    with pytest.raises(xla_gpu.errors.CompileError, match="one-dimensional"):
+        xla_gpu.compile(text, target="cpu", cache=False)
+
+
+def test_two_dimensional_loop_maps_cover_the_output_once():
+    # The 2-D thread-to-output map is the 1-D one with block x + y * blocks;
+    # a partial last row is cut at whole vectors.
+    from xla_gpu.emitters.loop_config import LoopConfig, thread_to_output_map, with_unroll
+    config = LoopConfig(unroll=2, threads=4, blocks=3, num_elements=44, blocks_y=2)
+    with ir.Context():
+        text = str(thread_to_output_map(config, [44]).to_attr())
+    assert "(th_x, bl_x, bl_y)[vector_index] -> " \
+        "(th_x * 2 + bl_x * 8 + bl_y * 24 + vector_index)" in text
+    assert "th_x + bl_x * 4 + bl_y * 12 in [0, 21]" in text
+    assert with_unroll(config, 1).blocks_y == 1

@@ -592,7 +592,10 @@ def test_ptxas_log_parsing():
 
 
 def test_grid_over_the_cuda_limit_is_a_compile_error():
-    n = 1 << 41   # 2^41 f32 elements: 2^32 blocks of 128 threads x 4
+    # 2^57 f32 elements: 2^48 blocks of 128 threads x 4. Past 2^31 - 1 blocks
+    # the loop emitter's grid goes 2-D (x, y), and here y would need 131073
+    # rows of 2^31 - 1 blocks: CUDA allows 65535.
+    n = 1 << 57
     text = f"""HloModule m
 f {{
   p = f32[{n}] parameter(0)
@@ -603,7 +606,7 @@ ENTRY main {{
   ROOT fusion = f32[{n}] fusion(p), kind=kLoop, calls=f
 }}
 """
-    with pytest.raises(CompileError, match="exceeds CUDA's limit of 2147483647 blocks in x"):
+    with pytest.raises(CompileError, match="blocks in y exceeds CUDA's limit of 65535"):
         xla_gpu.compile(text, target="cuda", cache=False)
 
 

@@ -33,8 +33,11 @@ WARP_SIZE = 32
 @dataclass(frozen=True)
 class LaunchDims:
     threads: int   # per block, x only
-    blocks: int    # x only
+    blocks: int    # in x
     shared_bytes: int = 0
+    # Blocks in y: a grid over CUDA's 2^31 - 1 blocks in x goes 2-D (as
+    # XLA's), block (x, y) being block x + y * blocks of the linear order.
+    blocks_y: int = 1
 
 
 @dataclass
@@ -69,7 +72,8 @@ class KernelEmitter:
     # -- to override -------------------------------------------------------
     def launch_dims(self) -> LaunchDims:
         # Loop-like emitters set `self.config` (see loop_config).
-        return LaunchDims(self.config.threads, self.config.blocks)
+        return LaunchDims(self.config.threads, self.config.blocks,
+                          blocks_y=self.config.blocks_y)
 
     def root_groups(self) -> list[list[HloInstruction]]:
         return [list(self.fusion.roots)]
@@ -112,6 +116,11 @@ class KernelEmitter:
                 block_id = gpu.block_id(gpu.Dimension.x)
                 _set_range(thread_id, self.launch.threads)
                 _set_range(block_id, self.launch.blocks)
+                # A 2-D grid's block id y (emitters that launch one read it).
+                self.block_id_y = None
+                if self.launch.blocks_y > 1:
+                    self.block_id_y = gpu.block_id(gpu.Dimension.y)
+                    _set_range(self.block_id_y, self.launch.blocks_y)
                 results = self.emit_entry(args[:n], args[n:], thread_id, block_id)
                 func.ReturnOp(results)
             for sub in self.partitioned.subgraphs:

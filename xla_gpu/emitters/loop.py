@@ -34,7 +34,7 @@ class LoopEmitter(KernelEmitter):
         largest = max(self.groups, key=prod)
         self.config = loop_config(list(largest), fusion.computation.instructions,
                                   [s.element_type for s in fusion.output_shapes],
-                                  fusion.device)
+                                  fusion.device, split_grid=True)
 
     def root_groups(self):
         return list(self.groups.values())
@@ -54,7 +54,8 @@ class LoopEmitter(KernelEmitter):
             config = replace(self.config, num_elements=prod(dims))
             attr = self.index_map(thread_to_output_map(config, list(dims)))
             mine = slots_of[dims]
-            loop = xla_gpu.build_loop(attr, [thread_id, block_id], [results[k] for k in mine])
+            ids = [thread_id, block_id] + ([self.block_id_y] if self.block_id_y is not None else [])
+            loop = xla_gpu.build_loop(attr, ids, [results[k] for k in mine])
             block = loop.region.blocks[0]
             rank = len(dims)
             with ir.InsertionPoint(block), self.calls_shared():

@@ -22,19 +22,28 @@ from ..ir import IndexingMap
 __all__ = ["LoopConfig", "loop_config", "with_unroll", "thread_to_output_map",
            "linear_thread_expr",
            "thread_variables",
-           "MAX_UNROLL", "THREADS_PER_BLOCK", "GPU_THREADS"]
+           "MAX_UNROLL", "THREADS_PER_BLOCK", "GPU_THREADS", "MAX_BLOCKS_X"]
 
 MAX_UNROLL = 4
 THREADS_PER_BLOCK = 128          # warp size 32 x warp scheduling granularity 4
 GPU_THREADS = DEFAULT_DEVICE.max_resident_threads   # H200: SMs x threads per SM
 
 
+# CUDA's limit on blocks in x; a larger grid goes 2-D (see loop_config).
+MAX_BLOCKS_X = (1 << 31) - 1
+
+
 @dataclass(frozen=True)
 class LoopConfig:
     unroll: int
     threads: int
-    blocks: int
+    blocks: int                  # in x
     num_elements: int
+    blocks_y: int = 1            # > 1: a 2-D grid, block x + y * blocks
+
+    @property
+    def total_blocks(self) -> int:
+        return self.blocks * self.blocks_y
 
 
 def _may_prevent_vectorization(instructions: Sequence[HloInstruction]) -> bool:
@@ -52,7 +61,11 @@ def _may_prevent_vectorization(instructions: Sequence[HloInstruction]) -> bool:
 
 def loop_config(shape_dims: Sequence[int], instructions: Sequence[HloInstruction],
                 output_types: Sequence[str],
-                device: DeviceDescription = DEFAULT_DEVICE) -> LoopConfig:
+                device: DeviceDescription = DEFAULT_DEVICE,
+                split_grid: bool = False) -> LoopConfig:
+    """The launch of a loop over `shape_dims`. With `split_grid`, more
+    blocks than CUDA allows in x go 2-D as XLA's CalculateLaunchDimensions
+    does: y = ceil(blocks / limit) rows of ceil(blocks / y) blocks."""
     n = prod(shape_dims)
     unroll = 1
     if n >= device.max_resident_threads and not _may_prevent_vectorization(instructions):
@@ -64,11 +77,15 @@ def loop_config(shape_dims: Sequence[int], instructions: Sequence[HloInstruction
     threads_needed = max(-(-n // unroll), 1)
     threads = min(THREADS_PER_BLOCK, threads_needed)
     blocks = -(-threads_needed // threads)
+    if split_grid and blocks > MAX_BLOCKS_X:
+        blocks_y = -(-blocks // MAX_BLOCKS_X)
+        return LoopConfig(unroll, threads, -(-blocks // blocks_y), n, blocks_y)
     return LoopConfig(unroll, threads, blocks, n)
 
 
 def with_unroll(config: LoopConfig, unroll: int) -> LoopConfig:
-    """`config` with another unroll factor (threads and blocks follow)."""
+    """`config` with another unroll factor (threads and blocks follow, on a
+    1-D grid)."""
     threads_needed = max(-(-config.num_elements // unroll), 1)
     threads = min(THREADS_PER_BLOCK, threads_needed)
     return LoopConfig(unroll, threads, -(-threads_needed // threads), config.num_elements)
@@ -76,7 +93,7 @@ def with_unroll(config: LoopConfig, unroll: int) -> LoopConfig:
 
 # The dimensions and symbol of every thread-to-output map:
 # (th_x, bl_x)[vector_index].
-TH_X, BL_X, VECTOR_INDEX = 0, 1, 0
+TH_X, BL_X, BL_Y, VECTOR_INDEX = 0, 1, 2, 0
 
 
 def linear_thread_expr(threads: int, blocks: int, unroll: int) -> AffineExpr:
@@ -93,9 +110,11 @@ def linear_thread_expr(threads: int, blocks: int, unroll: int) -> AffineExpr:
 
 
 def thread_variables(config: LoopConfig) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    """The dims and symbols of a thread-to-output map."""
-    return [("th_x", config.threads), ("bl_x", config.blocks)], \
-        [("vector_index", config.unroll)]
+    """The dims and symbols of a thread-to-output map (bl_y on a 2-D grid)."""
+    dims = [("th_x", config.threads), ("bl_x", config.blocks)]
+    if config.blocks_y > 1:
+        dims.append(("bl_y", config.blocks_y))
+    return dims, [("vector_index", config.unroll)]
 
 
 def thread_to_output_map(config: LoopConfig, shape_dims: Sequence[int],
@@ -105,15 +124,20 @@ def thread_to_output_map(config: LoopConfig, shape_dims: Sequence[int],
     write consecutive vectors of `unroll` elements (coalesced)."""
     t, u = config.threads, config.unroll
     linear = linear_thread_expr(t, config.blocks, u)
+    whole_vectors = linear_thread_expr(t, config.blocks, 1)
+    if config.blocks_y > 1:
+        # Block (x, y) is block x + y * blocks of the linear order.
+        row = dim(BL_Y) * (config.blocks * t)
+        linear = linear + row * u
+        whole_vectors = whole_vectors + row
     results = delinearize(linear, shape_dims) if shape_dims else []
     constraints = list(extra_constraints)
-    if t * config.blocks * u > config.num_elements:
+    if t * config.total_blocks * u > config.num_elements:
         if u > 1 and config.num_elements % u == 0:
             # Whole vectors: the thread's vector is in or out as a whole,
             # a check free of the vector index (testable outside the
             # vector loop).
-            constraints.append((linear_thread_expr(t, config.blocks, 1), 0,
-                                config.num_elements // u - 1))
+            constraints.append((whole_vectors, 0, config.num_elements // u - 1))
         else:
             constraints.append((linear, 0, config.num_elements - 1))
     dims, symbols = thread_variables(config)

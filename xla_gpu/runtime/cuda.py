@@ -478,7 +478,7 @@ class CudaKernel:
                             _device_attribute("MAX_GRID_DIM_Z")),
             registers_per_block=_device_attribute("MAX_REGISTERS_PER_BLOCK"),
             max_shared_bytes=_device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"))
-        check_launch(s.name, s.threads, s.blocks, s.shared_bytes,
+        check_launch(s.name, s.threads, (s.blocks, getattr(s, "blocks_y", 1)), s.shared_bytes,
                      static_shared_bytes=attributes["SHARED_SIZE_BYTES"],
                      registers_per_thread=attributes["NUM_REGS"],
                      max_threads=attributes["MAX_THREADS_PER_BLOCK"], limits=limits)
@@ -501,7 +501,8 @@ class CudaKernel:
     def launch(self, pointers: Sequence[int], stream=None) -> None:
         s = self.spec
         if not self._launch_checked:
-            check_launch(s.name, s.threads, s.blocks, s.shared_bytes)
+            check_launch(s.name, s.threads, (s.blocks, getattr(s, "blocks_y", 1)),
+                         s.shared_bytes)
             self._launch_checked = True
         handle = stream_handle(stream)
         values = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
@@ -511,7 +512,8 @@ class CudaKernel:
         with current_context():
             function = self._load()
             _check(f"cuLaunchKernel({s.name}, grid={s.blocks}, block={s.threads})",
-                   _driver().cuLaunchKernel(function, s.blocks, 1, 1, s.threads, 1, 1,
+                   _driver().cuLaunchKernel(function, s.blocks, getattr(s, "blocks_y", 1), 1,
+                                            s.threads, 1, 1,
                                             s.shared_bytes, handle, ctypes.addressof(params), 0))
 
     def prepare(self, args: Sequence[Any], stream=None):

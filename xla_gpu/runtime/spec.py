@@ -120,6 +120,8 @@ class KernelSpec:
     fusion: str = ""
     fingerprint: str = ""
     version: str = ""
+    # Blocks in y of a 2-D grid (a launch over CUDA's 2^31 - 1 blocks in x).
+    blocks_y: int = 1
 
     @property
     def kernel_args(self) -> list[tuple[str, int]]:
