@@ -36,9 +36,7 @@ DEFAULT = ("mlp_train_step", "scan_rnn", "cond_switch", "kv_cache_update",
            "layer_norm_bf16", "ffi_call", "conv_grouped_grad", "sort_topk")
 
 # What is missing for the others (each raises a clear error today).
-KNOWN_MISSING = {
-    "fft_ops": "c64 is not supported by the emitters",
-}
+KNOWN_MISSING: dict[str, str] = {}
 KNOWN_MISSING_BEFORE: dict[str, str] = {}
 
 
