@@ -183,6 +183,33 @@ ENTRY main {
     np.testing.assert_allclose(back, x, atol=1e-6)
 
 
+def test_complex_work_around_a_column_major_fft():
+    """Complex kernels on either side: a c64 multiply before, the FFT's
+    column-major operand and result relayouted by c64 copies, abs after."""
+    text = """HloModule complex_layouts, entry_computation_layout={(c64[8,6]{0,1})->(c64[8,6]{0,1}, f32[8,6]{1,0})}
+
+ENTRY main {
+  z = c64[8,6]{0,1} parameter(0)
+  two = c64[] constant((0, 2))
+  twos = c64[8,6]{0,1} broadcast(two), dimensions={}
+  scaled = c64[8,6]{0,1} multiply(z, twos)
+  f = c64[8,6]{0,1} fft(scaled), fft_type=FFT, fft_length={6}
+  a = f32[8,6]{1,0} abs(f)
+  ROOT t = (c64[8,6]{0,1}, f32[8,6]{1,0}) tuple(f, a)
+}
+"""
+    z = _random((8, 6), "c64", 8)
+    want = np.fft.fft(2j * z.astype(np.complex128), axis=-1)
+    for optimize in (None, False):
+        exe = xla_gpu.compile(text, target="cpu", optimize=optimize)
+        ffts = [t for t in walk(exe.thunks) if t.kind == "fft"]
+        assert len(ffts) == 1 and ffts[0].config.input.is_row_major and \
+            ffts[0].config.output.is_row_major
+        f, a = exe.run(z)
+        np.testing.assert_allclose(f, want, atol=1e-5)
+        np.testing.assert_allclose(a, np.abs(want), atol=1e-5)
+
+
 def test_zero_sized_batches(tmp_path):
     text = """HloModule empty
 
