@@ -50,6 +50,38 @@ Value splat(OpBuilder &b, Location loc, Type type, int64_t value) {
   return arith::ConstantOp::create(b, loc, attr);
 }
 
+// Whether the f32 `value` is exactly a bf16 value (or NaN): an extension
+// of a bf16, an f32 constant whose low 16 bits are zero, or an op that
+// returns one of its such operands, possibly with its sign changed (max,
+// min, negation, absolute value, copysign, select). The ReLU after a bf16
+// add is maximumf(extf(round(a + b)), 0): rounding it again only takes
+// the high half.
+bool exactInBF16(Value value, int depth = 0) {
+  if (depth > 8) return false;
+  if (auto ext = value.getDefiningOp<arith::ExtFOp>())
+    return getElementTypeOrSelf(ext.getIn().getType()).isBF16();
+  Attribute constant;
+  if (matchPattern(value, m_Constant(&constant))) {
+    auto exact = [](const APFloat &f) {
+      return f.isNaN() || (f.bitcastToAPInt().getZExtValue() & 0xffff) == 0;
+    };
+    if (auto f = dyn_cast<FloatAttr>(constant)) return exact(f.getValue());
+    if (auto dense = dyn_cast<DenseFPElementsAttr>(constant))
+      return llvm::all_of(dense.getValues<APFloat>(), exact);
+    return false;
+  }
+  Operation *op = value.getDefiningOp();
+  if (!op) return false;
+  if (isa<arith::MaximumFOp, arith::MinimumFOp, arith::MaxNumFOp, arith::MinNumFOp,
+          arith::NegFOp, math::AbsFOp, math::CopySignOp>(op))
+    return llvm::all_of(op->getOperands(),
+                        [&](Value v) { return exactInBF16(v, depth + 1); });
+  if (auto select = dyn_cast<arith::SelectOp>(op))
+    return exactInBF16(select.getTrueValue(), depth + 1) &&
+           exactInBF16(select.getFalseValue(), depth + 1);
+  return false;
+}
+
 // f32 -> bf16, round to nearest even, NaN -> 0x7fc0, computed on the bits:
 // (x + 0x7fff + bit 16 of x) >> 16, after NaN is replaced by the quiet NaN
 // 0x7fc00000 (which that rounds to 0x7fc0). The NaN is chosen among f32s:
@@ -72,6 +104,13 @@ struct TruncFToBF16AsIntegers : OpRewritePattern<arith::TruncFOp> {
                                               splat(rewriter, loc, i32, 0x7fc00000));
     Value canonical = arith::SelectOp::create(rewriter, loc, isNan, quietNan, x);
     Value bits = arith::BitcastOp::create(rewriter, loc, i32, canonical);
+    if (exactInBF16(x)) {  // nothing to round: the high half
+      Value high = arith::TruncIOp::create(
+          rewriter, loc, i16,
+          arith::ShRUIOp::create(rewriter, loc, bits, splat(rewriter, loc, i32, 16)));
+      rewriter.replaceOpWithNewOp<arith::BitcastOp>(op, op.getType(), high);
+      return success();
+    }
     Value lsb = arith::AndIOp::create(
         rewriter, loc,
         arith::ShRUIOp::create(rewriter, loc, bits, splat(rewriter, loc, i32, 16)),

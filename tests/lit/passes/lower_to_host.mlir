@@ -57,3 +57,26 @@ func.func @moves(%c: i1, %a: bf16, %b: bf16, %p: !llvm.ptr) {
   llvm.store %z, %q : vector<2xbf16>, !llvm.ptr
   return
 }
+
+// ReLU after a bf16 add: the sum is rounded to nearest even (+ 0x7fff and
+// the low bit of the result), the max of two bf16 values is exact, so its
+// conversion back only canonicalizes NaN and takes the high half.
+// CHECK-LABEL: llvm.func @relu(
+// CHECK: %[[SUM:.*]] = llvm.fadd %{{.*}}, %{{.*}} : f32
+// CHECK: llvm.bitcast %{{.*}} : f32 to i32
+// CHECK: llvm.add %{{.*}}, %{{.*}} : i32
+// CHECK: llvm.add %{{.*}}, %{{.*}} : i32
+// CHECK: %[[MAX:.*]] = llvm.intr.maximum(%{{.*}}, %{{.*}}) : (f32, f32) -> f32
+// CHECK: %[[NAN:.*]] = llvm.fcmp "une" %[[MAX]], %[[MAX]] : f32
+// CHECK: %[[CANON:.*]] = llvm.select %[[NAN]], %{{.*}}, %[[MAX]] : i1, f32
+// CHECK: %[[BITS:.*]] = llvm.bitcast %[[CANON]] : f32 to i32
+// CHECK-NEXT: %[[HIGH:.*]] = llvm.lshr %[[BITS]], %{{.*}} : i32
+// CHECK-NEXT: %[[H16:.*]] = llvm.trunc %[[HIGH]] : i32 to i16
+// CHECK-NEXT: llvm.store %[[H16]], %{{.*}} : i16, !llvm.ptr
+func.func @relu(%a: bf16, %b: bf16, %p: !llvm.ptr) {
+  %s = arith.addf %a, %b : bf16
+  %zero = arith.constant 0.0 : bf16
+  %r = arith.maximumf %s, %zero : bf16
+  llvm.store %r, %p : bf16, !llvm.ptr
+  return
+}
