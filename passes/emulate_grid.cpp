@@ -46,6 +46,14 @@
 // lanes (thread = 32 warp + lane), and those divisions become expressions
 // of the two counters, so that addresses are affine in the lane.
 //
+// Wrapping remainders. A power-of-two remainder that varies with the
+// thread loop's counter and wraps inside the loop (XLA's rotated tiles:
+// slot = (column + row) mod 32) is rewritten as `x < 2^k ? x : x - 2^k`
+// where x < 2^(k+1), and a loop with one that cannot be bounded so is not
+// vectorized: LLVM 22's loop vectorizer stores and loads the addresses
+// built from such a remainder as consecutive ones once a value of an
+// enclosing loop is added (see guardWrappingRemainders).
+//
 // Uniform loops. A top-level scf.for with constant bounds (a thread's loop
 // over its elements: the same trip count in every thread) would leave the
 // thread loop with an inner loop, which LLVM does not vectorize. It is
