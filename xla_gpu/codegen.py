@@ -28,6 +28,7 @@ per thread times the block size, or the shared memory, exceed the GPU's.
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib.util
 import os
@@ -227,13 +228,29 @@ def _nvjitlink_cubin(ptx: str, arch: str) -> tuple[bytes, str] | None:
         nvjitlink.destroy(handle)
 
 
-def _compile_cubin(ptx: str, arch: str, use_ptxas: bool) -> tuple[bytes, str] | None:
-    """(cubin, resource log) through ptxas -v, else nvJitLink; None when
-    neither is available."""
-    _check_arch(arch)
-    ptxas = find_ptxas() if use_ptxas else None
-    if ptxas is None:
-        return _nvjitlink_cubin(ptx, arch)
+@functools.lru_cache(maxsize=None)
+def cubin_compiler() -> tuple[str, str] | None:
+    """What turns PTX into a cubin, as ("nvjitlink", version) or ("ptxas",
+    path); None when neither is installed. nvJitLink (the nvidia-nvjitlink
+    wheel) compiles in process, 7-10 ms less per kernel than starting
+    ptxas (measured with bench/run_cpu.py); ptxas is used where nvJitLink's
+    library does not load. XLA_GPU_CUBIN_COMPILER=ptxas|nvjitlink chooses
+    one (the other is not tried)."""
+    choice = os.environ.get("XLA_GPU_CUBIN_COMPILER", "").strip().lower()
+    if choice not in ("", "ptxas", "nvjitlink"):
+        raise ValueError(f"XLA_GPU_CUBIN_COMPILER must be ptxas or nvjitlink, got {choice!r}")
+    if choice in ("", "nvjitlink"):
+        try:
+            from cuda.bindings import nvjitlink
+            return "nvjitlink", ".".join(str(v) for v in nvjitlink.version())
+        except Exception:  # no cuda-python, or no libnvJitLink to load
+            if choice == "nvjitlink":
+                return None
+    ptxas = find_ptxas()
+    return ("ptxas", ptxas) if ptxas else None
+
+
+def _ptxas_cubin(ptxas: str, ptx: str, arch: str) -> tuple[bytes, str]:
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
@@ -244,17 +261,35 @@ def _compile_cubin(ptx: str, arch: str, use_ptxas: bool) -> tuple[bytes, str] | 
         return out.read_bytes(), result.stdout + result.stderr
 
 
+def _compile_cubin(ptx: str, arch: str, use_ptxas: bool | None) -> tuple[bytes, str] | None:
+    """(cubin, resource log) through `cubin_compiler()` (use_ptxas None),
+    ptxas -v (True) or nvJitLink (False); None when that is not
+    available."""
+    _check_arch(arch)
+    if use_ptxas is None:
+        chosen = cubin_compiler()
+        if chosen is None:
+            return None
+        use_ptxas = chosen[0] == "ptxas"
+    if not use_ptxas:
+        return _nvjitlink_cubin(ptx, arch)
+    ptxas = find_ptxas()
+    return None if ptxas is None else _ptxas_cubin(ptxas, ptx, arch)
+
+
 def kernel_resources(ptx: str, arch: str = "sm_90",
-                     use_ptxas: bool = True) -> dict[str, KernelResources] | None:
+                     use_ptxas: bool | None = None) -> dict[str, KernelResources] | None:
     """Registers, shared memory, stack and spills of each kernel of `ptx`
-    as ptxas (or nvJitLink) compiles it; None without either."""
+    as `cubin_compiler()` (or the one `use_ptxas` names) compiles it; None
+    without it."""
     compiled = _compile_cubin(ptx, arch, use_ptxas)
     return None if compiled is None else parse_ptxas_info(compiled[1], ptx)
 
 
-def to_cubin(ptx: str, arch: str = "sm_90", use_ptxas: bool = True) -> bytes | None:
-    """The cubin of `ptx` through ptxas (if found and `use_ptxas`), else
-    nvJitLink; None when neither is available. LaunchLimitError when a
+def to_cubin(ptx: str, arch: str = "sm_90", use_ptxas: bool | None = None) -> bytes | None:
+    """The cubin of `ptx` through `cubin_compiler()` (nvJitLink in process
+    where it loads, else ptxas), or through ptxas (`use_ptxas=True`) or
+    nvJitLink (False); None when that is not available. LaunchLimitError when a
     kernel's registers x `.maxntid` threads or its shared memory exceed
     what `arch` gives a block."""
     compiled = _compile_cubin(ptx, arch, use_ptxas)

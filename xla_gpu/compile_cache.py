@@ -3,8 +3,8 @@ was compiled AND by what compiled it.
 
 A key is the SHA-256 of the fusion's canonical fingerprint, the target, the
 arch and the compiler's identity (`compiler_identity`): the package's Python
-sources, the native library, the MLIR bindings, and for cuda the ptxas
-version and libdevice; for the cpu target the host CPU's features (a host
+sources, the native library, the MLIR bindings, and for cuda the cubin
+compiler's version (nvJitLink or ptxas, whichever codegen uses) and libdevice; for the cpu target the host CPU's features (a host
 kernel is compiled for the machine that built it). Editing any compiler
 source therefore misses the cache instead of serving a stale kernel.
 
@@ -100,18 +100,17 @@ def _package_identity() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _cuda_identity() -> str:
-    """ptxas's version and libdevice's content: both change the cubin."""
+    """The cubin compiler's version (nvJitLink's or ptxas's, whichever
+    codegen uses) and libdevice's content: both change the cubin."""
     from . import codegen
     h = hashlib.sha256()
-    ptxas = codegen.find_ptxas()
-    if ptxas is None:
-        h.update(b"ptxas=none")
-        try:
-            from cuda.bindings import nvjitlink
-            h.update(f"nvjitlink={nvjitlink.version()}".encode())
-        except Exception:
-            h.update(b"nvjitlink=none")
+    chosen = codegen.cubin_compiler()
+    if chosen is None:
+        h.update(b"cubin-compiler=none")
+    elif chosen[0] == "nvjitlink":
+        h.update(f"nvjitlink={chosen[1]}".encode())
     else:
+        ptxas = chosen[1]
         try:
             out = subprocess.run([ptxas, "--version"], capture_output=True, text=True,
                                  timeout=30).stdout
