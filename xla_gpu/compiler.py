@@ -325,6 +325,8 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
                           timings=timings)
     t0 = time.perf_counter()
     context = _thread_context()
+    if target == "cpu":
+        fusion.one_dimensional_grid = True   # the host emulates 1-D grids
     kernel = emitters.emit_fusion(fusion, context)
     try:
         kernel.module.operation.verify()

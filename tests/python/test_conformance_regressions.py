@@ -841,10 +841,10 @@ f {
     exe = xla_gpu.compile(text, target="cuda", cache=False)
     assert exe.launch_dims["blocks_y"] == 2
     assert "%ctaid.y" in exe.ptx
-    # The host emulates one-dimensional grids only: a clear error (such a
-    # grid could not run on the host anyway).
-    with pytest.raises(xla_gpu.errors.CompileError, match="one-dimensional"):
-        xla_gpu.compile(text, target="cpu", cache=False)
+    # The host emulates one-dimensional grids of any size: the cpu target's
+    # kernel keeps x only (it could not run 2^38 threads anyway).
+    host = xla_gpu.compile(text, target="cpu", cache=False)
+    assert host.launch_dims == {"threads": 128, "blocks": 2415919104, "shared_bytes": 0}
 
 
 def test_two_dimensional_loop_maps_cover_the_output_once():
@@ -858,3 +858,16 @@ def test_two_dimensional_loop_maps_cover_the_output_once():
         "(th_x * 2 + bl_x * 8 + bl_y * 24 + vector_index)" in text
     assert "th_x + bl_x * 4 + bl_y * 12 in [0, 21]" in text
     assert with_unroll(config, 1).blocks_y == 1
+
+
+def test_complex_transposes_go_through_a_shared_tile_of_complex_elements():
+    # The tile holds complex elements (structs of two parts in memory).
+    text = """
+f {
+  x = c128[32,8,48] parameter(0)
+  ROOT t = c128[48,8,32] transpose(x), dimensions={2,1,0}
+}
+"""
+    exe = _run(text)
+    assert exe.spec.emitter == "transpose"
+    assert re.search(r"allocate_shared : tensor<[0-9x]+xcomplex<f64>>", exe.mlir())

@@ -64,6 +64,10 @@ class Fusion:
     # The GPU whose description the launch configuration follows (unroll
     # factors, reduction vector sizes; see analysis.device).
     device: DeviceDescription = DEFAULT_DEVICE
+    # Launch grids in x only, of any size: the cpu target's grid emulation
+    # runs 1-D grids (a loop grid over CUDA's 2^31 - 1 blocks in x would
+    # otherwise go 2-D, as XLA's do on the GPU).
+    one_dimensional_grid: bool = False
 
     def __post_init__(self) -> None:
         self.hero_kind = self.hero_kind or self.kind

@@ -34,7 +34,8 @@ class LoopEmitter(KernelEmitter):
         largest = max(self.groups, key=prod)
         self.config = loop_config(list(largest), fusion.computation.instructions,
                                   [s.element_type for s in fusion.output_shapes],
-                                  fusion.device, split_grid=True)
+                                  fusion.device,
+                                  split_grid=not fusion.one_dimensional_grid)
 
     def root_groups(self):
         return list(self.groups.values())
