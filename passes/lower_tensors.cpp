@@ -55,6 +55,20 @@ BlockArgument traceToArgument(Value value,
         a = {};
       cache[value] = a;
       return a;
+    } else if (auto switchOp = dyn_cast<scf::IndexSwitchOp>(op)) {
+      // Every region must update the same argument.
+      if (auto it = cache.find(value); it != cache.end()) return it->second;
+      BlockArgument a;
+      bool first = true;
+      for (Region &region : switchOp->getRegions()) {
+        auto yield = cast<scf::YieldOp>(region.front().getTerminator());
+        BlockArgument b = traceToArgument(yield.getOperand(result), cache);
+        if (first) a = b;
+        else if (b != a) a = {};
+        first = false;
+      }
+      cache[value] = a;
+      return a;
     } else {
       return {};
     }

@@ -871,3 +871,78 @@ f {
     exe = _run(text)
     assert exe.spec.emitter == "transpose"
     assert re.search(r"allocate_shared : tensor<[0-9x]+xcomplex<f64>>", exe.mlir())
+
+
+# -- reduction groups -------------------------------------------------------------
+
+def _groups(text: str) -> list[int]:
+    from xla_gpu.analysis.reduction import reduction_groups
+    spec = select_fusion(hlo.parse_module(text))
+    return reduction_groups(spec.roots, spec.heroes)
+
+
+GROUPS = """
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+f {
+  a = f32[96,300] parameter(0)
+  b = f32[96,300] parameter(1)
+  zero = f32[] constant(0)
+  ra = f32[96] reduce(a, zero), dimensions={1}, to_apply=add
+  e = f32[96,300] exponential(b)
+  rb = f32[96] reduce(e, zero), dimensions={1}, to_apply=add
+  %s
+}
+"""
+
+
+def test_disjoint_reductions_are_grouped_as_xla_groups_them():
+    # Sharing only a scalar constant: disjoint (two groups).
+    assert _groups(GROUPS % "ROOT t = (f32[96], f32[96]) tuple(ra, rb)") == [0, 1]
+    # A side output of b's exponential joins rb's group.
+    assert _groups(GROUPS % "ROOT t = (f32[96], f32[96,300], f32[96]) tuple(ra, e, rb)") \
+        == [0, 1, 1]
+    # Reading the same parameter: one group.
+    shared = GROUPS.replace("e = f32[96,300] exponential(b)", "e = f32[96,300] exponential(a)")
+    assert _groups(shared % "ROOT t = (f32[96], f32[96]) tuple(ra, rb)") == [0, 0]
+
+
+@pytest.mark.parametrize("root", [
+    "ROOT t = (f32[96], f32[96]) tuple(ra, rb)",
+    "ROOT t = (f32[96], f32[96,300], f32[96]) tuple(ra, e, rb)",
+])
+def test_grouped_reductions_match_the_interpreter(root):
+    exe = _run(GROUPS % root)
+    assert exe.spec.emitter == "reduction"
+    assert "scf.index_switch" in exe.mlir()
+    # Each group has its own blocks: 96 rows per group.
+    single = _emit(GROUPS.replace("e = f32[96,300] exponential(b)",
+                                  "e = f32[96,300] exponential(a)")
+                   % "ROOT t = (f32[96], f32[96]) tuple(ra, rb)")
+    assert exe.launch_dims["blocks"] == 2 * single.launch.blocks
+
+
+def test_a_column_reduction_and_an_unrelated_output_are_two_groups():
+    text = """
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+f {
+  p0 = f32[64,96] parameter(0)
+  zero = f32[] constant(0)
+  r = f32[96] reduce(p0, zero), dimensions={0}, to_apply=add
+  p1 = f32[64,96] parameter(1)
+  n = f32[64,96] negate(p1)
+  ROOT t = (f32[96], f32[64,96]) tuple(r, n)
+}
+"""
+    assert _groups(text) == [0, 1]
+    exe = _run(text)
+    assert "scf.index_switch" in exe.mlir()

@@ -25,7 +25,7 @@ from .epilogue import is_elementwise_epilogue
 
 __all__ = ["ReductionLayout", "reduction_layout", "reduction_refusal",
            "reduce_heroes", "checked_layout", "checked_layouts",
-           "heroes_read_elsewhere"]
+           "heroes_read_elsewhere", "reduction_groups"]
 
 
 class ReductionLayout:
@@ -177,3 +177,79 @@ def checked_layouts(roots: list[HloInstruction],
         raise HloError(f"internal: the fusion analysis chose the reduction emitter "
                        f"for a fusion it cannot take ({refusal})")
     return [reduction_layout(h) for h in reduce_heroes(heroes)]
+
+
+def _broadcasted_constant_or_scalar(inst: HloInstruction) -> bool:
+    if inst.opcode == "constant" or (not inst.shape.is_tuple and inst.shape.rank == 0):
+        return True
+    if inst.opcode == "broadcast":
+        operand = inst.operands[0]
+        return operand.opcode == "constant" or (not operand.shape.is_tuple and
+                                                operand.shape.rank == 0)
+    return False
+
+
+def reduction_groups(roots: list[HloInstruction],
+                     heroes: list[HloInstruction]) -> list[int]:
+    """XLA's GroupDisjointReductions: the group of each root. Roots that
+    share an instruction (a parameter read by both, a common producer) are
+    in one group; all roots without a reduce hero are in one group (their
+    writes may alias inputs others read); a constant or scalar (or a
+    broadcast of one) joins at most one reduce root to others, since
+    computing it again is cheap. Groups are numbered in root order."""
+    n = len(roots)
+    if n <= 1:
+        return [0] * n
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def merge(a: int, b: int) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    is_reduction = [h.opcode == "reduce" for h in heroes]
+    others = [i for i in range(n) if not is_reduction[i]]
+    for i in others[1:]:
+        merge(others[0], i)
+    # The roots each instruction reaches (itself included), consumers
+    # first: an iterative post-order from the roots, walked backwards.
+    order: list[HloInstruction] = []
+    seen: set[int] = set()
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            inst, done = stack.pop()
+            if done:
+                order.append(inst)
+                continue
+            if id(inst) in seen:
+                continue
+            seen.add(id(inst))
+            stack.append((inst, True))
+            stack.extend((o, False) for o in inst.operands if id(o) not in seen)
+    reach: dict[int, set[int]] = {id(i): set() for i in order}
+    for k, root in enumerate(roots):
+        reach[id(root)].add(k)
+    for inst in reversed(order):
+        for operand in inst.operands:
+            reach[id(operand)] |= reach[id(inst)]
+    for inst in order:
+        reached, added_to_reduce = [], False
+        for k in range(n):
+            if k not in reach[id(inst)]:
+                continue
+            if is_reduction[k] and _broadcasted_constant_or_scalar(inst):
+                if added_to_reduce:
+                    continue
+            reached.append(k)
+            added_to_reduce |= is_reduction[k]
+        for k in reached[1:]:
+            merge(reached[0], k)
+    numbering: dict[int, int] = {}
+    return [numbering.setdefault(find(k), len(numbering)) for k in range(n)]

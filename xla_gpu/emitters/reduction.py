@@ -46,14 +46,14 @@ Every variant writes its results with `xla_gpu.predicated_insert`.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, func, tensor, vector
+from mlir.dialects import arith, func, scf, tensor, vector
 from mlir.dialects import complex as complex_ops
 from mlir.ir import AffineExpr
 
 from ..analysis.indexing import (const, delinearize, dim, floordiv, indexing_map,
                                 linearize, sym)
 from ..analysis.reduction import (ReductionLayout, checked_layout, checked_layouts,
-                                  heroes_read_elsewhere, reduce_heroes)
+                                  heroes_read_elsewhere, reduce_heroes, reduction_groups)
 from ..dialects import xla_gpu
 from ..hlo import HloInstruction
 from ..hlo.shape import bit_width
@@ -215,6 +215,18 @@ class ReductionEmitter(KernelEmitter):
         for root in fusion.roots:
             self._slots.setdefault(id(root), slot)
             slot += len(root.shape.leaves())
+        # Disjoint reductions in groups (XLA's GroupDisjointReductions): the
+        # blocks of group g are blocks g * blocks ... (g + 1) * blocks - 1
+        # (a 1-D grid: XLA puts groups on block id z); a scf.index_switch on
+        # the group runs its heroes' and side outputs' accumulation, and each
+        # root is written by its group's blocks.
+        root_group = reduction_groups(fusion.roots, fusion.heroes)
+        self.num_groups = max(root_group, default=0) + 1
+        self._group_of_root = {id(r): g for r, g in zip(fusion.roots, root_group)}
+        self._group_of_hero = {}
+        for root, hero, g in zip(fusion.roots, fusion.heroes, root_group):
+            self._group_of_hero.setdefault(id(hero), g)
+        self._group = None                  # the group id value, when grouped
         self.threads = self.blocks = self.steps = 0
         # Separate accumulators per thread, side by side along the kept
         # minor dimension (the column variants' vector loads): the loop's
@@ -238,7 +250,7 @@ class ReductionEmitter(KernelEmitter):
 
     # -- launch ------------------------------------------------------------
     def launch_dims(self) -> LaunchDims:
-        return LaunchDims(self.threads, self.blocks)
+        return LaunchDims(self.threads, self.blocks * self.num_groups)
 
     # -- partitioning ------------------------------------------------------
     def root_groups(self):
@@ -379,9 +391,12 @@ class ReductionEmitter(KernelEmitter):
 
     # -- the kernel ----------------------------------------------------------
     def emit_entry(self, params, outputs, thread_id, block_id):
-        k, r, symbols, constraints = self._loop_exprs()
-        lay = self.layout
-        attr = self._map(_input_index(lay, k, r), symbols, constraints)
+        if self.num_groups > 1:
+            # The group and the block within it (the maps see that block).
+            attr = self.index_map(indexing_map(
+                [("bl_x", self.blocks * self.num_groups)], [],
+                [floordiv(dim(0), self.blocks), dim(0) % self.blocks]))
+            self._group, block_id = xla_gpu.build_apply_indexing(attr, [block_id])
         inits = self._inits(params)
         flat_inits = [v for group in inits for v in group]
         lanes = self.lanes
@@ -389,7 +404,46 @@ class ReductionEmitter(KernelEmitter):
             vector.broadcast(ir.VectorType.get([lanes], v.type), v) for v in flat_inits]
         side_slots = [self._output_slot(s) for s in self.side_outputs]
         side_outputs = [outputs[slot] for slot in side_slots]
-        loop = xla_gpu.build_loop(attr, [thread_id, block_id], [*acc_inits, *side_outputs])
+        if self.num_groups == 1:
+            results = self._accumulate(params, thread_id, block_id, inits, acc_inits,
+                                       side_outputs, group=None)
+        else:
+            types = [v.type for v in [*acc_inits, *side_outputs]]
+            switch = scf.IndexSwitchOp(types, self._group, list(range(1, self.num_groups)))
+            # The default region takes group 0, case g group g.
+            for g, region in enumerate(switch.regions):
+                with ir.InsertionPoint(region.blocks[0]):
+                    scf.YieldOp(self._accumulate(params, thread_id, block_id, inits,
+                                                 acc_inits, side_outputs, group=g))
+            results = list(switch.results)
+        partials, side_results = results[:len(flat_inits)], results[len(flat_inits):]
+        outputs = list(outputs)
+        for slot, value in zip(side_slots, side_results):
+            outputs[slot] = value
+        return self._finish(params, outputs, partials, inits, thread_id, block_id)
+
+    def _accumulate(self, params, thread_id, block_id, inits, acc_inits, side_outputs,
+                    group):
+        """The accumulation loop of the heroes and side outputs of `group`
+        (all when None): the partials of every hero (the others' stay their
+        inits) and every side output (the others unchanged)."""
+        k, r, symbols, constraints = self._loop_exprs()
+        lay = self.layout
+        attr = self._map(_input_index(lay, k, r), symbols, constraints)
+        lanes = self.lanes
+        heroes = [(n, hero, layout, grp) for n, (hero, layout, grp) in
+                  enumerate(zip(self.heroes, self.layouts, inits))
+                  if group is None or self._group_of_hero[id(hero)] == group]
+        sides = [(n, s) for n, s in enumerate(self.side_outputs)
+                 if group is None or self._group_of_root[id(s)] == group]
+        starts, pos = [], 0
+        for grp in inits:
+            starts.append(pos)
+            pos += len(grp)
+        loop_inits = [a for n, _, _, grp in heroes
+                      for a in acc_inits[starts[n]:starts[n] + len(grp)]]
+        loop_inits += [side_outputs[n] for n, _ in sides]
+        loop = xla_gpu.build_loop(attr, [thread_id, block_id], loop_inits)
         block = loop.region.blocks[0]
         rank = len(lay.dims)
         with ir.InsertionPoint(block), self.calls_shared():
@@ -398,9 +452,9 @@ class ReductionEmitter(KernelEmitter):
             iters = args[len(symbols) + rank:]
             lane = args[len(symbols) - 1] if lanes > 1 else None
             new_accs, pos = [], 0
-            for hero, layout, group in zip(self.heroes, self.layouts, inits):
-                accs = iters[pos:pos + len(group)]
-                pos += len(group)
+            for _, hero, layout, group_inits in heroes:
+                accs = iters[pos:pos + len(group_inits)]
+                pos += len(group_inits)
                 at = self._index_in(layout.dims, layout, index)
                 if lane is None:
                     new_accs += self._combine(hero, accs, self._input_values(hero, params, at))
@@ -411,17 +465,20 @@ class ReductionEmitter(KernelEmitter):
                 new_accs += [vector.insert(c, a, [lane], [_DYNAMIC])
                              for c, a in zip(combined, accs)]
             written = []
-            for s, out in zip(self.side_outputs, iters[len(flat_inits):]):
+            for (_, s), out in zip(sides, iters[pos:]):
                 at = self._index_in(list(s.shape.dims), None, index)
                 value = self.call_subgraph(s, params, at)[0]
                 written.append(tensor.insert(value, out, at))
             xla_gpu.YieldOp([*new_accs, *written])
-        results = list(loop.results)
-        partials, side_results = results[:len(flat_inits)], results[len(flat_inits):]
-        outputs = list(outputs)
-        for slot, value in zip(side_slots, side_results):
-            outputs[slot] = value
-        return self._finish(params, outputs, partials, inits, thread_id, block_id)
+        produced = iter(loop.results)
+        partials = list(acc_inits)
+        for n, _, _, grp in heroes:
+            for i in range(len(grp)):
+                partials[starts[n] + i] = next(produced)
+        sides_out = list(side_outputs)
+        for n, _ in sides:
+            sides_out[n] = next(produced)
+        return [*partials, *sides_out]
 
     def _write(self, params, outputs, values_per_hero, k_value, cond):
         """Writes each root (epilogue applied) at kept index `k_value` where
@@ -449,8 +506,16 @@ class ReductionEmitter(KernelEmitter):
             if root is not hero:
                 values = self.call_subgraph(root, params, out_index, values)
             slot = self._output_slot(root)
+            root_cond = cond
+            if self._group is not None:
+                # Only the blocks of the root's group hold its values.
+                index = ir.IndexType.get()
+                mine = arith.cmpi(arith.CmpIPredicate.eq, self._group,
+                                  arith.constant(index, self._group_of_root[id(root)]))
+                root_cond = arith.andi(cond, mine)
             for i, value in enumerate(values):
-                new[slot + i] = self._predicated_insert(cond, value, new[slot + i], out_index)
+                new[slot + i] = self._predicated_insert(root_cond, value, new[slot + i],
+                                                        out_index)
         return new
 
     def _predicated_insert(self, cond, value, dest, indices):

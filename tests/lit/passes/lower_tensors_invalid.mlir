@@ -22,3 +22,17 @@ func.func @integer_complex(%t: tensor<4xcomplex<i32>>, %i: index) -> complex<i32
   %e = tensor.extract %t[%i] : tensor<4xcomplex<i32>>
   return %e : complex<i32>
 }
+
+// -----
+
+func.func @switch_of_two_arguments(%a: tensor<8xf32>, %b: tensor<8xf32>, %g: index) -> tensor<8xf32> {
+  %r = scf.index_switch %g -> tensor<8xf32>
+  case 1 {
+    scf.yield %a : tensor<8xf32>
+  }
+  default {
+    scf.yield %b : tensor<8xf32>
+  }
+  // expected-error @+1 {{returned tensor #0 is not an in-place update of a function argument}}
+  return %r : tensor<8xf32>
+}
