@@ -17,6 +17,9 @@ os.environ["XLA_GPU_CACHE_DIR"] = _SESSION_CACHE
 # source tree they may be started in (which lacks the built native part and
 # generated op builders): no current directory on their sys.path.
 os.environ["PYTHONSAFEPATH"] = "1"
+# Whole programs' temp and output buffers start as garbage, not zeros: a
+# kernel that reads memory nothing wrote fails here as it would on a GPU.
+os.environ.setdefault("XLA_GPU_DEBUG_FILL", "0xA5")
 
 
 def pytest_sessionfinish(session, exitstatus):

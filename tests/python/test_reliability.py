@@ -638,3 +638,24 @@ def test_a_program_with_a_foreign_file_name_is_refused(program_dir):
     (directory / "digests.json").write_text(json.dumps(digests))
     with pytest.raises(xla_gpu.ArtifactError, match="unknown file"):
         runtime.load(directory)
+
+
+def test_program_buffers_start_as_the_debug_fill(monkeypatch):
+    # The tests run whole programs on garbage-filled temps and outputs
+    # (conftest); a bad fill value is an ArgumentError, not a crash.
+    program = """
+HloModule p
+ENTRY e {
+  x = f32[8] parameter(0)
+  n = f32[8] negate(x)
+  ROOT e = f32[8] exponential(n)
+}"""
+    exe = xla_gpu.compile(program, target="cpu")
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    for fill in ("0x00", "0xFF"):
+        monkeypatch.setenv("XLA_GPU_DEBUG_FILL", fill)
+        (out,) = exe.run(x)
+        np.testing.assert_allclose(out, np.exp(-x), rtol=1e-6)
+    monkeypatch.setenv("XLA_GPU_DEBUG_FILL", "0x1FF")
+    with pytest.raises(xla_gpu.ArgumentError, match="XLA_GPU_DEBUG_FILL"):
+        exe.run(x)

@@ -33,6 +33,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -358,7 +359,7 @@ class ProgramExecutable:
             if alloc.kind == "constant":
                 buffers[alloc.index] = self.constants.get(alloc.index)
             elif alloc.kind != "parameter":
-                buffers[alloc.index] = _aligned_zeros(alloc.size)
+                buffers[alloc.index] = _fresh_buffer(alloc.size)
         params_by_alloc = self._parameter_allocation()
         for index, users in params_by_alloc.items():
             alloc = self.allocations[index]
@@ -384,11 +385,19 @@ class ProgramExecutable:
             thunk.execute(ctx)
         self.timings["last_run"] = time.perf_counter() - start
         self.stats = dict(ctx.stats)
+        # An output alone in an output allocation is returned as it is: the
+        # buffer is this run's own, nothing else holds it (no copy).
+        sharing = Counter(ref.slice.allocation for ref in self.outputs)
         results = []
         for ref in self.outputs:
             view = ctx.array(ref)
-            results.append(np.array(view, copy=True).astype(ref.dtype, copy=False)
-                           if view.dtype != ref.dtype else np.array(view, copy=True))
+            if view.dtype != ref.dtype:
+                results.append(np.array(view, copy=True).astype(ref.dtype, copy=False))
+            elif self.allocations[ref.slice.allocation].kind == "output" and \
+                    sharing[ref.slice.allocation] == 1 and view.flags.c_contiguous:
+                results.append(view)
+            else:
+                results.append(np.array(view, copy=True))
         return tuple(results)
 
     def _device_constant_table(self) -> dict[int, Any]:
@@ -555,6 +564,36 @@ def _aligned_zeros(size: int) -> np.ndarray:
     raw = np.zeros(size + _ALIGNMENT, np.uint8)
     start = (-raw.ctypes.data) % _ALIGNMENT
     return raw[start:start + size]
+
+
+def _debug_fill() -> int | None:
+    """XLA_GPU_DEBUG_FILL=<byte>: the byte temp and output buffers are
+    filled with before a run (the tests set it, so that a kernel reading
+    memory nothing wrote gives garbage rather than the zeros it would
+    happen to find; device memory is not zeroed either)."""
+    value = os.environ.get("XLA_GPU_DEBUG_FILL")
+    if not value:
+        return None
+    try:
+        byte = int(value, 0)
+    except ValueError:
+        raise ArgumentError(f"XLA_GPU_DEBUG_FILL must be a byte value, got {value!r}") from None
+    if not 0 <= byte <= 255:
+        raise ArgumentError(f"XLA_GPU_DEBUG_FILL must be a byte value, got {value!r}")
+    return byte
+
+
+def _fresh_buffer(size: int) -> np.ndarray:
+    """An aligned buffer for a run's temps or outputs: uninitialized, as
+    XLA's are (every kernel writes what it later reads), unless
+    XLA_GPU_DEBUG_FILL asks for a pattern."""
+    raw = np.empty(size + _ALIGNMENT, np.uint8)
+    start = (-raw.ctypes.data) % _ALIGNMENT
+    buffer = raw[start:start + size]
+    fill = _debug_fill()
+    if fill is not None:
+        buffer.fill(fill)
+    return buffer
 
 
 def _to_storage(value: np.ndarray, ref: ArrayRef) -> np.ndarray:
