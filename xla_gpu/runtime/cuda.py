@@ -273,8 +273,8 @@ def check_launch(name: str, threads: int, blocks: int | Sequence[int], shared_by
                             f"{limits.max_threads_per_block}")
     if not 1 <= grid[0] <= limits.max_grid_x:
         raise ResourceError(f"{where}: a grid of {grid[0]} blocks in x; CUDA allows 1 to "
-                            f"{limits.max_grid_x} (xla_gpu's emitters launch "
-                            "one-dimensional grids)")
+                            f"{limits.max_grid_x} (the loop emitter spreads larger "
+                            "grids over y)")
     for axis, extent in zip("yz", grid[1:]):
         if not 1 <= extent <= limits.max_grid_yz:
             raise ResourceError(f"{where}: a grid of {extent} blocks in {axis}; CUDA allows "
