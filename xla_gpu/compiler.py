@@ -283,8 +283,10 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
         return compile_program(module, text=text, target=target, arch=arch, cache=cache,
                                dump_dir=dump_dir, dump_regex=dump_regex,
                                **(program_options or {}))
+    from .analysis.device import default_device
     from .analysis.fusion import select_fusion
-    spec_fusion = select_fusion(module, fusion, device)
+    spec_fusion = select_fusion(module, fusion,
+                                device if device is not None else default_device(target))
     from .hlo.fingerprint import fingerprint
     # Names do not matter: a renamed fusion reuses the kernel (and its name).
     key = compile_cache.make_key("fusion", fingerprint(spec_fusion.computation), target,

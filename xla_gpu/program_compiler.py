@@ -594,6 +594,7 @@ class _KernelCompiler:
 
     def compile(self, inst: HloInstruction, comp: HloComputation) -> KernelImage:
         from . import compile_cache, compiler
+        from .analysis.device import default_device
         from .analysis.fusion import analyze
         from .hlo.fingerprint import fingerprint
         kernel_comp = kernel_computation(comp)
@@ -609,6 +610,7 @@ class _KernelCompiler:
             self.cached += 1
         else:
             fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
+            fusion.device = default_device(self.target)
             text = fusion_text(kernel_comp)
             try:
                 exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*")
@@ -618,6 +620,7 @@ class _KernelCompiler:
                 # The dedicated emitter refused or failed: the loop emitter
                 # computes the same values (slower), as XLA falls back.
                 fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
+                fusion.device = default_device(self.target)
                 failed = fusion.kind
                 fusion.kind = "loop"
                 try:

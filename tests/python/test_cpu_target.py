@@ -295,3 +295,32 @@ def test_shared_object_runs_through_ctypes(ctx, tmp_path):
     out = np.zeros((170, 160, 20), np.float32)
     entry((ctypes.c_void_p * 2)(x.ctypes.data, out.ctypes.data))
     np.testing.assert_allclose(out, np.abs(np.exp(x)).transpose(2, 1, 0), rtol=1e-6)
+
+
+def test_cpu_target_kernels_are_configured_for_the_host_emulation():
+    # A loop fusion as large as the H200 runs at once is unrolled on cuda;
+    # on the cpu target it is not (one element per emulated thread keeps
+    # the thread loop's accesses contiguous), unless device=H200 asks for
+    # the cuda kernel's exact configuration. Both give the same values.
+    import xla_gpu
+    from xla_gpu.analysis.device import H200
+    text = """
+HloModule big
+fused {
+  p = f32[1024,512] parameter(0)
+  t = f32[1024,512] tanh(p)
+  ROOT m = f32[1024,512] multiply(t, p)
+}
+ENTRY e {
+  p = f32[1024,512] parameter(0)
+  ROOT f = f32[1024,512] fusion(p), kind=kLoop, calls=fused
+}"""
+    x = np.random.default_rng(0).standard_normal((1024, 512)).astype(np.float32)
+    host = xla_gpu.compile(text, target="cpu", fusion="fused")
+    exact = xla_gpu.compile(text, target="cpu", fusion="fused", device=H200)
+    cuda = xla_gpu.compile(text, target="cuda", fusion="fused")
+    assert host.spec.threads * host.spec.blocks == 1024 * 512
+    assert exact.launch_dims["blocks"] == cuda.launch_dims["blocks"] == host.spec.blocks // 4
+    (a,), (b,) = host.run(x), exact.run(x)
+    np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(a, np.tanh(x) * x, rtol=1e-5, atol=1e-6)
