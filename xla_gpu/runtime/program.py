@@ -30,11 +30,9 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -109,47 +107,6 @@ def host_memory_bytes() -> int:
 
 
 # -- kernel launchers ------------------------------------------------------------
-
-
-class _HostLauncher:
-    """A cpu-target kernel from its shared object: `<name>_host(void **args)`
-    runs the grid; `<name>_host_blocks(a0..aN-1, first, end)` a block range
-    (used to split big grids over host threads; ctypes drops the GIL)."""
-
-    _pool: ThreadPoolExecutor | None = None
-
-    def __init__(self, spec: KernelSpec, library: bytes):
-        fd, path = tempfile.mkstemp(prefix=f"xla_gpu_{spec.name}_", suffix=".so")
-        with os.fdopen(fd, "wb") as f:
-            f.write(library)
-        try:
-            self._lib = ctypes.CDLL(path)
-        finally:
-            os.unlink(path)   # the mapping stays
-        self.spec = spec
-        self.nargs = len(spec.kernel_args)
-        self._grid = getattr(self._lib, f"{spec.name}_host")
-        self._grid.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-        self._grid.restype = None
-        self._blocks = getattr(self._lib, f"{spec.name}_host_blocks", None)
-        if self._blocks is not None:
-            self._blocks.argtypes = [ctypes.c_void_p] * self.nargs + [ctypes.c_int64] * 2
-            self._blocks.restype = None
-        self.workers = min(os.cpu_count() or 1, 8) if spec.blocks >= 64 else 1
-
-    def launch(self, pointers: Sequence[int], stream=None) -> None:
-        if self.workers <= 1 or self._blocks is None:
-            packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
-            self._grid(packed)
-            return
-        if _HostLauncher._pool is None:
-            _HostLauncher._pool = ThreadPoolExecutor(min(os.cpu_count() or 1, 8))
-        blocks, workers = self.spec.blocks, self.workers
-        bounds = [blocks * w // workers for w in range(workers + 1)]
-        futures = [_HostLauncher._pool.submit(self._blocks, *pointers, bounds[w], bounds[w + 1])
-                   for w in range(workers)]
-        for f in futures:
-            f.result()
 
 
 class _JitLauncher:
@@ -236,7 +193,10 @@ class ProgramExecutable:
                 if self.target == "cuda":
                     table[kid] = _CudaLauncher(image)
                 elif image.host_library is not None:
-                    table[kid] = _HostLauncher(image.spec, image.host_library)
+                    # Times one host thread against block ranges on several
+                    # and keeps the faster (a short kernel loses by splitting).
+                    from . import HostKernel
+                    table[kid] = HostKernel.from_bytes(image.spec, image.host_library)
                 elif image.jit is not None:
                     table[kid] = _JitLauncher(image.jit)
                 else:
