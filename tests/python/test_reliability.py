@@ -659,3 +659,29 @@ ENTRY e {
     monkeypatch.setenv("XLA_GPU_DEBUG_FILL", "0x1FF")
     with pytest.raises(xla_gpu.ArgumentError, match="XLA_GPU_DEBUG_FILL"):
         exe.run(x)
+
+
+def test_program_outputs_are_never_overwritten_while_held():
+    # Output buffers are reused by later runs only once nothing refers to
+    # them: held outputs (or views of them) keep their values.
+    program = """
+HloModule p
+ENTRY e {
+  x = f32[64] parameter(0)
+  n = f32[64] negate(x)
+  ROOT e = f32[64] exponential(n)
+}"""
+    exe = xla_gpu.compile(program, target="cpu")
+    xs = [np.full(64, v, np.float32) for v in (0.0, 1.0, 2.0)]
+    (first,) = exe.run(xs[0])
+    view = exe.run(xs[1])[0][10:20]
+    (third,) = exe.run(xs[2])
+    np.testing.assert_allclose(first, np.exp(-xs[0]), rtol=1e-6)
+    np.testing.assert_allclose(view, np.exp(-xs[1][10:20]), rtol=1e-6)
+    np.testing.assert_allclose(third, np.exp(-xs[2]), rtol=1e-6)
+    address = third.ctypes.data
+    del third
+    (again,) = exe.run(xs[0])          # the dropped buffer is taken again
+    assert again.ctypes.data == address
+    np.testing.assert_allclose(again, np.exp(-xs[0]), rtol=1e-6)
+    np.testing.assert_allclose(first, np.exp(-xs[0]), rtol=1e-6)

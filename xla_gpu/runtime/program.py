@@ -30,6 +30,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import threading
 import time
 from collections import Counter
@@ -160,6 +161,7 @@ class ProgramExecutable:
     _launchers: dict | None = field(default=None, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
     _device_pool: dict | None = field(default=None, repr=False)
+    _host_pool: "_HostBufferPool | None" = field(default=None, repr=False)
     _written: set | None = field(default=None, repr=False)
     _lock: Any = field(default_factory=threading.RLock, repr=False)
 
@@ -311,6 +313,12 @@ class ProgramExecutable:
             by_alloc.setdefault(ref.slice.allocation, []).append((ref, k))
         return by_alloc
 
+    def _host_buffers(self) -> "_HostBufferPool":
+        with self._lock:
+            if self._host_pool is None:
+                self._host_pool = _HostBufferPool()
+            return self._host_pool
+
     def _run_cpu(self, checked) -> tuple:
         written = self._written_allocations()
         buffers: list[np.ndarray | None] = [None] * len(self.allocations)
@@ -319,7 +327,7 @@ class ProgramExecutable:
             if alloc.kind == "constant":
                 buffers[alloc.index] = self.constants.get(alloc.index)
             elif alloc.kind != "parameter":
-                buffers[alloc.index] = _fresh_buffer(alloc.size)
+                buffers[alloc.index] = self._host_buffers().take(alloc.size)
         params_by_alloc = self._parameter_allocation()
         for index, users in params_by_alloc.items():
             alloc = self.allocations[index]
@@ -543,13 +551,41 @@ def _debug_fill() -> int | None:
     return byte
 
 
-def _fresh_buffer(size: int) -> np.ndarray:
-    """An aligned buffer for a run's temps or outputs: uninitialized, as
-    XLA's are (every kernel writes what it later reads), unless
-    XLA_GPU_DEBUG_FILL asks for a pattern."""
-    raw = np.empty(size + _ALIGNMENT, np.uint8)
+class _HostBufferPool:
+    """The cpu target's temp and output buffers of one executable's runs,
+    uninitialized as XLA's are (every kernel writes what it later reads;
+    XLA_GPU_DEBUG_FILL asks for a pattern). A buffer is handed out again
+    once nothing refers to it any more — the caller dropped the outputs
+    it held, and no view of them is left (every numpy view keeps its base
+    alive, so its reference count says so) — which saves the page faults
+    of fresh memory on every run (a 1 MiB output: 256 of them)."""
+
+    KEEP_PER_SIZE = 4
+
+    def __init__(self):
+        self._free_check_lock = threading.Lock()
+        self._by_size: dict[int, list[np.ndarray]] = {}
+
+    def take(self, size: int) -> np.ndarray:
+        with self._free_check_lock:
+            held = self._by_size.setdefault(size, [])
+            for raw in held:
+                # Referenced by `held`, this loop and getrefcount's argument
+                # only: free.
+                if sys.getrefcount(raw) == 3:
+                    return _filled(_aligned_view(raw, size))
+            raw = np.empty(size + _ALIGNMENT, np.uint8)
+            if len(held) < self.KEEP_PER_SIZE:
+                held.append(raw)
+            return _filled(_aligned_view(raw, size))
+
+
+def _aligned_view(raw: np.ndarray, size: int) -> np.ndarray:
     start = (-raw.ctypes.data) % _ALIGNMENT
-    buffer = raw[start:start + size]
+    return raw[start:start + size]
+
+
+def _filled(buffer: np.ndarray) -> np.ndarray:
     fill = _debug_fill()
     if fill is not None:
         buffer.fill(fill)
