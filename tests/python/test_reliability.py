@@ -640,18 +640,20 @@ def test_a_program_with_a_foreign_file_name_is_refused(program_dir):
         runtime.load(directory)
 
 
+_NEGATE_EXP_PROGRAM = """
+HloModule p
+ENTRY e {
+  x = f32[64] parameter(0)
+  n = f32[64] negate(x)
+  ROOT e = f32[64] exponential(n)
+}"""
+
+
 def test_program_buffers_start_as_the_debug_fill(monkeypatch):
     # The tests run whole programs on garbage-filled temps and outputs
     # (conftest); a bad fill value is an ArgumentError, not a crash.
-    program = """
-HloModule p
-ENTRY e {
-  x = f32[8] parameter(0)
-  n = f32[8] negate(x)
-  ROOT e = f32[8] exponential(n)
-}"""
-    exe = xla_gpu.compile(program, target="cpu")
-    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    exe = xla_gpu.compile(_NEGATE_EXP_PROGRAM, target="cpu")
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
     for fill in ("0x00", "0xFF"):
         monkeypatch.setenv("XLA_GPU_DEBUG_FILL", fill)
         (out,) = exe.run(x)
@@ -664,14 +666,7 @@ ENTRY e {
 def test_program_outputs_are_never_overwritten_while_held():
     # Output buffers are reused by later runs only once nothing refers to
     # them: held outputs (or views of them) keep their values.
-    program = """
-HloModule p
-ENTRY e {
-  x = f32[64] parameter(0)
-  n = f32[64] negate(x)
-  ROOT e = f32[64] exponential(n)
-}"""
-    exe = xla_gpu.compile(program, target="cpu")
+    exe = xla_gpu.compile(_NEGATE_EXP_PROGRAM, target="cpu")
     xs = [np.full(64, v, np.float32) for v in (0.0, 1.0, 2.0)]
     (first,) = exe.run(xs[0])
     view = exe.run(xs[1])[0][10:20]
