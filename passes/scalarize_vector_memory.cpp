@@ -179,6 +179,54 @@ bool isCarriedVector(Type type) {
          vector.getElementType().isIntOrFloat();
 }
 
+// `values` with each carried vector replaced by its elements.
+SmallVector<Value> flattenCarried(OpBuilder &b, Location loc, ValueRange values) {
+  SmallVector<Value> flat;
+  for (Value v : values) {
+    if (isCarriedVector(v.getType()))
+      llvm::append_range(flat, elementsOf(b, loc, v));
+    else
+      flat.push_back(v);
+  }
+  return flat;
+}
+
+// The values of `types` rebuilt from `flat` (the flattenCarried form):
+// a carried vector from its elements.
+SmallVector<Value> regroupCarried(OpBuilder &b, Location loc, TypeRange types,
+                                  ValueRange flat) {
+  SmallVector<Value> values;
+  unsigned next = 0;
+  for (Type type : types) {
+    if (!isCarriedVector(type)) {
+      values.push_back(flat[next++]);
+      continue;
+    }
+    auto vector = cast<VectorType>(type);
+    SmallVector<Value> elements(flat.slice(next, vector.getNumElements()));
+    next += vector.getNumElements();
+    values.push_back(vector::FromElementsOp::create(b, loc, vector, elements).getResult());
+  }
+  return values;
+}
+
+void flattenYield(Block &block) {
+  auto yield = cast<scf::YieldOp>(block.getTerminator());
+  OpBuilder inner(yield);
+  yield->setOperands(flattenCarried(inner, yield.getLoc(), yield.getOperands()));
+}
+
+// `op`'s results replaced by those of `split`, which carries the
+// vectors element by element; `op` is erased.
+void replaceCarrier(Operation *op, Operation *split) {
+  OpBuilder b(op->getContext());
+  b.setInsertionPointAfter(split);
+  SmallVector<Value> values =
+      regroupCarried(b, op->getLoc(), op->getResultTypes(), split->getResults());
+  op->replaceAllUsesWith(values);
+  op->erase();
+}
+
 void splitIfResults(scf::IfOp op) {
   SmallVector<Type> types;
   for (Type type : op.getResultTypes()) {
@@ -196,63 +244,24 @@ void splitIfResults(scf::IfOp op) {
                           std::pair{&op.getElseRegion(), &split.getElseRegion()}}) {
     to->getBlocks().clear();
     to->getBlocks().splice(to->end(), from->getBlocks());
-    auto yield = cast<scf::YieldOp>(to->front().getTerminator());
-    OpBuilder inner(yield);
-    SmallVector<Value> values;
-    for (Value v : yield.getOperands()) {
-      if (isCarriedVector(v.getType()))
-        llvm::append_range(values, elementsOf(inner, yield.getLoc(), v));
-      else
-        values.push_back(v);
-    }
-    yield->setOperands(values);
+    flattenYield(to->front());
   }
-  b.setInsertionPointAfter(split);
-  unsigned next = 0;
-  for (OpResult result : op.getResults()) {
-    if (!isCarriedVector(result.getType())) {
-      result.replaceAllUsesWith(split.getResult(next++));
-      continue;
-    }
-    auto vector = cast<VectorType>(result.getType());
-    SmallVector<Value> elements(split.getResults().slice(next, vector.getNumElements()));
-    next += vector.getNumElements();
-    result.replaceAllUsesWith(
-        vector::FromElementsOp::create(b, op.getLoc(), vector, elements).getResult());
-  }
-  op.erase();
+  replaceCarrier(op, split);
 }
 
 void splitLoopCarried(scf::ForOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  SmallVector<Value> inits;
-  for (Value init : op.getInitArgs()) {
-    if (isCarriedVector(init.getType()))
-      llvm::append_range(inits, elementsOf(b, loc, init));
-    else
-      inits.push_back(init);
-  }
   auto split = scf::ForOp::create(b, loc, op.getLowerBound(), op.getUpperBound(),
-                                  op.getStep(), inits);
+                                  op.getStep(), flattenCarried(b, loc, op.getInitArgs()));
   split->setDiscardableAttrs(op->getDiscardableAttrDictionary());
   Block *oldBody = op.getBody(), *newBody = split.getBody();
   // The old body's arguments, rebuilt from the new body's at its start.
   OpBuilder start = OpBuilder::atBlockBegin(newBody);
   SmallVector<Value> replacements{split.getInductionVar()};
-  unsigned next = 1;
-  for (BlockArgument arg : oldBody->getArguments().drop_front()) {
-    if (!isCarriedVector(arg.getType())) {
-      replacements.push_back(newBody->getArgument(next++));
-      continue;
-    }
-    auto vector = cast<VectorType>(arg.getType());
-    SmallVector<Value> elements(
-        newBody->getArguments().slice(next, vector.getNumElements()));
-    next += vector.getNumElements();
-    replacements.push_back(
-        vector::FromElementsOp::create(start, loc, vector, elements).getResult());
-  }
+  llvm::append_range(replacements,
+                     regroupCarried(start, loc, op.getInitArgs().getTypes(),
+                                    newBody->getArguments().drop_front()));
   // scf.for::create gave the new body a yield of nothing: the old body's
   // ops (and its yield) replace it.
   if (!newBody->empty() && newBody->back().hasTrait<OpTrait::IsTerminator>())
@@ -260,30 +269,8 @@ void splitLoopCarried(scf::ForOp op) {
   newBody->getOperations().splice(newBody->end(), oldBody->getOperations());
   for (auto [from, to] : llvm::zip(oldBody->getArguments(), replacements))
     from.replaceAllUsesWith(to);
-  auto yield = cast<scf::YieldOp>(newBody->getTerminator());
-  OpBuilder inner(yield);
-  SmallVector<Value> yielded;
-  for (Value v : yield.getOperands()) {
-    if (isCarriedVector(v.getType()))
-      llvm::append_range(yielded, elementsOf(inner, yield.getLoc(), v));
-    else
-      yielded.push_back(v);
-  }
-  yield->setOperands(yielded);
-  b.setInsertionPointAfter(split);
-  next = 0;
-  for (OpResult result : op.getResults()) {
-    if (!isCarriedVector(result.getType())) {
-      result.replaceAllUsesWith(split.getResult(next++));
-      continue;
-    }
-    auto vector = cast<VectorType>(result.getType());
-    SmallVector<Value> elements(split.getResults().slice(next, vector.getNumElements()));
-    next += vector.getNumElements();
-    result.replaceAllUsesWith(
-        vector::FromElementsOp::create(b, loc, vector, elements).getResult());
-  }
-  op.erase();
+  flattenYield(*newBody);
+  replaceCarrier(op, split);
 }
 
 } // namespace
