@@ -37,7 +37,6 @@ import datetime
 import gc
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -159,17 +158,6 @@ def _subprocess_json(args: list[str], env: dict, clean_rss: bool = False) -> tup
     return json.loads(lines[-1]), wall
 
 
-def entry_name(text: str) -> str:
-    """The ENTRY computation's name: the corpus' HLO is one fusion written
-    as an ENTRY of plain ops, which `xla_gpu.compile` would otherwise take
-    as a whole program (HLO passes, thunks); `fusion=` names it as the one
-    fusion to compile."""
-    match = re.search(r"^ENTRY\s+%?([\w.\-]+)", text, re.M)
-    if match is None:
-        raise ValueError("the HLO text has no ENTRY computation")
-    return match.group(1)
-
-
 def _unsupported(e: BaseException | str) -> str:
     return f"not supported yet ({bl.reason(e)})"
 
@@ -185,7 +173,7 @@ def compile_latency(cases, repeat: int, cold_repeat: int, env: dict, log) -> lis
     for case in cases:
         text = case.hlo("gpu")
         path = str(case.hlo_path("gpu"))
-        entry = entry_name(text)
+        entry = bl.entry_name(text)
         row = {"case": case.name, "what": case.what}
         log(f"[compile] {case.name}")
         # cold: fresh processes, ours and XLA alternating
@@ -319,7 +307,7 @@ def run_time(cases, rounds: int, target_s: float, log) -> list[dict]:
         xla_call()
         t_x1 = time.perf_counter() - t0
         try:
-            exe = xla_gpu.compile(text, target="cpu", fusion=entry_name(text))
+            exe = xla_gpu.compile(text, target="cpu", fusion=bl.entry_name(text))
             row["emitter"] = exe.spec.emitter
             got = exe.run(*inputs)
             t0 = time.perf_counter()

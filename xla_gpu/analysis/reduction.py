@@ -21,6 +21,7 @@ from __future__ import annotations
 from math import prod
 
 from ..hlo import HloError, HloInstruction
+from ..hlo.graph import post_order
 from .epilogue import is_elementwise_epilogue
 
 __all__ = ["ReductionLayout", "reduction_layout", "reduction_refusal",
@@ -218,21 +219,8 @@ def reduction_groups(roots: list[HloInstruction],
     for i in others[1:]:
         merge(others[0], i)
     # The roots each instruction reaches (itself included), consumers
-    # first: an iterative post-order from the roots, walked backwards.
-    order: list[HloInstruction] = []
-    seen: set[int] = set()
-    for root in roots:
-        stack = [(root, False)]
-        while stack:
-            inst, done = stack.pop()
-            if done:
-                order.append(inst)
-                continue
-            if id(inst) in seen:
-                continue
-            seen.add(id(inst))
-            stack.append((inst, True))
-            stack.extend((o, False) for o in inst.operands if id(o) not in seen)
+    # first: a post-order from the roots, walked backwards.
+    order = post_order(roots, lambda inst: inst.operands)
     reach: dict[int, set[int]] = {id(i): set() for i in order}
     for k, root in enumerate(roots):
         reach[id(root)].add(k)

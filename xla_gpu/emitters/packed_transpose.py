@@ -257,15 +257,7 @@ class PackedTransposeEmitter(TransposeEmitterBase):
                     if hero.shape.element_type == "pred":
                         y = arith.trunci(element_type("pred"), y)
                     values[id(hero)] = y
-                written = []
-                for k, it in zip(mine, iters):
-                    root, hero = self.slots[k]
-                    index = index_of(root.shape.dims)
-                    value = values[id(hero)]
-                    if root is not hero:
-                        value = self.call_subgraph(root, params, index, [value])[0]
-                    written.append(tensor.insert(value, it, index))
-                return written
+                return self.write_transposed(mine, iters, values, params, index_of)
 
             written = self._vector_loops([v, v], args[3:], coords, coord_ids, per_element,
                                          read)

@@ -233,6 +233,20 @@ class TransposeEmitterBase(KernelEmitter):
             if hero is not None and root is not hero:
                 self.partitioned.subgraph_of(root).injected = [hero]
 
+    def write_transposed(self, slots, iters, values: dict, params, index_of) -> list:
+        """Inserts each transposed output of `slots` (slot numbers) into its
+        iteration tensor: the hero's value (`values[id(hero)]`) through the
+        root's epilogue, at the root's index."""
+        written = []
+        for k, it in zip(slots, iters):
+            root, hero = self.slots[k]
+            index = index_of(root.shape.dims)
+            value = values[id(hero)]
+            if root is not hero:
+                value = self.call_subgraph(root, params, index, [value])[0]
+            written.append(tensor.insert(value, it, index))
+        return written
+
 
 class TransposeEmitter(TransposeEmitterBase):
     """The padded 32 x 33 (times the vector) tile (see the module text)."""
@@ -321,15 +335,7 @@ class TransposeEmitter(TransposeEmitterBase):
             tile_index = self.maps.apply(shmem_map, ids, args[:2])
             values = {id(h): tensor.extract(t, tile_index)
                       for h, t in zip(self.heroes, synced)}
-            written = []
-            for k, it in zip(mine, iters):
-                root, hero = self.slots[k]
-                index = index_of(root.shape.dims)
-                value = values[id(hero)]
-                if root is not hero:
-                    value = self.call_subgraph(root, params, index, [value])[0]
-                written.append(tensor.insert(value, it, index))
-            xla_gpu.YieldOp(written)
+            xla_gpu.YieldOp(self.write_transposed(mine, iters, values, params, index_of))
         for k, r in zip(mine, loop.results):
             results[k] = r
         return results
