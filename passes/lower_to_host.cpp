@@ -176,7 +176,7 @@ bool onlyMovesValues(Operation *op) {
              LLVM::LLVMFuncOp, LLVM::InsertElementOp, LLVM::ExtractElementOp,
              LLVM::ShuffleVectorOp, LLVM::InsertValueOp, LLVM::ExtractValueOp,
              LLVM::UndefOp, LLVM::PoisonOp, LLVM::ZeroOp, LLVM::FreezeOp,
-             LLVM::ICmpOp, LLVM::GlobalOp, LLVM::AddressOfOp,
+             LLVM::GlobalOp, LLVM::AddressOfOp,
              UnrealizedConversionCastOp>(op);
 }
 

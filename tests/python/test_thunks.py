@@ -327,8 +327,11 @@ def test_a_program_larger_than_host_memory_is_refused_before_allocating(monkeypa
     assert need >= 3 * 64
     monkeypatch.setattr(program_module, "host_memory_bytes", lambda: need - 1)
     allocations = []
-    monkeypatch.setattr(program_module, "_aligned_zeros",
-                        lambda size: allocations.append(size) or np.zeros(size, np.uint8))
+    monkeypatch.setattr(program_module, "aligned_zeros",
+                        lambda shape, dtype, alignment: allocations.append(shape) or
+                        np.zeros(shape, dtype))
+    monkeypatch.setattr(program_module._HostBufferPool, "take",
+                        lambda self, size: allocations.append(size) or np.zeros(size, np.uint8))
     with pytest.raises(xla_gpu.ResourceError, match=f"needs {need} bytes"):
         exe.run(np.zeros(16, np.float32))
     assert allocations == []

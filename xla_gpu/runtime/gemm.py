@@ -166,6 +166,17 @@ def _to_type(value: np.ndarray, ref: ArrayRef) -> np.ndarray:
     return np.asarray(value).astype(ref.storage_dtype)
 
 
+def _as_matrices(config: GemmConfig, lhs: np.ndarray, rhs: np.ndarray) -> tuple:
+    """The logical operands as [batch, m, k] and [batch, k, n] (views where
+    the dimension order allows)."""
+    batch, m, n, k = config.bmnk
+    a = lhs.transpose(config.lhs_batch + config.lhs_free + config.lhs_contracting) \
+        .reshape(batch, m, k)
+    b = rhs.transpose(config.rhs_batch + config.rhs_contracting + config.rhs_free) \
+        .reshape(batch, k, n)
+    return a, b
+
+
 def gemm_reference(config: GemmConfig, lhs: np.ndarray, rhs: np.ndarray,
                    c: np.ndarray | None = None, bias: np.ndarray | None = None) -> np.ndarray:
     """The result of `config` on logical numpy operands, in the output's
@@ -174,13 +185,8 @@ def gemm_reference(config: GemmConfig, lhs: np.ndarray, rhs: np.ndarray,
     if config.out.element_type in _F32_ACCUMULATED and \
             _compute_dtype(config.lhs.element_type) == np.float64:
         compute = np.dtype(np.float64)
-    a = np.asarray(lhs).astype(compute)
-    b = np.asarray(rhs).astype(compute)
-    batch, m, n, k = config.bmnk
-    a = a.transpose(config.lhs_batch + config.lhs_free + config.lhs_contracting) \
-        .reshape(batch, m, k)
-    b = b.transpose(config.rhs_batch + config.rhs_contracting + config.rhs_free) \
-        .reshape(batch, k, n)
+    a, b = _as_matrices(config, np.asarray(lhs).astype(compute),
+                        np.asarray(rhs).astype(compute))
     result = np.matmul(a, b)   # integers: exact modulo 2^64, wrapped below
     result = result.reshape(config.out.dims)
     if complex(config.alpha) != 1:
@@ -215,13 +221,10 @@ def _matmul_into_output(ctx, config: GemmConfig) -> bool:
     out = ctx.array(config.out)
     if not out.flags.c_contiguous:
         return False
-    batch, m, n, k = config.bmnk
-    a = ctx.array(config.lhs).transpose(
-        config.lhs_batch + config.lhs_free + config.lhs_contracting).reshape(batch, m, k)
-    b = ctx.array(config.rhs).transpose(
-        config.rhs_batch + config.rhs_contracting + config.rhs_free).reshape(batch, k, n)
+    a, b = _as_matrices(config, ctx.array(config.lhs), ctx.array(config.rhs))
     if np.may_share_memory(out, a) or np.may_share_memory(out, b):
         return False
+    batch, m, n, _ = config.bmnk
     np.matmul(a, b, out=out.reshape(batch, m, n))
     return True
 

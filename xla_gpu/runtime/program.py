@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArtifactError, ResourceError
 from .buffers import Allocation
-from .spec import KernelSpec
+from .spec import KernelSpec, aligned_bytes, aligned_zeros
 from .thunks import (ArrayRef, ExecutionContext, KernelThunk, Thunk, sequence_text,
                      thunk_from_dict, walk)
 
@@ -321,13 +321,16 @@ class ProgramExecutable:
 
     def _run_cpu(self, checked) -> tuple:
         written = self._written_allocations()
+        pool, fill = self._host_buffers(), _debug_fill()
         buffers: list[np.ndarray | None] = [None] * len(self.allocations)
         keep = []
         for alloc in self.allocations:
             if alloc.kind == "constant":
                 buffers[alloc.index] = self.constants.get(alloc.index)
             elif alloc.kind != "parameter":
-                buffers[alloc.index] = self._host_buffers().take(alloc.size)
+                buffers[alloc.index] = pool.take(alloc.size)
+                if fill is not None:
+                    buffers[alloc.index].fill(fill)
         params_by_alloc = self._parameter_allocation()
         for index, users in params_by_alloc.items():
             alloc = self.allocations[index]
@@ -340,9 +343,9 @@ class ProgramExecutable:
                 if array.ctypes.data % 16 == 0:
                     keep.append(array)
                     buffers[index] = array.reshape(-1).view(np.uint8) if array.size else \
-                        _aligned_zeros(alloc.size)
+                        aligned_zeros((alloc.size,), np.uint8, _ALIGNMENT)
                     continue
-            buffer = _aligned_zeros(alloc.size)
+            buffer = aligned_zeros((alloc.size,), np.uint8, _ALIGNMENT)
             buffers[index] = buffer
             for ref, k in users:
                 _write_host(buffer, ref, checked[k][1])
@@ -528,12 +531,6 @@ class ProgramExecutable:
         return directory
 
 
-def _aligned_zeros(size: int) -> np.ndarray:
-    raw = np.zeros(size + _ALIGNMENT, np.uint8)
-    start = (-raw.ctypes.data) % _ALIGNMENT
-    return raw[start:start + size]
-
-
 def _debug_fill() -> int | None:
     """XLA_GPU_DEBUG_FILL=<byte>: the byte temp and output buffers are
     filled with before a run (the tests set it, so that a kernel reading
@@ -553,8 +550,8 @@ def _debug_fill() -> int | None:
 
 class _HostBufferPool:
     """The cpu target's temp and output buffers of one executable's runs,
-    uninitialized as XLA's are (every kernel writes what it later reads;
-    XLA_GPU_DEBUG_FILL asks for a pattern). A buffer is handed out again
+    uninitialized as XLA's are (every kernel writes what it later reads).
+    A buffer is handed out again
     once nothing refers to it any more — the caller dropped the outputs
     it held, and no view of them is left (every numpy view keeps its base
     alive, so its reference count says so) — which saves the page faults
@@ -573,23 +570,11 @@ class _HostBufferPool:
                 # Referenced by `held`, this loop and getrefcount's argument
                 # only: free.
                 if sys.getrefcount(raw) == 3:
-                    return _filled(_aligned_view(raw, size))
+                    return aligned_bytes(raw, size, _ALIGNMENT)
             raw = np.empty(size + _ALIGNMENT, np.uint8)
             if len(held) < self.KEEP_PER_SIZE:
                 held.append(raw)
-            return _filled(_aligned_view(raw, size))
-
-
-def _aligned_view(raw: np.ndarray, size: int) -> np.ndarray:
-    start = (-raw.ctypes.data) % _ALIGNMENT
-    return raw[start:start + size]
-
-
-def _filled(buffer: np.ndarray) -> np.ndarray:
-    fill = _debug_fill()
-    if fill is not None:
-        buffer.fill(fill)
-    return buffer
+            return aligned_bytes(raw, size, _ALIGNMENT)
 
 
 def _to_storage(value: np.ndarray, ref: ArrayRef) -> np.ndarray:

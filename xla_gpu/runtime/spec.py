@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import ArgumentError
 from ..hlo.shape import ELEMENT_TYPES
 
-__all__ = ["ArgSpec", "KernelSpec", "DEFAULT_ALIGNMENT", "aligned_empty", "aligned_zeros",
+__all__ = ["ArgSpec", "KernelSpec", "DEFAULT_ALIGNMENT", "aligned_empty", "aligned_bytes", "aligned_zeros",
            "aligned_copy", "is_aligned"]
 
 # Bytes: the widest access the emitted kernels make (128-bit vectors).
@@ -36,8 +36,14 @@ def aligned_empty(shape, dtype, alignment: int = DEFAULT_ALIGNMENT) -> np.ndarra
     shape = tuple(int(d) for d in shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + alignment, np.uint8)
+    return aligned_bytes(raw, nbytes, alignment).view(dtype).reshape(shape)
+
+
+def aligned_bytes(raw: np.ndarray, nbytes: int, alignment: int = DEFAULT_ALIGNMENT) -> np.ndarray:
+    """The `nbytes` bytes of `raw` (a uint8 array at least `nbytes +
+    alignment` long) that start at a multiple of `alignment`."""
     start = -raw.ctypes.data % alignment
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return raw[start:start + nbytes]
 
 
 def aligned_zeros(shape, dtype, alignment: int = DEFAULT_ALIGNMENT) -> np.ndarray:
