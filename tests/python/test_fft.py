@@ -8,6 +8,7 @@ lookup, and the cuFFT path itself where a GPU and cuFFT are present."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -298,7 +299,7 @@ def test_cufft_is_searched_in_wheels_toolkits_and_the_loader_path():
 def test_missing_cufft_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(fft_runtime, "_libraries", {})
     monkeypatch.setattr(fft_runtime, "_candidate_libraries",
-                        lambda names, wheel: [fft_runtime.Path("/nonexistent") / n
+                        lambda names, wheel: [Path("/nonexistent") / n
                                               for n in names])
     with pytest.raises(CudaUnavailableError, match="cuFFT not found .*nvidia-cufft"):
         fft_runtime.cufft_library()

@@ -40,17 +40,15 @@ from __future__ import annotations
 import atexit
 import ctypes
 import math
-import os
-import sys
 import threading
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import CudaError, CudaUnavailableError, HloError
+from .libraries import candidate_libraries
 from .thunks import ArrayRef
 
 __all__ = ["FFT_TYPES", "FftConfig", "fft_reference", "run_fft", "prepare",
@@ -241,22 +239,9 @@ _CUFFT_NAMES = ("libcufft.so.12", "libcufft.so.11", "libcufft.so.10", "libcufft.
 _CUBLAS_NAMES = ("libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so")
 
 
-def _candidate_libraries(names: tuple[str, ...], wheel: str) -> list[Path]:
-    """Where a CUDA library may be, in search order: the pip wheels
-    (`nvidia/<wheel>/lib` for CUDA 12, `nvidia/cu13/lib` for CUDA 13), the
-    toolkit named by $CUDA_HOME / $CUDA_PATH, /usr/local/cuda, then the bare
-    names for the system loader."""
-    roots: list[Path] = []
-    for entry in sys.path:
-        if entry:
-            roots.append(Path(entry) / "nvidia" / wheel / "lib")
-            roots.append(Path(entry) / "nvidia" / "cu13" / "lib")
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            roots += [Path(os.environ[var]) / "lib64", Path(os.environ[var]) / "lib"]
-    roots += [Path("/usr/local/cuda/lib64"), Path("/usr/local/cuda/lib")]
-    found = [root / name for root in roots for name in names if (root / name).exists()]
-    return found + [Path(name) for name in names]
+# The search (runtime.libraries); a module name of its own so that tests
+# can replace it.
+_candidate_libraries = candidate_libraries
 
 
 _load_lock = threading.Lock()

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
-import sys
 import threading
 from dataclasses import dataclass
 from functools import cached_property
@@ -38,6 +36,7 @@ from ..errors import CudaError, CudaUnavailableError, HloError
 from ..hlo.cublas import EPILOGUES as CUBLAS_EPILOGUES
 from ..hlo.cublas import activation
 from .buffers import BufferSlice
+from .libraries import candidate_libraries
 from .thunks import ArrayRef
 
 __all__ = ["GemmConfig", "run_gemm", "gemm_reference", "EPILOGUES", "cublaslt_library",
@@ -371,18 +370,8 @@ _lt: Any = None
 
 
 def _candidate_libraries() -> list[Path]:
-    names = ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11", "libcublasLt.so"]
-    roots: list[Path] = []
-    for entry in sys.path:
-        if entry:
-            roots.append(Path(entry) / "nvidia" / "cublas" / "lib")
-            roots.append(Path(entry) / "nvidia" / "cu13" / "lib")
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            roots += [Path(os.environ[var]) / "lib64", Path(os.environ[var]) / "lib"]
-    roots += [Path("/usr/local/cuda/lib64"), Path("/usr/local/cuda/lib")]
-    out = [root / name for root in roots for name in names if (root / name).exists()]
-    return out + [Path(name) for name in names]   # the loader's own search path
+    return candidate_libraries(("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11",
+                                "libcublasLt.so"), "cublas")
 
 
 def cublaslt_library() -> ctypes.CDLL:
