@@ -1176,6 +1176,12 @@ void KernelEmulation::dissolveLiftedLoop(unsigned index) {
         b, loc, stored,
         threadSlot(b, loc, phase.carried[k], phase.carriedTypes[k], index));
   }
+  // Uses left are operands of the shuffle_reduce ops that end the phases
+  // after (their operands were read into `operandsInPhase`, and the ops
+  // are erased once emulated): they take the initial values instead, of
+  // the same types, so that the loop can go.
+  for (auto [result, init] : llvm::zip(loop.getResults(), loop.getInitArgs()))
+    result.replaceAllUsesWith(init);
   loop.erase();
   phase.lifted = nullptr;
 }

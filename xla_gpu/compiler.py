@@ -406,7 +406,7 @@ class _HostRunner:
 
     def run(self, *arrays) -> tuple[np.ndarray, ...]:
         check_output_memory(self.spec)
-        buffers, outputs = self.spec.host_buffers(arrays)
+        pointers, outputs, convert, _held = self.spec.host_call(arrays)
         workers = min(os.cpu_count() or 1, 8) if self.spec.blocks >= 64 else 1
-        self.host.run(buffers, workers=workers)
-        return self.spec.results(outputs)
+        self.host.launch(pointers, workers=workers)
+        return self.spec.results(outputs) if convert else tuple(outputs)

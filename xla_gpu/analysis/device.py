@@ -34,6 +34,9 @@ class DeviceDescription:
     threads_per_core_limit: int       # resident threads per SM
     threads_per_block_limit: int = 1024
     threads_per_warp: int = 32
+    # Kernels run by the cpu target's grid emulation, not by a GPU: the
+    # emitters may choose what suits a host's SIMD lanes where it differs.
+    host_emulation: bool = False
 
     def __post_init__(self) -> None:
         for field in ("core_count", "threads_per_core_limit", "threads_per_block_limit",
@@ -58,9 +61,11 @@ DEFAULT_DEVICE = H200
 # and LLVM vectorizes the thread loop with plain vector loads and stores;
 # an unrolled thread's elements are strided across threads (shuffles,
 # register spills: gelu f32 took 0.96 ms instead of 0.55 on one core).
-# Everything else (reduction vector sizes, tiles) is the H200's.
+# Large column reductions take a thread per column (see
+# emitters/reduction.py); everything else (reduction vector sizes, tiles)
+# is the H200's.
 HOST_EMULATION = DeviceDescription("NVIDIA H200 emulated on the host", core_count=132,
-                                   threads_per_core_limit=2**30)
+                                   threads_per_core_limit=2**30, host_emulation=True)
 
 _KNOWN = {d.name: d for d in (H200, RTX_A6000, HOST_EMULATION)}
 

@@ -159,7 +159,10 @@ class HostKernel:
     def run(self, buffers: Sequence, *, workers: int = 1) -> None:
         """Runs the grid on `buffers` (inputs, then outputs, written in
         place). `workers` > 1 splits the blocks among that many threads."""
-        pointers = self._pointers(buffers)
+        self.launch(self._pointers(buffers), workers=workers)
+
+    def launch(self, pointers: Sequence[int], *, workers: int = 1) -> None:
+        """`run` on the buffers' data addresses (checked by the caller)."""
         if workers <= 1 or self.blocks <= 1:
             # _mlir_ciface_k_host(void **args), called through its packed
             # wrapper: one slot, pointing to `args`.

@@ -60,7 +60,8 @@ from ..hlo.shape import bit_width
 from .base import WARP_SIZE, KernelEmitter, LaunchDims
 
 __all__ = ["ReductionEmitter", "RowReductionEmitter", "MultiRowReductionEmitter",
-           "ColumnReductionEmitter", "SmallColumnReductionEmitter", "reduction_emitter"]
+           "ColumnReductionEmitter", "SmallColumnReductionEmitter",
+           "ThreadPerColumnReductionEmitter", "reduction_emitter"]
 
 MAX_THREADS_PER_ROW = 1024
 # vector.extract / vector.insert at a position given by a value.
@@ -106,6 +107,8 @@ def reduction_emitter(fusion) -> "ReductionEmitter":
     when a power-of-two row fits a warp's vector loads, row otherwise."""
     layout = checked_layout(fusion.roots, fusion.heroes)
     if not layout.is_row:
+        if _thread_per_column(fusion, layout):
+            return ThreadPerColumnReductionEmitter(fusion, layout)
         if WARP_SIZE % layout.K1 == 0:
             return SmallColumnReductionEmitter(fusion, layout)
         return ColumnReductionEmitter(fusion, layout)
@@ -115,6 +118,36 @@ def reduction_emitter(fusion) -> "ReductionEmitter":
 
 
 _THREADS_PER_BLOCK_TARGET = 256
+# Reductions of at least this many input elements are configured for the
+# host when the cpu target emulates the grid (below, the GPU configurations
+# run there too: they are what the cpu target's tests check on small
+# shapes).
+HOST_MIN_ELEMENTS = 1 << 16
+# Column reductions take a thread per column when the kept rows are at
+# least a SIMD register of f32 wide.
+HOST_COLUMN_MIN_K1 = 8
+# Row reductions on the host: each thread reduces at least this many
+# elements of its row, one per load.
+HOST_ROW_ELEMENTS_PER_THREAD = 128
+
+
+def _for_host(fusion, layout: ReductionLayout) -> bool:
+    """Whether to configure a reduction for the host's SIMD lanes rather
+    than for a GPU. The grid emulation runs a block's threads as SIMD
+    lanes: what is cheap on a GPU (a shared tile read transposed, warp
+    shuffles, many threads each reducing a few vectors) is emulated with
+    loops over all threads, which for the GPU configurations cost 2-3x the
+    reduction itself."""
+    device = getattr(fusion, "device", None)
+    return bool(device is not None and device.host_emulation and
+                layout.K * layout.R >= HOST_MIN_ELEMENTS)
+
+
+def _thread_per_column(fusion, layout: ReductionLayout) -> bool:
+    """A column reduction on the host: a thread per kept element reads
+    each row with contiguous vector loads and needs no exchange (on a GPU
+    the 32x32 shared tile makes the loads coalesced and the threads many)."""
+    return _for_host(fusion, layout) and layout.K1 >= HOST_COLUMN_MIN_K1
 
 
 def _input_bits(fusion) -> int | None:
@@ -534,9 +567,14 @@ class _RowConfig:
     reductions side by side up to 256 threads per block."""
 
     def __init__(self, layout: ReductionLayout, fusion):
+        # On the host: fewer threads with longer slices, one element per
+        # load, so that consecutive threads (SIMD lanes) read consecutive
+        # elements and the emulated shuffles are few next to the loads.
+        host = _for_host(fusion, layout)
+        per_thread = HOST_ROW_ELEMENTS_PER_THREAD if host else _MIN_ROW_ELEMENTS_PER_THREAD
         t = min(MAX_THREADS_PER_ROW,
-                _pow2_at_least(max(WARP_SIZE, -(-layout.R // _MIN_ROW_ELEMENTS_PER_THREAD))))
-        v = _column_vector(fusion, layout.R, t)
+                _pow2_at_least(max(WARP_SIZE, -(-layout.R // per_thread))))
+        v = 1 if host else _column_vector(fusion, layout.R, t)
         self.vector, self.threads_per_row = v, t
         rows = 1
         if t * 2 <= _THREADS_PER_BLOCK_TARGET:
@@ -793,3 +831,32 @@ class SmallColumnReductionEmitter(ReductionEmitter):
             first = arith.cmpi(arith.CmpIPredicate.eq, row, arith.constant(index, 0))
             outputs = self._write(params, outputs, per_hero, k, arith.andi(first, in_range))
         return outputs
+
+
+class ThreadPerColumnReductionEmitter(ReductionEmitter):
+    """Column reductions on the host (`DeviceDescription.host_emulation`):
+    thread k accumulates kept element k over all R reduced rows in order;
+    no shared tile, no shuffle. Consecutive threads read consecutive
+    elements of each row, so the emulated thread loop is a SIMD loop over
+    contiguous vectors, with the row loop around it."""
+
+    THREADS = 128
+
+    def _configure(self) -> None:
+        lay = self.layout
+        self.threads = min(self.THREADS, _pow2_at_least(lay.K))
+        self.blocks = -(-lay.K // self.threads)
+        self.steps = lay.R
+
+    def _kept(self) -> AffineExpr:
+        return dim(1) * self.threads + dim(0)
+
+    def _loop_exprs(self):
+        k = self._kept()
+        return k, sym(0), [("s", self.steps)], [(k, 0, self.layout.K - 1)]
+
+    def _finish(self, params, outputs, partials, inits, thread_id, block_id):
+        index = ir.IndexType.get()
+        (k,) = self._ids(thread_id, block_id, [self._kept()])
+        in_range = arith.cmpi(arith.CmpIPredicate.ult, k, arith.constant(index, self.layout.K))
+        return self._write(params, outputs, self._split(partials, inits), k, in_range)

@@ -33,7 +33,7 @@ __all__ = ["lib", "library_path", "BufferDesc", "ERROR_CAPACITY", "FfiUnavailabl
 LIBRARY_NAME = "libXlaGpuFfi.so"
 ERROR_CAPACITY = 8192
 _SOURCE_DIR = Path(__file__).resolve().parents[2] / "ffi"
-_SOURCES = ("xla_gpu_ffi.cc", "xla_gpu_ffi_abi.h", "exports.map")
+_SOURCES = ("xla_gpu_ffi.cc", "host_executor.cc", "xla_gpu_ffi_abi.h", "exports.map")
 _lock = threading.Lock()
 
 
@@ -81,7 +81,8 @@ def _build_from_source() -> Path:
         out = work / LIBRARY_NAME
         command = [compiler, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
                    "-fno-exceptions", f"-Wl,--version-script={_SOURCE_DIR / 'exports.map'}",
-                   str(_SOURCE_DIR / "xla_gpu_ffi.cc"), "-o", str(out), "-ldl", "-pthread"]
+                   str(_SOURCE_DIR / "xla_gpu_ffi.cc"), str(_SOURCE_DIR / "host_executor.cc"),
+                   "-o", str(out), "-ldl", "-pthread"]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.SubprocessError) as e:

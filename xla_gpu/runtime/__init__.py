@@ -128,15 +128,17 @@ class HostKernel:
 
     def run(self, *args) -> tuple[np.ndarray, ...]:
         check_output_memory(self.spec)
-        buffers, outputs = self.spec.host_buffers(args)
-        self.launch([b.ctypes.data for b in buffers])
-        return self.spec.results(outputs)
+        pointers, outputs, convert, _held = self.spec.host_call(args)
+        self.launch(pointers)
+        return self.spec.results(outputs) if convert else tuple(outputs)
 
 
 def check_output_memory(spec: KernelSpec) -> None:
     """Large outputs must fit in host memory: a clear ResourceError instead
     of numpy's allocation failure."""
-    nbytes = sum(o.nbytes for o in spec.outputs)
+    nbytes = spec.__dict__.get("_output_nbytes")
+    if nbytes is None:
+        nbytes = spec.__dict__["_output_nbytes"] = sum(o.nbytes for o in spec.outputs)
     if nbytes > 1 << 26:
         check_host_memory(nbytes, f"the outputs of kernel '{spec.name}'")
 

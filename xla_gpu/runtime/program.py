@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArtifactError, ResourceError
 from .buffers import Allocation
-from .spec import KernelSpec, aligned_bytes, aligned_zeros
+from .spec import KernelSpec, _address, aligned_bytes, aligned_zeros
 from .thunks import (ArrayRef, ExecutionContext, KernelThunk, Thunk, sequence_text,
                      thunk_from_dict, walk)
 
@@ -162,6 +162,8 @@ class ProgramExecutable:
     _device_constants: dict | None = field(default=None, repr=False)
     _device_pool: dict | None = field(default=None, repr=False)
     _host_pool: "_HostBufferPool | None" = field(default=None, repr=False)
+    _host_program: Any = field(default=None, repr=False)
+    _cpu_run_plan: "_CpuRunPlan | None" = field(default=None, repr=False)
     _written: set | None = field(default=None, repr=False)
     _lock: Any = field(default_factory=threading.RLock, repr=False)
 
@@ -292,6 +294,10 @@ class ProgramExecutable:
         arrays (`__cuda_array_interface__`) in; numpy out, or DeviceArrays
         with `device_outputs=True`; `stream` is a CUstream (default: the
         legacy default stream; command buffers capture on a private one)."""
+        if self.target == "cpu" and stream is None and not device_outputs:
+            values = self._cpu_plan().fast_arguments(args)
+            if values is not None:
+                return self._run_cpu(values)
         leaves = self._flatten_arguments(args)
         if self.target == "cpu" and (stream is not None or device_outputs):
             raise ArgumentError("stream= and device_outputs= are options of the cuda target")
@@ -299,8 +305,19 @@ class ProgramExecutable:
                    for label, a, ref in leaves]
         self.check_memory()
         if self.target == "cpu":
-            return self._run_cpu(checked)
+            return self._run_cpu([value for _, value, _ in checked])
         return self._run_cuda(checked, stream, device_outputs)
+
+    def _native_program(self):
+        """The thunk sequence encoded for the native executor (built on the
+        first run; None when the program runs from Python)."""
+        if self._host_program is None:
+            from .host_executor import host_program
+            with self._lock:
+                if self._host_program is None:
+                    self._host_program = host_program(self.thunks, self._launcher_table()) \
+                        or False
+        return self._host_program or None
 
     def _custom_call_lookup(self) -> Callable[[str], Any]:
         from . import custom_calls
@@ -319,56 +336,70 @@ class ProgramExecutable:
                 self._host_pool = _HostBufferPool()
             return self._host_pool
 
-    def _run_cpu(self, checked) -> tuple:
-        written = self._written_allocations()
+    def _cpu_plan(self) -> "_CpuRunPlan":
+        with self._lock:
+            if self._cpu_run_plan is None:
+                self._cpu_run_plan = _CpuRunPlan(self)
+            return self._cpu_run_plan
+
+    def _run_cpu(self, values: Sequence[Any]) -> tuple:
+        """One execution on the host; `values` are the parameter leaves,
+        checked. With the native executor and no Python thunk, only the
+        allocations' addresses are needed, not numpy views of them."""
+        plan = self._cpu_plan()
+        native = self._native_program()
         pool, fill = self._host_buffers(), _debug_fill()
-        buffers: list[np.ndarray | None] = [None] * len(self.allocations)
-        keep = []
-        for alloc in self.allocations:
-            if alloc.kind == "constant":
-                buffers[alloc.index] = self.constants.get(alloc.index)
-            elif alloc.kind != "parameter":
-                buffers[alloc.index] = pool.take(alloc.size)
-                if fill is not None:
-                    buffers[alloc.index].fill(fill)
-        params_by_alloc = self._parameter_allocation()
-        for index, users in params_by_alloc.items():
-            alloc = self.allocations[index]
-            ref0 = users[0][0]
-            value = checked[users[0][1]][1]
-            zero_copy = (len(users) == 1 and index not in written and ref0.is_row_major and
-                         ref0.slice.offset == 0)
+        bases = list(plan.bases)
+        views = list(plan.buffers)
+        results = list(plan.result_arrays)
+        for index, size, typed, slot in plan.pooled:
+            buffer, bases[index], result = pool.take(index, size, typed)
+            views[index] = buffer
+            if slot is not None:
+                results[slot] = result
+            if fill is not None:
+                buffer.fill(fill)
+        need_views = native is None or bool(native.callbacks)
+        for index, size, users, zero_copy in plan.parameters:
             if zero_copy:
-                array = np.ascontiguousarray(_to_storage(value, ref0))
-                if array.ctypes.data % 16 == 0:
-                    keep.append(array)
-                    buffers[index] = array.reshape(-1).view(np.uint8) if array.size else \
-                        aligned_zeros((alloc.size,), np.uint8, _ALIGNMENT)
-                    continue
-            buffer = aligned_zeros((alloc.size,), np.uint8, _ALIGNMENT)
-            buffers[index] = buffer
+                ref, k = users[0]
+                array = values[k]
+                if array.dtype != ref.storage_dtype or not array.flags.c_contiguous:
+                    array = np.ascontiguousarray(_to_storage(array, ref))
+                    values[k] = array   # held until the run ends
+                if array.size:
+                    address = _address(array)
+                    if address % 16 == 0:
+                        bases[index] = address
+                        if need_views or index in plan.viewed_allocations:
+                            views[index] = array.reshape(-1).view(np.uint8)
+                        continue
+            buffer = aligned_zeros((size,), np.uint8, _ALIGNMENT)
+            views[index], bases[index] = buffer, buffer.ctypes.data
             for ref, k in users:
-                _write_host(buffer, ref, checked[k][1])
-        ctx = ExecutionContext("cpu", buffers, self._launcher_table(),
-                               custom_calls=self._custom_call_lookup())
+                _write_host(buffer, ref, values[k])
         start = time.perf_counter()
-        for thunk in self.thunks:
-            thunk.execute(ctx)
-        self.timings["last_run"] = time.perf_counter() - start
-        self.stats = dict(ctx.stats)
-        # An output alone in an output allocation is returned as it is: the
-        # buffer is this run's own, nothing else holds it (no copy).
-        sharing = Counter(ref.slice.allocation for ref in self.outputs)
-        results = []
-        for ref in self.outputs:
-            view = ctx.array(ref)
-            if view.dtype != ref.dtype:
-                results.append(np.array(view, copy=True).astype(ref.dtype, copy=False))
-            elif self.allocations[ref.slice.allocation].kind == "output" and \
-                    sharing[ref.slice.allocation] == 1 and view.flags.c_contiguous:
-                results.append(view)
+        if native is not None and not native.callbacks:
+            self.stats = native.run_on(bases)
+        else:
+            ctx = ExecutionContext("cpu", views, self._launcher_table(),
+                                   custom_calls=self._custom_call_lookup(), bases=bases)
+            if native is not None:
+                native.run(ctx)
             else:
-                results.append(np.array(view, copy=True))
+                for thunk in self.thunks:
+                    thunk.execute(ctx)
+            self.stats = dict(ctx.stats)
+        self.timings["last_run"] = time.perf_counter() - start
+        for slot, ref, copy in plan.viewed_outputs:
+            view = ref.logical_from_physical(np.ndarray(
+                ref.physical_dims, ref.storage_dtype, buffer=views[ref.slice.allocation],
+                offset=ref.slice.offset))
+            if view.dtype != ref.dtype:
+                view = np.array(view, copy=True).astype(ref.dtype, copy=False)
+            elif copy:
+                view = np.array(view, copy=True)
+            results[slot] = view
         return tuple(results)
 
     def _device_constant_table(self) -> dict[int, Any]:
@@ -548,33 +579,124 @@ def _debug_fill() -> int | None:
     return byte
 
 
+class _CpuRunPlan:
+    """What every cpu run of one program repeats, worked out once: the
+    allocations that come from the buffer pool, the constants' buffers, how
+    each parameter allocation is filled (the caller's array itself when one
+    parameter fills it, nothing writes it, and it is row-major at offset 0),
+    which outputs are returned as they are, and the memory check."""
+
+    def __init__(self, exe: "ProgramExecutable"):
+        exe.check_memory()   # the same on every run: host memory does not change
+        written = exe._written_allocations()
+        count = len(exe.allocations)
+        self.buffers: list[np.ndarray | None] = [None] * count
+        self.bases: list[int] = [0] * count
+        for alloc in exe.allocations:
+            constant = exe.constants.get(alloc.index) if alloc.kind == "constant" else None
+            if constant is not None:
+                self.buffers[alloc.index] = constant
+                self.bases[alloc.index] = constant.ctypes.data
+        self.parameters = []
+        for index, users in exe._parameter_allocation().items():
+            ref0 = users[0][0]
+            zero_copy = (len(users) == 1 and index not in written and ref0.is_row_major
+                         and ref0.slice.offset == 0)
+            self.parameters.append((index, exe.allocations[index].size, users, zero_copy))
+        # Arguments passed as plain arrays: (shape, storage dtype) per
+        # parameter; None when a parameter is a tuple (the checked path).
+        self.simple = None
+        if all(len(refs) == 1 for refs in exe.parameters):
+            self.simple = [(tuple(refs[0].dims), refs[0].storage_dtype)
+                           for refs in exe.parameters]
+        # An output that fills an output allocation alone, row-major from
+        # its start in the dtype users get, is returned as it is: the
+        # buffer pool hands out that allocation as a typed array, the
+        # run's own (no view made, no copy). Other outputs are views of
+        # their allocation, copied when the allocation is shared.
+        sharing = Counter(ref.slice.allocation for ref in exe.outputs)
+        typed: dict[int, tuple[int, tuple, np.dtype]] = {}
+        self.viewed_outputs: list[tuple[int, ArrayRef, bool]] = []
+        for slot, ref in enumerate(exe.outputs):
+            alloc = exe.allocations[ref.slice.allocation]
+            alone = alloc.kind == "output" and sharing[alloc.index] == 1
+            if alone and ref.is_row_major and ref.slice.offset == 0 and \
+                    ref.storage_dtype == ref.dtype and ref.nbytes <= alloc.size:
+                typed[alloc.index] = (slot, ref.physical_dims, ref.dtype)
+            else:
+                self.viewed_outputs.append((slot, ref, not alone))
+        # Allocations the outputs above are read from.
+        self.viewed_allocations = {ref.slice.allocation for _, ref, _ in self.viewed_outputs}
+        self.result_arrays: list[np.ndarray | None] = [None] * len(exe.outputs)
+        self.pooled: list[tuple[int, int, Any, int | None]] = []
+        for alloc in exe.allocations:
+            if alloc.kind not in ("constant", "parameter"):
+                slot, dims, dtype = typed.get(alloc.index, (None, None, None))
+                self.pooled.append((alloc.index, alloc.size,
+                                    None if slot is None else (dims, dtype), slot))
+
+    def fast_arguments(self, args: Sequence[Any]) -> list[np.ndarray] | None:
+        """`args` as they are when every one is a numpy array of its
+        parameter's shape and storage dtype; None otherwise (the caller
+        then checks them one by one and reports what is wrong)."""
+        simple = self.simple
+        if simple is None or len(args) != len(simple):
+            return None
+        for arg, (shape, dtype) in zip(args, simple):
+            if type(arg) is not np.ndarray or arg.shape != shape or arg.dtype != dtype:
+                return None
+        return list(args)
+
+
 class _HostBufferPool:
     """The cpu target's temp and output buffers of one executable's runs,
-    uninitialized as XLA's are (every kernel writes what it later reads).
-    A buffer is handed out again
-    once nothing refers to it any more — the caller dropped the outputs
-    it held, and no view of them is left (every numpy view keeps its base
-    alive, so its reference count says so) — which saves the page faults
-    of fresh memory on every run (a 1 MiB output: 256 of them)."""
+    per allocation, uninitialized as XLA's are (every kernel writes what it
+    later reads). A buffer is handed out again once nothing refers to it
+    any more — the caller dropped the outputs it held, and no view of them
+    is left (every numpy view keeps its base alive, so the reference counts
+    say so) — which saves the page faults of fresh memory on every run (a
+    1 MiB output: 256 of them)."""
 
-    KEEP_PER_SIZE = 4
+    KEEP_PER_ALLOCATION = 4
 
     def __init__(self):
         self._free_check_lock = threading.Lock()
-        self._by_size: dict[int, list[np.ndarray]] = {}
+        # allocation -> [(entry, the entry's reference counts when free)]
+        self._held: dict[int, list[tuple[tuple, tuple[int, ...]]]] = {}
 
-    def take(self, size: int) -> np.ndarray:
+    @staticmethod
+    def _new_entry(size: int, typed) -> tuple:
+        raw = np.empty(size + _ALIGNMENT, np.uint8)
+        view = aligned_bytes(raw, size, _ALIGNMENT)
+        result = None
+        if typed is not None:
+            dims, dtype = typed
+            result = np.ndarray(dims, dtype, buffer=view)
+        return (raw, view, view.ctypes.data, result)
+
+    @staticmethod
+    def _counts(entry: tuple) -> tuple[int, ...]:
+        # As `take` counts them: the same number of frame references.
+        refcount = sys.getrefcount
+        return refcount(entry[0]), refcount(entry[1]), refcount(entry[3])
+
+    def take(self, index: int, size: int, typed=None) -> tuple[np.ndarray, int, Any]:
+        """Allocation `index`'s bytes for a run, their address, and when
+        `typed` is (dims, dtype) the same memory as that array."""
+        refcount = sys.getrefcount
         with self._free_check_lock:
-            held = self._by_size.setdefault(size, [])
-            for raw in held:
-                # Referenced by `held`, this loop and getrefcount's argument
-                # only: free.
-                if sys.getrefcount(raw) == 3:
-                    return aligned_bytes(raw, size, _ALIGNMENT)
-            raw = np.empty(size + _ALIGNMENT, np.uint8)
-            if len(held) < self.KEEP_PER_SIZE:
-                held.append(raw)
-            return aligned_bytes(raw, size, _ALIGNMENT)
+            held = self._held.get(index)
+            if held is None:
+                held = self._held[index] = []
+            for entry, free in held:
+                if refcount(entry[0]) == free[0] and refcount(entry[1]) == free[1] and \
+                        refcount(entry[3]) == free[2]:
+                    return entry[1], entry[2], entry[3]
+            entry = self._new_entry(size, typed)
+            if len(held) < self.KEEP_PER_ALLOCATION:
+                # The counts with only the pool referring to the entry.
+                held.append((entry, self._counts(entry)))
+            return entry[1], entry[2], entry[3]
 
 
 def _to_storage(value: np.ndarray, ref: ArrayRef) -> np.ndarray:

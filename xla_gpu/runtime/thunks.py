@@ -144,7 +144,7 @@ class ExecutionContext:
 
     def __init__(self, target: str, buffers: Sequence[Any], kernels: dict[str, Any],
                  stream: Any = None, custom_calls: Callable[[str], Any] | None = None,
-                 gemm: Any = None):
+                 gemm: Any = None, bases: Sequence[int] | None = None):
         self.target = target
         self.buffers = list(buffers)
         self.kernels = kernels
@@ -152,7 +152,10 @@ class ExecutionContext:
         self.custom_calls = custom_calls
         self.gemm = gemm
         self.stats: Counter = Counter()
-        if target == "cpu":
+        if bases is not None:
+            # The buffers' addresses, known to the caller.
+            self._bases = list(bases)
+        elif target == "cpu":
             self._bases = [0 if b is None else b.ctypes.data for b in self.buffers]
         else:
             self._bases = [0 if b is None else int(b) for b in self.buffers]

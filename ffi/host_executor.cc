@@ -1,0 +1,275 @@
+//===- host_executor.cc - the cpu target's thunk sequence, run natively ---===//
+//
+// A whole program on the cpu target is a sequence of thunks: kernel
+// launches, copies, memsets, gemms, while loops and conditionals. Running
+// them one by one from Python costs several microseconds a thunk, which for
+// small programs (a scan of 60 launches) is most of the run. This executor
+// runs the same sequence in one call: Python encodes it once per program as
+// a flat array of int64 words (`xla_gpu/runtime/host_executor.py` writes
+// it), and every run passes the allocations' base addresses.
+//
+// The encoding, one command after another (offsets in bytes, strides in
+// elements):
+//   KERNEL  1 fn nargs (alloc offset)*nargs   fn indexes `kernels`: a
+//                                             `void k_host(void **args)`
+//   COPY    2 dst_alloc dst_off src_alloc src_off size
+//   MEMSET  3 alloc off pattern width count   width 1, 2 or 4 bytes
+//   WHILE   4 pred_alloc pred_off cond_len body_len <cond> <body>
+//           runs <cond>, stops when the pred byte is 0, else runs <body>
+//   COND    5 sel_alloc sel_off sel_is_pred n len_0..len_n-1 <branch>*n
+//           pred: true runs branch 0, false branch 1; s32: the index,
+//           out of range runs the last branch (XLA's semantics)
+//   CALL    6 index                           `callback(index)`: a thunk
+//                                             Python runs (nonzero: failed)
+//   GEMM    7 type batch m n k (alloc off sb sr sc)*3
+//           out[b,i,j] = sum_p lhs[b,i,p] * rhs[b,p,j]; type 0 f32, 1 f64;
+//           the three operands are lhs, rhs, out with strides of batch,
+//           row and column
+//   COUNT   8 stat                            stats[stat] += 1
+// Counters: 0 kernel launches, 1 copies, 2 memsets, 3 gemms, 4 while
+// iterations, 5 command buffers (what the Python executor counts).
+//
+// The code is what this package wrote for a program it verified; the
+// executor still checks every length and index against the bounds it was
+// given, so a malformed stream is an error code, never a wild read.
+//
+//===----------------------------------------------------------------------===//
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#define XLA_GPU_HOST_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace xla_gpu_host {
+namespace {
+
+enum Opcode : int64_t {
+  kKernel = 1, kCopy = 2, kMemset = 3, kWhile = 4, kConditional = 5,
+  kCall = 6, kGemm = 7, kCount = 8,
+};
+enum Stat : int64_t { kKernels = 0, kCopies, kMemsets, kGemms, kWhileIterations, kNumStats = 8 };
+
+// Result codes of XlaGpuHostExecute.
+constexpr int64_t kOk = 0, kCallbackFailed = 1, kMalformed = 2;
+
+using KernelFn = void (*)(void **);
+using Callback = int (*)(int64_t);
+
+struct Machine {
+  const int64_t *code;
+  int64_t length;
+  char *const *bases;
+  int64_t num_bases;
+  void *const *kernels;
+  int64_t num_kernels;
+  Callback callback;
+  int64_t *stats;
+  int64_t error_at = -1;   // the word where a malformed command starts
+  std::vector<void *> args;
+
+  bool address(int64_t alloc, int64_t offset, char **out) const {
+    if (alloc < 0 || alloc >= num_bases || bases[alloc] == nullptr || offset < 0)
+      return false;
+    *out = bases[alloc] + offset;
+    return true;
+  }
+
+  int64_t fail(int64_t at) {
+    error_at = at;
+    return kMalformed;
+  }
+
+  // Runs the commands in [begin, end).
+  int64_t run(int64_t begin, int64_t end) {
+    int64_t pc = begin;
+    while (pc < end) {
+      const int64_t at = pc;
+      const int64_t *w = code + pc;
+      auto need = [&](int64_t words) { return words >= 0 && pc + words <= end; };
+      switch (w[0]) {
+      case kKernel: {
+        if (!need(3)) return fail(at);
+        int64_t fn = w[1], nargs = w[2];
+        if (fn < 0 || fn >= num_kernels || nargs < 0 || !need(3 + 2 * nargs))
+          return fail(at);
+        args.resize(static_cast<size_t>(nargs > 0 ? nargs : 1));
+        for (int64_t i = 0; i < nargs; ++i) {
+          char *p;
+          if (!address(w[3 + 2 * i], w[4 + 2 * i], &p)) return fail(at);
+          args[i] = p;
+        }
+        reinterpret_cast<KernelFn>(kernels[fn])(args.data());
+        stats[kKernels] += 1;
+        pc += 3 + 2 * nargs;
+        break;
+      }
+      case kCopy: {
+        if (!need(6)) return fail(at);
+        char *dst, *src;
+        if (!address(w[1], w[2], &dst) || !address(w[3], w[4], &src) || w[5] < 0)
+          return fail(at);
+        if (dst != src && w[5] > 0) std::memmove(dst, src, static_cast<size_t>(w[5]));
+        stats[kCopies] += 1;
+        pc += 6;
+        break;
+      }
+      case kMemset: {
+        if (!need(6)) return fail(at);
+        char *dst;
+        int64_t width = w[4], count = w[5];
+        if (!address(w[1], w[2], &dst) || count < 0) return fail(at);
+        uint32_t pattern = static_cast<uint32_t>(w[3]);
+        if (width == 1) {
+          std::memset(dst, static_cast<int>(pattern & 0xff), static_cast<size_t>(count));
+        } else if (width == 2) {
+          uint16_t v = static_cast<uint16_t>(pattern);
+          for (int64_t i = 0; i < count; ++i) std::memcpy(dst + 2 * i, &v, 2);
+        } else if (width == 4) {
+          for (int64_t i = 0; i < count; ++i) std::memcpy(dst + 4 * i, &pattern, 4);
+        } else {
+          return fail(at);
+        }
+        stats[kMemsets] += 1;
+        pc += 6;
+        break;
+      }
+      case kWhile: {
+        if (!need(5)) return fail(at);
+        char *pred;
+        int64_t cond_len = w[3], body_len = w[4];
+        if (!address(w[1], w[2], &pred) || cond_len < 0 || body_len < 0 ||
+            !need(5 + cond_len + body_len))
+          return fail(at);
+        int64_t cond = pc + 5, body = cond + cond_len, next = body + body_len;
+        for (;;) {
+          if (int64_t rc = run(cond, body)) return rc;
+          if (*reinterpret_cast<const uint8_t *>(pred) == 0) break;
+          if (int64_t rc = run(body, next)) return rc;
+          stats[kWhileIterations] += 1;
+        }
+        pc = next;
+        break;
+      }
+      case kConditional: {
+        if (!need(5)) return fail(at);
+        char *selector;
+        int64_t is_pred = w[3], n = w[4];
+        if (!address(w[1], w[2], &selector) || n < 1 || !need(5 + n)) return fail(at);
+        int64_t total = 0;
+        for (int64_t b = 0; b < n; ++b) {
+          if (w[5 + b] < 0) return fail(at);
+          total += w[5 + b];
+        }
+        if (!need(5 + n + total)) return fail(at);
+        int64_t index;
+        if (is_pred) {
+          index = *reinterpret_cast<const uint8_t *>(selector) ? 0 : 1;
+        } else {
+          int32_t value;
+          std::memcpy(&value, selector, 4);
+          index = (value < 0 || value >= n) ? n - 1 : value;
+        }
+        if (index >= n) index = n - 1;
+        int64_t start = pc + 5 + n;
+        for (int64_t b = 0; b < index; ++b) start += w[5 + b];
+        if (int64_t rc = run(start, start + w[5 + index])) return rc;
+        pc += 5 + n + total;
+        break;
+      }
+      case kCall: {
+        if (!need(2) || callback == nullptr) return fail(at);
+        if (callback(w[1]) != 0) return kCallbackFailed;
+        pc += 2;
+        break;
+      }
+      case kGemm: {
+        if (!need(21)) return fail(at);
+        if (int64_t rc = gemm(w)) return rc == kMalformed ? fail(at) : rc;
+        stats[kGemms] += 1;
+        pc += 21;
+        break;
+      }
+      case kCount: {
+        if (!need(2) || w[1] < 0 || w[1] >= kNumStats) return fail(at);
+        stats[w[1]] += 1;
+        pc += 2;
+        break;
+      }
+      default:
+        return fail(at);
+      }
+    }
+    return kOk;
+  }
+
+  template <typename T>
+  static void multiply(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a,
+                       const int64_t *sa, const T *b, const int64_t *sb, T *c,
+                       const int64_t *sc) {
+    // Row i of the output accumulates lhs[i,p] * row p of rhs: the inner
+    // loop runs along a row of rhs and of the output, which vectorizes when
+    // both are contiguous (the common row-major case).
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      const T *ab = a + bi * sa[0];
+      const T *bb = b + bi * sb[0];
+      T *cb = c + bi * sc[0];
+      for (int64_t i = 0; i < m; ++i) {
+        T *row = cb + i * sc[1];
+        if (sc[2] == 1) {
+          for (int64_t j = 0; j < n; ++j) row[j] = T(0);
+        } else {
+          for (int64_t j = 0; j < n; ++j) row[j * sc[2]] = T(0);
+        }
+        for (int64_t p = 0; p < k; ++p) {
+          const T x = ab[i * sa[1] + p * sa[2]];
+          const T *brow = bb + p * sb[1];
+          if (sc[2] == 1 && sb[2] == 1) {
+            for (int64_t j = 0; j < n; ++j) row[j] += x * brow[j];
+          } else {
+            for (int64_t j = 0; j < n; ++j) row[j * sc[2]] += x * brow[j * sb[2]];
+          }
+        }
+      }
+    }
+  }
+
+  int64_t gemm(const int64_t *w) {
+    int64_t type = w[1], batch = w[2], m = w[3], n = w[4], k = w[5];
+    if (batch < 0 || m < 0 || n < 0 || k < 0 || (type != 0 && type != 1)) return kMalformed;
+    char *lhs, *rhs, *out;
+    if (!address(w[6], w[7], &lhs) || !address(w[11], w[12], &rhs) ||
+        !address(w[16], w[17], &out))
+      return kMalformed;
+    if (type == 0)
+      multiply(batch, m, n, k, reinterpret_cast<const float *>(lhs), w + 8,
+               reinterpret_cast<const float *>(rhs), w + 13, reinterpret_cast<float *>(out),
+               w + 18);
+    else
+      multiply(batch, m, n, k, reinterpret_cast<const double *>(lhs), w + 8,
+               reinterpret_cast<const double *>(rhs), w + 13, reinterpret_cast<double *>(out),
+               w + 18);
+    return kOk;
+  }
+};
+
+}  // namespace
+}  // namespace xla_gpu_host
+
+// Runs `code[0, length)` on the allocations at `bases` (null: unused) with
+// the kernel entry points `kernels`; `callback(i)` runs the thunks Python
+// keeps. `stats` (8 counters) is added to. Returns 0, 1 when a callback
+// failed (Python holds its exception), or 2 for a malformed command, whose
+// first word's index is stored in `*error_at`.
+XLA_GPU_HOST_EXPORT int64_t XlaGpuHostExecute(const int64_t *code, int64_t length,
+                                              char *const *bases, int64_t num_bases,
+                                              void *const *kernels, int64_t num_kernels,
+                                              int (*callback)(int64_t), int64_t *stats,
+                                              int64_t *error_at) {
+  xla_gpu_host::Machine machine{code, length, bases, num_bases, kernels, num_kernels,
+                                callback, stats};
+  if (length < 0) return xla_gpu_host::kMalformed;
+  int64_t rc = machine.run(0, length);
+  if (error_at != nullptr) *error_at = machine.error_at;
+  return rc;
+}

@@ -1,0 +1,201 @@
+"""The cpu target's native thunk executor (ffi/host_executor.cc): the same
+results and counters as the Python thunk loop, the thunks it leaves to
+Python called back with their errors intact, its gemm on every dimension
+order, and a malformed command stream refused without a crash."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xla_gpu
+from xla_gpu.runtime import host_executor
+from xla_gpu.runtime.thunks import ThunkError, walk
+
+from test_thunks import COND_INDEX, CUSTOM, GEMM, KERNEL_COPY_MEMSET, WHILE
+
+pytestmark = pytest.mark.skipif(host_executor.native_executor() is None,
+                                reason="libXlaGpuFfi.so cannot be loaded or built here")
+
+
+def _both(text: str, *args, monkeypatch):
+    """(native executable, its results, python executable, its results)."""
+    native = xla_gpu.compile(text, target="cpu")
+    got = native.run(*args)
+    monkeypatch.setenv("XLA_GPU_HOST_EXECUTOR", "python")
+    python = xla_gpu.compile(text, target="cpu")
+    want = python.run(*args)
+    monkeypatch.delenv("XLA_GPU_HOST_EXECUTOR")
+    assert native._native_program() is not None and python._native_program() is None
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+    return native, got, python, want
+
+
+def test_loops_copies_memsets_and_kernels_match_the_python_executor(monkeypatch):
+    x = np.linspace(-1, 1, 8).astype(np.float32)
+    native, got, python, want = _both(WHILE, x, monkeypatch=monkeypatch)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert native.stats == python.stats
+    assert native.stats["while_iterations"] == 5 and native.kernel_launches() == 16
+    assert native._native_program().callbacks == []
+    y = np.arange(16, dtype=np.float32)
+    native, got, python, want = _both(KERNEL_COPY_MEMSET, y, monkeypatch=monkeypatch)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert native.stats == python.stats and native.stats["memsets"] >= 1
+
+
+@pytest.mark.parametrize("index", [-3, 0, 1, 2, 7])
+def test_conditional_branch_choice_matches_including_out_of_range(index, monkeypatch):
+    x = np.linspace(-2, 2, 4).astype(np.float32)
+    native, got, python, want = _both(COND_INDEX, np.int32(index), x,
+                                      monkeypatch=monkeypatch)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert native._native_program().callbacks == []
+
+
+def test_small_gemms_run_natively_on_permuted_batch_and_contracting_dims(monkeypatch):
+    import ml_dtypes
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    b = rng.standard_normal((5, 4, 2)).astype(np.float32)
+    h = rng.standard_normal((2, 3)).astype(ml_dtypes.bfloat16)
+    g = rng.standard_normal((3, 2)).astype(ml_dtypes.bfloat16)
+    native, got, python, want = _both(GEMM, a, b, h, g, monkeypatch=monkeypatch)
+    np.testing.assert_allclose(got[0], np.maximum(np.einsum("bkm,nkb->bmn", a, b), 0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=0, atol=0)
+    program = native._native_program()
+    gemms = [t for t in walk(native.thunks) if t.kind == "gemm"]
+    # The f32 product is the executor's; the bf16 one (converted) is numpy's.
+    assert len(gemms) == 2
+    assert [t.kind for t in program.callbacks] == ["gemm"]
+    assert native.stats["gemms"] == 2
+
+
+def _dot_module(lhs: str, rhs: str, out: str, dims: str, dtype: str = "f32") -> str:
+    return f"""HloModule m
+ENTRY e {{
+  a = {dtype}{lhs} parameter(0)
+  b = {dtype}{rhs} parameter(1)
+  ROOT d = {dtype}{out} dot(a, b), {dims}
+}}
+"""
+
+
+@pytest.mark.parametrize("lhs,rhs,out,dims,einsum", [
+    ("[6,5]{1,0}", "[5,7]{1,0}", "[6,7]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}", "mk,kn->mn"),
+    ("[6,5]{0,1}", "[5,7]{0,1}", "[6,7]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}", "mk,kn->mn"),
+    ("[5,6]{1,0}", "[7,5]{1,0}", "[6,7]{0,1}",
+     "lhs_contracting_dims={0}, rhs_contracting_dims={1}", "km,nk->mn"),
+    ("[3,2,4,5]{3,2,1,0}", "[3,5,6]{2,1,0}", "[3,2,4,6]{3,2,1,0}",
+     "lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={3}, "
+     "rhs_contracting_dims={1}", "bxyk,bkn->bxyn"),
+    ("[4,1,5]{2,1,0}", "[5,3]{1,0}", "[4,1,3]{2,1,0}",
+     "lhs_contracting_dims={2}, rhs_contracting_dims={0}", "mzk,kn->mzn"),
+], ids=["row-major", "column-major-operands", "transposed-output", "two-free-dims",
+        "unit-dim"])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_native_gemm_layouts(lhs, rhs, out, dims, einsum, dtype, monkeypatch):
+    text = _dot_module(lhs, rhs, out, dims, dtype)
+    np_type = np.float32 if dtype == "f32" else np.float64
+    rng = np.random.default_rng(1)
+    shape = lambda s: tuple(int(d) for d in s[1:s.index("]")].split(","))  # noqa: E731
+    a = rng.standard_normal(shape(lhs)).astype(np_type)
+    b = rng.standard_normal(shape(rhs)).astype(np_type)
+    native, got, python, want = _both(text, a, b, monkeypatch=monkeypatch)
+    expected = np.einsum(einsum, a.astype(np.float64), b.astype(np.float64))
+    tolerance = 1e-5 if dtype == "f32" else 1e-12
+    np.testing.assert_allclose(got[0], expected, rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(got[0], want[0], rtol=tolerance, atol=tolerance)
+    assert native._native_program().callbacks == []   # every one native
+
+
+def test_a_python_thunk_error_comes_out_unchanged(monkeypatch):
+    from xla_gpu.hlo import interpreter
+
+    def broken(x, y, scale):
+        raise RuntimeError("boom")
+    interpreter.register_custom_call("xla_gpu_test_thunk_axpy", broken)
+    try:
+        exe = xla_gpu.compile(CUSTOM, target="cpu")
+        x = np.ones((4, 8), np.float32)
+        with pytest.raises(xla_gpu.XlaGpuError, match="xla_gpu_test_thunk_axpy.*boom"):
+            exe.run(x, x)
+        assert [t.kind for t in exe._native_program().callbacks] == ["custom_call"]
+    finally:
+        interpreter.unregister_custom_call("xla_gpu_test_thunk_axpy")
+    # The executable still runs once the handler is back.
+    interpreter.register_custom_call("xla_gpu_test_thunk_axpy",
+                                     lambda x, y, scale: scale * x + y)
+    try:
+        (r,) = exe.run(x, x)
+        np.testing.assert_array_equal(r, 4 * x)
+    finally:
+        interpreter.unregister_custom_call("xla_gpu_test_thunk_axpy")
+
+
+TWO_KERNELS = """HloModule m
+scaled {
+  x = f32[16] parameter(0)
+  two = f32[] constant(2)
+  t = f32[16] broadcast(two), dimensions={}
+  ROOT m = f32[16] multiply(x, t)
+}
+shifted {
+  x = f32[16] parameter(0)
+  one = f32[] constant(1)
+  t = f32[16] broadcast(one), dimensions={}
+  ROOT a = f32[16] add(x, t)
+}
+ENTRY e {
+  p = f32[16] parameter(0)
+  s = f32[16] fusion(p), kind=kLoop, calls=scaled
+  ROOT a = f32[16] fusion(s), kind=kLoop, calls=shifted
+}
+"""
+
+
+def _set(index: int, value: int):
+    def mutate(code):
+        code[index] = value
+        return code
+    return mutate
+
+
+@pytest.mark.parametrize("mutate", [
+    _set(0, 99),                     # unknown opcode
+    lambda code: code[:3],           # cut short
+    _set(3, 1000),                   # allocation out of range
+    _set(4, -8),                     # negative offset
+    _set(1, 50),                     # kernel index out of range
+], ids=["opcode", "truncated", "allocation", "offset", "kernel"])
+def test_a_malformed_command_stream_is_refused(mutate):
+    exe = xla_gpu.compile(TWO_KERNELS, target="cpu", command_buffers=False)
+    y = np.arange(16, dtype=np.float32)
+    np.testing.assert_array_equal(exe.run(y)[0], 2 * y + 1)
+    program = exe._native_program()
+    assert program.code[0] == host_executor.KERNEL
+    program.code = np.ascontiguousarray(mutate(program.code.copy()))
+    with pytest.raises(ThunkError, match="refused command word 0"):
+        exe.run(y)
+
+
+def test_outputs_held_by_the_caller_are_not_reused(monkeypatch):
+    x = np.linspace(-1, 1, 8).astype(np.float32)
+    exe = xla_gpu.compile(WHILE, target="cpu")
+    first = exe.run(x)
+    kept = [a.copy() for a in first]
+    tail = exe.run(x)[1][2:]        # only a view of one output is held
+    for _ in range(6):
+        again = exe.run(-x)
+        assert not any(np.shares_memory(a, b) for a in first for b in again)
+        assert not np.shares_memory(tail, again[1])
+    for a, b in zip(first, kept):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,278 @@
+"""The cpu target's thunk sequence run natively, in one call per execution.
+
+Python dispatch costs several microseconds a thunk, which is most of the
+run of a small program (a scan launching 60 kernels). `HostProgram` encodes
+a program's thunks once as the command stream `XlaGpuHostExecute`
+(`ffi/host_executor.cc`, in libXlaGpuFfi.so) runs: kernel launches through
+the shared objects' `<name>_host(void **args)` entries, copies, memsets,
+while loops and conditionals (their predicates read from host memory), and
+small f32/f64 products without epilogue as a native gemm. Everything else
+(custom calls, FFTs, larger or converting gemms, kernels big enough to
+split over host threads, kernels held by the JIT) stays a Python thunk the
+executor calls back for, on the same thread, with the same
+ExecutionContext; its exceptions come out of `run` unchanged.
+
+`XLA_GPU_HOST_EXECUTOR=python` runs every thunk from Python instead (the
+reference the native path is tested against); without the library (a
+source tree where it cannot be built) programs run that way too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from .thunks import (CommandBufferThunk, ConditionalThunk, CopyThunk, ExecutionContext,
+                     GemmThunk, KernelThunk, MemsetThunk, ThunkError, Thunk, WhileThunk,
+                     _SequenceThunk)
+
+__all__ = ["HostProgram", "native_executor", "host_program"]
+
+KERNEL, COPY, MEMSET, WHILE, CONDITIONAL, CALL, GEMM, COUNT = range(1, 9)
+# The executor's counters, in its order, as ExecutionContext.stats names them.
+STATS = ("kernels", "copies", "memsets", "gemms", "while_iterations", "command_buffers")
+_COMMAND_BUFFERS = STATS.index("command_buffers")
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64)
+# Products at most this many multiply-adds run in the executor's own loop;
+# larger ones go to numpy's BLAS (threaded, blocked).
+NATIVE_GEMM_MAX_FLOPS = 1 << 18
+# Kernels with at least this many threads in all run through their Python
+# launcher, which may split the blocks over host threads.
+SPLIT_THREADS = 1 << 16
+# Deeper nests of loops and branches are left to Python (no deep recursion
+# in the encoder).
+MAX_NESTING = 64
+
+_lock = threading.Lock()
+_entry: Any = None
+
+
+def native_executor():
+    """`XlaGpuHostExecute` from libXlaGpuFfi.so, or None when the library
+    cannot be loaded or built here (programs then run from Python)."""
+    global _entry
+    with _lock:
+        if _entry is None:
+            _entry = False
+            try:
+                from ..ffi import _native
+                fn = _native.lib().XlaGpuHostExecute
+            except (ImportError, OSError, AttributeError, RuntimeError):
+                return None
+            P, I64 = ctypes.c_void_p, ctypes.c_int64
+            fn.restype = I64
+            fn.argtypes = [P, I64, P, I64, P, I64, _CALLBACK, P, P]
+            _entry = fn
+        return _entry or None
+
+
+def host_program(thunks: Sequence[Thunk], launchers: dict[str, Any]) -> "HostProgram | None":
+    """The program's native form, None when it must run from Python."""
+    if os.environ.get("XLA_GPU_HOST_EXECUTOR", "native") == "python":
+        return None
+    entry = native_executor()
+    if entry is None:
+        return None
+    return HostProgram(thunks, launchers, entry)
+
+
+def _kernel_address(launcher) -> int | None:
+    """The `<name>_host(void **args)` entry of a shared-object kernel that
+    runs on one thread (None: keep it a Python launch)."""
+    entry = getattr(launcher, "_entry", None)
+    spec = getattr(launcher, "spec", None)
+    if entry is None or spec is None:
+        return None
+    if getattr(launcher, "workers", 1) > 1 and \
+            spec.threads * spec.blocks * max(spec.blocks_y, 1) >= SPLIT_THREADS:
+        return None
+    return ctypes.cast(entry, ctypes.c_void_p).value
+
+
+def _element_strides(ref) -> list[int]:
+    """Strides, in elements, of `ref`'s logical dimensions in its buffer."""
+    physical = ref.physical_dims
+    strides_physical = [1] * len(physical)
+    for i in range(len(physical) - 2, -1, -1):
+        strides_physical[i] = strides_physical[i + 1] * physical[i + 1]
+    strides = [0] * len(ref.dims)
+    for position, dim in enumerate(ref.major_to_minor):
+        strides[dim] = strides_physical[position]
+    return strides
+
+
+def _merged_stride(ref, dims: Sequence[int]) -> int | None:
+    """The stride of `dims` of `ref` flattened into one dimension (row-major
+    over `dims`), None when they do not flatten without a copy."""
+    strides = _element_strides(ref)
+    kept = [d for d in dims if ref.dims[d] != 1]
+    if not kept:
+        return 0
+    for outer, inner in zip(kept, kept[1:]):
+        if strides[outer] != strides[inner] * ref.dims[inner]:
+            return None
+    return strides[kept[-1]]
+
+
+def _gemm_words(config) -> list[int] | None:
+    """The GEMM command of a plain f32/f64 product small enough for the
+    executor's loop, whose output overlaps neither operand."""
+    from .gemm import _is_plain_product
+    t = config.out.element_type
+    if t not in ("f32", "f64") or not _is_plain_product(config):
+        return None
+    batch, m, n, k = config.bmnk
+    if batch * m * n * k > NATIVE_GEMM_MAX_FLOPS:
+        return None
+    out = config.out.slice
+    if out.overlaps(config.lhs.slice) or out.overlaps(config.rhs.slice):
+        return None
+    nb = len(config.lhs_batch)
+    nf = len(config.lhs_free)
+    groups = [
+        (config.lhs, (config.lhs_batch, config.lhs_free, config.lhs_contracting)),
+        (config.rhs, (config.rhs_batch, config.rhs_contracting, config.rhs_free)),
+        (config.out, (tuple(range(nb)), tuple(range(nb, nb + nf)),
+                      tuple(range(nb + nf, len(config.out.dims))))),
+    ]
+    words = [GEMM, 0 if t == "f32" else 1, batch, m, n, k]
+    for ref, dims in groups:
+        strides = [_merged_stride(ref, d) for d in dims]
+        if any(s is None for s in strides):
+            return None
+        words += [ref.slice.allocation, ref.slice.offset, *strides]
+    return words
+
+
+class HostProgram:
+    """A thunk sequence as `XlaGpuHostExecute`'s command stream."""
+
+    def __init__(self, thunks: Sequence[Thunk], launchers: dict[str, Any], entry):
+        self._entry = entry
+        self._kernel_index: dict[str, int] = {}
+        self._kernel_addresses: list[int] = []
+        self.callbacks: list[Thunk] = []
+        words: list[int] = []
+        self._encode(thunks, launchers, words, 0)
+        self.code = np.asarray(words, np.int64)
+        self._kernels = (ctypes.c_void_p * max(len(self._kernel_addresses), 1))(
+            *self._kernel_addresses)
+        self._current = threading.local()
+        self._callback = _CALLBACK(self._run_callback)
+
+    @property
+    def native_fraction(self) -> tuple[int, int]:
+        """(commands the executor runs itself, thunks it calls back for)."""
+        return len(self.code), len(self.callbacks)
+
+    # -- encoding ------------------------------------------------------------
+    def _call(self, thunk: Thunk, words: list[int]) -> None:
+        words += [CALL, len(self.callbacks)]
+        self.callbacks.append(thunk)
+
+    def _encode(self, thunks: Sequence[Thunk], launchers, words: list[int], depth: int) -> None:
+        for thunk in thunks:
+            self._encode_one(thunk, launchers, words, depth)
+
+    def _encode_one(self, thunk: Thunk, launchers, words: list[int], depth: int) -> None:
+        if isinstance(thunk, KernelThunk):
+            index = self._kernel_index.get(thunk.kernel)
+            if index is None:
+                address = _kernel_address(launchers.get(thunk.kernel))
+                if address is None:
+                    self._call(thunk, words)
+                    return
+                index = self._kernel_index[thunk.kernel] = len(self._kernel_addresses)
+                self._kernel_addresses.append(address)
+            words += [KERNEL, index, len(thunk.args)]
+            for s in thunk.args:
+                words += [s.allocation, s.offset]
+        elif isinstance(thunk, CopyThunk):
+            words += [COPY, thunk.destination.allocation, thunk.destination.offset,
+                      thunk.source.allocation, thunk.source.offset, thunk.size]
+        elif isinstance(thunk, MemsetThunk) and thunk.width in (1, 2, 4):
+            words += [MEMSET, thunk.destination.allocation, thunk.destination.offset,
+                      thunk.pattern, thunk.width, thunk.count]
+        elif isinstance(thunk, GemmThunk):
+            gemm = _gemm_words(thunk.config)
+            if gemm is None:
+                self._call(thunk, words)
+            else:
+                words += gemm
+        elif isinstance(thunk, WhileThunk) and depth < MAX_NESTING and \
+                thunk.predicate.element_type == "pred":
+            condition: list[int] = []
+            body: list[int] = []
+            self._encode(thunk.condition, launchers, condition, depth + 1)
+            self._encode(thunk.body, launchers, body, depth + 1)
+            words += [WHILE, thunk.predicate.slice.allocation, thunk.predicate.slice.offset,
+                      len(condition), len(body), *condition, *body]
+        elif isinstance(thunk, ConditionalThunk) and depth < MAX_NESTING and \
+                thunk.selector.element_type in ("pred", "s32") and thunk.branches:
+            branches = []
+            for branch in thunk.branches:
+                code: list[int] = []
+                self._encode(branch, launchers, code, depth + 1)
+                branches.append(code)
+            words += [CONDITIONAL, thunk.selector.slice.allocation, thunk.selector.slice.offset,
+                      int(thunk.selector.element_type == "pred"), len(branches),
+                      *(len(b) for b in branches)]
+            for code in branches:
+                words += code
+        elif isinstance(thunk, _SequenceThunk) and depth < MAX_NESTING:
+            # Sorts, top-k, convolutions and command buffers run their
+            # sequence in order on the cpu target.
+            if isinstance(thunk, CommandBufferThunk):
+                words += [COUNT, _COMMAND_BUFFERS]
+            self._encode(thunk.sequence, launchers, words, depth + 1)
+        else:
+            self._call(thunk, words)
+
+    # -- running -------------------------------------------------------------
+    def _run_callback(self, index: int) -> int:
+        try:
+            self.callbacks[index].execute(self._current.ctx)
+            return 0
+        except BaseException as e:   # noqa: BLE001  (re-raised by run)
+            self._current.error = e
+            return 1
+
+    def run_on(self, bases: Sequence[int]) -> dict[str, int]:
+        """Runs a program without Python thunks on allocations at `bases`;
+        returns the counters (ExecutionContext.stats' names)."""
+        stats = (ctypes.c_int64 * 8)()
+        error_at = ctypes.c_int64(-1)
+        rc = self._entry(self.code.ctypes.data, len(self.code),
+                         (ctypes.c_void_p * max(len(bases), 1))(*bases), len(bases),
+                         self._kernels, len(self._kernel_addresses), self._callback, stats,
+                         ctypes.byref(error_at))
+        if rc != 0:
+            raise ThunkError(f"the native thunk executor refused command word "
+                             f"{error_at.value} of the program (code {rc})")
+        return {name: value for name, value in zip(STATS, stats) if value}
+
+    def run(self, ctx: ExecutionContext) -> None:
+        """Runs the program on `ctx`'s buffers (the cpu target's)."""
+        bases = (ctypes.c_void_p * max(len(ctx._bases), 1))(*ctx._bases)
+        stats = (ctypes.c_int64 * 8)()
+        error_at = ctypes.c_int64(-1)
+        self._current.ctx, self._current.error = ctx, None
+        try:
+            rc = self._entry(self.code.ctypes.data, len(self.code), bases, len(ctx._bases),
+                             self._kernels, len(self._kernel_addresses), self._callback,
+                             stats, ctypes.byref(error_at))
+            error = self._current.error
+        finally:
+            self._current.ctx = self._current.error = None
+        for name, value in zip(STATS, stats):
+            if value:
+                ctx.stats[name] += value
+        if rc == 1 and error is not None:
+            raise error
+        if rc != 0:
+            raise ThunkError(f"the native thunk executor refused command word "
+                             f"{error_at.value} of the program (code {rc})")
