@@ -44,6 +44,7 @@ from mlir import ir as _ir
 from mlir.dialects import gpu
 from mlir.passmanager import PassManager
 
+from . import _pass_runner
 from .errors import CompileError, ResourceError
 from .runtime.cuda import check_launch, limits_for_arch
 
@@ -109,16 +110,22 @@ def _check_arch(arch: str) -> None:
 def _gpu_object(module: _ir.Module, arch: str, opt_level: int, fmt: str) -> bytes:
     """Runs gpu-module-to-binary on `module`'s ops wrapped in a gpu.module."""
     _check_arch(arch)
-    libdevice = find_libdevice()
+    body = "\n".join(str(op) for op in module.body.operations)
+    # libdevice only for a kernel that calls it (linking it costs ~1.5 ms
+    # a kernel; most loop and reduction kernels call none of it).
+    libdevice = find_libdevice() if "@__nv_" in body else None
     link = f', link = ["{libdevice}"]' if libdevice else ""
     target = f'#nvvm.target<O = {opt_level}, chip = "{arch}"{link}>'
-    body = "\n".join(str(op) for op in module.body.operations)
     wrapped = _ir.Module.parse(
         f"module attributes {{gpu.container_module}} {{\n"
         f"gpu.module @kernels [{target}] {{\n{body}\n}}\n}}", module.context)
+    to_binary = f"builtin.module(gpu-module-to-binary{{format={fmt}}})"
     try:
-        PassManager.parse(f"builtin.module(gpu-module-to-binary{{format={fmt}}})",
-                          module.context).run(wrapped.operation)
+        if _pass_runner.available():
+            # Without the GIL: kernels compiled on several threads overlap.
+            _pass_runner.run_pipeline(wrapped, to_binary)
+        else:
+            PassManager.parse(to_binary, module.context).run(wrapped.operation)
     except _ir.MLIRError as e:
         raise CodegenError(f"NVPTX code generation failed: {e}") from e
     binary = wrapped.body.operations[0]

@@ -50,6 +50,7 @@ from mlir import ir as _ir
 from mlir.passmanager import PassManager
 
 from . import ir as _xla_ir  # noqa: F401  (registers the xla_gpu passes)
+from . import _pass_runner
 
 __all__ = ["Stage", "STAGES", "PASSES", "TARGETS", "stages_for", "passes_for",
            "pipeline_string", "pass_name", "run"]
@@ -205,8 +206,12 @@ def run(module: _ir.Module, *, dump_dir: str | Path | None = None,
     elif stages is None:
         stages = stages_for(target, threads=threads, blocks=blocks)
     if dump_dir is None and timings is None:
-        everything = tuple(p for stage in stages for p in stage.passes)
-        PassManager.parse(pipeline_string(everything), module.context).run(module.operation)
+        everything = pipeline_string(tuple(p for stage in stages for p in stage.passes))
+        if _pass_runner.available():
+            # Without the GIL: kernels compiled on several threads overlap.
+            _pass_runner.run_pipeline(module, everything)
+        else:
+            PassManager.parse(everything, module.context).run(module.operation)
         return
     pattern = re.compile(dump_regex)
     if dump_dir is not None:

@@ -382,6 +382,32 @@ def _reachable_computations(entry: HloComputation) -> list[HloComputation]:
     return post_order([entry], lambda comp: callees(comp)[::-1])
 
 
+def _kernel_fusions(entry: HloComputation) -> list[tuple[HloInstruction, HloComputation]]:
+    """The fusions of the program that may become kernels, in the order
+    the thunks are emitted (fusions inside fusion bodies and those that
+    are a broadcast constant, a memset, left out)."""
+    comps = _reachable_computations(entry)
+    bodies = {id(inst.attrs["calls"]) for comp in comps for inst in comp.instructions
+              if inst.opcode == "fusion" and isinstance(inst.attrs.get("calls"), HloComputation)}
+    found = []
+    for comp in reversed(comps):
+        if id(comp) in bodies:
+            continue
+        for inst in comp.instructions:
+            body = inst.attrs.get("calls") if inst.opcode == "fusion" else None
+            if isinstance(body, HloComputation) and not _is_constant_broadcast(body):
+                found.append((inst, body))
+    return found
+
+
+def _is_constant_broadcast(body: HloComputation) -> bool:
+    value = body.root
+    while value is not None and value.opcode in ("broadcast", "bitcast", "reshape") and \
+            value.operands:
+        value = value.operands[0]
+    return value is not None and value.opcode == "constant"
+
+
 def prepare_module(module: HloModule, *, optimize: bool | None = None,
                    dump_dir: str | os.PathLike | None = None,
                    dump_regex: str = ".*") -> tuple[HloModule, list[str]]:
@@ -591,50 +617,119 @@ class _KernelCompiler:
         self.compiled = 0
         self.cached = 0
         self.fallbacks: list[str] = []
+        # Per fusion instruction: (kernel computation, fingerprint, key).
+        self._kernels_of: dict[int, tuple[HloComputation, str, str]] = {}
+        # Fingerprint -> a Future of `_build` or a cached kernel (prefetch).
+        self._pending: dict[str, Any] = {}
+        self._pool = None
 
-    def compile(self, inst: HloInstruction, comp: HloComputation) -> KernelImage:
-        from . import compile_cache, compiler
-        from .analysis.device import default_device
-        from .analysis.fusion import analyze
+    def _kernel_of(self, inst: HloInstruction, comp: HloComputation):
+        """(the kernel's computation, its fingerprint, its cache key),
+        worked out once per fusion instruction."""
+        from . import compile_cache
         from .hlo.fingerprint import fingerprint
-        kernel_comp = kernel_computation(comp)
-        fp = fingerprint(kernel_comp)
-        known = self.by_fingerprint.get(fp)
-        if known is not None:
-            return self.images[known]
-        key = compile_cache.make_key("fusion", fp, self.target, self.arch, self.identity)
+        known = self._kernels_of.get(id(inst))
+        if known is None:
+            kernel_comp = kernel_computation(comp)
+            fp = fingerprint(kernel_comp)
+            key = compile_cache.make_key("fusion", fp, self.target, self.arch, self.identity)
+            known = self._kernels_of[id(inst)] = (kernel_comp, fp, key)
+        return known
+
+    def _cached(self, key: str):
         exe = _kernel_memory.get(key) if self.cache else None
         if exe is None and self.disk is not None:
             exe = self.disk.get(key, self.target)
-        if exe is not None:
-            self.cached += 1
-        else:
+        return exe
+
+    def _build(self, inst: HloInstruction, kernel_comp: HloComputation, key: str):
+        """(the compiled kernel, a note when the loop emitter stood in for
+        a dedicated emitter that failed). Runs on the prefetch threads:
+        touches nothing of this object but its read-only settings."""
+        from . import compiler
+        from .analysis.device import default_device
+        from .analysis.fusion import analyze
+        fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
+        fusion.device = default_device(self.target)
+        text = fusion_text(kernel_comp)
+        try:
+            return compiler._build(fusion, text, self.target, self.arch, key, None, ".*"), None
+        except (HloError, CompileError) as e:
+            if fusion.kind not in _LOOP_CAN_STAND_IN:
+                raise
+            # The dedicated emitter refused or failed: the loop emitter
+            # computes the same values (slower), as XLA falls back.
             fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
             fusion.device = default_device(self.target)
-            text = fusion_text(kernel_comp)
+            failed = fusion.kind
+            fusion.kind = "loop"
             try:
                 exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*")
-            except (HloError, CompileError) as e:
-                if fusion.kind not in _LOOP_CAN_STAND_IN:
-                    raise
-                # The dedicated emitter refused or failed: the loop emitter
-                # computes the same values (slower), as XLA falls back.
-                fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
-                fusion.device = default_device(self.target)
-                failed = fusion.kind
-                fusion.kind = "loop"
-                try:
-                    exe = compiler._build(fusion, text, self.target, self.arch, key, None,
-                                          ".*")
-                except (HloError, CompileError):
-                    raise e from None
-                exe.notes.append(f"the {failed} emitter failed ({e}); emitted by the loop "
-                                 "emitter")
-                self.fallbacks.append(f"{inst.name}: {failed} emitter failed, loop emitter "
-                                      f"used ({str(e)[:200]})")
+            except (HloError, CompileError):
+                raise e from None
+            exe.notes.append(f"the {failed} emitter failed ({e}); emitted by the loop "
+                             "emitter")
+            return exe, (f"{inst.name}: {failed} emitter failed, loop emitter used "
+                         f"({str(e)[:200]})")
+
+    def prefetch(self, fusions: list[tuple[HloInstruction, HloComputation]]) -> None:
+        """Starts compiling the kernels of `fusions` that no cache holds on
+        a pool of host threads (emission holds the GIL, but MLIR's passes,
+        LLVM's NVPTX backend and nvJitLink or ptxas mostly do not), one per
+        distinct kernel; `compile` then takes each result in the order the
+        thunks need them, and raises a failure where the serial compile
+        would have."""
+        workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
+        if workers < 2:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        for inst, comp in fusions:
+            kernel_comp, fp, key = self._kernel_of(inst, comp)
+            if fp in self.by_fingerprint or fp in self._pending:
+                continue
+            exe = self._cached(key)
+            if exe is not None:
+                self._pending[fp] = exe
+                continue
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="xla_gpu_compile")
+            self._pending[fp] = self._pool.submit(self._build, inst, kernel_comp, key)
+
+    def close(self) -> None:
+        """Cancels what was prefetched and not used (a compile that failed
+        part way) and lets the threads go."""
+        if self._pool is not None:
+            for item in self._pending.values():
+                if hasattr(item, "cancel"):
+                    item.cancel()
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._pending.clear()
+
+    def compile(self, inst: HloInstruction, comp: HloComputation) -> KernelImage:
+        from concurrent.futures import Future
+        kernel_comp, fp, key = self._kernel_of(inst, comp)
+        known = self.by_fingerprint.get(fp)
+        if known is not None:
+            return self.images[known]
+        found = self._pending.pop(fp, None)
+        if found is None:
+            found = self._cached(key)
+        fallback = None
+        if isinstance(found, Future):                 # compiled by prefetch
+            exe, fallback = found.result()
+        elif found is not None:                       # from a cache
+            exe = found
+        else:
+            exe, fallback = self._build(inst, kernel_comp, key)
+        if found is None or isinstance(found, Future):
             self.compiled += 1
+            if fallback is not None:
+                self.fallbacks.append(fallback)
             if self.disk is not None:
                 self.disk.put(key, exe)
+        else:
+            self.cached += 1
         if self.cache:
             _kernel_memory[key] = exe
         image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
@@ -661,6 +756,8 @@ class _KernelCompiler:
 
 
 _kernel_memory: dict[str, Any] = {}
+# Host threads that compile a program's kernels side by side.
+PREFETCH_THREADS = 8
 # Emitter kinds whose fusions the loop emitter computes too (elementwise per
 # output element): used when the dedicated emitter fails on a fusion.
 _LOOP_CAN_STAND_IN = frozenset({"transpose", "reduction", "concatenate", "input_slices",
@@ -1126,7 +1223,11 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
     kernels = _KernelCompiler(target, arch, cache, prepared)
     emitter = _ThunkEmitter(prepared, schedule, assignment, kernels, target)
     entry = prepared.entry
-    thunks = emitter.emit(entry)
+    try:
+        kernels.prefetch(_kernel_fusions(entry))
+        thunks = emitter.emit(entry)
+    finally:
+        kernels.close()
     timings["thunks+kernels"] = time.perf_counter() - t0
     if command_buffers:
         thunks = command_buffer.convert(thunks)

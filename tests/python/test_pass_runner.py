@@ -1,0 +1,90 @@
+"""Pipelines run through MLIR's C API without the GIL (xla_gpu._pass_runner):
+the same IR as the bindings' PassManager, errors as MLIRError with each
+error diagnostic's location and message, bad pipelines refused, and the
+pass managers kept per thread and context."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from mlir import ir as mlir_ir
+from mlir.passmanager import PassManager
+
+from xla_gpu import _pass_runner, ir, pipeline
+
+pytestmark = pytest.mark.skipif(not _pass_runner.available(),
+                                reason="the bindings' libMLIRPythonCAPI.so is not found")
+
+KERNEL = """
+func.func @kernel(%in: tensor<64xf32>, %out: tensor<64xf32>) -> tensor<64xf32> attributes {xla.entry} {
+  %tid = gpu.thread_id x {xla.range = [0 : index, 63 : index]}
+  %v = tensor.extract %in[%tid] : tensor<64xf32>
+  %w = arith.addf %v, %v : f32
+  %r = tensor.insert %w into %out[%tid] : tensor<64xf32>
+  return %r : tensor<64xf32>
+}
+"""
+
+HUGE = """
+func.func @f(%t: tensor<4294967296x2147483648xf32>, %i: index, %j: index) -> f32 {
+  %v = tensor.extract %t[%i, %j] : tensor<4294967296x2147483648xf32>
+  return %v : f32
+}
+"""
+
+
+def test_same_ir_as_the_bindings_pass_manager():
+    context = ir.Context()
+    text = pipeline.pipeline_string(target="cuda")
+    ours = mlir_ir.Module.parse(KERNEL, context)
+    _pass_runner.run_pipeline(ours, text)
+    theirs = mlir_ir.Module.parse(KERNEL, context)
+    PassManager.parse(text, context).run(theirs.operation)
+    assert str(ours) == str(theirs)
+    assert "llvm.func" in str(ours)
+
+
+def test_a_failing_pass_raises_mlir_error_with_its_diagnostics():
+    context = ir.Context()
+    module = mlir_ir.Module.parse(HUGE, context)
+    with pytest.raises(mlir_ir.MLIRError) as info:
+        _pass_runner.run_pipeline(module, "builtin.module(xla-flatten-tensors)")
+    (diagnostic,) = info.value.error_diagnostics
+    assert "whose element count does not fit in int64" in diagnostic.message
+    assert diagnostic.location.startswith("loc(")
+    assert "element count does not fit" in str(info.value)
+    # The context still works, and reports nothing twice.
+    again = mlir_ir.Module.parse(HUGE, context)
+    with pytest.raises(mlir_ir.MLIRError) as info:
+        _pass_runner.run_pipeline(again, "builtin.module(xla-flatten-tensors)")
+    assert len(info.value.error_diagnostics) == 1
+
+
+def test_an_invalid_pipeline_is_a_value_error():
+    context = ir.Context()
+    module = mlir_ir.Module.parse(KERNEL, context)
+    with pytest.raises(ValueError, match="no-such-pass"):
+        _pass_runner.run_pipeline(module, "builtin.module(no-such-pass)")
+
+
+def test_threads_each_with_a_context_run_side_by_side():
+    results: dict[int, str] = {}
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            context = ir.Context()
+            for _ in range(3):
+                module = mlir_ir.Module.parse(KERNEL, context)
+                pipeline.run(module, target="cuda")
+            results[n] = str(module)
+        except BaseException as e:   # noqa: BLE001 (reported below)
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(set(results.values())) == 1

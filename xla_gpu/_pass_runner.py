@@ -1,0 +1,150 @@
+"""Running a pass pipeline through MLIR's C API with ctypes, which lets
+go of the GIL while the passes run (the bindings' `PassManager.run` holds
+it): the kernels of a whole program are compiled on several host threads,
+and their pipelines then run side by side.
+
+The pass manager is the bindings' own library's (libMLIRPythonCAPI.so:
+the same registry of dialects and passes, the same contexts), parsed once
+per context and pipeline. Errors come back as `mlir.ir.MLIRError` with
+each error diagnostic's location and message, like the bindings' (a
+diagnostic handler collects them during the run).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+from mlir import ir as _ir
+
+from ._native import _Handle, _StringRef, to_handle
+
+__all__ = ["available", "run_pipeline"]
+
+
+class _LogicalResult(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_int8)]
+
+
+_STRING_CALLBACK = ctypes.CFUNCTYPE(None, _StringRef, ctypes.c_void_p)
+# MlirLogicalResult is a struct of one int8, returned as that int8 (ctypes
+# callbacks cannot return structures).
+_DIAGNOSTIC_HANDLER = ctypes.CFUNCTYPE(ctypes.c_int8, _Handle, ctypes.c_void_p)
+_ERROR_SEVERITY = 0   # MlirDiagnosticError
+_KEEP_PASS_MANAGERS = 32   # per thread
+
+
+@functools.lru_cache(maxsize=None)
+def _capi():
+    """libMLIRPythonCAPI.so with the prototypes used here; None when it is
+    not where the bindings keep it."""
+    path = Path(_ir.__file__).resolve().parent / "_mlir_libs" / "libMLIRPythonCAPI.so"
+    try:
+        lib = ctypes.CDLL(str(path))
+        prototypes = {
+            "mlirPassManagerCreate": (_Handle, [_Handle]),
+            "mlirPassManagerDestroy": (None, [_Handle]),
+            "mlirPassManagerGetAsOpPassManager": (_Handle, [_Handle]),
+            "mlirParsePassPipeline": (_LogicalResult, [_Handle, _StringRef, _STRING_CALLBACK,
+                                                       ctypes.c_void_p]),
+            "mlirPassManagerRunOnOp": (_LogicalResult, [_Handle, _Handle]),
+            "mlirContextAttachDiagnosticHandler": (ctypes.c_uint64, [
+                _Handle, _DIAGNOSTIC_HANDLER, ctypes.c_void_p, ctypes.c_void_p]),
+            "mlirContextDetachDiagnosticHandler": (None, [_Handle, ctypes.c_uint64]),
+            "mlirDiagnosticGetSeverity": (ctypes.c_int, [_Handle]),
+            "mlirDiagnosticGetLocation": (_Handle, [_Handle]),
+            "mlirDiagnosticPrint": (None, [_Handle, _STRING_CALLBACK, ctypes.c_void_p]),
+            "mlirLocationPrint": (None, [_Handle, _STRING_CALLBACK, ctypes.c_void_p]),
+        }
+        for name, (restype, argtypes) in prototypes.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = restype, argtypes
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+def available() -> bool:
+    return _capi() is not None
+
+
+def _printed(print_fn, handle) -> str:
+    parts: list[bytes] = []
+    callback = _STRING_CALLBACK(lambda ref, _: parts.append(ctypes.string_at(ref.data,
+                                                                             ref.length)))
+    print_fn(handle, callback, None)
+    return b"".join(parts).decode(errors="replace")
+
+
+class _PassManagers(threading.local):
+    """This thread's parsed pass managers, by (context, pipeline); a
+    context is used by one thread (xla_gpu.compiler keeps one per thread)."""
+
+    def __init__(self):
+        self.by_key: dict[tuple[int, str], tuple[object, _Handle]] = {}
+
+
+_managers = _PassManagers()
+
+
+def _pass_manager(context: _ir.Context, pipeline: str) -> _Handle:
+    key = (id(context), pipeline)
+    held = _managers.by_key.get(key)
+    if held is not None and held[0] is context:
+        return held[1]
+    lib = _capi()
+    pm = lib.mlirPassManagerCreate(to_handle(context))
+    text = pipeline.encode()
+    errors: list[bytes] = []
+    callback = _STRING_CALLBACK(lambda ref, _: errors.append(ctypes.string_at(ref.data,
+                                                                              ref.length)))
+    result = lib.mlirParsePassPipeline(lib.mlirPassManagerGetAsOpPassManager(pm),
+                                       _StringRef(text, len(text)), callback, None)
+    if not result.value:
+        lib.mlirPassManagerDestroy(pm)
+        raise ValueError(f"invalid pass pipeline {pipeline!r}: "
+                         f"{b''.join(errors).decode(errors='replace')}")
+    # Keeps the context alive as long as its pass manager (a destroyed
+    # context would leave the manager dangling); the cpu target's
+    # pipelines differ by launch dimensions, so only the latest are kept.
+    if len(_managers.by_key) >= _KEEP_PASS_MANAGERS:
+        oldest = next(iter(_managers.by_key))
+        lib.mlirPassManagerDestroy(_managers.by_key.pop(oldest)[1])
+    _managers.by_key[key] = (context, pm)
+    return pm
+
+
+def run_pipeline(module: _ir.Module, pipeline: str) -> None:
+    """Runs `pipeline` (a `builtin.module(...)` string) on `module` in
+    place without the GIL; raises mlir.ir.MLIRError with the error
+    diagnostics when it fails."""
+    lib = _capi()
+    context = module.context
+    pm = _pass_manager(context, pipeline)
+    diagnostics: list[SimpleNamespace] = []
+
+    def handle(diagnostic, _):
+        # Called (with the GIL) only when a pass reports something.
+        if lib.mlirDiagnosticGetSeverity(diagnostic) == _ERROR_SEVERITY:
+            location = _printed(lib.mlirLocationPrint, lib.mlirDiagnosticGetLocation(diagnostic))
+            diagnostics.append(SimpleNamespace(
+                location=location, message=_printed(lib.mlirDiagnosticPrint, diagnostic),
+                notes=[]))
+        return 1   # handled: not printed
+
+    handler = _DIAGNOSTIC_HANDLER(handle)
+    context_handle = to_handle(context)
+    handler_id = lib.mlirContextAttachDiagnosticHandler(context_handle, handler, None, None)
+    try:
+        result = lib.mlirPassManagerRunOnOp(pm, to_handle(module.operation))
+    finally:
+        lib.mlirContextDetachDiagnosticHandler(context_handle, handler_id)
+    if not result.value:
+        message = "Failure while executing pass pipeline"
+        if diagnostics:
+            message += ":\n" + "\n".join(f"error: {d.location}: {d.message}"
+                                         for d in diagnostics)
+        raise _ir.MLIRError(message, diagnostics)
