@@ -789,9 +789,12 @@ f {
 """
     spec = select_fusion(hlo.parse_module(text), None, RTX_A6000)
     assert spec.device is RTX_A6000
-    h200 = xla_gpu.compile(text, target="cpu", cache=False)
+    h200 = xla_gpu.compile(text, target="cpu", cache=False, device=H200)
     a6000 = xla_gpu.compile(text, target="cpu", cache=False, device=RTX_A6000)
     assert h200.launch_dims["blocks"] == 1875            # 240000 / 128
+    # The cpu target's own configuration: a block per row of 300.
+    host = xla_gpu.compile(text, target="cpu", cache=False)
+    assert (host.launch_dims["threads"], host.launch_dims["blocks"]) == (300, 800)
     assert a6000.launch_dims["blocks"] == 469            # 240000 / (128 * 4), partial
     # The last block is partial; its bounds check is free of the vector
     # index, so the loads and stores are whole vectors.

@@ -91,3 +91,38 @@ fused {
     for split in (True, False):   # both ways give the same result
         kernel.split = split
         np.testing.assert_array_equal(exe.run(x)[0], -x)
+
+
+def _row_softmax_exp(rows: int, columns: int) -> str:
+    return f"""HloModule m
+fused {{
+  x = f32[{rows},{columns}] parameter(0)
+  b = f32[{rows}] parameter(1)
+  l = f32[{rows}] log(b)
+  bb = f32[{rows},{columns}] broadcast(l), dimensions={{0}}
+  d = f32[{rows},{columns}] subtract(x, bb)
+  ROOT e = f32[{rows},{columns}] exponential(d)
+}}
+"""
+
+
+@pytest.mark.parametrize("rows,columns,host_threads", [
+    (64, 100, 100),      # a block per row (128 threads would cut rows)
+    (8, 3000, 1000),     # a long row: its largest divisor that is a block
+    (16, 512, 128),      # rows a multiple of 128: the GPU's blocks already align
+    (8, 100, 128),       # small loops keep the GPU's configuration
+])
+def test_host_loops_take_blocks_of_whole_rows(rows, columns, host_threads):
+    from xla_gpu.analysis.device import H200
+    text = _row_softmax_exp(rows, columns)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((rows, columns)).astype(np.float32)
+    b = rng.uniform(0.5, 2.0, rows).astype(np.float32)
+    (want,) = hlo.evaluate(hlo.parse_module(text), x, b)
+    host = xla_gpu.compile(text, target="cpu", cache=False)
+    gpu = xla_gpu.compile(text, target="cpu", cache=False, device=H200)
+    assert host.launch_dims["threads"] == host_threads
+    assert host.launch_dims["blocks"] == -(-rows * columns // host_threads)
+    assert gpu.launch_dims["threads"] == 128
+    for exe in (host, gpu):
+        assert compare(np.asarray(exe.run(x, b)[0]), np.asarray(want), "f32") is None
