@@ -199,3 +199,25 @@ def test_outputs_held_by_the_caller_are_not_reused(monkeypatch):
         assert not np.shares_memory(tail, again[1])
     for a, b in zip(first, kept):
         np.testing.assert_array_equal(a, b)
+
+
+def test_kernel_outputs_are_reused_only_once_dropped():
+    text = """HloModule m
+fused {
+  x = f32[256,64] parameter(0)
+  ROOT n = f32[256,64] negate(x)
+}
+"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    x = np.arange(256 * 64, dtype=np.float32).reshape(256, 64)
+    (first,) = exe.run(x)
+    (second,) = exe.run(x)
+    assert not np.shares_memory(first, second)
+    address = second.ctypes.data
+    view = first[3:]                       # only a view of the first is held
+    del first, second
+    (third,) = exe.run(2 * x)
+    assert third.ctypes.data == address   # the dropped one's memory again
+    assert not np.shares_memory(view, third)
+    np.testing.assert_array_equal(view, -x[3:])
+    np.testing.assert_array_equal(third, -2 * x)

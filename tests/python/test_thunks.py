@@ -330,7 +330,7 @@ def test_a_program_larger_than_host_memory_is_refused_before_allocating(monkeypa
     monkeypatch.setattr(program_module, "aligned_zeros",
                         lambda shape, dtype, alignment: allocations.append(shape) or
                         np.zeros(shape, dtype))
-    monkeypatch.setattr(program_module._HostBufferPool, "take",
+    monkeypatch.setattr(program_module.HostBufferPool, "take",
                         lambda self, index, size, typed=None: allocations.append(size) or
                         (np.zeros(size, np.uint8), 0, None))
     with pytest.raises(xla_gpu.ResourceError, match=f"needs {need} bytes"):

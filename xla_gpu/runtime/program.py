@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArtifactError, ResourceError
 from .buffers import Allocation
-from .spec import KernelSpec, _address, aligned_bytes, aligned_zeros
+from .spec import HostBufferPool, KernelSpec, _address, aligned_zeros
 from .thunks import (ArrayRef, ExecutionContext, KernelThunk, Thunk, sequence_text,
                      thunk_from_dict, walk)
 
@@ -161,7 +161,7 @@ class ProgramExecutable:
     _launchers: dict | None = field(default=None, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
     _device_pool: dict | None = field(default=None, repr=False)
-    _host_pool: "_HostBufferPool | None" = field(default=None, repr=False)
+    _host_pool: "HostBufferPool | None" = field(default=None, repr=False)
     _host_program: Any = field(default=None, repr=False)
     _cpu_run_plan: "_CpuRunPlan | None" = field(default=None, repr=False)
     _written: set | None = field(default=None, repr=False)
@@ -330,10 +330,10 @@ class ProgramExecutable:
             by_alloc.setdefault(ref.slice.allocation, []).append((ref, k))
         return by_alloc
 
-    def _host_buffers(self) -> "_HostBufferPool":
+    def _host_buffers(self) -> "HostBufferPool":
         with self._lock:
             if self._host_pool is None:
-                self._host_pool = _HostBufferPool()
+                self._host_pool = HostBufferPool()
             return self._host_pool
 
     def _cpu_plan(self) -> "_CpuRunPlan":
@@ -646,57 +646,6 @@ class _CpuRunPlan:
             if type(arg) is not np.ndarray or arg.shape != shape or arg.dtype != dtype:
                 return None
         return list(args)
-
-
-class _HostBufferPool:
-    """The cpu target's temp and output buffers of one executable's runs,
-    per allocation, uninitialized as XLA's are (every kernel writes what it
-    later reads). A buffer is handed out again once nothing refers to it
-    any more — the caller dropped the outputs it held, and no view of them
-    is left (every numpy view keeps its base alive, so the reference counts
-    say so) — which saves the page faults of fresh memory on every run (a
-    1 MiB output: 256 of them)."""
-
-    KEEP_PER_ALLOCATION = 4
-
-    def __init__(self):
-        self._free_check_lock = threading.Lock()
-        # allocation -> [(entry, the entry's reference counts when free)]
-        self._held: dict[int, list[tuple[tuple, tuple[int, ...]]]] = {}
-
-    @staticmethod
-    def _new_entry(size: int, typed) -> tuple:
-        raw = np.empty(size + _ALIGNMENT, np.uint8)
-        view = aligned_bytes(raw, size, _ALIGNMENT)
-        result = None
-        if typed is not None:
-            dims, dtype = typed
-            result = np.ndarray(dims, dtype, buffer=view)
-        return (raw, view, view.ctypes.data, result)
-
-    @staticmethod
-    def _counts(entry: tuple) -> tuple[int, ...]:
-        # As `take` counts them: the same number of frame references.
-        refcount = sys.getrefcount
-        return refcount(entry[0]), refcount(entry[1]), refcount(entry[3])
-
-    def take(self, index: int, size: int, typed=None) -> tuple[np.ndarray, int, Any]:
-        """Allocation `index`'s bytes for a run, their address, and when
-        `typed` is (dims, dtype) the same memory as that array."""
-        refcount = sys.getrefcount
-        with self._free_check_lock:
-            held = self._held.get(index)
-            if held is None:
-                held = self._held[index] = []
-            for entry, free in held:
-                if refcount(entry[0]) == free[0] and refcount(entry[1]) == free[1] and \
-                        refcount(entry[3]) == free[2]:
-                    return entry[1], entry[2], entry[3]
-            entry = self._new_entry(size, typed)
-            if len(held) < self.KEEP_PER_ALLOCATION:
-                # The counts with only the pool referring to the entry.
-                held.append((entry, self._counts(entry)))
-            return entry[1], entry[2], entry[3]
 
 
 def _to_storage(value: np.ndarray, ref: ArrayRef) -> np.ndarray:
