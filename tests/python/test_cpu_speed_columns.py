@@ -135,3 +135,21 @@ ENTRY e {
 def test_variadic_side_outputs_and_epilogues(text):
     assert _variant(text, HOST_EMULATION) is ThreadPerColumnReductionEmitter
     _check(text, seed=2)
+
+
+def test_row_reductions_on_the_host_take_longer_scalar_slices():
+    # Softmax's row sums over rows of 100: a warp per row, one element per
+    # load (the GPU's configuration loads 2 per thread); below 4096
+    # elements the GPU's configuration runs on the host too.
+    from xla_gpu.analysis.fusion import select_fusion
+    from xla_gpu.emitters.reduction import RowReductionEmitter
+    text = _sum_module("64,100", "1", "64")
+    host = reduction_emitter(select_fusion(hlo.parse_module(text), device=HOST_EMULATION))
+    gpu = reduction_emitter(select_fusion(hlo.parse_module(text), device=H200))
+    assert type(host) is type(gpu) is RowReductionEmitter
+    assert (host.threads_per_row, host.vector) == (32, 1)
+    assert (gpu.threads_per_row, gpu.vector) == (32, 2)
+    small = reduction_emitter(select_fusion(hlo.parse_module(_sum_module("16,100", "1", "16")),
+                                            device=HOST_EMULATION))
+    assert small.vector == 2
+    _check(text, seed=6)

@@ -127,11 +127,13 @@ HOST_MIN_ELEMENTS = 1 << 16
 # least a SIMD register of f32 wide.
 HOST_COLUMN_MIN_K1 = 8
 # Row reductions on the host: each thread reduces at least this many
-# elements of its row, one per load.
+# elements of its row, one per load; from this many elements in all (the
+# same emitter as on the GPU, with other thread counts and no vectors).
 HOST_ROW_ELEMENTS_PER_THREAD = 128
+HOST_ROW_MIN_ELEMENTS = 1 << 12
 
 
-def _for_host(fusion, layout: ReductionLayout) -> bool:
+def _for_host(fusion, layout: ReductionLayout, min_elements: int = HOST_MIN_ELEMENTS) -> bool:
     """Whether to configure a reduction for the host's SIMD lanes rather
     than for a GPU. The grid emulation runs a block's threads as SIMD
     lanes: what is cheap on a GPU (a shared tile read transposed, warp
@@ -140,7 +142,7 @@ def _for_host(fusion, layout: ReductionLayout) -> bool:
     reduction itself."""
     device = getattr(fusion, "device", None)
     return bool(device is not None and device.host_emulation and
-                layout.K * layout.R >= HOST_MIN_ELEMENTS)
+                layout.K * layout.R >= min_elements)
 
 
 def _thread_per_column(fusion, layout: ReductionLayout) -> bool:
@@ -570,7 +572,7 @@ class _RowConfig:
         # On the host: fewer threads with longer slices, one element per
         # load, so that consecutive threads (SIMD lanes) read consecutive
         # elements and the emulated shuffles are few next to the loads.
-        host = _for_host(fusion, layout)
+        host = _for_host(fusion, layout, HOST_ROW_MIN_ELEMENTS)
         per_thread = HOST_ROW_ELEMENTS_PER_THREAD if host else _MIN_ROW_ELEMENTS_PER_THREAD
         t = min(MAX_THREADS_PER_ROW,
                 _pow2_at_least(max(WARP_SIZE, -(-layout.R // per_thread))))
