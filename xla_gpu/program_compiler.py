@@ -395,17 +395,20 @@ def _kernel_fusions(entry: HloComputation) -> list[tuple[HloInstruction, HloComp
             continue
         for inst in comp.instructions:
             body = inst.attrs.get("calls") if inst.opcode == "fusion" else None
-            if isinstance(body, HloComputation) and not _is_constant_broadcast(body):
+            if isinstance(body, HloComputation) and _broadcast_constant(body) is None:
                 found.append((inst, body))
     return found
 
 
-def _is_constant_broadcast(body: HloComputation) -> bool:
+def _broadcast_constant(body: HloComputation) -> HloInstruction | None:
+    """The constant a fusion body only broadcasts (through bitcasts and
+    reshapes), None when it computes more: the candidates for a memset."""
     value = body.root
-    while value is not None and value.opcode in ("broadcast", "bitcast", "reshape") and \
-            value.operands:
+    if value is None or value.shape.is_tuple:
+        return None
+    while value.opcode in ("broadcast", "bitcast", "reshape") and value.operands:
         value = value.operands[0]
-    return value is not None and value.opcode == "constant"
+    return value if value.opcode == "constant" else None
 
 
 def prepare_module(module: HloModule, *, optimize: bool | None = None,
@@ -942,12 +945,8 @@ class _ThunkEmitter:
         """A fusion that broadcasts a constant of 1, 2 or 4 bytes: XLA's
         memset thunk instead of a kernel."""
         root = comp.root
-        if root is None or root.shape.is_tuple:
-            return None
-        value = root
-        while value.opcode in ("broadcast", "bitcast", "reshape") and value.operands:
-            value = value.operands[0]
-        if value.opcode != "constant" or value.literal is None:
+        value = _broadcast_constant(comp)
+        if value is None or value.literal is None:
             return None
         literal = np.asarray(value.literal)
         if literal.size != 1 or value.shape.element_type != root.shape.element_type:

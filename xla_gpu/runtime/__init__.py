@@ -136,9 +136,7 @@ class HostKernel:
 def check_output_memory(spec: KernelSpec) -> None:
     """Large outputs must fit in host memory: a clear ResourceError instead
     of numpy's allocation failure."""
-    nbytes = spec.__dict__.get("_output_nbytes")
-    if nbytes is None:
-        nbytes = spec.__dict__["_output_nbytes"] = sum(o.nbytes for o in spec.outputs)
+    nbytes = spec.output_nbytes
     if nbytes > 1 << 26:
         check_host_memory(nbytes, f"the outputs of kernel '{spec.name}'")
 

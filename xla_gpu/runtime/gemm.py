@@ -87,6 +87,14 @@ class GemmConfig:
         return tuple(d for d in range(len(self.rhs.dims)) if d not in used)
 
     @cached_property
+    def output_groups(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """The result's (batch, lhs free, rhs free) dimensions, in that order
+        as dot_general lays the result out."""
+        nb, nm = len(self.lhs_batch), len(self.lhs_free)
+        n = len(self.out.dims)
+        return tuple(range(nb)), tuple(range(nb, nb + nm)), tuple(range(nb + nm, n))
+
+    @cached_property
     def bmnk(self) -> tuple[int, int, int, int]:
         """(batch, m, n, k) element counts."""
         def size(ref, dims):
@@ -294,7 +302,7 @@ class _Operand:
     batch_stride: int
 
 
-def _strides(ref: ArrayRef) -> list[int]:
+def element_strides(ref: ArrayRef) -> list[int]:
     """Element strides of each logical dimension in the physical layout."""
     strides = [0] * len(ref.dims)
     step = 1
@@ -304,7 +312,7 @@ def _strides(ref: ArrayRef) -> list[int]:
     return strides
 
 
-def _group_stride(ref: ArrayRef, dims: tuple[int, ...], strides: list[int]) -> int | None:
+def collapsed_stride(ref: ArrayRef, dims: tuple[int, ...], strides: list[int]) -> int | None:
     """The stride of `dims` collapsed into one dimension (row-major among
     themselves, contiguous in memory), None when they do not collapse."""
     live = [d for d in dims if ref.dims[d] != 1]
@@ -318,10 +326,10 @@ def _group_stride(ref: ArrayRef, dims: tuple[int, ...], strides: list[int]) -> i
 
 def _matrix(ref: ArrayRef, batch: tuple[int, ...], rows: tuple[int, ...],
             cols: tuple[int, ...]) -> _Matrix:
-    strides = _strides(ref)
+    strides = element_strides(ref)
     r, c = math.prod(ref.dims[d] for d in rows), math.prod(ref.dims[d] for d in cols)
-    rs, cs = _group_stride(ref, rows, strides), _group_stride(ref, cols, strides)
-    bs = _group_stride(ref, batch, strides)
+    rs, cs = collapsed_stride(ref, rows, strides), collapsed_stride(ref, cols, strides)
+    bs = collapsed_stride(ref, batch, strides)
     if rs is None or cs is None or bs is None:
         raise CublasPlanError(f"{ref.describe()}: dimensions {rows}/{cols}/{batch} do not "
                               "collapse into a strided matrix")
@@ -350,9 +358,7 @@ def cublas_plan(config: GemmConfig) -> tuple[_Operand, _Operand, _Operand, bool]
             raise CublasPlanError(f"cuBLASLt has no {ref.element_type} GEMM")
     a = _matrix(config.lhs, config.lhs_batch, config.lhs_free, config.lhs_contracting)
     b = _matrix(config.rhs, config.rhs_batch, config.rhs_contracting, config.rhs_free)
-    nb, nm = len(config.lhs_batch), len(config.lhs_free)
-    n_out = len(config.out.dims)
-    groups = (tuple(range(nb)), tuple(range(nb, nb + nm)), tuple(range(nb + nm, n_out)))
+    groups = config.output_groups
     d = _matrix(config.out, *groups)
     if config.c is not None and _matrix(config.c, *groups) != d:
         raise CublasPlanError("the C operand's layout differs from the output's")

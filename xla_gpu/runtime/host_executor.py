@@ -35,6 +35,8 @@ __all__ = ["HostProgram", "native_executor", "host_program"]
 KERNEL, COPY, MEMSET, WHILE, CONDITIONAL, CALL, GEMM, COUNT = range(1, 9)
 # The executor's counters, in its order, as ExecutionContext.stats names them.
 STATS = ("kernels", "copies", "memsets", "gemms", "while_iterations", "command_buffers")
+# Length of the executor's counter array (kNumStats in host_executor.cc).
+_COUNTERS = 8
 _COMMAND_BUFFERS = STATS.index("command_buffers")
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64)
 # Products at most this many multiply-adds run in the executor's own loop;
@@ -93,35 +95,10 @@ def _kernel_address(launcher) -> int | None:
     return ctypes.cast(entry, ctypes.c_void_p).value
 
 
-def _element_strides(ref) -> list[int]:
-    """Strides, in elements, of `ref`'s logical dimensions in its buffer."""
-    physical = ref.physical_dims
-    strides_physical = [1] * len(physical)
-    for i in range(len(physical) - 2, -1, -1):
-        strides_physical[i] = strides_physical[i + 1] * physical[i + 1]
-    strides = [0] * len(ref.dims)
-    for position, dim in enumerate(ref.major_to_minor):
-        strides[dim] = strides_physical[position]
-    return strides
-
-
-def _merged_stride(ref, dims: Sequence[int]) -> int | None:
-    """The stride of `dims` of `ref` flattened into one dimension (row-major
-    over `dims`), None when they do not flatten without a copy."""
-    strides = _element_strides(ref)
-    kept = [d for d in dims if ref.dims[d] != 1]
-    if not kept:
-        return 0
-    for outer, inner in zip(kept, kept[1:]):
-        if strides[outer] != strides[inner] * ref.dims[inner]:
-            return None
-    return strides[kept[-1]]
-
-
 def _gemm_words(config) -> list[int] | None:
     """The GEMM command of a plain f32/f64 product small enough for the
     executor's loop, whose output overlaps neither operand."""
-    from .gemm import _is_plain_product
+    from .gemm import _is_plain_product, collapsed_stride, element_strides
     t = config.out.element_type
     if t not in ("f32", "f64") or not _is_plain_product(config):
         return None
@@ -131,17 +108,15 @@ def _gemm_words(config) -> list[int] | None:
     out = config.out.slice
     if out.overlaps(config.lhs.slice) or out.overlaps(config.rhs.slice):
         return None
-    nb = len(config.lhs_batch)
-    nf = len(config.lhs_free)
     groups = [
         (config.lhs, (config.lhs_batch, config.lhs_free, config.lhs_contracting)),
         (config.rhs, (config.rhs_batch, config.rhs_contracting, config.rhs_free)),
-        (config.out, (tuple(range(nb)), tuple(range(nb, nb + nf)),
-                      tuple(range(nb + nf, len(config.out.dims))))),
+        (config.out, config.output_groups),
     ]
     words = [GEMM, 0 if t == "f32" else 1, batch, m, n, k]
     for ref, dims in groups:
-        strides = [_merged_stride(ref, d) for d in dims]
+        element = element_strides(ref)
+        strides = [collapsed_stride(ref, d, element) for d in dims]
         if any(s is None for s in strides):
             return None
         words += [ref.slice.allocation, ref.slice.offset, *strides]
@@ -163,6 +138,17 @@ class HostProgram:
             *self._kernel_addresses)
         self._current = threading.local()
         self._callback = _CALLBACK(self._run_callback)
+
+    @property
+    def code(self) -> np.ndarray:
+        """The command stream (int64 words)."""
+        return self._code
+
+    @code.setter
+    def code(self, words: np.ndarray) -> None:
+        # The address is taken once: `.ctypes.data` costs microseconds a run.
+        self._code = np.ascontiguousarray(words, np.int64)
+        self._code_address = self._code.ctypes.data
 
     @property
     def native_fraction(self) -> tuple[int, int]:
@@ -241,38 +227,33 @@ class HostProgram:
             self._current.error = e
             return 1
 
-    def run_on(self, bases: Sequence[int]) -> dict[str, int]:
-        """Runs a program without Python thunks on allocations at `bases`;
-        returns the counters (ExecutionContext.stats' names)."""
-        stats = (ctypes.c_int64 * 8)()
-        error_at = ctypes.c_int64(-1)
-        rc = self._entry(self.code.ctypes.data, len(self.code),
-                         (ctypes.c_void_p * max(len(bases), 1))(*bases), len(bases),
-                         self._kernels, len(self._kernel_addresses), self._callback, stats,
-                         ctypes.byref(error_at))
-        if rc != 0:
-            raise ThunkError(f"the native thunk executor refused command word "
-                             f"{error_at.value} of the program (code {rc})")
-        return {name: value for name, value in zip(STATS, stats) if value}
-
-    def run(self, ctx: ExecutionContext) -> None:
-        """Runs the program on `ctx`'s buffers (the cpu target's)."""
-        bases = (ctypes.c_void_p * max(len(ctx._bases), 1))(*ctx._bases)
-        stats = (ctypes.c_int64 * 8)()
+    def _execute(self, bases: Sequence[int], ctx: ExecutionContext | None) -> dict[str, int]:
+        """One native run on allocations at `bases` (`ctx`: what the
+        Python thunks run on); returns the counters by their stats names."""
+        stats = (ctypes.c_int64 * _COUNTERS)()
         error_at = ctypes.c_int64(-1)
         self._current.ctx, self._current.error = ctx, None
         try:
-            rc = self._entry(self.code.ctypes.data, len(self.code), bases, len(ctx._bases),
+            rc = self._entry(self._code_address, len(self._code),
+                             (ctypes.c_void_p * max(len(bases), 1))(*bases), len(bases),
                              self._kernels, len(self._kernel_addresses), self._callback,
                              stats, ctypes.byref(error_at))
             error = self._current.error
         finally:
             self._current.ctx = self._current.error = None
-        for name, value in zip(STATS, stats):
-            if value:
-                ctx.stats[name] += value
         if rc == 1 and error is not None:
             raise error
         if rc != 0:
             raise ThunkError(f"the native thunk executor refused command word "
                              f"{error_at.value} of the program (code {rc})")
+        return {name: value for name, value in zip(STATS, stats) if value}
+
+    def run_on(self, bases: Sequence[int]) -> dict[str, int]:
+        """Runs a program without Python thunks on allocations at `bases`;
+        returns the counters (ExecutionContext.stats' names)."""
+        return self._execute(bases, None)
+
+    def run(self, ctx: ExecutionContext) -> None:
+        """Runs the program on `ctx`'s buffers (the cpu target's), Python
+        thunks included; the counters go to `ctx.stats`."""
+        ctx.stats.update(self._execute(ctx._bases, ctx))

@@ -161,7 +161,6 @@ class ProgramExecutable:
     _launchers: dict | None = field(default=None, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
     _device_pool: dict | None = field(default=None, repr=False)
-    _host_pool: "HostBufferPool | None" = field(default=None, repr=False)
     _host_program: Any = field(default=None, repr=False)
     _cpu_run_plan: "_CpuRunPlan | None" = field(default=None, repr=False)
     _written: set | None = field(default=None, repr=False)
@@ -303,9 +302,10 @@ class ProgramExecutable:
             raise ArgumentError("stream= and device_outputs= are options of the cuda target")
         checked = [(label, self._check_leaf(label, a, ref, self.target == "cuda"), ref)
                    for label, a, ref in leaves]
-        self.check_memory()
         if self.target == "cpu":
+            # The run plan checks the memory once (host memory does not change).
             return self._run_cpu([value for _, value, _ in checked])
+        self.check_memory()
         return self._run_cuda(checked, stream, device_outputs)
 
     def _native_program(self):
@@ -330,12 +330,6 @@ class ProgramExecutable:
             by_alloc.setdefault(ref.slice.allocation, []).append((ref, k))
         return by_alloc
 
-    def _host_buffers(self) -> "HostBufferPool":
-        with self._lock:
-            if self._host_pool is None:
-                self._host_pool = HostBufferPool()
-            return self._host_pool
-
     def _cpu_plan(self) -> "_CpuRunPlan":
         with self._lock:
             if self._cpu_run_plan is None:
@@ -348,7 +342,7 @@ class ProgramExecutable:
         allocations' addresses are needed, not numpy views of them."""
         plan = self._cpu_plan()
         native = self._native_program()
-        pool, fill = self._host_buffers(), _debug_fill()
+        pool, fill = plan.pool, _debug_fill()
         bases = list(plan.bases)
         views = list(plan.buffers)
         results = list(plan.result_arrays)
@@ -584,10 +578,12 @@ class _CpuRunPlan:
     allocations that come from the buffer pool, the constants' buffers, how
     each parameter allocation is filled (the caller's array itself when one
     parameter fills it, nothing writes it, and it is row-major at offset 0),
-    which outputs are returned as they are, and the memory check."""
+    which outputs are returned as they are, and the memory check; it holds
+    the buffer pool of the temp and output allocations."""
 
     def __init__(self, exe: "ProgramExecutable"):
         exe.check_memory()   # the same on every run: host memory does not change
+        self.pool = HostBufferPool()
         written = exe._written_allocations()
         count = len(exe.allocations)
         self.buffers: list[np.ndarray | None] = [None] * count

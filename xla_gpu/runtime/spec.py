@@ -16,6 +16,7 @@ import json
 import sys
 import threading
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,8 +24,8 @@ import numpy as np
 from ..errors import ArgumentError
 from ..hlo.shape import ELEMENT_TYPES
 
-__all__ = ["ArgSpec", "KernelSpec", "HostBufferPool", "DEFAULT_ALIGNMENT", "aligned_empty", "aligned_bytes", "aligned_zeros",
-           "aligned_copy", "is_aligned"]
+__all__ = ["ArgSpec", "KernelSpec", "HostBufferPool", "DEFAULT_ALIGNMENT", "aligned_empty",
+           "aligned_bytes", "aligned_zeros", "aligned_copy", "is_aligned"]
 
 # Bytes: the widest access the emitted kernels make (128-bit vectors).
 DEFAULT_ALIGNMENT = 16
@@ -177,6 +178,15 @@ class KernelSpec:
         """Output buffers as the user's arrays (sub-byte types unpacked)."""
         return tuple(o.from_storage(a) for o, a in zip(self.outputs, outputs))
 
+    @cached_property
+    def _host_call_plan(self) -> "_HostCallPlan":
+        return _HostCallPlan(self)
+
+    @cached_property
+    def output_nbytes(self) -> int:
+        """Bytes of all outputs (in their storage dtypes)."""
+        return sum(o.nbytes for o in self.outputs)
+
     def host_call(self, args: Sequence[Any]) -> tuple[list[int], list[np.ndarray], bool, Any]:
         """For a host run: the kernel's argument pointers, the output
         buffers, whether `results` must still convert them, and what must
@@ -185,10 +195,7 @@ class KernelSpec:
         of the exact shape and storage dtype) take a precomputed path of a
         few microseconds; anything else goes through `host_buffers`, which
         checks, converts, copies, and raises the errors."""
-        plan = self.__dict__.get("_host_call_plan")
-        if plan is None:
-            plan = self.__dict__["_host_call_plan"] = _HostCallPlan(self)
-        fast = plan.prepare(args)
+        fast = self._host_call_plan.prepare(args)
         if fast is not None:
             return fast
         buffers, outputs = self.host_buffers(args)
@@ -311,11 +318,12 @@ class _HostCallPlan:
 class HostBufferPool:
     """The cpu target's temp and output buffers of one executable's runs
     (a program's allocations, a kernel's outputs), per key, uninitialized
-    as XLA's are (every kernel writes what it later reads). A buffer is handed out again once nothing refers to it
-    any more — the caller dropped the outputs it held, and no view of them
-    is left (every numpy view keeps its base alive, so the reference counts
-    say so) — which saves the page faults of fresh memory on every run (a
-    1 MiB output: 256 of them)."""
+    as XLA's are (every kernel writes what it later reads). A buffer is
+    handed out again once nothing refers to it any more — the caller
+    dropped the outputs it held, and no view of them is left (every numpy
+    view keeps its base alive, so the reference counts say so) — which
+    saves the page faults of fresh memory on every run (a 1 MiB output:
+    256 of them)."""
 
     def __init__(self, keep: int = 4, largest: int | None = None):
         # Buffers kept per key; buffers over `largest` bytes are not kept.
@@ -336,8 +344,8 @@ class HostBufferPool:
 
     @staticmethod
     def _counts(entry: tuple) -> tuple[int, ...]:
-        # As `take` counts them: the same number of frame references (None,
-        # an untyped buffer, is referenced from everywhere: not counted).
+        # The same frame references every time it is called (None, an
+        # untyped buffer, is referenced from everywhere: not counted).
         refcount = sys.getrefcount
         typed = entry[3]
         return refcount(entry[0]), refcount(entry[1]), 0 if typed is None else refcount(typed)
@@ -345,16 +353,11 @@ class HostBufferPool:
     def take(self, index: int, size: int, typed=None) -> tuple[np.ndarray, int, Any]:
         """Buffer `index`'s bytes for a run, their address, and when
         `typed` is (dims, dtype) the same memory as that array."""
-        refcount = sys.getrefcount
         with self._free_check_lock:
-            held = self._held.get(index)
-            if held is None:
-                held = self._held[index] = []
+            held = self._held.setdefault(index, [])
             for entry, free in held:
-                typed_entry = entry[3]
-                if refcount(entry[0]) == free[0] and refcount(entry[1]) == free[1] and \
-                        (typed_entry is None or refcount(typed_entry) == free[2]):
-                    return entry[1], entry[2], typed_entry
+                if self._counts(entry) == free:
+                    return entry[1], entry[2], entry[3]
             entry = self._new_entry(size, typed)
             if len(held) < self.keep and (self.largest is None or size <= self.largest):
                 # The counts with only the pool referring to the entry.
