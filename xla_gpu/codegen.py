@@ -1,8 +1,10 @@
 """LLVM/NVVM dialect -> PTX (NVPTX backend, libdevice linked) -> cubin.
 
 PTX needs no CUDA toolkit: MLIR's `gpu-module-to-binary` runs LLVM's NVPTX
-backend in process. libdevice comes from the `nvidia-nvvm` wheel or a CUDA
-install; a cubin comes from `ptxas` (PATH, the `nvidia-cuda-nvcc` wheel, a
+backend in process. libdevice is the one the MLIR bindings embed where they
+do (they link it into every module they compile: linking a second copy from
+disk would load it twice), else the `nvidia-nvvm` wheel's or a CUDA
+install's, linked only into kernels that call it; a cubin comes from `ptxas` (PATH, the `nvidia-cuda-nvcc` wheel, a
 CUDA install) or else nvJitLink (`cuda.bindings.nvjitlink` with the
 `nvidia-nvjitlink` wheel), and is skipped when neither is there.
 
@@ -28,6 +30,7 @@ per thread times the block size, or the shared memory, exceed the GPU's.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import glob
 import importlib.util
@@ -48,7 +51,8 @@ from . import _pass_runner
 from .errors import CompileError, ResourceError
 from .runtime.cuda import check_launch, limits_for_arch
 
-__all__ = ["to_ptx", "to_cubin", "to_llvm_ir", "find_libdevice", "find_ptxas",
+__all__ = ["to_ptx", "ptx_of_text", "to_cubin", "to_llvm_ir", "find_libdevice",
+           "embedded_libdevice_size", "find_ptxas",
            "CodegenError", "LaunchLimitError", "KernelResources", "ptx_block_size",
            "parse_ptxas_info", "kernel_resources", "check_resources"]
 
@@ -98,6 +102,19 @@ def find_libdevice() -> str | None:
     return _find(("nvvm/libdevice/libdevice*.bc", "*/nvvm/libdevice/libdevice*.bc"))
 
 
+@functools.lru_cache(maxsize=None)
+def embedded_libdevice_size() -> int:
+    """The size of the libdevice MLIR's NVVM target embeds (MLIR built with
+    MLIR_NVVM_EMBED_LIBDEVICE links it into every gpu.module it
+    serializes); 0 when the bindings carry none."""
+    path = Path(_ir.__file__).resolve().parent / "_mlir_libs" / "libMLIRPythonCAPI.so"
+    try:
+        lib = ctypes.CDLL(str(path))
+        return int(ctypes.c_uint.in_dll(lib, "_mlir_embedded_libdevice_size").value)
+    except (OSError, ValueError):
+        return 0
+
+
 def find_ptxas() -> str | None:
     return shutil.which("ptxas") or _find(("bin/ptxas", "*/bin/ptxas"))
 
@@ -109,23 +126,39 @@ def _check_arch(arch: str) -> None:
 
 def _gpu_object(module: _ir.Module, arch: str, opt_level: int, fmt: str) -> bytes:
     """Runs gpu-module-to-binary on `module`'s ops wrapped in a gpu.module."""
-    _check_arch(arch)
     body = "\n".join(str(op) for op in module.body.operations)
-    # libdevice only for a kernel that calls it (linking it costs ~1.5 ms
-    # a kernel; most loop and reduction kernels call none of it).
-    libdevice = find_libdevice() if "@__nv_" in body else None
+    return _object_of_text(body, module.context, arch, opt_level, fmt)
+
+
+def ptx_of_text(body: str, context: _ir.Context, arch: str = "sm_90",
+                opt_level: int = 3) -> str:
+    """PTX for `body`, the text of llvm/nvvm-dialect top-level operations
+    (one kernel's or several kernels'), parsed in `context`."""
+    return _object_of_text(body, context, arch, opt_level, "isa").decode()
+
+
+def _object_of_text(body: str, context: _ir.Context, arch: str, opt_level: int,
+                       fmt: str) -> bytes:
+    """Runs gpu-module-to-binary (`fmt`: isa, offloading) on the llvm/nvvm
+    operations of `body` wrapped in one gpu.module."""
+    _check_arch(arch)
+    # libdevice from disk only where MLIR embeds none, and only for a kernel
+    # that calls it (loading it costs ~3 ms a kernel; most loop and
+    # reduction kernels call none of it).
+    libdevice = find_libdevice() if "@__nv_" in body and not embedded_libdevice_size() \
+        else None
     link = f', link = ["{libdevice}"]' if libdevice else ""
     target = f'#nvvm.target<O = {opt_level}, chip = "{arch}"{link}>'
     wrapped = _ir.Module.parse(
         f"module attributes {{gpu.container_module}} {{\n"
-        f"gpu.module @kernels [{target}] {{\n{body}\n}}\n}}", module.context)
+        f"gpu.module @kernels [{target}] {{\n{body}\n}}\n}}", context)
     to_binary = f"builtin.module(gpu-module-to-binary{{format={fmt}}})"
     try:
         if _pass_runner.available():
             # Without the GIL: kernels compiled on several threads overlap.
             _pass_runner.run_pipeline(wrapped, to_binary)
         else:
-            PassManager.parse(to_binary, module.context).run(wrapped.operation)
+            PassManager.parse(to_binary, context).run(wrapped.operation)
     except _ir.MLIRError as e:
         raise CodegenError(f"NVPTX code generation failed: {e}") from e
     binary = wrapped.body.operations[0]

@@ -117,8 +117,11 @@ def _cuda_identity() -> str:
         except (OSError, subprocess.SubprocessError):
             out = "unknown"
         h.update(f"ptxas={ptxas}:{out}".encode())
-    libdevice = codegen.find_libdevice()
-    h.update(f"libdevice={libdevice}".encode())
+    embedded = codegen.embedded_libdevice_size()
+    # An embedded libdevice comes with the MLIR bindings (their version is in
+    # the package identity).
+    libdevice = None if embedded else codegen.find_libdevice()
+    h.update(f"libdevice={libdevice or f'embedded:{embedded}'}".encode())
     if libdevice:
         _hash_file(h, Path(libdevice))
     return h.hexdigest()
@@ -244,6 +247,34 @@ class DiskCache:
         corrupt, or not what the key names: such an entry is removed)."""
         from .compiler import Executable
         from .errors import ArtifactError
+
+        def load(entry: Path):
+            exe = Executable.load(entry, check_abi=False)
+            if exe.spec.fingerprint != key or exe.spec.target != target:
+                raise ArtifactError("the entry is not what its key names")
+            if target == "cpu" and exe.host_mlir is None:
+                raise ArtifactError("no host kernel")
+            return exe
+        return self._get(key, b"", load)
+
+    def get_program(self, key: str, target: str):
+        """The ProgramExecutable stored under `key` by `put_program`, or
+        None (as `get`). The entry's signature covers its key: an entry
+        renamed to another key is not taken."""
+        from .errors import ArtifactError
+        from .runtime.program import load_program
+
+        def load(entry: Path):
+            program = load_program(entry)
+            if program.target != target:
+                raise ArtifactError("the entry is not what its key names")
+            return program
+        return self._get(key, b"program:" + key.encode(), load)
+
+    def _get(self, key: str, bound: bytes, load):
+        """`load(entry)` of the entry under `key` once its signature (over
+        its digests and `bound`) checks out; None otherwise."""
+        from .errors import ArtifactError
         if not KEY_PATTERN.fullmatch(key) or not self.usable():
             return None
         entry = self.root / key
@@ -255,27 +286,31 @@ class DiskCache:
         try:
             digests = (entry / "digests.json").read_bytes()
             signature = (entry / "signature").read_text().strip()
-            expected = self._signature(digests)
+            expected = self._signature(digests + bound)
             if expected is None or not hmac.compare_digest(signature, expected):
                 raise ArtifactError("unsigned entry")
-            exe = Executable.load(entry, check_abi=False)
-            if exe.spec.fingerprint != key or exe.spec.target != target:
-                raise ArtifactError("the entry is not what its key names")
-            if target == "cpu" and exe.host_mlir is None:
-                raise ArtifactError("no host kernel")
-            return exe
+            return load(entry)
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
             self._remove(entry)
             return None
 
     def put(self, key: str, exe) -> None:
+        self._put(key, exe, b"")
+
+    def put_program(self, key: str, program) -> None:
+        """Stores a ProgramExecutable under `key` (one whose kernels cannot
+        all be saved, JIT-only host kernels, is not stored)."""
+        self._put(key, program, b"program:" + key.encode())
+
+    def _put(self, key: str, exe, bound: bytes) -> None:
+        from .errors import ArtifactError
         if not KEY_PATTERN.fullmatch(key) or not self.usable():
             return
         tmp = None
         try:
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.root))
             exe.save(tmp)
-            signature = self._signature((tmp / "digests.json").read_bytes())
+            signature = self._signature((tmp / "digests.json").read_bytes() + bound)
             if signature is None:
                 return
             (tmp / "signature").write_text(signature)
@@ -283,7 +318,7 @@ class DiskCache:
             self._remove(final)
             os.replace(tmp, final)
             tmp = None
-        except OSError:
+        except (OSError, ArtifactError):
             pass
         finally:
             if tmp is not None:

@@ -32,6 +32,8 @@ from .runtime.spec import ArgSpec
 __all__ = ["compile", "Executable", "CompileError", "cache_dir", "clear_memory_cache"]
 
 TARGETS = ("auto", "cuda", "cpu")
+# The note of a whole program that compile() loaded from the disk cache.
+FROM_DISK_CACHE = "loaded from the compile cache"
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Executable:
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     artifact_digest: str | None = None      # set by save() and load()
+    lowered: Any = field(default=None, repr=False)  # cuda, before linking (_build)
     _kernel: Any = field(default=None, repr=False)
 
     @property
@@ -184,7 +187,11 @@ _memory = compile_cache.MemoryCache()
 
 
 def clear_memory_cache() -> None:
+    """Forgets this process' compiled fusions and programs' kernels (the
+    disk cache stays)."""
+    from . import program_compiler
     _memory.clear()
+    program_compiler._kernel_memory.clear()
 
 
 def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "sm_90",
@@ -260,13 +267,22 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     # A device other than the default is part of the keys (the launch
     # configuration depends on it).
     device_key = () if device is None else (repr(device),)
+    options = repr(sorted((program_options or {}).items()))
     raw_key = compile_cache.make_key("raw", text, target, arch, fusion or "", identity,
-                                     *device_key)
+                                     options, *device_key)
     disk = compile_cache.DiskCache() if use_cache else None
     if use_cache:
         hit = _memory.get(raw_key)
         if hit is not None:
             return hit
+        # A whole program compiled before (any process), kept whole on disk:
+        # its kernels share binaries that per-kernel entries cannot hold. Not
+        # kept in memory: a program holds state (FFI instances, its buffer
+        # pool) that must go with the caller's last reference.
+        program = disk.get_program(raw_key, target) if fusion is None else None
+        if program is not None:
+            program.notes.append(FROM_DISK_CACHE)
+            return program
         # The same text compiled before (any process): skip parsing too.
         known = disk.lookup_text(raw_key)
         exe = disk.get(known, target) if known else None
@@ -280,9 +296,12 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
         if device is not None:
             raise ArgumentError("device= applies to single fusions; whole programs are "
                                 "configured for the default device")
-        return compile_program(module, text=text, target=target, arch=arch, cache=cache,
-                               dump_dir=dump_dir, dump_regex=dump_regex,
-                               **(program_options or {}))
+        program = compile_program(module, text=text, target=target, arch=arch,
+                                  cache=cache, dump_dir=dump_dir, dump_regex=dump_regex,
+                                  **(program_options or {}))
+        if use_cache:
+            disk.put_program(raw_key, program)
+        return program
     from .analysis.device import default_device
     from .analysis.fusion import select_fusion
     spec_fusion = select_fusion(module, fusion,
@@ -307,7 +326,11 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
 
 
 def _build(fusion, text: str, target: str, arch: str, key: str,
-           dump_dir, dump_regex: str) -> Executable:
+           dump_dir, dump_regex: str, link: bool = True) -> Executable:
+    """The kernel of `fusion`, compiled. On cuda with `link=False` it stops
+    after the pipeline: `exe.lowered` holds the kernel for
+    `backends.cuda.link` (a program links its kernels into one binary) and
+    `exe.ptx` / `exe.cubin` stay None."""
     from mlir import ir as mlir_ir
 
     from . import codegen, emitters
@@ -349,7 +372,12 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
     t0 = time.perf_counter()
     exe = Executable(spec, text, emitted, notes=list(kernel.notes), timings=timings)
     try:
-        if target == "cuda":
+        if target == "cuda" and not link:
+            from .backends import cuda
+            exe.lowered = cuda.lower_module(kernel.module, name=kernel.name,
+                                            dump_dir=dump_dir, dump_regex=dump_regex,
+                                            timings=timings)
+        elif target == "cuda":
             from .backends import cuda
             binary = cuda.compile_module(kernel.module, arch=arch, name=kernel.name,
                                          dump_dir=dump_dir, dump_regex=dump_regex)

@@ -39,6 +39,7 @@ import json
 import os
 import re
 import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -620,6 +621,10 @@ class _KernelCompiler:
         self.compiled = 0
         self.cached = 0
         self.fallbacks: list[str] = []
+        # cuda: kernels built this compile go into one binary (`link`);
+        # until then their images have no code.
+        self.link_kernels = target == "cuda" and LINK_KERNELS
+        self._unlinked: list[tuple[KernelImage, Any, str]] = []
         # Per fusion instruction: (kernel computation, fingerprint, key).
         self._kernels_of: dict[int, tuple[HloComputation, str, str]] = {}
         # Fingerprint -> a Future of `_build` or a cached kernel (prefetch).
@@ -655,8 +660,10 @@ class _KernelCompiler:
         fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
         fusion.device = default_device(self.target)
         text = fusion_text(kernel_comp)
+        link = not self.link_kernels
         try:
-            return compiler._build(fusion, text, self.target, self.arch, key, None, ".*"), None
+            return compiler._build(fusion, text, self.target, self.arch, key, None, ".*",
+                                   link), None
         except (HloError, CompileError) as e:
             if fusion.kind not in _LOOP_CAN_STAND_IN:
                 raise
@@ -667,7 +674,8 @@ class _KernelCompiler:
             failed = fusion.kind
             fusion.kind = "loop"
             try:
-                exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*")
+                exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*",
+                                      link)
             except (HloError, CompileError):
                 raise e from None
             exe.notes.append(f"the {failed} emitter failed ({e}); emitted by the loop "
@@ -685,7 +693,6 @@ class _KernelCompiler:
         workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
         if workers < 2:
             return
-        from concurrent.futures import ThreadPoolExecutor
         for inst, comp in fusions:
             kernel_comp, fp, key = self._kernel_of(inst, comp)
             if fp in self.by_fingerprint or fp in self._pending:
@@ -695,18 +702,19 @@ class _KernelCompiler:
                 self._pending[fp] = exe
                 continue
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="xla_gpu_compile")
+                self._pool = _compile_pool(workers)
             self._pending[fp] = self._pool.submit(self._build, inst, kernel_comp, key)
 
     def close(self) -> None:
         """Cancels what was prefetched and not used (a compile that failed
         part way) and lets the threads go."""
-        if self._pool is not None:
-            for item in self._pending.values():
-                if hasattr(item, "cancel"):
-                    item.cancel()
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        from concurrent.futures import Future, wait
+        running = [item for item in self._pending.values()
+                   if isinstance(item, Future) and not item.cancel()]
+        # The pool outlives this compile; what still runs for it finishes
+        # before the compile returns (its errors are not wanted).
+        wait(running)
+        self._pool = None
         self._pending.clear()
 
     def compile(self, inst: HloInstruction, comp: HloComputation) -> KernelImage:
@@ -729,14 +737,16 @@ class _KernelCompiler:
             self.compiled += 1
             if fallback is not None:
                 self.fallbacks.append(fallback)
-            if self.disk is not None:
+            if self.disk is not None and exe.lowered is None:
                 self.disk.put(key, exe)
         else:
             self.cached += 1
-        if self.cache:
-            _kernel_memory[key] = exe
         image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
                             host_library=exe.host_library)
+        if exe.lowered is not None:
+            self._unlinked.append((image, exe, key))
+        elif self.cache:
+            _kernel_memory[key] = exe
         if self.target == "cpu" and exe.host_library is None:
             runner = exe._load()
             image.jit = getattr(runner, "host", None)
@@ -744,23 +754,96 @@ class _KernelCompiler:
         self.by_fingerprint[fp] = key
         return image
 
+    def link(self) -> None:
+        """Links the kernels built by this compile into PTX modules and
+        cubins that their images share: one per compile thread, compiled
+        side by side, each holding about the same amount of code (more
+        only where kernel names clash). The linked kernels stay in this
+        process' memory cache; they are not written to the disk cache,
+        where each entry would carry a whole group's binary."""
+        if not self._unlinked:
+            return
+        from .backends import cuda
+        # Two kernels may share a name (then they go to different groups).
+        owner = {id(exe.lowered): (image, exe, key) for image, exe, key in self._unlinked}
+        workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
+        groups = cuda.link_groups([exe.lowered for _, exe, _ in self._unlinked], workers)
+        if len(groups) > 1:
+            pool = _compile_pool(workers)
+            binaries = [pool.submit(_link_group, group, self.arch) for group in groups]
+            binaries = [future.result() for future in binaries]
+        else:
+            binaries = [_link_group(group, self.arch) for group in groups]
+        for group, binary in zip(groups, binaries):
+            for kernel in group:
+                image, exe, key = owner[id(kernel)]
+                image.ptx = exe.ptx = binary.ptx
+                image.cubin = exe.cubin = binary.cubin
+                exe.lowered = None
+                if self.cache:
+                    _kernel_memory[key] = exe
+        self._unlinked.clear()
+
     def register(self, key: str, exe) -> str:
-        """Adds a kernel compiled elsewhere (the sort and top-k emitters'
-        kernels, `emitters.sort.compile_kernel`) under its cache key;
-        returns its kernel id."""
+        """Adds a kernel compiled elsewhere (the sort, top-k and convolution
+        emitters' kernels, `emitters.sort.compile_kernel`) under its cache
+        key; returns its kernel id. One still to link (`exe.lowered`) is
+        linked with the program's others."""
         if key not in self.images:
             image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
                                 host_library=exe.host_library)
             if self.target == "cpu" and exe.host_library is None:
                 image.jit = getattr(exe._load(), "host", None)
+            if exe.lowered is not None:
+                self._unlinked.append((image, exe, key))
             self.images[key] = image
             self.compiled += 1
         return key
 
 
+def _link_group(group, arch: str):
+    """One PTX module and cubin for `group` (LoweredKernels), in this
+    thread's MLIR context; a failure names the group's kernels."""
+    from . import compiler
+    from .backends import cuda
+    try:
+        return cuda.link(group, compiler._thread_context(), arch=arch)
+    except CompileError as e:
+        names = ", ".join(kernel.name for kernel in group)
+        raise type(e)(f"linking kernels {names}: {e}") from None
+
+
 _kernel_memory: dict[str, Any] = {}
 # Host threads that compile a program's kernels side by side.
 PREFETCH_THREADS = 8
+# cuda: a program's kernels share one PTX module and cubin (False: one
+# binary per kernel, as a single fusion's compile makes).
+LINK_KERNELS = True
+_pool_lock = threading.Lock()
+_pool: Any = None
+
+
+def _compile_pool(workers: int):
+    """The process' kernel-compile threads, made on first use and kept:
+    each thread keeps its MLIR context and parsed pass managers between
+    compiles (making them again costs ~10-25 ms a thread, as much as
+    compiling a small kernel), and no compile pays for starting threads."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _pool = ThreadPoolExecutor(workers, thread_name_prefix="xla_gpu_compile")
+        return _pool
+
+
+def _forget_pool_after_fork() -> None:
+    # A forked child has none of the parent's threads: it makes its own pool.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
 # Emitter kinds whose fusions the loop emitter computes too (elementwise per
 # output element): used when the dedicated emitter fails on a fusion.
 _LOOP_CAN_STAND_IN = frozenset({"transpose", "reduction", "concatenate", "input_slices",
@@ -1102,7 +1185,7 @@ class _ThunkEmitter:
         from the operands' slices into the results'."""
         from .emitters.sort import compile_sort
         compiled = compile_sort(inst, target=self.target, arch=self.kernels.arch,
-                                cache=self.kernels.cache)
+                                cache=self.kernels.cache, link=not self.kernels.link_kernels)
         operands = [self.slice(o) for o in inst.operands]
         results = [self.slice(inst, index) for index, _ in _leaves(inst.shape)]
         return SortThunk(inst.name, compiled.thunks(inst.name, operands, results,
@@ -1116,7 +1199,7 @@ class _ThunkEmitter:
         slice before buffer assignment (emitters.topk)."""
         from .emitters.topk import compile_topk
         compiled = compile_topk(inst, target=self.target, arch=self.kernels.arch,
-                                cache=self.kernels.cache)
+                                cache=self.kernels.cache, link=not self.kernels.link_kernels)
         results = [self.slice(inst, index) for index, _ in _leaves(inst.shape)]
         return TopKThunk(inst.name, compiled.thunks(inst.name, [self.slice(operand)],
                                                      results, self.kernels.register),
@@ -1134,7 +1217,8 @@ class _ThunkEmitter:
             raise inst.unsupported(f"cuDNN call '{target}' is not supported "
                                    f"(supported: {', '.join(CUDNN_CONV_TARGETS)})")
         compiled = compile_convolution(inst, target=self.target, arch=self.kernels.arch,
-                                       cache=self.kernels.cache)
+                                       cache=self.kernels.cache,
+                                       link=not self.kernels.link_kernels)
         value = (0,) if inst.shape.is_tuple else ()
         operands = [self.slice(o) for o in inst.operands]
         return ConvolutionThunk(inst.name, compiled.thunks(
@@ -1180,7 +1264,10 @@ def _where(inst: HloInstruction) -> str:
 
 def _memory_analysis(assignment, kernels: dict[str, KernelImage]) -> MemoryAnalysis:
     memory = assignment.memory_analysis()
-    memory.generated_code_size_in_bytes = sum(k.code_size for k in kernels.values())
+    # Kernels linked into one binary share it: count it once.
+    code = {(id(k.ptx), id(k.cubin), id(k.host_library)): k.code_size
+            for k in kernels.values()}
+    memory.generated_code_size_in_bytes = sum(code.values())
     return memory
 
 
@@ -1225,6 +1312,7 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
     try:
         kernels.prefetch(_kernel_fusions(entry))
         thunks = emitter.emit(entry)
+        kernels.link()
     finally:
         kernels.close()
     timings["thunks+kernels"] = time.perf_counter() - t0

@@ -680,3 +680,81 @@ def test_program_outputs_are_never_overwritten_while_held():
     assert again.ctypes.data == address
     np.testing.assert_allclose(again, np.exp(-xs[0]), rtol=1e-6)
     np.testing.assert_allclose(first, np.exp(-xs[0]), rtol=1e-6)
+
+
+# -- whole programs in the cache ----------------------------------------------
+
+PROGRAM = """HloModule two_kernels
+neg {
+  p = f32[64] parameter(0)
+  ROOT n = f32[64] negate(p)
+}
+ex {
+  p = f32[64] parameter(0)
+  ROOT e = f32[64] exponential(p)
+}
+ENTRY main {
+  x = f32[64] parameter(0)
+  a = f32[64] fusion(x), kind=kLoop, calls=neg
+  ROOT b = f32[64] fusion(a), kind=kLoop, calls=ex
+}
+"""
+
+
+def _from_cache(program) -> bool:
+    return xla_gpu.compiler.FROM_DISK_CACHE in program.notes
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_whole_programs_come_back_from_the_disk_cache(cache, target):
+    first = xla_gpu.compile(PROGRAM, target=target)
+    assert not _from_cache(first)
+    xla_gpu.compiler.clear_memory_cache()
+    again = xla_gpu.compile(PROGRAM, target=target)
+    assert again is not first and _from_cache(again)
+    assert again.thunk_sequence_text() == first.thunk_sequence_text()
+    assert {k: (i.ptx, i.cubin) for k, i in again.kernels.items()} == \
+        {k: (i.ptx, i.cubin) for k, i in first.kernels.items()}
+    # Never the same object twice: a program's state is its caller's.
+    assert xla_gpu.compile(PROGRAM, target=target) is not again
+    if target == "cpu":
+        x = np.linspace(-1, 1, 64, dtype=np.float32)
+        np.testing.assert_allclose(again.run(x)[0], np.exp(-x), rtol=1e-6)
+
+
+def test_program_options_are_part_of_the_program_key(cache):
+    with_buffers = xla_gpu.compile(PROGRAM, target="cuda")
+    without = xla_gpu.compile(PROGRAM, target="cuda", command_buffers=False)
+    assert not _from_cache(without)                  # not the other's entry
+    assert with_buffers.thunk_sequence_text() != without.thunk_sequence_text()
+
+
+def test_a_program_entry_moved_to_another_key_is_not_taken(cache):
+    other = PROGRAM.replace("exponential", "tanh")
+    xla_gpu.compile(PROGRAM, target="cpu")
+    before = set(_entries(cache))
+    xla_gpu.compile(other, target="cpu")
+    added = [e for e in _entries(cache) if e not in before and
+             (e / "program.json").exists()]
+    (program_entry,) = [e for e in before if (e / "program.json").exists()]
+    (other_entry,) = added
+    import shutil
+    shutil.rmtree(other_entry)
+    shutil.copytree(program_entry, other_entry)
+    xla_gpu.compiler.clear_memory_cache()
+    exe = xla_gpu.compile(other, target="cpu")
+    assert not _from_cache(exe)                      # rebuilt, not the copy
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    np.testing.assert_allclose(exe.run(x)[0], np.tanh(-x), rtol=1e-6)
+    assert _from_cache(xla_gpu.compile(other, target="cpu"))
+
+
+def test_a_damaged_program_entry_is_rebuilt(cache):
+    xla_gpu.compile(PROGRAM, target="cpu")
+    (entry,) = [e for e in _entries(cache) if (e / "program.json").exists()]
+    (entry / "thunk-sequence.txt").write_text("changed")
+    xla_gpu.compiler.clear_memory_cache()
+    exe = xla_gpu.compile(PROGRAM, target="cpu")
+    assert not _from_cache(exe)
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    np.testing.assert_allclose(exe.run(x)[0], np.exp(-x), rtol=1e-6)

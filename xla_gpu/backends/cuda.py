@@ -7,6 +7,12 @@ shared memory and block size checked against what the GPU gives a block.
     binary = cuda.compile_module(module, arch="sm_90")   # module: emitted MLIR
     binary.ptx, binary.cubin                              # cubin None without ptxas
 
+A program's kernels go through the stages one by one (`lower_module`, on
+any thread) and then into ONE PTX module and ONE cubin (`link`), as XLA
+puts a program's kernels into one LLVM module: the NVPTX backend's and the
+PTX compiler's set-up (~10-15 ms each time, for any size of PTX) is paid
+once per program instead of once per kernel.
+
 The binary is launched by `xla_gpu.runtime.cuda` (cuda-python only).
 """
 
@@ -15,12 +21,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from mlir import ir as _ir
 
 from .. import codegen, pipeline
 
-__all__ = ["CudaBinary", "compile_module", "stages"]
+__all__ = ["CudaBinary", "LoweredKernel", "compile_module", "link", "link_groups",
+           "lower_module", "stages"]
 
 
 @dataclass
@@ -35,6 +43,19 @@ def stages() -> tuple[pipeline.Stage, ...]:
     return pipeline.stages_for("cuda")
 
 
+@dataclass(frozen=True)
+class LoweredKernel:
+    """A kernel after the cuda stages, as the text of its top-level
+    llvm/nvvm operations, ready to share a module with other kernels: its
+    entry keeps its name, its own helpers and globals are renamed after it
+    (`<entry>__<name>`), and the external functions it calls (libdevice's)
+    are kept apart, by name, so that a module declares each once."""
+    name: str
+    definitions: str
+    declarations: tuple[tuple[str, str], ...]
+    symbols: frozenset[str]          # every name `definitions` defines
+
+
 def compile_module(module: _ir.Module, *, arch: str = "sm_90", name: str = "kernel",
                    dump_dir: str | Path | None = None, dump_regex: str = ".*",
                    timings: dict[str, float] | None = None) -> CudaBinary:
@@ -43,16 +64,94 @@ def compile_module(module: _ir.Module, *, arch: str = "sm_90", name: str = "kern
     codegen.CodegenError (a CompileError) when code generation does, and
     codegen.LaunchLimitError when the kernel exceeds the GPU's limits."""
     timings = {} if timings is None else timings
+    lowered = lower_module(module, name=name, dump_dir=dump_dir, dump_regex=dump_regex,
+                           timings=timings)
+    binary = link([lowered], module.context, arch=arch, timings=timings)
+    if dump_dir is not None:
+        Path(dump_dir, f"{name}.ptx").write_text(binary.ptx)
+    return binary
+
+
+def lower_module(module: _ir.Module, *, name: str, dump_dir: str | Path | None = None,
+                 dump_regex: str = ".*",
+                 timings: dict[str, float] | None = None) -> LoweredKernel:
+    """Runs the cuda stages on the emitted `module` (in place) and returns
+    the kernel `name` as a LoweredKernel. Raises mlir.ir.MLIRError when a
+    pass fails."""
+    timings = {} if timings is None else timings
     start = time.perf_counter()
     pipeline.run(module, stages=stages(), dump_dir=dump_dir, dump_regex=dump_regex,
                  timings=timings if dump_dir is not None else None)
+    operations = list(module.body.operations)
+    declarations, renamed = [], {}
+    for op in operations:
+        if "sym_name" not in op.attributes:
+            continue
+        symbol = _ir.StringAttr(op.attributes["sym_name"]).value
+        if _is_declaration(op):
+            declarations.append((symbol, str(op)))
+        elif symbol != name:
+            renamed[symbol] = f"{name}__{symbol}"
+    for old, new in renamed.items():
+        _ir.SymbolTable.replace_all_symbol_uses(old, new, module.operation)
+    for op in operations:
+        if "sym_name" in op.attributes and not _is_declaration(op):
+            symbol = _ir.StringAttr(op.attributes["sym_name"]).value
+            if symbol in renamed:
+                _ir.SymbolTable.set_symbol_name(op, renamed[symbol])
+    definitions = "\n".join(str(op) for op in operations if not _is_declaration(op))
     timings["pipeline"] = time.perf_counter() - start
+    return LoweredKernel(name, definitions, tuple(declarations),
+                         frozenset(renamed.values()) | {name})
+
+
+def _is_declaration(op) -> bool:
+    """An external function: an llvm.func without a body."""
+    return op.name == "llvm.func" and not op.regions[0].blocks
+
+
+def link(kernels: Sequence[LoweredKernel], context: _ir.Context, *, arch: str = "sm_90",
+         timings: dict[str, float] | None = None) -> CudaBinary:
+    """One PTX module and one cubin holding every kernel of `kernels`
+    (whose symbols must not clash: `link_groups`), through the NVPTX
+    backend in `context`'s thread. Raises codegen.CodegenError when code
+    generation fails, codegen.LaunchLimitError when a kernel exceeds the
+    GPU's limits."""
+    timings = {} if timings is None else timings
+    declared: dict[str, str] = {}
+    for kernel in kernels:
+        for symbol, text in kernel.declarations:
+            known = declared.setdefault(symbol, text)
+            if known != text:
+                raise codegen.CodegenError(
+                    f"kernel '{kernel.name}' declares @{symbol} differently from "
+                    f"another kernel of the module:\n  {text}\n  {known}")
+    body = "\n".join([*declared.values(), *(k.definitions for k in kernels)])
     start = time.perf_counter()
-    ptx = codegen.to_ptx(module, arch)
+    ptx = codegen.ptx_of_text(body, context, arch)
     timings["ptx"] = time.perf_counter() - start
     start = time.perf_counter()
     cubin = codegen.to_cubin(ptx, arch)
     timings["cubin"] = time.perf_counter() - start
-    if dump_dir is not None:
-        Path(dump_dir, f"{name}.ptx").write_text(ptx)
     return CudaBinary(ptx, cubin, timings)
+
+
+def link_groups(kernels: Sequence[LoweredKernel], parts: int = 1) -> list[list[LoweredKernel]]:
+    """`kernels` split into `parts` groups (fewer when there are fewer
+    kernels; more where kernel names clash) of about the same amount of
+    code, largest first, so that the groups compile side by side on
+    `parts` host threads in about the same time; every group's symbols
+    are apart. The kernels keep their order within a group."""
+    groups: list[tuple[list[int], set[str], list[int]]] = []   # members, names, [size]
+    order = sorted(range(len(kernels)), key=lambda i: -len(kernels[i].definitions))
+    for i in order:
+        kernel = kernels[i]
+        fits = [g for g in groups if g[1].isdisjoint(kernel.symbols)]
+        if len(groups) < parts or not fits:
+            groups.append(([i], set(kernel.symbols), [len(kernel.definitions)]))
+            continue
+        members, names, size = min(fits, key=lambda g: g[2][0])
+        members.append(i)
+        names |= kernel.symbols
+        size[0] += len(kernel.definitions)
+    return [[kernels[i] for i in sorted(members)] for members, _, _ in groups]

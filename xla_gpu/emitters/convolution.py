@@ -489,13 +489,15 @@ class CompiledConvolution:
 
 
 def compile_convolution(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
-                        cache: bool = True) -> CompiledConvolution:
+                        cache: bool = True, link: bool = True) -> CompiledConvolution:
     """The direct-convolution kernel of an HLO convolution or a cuDNN
-    convolution custom call, for `target` ("cpu" or "cuda")."""
+    convolution custom call, for `target` ("cpu" or "cuda"). `link`: as
+    `sort.compile_kernel`'s."""
     from .sort import compile_kernel
     fusion = convolution_kernel_fusion(inst)
     if fusion.config.result_shape.num_elements == 0:
         return CompiledConvolution(inst.name, None, "", fusion.config)
-    exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(fusion.config))
+    exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(fusion.config),
+                              link=link)
     return CompiledConvolution(inst.name, exe, key, fusion.config)
 

@@ -786,11 +786,13 @@ _compiled: dict[str, Any] = {}
 
 
 def compile_kernel(fusion: Fusion, target: str, arch: str = "sm_90",
-                   cache: bool = True, salt: str = "") -> tuple[Any, str]:
+                   cache: bool = True, salt: str = "", link: bool = True) -> tuple[Any, str]:
     """Compiles one kernel fusion through the single-fusion compiler (the
     same pipeline, PTX/cubin or host code) and the compile cache; `salt`
     distinguishes kernels of one computation (the config). Returns
-    (Executable, cache key)."""
+    (Executable, cache key). `link=False` (cuda, a program's kernel): a
+    kernel not in the cache stops before PTX (`Executable.lowered`), for the
+    program to link with its other kernels, and is not cached."""
     from .. import compile_cache, compiler
     from ..hlo.fingerprint import fingerprint
     identity = compile_cache.compiler_identity(target) if cache else ""
@@ -802,7 +804,9 @@ def compile_kernel(fusion: Fusion, target: str, arch: str = "sm_90",
         exe = disk.get(key, target)
     if exe is None:
         exe = compiler._build(fusion, fusion_text(fusion.computation), target, arch, key,
-                              None, ".*")
+                              None, ".*", link)
+        if exe.lowered is not None:
+            return exe, key
         if disk is not None:
             disk.put(key, exe)
     if cache:
@@ -811,10 +815,11 @@ def compile_kernel(fusion: Fusion, target: str, arch: str = "sm_90",
 
 
 def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
-                 cache: bool = True) -> CompiledSort:
+                 cache: bool = True, link: bool = True) -> CompiledSort:
     """The kernels of an HLO `sort` instruction for `target` ("cpu" or
     "cuda"). A stable sort that needs several kernels must have had its
-    tie-break index made an operand (`expand_stable_sorts`)."""
+    tie-break index made an operand (`expand_stable_sorts`). `link`: as
+    `compile_kernel`'s."""
     if inst.opcode != "sort":
         raise inst.error("compile_sort takes a sort instruction")
     check_sort(inst)
@@ -832,7 +837,7 @@ def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
     for k, config in enumerate(plan.kernels):
         fusion = sort_kernel_fusion(inst, config, name=f"{inst.name}_{k}" if
                                     len(plan.kernels) > 1 else inst.name)
-        exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(config))
+        exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(config), link=link)
         kernels.append(SortKernel(config, exe, key))
     copy_first = not kernels or not kernels[0].reads_operands
     return CompiledSort(inst.name, kernels, [o.shape for o in inst.operands],

@@ -66,7 +66,7 @@ from .interop import LEGACY_DEFAULT_STREAM, ForeignArray
 from .spec import KernelSpec
 
 __all__ = ["CudaError", "CudaUnavailableError", "cuda_available", "DeviceArray",
-           "CudaKernel", "device_count", "current_context", "stream_handle",
+           "CudaKernel", "CudaModule", "device_count", "current_context", "stream_handle",
            "LaunchLimits", "check_launch", "registers_per_block", "SM90_LIMITS"]
 
 _lock = threading.Lock()
@@ -392,16 +392,70 @@ def _unload(module) -> None:
         pass
 
 
+def _load_binary(cubin: bytes | None, ptx: str | None, what: str):
+    """(CUmodule, "cubin" | "ptx"): the cubin, or the PTX through the
+    driver's JIT where there is no cubin or it does not load. Call with the
+    context current."""
+    cu = _driver()
+    cubin_error = None
+    if cubin is not None:
+        try:
+            return _check("cuModuleLoadData(cubin)", cu.cuModuleLoadData(cubin)), "cubin"
+        except CudaError as e:
+            if ptx is None:
+                raise
+            cubin_error = e
+            warnings.warn(f"{what}: the cubin does not load ({e}); JIT-compiling its PTX "
+                          "instead (the driver is older than the ptxas that built the "
+                          "cubin, or the GPU is not the architecture it was built for)",
+                          RuntimeWarning, stacklevel=5)
+    try:
+        module = _check("cuModuleLoadData(PTX, JIT)", cu.cuModuleLoadData(ptx.encode() + b"\0"))
+    except CudaError as e:
+        if cubin_error is None:
+            raise
+        raise CudaError(f"{what} loads neither as cubin ({cubin_error}) nor as PTX "
+                        f"({e})") from None
+    return module, "ptx"
+
+
+class CudaModule:
+    """A cubin (or PTX) that several kernels share (a program's kernels are
+    linked into one): loaded once, when the first of them is, and unloaded
+    when the last kernel holding it is gone. Thread-safe."""
+
+    def __init__(self, *, cubin: bytes | None = None, ptx: str | None = None,
+                 what: str = "a module"):
+        if cubin is None and ptx is None:
+            raise ValueError("a module needs a cubin or PTX")
+        self._cubin, self._ptx, self.what = cubin, ptx, what
+        self._loaded = None
+        self._lock = threading.Lock()
+
+    def load(self):
+        """(CUmodule, "cubin" | "ptx"); call with the context current."""
+        with self._lock:
+            if self._loaded is None:
+                module, how = _load_binary(self._cubin, self._ptx, self.what)
+                weakref.finalize(self, _unload, module)
+                self._loaded = (module, how)
+            return self._loaded
+
+
 class CudaKernel:
     """A loaded kernel: `run` takes host or device arrays and launches with
     the spec's launch dimensions. Thread-safe: the module is loaded once,
-    and each call makes the context current for itself."""
+    and each call makes the context current for itself. `module`: a
+    CudaModule holding this kernel with others (instead of its own
+    `cubin` / `ptx`)."""
 
-    def __init__(self, spec: KernelSpec, *, cubin: bytes | None = None, ptx: str | None = None):
-        if cubin is None and ptx is None:
+    def __init__(self, spec: KernelSpec, *, cubin: bytes | None = None, ptx: str | None = None,
+                 module: CudaModule | None = None):
+        if cubin is None and ptx is None and module is None:
             raise ValueError("a kernel needs a cubin or PTX")
         self.spec = spec
         self._cubin, self._ptx = cubin, ptx
+        self._shared = module
         self._function = None
         self._module = None
         self._unloader: weakref.finalize | None = None
@@ -413,29 +467,7 @@ class CudaKernel:
     # loading
 
     def _load_module(self):
-        cu = _driver()
-        cubin_error = None
-        if self._cubin is not None:
-            try:
-                module = _check("cuModuleLoadData(cubin)", cu.cuModuleLoadData(self._cubin))
-                return module, "cubin"
-            except CudaError as e:
-                if self._ptx is None:
-                    raise
-                cubin_error = e
-                warnings.warn(f"kernel '{self.spec.name}': the cubin does not load ({e}); "
-                              "JIT-compiling its PTX instead (the driver is older than the "
-                              f"ptxas that built the cubin, or the GPU is not "
-                              f"{self.spec.arch})", RuntimeWarning, stacklevel=4)
-        try:
-            module = _check("cuModuleLoadData(PTX, JIT)",
-                            cu.cuModuleLoadData(self._ptx.encode() + b"\0"))
-        except CudaError as e:
-            if cubin_error is None:
-                raise
-            raise CudaError(f"kernel '{self.spec.name}' loads neither as cubin "
-                            f"({cubin_error}) nor as PTX ({e})") from None
-        return module, "ptx"
+        return _load_binary(self._cubin, self._ptx, f"kernel '{self.spec.name}'")
 
     def _function_attribute(self, function, name: str) -> int:
         cu = _driver()
@@ -451,14 +483,20 @@ class CudaKernel:
                 return self._function
             with current_context():
                 cu = _driver()
-                module, how = self._load_module()
-                unloader = weakref.finalize(self, _unload, module)
+                if self._shared is not None:
+                    # The shared module unloads itself after its last kernel.
+                    module, how = self._shared.load()
+                    unloader = None
+                else:
+                    module, how = self._load_module()
+                    unloader = weakref.finalize(self, _unload, module)
                 try:
                     function = _check(f"cuModuleGetFunction({self.spec.name})",
                                       cu.cuModuleGetFunction(module, self.spec.name.encode()))
                     self._configure(function)
                 except BaseException:
-                    unloader()
+                    if unloader is not None:
+                        unloader()
                     raise
                 self._module, self._unloader, self.loaded_from = module, unloader, how
                 self._function = function
@@ -490,7 +528,8 @@ class CudaKernel:
 
     def unload(self) -> None:
         """Unloads the module now (also done when the kernel is collected);
-        a later launch loads it again."""
+        a later launch loads it again. A shared module (CudaModule) stays
+        loaded for its other kernels: this kernel only lets go of it."""
         with self._load_lock:
             if self._unloader is not None:
                 self._unloader()

@@ -30,6 +30,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -49,7 +50,10 @@ from .thunks import (ArrayRef, ExecutionContext, KernelThunk, Thunk, sequence_te
 __all__ = ["ProgramExecutable", "KernelImage", "MemoryAnalysis", "load_program",
            "PROGRAM_FORMAT", "host_memory_bytes"]
 
-PROGRAM_FORMAT = 1
+# 2: kernels linked into one binary store it once (binaries/<n>.cubin|ptx,
+# "binaries" in program.json); this runtime reads 1 and 2.
+PROGRAM_FORMAT = 2
+_READ_FORMATS = (1, 2)
 _ALIGNMENT = 64
 
 
@@ -123,9 +127,9 @@ class _JitLauncher:
 
 
 class _CudaLauncher:
-    def __init__(self, image: KernelImage):
+    def __init__(self, image: KernelImage, module):
         from .cuda import CudaKernel
-        self.kernel = CudaKernel(image.spec, cubin=image.cubin, ptx=image.ptx)
+        self.kernel = CudaKernel(image.spec, module=module)
 
     def launch(self, pointers: Sequence[int], stream=None) -> None:
         self.kernel.launch(pointers, stream)
@@ -192,9 +196,18 @@ class ProgramExecutable:
     def _launcher_table(self) -> dict:
         if self._launchers is None:
             table = {}
+            modules: dict[bytes, Any] = {}
             for kid, image in self.kernels.items():
                 if self.target == "cuda":
-                    table[kid] = _CudaLauncher(image)
+                    # Kernels linked into one binary share its loaded module.
+                    from .cuda import CudaModule
+                    code = image.cubin if image.cubin is not None else \
+                        (image.ptx or "").encode()
+                    digest = hashlib.sha256(code).digest()
+                    if digest not in modules:
+                        modules[digest] = CudaModule(cubin=image.cubin, ptx=image.ptx,
+                                                     what=f"kernel '{image.spec.name}'")
+                    table[kid] = _CudaLauncher(image, modules[digest])
                 elif image.host_library is not None:
                     # Times one host thread against block ranges on several
                     # and keeps the faster (a short kernel loses by splitting).
@@ -518,6 +531,20 @@ class ProgramExecutable:
             "notes": list(self.notes),
         }
 
+    def _shared_binaries(self) -> dict[str, int]:
+        """Kernel id -> binary number, for the kernels whose PTX / cubin
+        another kernel has too (linked into one): saved once, under
+        binaries/<number>."""
+        by_code: dict[tuple, list[str]] = {}
+        for kid, image in sorted(self.kernels.items()):
+            if image.ptx is None and image.cubin is None:
+                continue
+            code = (hashlib.sha256((image.ptx or "").encode()).digest(),
+                    hashlib.sha256(image.cubin or b"").digest())
+            by_code.setdefault(code, []).append(kid)
+        shared = [kids for kids in by_code.values() if len(kids) > 1]
+        return {kid: number for number, kids in enumerate(shared) for kid in kids}
+
     def save(self, directory: str | os.PathLike) -> Path:
         """Writes the program directory `load_program` reads."""
         directory = Path(directory)
@@ -533,9 +560,21 @@ class ProgramExecutable:
         stream = io.BytesIO()
         np.savez(stream, **{f"a{i}": data for i, data in self.constants.items()})
         files["constants.npz"] = stream.getvalue()
+        binaries = self._shared_binaries()
+        manifest = json.loads(files["program.json"])
+        if binaries:
+            manifest["binaries"] = binaries
+            files["program.json"] = json.dumps(manifest, indent=1).encode()
         for kid, image in self.kernels.items():
             base = f"kernels/{kid}/"
             files[base + "kernel.json"] = image.spec.to_json().encode()
+            if kid in binaries:
+                number = binaries[kid]
+                if image.ptx is not None:
+                    files[f"binaries/{number}.ptx"] = image.ptx.encode()
+                if image.cubin is not None:
+                    files[f"binaries/{number}.cubin"] = image.cubin
+                continue
             if image.ptx is not None:
                 files[base + "kernel.ptx"] = image.ptx.encode()
             if image.cubin is not None:
@@ -682,7 +721,8 @@ _KERNEL_FILES = frozenset({"kernel.json", "kernel.ptx", "kernel.cubin", "kernel.
 def _program_file(name: str) -> bool:
     parts = name.split("/")
     return name in _PROGRAM_FILES or (
-        len(parts) == 3 and parts[0] == "kernels" and parts[2] in _KERNEL_FILES)
+        len(parts) == 3 and parts[0] == "kernels" and parts[2] in _KERNEL_FILES) or (
+        re.fullmatch(r"binaries/\d{1,6}\.(ptx|cubin)", name) is not None)
 
 
 def load_program(directory: str | os.PathLike, *,
@@ -700,13 +740,29 @@ def load_program(directory: str | os.PathLike, *,
                                  required="program.json")
     try:
         m = json.loads(data["program.json"])
-        if m.get("format") != PROGRAM_FORMAT or m.get("kind") != "program":
+        if m.get("format") not in _READ_FORMATS or m.get("kind") != "program":
             raise ArtifactError(f"{directory}: program format {m.get('format')!r}, "
                                 f"this runtime reads {PROGRAM_FORMAT}")
         kernels = {}
+        binaries = m.get("binaries", {})
+        if not isinstance(binaries, dict) or not all(
+                isinstance(n, int) and not isinstance(n, bool) for n in binaries.values()):
+            raise ArtifactError(f"{directory}: program.json: 'binaries' is not a map of "
+                                "kernel ids to binary numbers")
+        ptx_texts: dict[str, str] = {}   # one str per shared binary
         for kid in m["kernels"]:
             base = f"kernels/{kid}/"
             spec = KernelSpec.from_json(data[base + "kernel.json"].decode())
+            if kid in binaries:
+                stem = f"binaries/{binaries[kid]}"
+                if stem + ".ptx" not in data and stem + ".cubin" not in data:
+                    raise ArtifactError(f"{directory}: kernel {kid} names {stem}, which "
+                                        "holds no .ptx or .cubin")
+                if stem + ".ptx" in data and stem not in ptx_texts:
+                    ptx_texts[stem] = data[stem + ".ptx"].decode()
+                kernels[kid] = KernelImage(spec, ptx=ptx_texts.get(stem),
+                                           cubin=data.get(stem + ".cubin"))
+                continue
             kernels[kid] = KernelImage(
                 spec, ptx=data[base + "kernel.ptx"].decode() if base + "kernel.ptx" in data
                 else None, cubin=data.get(base + "kernel.cubin"),
