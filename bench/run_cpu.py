@@ -313,7 +313,8 @@ def run_time(cases, rounds: int, target_s: float, log) -> list[dict]:
             t0 = time.perf_counter()
             exe.run(*inputs)
             t_o1 = time.perf_counter() - t0
-            row["check"], row["ok"] = bl.check_outputs(got, want, exe.spec.outputs)
+            row["check"], row["ok"] = bl.check_outputs(got, want, exe.spec.outputs,
+                reduction=exe.spec.emitter == "reduction")
         except Exception as e:
             row["error"] = f"{type(e).__name__}: {e}"
             exe = None
@@ -403,7 +404,7 @@ def whole_programs(names: list[str], repeat: int, rounds: int, target_s: float,
         against `jax.jit(fn)` of the program's jax function on device-put
         inputs of the same shapes, rounds alternating;
       - warm compile: `xla_gpu.compile(text, target="cuda", cache=False)`
-        (every kernel to cubin when ptxas is found) against
+        (the kernels linked into cubins when a cubin compiler is found) against
         `jax.jit(fn).lower(*args).compile()` of a fresh function after
         `jax.clear_caches()`, after one warm-up each, alternating.
     Programs whose jax side needs a setup hook (ffi_call registers a C
@@ -647,10 +648,12 @@ def report(meta: dict, comp_rows, run_rows, peak, chart_note: str,
         out += ["### Whole programs: cpu-target run time and warm compile vs XLA:CPU", "",
                 "The programs of tests/python/programs (part 1), JAX's pre-optimization "
                 "HLO through xla_gpu's HLO passes. Run: `exe.run(*inputs)` of "
-                "`xla_gpu.compile(text, target=\"cpu\")` (every kernel launched from "
-                "Python, outputs allocated per run) vs `jax.jit(fn)` on device-put "
-                "inputs. Compile: warm `xla_gpu.compile(text, target=\"cuda\", "
-                "cache=False)`, every kernel to cubin (ptxas) vs `jax.jit(fn).lower(*args)"
+                "`xla_gpu.compile(text, target=\"cpu\")` (the thunk sequence in one "
+                "native call, outputs from the program's buffer pool) vs `jax.jit(fn)` "
+                "on device-put inputs. Compile: warm `xla_gpu.compile(text, "
+                "target=\"cuda\", cache=False)`, the kernels lowered on the compile "
+                "threads and linked into one PTX module and cubin per thread "
+                "(nvJitLink where it loads, else ptxas) vs `jax.jit(fn).lower(*args)"
                 ".compile()` after `jax.clear_caches()`. Medians; ours and XLA "
                 "alternate. Result: ours against XLA:CPU's stored outputs.", ""]
         rows, r_run, r_comp = [], [], []
