@@ -38,8 +38,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
