@@ -22,7 +22,7 @@ from mlir import ir as _ir
 
 from ._native import _Handle, _StringRef, to_handle
 
-__all__ = ["available", "run_pipeline"]
+__all__ = ["available", "bindings_library", "run_pipeline"]
 
 
 class _LogicalResult(ctypes.Structure):
@@ -38,12 +38,24 @@ _KEEP_PASS_MANAGERS = 32   # per thread
 
 
 @functools.lru_cache(maxsize=None)
-def _capi():
-    """libMLIRPythonCAPI.so with the prototypes used here; None when it is
-    not where the bindings keep it."""
+def bindings_library() -> ctypes.CDLL | None:
+    """The MLIR bindings' own library (libMLIRPythonCAPI.so: the MLIR and
+    LLVM their contexts run in); None when it is not where they keep it."""
     path = Path(_ir.__file__).resolve().parent / "_mlir_libs" / "libMLIRPythonCAPI.so"
     try:
-        lib = ctypes.CDLL(str(path))
+        return ctypes.CDLL(str(path))
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _capi():
+    """The bindings' library with the prototypes used here; None when it
+    is missing or lacks one of them."""
+    lib = bindings_library()
+    if lib is None:
+        return None
+    try:
         prototypes = {
             "mlirPassManagerCreate": (_Handle, [_Handle]),
             "mlirPassManagerDestroy": (None, [_Handle]),
@@ -63,7 +75,7 @@ def _capi():
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = restype, argtypes
         return lib
-    except (OSError, AttributeError):
+    except AttributeError:
         return None
 
 

@@ -4,9 +4,10 @@ PTX needs no CUDA toolkit: MLIR's `gpu-module-to-binary` runs LLVM's NVPTX
 backend in process. libdevice is the one the MLIR bindings embed where they
 do (they link it into every module they compile: linking a second copy from
 disk would load it twice), else the `nvidia-nvvm` wheel's or a CUDA
-install's, linked only into kernels that call it; a cubin comes from `ptxas` (PATH, the `nvidia-cuda-nvcc` wheel, a
-CUDA install) or else nvJitLink (`cuda.bindings.nvjitlink` with the
-`nvidia-nvjitlink` wheel), and is skipped when neither is there.
+install's, linked only into kernels that call it; a cubin comes from
+`ptxas` (PATH, the `nvidia-cuda-nvcc` wheel, a CUDA install) or else
+nvJitLink (`cuda.bindings.nvjitlink` with the `nvidia-nvjitlink` wheel), and
+is skipped when neither is there.
 
 Numerics, as XLA:GPU computes: f32 sqrt is the IEEE `sqrt.rn.f32`
 (xla-lower-to-llvm lowers math.sqrt to LLVM's sqrt intrinsic, not to
@@ -107,11 +108,11 @@ def embedded_libdevice_size() -> int:
     """The size of the libdevice MLIR's NVVM target embeds (MLIR built with
     MLIR_NVVM_EMBED_LIBDEVICE links it into every gpu.module it
     serializes); 0 when the bindings carry none."""
-    path = Path(_ir.__file__).resolve().parent / "_mlir_libs" / "libMLIRPythonCAPI.so"
+    lib = _pass_runner.bindings_library()
     try:
-        lib = ctypes.CDLL(str(path))
-        return int(ctypes.c_uint.in_dll(lib, "_mlir_embedded_libdevice_size").value)
-    except (OSError, ValueError):
+        return int(ctypes.c_uint.in_dll(lib, "_mlir_embedded_libdevice_size").value) \
+            if lib is not None else 0
+    except ValueError:   # no such symbol
         return 0
 
 
@@ -138,7 +139,7 @@ def ptx_of_text(body: str, context: _ir.Context, arch: str = "sm_90",
 
 
 def _object_of_text(body: str, context: _ir.Context, arch: str, opt_level: int,
-                       fmt: str) -> bytes:
+                    fmt: str) -> bytes:
     """Runs gpu-module-to-binary (`fmt`: isa, offloading) on the llvm/nvvm
     operations of `body` wrapped in one gpu.module."""
     _check_arch(arch)

@@ -326,8 +326,8 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
 
 
 def _build(fusion, text: str, target: str, arch: str, key: str,
-           dump_dir, dump_regex: str, link: bool = True) -> Executable:
-    """The kernel of `fusion`, compiled. On cuda with `link=False` it stops
+           dump_dir, dump_regex: str, lower_only: bool = False) -> Executable:
+    """The kernel of `fusion`, compiled. On cuda with `lower_only` it stops
     after the pipeline: `exe.lowered` holds the kernel for
     `backends.cuda.link` (a program links its kernels into one binary) and
     `exe.ptx` / `exe.cubin` stay None."""
@@ -372,7 +372,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
     t0 = time.perf_counter()
     exe = Executable(spec, text, emitted, notes=list(kernel.notes), timings=timings)
     try:
-        if target == "cuda" and not link:
+        if target == "cuda" and lower_only:
             from .backends import cuda
             exe.lowered = cuda.lower_module(kernel.module, name=kernel.name,
                                             dump_dir=dump_dir, dump_regex=dump_regex,

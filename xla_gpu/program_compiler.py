@@ -35,6 +35,7 @@ buffers through bitcasts, so that the emitters keep seeing logical arrays.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -660,10 +661,9 @@ class _KernelCompiler:
         fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
         fusion.device = default_device(self.target)
         text = fusion_text(kernel_comp)
-        link = not self.link_kernels
         try:
             return compiler._build(fusion, text, self.target, self.arch, key, None, ".*",
-                                   link), None
+                                   self.link_kernels), None
         except (HloError, CompileError) as e:
             if fusion.kind not in _LOOP_CAN_STAND_IN:
                 raise
@@ -675,7 +675,7 @@ class _KernelCompiler:
             fusion.kind = "loop"
             try:
                 exe = compiler._build(fusion, text, self.target, self.arch, key, None, ".*",
-                                      link)
+                                      self.link_kernels)
             except (HloError, CompileError):
                 raise e from None
             exe.notes.append(f"the {failed} emitter failed ({e}); emitted by the loop "
@@ -768,12 +768,9 @@ class _KernelCompiler:
         owner = {id(exe.lowered): (image, exe, key) for image, exe, key in self._unlinked}
         workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
         groups = cuda.link_groups([exe.lowered for _, exe, _ in self._unlinked], workers)
-        if len(groups) > 1:
-            pool = _compile_pool(workers)
-            binaries = [pool.submit(_link_group, group, self.arch) for group in groups]
-            binaries = [future.result() for future in binaries]
-        else:
-            binaries = [_link_group(group, self.arch) for group in groups]
+        link = functools.partial(_link_group, arch=self.arch)
+        binaries = _compile_pool(workers).map(link, groups) if len(groups) > 1 else \
+            map(link, groups)
         for group, binary in zip(groups, binaries):
             for kernel in group:
                 image, exe, key = owner[id(kernel)]
@@ -1185,7 +1182,7 @@ class _ThunkEmitter:
         from the operands' slices into the results'."""
         from .emitters.sort import compile_sort
         compiled = compile_sort(inst, target=self.target, arch=self.kernels.arch,
-                                cache=self.kernels.cache, link=not self.kernels.link_kernels)
+                                cache=self.kernels.cache, lower_only=self.kernels.link_kernels)
         operands = [self.slice(o) for o in inst.operands]
         results = [self.slice(inst, index) for index, _ in _leaves(inst.shape)]
         return SortThunk(inst.name, compiled.thunks(inst.name, operands, results,
@@ -1199,7 +1196,7 @@ class _ThunkEmitter:
         slice before buffer assignment (emitters.topk)."""
         from .emitters.topk import compile_topk
         compiled = compile_topk(inst, target=self.target, arch=self.kernels.arch,
-                                cache=self.kernels.cache, link=not self.kernels.link_kernels)
+                                cache=self.kernels.cache, lower_only=self.kernels.link_kernels)
         results = [self.slice(inst, index) for index, _ in _leaves(inst.shape)]
         return TopKThunk(inst.name, compiled.thunks(inst.name, [self.slice(operand)],
                                                      results, self.kernels.register),
@@ -1218,7 +1215,7 @@ class _ThunkEmitter:
                                    f"(supported: {', '.join(CUDNN_CONV_TARGETS)})")
         compiled = compile_convolution(inst, target=self.target, arch=self.kernels.arch,
                                        cache=self.kernels.cache,
-                                       link=not self.kernels.link_kernels)
+                                       lower_only=self.kernels.link_kernels)
         value = (0,) if inst.shape.is_tuple else ()
         operands = [self.slice(o) for o in inst.operands]
         return ConvolutionThunk(inst.name, compiled.thunks(

@@ -82,32 +82,25 @@ def lower_module(module: _ir.Module, *, name: str, dump_dir: str | Path | None =
     start = time.perf_counter()
     pipeline.run(module, stages=stages(), dump_dir=dump_dir, dump_regex=dump_regex,
                  timings=timings if dump_dir is not None else None)
-    operations = list(module.body.operations)
-    declarations, renamed = [], {}
-    for op in operations:
-        if "sym_name" not in op.attributes:
-            continue
-        symbol = _ir.StringAttr(op.attributes["sym_name"]).value
-        if _is_declaration(op):
+    declarations, definitions = [], []
+    for op in module.body.operations:
+        symbol = _ir.StringAttr(op.attributes["sym_name"]).value \
+            if "sym_name" in op.attributes else None
+        if op.name == "llvm.func" and not op.regions[0].blocks:   # external (libdevice)
             declarations.append((symbol, str(op)))
-        elif symbol != name:
-            renamed[symbol] = f"{name}__{symbol}"
-    for old, new in renamed.items():
-        _ir.SymbolTable.replace_all_symbol_uses(old, new, module.operation)
-    for op in operations:
-        if "sym_name" in op.attributes and not _is_declaration(op):
-            symbol = _ir.StringAttr(op.attributes["sym_name"]).value
-            if symbol in renamed:
-                _ir.SymbolTable.set_symbol_name(op, renamed[symbol])
-    definitions = "\n".join(str(op) for op in operations if not _is_declaration(op))
+        else:
+            definitions.append((op, symbol))
+    # The kernel's own helpers and globals, renamed after it.
+    symbols = {name}
+    for op, symbol in definitions:
+        if symbol is not None and symbol != name:
+            renamed = f"{name}__{symbol}"
+            _ir.SymbolTable.replace_all_symbol_uses(symbol, renamed, module.operation)
+            _ir.SymbolTable.set_symbol_name(op, renamed)
+            symbols.add(renamed)
+    text = "\n".join(str(op) for op, _ in definitions)
     timings["pipeline"] = time.perf_counter() - start
-    return LoweredKernel(name, definitions, tuple(declarations),
-                         frozenset(renamed.values()) | {name})
-
-
-def _is_declaration(op) -> bool:
-    """An external function: an llvm.func without a body."""
-    return op.name == "llvm.func" and not op.regions[0].blocks
+    return LoweredKernel(name, text, tuple(declarations), frozenset(symbols))
 
 
 def link(kernels: Sequence[LoweredKernel], context: _ir.Context, *, arch: str = "sm_90",
@@ -142,16 +135,19 @@ def link_groups(kernels: Sequence[LoweredKernel], parts: int = 1) -> list[list[L
     code, largest first, so that the groups compile side by side on
     `parts` host threads in about the same time; every group's symbols
     are apart. The kernels keep their order within a group."""
-    groups: list[tuple[list[int], set[str], list[int]]] = []   # members, names, [size]
-    order = sorted(range(len(kernels)), key=lambda i: -len(kernels[i].definitions))
-    for i in order:
+    members: list[list[int]] = []
+    names: list[set[str]] = []
+    sizes: list[int] = []
+    for i in sorted(range(len(kernels)), key=lambda i: -len(kernels[i].definitions)):
         kernel = kernels[i]
-        fits = [g for g in groups if g[1].isdisjoint(kernel.symbols)]
-        if len(groups) < parts or not fits:
-            groups.append(([i], set(kernel.symbols), [len(kernel.definitions)]))
-            continue
-        members, names, size = min(fits, key=lambda g: g[2][0])
-        members.append(i)
-        names |= kernel.symbols
-        size[0] += len(kernel.definitions)
-    return [[kernels[i] for i in sorted(members)] for members, _, _ in groups]
+        fits = [g for g in range(len(members)) if names[g].isdisjoint(kernel.symbols)]
+        if len(members) < parts or not fits:
+            members.append([])
+            names.append(set())
+            sizes.append(0)
+            fits = [len(members) - 1]
+        g = min(fits, key=sizes.__getitem__)
+        members[g].append(i)
+        names[g] |= kernel.symbols
+        sizes[g] += len(kernel.definitions)
+    return [[kernels[i] for i in sorted(group)] for group in members]

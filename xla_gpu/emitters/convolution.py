@@ -489,15 +489,15 @@ class CompiledConvolution:
 
 
 def compile_convolution(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
-                        cache: bool = True, link: bool = True) -> CompiledConvolution:
+                        cache: bool = True, lower_only: bool = False) -> CompiledConvolution:
     """The direct-convolution kernel of an HLO convolution or a cuDNN
-    convolution custom call, for `target` ("cpu" or "cuda"). `link`: as
-    `sort.compile_kernel`'s."""
+    convolution custom call, for `target` ("cpu" or "cuda"). `lower_only`:
+    as `sort.compile_kernel`'s."""
     from .sort import compile_kernel
     fusion = convolution_kernel_fusion(inst)
     if fusion.config.result_shape.num_elements == 0:
         return CompiledConvolution(inst.name, None, "", fusion.config)
     exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(fusion.config),
-                              link=link)
+                              lower_only=lower_only)
     return CompiledConvolution(inst.name, exe, key, fusion.config)
 

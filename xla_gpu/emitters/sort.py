@@ -786,11 +786,12 @@ _compiled: dict[str, Any] = {}
 
 
 def compile_kernel(fusion: Fusion, target: str, arch: str = "sm_90",
-                   cache: bool = True, salt: str = "", link: bool = True) -> tuple[Any, str]:
+                   cache: bool = True, salt: str = "",
+                   lower_only: bool = False) -> tuple[Any, str]:
     """Compiles one kernel fusion through the single-fusion compiler (the
     same pipeline, PTX/cubin or host code) and the compile cache; `salt`
     distinguishes kernels of one computation (the config). Returns
-    (Executable, cache key). `link=False` (cuda, a program's kernel): a
+    (Executable, cache key). `lower_only` (cuda, a program's kernel): a
     kernel not in the cache stops before PTX (`Executable.lowered`), for the
     program to link with its other kernels, and is not cached."""
     from .. import compile_cache, compiler
@@ -804,7 +805,7 @@ def compile_kernel(fusion: Fusion, target: str, arch: str = "sm_90",
         exe = disk.get(key, target)
     if exe is None:
         exe = compiler._build(fusion, fusion_text(fusion.computation), target, arch, key,
-                              None, ".*", link)
+                              None, ".*", lower_only)
         if exe.lowered is not None:
             return exe, key
         if disk is not None:
@@ -815,11 +816,11 @@ def compile_kernel(fusion: Fusion, target: str, arch: str = "sm_90",
 
 
 def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
-                 cache: bool = True, link: bool = True) -> CompiledSort:
+                 cache: bool = True, lower_only: bool = False) -> CompiledSort:
     """The kernels of an HLO `sort` instruction for `target` ("cpu" or
     "cuda"). A stable sort that needs several kernels must have had its
-    tie-break index made an operand (`expand_stable_sorts`). `link`: as
-    `compile_kernel`'s."""
+    tie-break index made an operand (`expand_stable_sorts`). `lower_only`:
+    as `compile_kernel`'s."""
     if inst.opcode != "sort":
         raise inst.error("compile_sort takes a sort instruction")
     check_sort(inst)
@@ -837,7 +838,8 @@ def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
     for k, config in enumerate(plan.kernels):
         fusion = sort_kernel_fusion(inst, config, name=f"{inst.name}_{k}" if
                                     len(plan.kernels) > 1 else inst.name)
-        exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(config), link=link)
+        exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(config),
+                                  lower_only=lower_only)
         kernels.append(SortKernel(config, exe, key))
     copy_first = not kernels or not kernels[0].reads_operands
     return CompiledSort(inst.name, kernels, [o.shape for o in inst.operands],

@@ -123,10 +123,10 @@ def fits_one_kernel(inst: HloInstruction) -> bool:
 
 
 def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
-                 cache: bool = True, link: bool = True) -> CompiledSort:
+                 cache: bool = True, lower_only: bool = False) -> CompiledSort:
     """The one kernel of a top-k whose rows fit a tile: reads the operand,
-    writes (values, indices). Larger rows: `decompose_topk` first. `link`:
-    as `sort.compile_kernel`'s."""
+    writes (values, indices). Larger rows: `decompose_topk` first.
+    `lower_only`: as `sort.compile_kernel`'s."""
     k = topk_k(inst)
     x = inst.operands[0].shape
     leaves = inst.shape.leaves()
@@ -160,7 +160,8 @@ def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
     comp = HloComputation(f"{name}_computation", [param, root], root, False, inst.location)
     param.parent, param.users, root.parent = comp, [root], comp
     fusion = Fusion(name, comp, [root], [root], "topk", None, config=config)
-    exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(config), link=link)
+    exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(config),
+                              lower_only=lower_only)
     return CompiledSort(inst.name, [SortKernel(config, exe, key)], [x], list(leaves), False,
                         [f"top-{k}: " + config.describe()])
 

@@ -31,7 +31,6 @@ import io
 import json
 import os
 import re
-import sys
 import threading
 import time
 from collections import Counter
@@ -101,6 +100,15 @@ class KernelImage:
     @property
     def code_size(self) -> int:
         return sum(len(x) for x in (self.ptx or "", self.cubin or b"", self.host_library or b""))
+
+    def cuda_code_digest(self) -> bytes | None:
+        """A digest of the PTX and cubin (None without either): kernels
+        linked into one binary have the same."""
+        if self.ptx is None and self.cubin is None:
+            return None
+        h = hashlib.sha256((self.ptx or "").encode())
+        h.update(self.cubin or b"")
+        return h.digest()
 
 
 def host_memory_bytes() -> int:
@@ -201,9 +209,7 @@ class ProgramExecutable:
                 if self.target == "cuda":
                     # Kernels linked into one binary share its loaded module.
                     from .cuda import CudaModule
-                    code = image.cubin if image.cubin is not None else \
-                        (image.ptx or "").encode()
-                    digest = hashlib.sha256(code).digest()
+                    digest = image.cuda_code_digest()
                     if digest not in modules:
                         modules[digest] = CudaModule(cubin=image.cubin, ptx=image.ptx,
                                                      what=f"kernel '{image.spec.name}'")
@@ -535,13 +541,11 @@ class ProgramExecutable:
         """Kernel id -> binary number, for the kernels whose PTX / cubin
         another kernel has too (linked into one): saved once, under
         binaries/<number>."""
-        by_code: dict[tuple, list[str]] = {}
+        by_code: dict[bytes, list[str]] = {}
         for kid, image in sorted(self.kernels.items()):
-            if image.ptx is None and image.cubin is None:
-                continue
-            code = (hashlib.sha256((image.ptx or "").encode()).digest(),
-                    hashlib.sha256(image.cubin or b"").digest())
-            by_code.setdefault(code, []).append(kid)
+            digest = image.cuda_code_digest()
+            if digest is not None:
+                by_code.setdefault(digest, []).append(kid)
         shared = [kids for kids in by_code.values() if len(kids) > 1]
         return {kid: number for number, kids in enumerate(shared) for kid in kids}
 
@@ -549,8 +553,12 @@ class ProgramExecutable:
         """Writes the program directory `load_program` reads."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        binaries = self._shared_binaries()
+        manifest = self.manifest()
+        if binaries:
+            manifest["binaries"] = binaries
         files: dict[str, bytes] = {
-            "program.json": json.dumps(self.manifest(), indent=1).encode(),
+            "program.json": json.dumps(manifest, indent=1).encode(),
             "optimized.hlo": self.hlo_text.encode(),
             "buffer-assignment.txt": self.buffer_assignment.encode(),
             "thunk-sequence.txt": self.thunk_sequence_text().encode(),
@@ -560,11 +568,6 @@ class ProgramExecutable:
         stream = io.BytesIO()
         np.savez(stream, **{f"a{i}": data for i, data in self.constants.items()})
         files["constants.npz"] = stream.getvalue()
-        binaries = self._shared_binaries()
-        manifest = json.loads(files["program.json"])
-        if binaries:
-            manifest["binaries"] = binaries
-            files["program.json"] = json.dumps(manifest, indent=1).encode()
         for kid, image in self.kernels.items():
             base = f"kernels/{kid}/"
             files[base + "kernel.json"] = image.spec.to_json().encode()
