@@ -23,8 +23,11 @@
 //                   series of 2 atanh(s) - 2s (fdlibm's arrangement).
 //   log1p  ~2.5    u = 1 + x; x when u == 1, else log(u) * x / (u - 1)
 //                   (the rounding of 1 + x cancels out).
-//   tanh   ~2.5    |tanh x| = e / (e + 2) with e = expm1(2 |x|), no
-//                   cancellation anywhere; |x| clamped to 9.1 (tanh = 1).
+//   tanh   ~4.5    x P(x^2) / Q(x^2), a rational fit on [0, 9] (0.19 ulp
+//                   in exact arithmetic; the rest is f32 rounding), |x|
+//                   clamped to 9 and the result to 1, as XLA:CPU does. A
+//                   vectorized loop runs it in half the time of e / (e + 2)
+//                   with e = expm1(2 |x|) (2.5 ulp; used here before).
 //   erf    ~2.5    |x| < 1: x P(x^2); 1 <= |x| < 4: 1 - e^(-x^2) Q(|x| - 1),
 //                   with P and Q least-squares fits (relative error) of
 //                   erf(x)/x and erfc(x) e^(x^2); 1 beyond.
@@ -65,6 +68,16 @@ constexpr double kExpm1Series[] = {1.0 / 2,    1.0 / 6,    1.0 / 24,
 // 2 atanh(s) = 2s + s z (2/3 + 2/5 z + ...), z = s^2.
 constexpr double kAtanhSeries[] = {2.0 / 3, 2.0 / 5, 2.0 / 7, 2.0 / 9,
                                    2.0 / 11};
+// tanh(x) = x P(x^2) / Q(x^2) on [0, 9]: a least-squares fit of the
+// relative error, reweighted toward minimax (Lawson), then the coefficients
+// rounded to f32 one at a time, highest first, the others refit after each
+// (the fit's own error is then 0.19 ulp; the rest is f32 arithmetic).
+constexpr double kTanhNumerator[] = {
+    1.0, 0.1368097960948944, 0.0038696618285030127, 2.8034375645802356e-05,
+    3.0650024740452864e-08, -1.2252658089517698e-11};
+constexpr double kTanhDenominator[] = {
+    1.0, 0.4701431095600128, 0.02725072018802166, 0.00039409834425896406,
+    1.2892487575300038e-06};
 // erf(x) / x = P(x^2) on [0, 1].
 constexpr double kErfSmall[] = {
     1.1283791211856533,    -0.37612319818438955,  0.11280130624143014,
@@ -216,15 +229,15 @@ public:
   }
 
   Value tanh(Value x) {
-    // tanh rounds to 1 from 9.02 on; NaN stays NaN through the clamp.
+    // x P(x^2) / Q(x^2) on |x| <= 9 (tanh rounds to 1 from 9.02 on; the
+    // clamp keeps NaN), capped at 1, the sign put back: no reduction step
+    // and no special cases, 12 FMAs or multiplications and a division.
     Value a = abs(x);
-    a = select(cmp(arith::CmpFPredicate::OGT, a, f(9.1)), f(9.1), a);
-    // e = expm1(2a) as in expm1 (k <= 27 here: where 2^k - 1 rounds, e is
-    // so large that e / (e + 2) does not see it).
-    auto [k, r] = reduceLn2(add(a, a));
-    Value t = pow2(k);
-    Value e = fma(t, expm1Reduced(r), sub(t, f(1.0)));
-    return copySign(div(e, add(e, f(2.0))), x);
+    a = select(cmp(arith::CmpFPredicate::OGT, a, f(9.0)), f(9.0), a);
+    Value z = mul(a, a);
+    Value y = div(mul(a, horner(kTanhNumerator, z)), horner(kTanhDenominator, z));
+    y = select(cmp(arith::CmpFPredicate::OGT, y, f(1.0)), f(1.0), y);
+    return copySign(y, x);
   }
 
   Value erf(Value x) {

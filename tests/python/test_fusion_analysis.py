@@ -173,6 +173,70 @@ def test_fallback_fusions_compute_the_reference_values(name):
         assert mismatch is None, str(mismatch)
 
 
+# -- one output of a variadic reduce -----------------------------------------
+
+_ARGMAX = """argmax {
+  a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  nan = pred[] compare(a, a), direction=NE
+  first = pred[] or(gt, nan)
+  eq = pred[] compare(a, b), direction=EQ
+  lt = pred[] compare(i, j), direction=LT
+  tie = pred[] and(eq, lt)
+  pick = pred[] or(first, tie)
+  v = f32[] select(first, a, b)
+  k = s32[] select(pick, i, j)
+  ROOT t = (f32[], s32[]) tuple(v, k)
+}
+"""
+
+
+def _argmax_fusion(dims: list[int], reduced: int, root: str) -> str:
+    """jax's argmax: a variadic (value, index) reduce whose root takes one
+    or both of its outputs by get-tuple-element (`root` names them)."""
+    shape = ",".join(map(str, dims))
+    kept = ",".join(str(d) for i, d in enumerate(dims) if i != reduced)
+    roots = {"index": f"ROOT k = s32[{kept}] get-tuple-element(r), index=1",
+             "both": f"k = s32[{kept}] get-tuple-element(r), index=1\n"
+                     f"  ROOT t = (s32[{kept}], f32[{kept}]) tuple(k, v)"}[root]
+    return f"""HloModule m
+{_ARGMAX}
+fused {{
+  x = f32[{shape}] parameter(0)
+  io = s32[{shape}] iota(), iota_dimension={reduced}
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  r = (f32[{kept}], s32[{kept}]) reduce(x, io, ninf, zero), dimensions={{{reduced}}}, to_apply=argmax
+  v = f32[{kept}] get-tuple-element(r), index=0
+  {roots}
+}}
+"""
+
+
+@pytest.mark.parametrize("dims,reduced", [([96, 300], 1), ([300, 96], 0)], ids=["rows", "columns"])
+@pytest.mark.parametrize("root", ["index", "both"])
+def test_outputs_taken_from_a_variadic_reduce_go_to_the_reduction_emitter(dims, reduced, root):
+    # The root (or each tuple element) is a get-tuple-element of the reduce:
+    # the reduce is the hero, the kernel writes the outputs it selects (an
+    # unused one, like `v` with root "index", is not computed elsewhere).
+    text = _argmax_fusion(dims, reduced, root)
+    fusion = select_fusion(hlo.parse_module(text))
+    assert (fusion.kind, fusion.notes) == ("reduction", [])
+    assert all(h.opcode == "reduce" for h in fusion.heroes)
+    comp = fusion.computation
+    (x,) = random_inputs(comp, seed=5)
+    x[7 % dims[0], 11] = np.nan          # NaN wins, as jnp.argmax has it
+    expected = hlo.evaluate(comp, x)
+    got = xla_gpu.compile(text, target="cpu", cache=False).run(x)
+    assert len(got) == len(expected) == (2 if root == "both" else 1)
+    for k, (g, e) in enumerate(zip(got, expected)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(e), err_msg=f"output {k}")
+    np.testing.assert_array_equal(got[0], np.argmax(x, axis=reduced))
+
+
 # -- size ----------------------------------------------------------------------
 
 def test_long_chains_and_many_outputs_emit():

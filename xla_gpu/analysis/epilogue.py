@@ -12,11 +12,25 @@ from ..hlo import HloInstruction
 from ..hlo.fusions import ELEMENTWISE_OPCODES
 
 __all__ = ["reaches", "reaches_any", "epilogue_chain_ok", "is_elementwise_epilogue",
-           "is_order_preserving_epilogue", "ORDER_PRESERVING_OPCODES"]
+           "is_order_preserving_epilogue", "selects_output", "has_epilogue",
+           "ORDER_PRESERVING_OPCODES"]
 
 # Ops that keep every element's row-major linear position: an epilogue of
 # them runs at the linear position of the hero's element.
 ORDER_PRESERVING_OPCODES = ELEMENTWISE_OPCODES | {"bitcast", "reshape", "copy"}
+
+
+def selects_output(root: HloInstruction, hero: HloInstruction) -> bool:
+    """Whether `root` is one output of the variadic `hero` taken as it is
+    (a get-tuple-element of it: jax's argmax computation ends so)."""
+    return root.opcode == "get-tuple-element" and root.operands[0] is hero \
+        and hero.shape.is_tuple
+
+
+def has_epilogue(root: HloInstruction, hero: HloInstruction) -> bool:
+    """Whether ops between `hero` and `root` compute something (a root
+    that is the hero, or one output of it, has none)."""
+    return root is not hero and not selects_output(root, hero)
 
 
 def reaches(inst: HloInstruction, target: HloInstruction) -> bool:

@@ -106,7 +106,11 @@ def _is_trivial_operand(inst: HloInstruction) -> bool:
 def find_hero(root: HloInstruction) -> HloInstruction:
     """Walks up from `root` through ops that only carry one value along
     (elementwise ops whose other operands are constants, bitcasts,
-    reshapes) to the op that decides the emitter; `root` if there is none."""
+    reshapes) to the op that decides the emitter; `root` if there is none.
+    A root that takes one output of a variadic reduce has the reduce as its
+    hero."""
+    if root.opcode == "get-tuple-element" and root.operands[0].opcode == "reduce":
+        return root.operands[0]
     cur = root
     while True:
         if cur.opcode in _HERO_OPCODES:

@@ -22,7 +22,7 @@ from math import prod
 
 from ..hlo import HloError, HloInstruction
 from ..hlo.graph import post_order
-from .epilogue import is_elementwise_epilogue
+from .epilogue import has_epilogue, is_elementwise_epilogue
 
 __all__ = ["ReductionLayout", "reduction_layout", "reduction_refusal",
            "reduce_heroes", "checked_layout", "checked_layouts",
@@ -113,9 +113,11 @@ def reduction_refusal(roots: list[HloInstruction],
     size = prod(dims)
     for root, hero in zip(roots, heroes):
         if hero.opcode == "reduce":
-            if root is not hero and not is_elementwise_epilogue(root, hero):
+            if not has_epilogue(root, hero):
+                continue
+            if not is_elementwise_epilogue(root, hero):
                 return f"the epilogue of '{hero.name}' is not elementwise"
-            if root is not hero and hero.shape.is_tuple:
+            if hero.shape.is_tuple:
                 return "an epilogue of a variadic reduce"
         elif root.shape.is_tuple or prod(root.shape.dims) != size:
             return f"output '{root.name}' is neither a reduction nor as large as the reduce input"
@@ -141,7 +143,7 @@ def heroes_read_elsewhere(roots: list[HloInstruction],
     _collect(starts, hero_ids, found, stop=None)
     # Epilogues: what they read besides their own hero.
     for root, hero in zip(roots, heroes):
-        if hero.opcode == "reduce" and root is not hero:
+        if hero.opcode == "reduce" and has_epilogue(root, hero):
             _collect([root], hero_ids, found, stop=hero)
     return found
 

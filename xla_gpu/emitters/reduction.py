@@ -52,6 +52,7 @@ from mlir.ir import AffineExpr
 
 from ..analysis.indexing import (const, delinearize, dim, floordiv, indexing_map,
                                 linearize, sym)
+from ..analysis.epilogue import has_epilogue, selects_output
 from ..analysis.reduction import (ReductionLayout, checked_layout, checked_layouts,
                                   heroes_read_elsewhere, reduce_heroes, reduction_groups)
 from ..dialects import xla_gpu
@@ -290,18 +291,22 @@ class ReductionEmitter(KernelEmitter):
     # -- partitioning ------------------------------------------------------
     def root_groups(self):
         groups = [[r] for r, h in zip(self.fusion.roots, self.fusion.heroes)
-                  if h.opcode == "reduce" and r is not h]
+                  if h.opcode == "reduce" and has_epilogue(r, h)]
         return groups + [[r] for r in self.side_outputs]
 
     def is_subgraph_root(self, inst) -> bool:
         return id(inst) in self._input_ids
 
     def is_excluded(self, inst) -> bool:
+        # A hero is computed by the kernel's loop, not elementally (unless
+        # something reads it elsewhere); so is an output taken from it.
+        if inst.opcode == "get-tuple-element":
+            inst = inst.operands[0]
         return id(inst) in self._hero_index and id(inst) not in self._read_elsewhere
 
     def prepare_subgraphs(self) -> None:
         for root, hero in zip(self.fusion.roots, self.fusion.heroes):
-            if hero.opcode == "reduce" and root is not hero:
+            if hero.opcode == "reduce" and has_epilogue(root, hero):
                 self.partitioned.subgraph_of(root).injected = [hero]
 
     # -- helpers -------------------------------------------------------------
@@ -538,7 +543,9 @@ class ReductionEmitter(KernelEmitter):
                         [("k", self.layout.K)], [], _output_index(layout, dim(0)))), [k_safe])
             out_index = out_indices[kept_dims]
             values = values_per_hero[number]
-            if root is not hero:
+            if selects_output(root, hero):
+                values = [values[root.attrs["index"]]]
+            elif root is not hero:
                 values = self.call_subgraph(root, params, out_index, values)
             slot = self._output_slot(root)
             root_cond = cond

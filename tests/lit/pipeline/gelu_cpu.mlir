@@ -26,8 +26,8 @@
 // has no vector values, so LLVM vectorizes it across threads), each in the
 // thread loop's access group (LLVM takes a loop for parallel only when every
 // access in it is in the group); tanh is
-// arithmetic (xla-approximate-host-math: e / (e + 2), e = expm1(2|x|), no
-// libm call); bf16 arithmetic in f32; the C-interface wrappers.
+// arithmetic (xla-approximate-host-math: a rational function, no libm
+// call); bf16 arithmetic in f32; the C-interface wrappers.
 // The thread loop's latch carries the parallel-accesses annotation (the
 // branch's own loop_annotation: `!llvm.loop` metadata in LLVM IR).
 // HOST: #[[GROUP:.*]] = #llvm.access_group<id = distinct[0]<>>
@@ -43,7 +43,6 @@
 // HOST: llvm.fmul %{{.*}} : f32
 // HOST-NOT: llvm.intr.tanh
 // HOST-NOT: llvm.call
-// HOST: llvm.intr.floor(%{{.*}}) : (f32) -> f32
 // HOST: llvm.fdiv %{{.*}} : f32
 // HOST: llvm.intr.copysign(%{{.*}}) : (f32, f32) -> f32
 // HOST: llvm.store %{{.*}} {access_groups = [#[[GROUP]]]} : i16, !llvm.ptr

@@ -18,6 +18,7 @@ from math import prod
 from operator import attrgetter
 from typing import Callable
 
+from ...analysis.epilogue import has_epilogue
 from ...analysis.fusion import (epilogue_chain_ok, find_hero,
                                 is_tiled_transpose, normalized_transpose)
 from ..fusions import ELEMENTWISE_OPCODES
@@ -189,7 +190,7 @@ def _check_reduction(roots, heroes) -> BodyInfo:
     hero_ids = {id(h) for h in reduces}
     for root, hero in zip(roots, heroes):
         if hero.opcode == "reduce":
-            if root is not hero:
+            if has_epilogue(root, hero):
                 if hero.shape.is_tuple:
                     return BodyInfo("reduction", heroes, False, "epilogue of a variadic reduce")
                 if not epilogue_chain_ok(root, hero, lambda i: i.opcode in ELEMENTWISE_OPCODES
@@ -207,7 +208,7 @@ def _check_reduction(roots, heroes) -> BodyInfo:
     # The epilogue's other operands must not read a reduce either
     # (besides the chain from the hero).
     for root, hero in zip(roots, heroes):
-        if hero.opcode == "reduce" and root is not hero:
+        if hero.opcode == "reduce" and has_epilogue(root, hero):
             cur = root
             while cur is not hero:
                 chain = [o for o in cur.operands if _reaches(o, hero)]
