@@ -17,6 +17,9 @@ config.test_exec_root = os.path.join(config.test_source_root, "Output")
 config.environment["PYTHONUNBUFFERED"] = "1"
 # Diagnostics must not depend on the terminal.
 config.environment.pop("MLIR_ENABLE_DUMP", None)
+# The Python tools' pass managers verify after every pass, as xla-gpu-opt's
+# do (by default they verify once, after the pipeline).
+config.environment["XLA_GPU_VERIFY_EACH_PASS"] = "1"
 # Hermetic: a fresh compile cache per lit run, never the user's ~/.cache.
 import tempfile  # noqa: E402
 

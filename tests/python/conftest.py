@@ -20,6 +20,9 @@ os.environ["PYTHONSAFEPATH"] = "1"
 # Whole programs' temp and output buffers start as garbage, not zeros: a
 # kernel that reads memory nothing wrote fails here as it would on a GPU.
 os.environ.setdefault("XLA_GPU_DEBUG_FILL", "0xA5")
+# The pass managers verify the IR after every pass here (by default only
+# after the last one): a pass that makes invalid IR is named.
+os.environ.setdefault("XLA_GPU_VERIFY_EACH_PASS", "1")
 
 
 def pytest_sessionfinish(session, exitstatus):

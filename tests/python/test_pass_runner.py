@@ -61,6 +61,39 @@ def test_a_failing_pass_raises_mlir_error_with_its_diagnostics():
     assert len(info.value.error_diagnostics) == 1
 
 
+@pytest.mark.parametrize("each_pass", ["0", "1"])
+def test_invalid_ir_out_of_the_pipeline_is_an_mlir_error(monkeypatch, each_pass):
+    # Verified after every pass (XLA_GPU_VERIFY_EACH_PASS=1, as the tests
+    # run) or once after the last (the default): either way an invalid
+    # result is an MLIRError naming the op, never a module handed on.
+    monkeypatch.setenv("XLA_GPU_VERIFY_EACH_PASS", each_pass)
+    context = ir.Context()
+    # CSE merges the two constants (a pass that changes nothing is not
+    # followed by a verification).
+    module = mlir_ir.Module.parse("""
+func.func @f(%a: f32) -> f32 {
+  %c1 = arith.constant 1.0 : f32
+  %c2 = arith.constant 1.0 : f32
+  %s = arith.addf %c1, %c2 : f32
+  return %s : f32
+}""", context)
+    func = module.body.operations[0]
+    ret = func.regions[0].blocks[0].operations[3]
+    with mlir_ir.InsertionPoint(ret), mlir_ir.Location.unknown(context):
+        # Built without the verifier: arith.addi does not take floats.
+        bad = mlir_ir.Operation.create("arith.addi", results=[mlir_ir.F32Type.get(context)],
+                                       operands=[ret.operands[0], ret.operands[0]])
+    ret.operands[0] = bad.result
+    with pytest.raises(mlir_ir.MLIRError, match="arith.addi") as info:
+        _pass_runner.run_pipeline(module, "builtin.module(cse)")
+    if each_pass == "0":
+        assert "produced invalid IR" in str(info.value)
+    # Verified IR comes out of the same pass manager as before.
+    good = mlir_ir.Module.parse(KERNEL, context)
+    _pass_runner.run_pipeline(good, pipeline.pipeline_string(target="cuda"))
+    assert "llvm.func" in str(good)
+
+
 def test_an_invalid_pipeline_is_a_value_error():
     context = ir.Context()
     module = mlir_ir.Module.parse(KERNEL, context)
