@@ -128,3 +128,20 @@ def test_dump_dir_writes_every_stage_and_the_ptx(tmp_path):
     assert any("xla-flatten-tensors" in n for n in names)
     assert any("xla-lower-to-llvm" in n for n in names)
     assert f"{exe.spec.name}.ptx" in names
+
+
+def test_argument_addresses_of_every_kind_of_array():
+    # The fast address path (ctypes' buffer view) and its fallbacks give the
+    # address numpy reports: plain, read-only, empty and 0-d arrays, and
+    # ml_dtypes' (bf16, f8: no buffer export).
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from xla_gpu.runtime.spec import _address
+    arrays = [np.arange(6, dtype=np.float32), np.zeros((2, 3), ml_dtypes.bfloat16),
+              np.zeros((), ml_dtypes.bfloat16), np.zeros(4, ml_dtypes.float8_e4m3fn),
+              np.zeros((0,), np.int32), np.zeros((0,), ml_dtypes.bfloat16)]
+    frozen = np.ones(3, ml_dtypes.bfloat16)
+    frozen.flags.writeable = False
+    also_frozen = np.ones(3, np.float64)
+    also_frozen.flags.writeable = False
+    for array in [*arrays, frozen, also_frozen]:
+        assert _address(array) == array.ctypes.data, array.dtype

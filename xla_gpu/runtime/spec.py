@@ -249,7 +249,11 @@ class KernelSpec:
 
 def _address(array: np.ndarray) -> int:
     """The data address of a numpy array; ctypes' buffer view is 5x faster
-    than `array.ctypes.data` (read-only and empty arrays take the latter)."""
+    than `array.ctypes.data` (read-only and empty arrays take the latter).
+    ml_dtypes' arrays (bf16, f8, int4: kind "V") export no buffer: their
+    array interface, without a failed attempt first (2.4 vs 5 us)."""
+    if array.dtype.kind == "V":
+        return array.__array_interface__["data"][0]
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     except (TypeError, ValueError, BufferError):
