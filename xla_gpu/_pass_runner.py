@@ -168,22 +168,15 @@ def run_pipeline(module: _ir.Module, pipeline: str) -> None:
     handler = _DIAGNOSTIC_HANDLER(handle)
     context_handle = to_handle(context)
     handler_id = lib.mlirContextAttachDiagnosticHandler(context_handle, handler, None, None)
-    invalid = False
     try:
-        result = lib.mlirPassManagerRunOnOp(pm, to_handle(module.operation))
-        if result.value and not each_pass:
-            invalid = not lib.mlirOperationVerify(to_handle(module.operation))
+        passed = lib.mlirPassManagerRunOnOp(pm, to_handle(module.operation)).value
+        # Without per-pass verification, the result is verified here once.
+        valid = not passed or each_pass or lib.mlirOperationVerify(to_handle(module.operation))
     finally:
         lib.mlirContextDetachDiagnosticHandler(context_handle, handler_id)
-    if invalid:
-        message = ("The pass pipeline produced invalid IR (XLA_GPU_VERIFY_EACH_PASS=1 "
-                   "names the pass)")
-        if diagnostics:
-            message += ":\n" + "\n".join(f"error: {d.location}: {d.message}"
-                                          for d in diagnostics)
-        raise _ir.MLIRError(message, diagnostics)
-    if not result.value:
-        message = "Failure while executing pass pipeline"
+    if not (passed and valid):
+        message = "Failure while executing pass pipeline" if not passed else (
+            "The pass pipeline produced invalid IR (XLA_GPU_VERIFY_EACH_PASS=1 names the pass)")
         if diagnostics:
             message += ":\n" + "\n".join(f"error: {d.location}: {d.message}"
                                          for d in diagnostics)

@@ -741,17 +741,21 @@ class _KernelCompiler:
                 self.disk.put(key, exe)
         else:
             self.cached += 1
+        if exe.lowered is None and self.cache:
+            _kernel_memory[key] = exe
+        self.by_fingerprint[fp] = key
+        return self._add_image(key, exe)
+
+    def _add_image(self, key: str, exe) -> KernelImage:
+        """The program's image of kernel `exe` under `key`; one still to
+        link (`exe.lowered`) gets its code from `link`."""
         image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
                             host_library=exe.host_library)
+        if self.target == "cpu" and exe.host_library is None:
+            image.jit = getattr(exe._load(), "host", None)
         if exe.lowered is not None:
             self._unlinked.append((image, exe, key))
-        elif self.cache:
-            _kernel_memory[key] = exe
-        if self.target == "cpu" and exe.host_library is None:
-            runner = exe._load()
-            image.jit = getattr(runner, "host", None)
         self.images[key] = image
-        self.by_fingerprint[fp] = key
         return image
 
     def link(self) -> None:
@@ -787,13 +791,7 @@ class _KernelCompiler:
         key; returns its kernel id. One still to link (`exe.lowered`) is
         linked with the program's others."""
         if key not in self.images:
-            image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
-                                host_library=exe.host_library)
-            if self.target == "cpu" and exe.host_library is None:
-                image.jit = getattr(exe._load(), "host", None)
-            if exe.lowered is not None:
-                self._unlinked.append((image, exe, key))
-            self.images[key] = image
+            self._add_image(key, exe)
             self.compiled += 1
         return key
 
@@ -1262,8 +1260,7 @@ def _where(inst: HloInstruction) -> str:
 def _memory_analysis(assignment, kernels: dict[str, KernelImage]) -> MemoryAnalysis:
     memory = assignment.memory_analysis()
     # Kernels linked into one binary share it: count it once.
-    code = {(id(k.ptx), id(k.cubin), id(k.host_library)): k.code_size
-            for k in kernels.values()}
+    code = {k.shared_binary() or id(k): k.code_size for k in kernels.values()}
     memory.generated_code_size_in_bytes = sum(code.values())
     return memory
 

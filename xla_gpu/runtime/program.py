@@ -101,14 +101,14 @@ class KernelImage:
     def code_size(self) -> int:
         return sum(len(x) for x in (self.ptx or "", self.cubin or b"", self.host_library or b""))
 
-    def cuda_code_digest(self) -> bytes | None:
-        """A digest of the PTX and cubin (None without either): kernels
-        linked into one binary have the same."""
+    def shared_binary(self) -> tuple[int, int] | None:
+        """Which PTX / cubin this kernel holds (None without either):
+        kernels linked into one binary hold the same objects (`link` gives
+        each image its group's, `load_program` each kernel its file's), so
+        their identities tell the binaries apart without hashing them."""
         if self.ptx is None and self.cubin is None:
             return None
-        h = hashlib.sha256((self.ptx or "").encode())
-        h.update(self.cubin or b"")
-        return h.digest()
+        return id(self.ptx), id(self.cubin)
 
 
 def host_memory_bytes() -> int:
@@ -204,16 +204,16 @@ class ProgramExecutable:
     def _launcher_table(self) -> dict:
         if self._launchers is None:
             table = {}
-            modules: dict[bytes, Any] = {}
+            modules: dict[tuple[int, int], Any] = {}
             for kid, image in self.kernels.items():
                 if self.target == "cuda":
                     # Kernels linked into one binary share its loaded module.
                     from .cuda import CudaModule
-                    digest = image.cuda_code_digest()
-                    if digest not in modules:
-                        modules[digest] = CudaModule(cubin=image.cubin, ptx=image.ptx,
+                    binary = image.shared_binary()
+                    if binary not in modules:
+                        modules[binary] = CudaModule(cubin=image.cubin, ptx=image.ptx,
                                                      what=f"kernel '{image.spec.name}'")
-                    table[kid] = _CudaLauncher(image, modules[digest])
+                    table[kid] = _CudaLauncher(image, modules[binary])
                 elif image.host_library is not None:
                     # Times one host thread against block ranges on several
                     # and keeps the faster (a short kernel loses by splitting).
@@ -541,11 +541,11 @@ class ProgramExecutable:
         """Kernel id -> binary number, for the kernels whose PTX / cubin
         another kernel has too (linked into one): saved once, under
         binaries/<number>."""
-        by_code: dict[bytes, list[str]] = {}
+        by_code: dict[tuple[int, int], list[str]] = {}
         for kid, image in sorted(self.kernels.items()):
-            digest = image.cuda_code_digest()
-            if digest is not None:
-                by_code.setdefault(digest, []).append(kid)
+            binary = image.shared_binary()
+            if binary is not None:
+                by_code.setdefault(binary, []).append(kid)
         shared = [kids for kids in by_code.values() if len(kids) > 1]
         return {kid: number for number, kids in enumerate(shared) for kid in kids}
 
