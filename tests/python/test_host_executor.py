@@ -14,6 +14,11 @@ from xla_gpu.runtime.thunks import ThunkError, walk
 
 from test_thunks import COND_INDEX, CUSTOM, GEMM, KERNEL_COPY_MEMSET, WHILE
 
+try:
+    from xla_gpu.runtime._host_run import HostRun as _HostRun
+except ImportError:   # a source tree without the built extension
+    _HostRun = None
+
 pytestmark = pytest.mark.skipif(host_executor.native_executor() is None,
                                 reason="libXlaGpuFfi.so cannot be loaded or built here")
 
@@ -176,15 +181,21 @@ def _set(index: int, value: int):
     _set(4, -8),                     # negative offset
     _set(1, 50),                     # kernel index out of range
 ], ids=["opcode", "truncated", "allocation", "offset", "kernel"])
-def test_a_malformed_command_stream_is_refused(mutate):
+@pytest.mark.parametrize("path", ["c", "ctypes"])
+def test_a_malformed_command_stream_is_refused(mutate, path):
     exe = xla_gpu.compile(TWO_KERNELS, target="cpu", command_buffers=False)
     y = np.arange(16, dtype=np.float32)
     np.testing.assert_array_equal(exe.run(y)[0], 2 * y + 1)
     program = exe._native_program()
     assert program.code[0] == host_executor.KERNEL
     program.code = np.ascontiguousarray(mutate(program.code.copy()))
+    # The C run path is built again over the new stream; False: the
+    # executor called through ctypes from the Python path.
+    exe._host_run = None if path == "c" else False
     with pytest.raises(ThunkError, match="refused command word 0"):
         exe.run(y)
+    assert (_HostRun is not None and isinstance(exe._host_run, _HostRun)) == \
+        (path == "c" and _HostRun is not None)
 
 
 def test_outputs_held_by_the_caller_are_not_reused(monkeypatch):
@@ -221,3 +232,143 @@ fused {
     assert not np.shares_memory(view, third)
     np.testing.assert_array_equal(view, -x[3:])
     np.testing.assert_array_equal(third, -2 * x)
+
+
+# -- the C run path (xla_gpu.runtime._host_run) ---------------------------------
+
+needs_host_run = pytest.mark.skipif(_HostRun is None,
+                                    reason="xla_gpu.runtime._host_run is not built here")
+
+# A donated parameter (its allocation is written, so the argument is copied
+# in), an output in column-major layout (a strided view), an output taken
+# from the donated parameter's allocation and a constant output (copies).
+DONATED_TRANSPOSED = """HloModule m, input_output_alias={ {0}: (0, {}, may-alias) }, \
+entry_computation_layout={(f32[4,8]{1,0}, f32[4,8]{1,0})->\
+(f32[4,8]{1,0}, f32[4,8]{0,1}, f32[8]{0})}
+ENTRY e {
+  p = f32[4,8]{1,0} parameter(0)
+  q = f32[4,8]{1,0} parameter(1)
+  a = f32[4,8]{1,0} add(p, q)
+  t = f32[4,8]{0,1} copy(a)
+  c = f32[8]{0} constant({1,2,3,4,5,6,7,8})
+  ROOT r = (f32[4,8]{1,0}, f32[4,8]{0,1}, f32[8]{0}) tuple(a, t, c)
+}
+"""
+
+
+def _c_and_python(exe, *args):
+    """The C path's results and counters, then the Python path's."""
+    got = exe.run(*args)
+    assert isinstance(exe._host_run, _HostRun)
+    got_stats = dict(exe.stats)
+    want = exe._run_cpu(list(args))
+    assert got_stats == exe.stats and got_stats
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape and g.strides == w.strides
+        np.testing.assert_array_equal(g, w)
+    return got
+
+
+@needs_host_run
+def test_the_c_run_path_gives_the_python_paths_results_and_counters():
+    x = np.linspace(-1, 1, 8).astype(np.float32)
+    _c_and_python(xla_gpu.compile(WHILE, target="cpu"), x)
+    _c_and_python(xla_gpu.compile(KERNEL_COPY_MEMSET, target="cpu"),
+                  np.arange(16, dtype=np.float32))
+    cond = xla_gpu.compile(COND_INDEX, target="cpu")
+    for index in (-1, 0, 2, 5):
+        _c_and_python(cond, np.asarray(index, np.int32), np.linspace(-2, 2, 4, dtype=np.float32))
+    exe = xla_gpu.compile(DONATED_TRANSPOSED, target="cpu")
+    p = np.arange(32, dtype=np.float32).reshape(4, 8)
+    q = np.full((4, 8), 0.5, np.float32)
+    a, t, c = _c_and_python(exe, p, q)
+    np.testing.assert_array_equal(a, p + q)
+    np.testing.assert_array_equal(t, p + q)
+    assert t.strides == (4, 16)                       # the column-major buffer
+    np.testing.assert_array_equal(c, np.arange(1, 9, dtype=np.float32))
+    np.testing.assert_array_equal(p, np.arange(32, dtype=np.float32).reshape(4, 8))
+    c[:] = 0                                          # a copy, not the constant
+    np.testing.assert_array_equal(exe.run(p, q)[2], np.arange(1, 9, dtype=np.float32))
+
+
+@needs_host_run
+def test_arguments_the_c_path_does_not_take_go_the_python_way():
+    exe = xla_gpu.compile(DONATED_TRANSPOSED, target="cpu")
+    p = np.arange(32, dtype=np.float32).reshape(4, 8)
+    q = np.full((4, 8), 0.5, np.float32)
+    want = exe.run(p, q)
+    wide = np.zeros((4, 16), np.float32)
+    wide[:, ::2] = q
+    raw = np.zeros(4 * 8 + 1, np.float32)
+    shifted = raw[1:33].reshape(4, 8)                  # contiguous, 4 bytes off 16
+    shifted[...] = q
+    class Subclass(np.ndarray):
+        pass
+    for other in (wide[:, ::2], np.asfortranarray(q), q.view(Subclass), shifted):
+        got = exe.run(p, other)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(xla_gpu.errors.ArgumentError, match="argument 1: expected dtype"):
+        exe.run(p, q.astype(np.float64))
+    with pytest.raises(xla_gpu.errors.ArgumentError, match="argument 0: expected shape"):
+        exe.run(p[:2], q)
+    with pytest.raises(xla_gpu.errors.ArgumentError, match="takes 2 arguments"):
+        exe.run(p)
+
+
+@needs_host_run
+def test_the_c_path_hands_a_buffer_out_again_only_once_dropped():
+    exe = xla_gpu.compile(TWO_KERNELS, target="cpu", command_buffers=False)
+    y = np.arange(16, dtype=np.float32)
+    (first,) = exe.run(y)
+    (second,) = exe.run(y)
+    assert isinstance(exe._host_run, _HostRun) and not np.shares_memory(first, second)
+    address = second.ctypes.data
+    view = first[3:]
+    del first, second
+    (third,) = exe.run(2 * y)
+    assert third.ctypes.data == address
+    assert not np.shares_memory(view, third)
+    np.testing.assert_array_equal(view, (2 * y + 1)[3:])
+    np.testing.assert_array_equal(third, 4 * y + 1)
+
+
+@needs_host_run
+def test_concurrent_c_path_runs_never_share_a_buffer():
+    import threading
+    exe = xla_gpu.compile(WHILE, target="cpu")
+    reference = xla_gpu.compile(WHILE, target="cpu")
+    inputs = [np.linspace(-1, 1, 8).astype(np.float32) * (k + 1) for k in range(4)]
+    wants = [reference._run_cpu([x]) for x in inputs]
+    errors: list[str] = []
+
+    def worker(k):
+        for _ in range(200):
+            got = exe.run(inputs[k])
+            if not all(np.array_equal(g, w) for g, w in zip(got, wants[k])):
+                errors.append(f"thread {k}: wrong results")
+                return
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert isinstance(exe._host_run, _HostRun) and errors == []
+
+
+@needs_host_run
+@pytest.mark.parametrize("value", ["0x5A", "90", "007", "256", "x"])
+def test_the_c_path_reads_the_debug_fill_as_the_python_path_does(value, monkeypatch):
+    exe = xla_gpu.compile(TWO_KERNELS, target="cpu", command_buffers=False)
+    y = np.arange(16, dtype=np.float32)
+    monkeypatch.setenv("XLA_GPU_DEBUG_FILL", value)
+    try:
+        fill = int(value, 0)
+    except ValueError:
+        fill = None
+    if fill is None or not 0 <= fill <= 255:
+        with pytest.raises(xla_gpu.errors.ArgumentError, match="XLA_GPU_DEBUG_FILL"):
+            exe.run(y)
+    else:
+        np.testing.assert_array_equal(exe.run(y)[0], 2 * y + 1)

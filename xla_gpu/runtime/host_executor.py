@@ -12,6 +12,10 @@ split over host threads, kernels held by the JIT) stays a Python thunk the
 executor calls back for, on the same thread, with the same
 ExecutionContext; its exceptions come out of `run` unchanged.
 
+A program without Python thunks runs through `_host_run.HostRun`
+(ffi/host_run.c, built from `_CpuRunPlan.host_run`), which also does the
+run's argument checks, buffer pool and output arrays in C.
+
 `XLA_GPU_HOST_EXECUTOR=python` runs every thunk from Python instead (the
 reference the native path is tested against); without the library (a
 source tree where it cannot be built) programs run that way too.

@@ -168,13 +168,17 @@ class ProgramExecutable:
     timings: dict[str, float] = field(default_factory=dict)
     version: str = ""
     command_buffers: bool = True
-    stats: dict[str, int] = field(default_factory=dict)   # of the last run
+    _last_stats: dict[str, int] = field(default_factory=dict, repr=False)
     artifact_digest: str | None = None    # set by save() and load_program()
     _launchers: dict | None = field(default=None, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
     _device_pool: dict | None = field(default=None, repr=False)
     _host_program: Any = field(default=None, repr=False)
     _cpu_run_plan: "_CpuRunPlan | None" = field(default=None, repr=False)
+    # The C run path (xla_gpu.runtime._host_run.HostRun): None until the
+    # first cpu run, False where the program cannot take it.
+    _host_run: Any = field(default=None, repr=False)
+    _stats_from_host_run: bool = field(default=False, repr=False)
     _written: set | None = field(default=None, repr=False)
     _lock: Any = field(default_factory=threading.RLock, repr=False)
 
@@ -195,6 +199,21 @@ class ProgramExecutable:
     @property
     def num_kernels(self) -> int:
         return len(self.kernels)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """What the last run did: kernel launches, copies, memsets, gemms,
+        loop iterations, ... (by ExecutionContext.stats' names)."""
+        if self._stats_from_host_run:
+            from .host_executor import STATS
+            return {name: value for name, value in zip(STATS, self._host_run.counters())
+                    if value}
+        return self._last_stats
+
+    @stats.setter
+    def stats(self, value: dict[str, int]) -> None:
+        self._stats_from_host_run = False
+        self._last_stats = value
 
     def kernel_launches(self) -> int:
         """Kernel launches of one run (loops counted from the last run)."""
@@ -313,6 +332,14 @@ class ProgramExecutable:
         with `device_outputs=True`; `stream` is a CUstream (default: the
         legacy default stream; command buffers capture on a private one)."""
         if self.target == "cpu" and stream is None and not device_outputs:
+            fast = self._host_run
+            if fast is None:
+                fast = self._make_host_run()
+            if fast:
+                results = fast(*args)
+                if results is not NotImplemented:
+                    self._stats_from_host_run = True
+                    return results
             values = self._cpu_plan().fast_arguments(args)
             if values is not None:
                 return self._run_cpu(values)
@@ -348,6 +375,17 @@ class ProgramExecutable:
         for k, ref in enumerate(flat):
             by_alloc.setdefault(ref.slice.allocation, []).append((ref, k))
         return by_alloc
+
+    def _make_host_run(self):
+        """The program's C run path (built once), False where it has none:
+        no C extension or native executor here, thunks that run from
+        Python, tuple parameters, or outputs that need converting."""
+        with self._lock:
+            if self._host_run is None:
+                native = self._native_program()
+                self._host_run = False if native is None else \
+                    self._cpu_plan().host_run(self, native) or False
+            return self._host_run
 
     def _cpu_plan(self) -> "_CpuRunPlan":
         with self._lock:
@@ -673,6 +711,55 @@ class _CpuRunPlan:
                 self.pooled.append((alloc.index, alloc.size,
                                     None if slot is None else (dims, dtype), slot))
 
+    def host_run(self, exe: "ProgramExecutable", native) -> Any:
+        """This plan as a `_host_run.HostRun` over `native`'s command
+        stream; None where the C path cannot run the program the way
+        `_run_cpu` does (the extension is missing, Python thunks, tuple
+        parameters, a parameter allocation filled from a transposed
+        array, or an output in another dtype than its buffer)."""
+        try:
+            from ._host_run import HostRun
+        except ImportError:
+            return None
+        if native.callbacks or self.simple is None:
+            return None
+        parameters = []
+        copied: dict[int, int] = {}   # parameter allocation -> bytes copied into it
+        for index, size, users, zero_copy in self.parameters:
+            for ref, k in users:
+                if not ref.is_row_major:
+                    return None
+                parameters.append((k, (index, zero_copy, ref.slice.offset, ref.nbytes,
+                                       ref.storage_dtype, tuple(ref.dims))))
+                if not zero_copy:
+                    copied[index] = copied.get(index, 0) + ref.nbytes
+        parameters = [entry for _, entry in sorted(parameters, key=lambda item: item[0])]
+        pools = [(index, size, True, False, -1 if slot is None else slot,
+                  None if typed is None else typed[1], () if typed is None else typed[0])
+                 for index, size, typed, slot in self.pooled]
+        # Copied parameters get pooled buffers too, zeroed when the
+        # arguments do not cover them (the Python path's fresh zeros).
+        pools += [(index, exe.allocations[index].size, False,
+                   covered < exe.allocations[index].size, -1, None, ())
+                  for index, covered in copied.items()]
+        views = []
+        for slot, ref, copy in self.viewed_outputs:
+            if ref.storage_dtype != ref.dtype:
+                return None
+            physical = _row_major_strides(ref.physical_dims, ref.storage_dtype.itemsize)
+            order = ref.major_to_minor
+            views.append((slot, ref.slice.allocation, ref.slice.offset, copy, ref.dtype,
+                          tuple(ref.dims), tuple(physical[order.index(d)]
+                                                 for d in range(len(ref.dims)))))
+        constants = [(i, array) for i, array in enumerate(self.buffers) if array is not None]
+        executor = ctypes.cast(native._entry, ctypes.c_void_p).value
+        keep = (native.code, native._kernels, tuple(array for _, array in constants))
+        from .thunks import ThunkError
+        return HostRun(executor, native._code_address, len(native.code),
+                       ctypes.addressof(native._kernels), len(native._kernel_addresses),
+                       keep, ThunkError, len(self.bases), constants, parameters, pools,
+                       views, len(exe.outputs))
+
     def fast_arguments(self, args: Sequence[Any]) -> list[np.ndarray] | None:
         """`args` as they are when every one is a numpy array of its
         parameter's shape and storage dtype; None otherwise (the caller
@@ -684,6 +771,14 @@ class _CpuRunPlan:
             if type(arg) is not np.ndarray or arg.shape != shape or arg.dtype != dtype:
                 return None
         return list(args)
+
+
+def _row_major_strides(dims: Sequence[int], itemsize: int) -> list[int]:
+    strides, step = [], itemsize
+    for d in reversed(dims):
+        strides.append(step)
+        step *= d
+    return strides[::-1]
 
 
 def _to_storage(value: np.ndarray, ref: ArrayRef) -> np.ndarray:
