@@ -126,3 +126,72 @@ def test_host_loops_take_blocks_of_whole_rows(rows, columns, host_threads):
     assert gpu.launch_dims["threads"] == 128
     for exe in (host, gpu):
         assert compare(np.asarray(exe.run(x, b)[0]), np.asarray(want), "f32") is None
+
+
+def _native_runner():
+    from xla_gpu.runtime import _native_block_runner
+    runner = _native_block_runner()
+    if runner is None:
+        pytest.skip("libXlaGpuFfi.so cannot be loaded or built here")
+    return runner
+
+
+def test_native_block_ranges_give_the_whole_grids_result():
+    import ctypes
+    runner = _native_runner()
+    text = """HloModule m
+fused {
+  p = f32[8192] parameter(0)
+  q = f32[8192] parameter(1)
+  ROOT n = f32[8192] multiply(p, q)
+}
+"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    kernel = exe._load()
+    x = np.linspace(-3, 3, 8192, dtype=np.float32)
+    y = np.arange(8192, dtype=np.float32)
+    for parts in (1, 2, 3, 8, 1000):
+        out = np.full(8192, np.nan, np.float32)
+        pointers = [x.ctypes.data, y.ctypes.data, out.ctypes.data]
+        assert len(pointers) == len(kernel.spec.kernel_args)
+        packed = (ctypes.c_void_p * 3)(*pointers)
+        assert runner(kernel._blocks_address, packed, 3, kernel.spec.blocks, parts) == 0
+        np.testing.assert_array_equal(out, x * y, err_msg=f"{parts} parts")
+    # More arguments than the runner has calls for: nothing runs, code 1;
+    # a negative count: code 2.
+    many = (ctypes.c_void_p * 65)()
+    assert runner(kernel._blocks_address, many, 65, kernel.spec.blocks, 2) == 1
+    assert runner(kernel._blocks_address, packed, 3, -1, 2) == 2
+
+
+def test_native_block_ranges_from_several_python_threads_at_once():
+    import threading
+    _native_runner()
+    text = """HloModule m
+fused {
+  p = f32[65536] parameter(0)
+  ROOT n = f32[65536] negate(p)
+}
+"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    kernel = exe._load()
+    if kernel.workers <= 1:
+        pytest.skip("one host core: nothing to split")
+    kernel.split = True            # every launch in ranges
+    kernel._runs_since_probe = -10**9
+    errors: list[str] = []
+
+    def worker(k):
+        x = np.arange(65536, dtype=np.float32) * (k + 1)
+        for _ in range(100):
+            out = np.empty_like(x)
+            kernel.launch([x.ctypes.data, out.ctypes.data])
+            if not np.array_equal(out, -x):
+                errors.append(f"thread {k}")
+                return
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

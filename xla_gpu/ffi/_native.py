@@ -33,7 +33,8 @@ __all__ = ["lib", "library_path", "BufferDesc", "ERROR_CAPACITY", "FfiUnavailabl
 LIBRARY_NAME = "libXlaGpuFfi.so"
 ERROR_CAPACITY = 8192
 _SOURCE_DIR = Path(__file__).resolve().parents[2] / "ffi"
-_SOURCES = ("xla_gpu_ffi.cc", "host_executor.cc", "xla_gpu_ffi_abi.h", "exports.map")
+_SOURCES = ("xla_gpu_ffi.cc", "host_executor.cc", "host_blocks.cc", "xla_gpu_ffi_abi.h",
+            "exports.map")
 _lock = threading.Lock()
 
 
@@ -81,7 +82,7 @@ def _build_from_source() -> Path:
         out = work / LIBRARY_NAME
         command = [compiler, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
                    "-fno-exceptions", f"-Wl,--version-script={_SOURCE_DIR / 'exports.map'}",
-                   str(_SOURCE_DIR / "xla_gpu_ffi.cc"), str(_SOURCE_DIR / "host_executor.cc"),
+                   *(str(_SOURCE_DIR / name) for name in _SOURCES if name.endswith(".cc")),
                    "-o", str(out), "-ldl", "-pthread"]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=600)

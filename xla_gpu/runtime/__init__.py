@@ -36,19 +36,51 @@ __all__ = ["load", "LoadedKernel", "HostKernel", "EmptyKernel", "KernelSpec", "A
            "ArtifactError"]
 
 
+_block_runner: Any = None
+_block_runner_lock = threading.Lock()
+
+
+def _native_block_runner():
+    """`XlaGpuHostRunBlocks` (ffi/host_blocks.cc: block ranges on a native
+    thread pool, 5-10x cheaper to hand out than through a
+    ThreadPoolExecutor), or None where libXlaGpuFfi.so cannot be loaded or
+    `XLA_GPU_HOST_EXECUTOR=python` asks for Python."""
+    global _block_runner
+    with _block_runner_lock:
+        if _block_runner is None:
+            _block_runner = False
+            if os.environ.get("XLA_GPU_HOST_EXECUTOR", "native") != "python":
+                try:
+                    from ..ffi import _native
+                    fn = _native.lib().XlaGpuHostRunBlocks
+                except (ImportError, OSError, AttributeError, RuntimeError):
+                    fn = None
+                if fn is not None:
+                    P, I64 = ctypes.c_void_p, ctypes.c_int64
+                    fn.restype = I64
+                    fn.argtypes = [P, P, I64, I64, I64]
+                    _block_runner = fn
+        return _block_runner or None
+
+
 class HostKernel:
     """A cpu-target kernel in a shared object: `<name>_host(void **args)`
     runs the whole grid on one thread, `<name>_host_blocks(a0, ..., aN-1,
-    first, end)` a range of blocks. A grid of 64 blocks or more may run as
-    ranges on several host threads (ctypes releases the GIL): whether that
-    is faster depends on the kernel's length and on how busy the machine is
-    (handing a range to another thread costs 0.05-0.3 ms), so the first
-    runs try both ways, `PROBE_RUNS` each (one thread first: the first run
-    also faults in fresh output pages), the faster is kept, and the choice
-    is made again every `REPROBE_EVERY` runs. See xla_gpu.backends.cpu."""
+    first, end)` a range of blocks. A grid of `SPLIT_MIN_BLOCKS` blocks or
+    more may run as ranges on several host threads (the native block pool
+    of ffi/host_blocks.cc, else a ThreadPoolExecutor; the kernel runs
+    without the GIL): whether that is faster depends on the kernel's length
+    and on how busy the machine is (handing a range to another thread costs
+    ~5-20 us natively, 40-300 us through Python), so the first runs try
+    both ways, `PROBE_RUNS` each (one thread first: the first run also
+    faults in fresh output pages), the faster is kept, and the choice is
+    made again every `REPROBE_EVERY` runs. See xla_gpu.backends.cpu."""
 
     PROBE_RUNS = 3
     REPROBE_EVERY = 500
+    # Grids this large are probed both ways (a 4-block column reduction of
+    # 1024-thread blocks gains from two threads too).
+    SPLIT_MIN_BLOCKS = 2
 
     _pool: ThreadPoolExecutor | None = None
     _pool_lock = threading.Lock()
@@ -64,7 +96,10 @@ class HostKernel:
         if self._blocks is not None:
             self._blocks.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * 2
             self._blocks.restype = None
-        self.workers = min(os.cpu_count() or 1, 8) if spec.blocks >= 64 else 1
+        self._blocks_address = None if self._blocks is None else \
+            ctypes.cast(self._blocks, ctypes.c_void_p).value
+        self.workers = min(os.cpu_count() or 1, 8) \
+            if spec.blocks >= self.SPLIT_MIN_BLOCKS else 1
         # Seconds of the probing runs, one thread (False) and split (True).
         self._probe: dict[bool, list[float]] = {False: [], True: []}
         self.split: bool | None = None   # None while probing
@@ -111,6 +146,12 @@ class HostKernel:
         self._entry(packed)
 
     def _run_split(self, pointers: Sequence[int]) -> None:
+        run_blocks = _native_block_runner()
+        if run_blocks is not None:
+            packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+            if run_blocks(self._blocks_address, packed, len(pointers), self.spec.blocks,
+                          self.workers) == 0:
+                return
         with HostKernel._pool_lock:
             if HostKernel._pool is None:
                 HostKernel._pool = ThreadPoolExecutor(min(os.cpu_count() or 1, 8),

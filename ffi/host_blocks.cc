@@ -1,0 +1,207 @@
+//===- host_blocks.cc - a cpu-target kernel's blocks on several host threads ===//
+//
+// A cpu-target kernel `k` exports `k_host_blocks(a0, ..., aN-1, first, end)`,
+// which runs blocks [first, end) of its grid. Splitting a grid over host
+// threads pays only when handing a range to another thread is cheap next to
+// the kernel: through Python's ThreadPoolExecutor it costs 40-80 us (a
+// queue, a lock, a futex wake of a sleeping thread, a future), which on a
+// 2-core machine ate most of the gain on 100-500 us kernels.
+//
+// `XlaGpuHostRunBlocks` splits [0, blocks) into `parts` equal ranges: the
+// calling thread runs the first, pool workers the others. Workers wait for
+// the next job spinning for a while (kernels come back to back in a program
+// or a benchmark loop) and then sleep on a condition variable. One job at a
+// time: a caller that finds the pool busy (another Python thread's kernel)
+// runs its whole grid itself rather than queueing behind it.
+//
+// The kernel's arguments are passed as they are to `k_host_blocks`, whose C
+// signature has one pointer per argument: calls are instantiated for up to
+// kMaxArgs arguments; kernels with more return kTooManyArguments and run
+// from Python.
+//
+//===----------------------------------------------------------------------===//
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#define XLA_GPU_HOST_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace xla_gpu_host {
+namespace {
+
+constexpr int64_t kMaxArgs = 64;
+constexpr int64_t kMaxWorkers = 8;
+// Result codes of XlaGpuHostRunBlocks.
+constexpr int64_t kRan = 0, kTooManyArguments = 1, kBadRange = 2;
+// How long an idle worker spins before it sleeps: long enough for the
+// next launch of a program or a loop, short enough not to hold a core
+// another process wants.
+constexpr auto kSpin = std::chrono::microseconds(100);
+// Polls of the job word between looks at the clock.
+constexpr int kPollsPerClockRead = 64;
+// The low bits of the pool's generation word hold the job's part count.
+constexpr int kPartBits = 8;
+constexpr uint64_t kPartMask = (uint64_t{1} << kPartBits) - 1;
+
+using BlocksCall = void (*)(void *fn, void *const *args, int64_t first, int64_t end);
+
+template <size_t... I>
+void callBlocks(void *fn, void *const *args, int64_t first, int64_t end,
+                std::index_sequence<I...>) {
+  using Fn = void (*)(decltype((void)I, static_cast<void *>(nullptr))..., int64_t, int64_t);
+  reinterpret_cast<Fn>(fn)(args[I]..., first, end);
+}
+
+template <size_t N>
+void callBlocksN(void *fn, void *const *args, int64_t first, int64_t end) {
+  callBlocks(fn, args, first, end, std::make_index_sequence<N>());
+}
+
+template <size_t... N>
+constexpr auto makeCallTable(std::index_sequence<N...>) {
+  return std::array<BlocksCall, sizeof...(N)>{&callBlocksN<N>...};
+}
+
+const auto kCalls = makeCallTable(std::make_index_sequence<kMaxArgs + 1>());
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+struct Job {
+  BlocksCall call = nullptr;
+  void *fn = nullptr;
+  void *const *args = nullptr;
+  int64_t blocks = 0;
+  int64_t parts = 0;
+};
+
+class BlockPool {
+ public:
+  explicit BlockPool(int64_t workers) {
+    for (int64_t w = 1; w <= workers; ++w) threads_.emplace_back([this, w] { work(w); });
+  }
+  // The pool lives as long as the process: its threads are never joined
+  // (exit ends them; joining them in a static destructor could deadlock).
+  int64_t workers() const { return static_cast<int64_t>(threads_.size()); }
+
+  // Runs `job` split into job.parts ranges, the first on this thread.
+  // False when the pool is busy with another caller's job.
+  bool run(const Job &job) {
+    std::unique_lock<std::mutex> submit(submit_, std::try_to_lock);
+    if (!submit.owns_lock()) return false;
+    // Only the workers that run a part read job_, and the next job is
+    // written after they all finished: no worker reads it while it changes.
+    job_ = job;
+    remaining_.store(job.parts - 1, std::memory_order_relaxed);
+    // The job's number of parts travels in the low bits of the generation,
+    // so that a worker with no part never touches job_.
+    uint64_t next = ((generation_.load(std::memory_order_relaxed) >> kPartBits) + 1)
+                    << kPartBits;
+    generation_.store(next | static_cast<uint64_t>(job.parts), std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lock(sleep_);
+      wake_.notify_all();
+    }
+    runPart(job, 0);
+    while (remaining_.load(std::memory_order_acquire) > 0) cpuRelax();
+    return true;
+  }
+
+ private:
+  static void runPart(const Job &job, int64_t part) {
+    int64_t first = job.blocks * part / job.parts;
+    int64_t end = job.blocks * (part + 1) / job.parts;
+    if (first < end) job.call(job.fn, job.args, first, end);
+  }
+
+  void work(int64_t index) {
+    // Not the current value: a worker thread may start after the first job
+    // was posted, and must still take its part.
+    uint64_t seen = 0;
+    for (;;) {
+      uint64_t now = seen;
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      for (int poll = 1; now == seen; ++poll) {
+        cpuRelax();
+        now = generation_.load(std::memory_order_acquire);
+        if (poll % kPollsPerClockRead == 0 && std::chrono::steady_clock::now() >= until) break;
+      }
+      if (now == seen) {
+        std::unique_lock<std::mutex> lock(sleep_);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.wait(lock, [&] {
+          return generation_.load(std::memory_order_seq_cst) != seen;
+        });
+        sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+        now = generation_.load(std::memory_order_acquire);
+      }
+      seen = now;
+      if (index < static_cast<int64_t>(now & kPartMask)) {
+        runPart(job_, index);
+        remaining_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex submit_;
+  std::mutex sleep_;
+  std::condition_variable wake_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int64_t> remaining_{0};
+  std::atomic<int64_t> sleepers_{0};
+  Job job_;
+};
+
+BlockPool &pool() {
+  // Never destroyed: its threads live as long as the process.
+  static BlockPool *instance = [] {
+    unsigned cores = std::thread::hardware_concurrency();
+    int64_t workers = std::clamp<int64_t>(cores > 1 ? cores - 1 : 1, 1, kMaxWorkers - 1);
+    return new BlockPool(workers);
+  }();
+  return *instance;
+}
+
+}  // namespace
+}  // namespace xla_gpu_host
+
+// Runs blocks [0, blocks) of the kernel whose `k_host_blocks` entry is
+// `blocks_fn` on `args` (nargs pointers), in `parts` ranges on this thread
+// and the pool's (parts is capped at the pool's size + 1; a busy pool, or
+// parts <= 1, runs them all here). Returns 0, 1 when the kernel has more
+// than kMaxArgs arguments (nothing ran), 2 for a negative count.
+XLA_GPU_HOST_EXPORT int64_t XlaGpuHostRunBlocks(void *blocks_fn, void *const *args,
+                                                int64_t nargs, int64_t blocks,
+                                                int64_t parts) {
+  using namespace xla_gpu_host;
+  if (nargs < 0 || blocks < 0 || blocks_fn == nullptr) return kBadRange;
+  if (nargs > kMaxArgs) return kTooManyArguments;
+  Job job{kCalls[static_cast<size_t>(nargs)], blocks_fn, args, blocks, 1};
+  if (parts > 1 && blocks > 1) {
+    BlockPool &workers = pool();
+    job.parts = std::min({parts, workers.workers() + 1, blocks});
+    if (workers.run(job)) return kRan;
+    job.parts = 1;
+  }
+  job.call(blocks_fn, args, 0, blocks);
+  return kRan;
+}
+
+// The number of threads a split kernel can use: the pool's and the caller's.
+XLA_GPU_HOST_EXPORT int64_t XlaGpuHostBlockThreads() {
+  return xla_gpu_host::pool().workers() + 1;
+}
