@@ -40,9 +40,9 @@ import re
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path
-
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
 
 from mlir import ir as _ir
 from mlir.dialects import gpu
@@ -52,7 +52,7 @@ from . import _pass_runner
 from .errors import CompileError, ResourceError
 from .runtime.cuda import check_launch, limits_for_arch
 
-__all__ = ["to_ptx", "ptx_of_text", "to_cubin", "to_llvm_ir", "find_libdevice",
+__all__ = ["to_ptx", "ptx_of_text", "ptx_of_operations", "to_cubin", "to_llvm_ir", "find_libdevice",
            "embedded_libdevice_size", "find_ptxas",
            "CodegenError", "LaunchLimitError", "KernelResources", "ptx_block_size",
            "parse_ptxas_info", "kernel_resources", "check_resources"]
@@ -138,28 +138,57 @@ def ptx_of_text(body: str, context: _ir.Context, arch: str = "sm_90",
     return _object_of_text(body, context, arch, opt_level, "isa").decode()
 
 
+def ptx_of_operations(operations: Sequence[_ir.Operation], context: _ir.Context,
+                      arch: str = "sm_90", opt_level: int = 3) -> str:
+    """PTX for llvm/nvvm-dialect top-level operations of a module in
+    `context`, which move into the gpu.module that is compiled (their
+    module keeps whatever else it held)."""
+    _check_arch(arch)
+    calls_libdevice = any(
+        op.name == "llvm.func" and "sym_name" in op.attributes and
+        _ir.StringAttr(op.attributes["sym_name"]).value.startswith("__nv_")
+        for op in operations)
+    wrapped = _wrapped_module("", context, arch, opt_level, calls_libdevice)
+    insert = _ir.InsertionPoint(wrapped.body.operations[0].regions[0].blocks[0])
+    for op in operations:
+        op.detach_from_parent()
+        insert.insert(op)
+    return _serialize(wrapped, "isa").decode()
+
+
+def _wrapped_module(body: str, context: _ir.Context, arch: str, opt_level: int,
+                    calls_libdevice: bool) -> _ir.Module:
+    """`body` (llvm/nvvm operations' text) in one gpu.module for `arch`."""
+    # libdevice from disk only where MLIR embeds none, and only for a kernel
+    # that calls it (loading it costs ~3 ms a kernel; most loop and
+    # reduction kernels call none of it).
+    libdevice = find_libdevice() if calls_libdevice and not embedded_libdevice_size() \
+        else None
+    link = f', link = ["{libdevice}"]' if libdevice else ""
+    target = f'#nvvm.target<O = {opt_level}, chip = "{arch}"{link}>'
+    return _ir.Module.parse(
+        f"module attributes {{gpu.container_module}} {{\n"
+        f"gpu.module @kernels [{target}] {{\n{body}\n}}\n}}", context)
+
+
 def _object_of_text(body: str, context: _ir.Context, arch: str, opt_level: int,
                     fmt: str) -> bytes:
     """Runs gpu-module-to-binary (`fmt`: isa, offloading) on the llvm/nvvm
     operations of `body` wrapped in one gpu.module."""
     _check_arch(arch)
-    # libdevice from disk only where MLIR embeds none, and only for a kernel
-    # that calls it (loading it costs ~3 ms a kernel; most loop and
-    # reduction kernels call none of it).
-    libdevice = find_libdevice() if "@__nv_" in body and not embedded_libdevice_size() \
-        else None
-    link = f', link = ["{libdevice}"]' if libdevice else ""
-    target = f'#nvvm.target<O = {opt_level}, chip = "{arch}"{link}>'
-    wrapped = _ir.Module.parse(
-        f"module attributes {{gpu.container_module}} {{\n"
-        f"gpu.module @kernels [{target}] {{\n{body}\n}}\n}}", context)
+    return _serialize(_wrapped_module(body, context, arch, opt_level, "@__nv_" in body), fmt)
+
+
+def _serialize(wrapped: _ir.Module, fmt: str) -> bytes:
+    """gpu-module-to-binary (`fmt`: isa, offloading) on `wrapped`'s
+    gpu.module: its one object's bytes."""
     to_binary = f"builtin.module(gpu-module-to-binary{{format={fmt}}})"
     try:
         if _pass_runner.available():
             # Without the GIL: kernels compiled on several threads overlap.
             _pass_runner.run_pipeline(wrapped, to_binary)
         else:
-            PassManager.parse(to_binary, context).run(wrapped.operation)
+            PassManager.parse(to_binary, wrapped.context).run(wrapped.operation)
     except _ir.MLIRError as e:
         raise CodegenError(f"NVPTX code generation failed: {e}") from e
     binary = wrapped.body.operations[0]

@@ -64,12 +64,42 @@ def compile_module(module: _ir.Module, *, arch: str = "sm_90", name: str = "kern
     codegen.CodegenError (a CompileError) when code generation does, and
     codegen.LaunchLimitError when the kernel exceeds the GPU's limits."""
     timings = {} if timings is None else timings
-    lowered = lower_module(module, name=name, dump_dir=dump_dir, dump_regex=dump_regex,
-                           timings=timings)
-    binary = link([lowered], module.context, arch=arch, timings=timings)
+    start = time.perf_counter()
+    pipeline.run(module, stages=stages(), dump_dir=dump_dir, dump_regex=dump_regex,
+                 timings=timings if dump_dir is not None else None)
+    declarations, definitions = _name_helpers_after(module, name)
+    timings["pipeline"] = time.perf_counter() - start
+    # One kernel: its operations move into the gpu.module as they are (no
+    # text round trip, which a module of several kernels needs).
+    start = time.perf_counter()
+    ptx = codegen.ptx_of_operations([op for _, op in declarations] +
+                                    [op for op, _ in definitions], module.context, arch)
+    timings["ptx"] = time.perf_counter() - start
+    binary = CudaBinary(ptx, _cubin(ptx, arch, timings), timings)
     if dump_dir is not None:
         Path(dump_dir, f"{name}.ptx").write_text(binary.ptx)
     return binary
+
+
+def _name_helpers_after(module: _ir.Module, name: str):
+    """Splits the lowered `module`'s top-level operations into external
+    declarations (libdevice's: [(symbol, op)]) and definitions ([(op,
+    symbol)]), the kernel's own helpers and globals renamed after it
+    (`<name>__<symbol>`)."""
+    declarations, definitions = [], []
+    for op in module.body.operations:
+        symbol = _ir.StringAttr(op.attributes["sym_name"]).value \
+            if "sym_name" in op.attributes else None
+        if op.name == "llvm.func" and not op.regions[0].blocks:   # external (libdevice)
+            declarations.append((symbol, op))
+        else:
+            definitions.append((op, symbol))
+    for op, symbol in definitions:
+        if symbol is not None and symbol != name:
+            renamed = f"{name}__{symbol}"
+            _ir.SymbolTable.replace_all_symbol_uses(symbol, renamed, module.operation)
+            _ir.SymbolTable.set_symbol_name(op, renamed)
+    return declarations, definitions
 
 
 def lower_module(module: _ir.Module, *, name: str, dump_dir: str | Path | None = None,
@@ -82,25 +112,13 @@ def lower_module(module: _ir.Module, *, name: str, dump_dir: str | Path | None =
     start = time.perf_counter()
     pipeline.run(module, stages=stages(), dump_dir=dump_dir, dump_regex=dump_regex,
                  timings=timings if dump_dir is not None else None)
-    declarations, definitions = [], []
-    for op in module.body.operations:
-        symbol = _ir.StringAttr(op.attributes["sym_name"]).value \
-            if "sym_name" in op.attributes else None
-        if op.name == "llvm.func" and not op.regions[0].blocks:   # external (libdevice)
-            declarations.append((symbol, str(op)))
-        else:
-            definitions.append((op, symbol))
-    # The kernel's own helpers and globals, renamed after it.
-    symbols = {name}
-    for op, symbol in definitions:
-        if symbol is not None and symbol != name:
-            renamed = f"{name}__{symbol}"
-            _ir.SymbolTable.replace_all_symbol_uses(symbol, renamed, module.operation)
-            _ir.SymbolTable.set_symbol_name(op, renamed)
-            symbols.add(renamed)
+    declarations, definitions = _name_helpers_after(module, name)
+    symbols = {name} | {f"{name}__{symbol}" for _, symbol in definitions
+                        if symbol is not None and symbol != name}
     text = "\n".join(str(op) for op, _ in definitions)
     timings["pipeline"] = time.perf_counter() - start
-    return LoweredKernel(name, text, tuple(declarations), frozenset(symbols))
+    return LoweredKernel(name, text, tuple((symbol, str(op)) for symbol, op in declarations),
+                         frozenset(symbols))
 
 
 def link(kernels: Sequence[LoweredKernel], context: _ir.Context, *, arch: str = "sm_90",
@@ -123,10 +141,14 @@ def link(kernels: Sequence[LoweredKernel], context: _ir.Context, *, arch: str = 
     start = time.perf_counter()
     ptx = codegen.ptx_of_text(body, context, arch)
     timings["ptx"] = time.perf_counter() - start
+    return CudaBinary(ptx, _cubin(ptx, arch, timings), timings)
+
+
+def _cubin(ptx: str, arch: str, timings: dict[str, float]) -> bytes | None:
     start = time.perf_counter()
     cubin = codegen.to_cubin(ptx, arch)
     timings["cubin"] = time.perf_counter() - start
-    return CudaBinary(ptx, cubin, timings)
+    return cubin
 
 
 def link_groups(kernels: Sequence[LoweredKernel], parts: int = 1) -> list[list[LoweredKernel]]:

@@ -154,6 +154,16 @@ class HostProgram:
         self._code = np.ascontiguousarray(words, np.int64)
         self._code_address = self._code.ctypes.data
 
+    def entry_points(self) -> tuple[tuple[int, int, int, int, int], tuple]:
+        """What a caller in C needs to run this program without ctypes:
+        (executor address, code address, code length, kernel table address,
+        kernel count), and the objects those addresses point into, to be
+        kept alive with it."""
+        addresses = (ctypes.cast(self._entry, ctypes.c_void_p).value, self._code_address,
+                     len(self._code), ctypes.addressof(self._kernels),
+                     len(self._kernel_addresses))
+        return addresses, (self._code, self._kernels)
+
     @property
     def native_fraction(self) -> tuple[int, int]:
         """(commands the executor runs itself, thunks it calls back for)."""

@@ -733,6 +733,8 @@ class _CpuRunPlan:
                                        ref.storage_dtype, tuple(ref.dims))))
                 if not zero_copy:
                     copied[index] = copied.get(index, 0) + ref.nbytes
+        if sorted(k for k, _ in parameters) != list(range(len(self.simple))):
+            return None
         parameters = [entry for _, entry in sorted(parameters, key=lambda item: item[0])]
         pools = [(index, size, True, False, -1 if slot is None else slot,
                   None if typed is None else typed[1], () if typed is None else typed[0])
@@ -752,13 +754,10 @@ class _CpuRunPlan:
                           tuple(ref.dims), tuple(physical[order.index(d)]
                                                  for d in range(len(ref.dims)))))
         constants = [(i, array) for i, array in enumerate(self.buffers) if array is not None]
-        executor = ctypes.cast(native._entry, ctypes.c_void_p).value
-        keep = (native.code, native._kernels, tuple(array for _, array in constants))
+        addresses, keep = native.entry_points()
         from .thunks import ThunkError
-        return HostRun(executor, native._code_address, len(native.code),
-                       ctypes.addressof(native._kernels), len(native._kernel_addresses),
-                       keep, ThunkError, len(self.bases), constants, parameters, pools,
-                       views, len(exe.outputs))
+        return HostRun(*addresses, (*keep, *(array for _, array in constants)), ThunkError,
+                       len(self.bases), constants, parameters, pools, views, len(exe.outputs))
 
     def fast_arguments(self, args: Sequence[Any]) -> list[np.ndarray] | None:
         """`args` as they are when every one is a numpy array of its
