@@ -72,14 +72,16 @@ fused {
     np.testing.assert_array_equal(exe.run(x)[0], -x)
 
 
-def test_runtime_chooses_one_thread_or_ranges_by_timing_both():
-    text = """HloModule m
+NEGATE_65536 = """HloModule m
 fused {
   p = f32[65536] parameter(0)
   ROOT n = f32[65536] negate(p)
 }
 """
-    exe = xla_gpu.compile(text, target="cpu", cache=False)
+
+
+def test_runtime_chooses_one_thread_or_ranges_by_timing_both():
+    exe = xla_gpu.compile(NEGATE_65536, target="cpu", cache=False)
     kernel = exe._load()
     if kernel.workers <= 1:
         pytest.skip("one host core: nothing to split")
@@ -165,15 +167,9 @@ fused {
 
 
 def test_native_block_ranges_from_several_python_threads_at_once():
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
     _native_runner()
-    text = """HloModule m
-fused {
-  p = f32[65536] parameter(0)
-  ROOT n = f32[65536] negate(p)
-}
-"""
-    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    exe = xla_gpu.compile(NEGATE_65536, target="cpu", cache=False)
     kernel = exe._load()
     if kernel.workers <= 1:
         pytest.skip("one host core: nothing to split")
@@ -189,9 +185,6 @@ fused {
             if not np.array_equal(out, -x):
                 errors.append(f"thread {k}")
                 return
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(worker, range(3)))
     assert errors == []
