@@ -28,6 +28,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -166,14 +167,30 @@ class BlockPool {
   Job job_;
 };
 
+std::atomic<BlockPool *> currentPool{nullptr};
+std::mutex poolCreation;
+
 BlockPool &pool() {
-  // Never destroyed: its threads live as long as the process.
-  static BlockPool *instance = [] {
+  BlockPool *existing = currentPool.load(std::memory_order_acquire);
+  if (existing != nullptr) return *existing;
+  std::lock_guard<std::mutex> lock(poolCreation);
+  existing = currentPool.load(std::memory_order_relaxed);
+  if (existing == nullptr) {
+    // A forked child has none of the parent's worker threads: it starts a
+    // pool of its own on its first split (the parent's is never freed,
+    // its threads own it).
+    static const bool forgetOnFork = [] {
+      pthread_atfork(nullptr, nullptr,
+                     [] { currentPool.store(nullptr, std::memory_order_relaxed); });
+      return true;
+    }();
+    (void)forgetOnFork;
     unsigned cores = std::thread::hardware_concurrency();
     int64_t workers = std::clamp<int64_t>(cores > 1 ? cores - 1 : 1, 1, kMaxWorkers - 1);
-    return new BlockPool(workers);
-  }();
-  return *instance;
+    existing = new BlockPool(workers);
+    currentPool.store(existing, std::memory_order_release);
+  }
+  return *existing;
 }
 
 }  // namespace

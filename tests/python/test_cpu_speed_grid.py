@@ -6,6 +6,8 @@ atomics; the runtime times one thread against block ranges on several."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -188,3 +190,40 @@ def test_native_block_ranges_from_several_python_threads_at_once():
     with ThreadPoolExecutor(3) as pool:
         list(pool.map(worker, range(3)))
     assert errors == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_a_forked_child_splits_grids_on_a_pool_of_its_own():
+    import ctypes
+    import time
+    import warnings
+    runner = _native_runner()
+    exe = xla_gpu.compile(NEGATE_65536, target="cpu", cache=False)
+    kernel = exe._load()
+    x = np.arange(65536, dtype=np.float32)
+    out = np.empty_like(x)
+    packed = (ctypes.c_void_p * 2)(x.ctypes.data, out.ctypes.data)
+    # The parent's pool exists (and its workers run) before the fork.
+    assert runner(kernel._blocks_address, packed, 2, kernel.spec.blocks, 2) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # fork with threads
+        pid = os.fork()
+    if pid == 0:   # the child: none of the parent's worker threads exist here
+        try:
+            out[...] = 0
+            code = runner(kernel._blocks_address, packed, 2, kernel.spec.blocks, 2)
+            os._exit(0 if code == 0 and np.array_equal(out, -x) else 1)
+        except BaseException:
+            os._exit(2)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child never finished its split kernel")
+        time.sleep(0.02)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    np.testing.assert_array_equal(out, -x)
