@@ -52,8 +52,8 @@ from . import _pass_runner
 from .errors import CompileError, ResourceError
 from .runtime.cuda import check_launch, limits_for_arch
 
-__all__ = ["to_ptx", "ptx_of_text", "ptx_of_operations", "to_cubin", "to_llvm_ir", "find_libdevice",
-           "embedded_libdevice_size", "find_ptxas",
+__all__ = ["to_ptx", "ptx_of_text", "ptx_of_operations", "to_cubin", "to_llvm_ir",
+           "find_libdevice", "embedded_libdevice_size", "find_ptxas",
            "CodegenError", "LaunchLimitError", "KernelResources", "ptx_block_size",
            "parse_ptxas_info", "kernel_resources", "check_resources"]
 
@@ -143,8 +143,8 @@ def ptx_of_operations(operations: Sequence[_ir.Operation], context: _ir.Context,
     """PTX for llvm/nvvm-dialect top-level operations of a module in
     `context`, which move into the gpu.module that is compiled (their
     module keeps whatever else it held)."""
-    _check_arch(arch)
-    calls_libdevice = any(
+    # Only where MLIR embeds no libdevice does it matter whether one is called.
+    calls_libdevice = not embedded_libdevice_size() and any(
         op.name == "llvm.func" and "sym_name" in op.attributes and
         _ir.StringAttr(op.attributes["sym_name"]).value.startswith("__nv_")
         for op in operations)
@@ -158,12 +158,14 @@ def ptx_of_operations(operations: Sequence[_ir.Operation], context: _ir.Context,
 
 def _wrapped_module(body: str, context: _ir.Context, arch: str, opt_level: int,
                     calls_libdevice: bool) -> _ir.Module:
-    """`body` (llvm/nvvm operations' text) in one gpu.module for `arch`."""
+    """`body` (llvm/nvvm operations' text) in one gpu.module for `arch`,
+    linked with libdevice from disk when `calls_libdevice` (which the
+    callers only say where MLIR embeds none)."""
+    _check_arch(arch)
     # libdevice from disk only where MLIR embeds none, and only for a kernel
     # that calls it (loading it costs ~3 ms a kernel; most loop and
     # reduction kernels call none of it).
-    libdevice = find_libdevice() if calls_libdevice and not embedded_libdevice_size() \
-        else None
+    libdevice = find_libdevice() if calls_libdevice else None
     link = f', link = ["{libdevice}"]' if libdevice else ""
     target = f'#nvvm.target<O = {opt_level}, chip = "{arch}"{link}>'
     return _ir.Module.parse(
@@ -175,8 +177,8 @@ def _object_of_text(body: str, context: _ir.Context, arch: str, opt_level: int,
                     fmt: str) -> bytes:
     """Runs gpu-module-to-binary (`fmt`: isa, offloading) on the llvm/nvvm
     operations of `body` wrapped in one gpu.module."""
-    _check_arch(arch)
-    return _serialize(_wrapped_module(body, context, arch, opt_level, "@__nv_" in body), fmt)
+    calls_libdevice = not embedded_libdevice_size() and "@__nv_" in body
+    return _serialize(_wrapped_module(body, context, arch, opt_level, calls_libdevice), fmt)
 
 
 def _serialize(wrapped: _ir.Module, fmt: str) -> bytes:

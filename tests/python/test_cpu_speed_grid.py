@@ -133,8 +133,8 @@ def test_host_loops_take_blocks_of_whole_rows(rows, columns, host_threads):
 
 
 def _native_runner():
-    from xla_gpu.runtime import _native_block_runner
-    runner = _native_block_runner()
+    from xla_gpu.runtime.host_executor import native_block_runner
+    runner = native_block_runner()
     if runner is None:
         pytest.skip("libXlaGpuFfi.so cannot be loaded or built here")
     return runner

@@ -65,9 +65,7 @@ def compile_module(module: _ir.Module, *, arch: str = "sm_90", name: str = "kern
     codegen.LaunchLimitError when the kernel exceeds the GPU's limits."""
     timings = {} if timings is None else timings
     start = time.perf_counter()
-    pipeline.run(module, stages=stages(), dump_dir=dump_dir, dump_regex=dump_regex,
-                 timings=timings if dump_dir is not None else None)
-    declarations, definitions = _name_helpers_after(module, name)
+    declarations, definitions = _lower_in_place(module, name, dump_dir, dump_regex, timings)
     timings["pipeline"] = time.perf_counter() - start
     # One kernel: its operations move into the gpu.module as they are (no
     # text round trip, which a module of several kernels needs).
@@ -81,24 +79,27 @@ def compile_module(module: _ir.Module, *, arch: str = "sm_90", name: str = "kern
     return binary
 
 
-def _name_helpers_after(module: _ir.Module, name: str):
-    """Splits the lowered `module`'s top-level operations into external
-    declarations (libdevice's: [(symbol, op)]) and definitions ([(op,
-    symbol)]), the kernel's own helpers and globals renamed after it
-    (`<name>__<symbol>`)."""
+def _lower_in_place(module: _ir.Module, name: str, dump_dir, dump_regex: str,
+                    timings: dict[str, float]):
+    """Runs the cuda stages on `module` and splits its top-level operations
+    into external declarations (libdevice's: [(symbol, op)]) and
+    definitions ([(op, symbol)]), the kernel's own helpers and globals
+    renamed after it (`<name>__<symbol>`, the symbol given as renamed)."""
+    pipeline.run(module, stages=stages(), dump_dir=dump_dir, dump_regex=dump_regex,
+                 timings=timings if dump_dir is not None else None)
     declarations, definitions = [], []
     for op in module.body.operations:
         symbol = _ir.StringAttr(op.attributes["sym_name"]).value \
             if "sym_name" in op.attributes else None
         if op.name == "llvm.func" and not op.regions[0].blocks:   # external (libdevice)
             declarations.append((symbol, op))
-        else:
-            definitions.append((op, symbol))
-    for op, symbol in definitions:
+            continue
         if symbol is not None and symbol != name:
             renamed = f"{name}__{symbol}"
             _ir.SymbolTable.replace_all_symbol_uses(symbol, renamed, module.operation)
             _ir.SymbolTable.set_symbol_name(op, renamed)
+            symbol = renamed
+        definitions.append((op, symbol))
     return declarations, definitions
 
 
@@ -110,11 +111,8 @@ def lower_module(module: _ir.Module, *, name: str, dump_dir: str | Path | None =
     pass fails."""
     timings = {} if timings is None else timings
     start = time.perf_counter()
-    pipeline.run(module, stages=stages(), dump_dir=dump_dir, dump_regex=dump_regex,
-                 timings=timings if dump_dir is not None else None)
-    declarations, definitions = _name_helpers_after(module, name)
-    symbols = {name} | {f"{name}__{symbol}" for _, symbol in definitions
-                        if symbol is not None and symbol != name}
+    declarations, definitions = _lower_in_place(module, name, dump_dir, dump_regex, timings)
+    symbols = {name} | {symbol for _, symbol in definitions if symbol is not None}
     text = "\n".join(str(op) for op, _ in definitions)
     timings["pipeline"] = time.perf_counter() - start
     return LoweredKernel(name, text, tuple((symbol, str(op)) for symbol, op in declarations),

@@ -36,33 +36,6 @@ __all__ = ["load", "LoadedKernel", "HostKernel", "EmptyKernel", "KernelSpec", "A
            "ArtifactError"]
 
 
-_block_runner: Any = None
-_block_runner_lock = threading.Lock()
-
-
-def _native_block_runner():
-    """`XlaGpuHostRunBlocks` (ffi/host_blocks.cc: block ranges on a native
-    thread pool, 5-10x cheaper to hand out than through a
-    ThreadPoolExecutor), or None where libXlaGpuFfi.so cannot be loaded or
-    `XLA_GPU_HOST_EXECUTOR=python` asks for Python."""
-    global _block_runner
-    with _block_runner_lock:
-        if _block_runner is None:
-            _block_runner = False
-            if os.environ.get("XLA_GPU_HOST_EXECUTOR", "native") != "python":
-                try:
-                    from ..ffi import _native
-                    fn = _native.lib().XlaGpuHostRunBlocks
-                except (ImportError, OSError, AttributeError, RuntimeError):
-                    fn = None
-                if fn is not None:
-                    P, I64 = ctypes.c_void_p, ctypes.c_int64
-                    fn.restype = I64
-                    fn.argtypes = [P, P, I64, I64, I64]
-                    _block_runner = fn
-        return _block_runner or None
-
-
 class HostKernel:
     """A cpu-target kernel in a shared object: `<name>_host(void **args)`
     runs the whole grid on one thread, `<name>_host_blocks(a0, ..., aN-1,
@@ -96,10 +69,14 @@ class HostKernel:
         if self._blocks is not None:
             self._blocks.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * 2
             self._blocks.restype = None
-        self._blocks_address = None if self._blocks is None else \
-            ctypes.cast(self._blocks, ctypes.c_void_p).value
         self.workers = min(os.cpu_count() or 1, 8) \
             if spec.blocks >= self.SPLIT_MIN_BLOCKS else 1
+        # Block ranges go to the native pool where the library loads.
+        self._blocks_address = self._run_blocks = None
+        if self._blocks is not None and self.workers > 1:
+            from .host_executor import native_block_runner
+            self._run_blocks = native_block_runner()
+            self._blocks_address = ctypes.cast(self._blocks, ctypes.c_void_p).value
         # Seconds of the probing runs, one thread (False) and split (True).
         self._probe: dict[bool, list[float]] = {False: [], True: []}
         self.split: bool | None = None   # None while probing
@@ -146,11 +123,10 @@ class HostKernel:
         self._entry(packed)
 
     def _run_split(self, pointers: Sequence[int]) -> None:
-        run_blocks = _native_block_runner()
-        if run_blocks is not None:
+        if self._run_blocks is not None:
             packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
-            if run_blocks(self._blocks_address, packed, len(pointers), self.spec.blocks,
-                          self.workers) == 0:
+            if self._run_blocks(self._blocks_address, packed, len(pointers),
+                                self.spec.blocks, self.workers) == 0:
                 return
         with HostKernel._pool_lock:
             if HostKernel._pool is None:

@@ -24,6 +24,7 @@ source tree where it cannot be built) programs run that way too.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from typing import Any, Sequence
@@ -34,7 +35,7 @@ from .thunks import (CommandBufferThunk, ConditionalThunk, CopyThunk, ExecutionC
                      GemmThunk, KernelThunk, MemsetThunk, ThunkError, Thunk, WhileThunk,
                      _SequenceThunk)
 
-__all__ = ["HostProgram", "native_executor", "host_program"]
+__all__ = ["HostProgram", "native_executor", "native_block_runner", "host_program"]
 
 KERNEL, COPY, MEMSET, WHILE, CONDITIONAL, CALL, GEMM, COUNT = range(1, 9)
 # The executor's counters, in its order, as ExecutionContext.stats names them.
@@ -53,27 +54,37 @@ SPLIT_THREADS = 1 << 16
 # in the encoder).
 MAX_NESTING = 64
 
-_lock = threading.Lock()
-_entry: Any = None
+_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+
+
+@functools.lru_cache(maxsize=None)
+def _library_function(name: str, restype, *argtypes):
+    """`name` from libXlaGpuFfi.so with its C signature, or None when the
+    library cannot be loaded or built here."""
+    try:
+        from ..ffi import _native
+        fn = getattr(_native.lib(), name)
+    except (ImportError, OSError, AttributeError, RuntimeError):
+        return None
+    fn.restype, fn.argtypes = restype, list(argtypes)
+    return fn
 
 
 def native_executor():
     """`XlaGpuHostExecute` from libXlaGpuFfi.so, or None when the library
     cannot be loaded or built here (programs then run from Python)."""
-    global _entry
-    with _lock:
-        if _entry is None:
-            _entry = False
-            try:
-                from ..ffi import _native
-                fn = _native.lib().XlaGpuHostExecute
-            except (ImportError, OSError, AttributeError, RuntimeError):
-                return None
-            P, I64 = ctypes.c_void_p, ctypes.c_int64
-            fn.restype = I64
-            fn.argtypes = [P, I64, P, I64, P, I64, _CALLBACK, P, P]
-            _entry = fn
-        return _entry or None
+    return _library_function("XlaGpuHostExecute", _I64, _P, _I64, _P, _I64, _P, _I64,
+                             _CALLBACK, _P, _P)
+
+
+def native_block_runner():
+    """`XlaGpuHostRunBlocks` (ffi/host_blocks.cc: a kernel's block ranges on
+    a native thread pool, 5-10x cheaper to hand out than through a
+    ThreadPoolExecutor), or None where libXlaGpuFfi.so cannot be loaded or
+    `XLA_GPU_HOST_EXECUTOR=python` asks for Python."""
+    if os.environ.get("XLA_GPU_HOST_EXECUTOR", "native") == "python":
+        return None
+    return _library_function("XlaGpuHostRunBlocks", _I64, _P, _P, _I64, _I64, _I64)
 
 
 def host_program(thunks: Sequence[Thunk], launchers: dict[str, Any]) -> "HostProgram | None":

@@ -744,15 +744,14 @@ class _CpuRunPlan:
         pools += [(index, exe.allocations[index].size, False,
                    covered < exe.allocations[index].size, -1, None, ())
                   for index, covered in copied.items()]
+        from .gemm import element_strides
         views = []
         for slot, ref, copy in self.viewed_outputs:
             if ref.storage_dtype != ref.dtype:
                 return None
-            physical = _row_major_strides(ref.physical_dims, ref.storage_dtype.itemsize)
-            order = ref.major_to_minor
             views.append((slot, ref.slice.allocation, ref.slice.offset, copy, ref.dtype,
-                          tuple(ref.dims), tuple(physical[order.index(d)]
-                                                 for d in range(len(ref.dims)))))
+                          tuple(ref.dims),
+                          tuple(s * ref.dtype.itemsize for s in element_strides(ref))))
         constants = [(i, array) for i, array in enumerate(self.buffers) if array is not None]
         addresses, keep = native.entry_points()
         from .thunks import ThunkError
@@ -770,14 +769,6 @@ class _CpuRunPlan:
             if type(arg) is not np.ndarray or arg.shape != shape or arg.dtype != dtype:
                 return None
         return list(args)
-
-
-def _row_major_strides(dims: Sequence[int], itemsize: int) -> list[int]:
-    strides, step = [], itemsize
-    for d in reversed(dims):
-        strides.append(step)
-        step *= d
-    return strides[::-1]
 
 
 def _to_storage(value: np.ndarray, ref: ArrayRef) -> np.ndarray:
