@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "Passes.h"
+#include "PtxSerializer.h"
 #include "XlaGpuDialect.h"
 #include "mlir/CAPI/AffineExpr.h"
 #include "mlir/CAPI/AffineMap.h"
@@ -149,4 +150,22 @@ void xlaGpuIndexingMapAttrEvaluateRange(MlirAttribute attr, MlirAffineExpr expr,
   Interval r = mapOf(attr).evaluateRange(unwrap(expr));
   *lo = r.lower;
   *hi = r.upper;
+}
+
+bool xlaGpuSerializeToPtx(MlirOperation gpuModule, const void *libdevice,
+                          size_t libdeviceSize, MlirStringCallback callback,
+                          void *userData) {
+  Operation *op = unwrap(gpuModule);
+  auto module = dyn_cast<gpu::GPUModuleOp>(op);
+  if (!module) {
+    op->emitError("expected a gpu.module, got ") << op->getName();
+    return false;
+  }
+  FailureOr<SmallString<0>> ptx = serializeToPtx(
+      module, ArrayRef<char>(static_cast<const char *>(libdevice),
+                             libdevice ? libdeviceSize : 0));
+  if (failed(ptx))
+    return false;
+  callback(wrap(StringRef(*ptx)), userData);
+  return true;
 }

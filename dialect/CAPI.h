@@ -66,6 +66,19 @@ MLIR_CAPI_EXPORTED void xlaGpuIndexingMapAttrEvaluateRange(MlirAttribute attr,
 MLIR_CAPI_EXPORTED MlirAttribute xlaGpuIndexingMapAttrGetLinearization(
     MlirContext ctx, intptr_t rank, const int64_t *shape);
 
+/* PTX for `gpuModule` (a gpu.module of llvm/nvvm operations under one
+ * #nvvm.target), as gpu-module-to-binary{format=isa} makes it, with two
+ * fixed costs left out: the LLVM bitcode `libdevice` (libdeviceSize bytes;
+ * may be empty) and the target's `link` files are read only when the module
+ * declares an external function, and each thread keeps its TargetMachines.
+ * On success calls `callback` once with the PTX and returns true; on failure
+ * emits error diagnostics at the module and returns false. */
+MLIR_CAPI_EXPORTED bool xlaGpuSerializeToPtx(MlirOperation gpuModule,
+                                             const void *libdevice,
+                                             size_t libdeviceSize,
+                                             MlirStringCallback callback,
+                                             void *userData);
+
 #ifdef __cplusplus
 }
 #endif

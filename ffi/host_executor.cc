@@ -26,6 +26,16 @@
 //           the three operands are lhs, rhs, out with strides of batch,
 //           row and column
 //   COUNT   8 stat                            stats[stat] += 1
+//   SPLIT   9 whole blocks_fn nargs blocks parts probe runs reprobe
+//           (alloc offset)*nargs
+//           a kernel large enough to run as `parts` block ranges on the
+//           native pool (XlaGpuHostRunBlocks, ffi/host_blocks.cc) where that
+//           pays, as HostKernel.launch decides it in Python: its first
+//           `runs` runs are timed on one thread (`whole`: k_host), the next
+//           `runs` split (`blocks_fn`: k_host_blocks), the faster way is
+//           kept for `reprobe` runs, then timed again. `whole` and
+//           `blocks_fn` index `kernels`; `probe` indexes the caller's probe
+//           slots (kProbeWords words each, zeroed at first).
 // Counters: 0 kernel launches, 1 copies, 2 memsets, 3 gemms, 4 while
 // iterations, 5 command buffers (what the Python executor counts).
 //
@@ -35,19 +45,31 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #define XLA_GPU_HOST_EXPORT extern "C" __attribute__((visibility("default")))
 
+// ffi/host_blocks.cc, in the same library.
+extern "C" int64_t XlaGpuHostRunBlocks(void *blocks_fn, void *const *args, int64_t nargs,
+                                       int64_t blocks, int64_t parts);
+
 namespace xla_gpu_host {
 namespace {
 
 enum Opcode : int64_t {
   kKernel = 1, kCopy = 2, kMemset = 3, kWhile = 4, kConditional = 5,
-  kCall = 6, kGemm = 7, kCount = 8,
+  kCall = 6, kGemm = 7, kCount = 8, kSplitKernel = 9,
 };
+// A SPLIT kernel's probe slot: how it runs now, then per way (one thread,
+// split) the runs timed and the fastest in ns, and the runs since the choice.
+enum ProbeWord : int64_t {
+  kMode = 0, kWholeRuns, kSplitRuns, kWholeBestNs, kSplitBestNs, kRunsSinceChoice,
+  kProbeWords = 8,
+};
+enum Mode : int64_t { kProbing = 0, kWhole = 1, kSplit = 2 };
 enum Stat : int64_t { kKernels = 0, kCopies, kMemsets, kGemms, kWhileIterations, kNumStats = 8 };
 
 // Result codes of XlaGpuHostExecute.
@@ -63,6 +85,8 @@ struct Machine {
   int64_t num_bases;
   void *const *kernels;
   int64_t num_kernels;
+  int64_t *probes;
+  int64_t num_probes;
   Callback callback;
   int64_t *stats;
   int64_t error_at = -1;   // the word where a malformed command starts
@@ -80,6 +104,64 @@ struct Machine {
     return kMalformed;
   }
 
+  // The addresses of `nargs` (alloc, offset) pairs at `pairs`, into `args`.
+  bool gather(const int64_t *pairs, int64_t nargs) {
+    args.resize(static_cast<size_t>(nargs > 0 ? nargs : 1));
+    for (int64_t i = 0; i < nargs; ++i) {
+      char *p;
+      if (!address(pairs[2 * i], pairs[2 * i + 1], &p)) return false;
+      args[i] = p;
+    }
+    return true;
+  }
+
+  // Probe words are read and written with relaxed atomics: runs of one
+  // program on several threads share them, and a lost update only moves
+  // the choice by a run.
+  static int64_t load(const int64_t *word) { return __atomic_load_n(word, __ATOMIC_RELAXED); }
+  static void store(int64_t *word, int64_t value) {
+    __atomic_store_n(word, value, __ATOMIC_RELAXED);
+  }
+
+  void runKernel(const int64_t *w, bool split) {
+    if (split && XlaGpuHostRunBlocks(kernels[w[2]], args.data(), w[3], w[4], w[5]) == 0)
+      return;
+    reinterpret_cast<KernelFn>(kernels[w[1]])(args.data());
+  }
+
+  // SPLIT: one thread or block ranges, as the probe slot says (see the
+  // encoding above).
+  void runSplitKernel(const int64_t *w) {
+    int64_t *slot = probes + w[6] * kProbeWords;
+    const int64_t runs = w[7], reprobe = w[8];
+    int64_t mode = load(slot + kMode);
+    if (mode != kProbing) {
+      runKernel(w, mode == kSplit);
+      int64_t since = load(slot + kRunsSinceChoice) + 1;
+      if (since >= reprobe) {
+        for (int64_t i = 0; i < kProbeWords; ++i) store(slot + i, 0);
+      } else {
+        store(slot + kRunsSinceChoice, since);
+      }
+      return;
+    }
+    const bool split = load(slot + kWholeRuns) >= runs;
+    auto start = std::chrono::steady_clock::now();
+    runKernel(w, split);
+    int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::steady_clock::now() - start).count();
+    int64_t *count = slot + (split ? kSplitRuns : kWholeRuns);
+    int64_t *best = slot + (split ? kSplitBestNs : kWholeBestNs);
+    int64_t done = load(count);
+    if (done == 0 || ns < load(best)) store(best, ns);
+    store(count, done + 1);
+    if (split && done + 1 >= runs) {
+      store(slot + kRunsSinceChoice, 0);
+      store(slot + kMode, load(slot + kSplitBestNs) < load(slot + kWholeBestNs) ? kSplit
+                                                                              : kWhole);
+    }
+  }
+
   // Runs the commands in [begin, end).
   int64_t run(int64_t begin, int64_t end) {
     int64_t pc = begin;
@@ -91,17 +173,25 @@ struct Machine {
       case kKernel: {
         if (!need(3)) return fail(at);
         int64_t fn = w[1], nargs = w[2];
-        if (fn < 0 || fn >= num_kernels || nargs < 0 || !need(3 + 2 * nargs))
+        if (fn < 0 || fn >= num_kernels || nargs < 0 || !need(3 + 2 * nargs) ||
+            !gather(w + 3, nargs))
           return fail(at);
-        args.resize(static_cast<size_t>(nargs > 0 ? nargs : 1));
-        for (int64_t i = 0; i < nargs; ++i) {
-          char *p;
-          if (!address(w[3 + 2 * i], w[4 + 2 * i], &p)) return fail(at);
-          args[i] = p;
-        }
         reinterpret_cast<KernelFn>(kernels[fn])(args.data());
         stats[kKernels] += 1;
         pc += 3 + 2 * nargs;
+        break;
+      }
+      case kSplitKernel: {
+        if (!need(9)) return fail(at);
+        int64_t nargs = w[3];
+        if (w[1] < 0 || w[1] >= num_kernels || w[2] < 0 || w[2] >= num_kernels ||
+            nargs < 0 || w[4] < 0 || w[5] < 1 || w[6] < 0 || w[6] >= num_probes ||
+            probes == nullptr || w[7] < 1 || w[8] < 1 || !need(9 + 2 * nargs) ||
+            !gather(w + 9, nargs))
+          return fail(at);
+        runSplitKernel(w);
+        stats[kKernels] += 1;
+        pc += 9 + 2 * nargs;
         break;
       }
       case kCopy: {
@@ -257,17 +347,19 @@ struct Machine {
 }  // namespace xla_gpu_host
 
 // Runs `code[0, length)` on the allocations at `bases` (null: unused) with
-// the kernel entry points `kernels`; `callback(i)` runs the thunks Python
-// keeps. `stats` (8 counters) is added to. Returns 0, 1 when a callback
-// failed (Python holds its exception), or 2 for a malformed command, whose
-// first word's index is stored in `*error_at`.
+// the kernel entry points `kernels` and the SPLIT kernels' `num_probes`
+// probe slots at `probes` (kProbeWords int64 words each); `callback(i)` runs
+// the thunks Python keeps. `stats` (8 counters) is added to. Returns 0, 1
+// when a callback failed (Python holds its exception), or 2 for a malformed
+// command, whose first word's index is stored in `*error_at`.
 XLA_GPU_HOST_EXPORT int64_t XlaGpuHostExecute(const int64_t *code, int64_t length,
                                               char *const *bases, int64_t num_bases,
                                               void *const *kernels, int64_t num_kernels,
+                                              int64_t *probes, int64_t num_probes,
                                               int (*callback)(int64_t), int64_t *stats,
                                               int64_t *error_at) {
-  xla_gpu_host::Machine machine{code, length, bases, num_bases, kernels, num_kernels,
-                                callback, stats};
+  xla_gpu_host::Machine machine{code,    length,     bases,    num_bases, kernels,
+                                num_kernels, probes, num_probes, callback,  stats};
   if (length < 0) return xla_gpu_host::kMalformed;
   int64_t rc = machine.run(0, length);
   if (error_at != nullptr) *error_at = machine.error_at;

@@ -60,7 +60,8 @@
 
 typedef int64_t (*Executor)(const int64_t *code, int64_t length, char *const *bases,
                             int64_t num_bases, void *const *kernels, int64_t num_kernels,
-                            int (*callback)(int64_t), int64_t *stats, int64_t *error_at);
+                            int64_t *probes, int64_t num_probes, int (*callback)(int64_t),
+                            int64_t *stats, int64_t *error_at);
 
 typedef struct {
   int ndim;
@@ -118,7 +119,9 @@ typedef struct {
   int64_t length;
   void *const *kernels;
   int64_t num_kernels;
-  PyObject *keep;          /* what `code`, `kernels` and the constants live in */
+  int64_t *probes;         /* the split kernels' probe slots */
+  int64_t num_probes;
+  PyObject *keep;          /* what `code`, `kernels`, `probes` and the constants live in */
   PyObject *error_type;    /* raised when the executor refuses the code */
   Py_ssize_t num_allocations;
   char **static_bases;     /* constants; NULL elsewhere */
@@ -207,7 +210,8 @@ static void host_run_dealloc(PyObject *obj) {
   Py_DECREF(type);
 }
 
-/* HostRun(executor, code, length, kernels, num_kernels, keep, error_type,
+/* HostRun(executor, code, length, kernels, num_kernels, probes, num_probes,
+ *         keep, error_type,
  *         num_allocations, constants, parameters, pools, views, num_outputs)
  *   constants:  [(allocation, array)]
  *   parameters: [(allocation, in_place, offset, nbytes, dtype, shape)]
@@ -215,20 +219,21 @@ static void host_run_dealloc(PyObject *obj) {
  *   views:      [(slot, allocation, offset, copy, dtype, shape, strides)]
  * Addresses are ints; `keep` holds the objects they point into. */
 static PyObject *host_run_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-  unsigned long long executor, code, kernels;
-  long long length, num_kernels;
+  unsigned long long executor, code, kernels, probes;
+  long long length, num_kernels, num_probes;
   Py_ssize_t num_allocations, num_outputs;
   PyObject *keep, *error_type, *constants, *parameters, *pools, *views;
   if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
     PyErr_SetString(PyExc_TypeError, "HostRun takes no keyword arguments");
     return NULL;
   }
-  if (!PyArg_ParseTuple(args, "KKLKLOOnOOOOn", &executor, &code, &length, &kernels,
-                        &num_kernels, &keep, &error_type, &num_allocations, &constants,
-                        &parameters, &pools, &views, &num_outputs))
+  if (!PyArg_ParseTuple(args, "KKLKLKLOOnOOOOn", &executor, &code, &length, &kernels,
+                        &num_kernels, &probes, &num_probes, &keep, &error_type,
+                        &num_allocations, &constants, &parameters, &pools, &views,
+                        &num_outputs))
     return NULL;
-  if (executor == 0 || code == 0 || length < 0 || num_kernels < 0 || num_allocations < 0 ||
-      num_outputs < 0) {
+  if (executor == 0 || code == 0 || length < 0 || num_kernels < 0 || num_probes < 0 ||
+      (num_probes > 0 && probes == 0) || num_allocations < 0 || num_outputs < 0) {
     PyErr_SetString(PyExc_ValueError, "HostRun: bad executor, code or counts");
     return NULL;
   }
@@ -240,6 +245,8 @@ static PyObject *host_run_new(PyTypeObject *type, PyObject *args, PyObject *kwar
   self->length = length;
   self->kernels = (void *const *)(uintptr_t)kernels;
   self->num_kernels = num_kernels;
+  self->probes = (int64_t *)(uintptr_t)probes;
+  self->num_probes = num_probes;
   Py_INCREF(keep);
   self->keep = keep;
   Py_INCREF(error_type);
@@ -490,7 +497,8 @@ static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) 
   int64_t error_at = -1, rc;
   Py_BEGIN_ALLOW_THREADS
   rc = self->executor(self->code, self->length, bases, (int64_t)n, self->kernels,
-                      self->num_kernels, NULL, counters, &error_at);
+                      self->num_kernels, self->probes, self->num_probes, NULL, counters,
+                      &error_at);
   Py_END_ALLOW_THREADS
   memcpy(self->counters, counters, sizeof(counters));
   if (rc != 0) {

@@ -21,6 +21,10 @@ class _StringRef(ctypes.Structure):
     _fields_ = [("data", ctypes.c_char_p), ("length", ctypes.c_size_t)]
 
 
+# MlirStringCallback: (MlirStringRef, void *userData).
+STRING_CALLBACK = ctypes.CFUNCTYPE(None, _StringRef, ctypes.c_void_p)
+
+
 def _python_api(name: str, restype, *argtypes):
     """A private prototype of a Python C API function: `ctypes.pythonapi`'s
     function objects are shared by the whole process, and other libraries
@@ -87,10 +91,12 @@ C_SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
                                                     "int64_t *", "int64_t *")),
     "xlaGpuIndexingMapAttrGetLinearization": ("MlirAttribute", ("MlirContext", "intptr_t",
                                                                 "const int64_t *")),
+    "xlaGpuSerializeToPtx": ("bool", ("MlirOperation", "const void *", "size_t",
+                                      "MlirStringCallback", "void *")),
 }
 
 _HANDLE_TYPES = ("MlirContext", "MlirDialectRegistry", "MlirAttribute", "MlirAffineMap",
-                 "MlirAffineExpr")
+                 "MlirAffineExpr", "MlirOperation")
 _CTYPES = {
     "void": None, "bool": ctypes.c_bool, "intptr_t": ctypes.c_ssize_t,
     "size_t": ctypes.c_size_t, "char *": ctypes.c_char_p,
@@ -98,6 +104,8 @@ _CTYPES = {
     "const int64_t *": ctypes.POINTER(ctypes.c_int64),
     "MlirStringRef": _StringRef, "const MlirStringRef *": ctypes.POINTER(_StringRef),
     "const MlirAffineExpr *": ctypes.POINTER(_Handle),
+    "const void *": ctypes.c_void_p, "void *": ctypes.c_void_p,
+    "MlirStringCallback": STRING_CALLBACK,
     **{name: _Handle for name in _HANDLE_TYPES},
 }
 
@@ -124,4 +132,5 @@ def string_ref(text: str) -> _StringRef:
     return _StringRef(data, len(data))
 
 
-__all__ = ["lib", "to_handle", "from_handle", "string_ref", "C_SIGNATURES"]
+__all__ = ["lib", "to_handle", "from_handle", "string_ref", "C_SIGNATURES",
+           "STRING_CALLBACK"]

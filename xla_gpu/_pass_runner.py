@@ -19,25 +19,27 @@ verified once, after the last pass, unless `XLA_GPU_VERIFY_EACH_PASS=1`
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Iterator
 
 from mlir import ir as _ir
 
-from ._native import _Handle, _StringRef, to_handle
+from ._native import STRING_CALLBACK, _Handle, _StringRef, to_handle
 
-__all__ = ["available", "bindings_library", "run_pipeline"]
+__all__ = ["available", "bindings_library", "run_pipeline", "error_diagnostics",
+           "raise_with_diagnostics"]
 
 
 class _LogicalResult(ctypes.Structure):
     _fields_ = [("value", ctypes.c_int8)]
 
 
-_STRING_CALLBACK = ctypes.CFUNCTYPE(None, _StringRef, ctypes.c_void_p)
 # MlirLogicalResult is a struct of one int8, returned as that int8 (ctypes
 # callbacks cannot return structures).
 _DIAGNOSTIC_HANDLER = ctypes.CFUNCTYPE(ctypes.c_int8, _Handle, ctypes.c_void_p)
@@ -74,7 +76,7 @@ def _capi():
             "mlirPassManagerCreate": (_Handle, [_Handle]),
             "mlirPassManagerDestroy": (None, [_Handle]),
             "mlirPassManagerGetAsOpPassManager": (_Handle, [_Handle]),
-            "mlirParsePassPipeline": (_LogicalResult, [_Handle, _StringRef, _STRING_CALLBACK,
+            "mlirParsePassPipeline": (_LogicalResult, [_Handle, _StringRef, STRING_CALLBACK,
                                                        ctypes.c_void_p]),
             "mlirPassManagerRunOnOp": (_LogicalResult, [_Handle, _Handle]),
             "mlirPassManagerEnableVerifier": (None, [_Handle, ctypes.c_bool]),
@@ -84,8 +86,8 @@ def _capi():
             "mlirContextDetachDiagnosticHandler": (None, [_Handle, ctypes.c_uint64]),
             "mlirDiagnosticGetSeverity": (ctypes.c_int, [_Handle]),
             "mlirDiagnosticGetLocation": (_Handle, [_Handle]),
-            "mlirDiagnosticPrint": (None, [_Handle, _STRING_CALLBACK, ctypes.c_void_p]),
-            "mlirLocationPrint": (None, [_Handle, _STRING_CALLBACK, ctypes.c_void_p]),
+            "mlirDiagnosticPrint": (None, [_Handle, STRING_CALLBACK, ctypes.c_void_p]),
+            "mlirLocationPrint": (None, [_Handle, STRING_CALLBACK, ctypes.c_void_p]),
         }
         for name, (restype, argtypes) in prototypes.items():
             fn = getattr(lib, name)
@@ -101,7 +103,7 @@ def available() -> bool:
 
 def _printed(print_fn, handle) -> str:
     parts: list[bytes] = []
-    callback = _STRING_CALLBACK(lambda ref, _: parts.append(ctypes.string_at(ref.data,
+    callback = STRING_CALLBACK(lambda ref, _: parts.append(ctypes.string_at(ref.data,
                                                                              ref.length)))
     print_fn(handle, callback, None)
     return b"".join(parts).decode(errors="replace")
@@ -127,7 +129,7 @@ def _pass_manager(context: _ir.Context, pipeline: str, verify: bool) -> _Handle:
     pm = lib.mlirPassManagerCreate(to_handle(context))
     text = pipeline.encode()
     errors: list[bytes] = []
-    callback = _STRING_CALLBACK(lambda ref, _: errors.append(ctypes.string_at(ref.data,
+    callback = STRING_CALLBACK(lambda ref, _: errors.append(ctypes.string_at(ref.data,
                                                                               ref.length)))
     result = lib.mlirParsePassPipeline(lib.mlirPassManagerGetAsOpPassManager(pm),
                                        _StringRef(text, len(text)), callback, None)
@@ -151,13 +153,29 @@ def run_pipeline(module: _ir.Module, pipeline: str) -> None:
     place without the GIL; raises mlir.ir.MLIRError with the error
     diagnostics when it fails."""
     lib = _capi()
-    context = module.context
     each_pass = verify_each_pass()
-    pm = _pass_manager(context, pipeline, each_pass)
+    pm = _pass_manager(module.context, pipeline, each_pass)
+    with error_diagnostics(module.context) as diagnostics:
+        passed = lib.mlirPassManagerRunOnOp(pm, to_handle(module.operation)).value
+        # Without per-pass verification, the result is verified here once.
+        valid = not passed or each_pass or lib.mlirOperationVerify(to_handle(module.operation))
+    if not passed:
+        raise_with_diagnostics("Failure while executing pass pipeline", diagnostics)
+    if not valid:
+        raise_with_diagnostics("The pass pipeline produced invalid IR "
+                               "(XLA_GPU_VERIFY_EACH_PASS=1 names the pass)", diagnostics)
+
+
+@contextlib.contextmanager
+def error_diagnostics(context: _ir.Context) -> Iterator[list[SimpleNamespace]]:
+    """Collects the error diagnostics `context` reports inside the block
+    (location, message), as the bindings' MLIRError holds them; they are
+    not printed."""
+    lib = _capi()
     diagnostics: list[SimpleNamespace] = []
 
     def handle(diagnostic, _):
-        # Called (with the GIL) only when a pass reports something.
+        # Called (with the GIL) only when something is reported.
         if lib.mlirDiagnosticGetSeverity(diagnostic) == _ERROR_SEVERITY:
             location = _printed(lib.mlirLocationPrint, lib.mlirDiagnosticGetLocation(diagnostic))
             diagnostics.append(SimpleNamespace(
@@ -169,15 +187,13 @@ def run_pipeline(module: _ir.Module, pipeline: str) -> None:
     context_handle = to_handle(context)
     handler_id = lib.mlirContextAttachDiagnosticHandler(context_handle, handler, None, None)
     try:
-        passed = lib.mlirPassManagerRunOnOp(pm, to_handle(module.operation)).value
-        # Without per-pass verification, the result is verified here once.
-        valid = not passed or each_pass or lib.mlirOperationVerify(to_handle(module.operation))
+        yield diagnostics
     finally:
         lib.mlirContextDetachDiagnosticHandler(context_handle, handler_id)
-    if not (passed and valid):
-        message = "Failure while executing pass pipeline" if not passed else (
-            "The pass pipeline produced invalid IR (XLA_GPU_VERIFY_EACH_PASS=1 names the pass)")
-        if diagnostics:
-            message += ":\n" + "\n".join(f"error: {d.location}: {d.message}"
-                                         for d in diagnostics)
-        raise _ir.MLIRError(message, diagnostics)
+
+
+def raise_with_diagnostics(message: str, diagnostics: list[SimpleNamespace]) -> None:
+    """Raises mlir.ir.MLIRError: `message`, then each diagnostic."""
+    if diagnostics:
+        message += ":\n" + "\n".join(f"error: {d.location}: {d.message}" for d in diagnostics)
+    raise _ir.MLIRError(message, diagnostics)

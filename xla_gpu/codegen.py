@@ -1,10 +1,13 @@
 """LLVM/NVVM dialect -> PTX (NVPTX backend, libdevice linked) -> cubin.
 
-PTX needs no CUDA toolkit: MLIR's `gpu-module-to-binary` runs LLVM's NVPTX
-backend in process. libdevice is the one the MLIR bindings embed where they
-do (they link it into every module they compile: linking a second copy from
-disk would load it twice), else the `nvidia-nvvm` wheel's or a CUDA
-install's, linked only into kernels that call it; a cubin comes from
+PTX needs no CUDA toolkit: LLVM's NVPTX backend runs in process, through
+libXlaGpu's serializer (passes/ptx_serializer.cpp: the steps of MLIR's
+`gpu-module-to-binary{format=isa}`, whose PTX it matches byte for byte, less
+two fixed costs per kernel: it reads libdevice only for a kernel that
+declares an external function, and keeps a TargetMachine per thread), or
+MLIR's pass itself where the bindings' C API cannot be reached. libdevice is
+the one the MLIR bindings embed where they do, else the `nvidia-nvvm`
+wheel's or a CUDA install's; a cubin comes from
 `ptxas` (PATH, the `nvidia-cuda-nvcc` wheel, a CUDA install) or else
 nvJitLink (`cuda.bindings.nvjitlink` with the `nvidia-nvjitlink` wheel), and
 is skipped when neither is there.
@@ -183,7 +186,17 @@ def _object_of_text(body: str, context: _ir.Context, arch: str, opt_level: int,
 
 def _serialize(wrapped: _ir.Module, fmt: str) -> bytes:
     """gpu-module-to-binary (`fmt`: isa, offloading) on `wrapped`'s
-    gpu.module: its one object's bytes."""
+    gpu.module: its one object's bytes. PTX comes from libXlaGpu's
+    serializer (the same steps, less fixed cost: see
+    passes/ptx_serializer.cpp) where the bindings' C API can be reached."""
+    if fmt == "isa" and _pass_runner.available():
+        return _native_ptx(wrapped.body.operations[0])
+    return _serialize_with_mlir(wrapped, fmt)
+
+
+def _serialize_with_mlir(wrapped: _ir.Module, fmt: str) -> bytes:
+    """MLIR's own gpu-module-to-binary on `wrapped`, which becomes a
+    gpu.binary."""
     to_binary = f"builtin.module(gpu-module-to-binary{{format={fmt}}})"
     try:
         if _pass_runner.available():
@@ -196,6 +209,35 @@ def _serialize(wrapped: _ir.Module, fmt: str) -> bytes:
     binary = wrapped.body.operations[0]
     (obj,) = [gpu.ObjectAttr(a) for a in binary.attributes["objects"]]
     return bytes(obj.object)
+
+
+def _native_ptx(gpu_module: _ir.Operation) -> bytes:
+    """PTX of `gpu_module` through xlaGpuSerializeToPtx, without the GIL."""
+    from . import _native
+    address, size = _embedded_libdevice()
+    parts: list[bytes] = []
+    callback = _native.STRING_CALLBACK(
+        lambda ref, _: parts.append(ctypes.string_at(ref.data, ref.length)))
+    with _pass_runner.error_diagnostics(gpu_module.context) as diagnostics:
+        done = _native.lib().xlaGpuSerializeToPtx(_native.to_handle(gpu_module), address,
+                                                  size, callback, None)
+    if not done:
+        try:
+            _pass_runner.raise_with_diagnostics("PTX serialization failed", diagnostics)
+        except _ir.MLIRError as e:
+            raise CodegenError(f"NVPTX code generation failed: {e}") from e
+    return parts[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _embedded_libdevice() -> tuple[int | None, int]:
+    """(address, size) of the libdevice bitcode the MLIR bindings embed,
+    (None, 0) without one (the gpu.module's target then names a file)."""
+    size = embedded_libdevice_size()
+    if not size:
+        return None, 0
+    data = ctypes.c_ubyte.in_dll(_pass_runner.bindings_library(), "_mlir_embedded_libdevice")
+    return ctypes.addressof(data), size
 
 
 def to_ptx(module: _ir.Module, arch: str = "sm_90", opt_level: int = 3) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__, compile_cache, hlo
+from . import __version__, _malloc_tuning, compile_cache, hlo
 from .compile_cache import cache_dir
 from .errors import (ArgumentError, ArtifactError, CompileError, ResourceError,
                      XlaGpuError)
@@ -290,6 +290,9 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
             _memory.put(raw_key, exe)
             return exe
     start = time.perf_counter()
+    # Compiling frees and allocates the same megabytes again and again: keep
+    # them in the heap (see _malloc_tuning).
+    _malloc_tuning.tune_for_compilation()
     module = hlo.parse_module(text, source=source)
     from .program_compiler import compile_program, is_whole_program
     if fusion is None and is_whole_program(module):

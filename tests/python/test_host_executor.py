@@ -234,6 +234,79 @@ fused {
     np.testing.assert_array_equal(third, -2 * x)
 
 
+# Two kernels of 512K threads: big enough to run as block ranges on host
+# threads where that is faster (the executor's SPLIT command).
+BIG_KERNELS = """HloModule m
+scaled {
+  x = f32[512,1024] parameter(0)
+  two = f32[] constant(2)
+  t = f32[512,1024] broadcast(two), dimensions={}
+  ROOT m = f32[512,1024] multiply(x, t)
+}
+squashed {
+  x = f32[512,1024] parameter(0)
+  ROOT a = f32[512,1024] tanh(x)
+}
+ENTRY e {
+  p = f32[512,1024] parameter(0)
+  s = f32[512,1024] fusion(p), kind=kLoop, calls=scaled
+  ROOT a = f32[512,1024] fusion(s), kind=kLoop, calls=squashed
+}
+"""
+
+
+def test_big_kernels_split_natively_after_timing_both_ways(monkeypatch):
+    from xla_gpu.runtime import HostKernel
+    if host_executor.native_block_runner() is None:
+        pytest.skip("no native block pool here")
+    # Choose again after 4 runs, so the test sees a slot go back to timing.
+    monkeypatch.setattr(HostKernel, "REPROBE_EVERY", 4)
+    x = np.random.default_rng(3).standard_normal((512, 1024)).astype(np.float32)
+    native, got, python, want = _both(BIG_KERNELS, x, monkeypatch=monkeypatch)
+    program = native._native_program()
+    # Both kernels run in the executor as SPLIT commands: no Python launch.
+    assert program.callbacks == [] and program._split_kernels == 2
+    np.testing.assert_array_equal(got[0], want[0])
+    assert native.stats == python.stats and native.stats["kernels"] == 2
+    slots = program._probes.reshape(-1, host_executor.PROBE_WORDS)
+    runs = HostKernel.PROBE_RUNS
+    for _ in range(2 * runs - 1):       # the first run was _both's
+        (again,) = native.run(x)
+        np.testing.assert_array_equal(again, want[0])
+    # Each kernel was timed `runs` times each way, and a way chosen (1: one
+    # thread, 2: split) ...
+    assert slots[:, 1].tolist() == [runs, runs] and slots[:, 2].tolist() == [runs, runs]
+    assert set(slots[:, 0].tolist()) <= {1, 2} and (slots[:, 3:5] > 0).all()
+    # ... which holds for REPROBE_EVERY runs, then both ways are timed again.
+    for _ in range(4):
+        np.testing.assert_array_equal(native.run(x)[0], want[0])
+    assert slots[:, :3].tolist() == [[0, 0, 0], [0, 0, 0]]
+    if _HostRun is not None:
+        assert isinstance(native._host_run, _HostRun)
+
+
+# SPLIT whole blocks_fn nargs blocks parts probe runs reprobe (alloc off)*nargs
+@pytest.mark.parametrize("mutate", [
+    _set(2, 9),                      # blocks entry out of the kernel table
+    _set(5, 0),                      # no parts
+    _set(6, 2),                      # probe slot out of range (2 slots)
+    _set(7, 0),                      # no timed runs
+    _set(4, -1),                     # negative block count
+    lambda code: code[:8],           # cut short
+], ids=["blocks_fn", "parts", "probe", "runs", "blocks", "truncated"])
+@pytest.mark.parametrize("path", ["c", "ctypes"])
+def test_a_malformed_split_command_is_refused(mutate, path):
+    if host_executor.native_block_runner() is None:
+        pytest.skip("no native block pool here")
+    exe = xla_gpu.compile(BIG_KERNELS, target="cpu", command_buffers=False)
+    program = exe._native_program()
+    assert program.code[0] == host_executor.SPLIT
+    program.code = np.ascontiguousarray(mutate(program.code.copy()))
+    exe._host_run = None if path == "c" else False
+    with pytest.raises(ThunkError, match="refused command word 0"):
+        exe.run(np.ones((512, 1024), np.float32))
+
+
 # -- the C run path (xla_gpu.runtime._host_run) ---------------------------------
 
 needs_host_run = pytest.mark.skipif(_HostRun is None,

@@ -4,13 +4,15 @@ Python dispatch costs several microseconds a thunk, which is most of the
 run of a small program (a scan launching 60 kernels). `HostProgram` encodes
 a program's thunks once as the command stream `XlaGpuHostExecute`
 (`ffi/host_executor.cc`, in libXlaGpuFfi.so) runs: kernel launches through
-the shared objects' `<name>_host(void **args)` entries, copies, memsets,
-while loops and conditionals (their predicates read from host memory), and
-small f32/f64 products without epilogue as a native gemm. Everything else
-(custom calls, FFTs, larger or converting gemms, kernels big enough to
-split over host threads, kernels held by the JIT) stays a Python thunk the
-executor calls back for, on the same thread, with the same
-ExecutionContext; its exceptions come out of `run` unchanged.
+the shared objects' `<name>_host(void **args)` entries (kernels big enough
+to split over host threads as SPLIT commands, which time one thread
+against block ranges on the native pool as HostKernel.launch does), copies,
+memsets, while loops and conditionals (their predicates read from host
+memory), and small f32/f64 products without epilogue as a native gemm.
+Everything else (custom calls, FFTs, larger or converting gemms, kernels
+held by the JIT) stays a Python thunk the executor calls back for, on the
+same thread, with the same ExecutionContext; its exceptions come out of
+`run` unchanged.
 
 A program without Python thunks runs through `_host_run.HostRun`
 (ffi/host_run.c, built from `_CpuRunPlan.host_run`), which also does the
@@ -37,7 +39,9 @@ from .thunks import (CommandBufferThunk, ConditionalThunk, CopyThunk, ExecutionC
 
 __all__ = ["HostProgram", "native_executor", "native_block_runner", "host_program"]
 
-KERNEL, COPY, MEMSET, WHILE, CONDITIONAL, CALL, GEMM, COUNT = range(1, 9)
+KERNEL, COPY, MEMSET, WHILE, CONDITIONAL, CALL, GEMM, COUNT, SPLIT = range(1, 10)
+# int64 words of a SPLIT kernel's probe slot (kProbeWords).
+PROBE_WORDS = 8
 # The executor's counters, in its order, as ExecutionContext.stats names them.
 STATS = ("kernels", "copies", "memsets", "gemms", "while_iterations", "command_buffers")
 # Length of the executor's counter array (kNumStats in host_executor.cc).
@@ -47,9 +51,14 @@ _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64)
 # Products at most this many multiply-adds run in the executor's own loop;
 # larger ones go to numpy's BLAS (threaded, blocked).
 NATIVE_GEMM_MAX_FLOPS = 1 << 18
-# Kernels with at least this many threads in all run through their Python
-# launcher, which may split the blocks over host threads.
+# Kernels with at least this many threads in all may run as block ranges on
+# several host threads: the executor's SPLIT command times both ways, as
+# HostKernel.launch does (or their Python launcher, where the native block
+# pool is missing).
 SPLIT_THREADS = 1 << 16
+# XlaGpuHostRunBlocks calls kernels of at most this many arguments
+# (kMaxArgs in host_blocks.cc).
+SPLIT_MAX_ARGS = 64
 # Deeper nests of loops and branches are left to Python (no deep recursion
 # in the encoder).
 MAX_NESTING = 64
@@ -74,7 +83,7 @@ def native_executor():
     """`XlaGpuHostExecute` from libXlaGpuFfi.so, or None when the library
     cannot be loaded or built here (programs then run from Python)."""
     return _library_function("XlaGpuHostExecute", _I64, _P, _I64, _P, _I64, _P, _I64,
-                             _CALLBACK, _P, _P)
+                             _P, _I64, _CALLBACK, _P, _P)
 
 
 def native_block_runner():
@@ -97,17 +106,26 @@ def host_program(thunks: Sequence[Thunk], launchers: dict[str, Any]) -> "HostPro
     return HostProgram(thunks, launchers, entry)
 
 
-def _kernel_address(launcher) -> int | None:
-    """The `<name>_host(void **args)` entry of a shared-object kernel that
-    runs on one thread (None: keep it a Python launch)."""
+def _kernel_entries(launcher) -> tuple[int, int | None, Any] | None:
+    """How the executor runs a shared-object kernel: (address of
+    `<name>_host(void **args)`, address of `<name>_host_blocks` for a grid
+    big enough to split or None, the launcher); None keeps it a Python
+    launch."""
     entry = getattr(launcher, "_entry", None)
     spec = getattr(launcher, "spec", None)
     if entry is None or spec is None:
         return None
+    whole = ctypes.cast(entry, ctypes.c_void_p).value
     if getattr(launcher, "workers", 1) > 1 and \
             spec.threads * spec.blocks * max(spec.blocks_y, 1) >= SPLIT_THREADS:
-        return None
-    return ctypes.cast(entry, ctypes.c_void_p).value
+        blocks_fn = getattr(launcher, "_blocks", None)
+        # Split runs need the native block pool; without it the Python
+        # launcher splits (through its ThreadPoolExecutor).
+        if blocks_fn is None or getattr(launcher, "_run_blocks", None) is None or \
+                len(spec.kernel_args) > SPLIT_MAX_ARGS:
+            return None
+        return whole, ctypes.cast(blocks_fn, ctypes.c_void_p).value, launcher
+    return whole, None, launcher
 
 
 def _gemm_words(config) -> list[int] | None:
@@ -143,14 +161,19 @@ class HostProgram:
 
     def __init__(self, thunks: Sequence[Thunk], launchers: dict[str, Any], entry):
         self._entry = entry
-        self._kernel_index: dict[str, int] = {}
+        # Per kernel name: its command's words before and after the argument
+        # count, or None for a Python launch.
+        self._kernel_words: dict[str, tuple[list[int], list[int]] | None] = {}
         self._kernel_addresses: list[int] = []
+        self._split_kernels = 0
         self.callbacks: list[Thunk] = []
         words: list[int] = []
         self._encode(thunks, launchers, words, 0)
         self.code = np.asarray(words, np.int64)
         self._kernels = (ctypes.c_void_p * max(len(self._kernel_addresses), 1))(
             *self._kernel_addresses)
+        # The SPLIT kernels' probe slots: zero is "not timed yet".
+        self._probes = np.zeros(max(self._split_kernels, 1) * PROBE_WORDS, np.int64)
         self._current = threading.local()
         self._callback = _CALLBACK(self._run_callback)
 
@@ -165,15 +188,16 @@ class HostProgram:
         self._code = np.ascontiguousarray(words, np.int64)
         self._code_address = self._code.ctypes.data
 
-    def entry_points(self) -> tuple[tuple[int, int, int, int, int], tuple]:
+    def entry_points(self) -> tuple[tuple[int, ...], tuple]:
         """What a caller in C needs to run this program without ctypes:
         (executor address, code address, code length, kernel table address,
-        kernel count), and the objects those addresses point into, to be
-        kept alive with it."""
+        kernel count, probe slots' address, probe slot count), and the
+        objects those addresses point into, to be kept alive with it."""
         addresses = (ctypes.cast(self._entry, ctypes.c_void_p).value, self._code_address,
                      len(self._code), ctypes.addressof(self._kernels),
-                     len(self._kernel_addresses))
-        return addresses, (self._code, self._kernels)
+                     len(self._kernel_addresses), self._probes.ctypes.data,
+                     self._split_kernels)
+        return addresses, (self._code, self._kernels, self._probes)
 
     @property
     def native_fraction(self) -> tuple[int, int]:
@@ -191,15 +215,15 @@ class HostProgram:
 
     def _encode_one(self, thunk: Thunk, launchers, words: list[int], depth: int) -> None:
         if isinstance(thunk, KernelThunk):
-            index = self._kernel_index.get(thunk.kernel)
-            if index is None:
-                address = _kernel_address(launchers.get(thunk.kernel))
-                if address is None:
-                    self._call(thunk, words)
-                    return
-                index = self._kernel_index[thunk.kernel] = len(self._kernel_addresses)
-                self._kernel_addresses.append(address)
-            words += [KERNEL, index, len(thunk.args)]
+            if thunk.kernel not in self._kernel_words:
+                self._kernel_words[thunk.kernel] = self._kernel_command(
+                    launchers.get(thunk.kernel))
+            command = self._kernel_words[thunk.kernel]
+            if command is None:
+                self._call(thunk, words)
+                return
+            head, tail = command
+            words += [*head, len(thunk.args), *tail]
             for s in thunk.args:
                 words += [s.allocation, s.offset]
         elif isinstance(thunk, CopyThunk):
@@ -243,6 +267,24 @@ class HostProgram:
         else:
             self._call(thunk, words)
 
+    def _kernel_command(self, launcher) -> tuple[list[int], list[int]] | None:
+        """A kernel's command words before and after its argument count
+        (KERNEL fn | nargs; SPLIT whole blocks_fn | nargs | blocks parts
+        probe runs reprobe), or None for a Python launch."""
+        entries = _kernel_entries(launcher)
+        if entries is None:
+            return None
+        whole, blocks_fn, launcher = entries
+        first = len(self._kernel_addresses)
+        self._kernel_addresses.append(whole)
+        if blocks_fn is None:
+            return [KERNEL, first], []
+        self._kernel_addresses.append(blocks_fn)
+        probe = self._split_kernels
+        self._split_kernels += 1
+        return [SPLIT, first, first + 1], [launcher.spec.blocks, launcher.workers, probe,
+                                           launcher.PROBE_RUNS, launcher.REPROBE_EVERY]
+
     # -- running -------------------------------------------------------------
     def _run_callback(self, index: int) -> int:
         try:
@@ -261,7 +303,8 @@ class HostProgram:
         try:
             rc = self._entry(self._code_address, len(self._code),
                              (ctypes.c_void_p * max(len(bases), 1))(*bases), len(bases),
-                             self._kernels, len(self._kernel_addresses), self._callback,
+                             self._kernels, len(self._kernel_addresses),
+                             self._probes.ctypes.data, self._split_kernels, self._callback,
                              stats, ctypes.byref(error_at))
             error = self._current.error
         finally:
