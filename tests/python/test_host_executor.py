@@ -234,6 +234,52 @@ fused {
     np.testing.assert_array_equal(third, -2 * x)
 
 
+def test_an_in_place_kernels_operand_copy_is_pool_memory_reused_once_dropped():
+    # A lone dynamic-update-slice fusion updates its operand in place: the
+    # run copies the caller's array (never written) into pool memory, which
+    # is the output, and hands it out again only once the output is dropped.
+    text = """HloModule m
+fused {
+  x = f32[64,32] parameter(0)
+  u = f32[8,32] parameter(1)
+  i = s32[] parameter(2)
+  z = s32[] constant(0)
+  ROOT d = f32[64,32] dynamic-update-slice(x, u, i, z)
+}
+ENTRY e {
+  x = f32[64,32] parameter(0)
+  u = f32[8,32] parameter(1)
+  i = s32[] parameter(2)
+  ROOT f = f32[64,32] fusion(x, u, i), kind=kLoop, calls=fused
+}
+"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    assert exe.spec.emitter == "in_place_dynamic_update_slice"
+    x = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    original = x.copy()
+
+    def expected(row, value):
+        want = original.copy()
+        want[row:row + 8] = value
+        return want
+
+    (first,) = exe.run(x, np.full((8, 32), -1, np.float32), np.asarray(4, np.int32))
+    (second,) = exe.run(x, np.full((8, 32), -2, np.float32), np.asarray(40, np.int32))
+    assert not np.shares_memory(first, second)
+    np.testing.assert_array_equal(x, original)
+    address = second.ctypes.data
+    view = first[2:]
+    del first, second
+    (third,) = exe.run(x, np.full((8, 32), -3, np.float32), np.asarray(9, np.int32))
+    assert third.ctypes.data == address    # the dropped output's memory again
+    pool = exe._load().spec._host_call_plan.pool
+    assert any(entry[2] == address for entry, _ in pool._held[-1])   # operand 0's
+    assert not np.shares_memory(view, third)
+    np.testing.assert_array_equal(view, expected(4, -1)[2:])
+    np.testing.assert_array_equal(third, expected(9, -3))
+    np.testing.assert_array_equal(x, original)
+
+
 # Two kernels of 512K threads: big enough to run as block ranges on host
 # threads where that is faster (the executor's SPLIT command).
 BIG_KERNELS = """HloModule m

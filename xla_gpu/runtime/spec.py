@@ -286,13 +286,22 @@ class _HostCallPlan:
     def prepare(self, args: Sequence[Any]):
         if len(args) != len(self.parameters):
             return None
-        arrays = []
-        for arg, (shape, dtype, alignment, copy) in zip(args, self.parameters):
+        for arg, (shape, dtype, _, _) in zip(args, self.parameters):
             if type(arg) is not np.ndarray or arg.shape != shape or arg.dtype != dtype or \
                     not arg.flags.c_contiguous or arg.size == 0:
                 return None
+        arrays = []
+        for j, (arg, (shape, dtype, alignment, copy)) in enumerate(zip(args, self.parameters)):
             if copy:
-                arg = aligned_copy(arg, alignment)
+                # The operand an in-place kernel updates, copied into pool
+                # memory (it becomes the output: reused once the caller
+                # drops that, with no fresh pages to fault in).
+                if alignment > POOL_ALIGNMENT:
+                    arg = aligned_copy(arg, alignment)
+                else:
+                    _, _, buffer = self.pool.take(-1 - j, arg.nbytes, (shape, dtype))
+                    np.copyto(buffer, arg)
+                    arg = buffer
             arrays.append(arg)
         outputs, output_addresses = [], []
         for k, (alias, shape, dtype, alignment) in enumerate(self.outputs):
