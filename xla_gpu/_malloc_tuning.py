@@ -7,7 +7,8 @@ glibc's defaults the freed top of the heap goes back to the kernel at once
 (its trim threshold follows the mmap threshold, 128 KiB to start with), so
 the next kernel faults all those pages in again: measured here, an empty
 kernel's nvJitLink call took 12 ms with the defaults and 8.3 ms with the heap
-kept, and the whole compile of the bench corpus' fusions 5% less in geomean.
+kept, and the warm compile of the bench corpus' fusions 4-11% less in
+geomean (4 alternating pairs of processes).
 
 `tune_for_compilation` sets what glibc's own adaptive rule reaches at its
 limit (allocations under 32 MiB from the heap, up to 64 MiB of free heap

@@ -5,7 +5,7 @@ several threads at once; errors as diagnostics, never a crash."""
 
 from __future__ import annotations
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -106,30 +106,18 @@ def test_a_lowered_kernel_gives_the_same_ptx(ctx):
 
 def test_threads_serialize_side_by_side():
     from xla_gpu import ir
-    expected = {}
+    kernels = (("plain", SCALE_KERNEL), ("libdevice", LIBDEVICE_KERNEL))
     with ir.Context() as context:
-        for name, body in (("plain", SCALE_KERNEL), ("libdevice", LIBDEVICE_KERNEL)):
-            expected[name] = _ours(body, context)
-    results: list[tuple[str, bytes]] = []
-    failures: list[BaseException] = []
+        expected = {name: _ours(body, context) for name, body in kernels}
 
-    def work(index: int):
-        try:
-            # One context per thread, as the compiler's threads have.
-            with ir.Context() as context:
-                for round_ in range(6):
-                    name, body = (("plain", SCALE_KERNEL), ("libdevice", LIBDEVICE_KERNEL))[
-                        (index + round_) % 2]
-                    results.append((name, _ours(body, context)))
-        except BaseException as e:   # noqa: BLE001 - reported below
-            failures.append(e)
+    def work(index: int) -> list[tuple[str, bytes]]:
+        # One context per thread, as the compiler's threads have.
+        with ir.Context() as context:
+            return [(name, _ours(body, context))
+                    for name, body in (kernels[(index + i) % 2] for i in range(6))]
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not failures
+    with ThreadPoolExecutor(4) as pool:
+        results = [r for rs in pool.map(work, range(4)) for r in rs]
     assert len(results) == 24
     assert all(ptx == expected[name] for name, ptx in results)
 

@@ -106,11 +106,10 @@ def host_program(thunks: Sequence[Thunk], launchers: dict[str, Any]) -> "HostPro
     return HostProgram(thunks, launchers, entry)
 
 
-def _kernel_entries(launcher) -> tuple[int, int | None, Any] | None:
+def _kernel_entries(launcher) -> tuple[int, int | None] | None:
     """How the executor runs a shared-object kernel: (address of
     `<name>_host(void **args)`, address of `<name>_host_blocks` for a grid
-    big enough to split or None, the launcher); None keeps it a Python
-    launch."""
+    big enough to split or None); None keeps it a Python launch."""
     entry = getattr(launcher, "_entry", None)
     spec = getattr(launcher, "spec", None)
     if entry is None or spec is None:
@@ -124,8 +123,8 @@ def _kernel_entries(launcher) -> tuple[int, int | None, Any] | None:
         if blocks_fn is None or getattr(launcher, "_run_blocks", None) is None or \
                 len(spec.kernel_args) > SPLIT_MAX_ARGS:
             return None
-        return whole, ctypes.cast(blocks_fn, ctypes.c_void_p).value, launcher
-    return whole, None, launcher
+        return whole, ctypes.cast(blocks_fn, ctypes.c_void_p).value
+    return whole, None
 
 
 def _gemm_words(config) -> list[int] | None:
@@ -274,7 +273,7 @@ class HostProgram:
         entries = _kernel_entries(launcher)
         if entries is None:
             return None
-        whole, blocks_fn, launcher = entries
+        whole, blocks_fn = entries
         first = len(self._kernel_addresses)
         self._kernel_addresses.append(whole)
         if blocks_fn is None:
