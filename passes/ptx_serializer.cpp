@@ -141,17 +141,8 @@ LogicalResult linkLibraries(gpu::GPUModuleOp module, llvm::Module &llvmModule,
   llvm::LLVMContext &context = llvmModule.getContext();
   SmallVector<std::unique_ptr<llvm::Module>> libraries;
   llvm::SMDiagnostic diagnostic;
-  if (!libdevice.empty()) {
-    std::unique_ptr<llvm::Module> library = llvm::getLazyIRModule(
-        llvm::MemoryBuffer::getMemBuffer(
-            StringRef(libdevice.data(), libdevice.size()), "libdevice",
-            /*RequiresNullTerminator=*/false),
-        diagnostic, context);
-    if (!library)
-      return module.emitError() << "cannot read libdevice: "
-                                << diagnostic.getMessage();
-    libraries.push_back(std::move(library));
-  }
+  // The target's files first, then libdevice, in MLIR's order: the first
+  // library to define a symbol provides it.
   if (ArrayAttr files = target.getLink()) {
     for (Attribute file : files) {
       auto path = dyn_cast<StringAttr>(file);
@@ -165,6 +156,17 @@ LogicalResult linkLibraries(gpu::GPUModuleOp module, llvm::Module &llvmModule,
                                   << diagnostic.getMessage();
       libraries.push_back(std::move(library));
     }
+  }
+  if (!libdevice.empty()) {
+    std::unique_ptr<llvm::Module> library = llvm::getLazyIRModule(
+        llvm::MemoryBuffer::getMemBuffer(
+            StringRef(libdevice.data(), libdevice.size()), "libdevice",
+            /*RequiresNullTerminator=*/false),
+        diagnostic, context);
+    if (!library)
+      return module.emitError() << "cannot read libdevice: "
+                                << diagnostic.getMessage();
+    libraries.push_back(std::move(library));
   }
   llvm::Linker linker(llvmModule);
   for (std::unique_ptr<llvm::Module> &library : libraries) {

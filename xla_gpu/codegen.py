@@ -211,10 +211,12 @@ def _serialize_with_mlir(wrapped: _ir.Module, fmt: str) -> bytes:
     return bytes(obj.object)
 
 
-def _native_ptx(gpu_module: _ir.Operation) -> bytes:
-    """PTX of `gpu_module` through xlaGpuSerializeToPtx, without the GIL."""
+def _native_ptx(gpu_module: _ir.Operation, embedded_libdevice: bool = True) -> bytes:
+    """PTX of `gpu_module` through xlaGpuSerializeToPtx, without the GIL;
+    with the bindings' embedded libdevice where they have one (else, or
+    without `embedded_libdevice`, only the files the target links)."""
     from . import _native
-    address, size = _embedded_libdevice()
+    address, size = _embedded_libdevice() if embedded_libdevice else (None, 0)
     parts: list[bytes] = []
     callback = _native.STRING_CALLBACK(
         lambda ref, _: parts.append(ctypes.string_at(ref.data, ref.length)))

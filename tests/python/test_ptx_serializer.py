@@ -96,6 +96,26 @@ def test_libdevice_is_linked_only_where_called(ctx):
     assert ".extern .func  (.param .b32 func_retval0) mystery" in called
 
 
+@pytest.mark.skipif(codegen.find_libdevice() is None, reason="no libdevice file here")
+@pytest.mark.parametrize("embedded", [False, True], ids=["file", "file+embedded"])
+def test_libdevice_from_the_targets_link_list(ctx, embedded):
+    # Bindings that embed no libdevice: the gpu.module's target names the
+    # file, which is read (lazily) only for a kernel that calls it. With
+    # both, the file comes first, as in MLIR (the wheel's libdevice is not
+    # the embedded one: their tanh differs, so the order shows).
+    for body in (LIBDEVICE_KERNEL, SCALE_KERNEL):
+        module = codegen._wrapped_module(body, ctx, "sm_90", 3, calls_libdevice=True)
+        gpu_module = module.body.operations[0]   # the module stays alive with it
+        assert "link = [" in str(gpu_module.attributes["targets"])
+        ours = codegen._native_ptx(gpu_module, embedded_libdevice=embedded)
+        # MLIR links the file, then its embedded copy (which then adds
+        # nothing) where it has one.
+        mlirs = codegen._serialize_with_mlir(
+            codegen._wrapped_module(body, ctx, "sm_90", 3, calls_libdevice=True), "isa")
+        assert ours == mlirs
+        assert b"__nv_tanhf" not in ours
+
+
 def test_a_lowered_kernel_gives_the_same_ptx(ctx):
     module = mlir_ir.Module.parse((ROOT / "examples" / "gelu.mlir").read_text())
     pipeline.run(module)
