@@ -234,10 +234,12 @@ fused {
     np.testing.assert_array_equal(third, -2 * x)
 
 
-def test_an_in_place_kernels_operand_copy_is_pool_memory_reused_once_dropped():
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_an_in_place_kernels_operand_copy_is_pool_memory_reused_once_dropped(path):
     # A lone dynamic-update-slice fusion updates its operand in place: the
     # run copies the caller's array (never written) into pool memory, which
     # is the output, and hands it out again only once the output is dropped.
+    # Both ways: the C run path, and HostKernel.run's Python path.
     text = """HloModule m
 fused {
   x = f32[64,32] parameter(0)
@@ -255,6 +257,9 @@ ENTRY e {
 """
     exe = xla_gpu.compile(text, target="cpu", cache=False)
     assert exe.spec.emitter == "in_place_dynamic_update_slice"
+    kernel = exe._load()
+    if path == "python":
+        kernel._c_run = False
     x = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
     original = x.copy()
 
@@ -272,8 +277,11 @@ ENTRY e {
     del first, second
     (third,) = exe.run(x, np.full((8, 32), -3, np.float32), np.asarray(9, np.int32))
     assert third.ctypes.data == address    # the dropped output's memory again
-    pool = exe._load().spec._host_call_plan.pool
-    assert any(entry[2] == address for entry, _ in pool._held[-1])   # operand 0's
+    if path == "python":
+        pool = kernel.spec._host_call_plan.pool
+        assert any(entry[2] == address for entry, _ in pool._held[-1])   # operand 0's
+    else:
+        assert _HostRun is None or isinstance(kernel._c_run, _HostRun)
     assert not np.shares_memory(view, third)
     np.testing.assert_array_equal(view, expected(4, -1)[2:])
     np.testing.assert_array_equal(third, expected(9, -3))
@@ -491,3 +499,98 @@ def test_the_c_path_reads_the_debug_fill_as_the_python_path_does(value, monkeypa
             exe.run(y)
     else:
         np.testing.assert_array_equal(exe.run(y)[0], 2 * y + 1)
+
+
+# A two-output reduction (a tuple root: a pool buffer per output), an
+# elementwise bf16 kernel, and a 512K-thread kernel (a SPLIT command).
+ROW_SUM_AND_MAX = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] maximum(a, b)
+}
+fused {
+  x = f32[128,256] parameter(0)
+  z = f32[] constant(0)
+  m = f32[] constant(-inf)
+  s = f32[128] reduce(x, z), dimensions={1}, to_apply=add
+  r = f32[128] reduce(x, m), dimensions={1}, to_apply=max
+  ROOT t = (f32[128], f32[128]) tuple(s, r)
+}
+ENTRY e {
+  x = f32[128,256] parameter(0)
+  ROOT f = (f32[128], f32[128]) fusion(x), kind=kInput, calls=fused
+}
+"""
+SCALE_BF16 = """HloModule m
+fused {
+  x = bf16[64,64] parameter(0)
+  y = bf16[64,64] parameter(1)
+  ROOT m = bf16[64,64] multiply(x, y)
+}
+ENTRY e {
+  x = bf16[64,64] parameter(0)
+  y = bf16[64,64] parameter(1)
+  ROOT f = bf16[64,64] fusion(x, y), kind=kLoop, calls=fused
+}
+"""
+BIG_TANH = """HloModule m
+fused {
+  x = f32[512,1024] parameter(0)
+  ROOT t = f32[512,1024] tanh(x)
+}
+ENTRY e {
+  x = f32[512,1024] parameter(0)
+  ROOT f = f32[512,1024] fusion(x), kind=kLoop, calls=fused
+}
+"""
+
+
+@needs_host_run
+@pytest.mark.parametrize("text", [ROW_SUM_AND_MAX, SCALE_BF16, BIG_TANH],
+                         ids=["two_outputs", "bf16", "split"])
+def test_a_single_kernels_c_run_gives_the_python_paths_results(text):
+    import ml_dtypes
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    kernel = exe._load()
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(p.shape).astype(p.storage_dtype)
+            for p in kernel.spec.parameters]
+    for _ in range(8):                  # past the SPLIT command's timed runs
+        got = exe.run(*args)
+        assert isinstance(kernel._c_run, _HostRun)
+        kernel._c_run, c_run = False, kernel._c_run
+        want = exe.run(*args)
+        kernel._c_run = c_run
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert type(g) is np.ndarray and g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+    if text is SCALE_BF16:
+        assert got[0].dtype == ml_dtypes.bfloat16
+
+
+@needs_host_run
+def test_arguments_a_single_kernels_c_run_does_not_take_go_the_python_way():
+    exe = xla_gpu.compile(SCALE_BF16, target="cpu", cache=False)
+    x = np.ones((64, 64), np.float32)
+    # f32 where bf16 is expected: the Python path converts nothing and says so.
+    with pytest.raises(xla_gpu.XlaGpuError, match="argument 0: expected dtype bf16"):
+        exe.run(x, x)
+    import ml_dtypes
+    y = np.full((64, 64), 3, ml_dtypes.bfloat16)
+    twice = np.full((64, 64), 6, ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(exe.run(y, np.full((64, 64), 2, ml_dtypes.bfloat16))[0],
+                                  twice)
+    # A non-contiguous view and a wrong shape go the Python way, which
+    # copies or reports them.
+    wide = np.full((64, 128), 2, ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(exe.run(y, wide[:, ::2])[0], twice)
+    with pytest.raises(xla_gpu.XlaGpuError, match="argument 1: expected shape"):
+        exe.run(y, wide)
+    assert isinstance(exe._load()._c_run, _HostRun)

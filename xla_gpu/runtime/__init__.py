@@ -47,7 +47,12 @@ class HostKernel:
     ~5-20 us natively, 40-300 us through Python), so the first runs try
     both ways, `PROBE_RUNS` each (one thread first: the first run also
     faults in fresh output pages), the faster is kept, and the choice is
-    made again every `REPROBE_EVERY` runs. See xla_gpu.backends.cpu."""
+    made again every `REPROBE_EVERY` runs. See xla_gpu.backends.cpu.
+
+    `run` goes through C where it can (host_executor.kernel_host_run: the
+    argument checks, output pool and launch of a one-kernel program in
+    `_host_run.HostRun`, 10-40 us less a run); other arguments, and
+    kernels it cannot take, run from Python."""
 
     PROBE_RUNS = 3
     REPROBE_EVERY = 500
@@ -81,6 +86,9 @@ class HostKernel:
         self._probe: dict[bool, list[float]] = {False: [], True: []}
         self.split: bool | None = None   # None while probing
         self._runs_since_probe = 0
+        # `run`'s C path (host_executor.kernel_host_run): None until the
+        # first run, False where it cannot be used.
+        self._c_run: Any = None
 
     @staticmethod
     def from_bytes(spec: KernelSpec, library: bytes) -> "HostKernel":
@@ -144,6 +152,16 @@ class HostKernel:
                 future.result()
 
     def run(self, *args) -> tuple[np.ndarray, ...]:
+        if self._c_run is None:
+            from .host_executor import kernel_host_run
+            self._c_run = kernel_host_run(self) or False
+        if self._c_run is not False:
+            # The whole run in C where every argument is exactly what the
+            # kernel reads (NotImplemented otherwise: the Python path then
+            # converts, copies or reports).
+            results = self._c_run(*args)
+            if results is not NotImplemented:
+                return results
         check_output_memory(self.spec)
         pointers, outputs, convert, _held = self.spec.host_call(args)
         self.launch(pointers)

@@ -51,10 +51,11 @@ _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64)
 # Products at most this many multiply-adds run in the executor's own loop;
 # larger ones go to numpy's BLAS (threaded, blocked).
 NATIVE_GEMM_MAX_FLOPS = 1 << 18
-# Kernels with at least this many threads in all may run as block ranges on
-# several host threads: the executor's SPLIT command times both ways, as
-# HostKernel.launch does (or their Python launcher, where the native block
-# pool is missing).
+# A kernel whose launcher may split its grid (HostKernel.workers > 1) runs
+# as a SPLIT command, which times one thread against block ranges on the
+# native pool as HostKernel.launch does. Where that pool is missing, kernels
+# of at least this many threads in all stay Python launches (their launcher
+# splits through a ThreadPoolExecutor); smaller ones run on one thread.
 SPLIT_THREADS = 1 << 16
 # XlaGpuHostRunBlocks calls kernels of at most this many arguments
 # (kMaxArgs in host_blocks.cc).
@@ -109,21 +110,19 @@ def host_program(thunks: Sequence[Thunk], launchers: dict[str, Any]) -> "HostPro
 def _kernel_entries(launcher) -> tuple[int, int | None] | None:
     """How the executor runs a shared-object kernel: (address of
     `<name>_host(void **args)`, address of `<name>_host_blocks` for a grid
-    big enough to split or None); None keeps it a Python launch."""
+    it may split, else None); None keeps it a Python launch."""
     entry = getattr(launcher, "_entry", None)
     spec = getattr(launcher, "spec", None)
     if entry is None or spec is None:
         return None
     whole = ctypes.cast(entry, ctypes.c_void_p).value
-    if getattr(launcher, "workers", 1) > 1 and \
-            spec.threads * spec.blocks * max(spec.blocks_y, 1) >= SPLIT_THREADS:
+    if getattr(launcher, "workers", 1) > 1:
         blocks_fn = getattr(launcher, "_blocks", None)
-        # Split runs need the native block pool; without it the Python
-        # launcher splits (through its ThreadPoolExecutor).
-        if blocks_fn is None or getattr(launcher, "_run_blocks", None) is None or \
-                len(spec.kernel_args) > SPLIT_MAX_ARGS:
+        if blocks_fn is not None and getattr(launcher, "_run_blocks", None) is not None and \
+                len(spec.kernel_args) <= SPLIT_MAX_ARGS:
+            return whole, ctypes.cast(blocks_fn, ctypes.c_void_p).value
+        if spec.threads * spec.blocks * max(spec.blocks_y, 1) >= SPLIT_THREADS:
             return None
-        return whole, ctypes.cast(blocks_fn, ctypes.c_void_p).value
     return whole, None
 
 
@@ -324,3 +323,63 @@ class HostProgram:
         """Runs the program on `ctx`'s buffers (the cpu target's), Python
         thunks included; the counters go to `ctx.stats`."""
         ctx.stats.update(self._execute(ctx._bases, ctx))
+
+
+# Arguments the C run path reads in place must be aligned this much
+# (ARGUMENT_ALIGNMENT in ffi/host_run.c); its pool's buffers are aligned to
+# spec.POOL_ALIGNMENT.
+_C_ARGUMENT_ALIGNMENT = 16
+# Outputs larger than this in all go the Python way, which checks first
+# that they fit in host memory.
+_C_RUN_OUTPUT_BYTES = 1 << 26
+
+
+def kernel_host_run(kernel) -> Any:
+    """A single cpu-target kernel's run as one `_host_run.HostRun` call
+    (argument checks, output buffers from a pool, the launch through the
+    executor, a KERNEL or SPLIT command, the output arrays), as
+    `HostKernel.run` does it in Python; None where that path cannot
+    (no extension or executor, a kernel needing stricter alignment than
+    it gives, outputs converted from their storage type or too large)."""
+    from .buffers import BufferSlice
+    from .spec import POOL_ALIGNMENT
+    from .thunks import KernelThunk
+    try:
+        from ._host_run import HostRun
+    except ImportError:
+        return None
+    spec = kernel.spec
+    entry = native_executor()
+    if entry is None or os.environ.get("XLA_GPU_HOST_EXECUTOR", "native") == "python":
+        return None
+    copied = set(spec.aliases.values())
+    if len(copied) != len(spec.aliases) or spec.output_nbytes > _C_RUN_OUTPUT_BYTES:
+        return None
+    if any(p.alignment > (POOL_ALIGNMENT if j in copied else _C_ARGUMENT_ALIGNMENT) or
+           p.nbytes == 0 for j, p in enumerate(spec.parameters)):
+        return None
+    if any(o.alignment > POOL_ALIGNMENT or o.nbytes == 0 or o.numpy_dtype != o.storage_dtype
+           for o in spec.outputs):
+        return None
+    # Allocations: parameter j is j; output k that no parameter holds comes
+    # after them. Every output is a pool buffer handed out as it is.
+    allocation = {k: len(spec.parameters) + n
+                  for n, k in enumerate(k for k in range(len(spec.outputs))
+                                        if k not in spec.aliases)}
+    allocation.update(spec.aliases)
+    args = [BufferSlice(i, 0, spec.parameters[i].nbytes) if kind == "param" else
+            BufferSlice(allocation[i], 0, spec.outputs[i].nbytes)
+            for kind, i in spec.kernel_args]
+    thunk = KernelThunk(spec.name, spec.name, args, threads=spec.threads, blocks=spec.blocks)
+    program = HostProgram([thunk], {spec.name: kernel}, entry)
+    if program.callbacks:
+        return None
+    parameters = [(j, j not in copied, 0, p.nbytes, p.storage_dtype, tuple(p.shape))
+                  for j, p in enumerate(spec.parameters)]
+    pools = [(allocation[k], spec.parameters[spec.aliases[k]].nbytes if k in spec.aliases
+              else o.nbytes, False, False, k, o.storage_dtype, tuple(o.shape))
+             for k, o in enumerate(spec.outputs)]
+    addresses, keep = program.entry_points()
+    return HostRun(*addresses, keep, ThunkError,
+                   len(spec.parameters) + len(spec.outputs) - len(spec.aliases), [],
+                   parameters, pools, [], len(spec.outputs))
