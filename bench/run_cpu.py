@@ -320,8 +320,8 @@ def run_time(cases, rounds: int, target_s: float, log) -> list[dict]:
             exe = None
         n_x = int(min(max(target_s / max(t_x1, 1e-6), 3), 2000))
         # The kernel alone: the loaded kernel launched on buffers prepared
-        # once (no argument checks, no output allocation), the rest of
-        # `exe.run` being the Python call path.
+        # once (no argument checks, no output buffers), the rest of
+        # `exe.run` being its call path.
         launch = None
         if exe is not None:
             try:
@@ -628,8 +628,8 @@ def report(meta: dict, comp_rows, run_rows, peak, chart_note: str,
         rows.append(["**geomean**", "", "", "", "", "", f"**{bl.fmt_ratio(geomean)}**",
                      f"**{bl.fmt_ratio(kernel_geomean)}**", ""])
         out += ["\"ours kernel ms\": the loaded kernel launched on buffers prepared once "
-                "(what `exe.run` adds to it is the Python call path: argument checks, "
-                "output allocation, the launch through ctypes; for the in-place kernels, "
+                "(what `exe.run` adds to it is its call path, in C (xla_gpu.runtime._host_run): "
+                "argument checks, output buffers from a pool, the launch; for the in-place kernels, "
                 "scatter and dynamic-update-slice, also the copy of the operand they "
                 "update, which the kernel alone leaves out).", ""]
         out += [bl.md_table(["case", "sizes (cpu)", "emitter", "ours ms", "ours kernel ms",
