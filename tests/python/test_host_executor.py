@@ -12,6 +12,7 @@ import xla_gpu
 from xla_gpu.runtime import host_executor
 from xla_gpu.runtime.thunks import ThunkError, walk
 
+from test_cpu_speed_grid import NEGATE_65536
 from test_thunks import COND_INDEX, CUSTOM, GEMM, KERNEL_COPY_MEMSET, WHILE
 
 try:
@@ -502,7 +503,7 @@ def test_the_c_path_reads_the_debug_fill_as_the_python_path_does(value, monkeypa
 
 
 # A two-output reduction (a tuple root: a pool buffer per output), an
-# elementwise bf16 kernel, and a 512K-thread kernel (a SPLIT command).
+# elementwise bf16 kernel, and a 64K-thread kernel (a SPLIT command).
 ROW_SUM_AND_MAX = """HloModule m
 add {
   a = f32[] parameter(0)
@@ -539,20 +540,10 @@ ENTRY e {
   ROOT f = bf16[64,64] fusion(x, y), kind=kLoop, calls=fused
 }
 """
-BIG_TANH = """HloModule m
-fused {
-  x = f32[512,1024] parameter(0)
-  ROOT t = f32[512,1024] tanh(x)
-}
-ENTRY e {
-  x = f32[512,1024] parameter(0)
-  ROOT f = f32[512,1024] fusion(x), kind=kLoop, calls=fused
-}
-"""
 
 
 @needs_host_run
-@pytest.mark.parametrize("text", [ROW_SUM_AND_MAX, SCALE_BF16, BIG_TANH],
+@pytest.mark.parametrize("text", [ROW_SUM_AND_MAX, SCALE_BF16, NEGATE_65536],
                          ids=["two_outputs", "bf16", "split"])
 def test_a_single_kernels_c_run_gives_the_python_paths_results(text):
     import ml_dtypes

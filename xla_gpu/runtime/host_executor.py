@@ -353,7 +353,9 @@ def kernel_host_run(kernel) -> Any:
     if entry is None or os.environ.get("XLA_GPU_HOST_EXECUTOR", "native") == "python":
         return None
     copied = set(spec.aliases.values())
-    if len(copied) != len(spec.aliases) or spec.output_nbytes > _C_RUN_OUTPUT_BYTES:
+    if len(copied) != len(spec.aliases) or spec.output_nbytes > _C_RUN_OUTPUT_BYTES or \
+            any(spec.outputs[k].nbytes != spec.parameters[j].nbytes
+                for k, j in spec.aliases.items()):
         return None
     if any(p.alignment > (POOL_ALIGNMENT if j in copied else _C_ARGUMENT_ALIGNMENT) or
            p.nbytes == 0 for j, p in enumerate(spec.parameters)):
