@@ -109,6 +109,12 @@ constexpr unsigned kSharedMemorySpace = 3;
 constexpr int64_t kWarpSize = 32;
 // The longest chain of pure ops recomputed in a later phase rather than kept.
 constexpr int kMaxRecomputeDepth = 16;
+// A thread loop with more conditional regions than this stays scalar.
+// Vectorized, every lane runs every branch under a mask: a concatenate of
+// 300 operands (a binary search over them, 299 scf.if) became a vector body
+// holding all 300 loads, which took LLVM seconds to compile and ran slower
+// than the scalar search.
+constexpr int kMaxBranchesToVectorize = 16;
 
 // Ops that read the thread's place in the launch grid.
 bool isGridQuery(Operation *op) {
@@ -443,9 +449,12 @@ bool guardWrappingRemainders(scf::ForOp loop) {
 void markThreadsIndependent(scf::ForOp loop) {
   MLIRContext *ctx = loop.getContext();
   // A remainder that may wrap and cannot be guarded keeps the loop scalar
-  // (see guardWrappingRemainders), whether its threads are independent or not.
+  // (see guardWrappingRemainders), whether its threads are independent or
+  // not; so do many branches (kMaxBranchesToVectorize).
   LLVM::LoopVectorizeAttr vectorize;
-  if (!guardWrappingRemainders(loop))
+  int branches = 0;
+  loop.getBody()->walk([&](scf::IfOp) { ++branches; });
+  if (!guardWrappingRemainders(loop) || branches > kMaxBranchesToVectorize)
     vectorize = LLVM::LoopVectorizeAttr::get(ctx, BoolAttr::get(ctx, true), {}, {},
                                              {}, {}, {}, {});
   bool atomics = loop.getBody()

@@ -179,3 +179,56 @@ ENTRY main {
         _emit(text)
     assert "math.exp" in str(_emit(text, "a").module)
     assert "arith.negf" in str(_emit(text, "f2").module)
+
+
+def _concatenate(sizes: list[int]) -> str:
+    """A loop fusion concatenating f32[size, 3] parameters along dim 0,
+    plus 1 (so that the concatenate is not the fusion's only op)."""
+    params = "\n".join(f"  p{i} = f32[{n},3] parameter({i})" for i, n in enumerate(sizes))
+    names = ", ".join(f"p{i}" for i in range(len(sizes)))
+    total = sum(sizes)
+    return (f"HloModule m\nfused {{\n{params}\n"
+            f"  c = f32[{total},3] concatenate({names}), dimensions={{0}}\n"
+            f"  one = f32[] constant(1)\n  b = f32[{total},3] broadcast(one), dimensions={{}}\n"
+            f"  ROOT a = f32[{total},3] add(c, b)\n}}\n")
+
+
+def _if_depth(op) -> int:
+    """The deepest nesting of scf.if under `op`."""
+    deepest = 0
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                depth = _if_depth(inner.operation) + (inner.operation.name == "scf.if")
+                deepest = max(deepest, depth)
+    return deepest
+
+
+@pytest.mark.parametrize("count,depth", [(5, 4), (8, 7), (9, 4), (40, 6), (300, 9)])
+def test_concatenate_finds_its_operand_by_chain_or_binary_search(count, depth):
+    # Up to 8 operands: XLA's chain of comparisons (one nesting level per
+    # operand); more: a binary search, log2 deep. MLIR's canonicalizer
+    # re-queues every ancestor of an op it touches, which made a 300-deep
+    # chain cost seconds.
+    sizes = [1 + (7 * i) % 5 for i in range(count)]   # unequal slices
+    kernel = _emit(_concatenate(sizes))
+    assert _if_depth(kernel.module.operation) == depth
+
+
+@pytest.mark.parametrize("count", [9, 37])
+def test_a_concatenate_by_binary_search_matches_the_interpreter(count):
+    import numpy as np
+    import xla_gpu
+    from xla_gpu.hlo.numerics import random_inputs
+    sizes = [1 + (3 * i) % 7 for i in range(count)]
+    text = _concatenate(sizes)
+    module = hlo.parse_module(text)
+    spec = select_fusion(module, None)
+    inputs = random_inputs(spec.computation, seed=2)
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    (got,) = exe.run(*inputs)
+    (want,) = hlo.evaluate(spec.computation, *inputs)
+    np.testing.assert_array_equal(got, want)
+    # The cpu target keeps a thread loop of more than 16 branches scalar
+    # (vectorized, every lane would run all of them under masks).
+    assert ("#llvm.loop_vectorize<disable = true>" in exe.host_mlir) == (count > 17)
