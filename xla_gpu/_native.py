@@ -25,6 +25,13 @@ class _StringRef(ctypes.Structure):
 STRING_CALLBACK = ctypes.CFUNCTYPE(None, _StringRef, ctypes.c_void_p)
 
 
+def string_ref_bytes(ref: _StringRef) -> bytes:
+    """The bytes an MlirStringRef points to, NULs included (its `data`
+    field reads as a C string, which stops at the first NUL)."""
+    address = ctypes.c_void_p.from_address(ctypes.addressof(ref)).value
+    return ctypes.string_at(address, ref.length) if ref.length else b""
+
+
 def _python_api(name: str, restype, *argtypes):
     """A private prototype of a Python C API function: `ctypes.pythonapi`'s
     function objects are shared by the whole process, and other libraries
@@ -132,5 +139,5 @@ def string_ref(text: str) -> _StringRef:
     return _StringRef(data, len(data))
 
 
-__all__ = ["lib", "to_handle", "from_handle", "string_ref", "C_SIGNATURES",
-           "STRING_CALLBACK"]
+__all__ = ["lib", "to_handle", "from_handle", "string_ref", "string_ref_bytes",
+           "C_SIGNATURES", "STRING_CALLBACK"]

@@ -30,7 +30,7 @@ from typing import Iterator
 
 from mlir import ir as _ir
 
-from ._native import STRING_CALLBACK, _Handle, _StringRef, to_handle
+from ._native import STRING_CALLBACK, _Handle, _StringRef, string_ref_bytes, to_handle
 
 __all__ = ["available", "bindings_library", "run_pipeline", "error_diagnostics",
            "raise_with_diagnostics"]
@@ -103,8 +103,7 @@ def available() -> bool:
 
 def _printed(print_fn, handle) -> str:
     parts: list[bytes] = []
-    callback = STRING_CALLBACK(lambda ref, _: parts.append(ctypes.string_at(ref.data,
-                                                                             ref.length)))
+    callback = STRING_CALLBACK(lambda ref, _: parts.append(string_ref_bytes(ref)))
     print_fn(handle, callback, None)
     return b"".join(parts).decode(errors="replace")
 
@@ -129,8 +128,7 @@ def _pass_manager(context: _ir.Context, pipeline: str, verify: bool) -> _Handle:
     pm = lib.mlirPassManagerCreate(to_handle(context))
     text = pipeline.encode()
     errors: list[bytes] = []
-    callback = STRING_CALLBACK(lambda ref, _: errors.append(ctypes.string_at(ref.data,
-                                                                              ref.length)))
+    callback = STRING_CALLBACK(lambda ref, _: errors.append(string_ref_bytes(ref)))
     result = lib.mlirParsePassPipeline(lib.mlirPassManagerGetAsOpPassManager(pm),
                                        _StringRef(text, len(text)), callback, None)
     if not result.value:

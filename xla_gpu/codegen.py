@@ -219,7 +219,7 @@ def _native_ptx(gpu_module: _ir.Operation, embedded_libdevice: bool = True) -> b
     address, size = _embedded_libdevice() if embedded_libdevice else (None, 0)
     parts: list[bytes] = []
     callback = _native.STRING_CALLBACK(
-        lambda ref, _: parts.append(ctypes.string_at(ref.data, ref.length)))
+        lambda ref, _: parts.append(_native.string_ref_bytes(ref)))
     with _pass_runner.error_diagnostics(gpu_module.context) as diagnostics:
         done = _native.lib().xlaGpuSerializeToPtx(_native.to_handle(gpu_module), address,
                                                   size, callback, None)

@@ -166,7 +166,7 @@ class IndexingMap:
         out = []
         for i in range(count):
             ref = get_name(h, i)
-            var_name = ctypes.string_at(ref.data, ref.length).decode() if ref.length else ""
+            var_name = _native.string_ref_bytes(ref).decode()
             get_bounds(h, i, ctypes.byref(lo), ctypes.byref(hi))
             out.append(Variable(var_name or f"{prefix}{i}", lo.value, hi.value))
         return out
