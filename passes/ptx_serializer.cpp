@@ -26,13 +26,13 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/Target/LLVM/ModuleToObject.h"
+#include "mlir/Target/LLVM/NVVM/Utils.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/IR/InstrTypes.h"
 #include "llvm/IR/LLVMContext.h"
@@ -45,13 +45,6 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Triple.h"
 #include "llvm/Transforms/IPO/Internalize.h"
-
-extern "C" {
-void LLVMInitializeNVPTXTarget();
-void LLVMInitializeNVPTXTargetInfo();
-void LLVMInitializeNVPTXTargetMC();
-void LLVMInitializeNVPTXAsmPrinter();
-}
 
 namespace mlir::xla_gpu {
 namespace {
@@ -70,16 +63,6 @@ using TargetKey = std::tuple<std::string, std::string, std::string, int>;
 // This thread's TargetMachines: a TargetMachine is not shared between
 // threads compiling at the same time.
 thread_local std::map<TargetKey, CachedTargetMachine> threadTargetMachines;
-
-void initializeNvptxBackend() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    LLVMInitializeNVPTXTargetInfo();
-    LLVMInitializeNVPTXTarget();
-    LLVMInitializeNVPTXTargetMC();
-    LLVMInitializeNVPTXAsmPrinter();
-  });
-}
 
 // This thread's TargetMachine for `target`: one that has compiled only
 // modules without calls (see the file comment), or a new one.
@@ -198,7 +181,8 @@ FailureOr<SmallString<0>> serializeToPtx(gpu::GPUModuleOp module,
   if (optLevel < 0 || optLevel > 3)
     return module.emitError() << "optimization level " << optLevel
                               << " is not 0-3";
-  initializeNvptxBackend();
+  // MLIR's own once-only NVPTX initialization.
+  NVVM::SerializeGPUModuleBase::init();
 
   llvm::LLVMContext context;
   std::unique_ptr<llvm::Module> llvmModule =

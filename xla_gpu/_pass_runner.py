@@ -33,7 +33,7 @@ from mlir import ir as _ir
 from ._native import STRING_CALLBACK, _Handle, _StringRef, string_ref_bytes, to_handle
 
 __all__ = ["available", "bindings_library", "run_pipeline", "error_diagnostics",
-           "raise_with_diagnostics"]
+           "mlir_error"]
 
 
 class _LogicalResult(ctypes.Structure):
@@ -158,9 +158,9 @@ def run_pipeline(module: _ir.Module, pipeline: str) -> None:
         # Without per-pass verification, the result is verified here once.
         valid = not passed or each_pass or lib.mlirOperationVerify(to_handle(module.operation))
     if not passed:
-        raise_with_diagnostics("Failure while executing pass pipeline", diagnostics)
+        raise mlir_error("Failure while executing pass pipeline", diagnostics)
     if not valid:
-        raise_with_diagnostics("The pass pipeline produced invalid IR "
+        raise mlir_error("The pass pipeline produced invalid IR "
                                "(XLA_GPU_VERIFY_EACH_PASS=1 names the pass)", diagnostics)
 
 
@@ -190,8 +190,8 @@ def error_diagnostics(context: _ir.Context) -> Iterator[list[SimpleNamespace]]:
         lib.mlirContextDetachDiagnosticHandler(context_handle, handler_id)
 
 
-def raise_with_diagnostics(message: str, diagnostics: list[SimpleNamespace]) -> None:
-    """Raises mlir.ir.MLIRError: `message`, then each diagnostic."""
+def mlir_error(message: str, diagnostics: list[SimpleNamespace]) -> _ir.MLIRError:
+    """mlir.ir.MLIRError: `message`, then each diagnostic."""
     if diagnostics:
         message += ":\n" + "\n".join(f"error: {d.location}: {d.message}" for d in diagnostics)
-    raise _ir.MLIRError(message, diagnostics)
+    return _ir.MLIRError(message, diagnostics)

@@ -224,10 +224,8 @@ def _native_ptx(gpu_module: _ir.Operation, embedded_libdevice: bool = True) -> b
         done = _native.lib().xlaGpuSerializeToPtx(_native.to_handle(gpu_module), address,
                                                   size, callback, None)
     if not done:
-        try:
-            _pass_runner.raise_with_diagnostics("PTX serialization failed", diagnostics)
-        except _ir.MLIRError as e:
-            raise CodegenError(f"NVPTX code generation failed: {e}") from e
+        error = _pass_runner.mlir_error("PTX serialization failed", diagnostics)
+        raise CodegenError(f"NVPTX code generation failed: {error}") from error
     return parts[0]
 
 

@@ -117,10 +117,10 @@ def _kernel_entries(launcher) -> tuple[int, int | None] | None:
         return None
     whole = ctypes.cast(entry, ctypes.c_void_p).value
     if getattr(launcher, "workers", 1) > 1:
-        blocks_fn = getattr(launcher, "_blocks", None)
-        if blocks_fn is not None and getattr(launcher, "_run_blocks", None) is not None and \
+        # The launcher found its `_host_blocks` entry and the native pool.
+        if getattr(launcher, "_run_blocks", None) is not None and \
                 len(spec.kernel_args) <= SPLIT_MAX_ARGS:
-            return whole, ctypes.cast(blocks_fn, ctypes.c_void_p).value
+            return whole, launcher._blocks_address
         if spec.threads * spec.blocks * max(spec.blocks_y, 1) >= SPLIT_THREADS:
             return None
     return whole, None
@@ -339,8 +339,9 @@ def kernel_host_run(kernel) -> Any:
     (argument checks, output buffers from a pool, the launch through the
     executor, a KERNEL or SPLIT command, the output arrays), as
     `HostKernel.run` does it in Python; None where that path cannot
-    (no extension or executor, a kernel needing stricter alignment than
-    it gives, outputs converted from their storage type or too large)."""
+    (no extension or executor, XLA_GPU_HOST_EXECUTOR=python, a kernel
+    needing stricter alignment than it gives, outputs converted from their
+    storage type or too large)."""
     from .buffers import BufferSlice
     from .spec import POOL_ALIGNMENT
     from .thunks import KernelThunk
@@ -349,9 +350,6 @@ def kernel_host_run(kernel) -> Any:
     except ImportError:
         return None
     spec = kernel.spec
-    entry = native_executor()
-    if entry is None or os.environ.get("XLA_GPU_HOST_EXECUTOR", "native") == "python":
-        return None
     copied = set(spec.aliases.values())
     if len(copied) != len(spec.aliases) or spec.output_nbytes > _C_RUN_OUTPUT_BYTES or \
             any(spec.outputs[k].nbytes != spec.parameters[j].nbytes
@@ -373,13 +371,12 @@ def kernel_host_run(kernel) -> Any:
             BufferSlice(allocation[i], 0, spec.outputs[i].nbytes)
             for kind, i in spec.kernel_args]
     thunk = KernelThunk(spec.name, spec.name, args, threads=spec.threads, blocks=spec.blocks)
-    program = HostProgram([thunk], {spec.name: kernel}, entry)
-    if program.callbacks:
+    program = host_program([thunk], {spec.name: kernel})
+    if program is None or program.callbacks:
         return None
     parameters = [(j, j not in copied, 0, p.nbytes, p.storage_dtype, tuple(p.shape))
                   for j, p in enumerate(spec.parameters)]
-    pools = [(allocation[k], spec.parameters[spec.aliases[k]].nbytes if k in spec.aliases
-              else o.nbytes, False, False, k, o.storage_dtype, tuple(o.shape))
+    pools = [(allocation[k], o.nbytes, False, False, k, o.storage_dtype, tuple(o.shape))
              for k, o in enumerate(spec.outputs)]
     addresses, keep = program.entry_points()
     return HostRun(*addresses, keep, ThunkError,
