@@ -262,7 +262,7 @@ def ffi_gpu_cases(directory: str | os.PathLike, iterations: int = 20) -> list[di
             row["result"] = "NOT COMPILED: " + entry["error"][:100]
             continue
         try:
-            exe = load_program(directory / case)
+            exe = load_program(directory / case, trusted=True)
             if case == "ffi_call_program":
                 from program_data import load_program as load_data
                 from xla_gpu import hlo

@@ -286,7 +286,7 @@ class Kernels:
         if name not in self._cache:
             if self.target == "cuda":
                 from xla_gpu import runtime
-                self._cache[name] = runtime.load(self.directory / name)
+                self._cache[name] = runtime.load(self.directory / name, trusted=True)
             else:
                 import xla_gpu
                 self._cache[name] = xla_gpu.compile(self.hlo_text(name), target="cpu",
@@ -727,7 +727,7 @@ def case_fft(k: Kernels) -> str:
         if "fft_program" not in k.index:
             raise CaseFailure(f"not prepared: {k.index.get('fft_program_error', 'missing')}")
         from xla_gpu import runtime
-        program = runtime.load(k.directory / k.index["fft_program"])
+        program = runtime.load(k.directory / k.index["fft_program"], trusted=True)
     else:
         import xla_gpu
         program = xla_gpu.compile(FFT_PROGRAM, target="cpu", cache=False)
@@ -857,7 +857,7 @@ def run_kernels(directory: Path, target: str, iterations: int) -> tuple[int, int
             _, comp = fusion_computation(module, fusion)
             inputs = random_inputs(comp, seed=1)
             if target == "cuda":
-                kernel = runtime.load(kdir)
+                kernel = runtime.load(kdir, trusted=True)
             else:
                 from xla_gpu.compiler import compile
                 kernel = compile((kdir / "fusion.hlo").read_text(), target="cpu",

@@ -39,6 +39,12 @@
 // Counters: 0 kernel launches, 1 copies, 2 memsets, 3 gemms, 4 while
 // iterations, 5 command buffers (what the Python executor counts).
 //
+// A while loop is the one command that may never end, and the caller runs
+// the stream with the GIL released, where Python cannot see a Ctrl-C. So
+// every iteration asks the caller's `XlaGpuHostControl`, at most once a
+// millisecond of wall time, whether to stop: its `poll` (which takes the
+// GIL and runs Python's signal handlers) or its deadline.
+//
 // The code is what this package wrote for a program it verified; the
 // executor still checks every length and index against the bounds it was
 // given, so a malformed stream is an error code, never a wild read.
@@ -55,6 +61,15 @@
 // ffi/host_blocks.cc, in the same library.
 extern "C" int64_t XlaGpuHostRunBlocks(void *blocks_fn, void *const *args, int64_t nargs,
                                        int64_t blocks, int64_t parts);
+
+// What may stop a run (ffi/host_run.c and xla_gpu/runtime/host_executor.py
+// declare the same layout): `poll(arg)` nonzero stops it (the caller holds why);
+// `deadline_ns` (CLOCK_MONOTONIC, 0: none) stops it once passed.
+struct XlaGpuHostControl {
+  int (*poll)(void *arg);
+  void *arg;
+  int64_t deadline_ns;
+};
 
 namespace xla_gpu_host {
 namespace {
@@ -73,7 +88,10 @@ enum Mode : int64_t { kProbing = 0, kWhole = 1, kSplit = 2 };
 enum Stat : int64_t { kKernels = 0, kCopies, kMemsets, kGemms, kWhileIterations, kNumStats = 8 };
 
 // Result codes of XlaGpuHostExecute.
-constexpr int64_t kOk = 0, kCallbackFailed = 1, kMalformed = 2;
+constexpr int64_t kOk = 0, kCallbackFailed = 1, kMalformed = 2, kInterrupted = 3,
+                  kDeadlineExceeded = 4;
+// How often a while loop asks the control: Ctrl-C answers within this.
+constexpr int64_t kPollIntervalNs = 1000000;
 
 using KernelFn = void (*)(void **);
 using Callback = int (*)(int64_t);
@@ -89,8 +107,29 @@ struct Machine {
   int64_t num_probes;
   Callback callback;
   int64_t *stats;
+  const XlaGpuHostControl *control;
   int64_t error_at = -1;   // the word where a malformed command starts
+  int64_t next_poll_ns = 0;
   std::vector<void *> args;
+
+  static int64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Between two iterations of a while loop: stop when the caller's poll
+  // says so or its deadline has passed (checked at most every
+  // kPollIntervalNs).
+  int64_t checkpoint() {
+    if (control == nullptr) return kOk;
+    const int64_t now = nowNs();
+    if (now < next_poll_ns) return kOk;
+    next_poll_ns = now + kPollIntervalNs;
+    if (control->deadline_ns > 0 && now >= control->deadline_ns) return kDeadlineExceeded;
+    if (control->poll != nullptr && control->poll(control->arg) != 0) return kInterrupted;
+    return kOk;
+  }
 
   bool address(int64_t alloc, int64_t offset, char **out) const {
     if (alloc < 0 || alloc >= num_bases || bases[alloc] == nullptr || offset < 0)
@@ -237,6 +276,7 @@ struct Machine {
           if (*reinterpret_cast<const uint8_t *>(pred) == 0) break;
           if (int64_t rc = run(body, next)) return rc;
           stats[kWhileIterations] += 1;
+          if (int64_t rc = checkpoint()) return rc;
         }
         pc = next;
         break;
@@ -349,17 +389,21 @@ struct Machine {
 // Runs `code[0, length)` on the allocations at `bases` (null: unused) with
 // the kernel entry points `kernels` and the SPLIT kernels' `num_probes`
 // probe slots at `probes` (kProbeWords int64 words each); `callback(i)` runs
-// the thunks Python keeps. `stats` (8 counters) is added to. Returns 0, 1
-// when a callback failed (Python holds its exception), or 2 for a malformed
-// command, whose first word's index is stored in `*error_at`.
+// the thunks Python keeps; `control` (may be null) can stop while loops.
+// `stats` (8 counters) is added to. Returns 0; 1 when a callback failed
+// (Python holds its exception); 2 for a malformed command, whose first
+// word's index is stored in `*error_at`; 3 when `control->poll` asked to
+// stop (the caller holds why); 4 when `control->deadline_ns` passed.
 XLA_GPU_HOST_EXPORT int64_t XlaGpuHostExecute(const int64_t *code, int64_t length,
                                               char *const *bases, int64_t num_bases,
                                               void *const *kernels, int64_t num_kernels,
                                               int64_t *probes, int64_t num_probes,
                                               int (*callback)(int64_t), int64_t *stats,
-                                              int64_t *error_at) {
-  xla_gpu_host::Machine machine{code,    length,     bases,    num_bases, kernels,
-                                num_kernels, probes, num_probes, callback,  stats};
+                                              int64_t *error_at,
+                                              const XlaGpuHostControl *control) {
+  xla_gpu_host::Machine machine{code,     length,     bases,    num_bases, kernels,
+                                num_kernels, probes,  num_probes, callback, stats,
+                                control};
   if (length < 0) return xla_gpu_host::kMalformed;
   int64_t rc = machine.run(0, length);
   if (error_at != nullptr) *error_at = machine.error_at;

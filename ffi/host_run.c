@@ -58,10 +58,78 @@
 /* Allocations handled without a heap array for the run's addresses. */
 #define STACK_ALLOCATIONS 64
 
+/* What may stop a run: XlaGpuHostControl of ffi/host_executor.cc. */
+typedef struct {
+  int (*poll)(void *arg);
+  void *arg;
+  int64_t deadline_ns;
+} Control;
+
 typedef int64_t (*Executor)(const int64_t *code, int64_t length, char *const *bases,
                             int64_t num_bases, void *const *kernels, int64_t num_kernels,
                             int64_t *probes, int64_t num_probes, int (*callback)(int64_t),
-                            int64_t *stats, int64_t *error_at);
+                            int64_t *stats, int64_t *error_at, const Control *control);
+
+/* XlaGpuHostExecute's result codes (host_executor.cc). */
+#define EXECUTE_INTERRUPTED 3
+#define EXECUTE_DEADLINE_EXCEEDED 4
+
+/* The executor's poll, between iterations of a while loop: runs Python's
+ * signal handlers (Ctrl-C's KeyboardInterrupt) with the GIL taken for the
+ * moment; nonzero, with the exception set on this thread, stops the run. */
+static int poll_signals(void *unused) {
+  (void)unused;
+  PyGILState_STATE state = PyGILState_Ensure();
+  int stop = PyErr_CheckSignals() != 0;
+  PyGILState_Release(state);
+  return stop;
+}
+
+/* The same poll for callers through ctypes, which must not find an
+ * exception set when the foreign call returns: what a signal handler
+ * raised is kept per thread until `raise_pending()` raises it. (A poll
+ * written in Python cannot do this: the handler's exception is raised on
+ * entry to the callback, before any `try`, and ctypes swallows it.) */
+static _Thread_local PyObject *pending_type, *pending_value, *pending_traceback;
+
+static int poll_signals_deferred(void *unused) {
+  (void)unused;
+  PyGILState_STATE state = PyGILState_Ensure();
+  int stop = PyErr_CheckSignals() != 0;
+  if (stop) {
+    Py_CLEAR(pending_type);
+    Py_CLEAR(pending_value);
+    Py_CLEAR(pending_traceback);
+    PyErr_Fetch(&pending_type, &pending_value, &pending_traceback);
+  }
+  PyGILState_Release(state);
+  return stop;
+}
+
+static PyObject *host_run_poll_address(PyObject *module, PyObject *unused) {
+  (void)module;
+  (void)unused;
+  return PyLong_FromVoidPtr((void *)poll_signals_deferred);
+}
+
+static PyObject *host_run_raise_pending(PyObject *module, PyObject *unused) {
+  (void)module;
+  (void)unused;
+  if (pending_type == NULL) Py_RETURN_NONE;
+  PyErr_Restore(pending_type, pending_value, pending_traceback);
+  pending_type = pending_value = pending_traceback = NULL;
+  return NULL;
+}
+
+static PyMethodDef module_functions[] = {
+    {"poll_address", host_run_poll_address, METH_NOARGS,
+     "The address of an XlaGpuHostControl poll for ctypes callers: it runs Python's "
+     "signal handlers and keeps what they raise for raise_pending()."},
+    {"raise_pending", host_run_raise_pending, METH_NOARGS,
+     "Raises (and forgets) what a signal handler raised during this thread's last "
+     "poll; returns None when nothing did."},
+    {NULL, NULL, 0, NULL},
+};
 
 typedef struct {
   int ndim;
@@ -441,9 +509,31 @@ static PyObject *make_view(const View *v, char *base, PyObject *owner) {
   return view;
 }
 
+/* xla_gpu.errors.DeadlineExceededError, set as the current exception. */
+static void raise_deadline_exceeded(void) {
+  PyObject *errors = PyImport_ImportModule("xla_gpu.errors");
+  PyObject *type = errors ? PyObject_GetAttrString(errors, "DeadlineExceededError") : NULL;
+  Py_XDECREF(errors);
+  if (type == NULL) return;
+  PyErr_SetString(type, "the run passed its deadline (timeout=) and was stopped; the "
+                        "executable stays usable");
+  Py_DECREF(type);
+}
+
 static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
   HostRun *self = (HostRun *)obj;
-  if (kwargs != NULL && PyDict_Size(kwargs) != 0) Py_RETURN_NOTIMPLEMENTED;
+  /* deadline_ns=<CLOCK_MONOTONIC ns>: the run stops with
+   * xla_gpu.errors.DeadlineExceededError once it has passed (checked
+   * between while-loop iterations); any other keyword is for Python. */
+  Control control = {poll_signals, NULL, 0};
+  if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
+    PyObject *deadline = PyDict_GetItemString(kwargs, "deadline_ns");
+    if (deadline == NULL || PyDict_Size(kwargs) != 1) Py_RETURN_NOTIMPLEMENTED;
+    if (deadline != Py_None) {
+      control.deadline_ns = PyLong_AsLongLong(deadline);
+      if (control.deadline_ns == -1 && PyErr_Occurred()) return NULL;
+    }
+  }
   if (PyTuple_Size(args) != self->num_parameters) Py_RETURN_NOTIMPLEMENTED;
   for (Py_ssize_t i = 0; i < self->num_parameters; ++i)
     if (!argument_matches(&self->parameters[i], PyTuple_GetItem(args, i)))
@@ -498,9 +588,14 @@ static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) 
   Py_BEGIN_ALLOW_THREADS
   rc = self->executor(self->code, self->length, bases, (int64_t)n, self->kernels,
                       self->num_kernels, self->probes, self->num_probes, NULL, counters,
-                      &error_at);
+                      &error_at, &control);
   Py_END_ALLOW_THREADS
   memcpy(self->counters, counters, sizeof(counters));
+  if (rc == EXECUTE_INTERRUPTED && PyErr_Occurred()) goto done;
+  if (rc == EXECUTE_DEADLINE_EXCEEDED) {
+    raise_deadline_exceeded();
+    goto done;
+  }
   if (rc != 0) {
     PyErr_Format(self->error_type,
                  "the native thunk executor refused command word %lld of the program "
@@ -577,7 +672,7 @@ static PyType_Spec host_run_spec = {
 
 static struct PyModuleDef host_run_module = {
     PyModuleDef_HEAD_INIT, "_host_run",
-    "The cpu target's per-run path of a whole program, in C.", -1, NULL,
+    "The cpu target's per-run path of a whole program, in C.", -1, module_functions,
 };
 
 PyMODINIT_FUNC PyInit__host_run(void) {

@@ -484,12 +484,15 @@ class AttributeReader {
 
 // --- handler registry -------------------------------------------------------------
 
+// The handler's API version is not known here: registering never calls the
+// handler (a pointer to anything but a handler would crash the caller), so
+// major / minor stay 0 and the version is checked right before the first
+// call (XlaGpuFfiCheckHandler).
 struct Registration {
   HandlerBundle bundle;
   HandlerTraits traits;
   int32_t major;
   int32_t minor;
-  int64_t state_type_id;
 };
 
 struct HandlerRegistry {
@@ -533,6 +536,32 @@ bool SupportedVersion(int32_t major, int32_t minor) {
          v <= std::make_pair(kApiMajor, kApiMinor);
 }
 
+// Asks `handler` for its metadata (by calling it) and refuses an API
+// version this runtime does not speak.
+Error* CheckHandlerVersion(Handler* handler) {
+  if (!handler) return MakeError(kInvalidArgument, "the handler is null");
+  Metadata metadata;
+  if (Error* error = QueryMetadata(handler, &metadata)) {
+    std::string message = AsObject(error)->message;
+    delete AsObject(error);
+    return MakeError(kInvalidArgument,
+                     Format("the handler did not report its metadata: %s",
+                            message.c_str()));
+  }
+  int32_t major = metadata.api_version.major_version;
+  int32_t minor = metadata.api_version.minor_version;
+  if (!SupportedVersion(major, minor)) {
+    return MakeError(
+        kInvalidArgument,
+        Format("the handler's API version (%d.%d) is incompatible with "
+               "xla_gpu's API version (%d.%d). Minimum supported API version "
+               "is (%d.%d).",
+               major, minor, kApiMajor, kApiMinor, kMinSupportedMajor,
+               kMinSupportedMinor));
+  }
+  return nullptr;
+}
+
 Error* RegisterHandler(const std::string& name, const std::string& platform,
                        HandlerBundle bundle, HandlerTraits traits) {
   Platform canonical = CanonicalPlatform(platform);
@@ -552,42 +581,10 @@ Error* RegisterHandler(const std::string& name, const std::string& platform,
                             "execute implementation",
                             name.c_str(), platform.c_str()));
   }
-  Metadata metadata;
-  if (Error* error = QueryMetadata(bundle.execute, &metadata)) {
-    std::string message = AsObject(error)->message;
-    delete AsObject(error);
-    return MakeError(kInvalidArgument,
-                     Format("FFI handler registration for %s on platform %s: "
-                            "the handler did not report its metadata: %s",
-                            name.c_str(), platform.c_str(), message.c_str()));
-  }
-  int32_t major = metadata.api_version.major_version;
-  int32_t minor = metadata.api_version.minor_version;
-  if (!SupportedVersion(major, minor)) {
-    return MakeError(
-        kInvalidArgument,
-        Format("XLA FFI handler registration for %s on platform %s failed "
-               "because the handler's API version (%d.%d) is incompatible "
-               "with xla_gpu's API version (%d.%d). Minimum supported API "
-               "version is (%d.%d).",
-               name.c_str(), platform.c_str(), major, minor, kApiMajor,
-               kApiMinor, kMinSupportedMajor, kMinSupportedMinor));
-  }
-  Registration registration{bundle, metadata.traits | traits, major, minor,
-                            metadata.state_type_id.type_id};
-  if (bundle.instantiate) {
-    Metadata instantiate;
-    if (Error* error = QueryMetadata(bundle.instantiate, &instantiate)) {
-      std::string message = AsObject(error)->message;
-      delete AsObject(error);
-      return MakeError(kInvalidArgument,
-                       Format("FFI handler registration for %s: the "
-                              "instantiate handler did not report its "
-                              "metadata: %s",
-                              name.c_str(), message.c_str()));
-    }
-    registration.state_type_id = instantiate.state_type_id.type_id;
-  }
+  // XLA asks the execute handler for its metadata (API version, traits)
+  // here, by calling it; xla_gpu does not: the traits are the caller's and
+  // the version is checked before the first call (XlaGpuFfiCheckHandler).
+  Registration registration{bundle, traits, 0, 0};
   HandlerRegistry& r = Handlers();
   std::lock_guard<std::mutex> lock(r.mu);
   auto key = std::make_pair(name, static_cast<int32_t>(canonical));
@@ -1135,6 +1132,14 @@ XLA_GPU_FFI_EXPORT int32_t XlaGpuFfiHandlerMetadata(void* handler,
   version[1] = metadata.api_version.minor_version;
   *traits = metadata.traits;
   return kOk;
+}
+
+// Checks the API version of a handler before its first call (see
+// CheckHandlerVersion); kOk or an error code and message.
+XLA_GPU_FFI_EXPORT int32_t XlaGpuFfiCheckHandler(void* handler, char* error,
+                                                 size_t error_capacity) {
+  return Report(CheckHandlerVersion(reinterpret_cast<Handler*>(handler)), error,
+                error_capacity);
 }
 
 // --- types and user data ------------------------------------------------------------------

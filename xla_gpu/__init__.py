@@ -58,8 +58,8 @@ def include_dir() -> str:
 
 
 from .errors import (ArgumentError, ArtifactError, CompileError,  # noqa: E402
-                     CudaError, CudaUnavailableError, HloError, HloParseError,
-                     ResourceError, UnsupportedError, XlaGpuError)
+                     CudaError, CudaUnavailableError, DeadlineExceededError, HloError,
+                     HloParseError, ResourceError, UnsupportedError, XlaGpuError)
 from . import runtime  # noqa: E402  (numpy + cuda-python only)
 from .compiler import Executable, compile  # noqa: E402,A001
 
@@ -67,4 +67,4 @@ __all__ = ["compile", "Executable", "runtime", "native_dir", "library_path",
            "plugin_path", "cmake_dir", "include_dir", "__version__",
            "XlaGpuError", "HloError", "HloParseError", "UnsupportedError",
            "ArgumentError", "ArtifactError", "CompileError", "ResourceError",
-           "CudaError", "CudaUnavailableError"]
+           "DeadlineExceededError", "CudaError", "CudaUnavailableError"]

@@ -1,8 +1,16 @@
-"""Console-script entry points that hand over to the native tools."""
+"""The console scripts: xla-gpu-translate, xla-gpu-fusion-to-mlir and
+xla-gpu-run here, xla-gpu-opt handed over to the native tool.
+
+Every tool reads its input with bounds (xla_gpu._input: a regular file or
+stdin, at most XLA_GPU_MAX_INPUT_BYTES, default 1 GiB) and ends with exit
+status 0 (done), 1 (xla-gpu-run: a numerical mismatch) or 2 (any error: one
+line on stderr, control characters escaped, never a traceback); Ctrl-C
+ends it with one line and status 130."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -25,8 +33,8 @@ def opt() -> None:
 
 
 def _diagnostics(error, rename: dict[str, str] | None = None) -> str:
-    """An MLIRError's diagnostics as `file:line:col: error: message` lines."""
-    import re
+    """An MLIRError's diagnostics on one line: `file:line:col: error:
+    message`, its notes in parentheses, several errors joined by "; "."""
 
     def where(location) -> str:
         text = str(location)
@@ -36,12 +44,54 @@ def _diagnostics(error, rename: dict[str, str] | None = None) -> str:
         path = (rename or {}).get(match.group(1), match.group(1))
         return f"{path}:{match.group(2)}:{match.group(3)}"
 
-    lines = []
+    errors = []
     for diag in getattr(error, "error_diagnostics", []):
-        lines.append(f"{where(diag.location)}: error: {diag.message}")
-        for note in diag.notes:
-            lines.append(f"{where(note.location)}: note: {note.message}")
-    return "\n".join(lines) or str(error)
+        text = f"{where(diag.location)}: error: {diag.message}"
+        notes = [f"{where(note.location)}: note: {note.message}" for note in diag.notes]
+        errors.append(text + (f" ({'; '.join(notes)})" if notes else ""))
+    return _one_line("; ".join(errors) or str(error))
+
+
+# C0 controls but tab and newline, DEL, C1 controls, lone surrogates.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(text: str) -> str:
+    """`text` with every control character written as \\xNN (\\uNNNN): a
+    message quoting hostile input must not drive the terminal."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                            else f"\\u{ord(m.group()):04x}", text)
+
+
+def _one_line(error) -> str:
+    """An error (or a message) as one line: its lines joined by "; ", its
+    control characters escaped."""
+    text = str(error).strip() or type(error).__name__
+    return _escape("; ".join(line.strip() for line in text.splitlines() if line.strip()))
+
+
+def _error(text: str) -> None:
+    sys.stderr.write(_one_line(text) + "\n")
+
+
+def _check_regex(flag: str, pattern: str) -> None:
+    from .errors import ArgumentError
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise ArgumentError(f"{flag}: invalid regular expression {pattern!r}: {e}") from None
+
+
+def _read_text(path: str, hlo_text: bool) -> tuple[str, str]:
+    """The input's text and the name diagnostics give it: a regular file,
+    or stdin for "-", read with bounds (ArgumentError), UTF-8
+    (HloParseError for HLO, else ArgumentError, at the first bad byte)."""
+    from ._input import decode_utf8, read_input
+    data, source = read_input(path, stdin_ok=True)
+    if hlo_text:
+        from .hlo.parser import decode_text
+        return decode_text(data, source), source
+    return decode_utf8(data, source), source
 
 
 def pipeline_targets() -> tuple[str, ...]:
@@ -52,7 +102,6 @@ def translate(argv: list[str] | None = None) -> int:
     """xla-gpu-translate FILE.mlir --emit=mlir|llvm|ptx|cubin --arch=sm_90:
     runs the lowering pipeline on the input and prints the result."""
     import argparse
-    import tempfile
 
     parser = argparse.ArgumentParser(
         prog="xla-gpu-translate",
@@ -84,33 +133,33 @@ def translate(argv: list[str] | None = None) -> int:
         parser.error("--target=cpu emits only --emit=mlir")
     if args.target == "cuda" and (args.threads is not None or args.blocks is not None):
         parser.error("--threads and --blocks are options of --target=cpu")
+    _check_regex("--dump-regex", args.dump_regex)
+    _make_dump_dir(args.dump_dir)
+    text, source = _read_text(args.input, hlo_text=False)
 
     from mlir import ir as mlir_ir
 
     from . import codegen, ir, pipeline
 
     ctx = ir.Context()
-    rename: dict[str, str] = {}
+    # MLIR names a buffer parsed from text "-".
+    rename = {"-": source}
     try:
-        if args.input == "-":
-            with tempfile.NamedTemporaryFile("w", suffix=".mlir", delete=False) as f:
-                f.write(sys.stdin.read())
-            path = f.name
-            rename[path] = "<stdin>"
-        else:
-            path = args.input
-        if not os.path.exists(path):
-            sys.stderr.write(f"xla-gpu-translate: cannot open input file '{path}'\n")
-            return 2
-        module = mlir_ir.Module.parseFile(path, ctx)
+        try:
+            module = mlir_ir.Module.parse(text, ctx)
+        except RuntimeError as e:
+            # The bindings cannot turn a diagnostic that is not UTF-8 into a
+            # str (a parser that quotes one byte of a multi-byte character).
+            from .errors import ArgumentError
+            raise ArgumentError(f"{source}: not valid MLIR, and MLIR's diagnostic is not "
+                                f"UTF-8 text ({e}); xla-gpu-opt shows it escaped") from None
         passes = pipeline.passes_for(args.target, threads=args.threads,
                                      blocks=args.blocks)
         if args.stop_after:
             names = [pipeline.pass_name(p) for p in passes]
             if args.stop_after not in names:
-                sys.stderr.write(f"xla-gpu-translate: no pass named "
-                                 f"'{args.stop_after}' in the pipeline: "
-                                 f"{', '.join(dict.fromkeys(names))}\n")
+                _error(f"xla-gpu-translate: no pass named '{args.stop_after}' in the "
+                       f"pipeline: {', '.join(dict.fromkeys(names))}")
                 return 2
             passes = passes[:names.index(args.stop_after) + 1]
         pipeline.run(module, dump_dir=args.dump_dir, dump_regex=args.dump_regex,
@@ -124,19 +173,16 @@ def translate(argv: list[str] | None = None) -> int:
             if args.emit == "cubin":
                 cubin = codegen.to_cubin(out, args.arch)
                 if cubin is None:
-                    sys.stderr.write("xla-gpu-translate: no ptxas found (install "
-                                     "nvidia-cuda-nvcc or a CUDA toolkit)\n")
+                    _error("xla-gpu-translate: no ptxas found (install "
+                           "nvidia-cuda-nvcc or a CUDA toolkit)")
                     return 2
                 out = cubin
     except mlir_ir.MLIRError as e:
-        sys.stderr.write(_diagnostics(e, rename) + "\n")
+        _error(_diagnostics(e, rename))
         return 2
     except (codegen.CodegenError, ValueError) as e:
-        sys.stderr.write(f"xla-gpu-translate: {e}\n")
+        _error(f"xla-gpu-translate: {e}")
         return 2
-    finally:
-        for temp in rename:
-            os.unlink(temp)
     _write_output(args.output, out)
     return 0
 
@@ -148,45 +194,72 @@ def _write_output(path: str, out: str | bytes) -> None:
             sys.stdout.buffer.write(out)
         else:
             sys.stdout.write(out)
-    elif isinstance(out, bytes):
-        Path(path).write_bytes(out)
-    else:
-        Path(path).write_text(out)
+        return
+    try:
+        if isinstance(out, bytes):
+            Path(path).write_bytes(out)
+        else:
+            Path(path).write_text(out)
+    except OSError as e:
+        from .errors import ArgumentError
+        raise ArgumentError(f"cannot write '{path}': {e.strerror}") from None
+
+
+def _make_dump_dir(path: str | None) -> None:
+    """--dump-dir, created before the work starts (an unusable one is an
+    error up front, not a failure in the middle of the pipeline)."""
+    if path is not None:
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            from .errors import ArgumentError
+            raise ArgumentError(f"--dump-dir: cannot create '{path}': {e.strerror}") from None
 
 
 def _guarded(prog: str, main, argv=None) -> int:
     """Runs a CLI's main: any error becomes one line on stderr and exit
-    status 2 (1 is kept for numerical mismatches); XLA_GPU_TRACEBACK=1 shows
-    the traceback of unexpected errors instead."""
+    status 2 (1 is kept for numerical mismatches), Ctrl-C one line and 130;
+    XLA_GPU_TRACEBACK=1 shows the traceback of unexpected errors instead."""
     from .errors import XlaGpuError
     try:
         return main(argv)
     except SystemExit:
         raise
     except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
+        _error(f"{prog}: interrupted")
         return 130
     except MemoryError:
-        sys.stderr.write(f"{prog}: out of host memory\n")
+        _error(f"{prog}: out of host memory")
+        return 2
+    except RecursionError:
+        _error(f"{prog}: the input nests too deeply")
         return 2
     except XlaGpuError as e:
-        sys.stderr.write(f"{prog}: {_one_line(e)}\n")
+        _error(f"{prog}: {e}")
         return 2
     except Exception as e:  # a bug: still one line, never a traceback
         if os.environ.get("XLA_GPU_TRACEBACK"):
             raise
-        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {_one_line(e)} "
-                         "(set XLA_GPU_TRACEBACK=1 for the traceback)\n")
+        _error(f"{prog}: internal error: {type(e).__name__}: {_one_line(e)} "
+               "(set XLA_GPU_TRACEBACK=1 for the traceback)")
         return 2
 
 
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text if "\n" not in text else text.replace("\n", "\n  ")
+def console(prog: str, main) -> None:
+    """A console script's entry: Ctrl-C raises KeyboardInterrupt (also
+    where the tool was started with SIGINT ignored, as a background job
+    of a script is), then `_guarded` runs `main` and its status is the
+    exit status."""
+    import signal
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread
+        pass
+    raise SystemExit(_guarded(prog, main))
 
 
 def translate_main() -> None:
-    raise SystemExit(_guarded("xla-gpu-translate", translate))
+    console("xla-gpu-translate", translate)
 
 
 def fusion_to_mlir(argv: list[str] | None = None) -> int:
@@ -203,26 +276,25 @@ def fusion_to_mlir(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", default="-", help="default stdout")
     args = parser.parse_args(argv)
 
+    from . import hlo
+    try:
+        text, source = _read_text(args.input, hlo_text=True)
+        module = hlo.parse_module(text, source=source)
+    except hlo.HloParseError as e:
+        _error(str(e))
+        return 2
+
     from mlir import ir as mlir_ir
 
-    from . import emitters, hlo, ir
-
-    source = "<stdin>" if args.input == "-" else args.input
+    from . import emitters, ir
     try:
-        text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text()
-    except OSError as e:
-        sys.stderr.write(f"xla-gpu-fusion-to-mlir: cannot read '{source}': {e.strerror}\n")
-        return 2
-    try:
-        module = hlo.parse_module(text, source=source)
         kernel = emitters.emit(module, ir.Context(), fusion=args.fusion)
         kernel.module.operation.verify()
     except hlo.HloError as e:
-        sys.stderr.write(f"xla-gpu-fusion-to-mlir: {source}: {e}\n"
-                         if not isinstance(e, hlo.HloParseError) else f"{e}\n")
+        _error(f"xla-gpu-fusion-to-mlir: {source}: {e}")
         return 2
     except mlir_ir.MLIRError as e:
-        sys.stderr.write(f"xla-gpu-fusion-to-mlir: invalid IR emitted: {_diagnostics(e)}\n")
+        _error(f"xla-gpu-fusion-to-mlir: invalid IR emitted: {_diagnostics(e)}")
         return 2
     launch = kernel.launch
     header = (f"// fusion: {kernel.fusion.name}, emitter: {kernel.emitter} "
@@ -234,7 +306,7 @@ def fusion_to_mlir(argv: list[str] | None = None) -> int:
 
 
 def fusion_to_mlir_main() -> None:
-    raise SystemExit(_guarded("xla-gpu-fusion-to-mlir", fusion_to_mlir))
+    console("xla-gpu-fusion-to-mlir", fusion_to_mlir)
 
 
 def run_hlo(argv: list[str] | None = None) -> int:
@@ -249,7 +321,7 @@ def run_hlo(argv: list[str] | None = None) -> int:
                     "--fusion), runs it on seeded random inputs and compares the "
                     "outputs with the numpy reference interpreter. Exit status: 0 "
                     "match, 1 mismatch, 2 error.")
-    parser.add_argument("input", help="an .hlo file")
+    parser.add_argument("input", help="an .hlo file, or - for stdin")
     parser.add_argument("--target", choices=["auto", "cuda", "cpu"], default="auto")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--fusion", help="the fusion to run (default: the only one)")
@@ -274,19 +346,22 @@ def run_hlo(argv: list[str] | None = None) -> int:
     import xla_gpu
     from xla_gpu import hlo
     from xla_gpu.analysis.fusion import select_fusion
+    from xla_gpu.errors import ArgumentError
     from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type
 
     prog = "xla-gpu-run"
+    _check_regex("--dump-regex", args.dump_regex)
+    if args.seed < 0:
+        raise ArgumentError(f"--seed must be a non-negative integer, got {args.seed}")
+    if args.iterations < 1:
+        raise ArgumentError(f"--iterations must be at least 1, got {args.iterations}")
+    _make_dump_dir(args.dump_dir)
     if args.ffi:
         from xla_gpu import ffi
         for spec in args.ffi:
             ffi.register_from_spec(spec)
     try:
-        text = Path(args.input).read_text()
-    except OSError as e:
-        sys.stderr.write(f"{prog}: cannot read '{args.input}': {e.strerror}\n")
-        return 2
-    try:
+        text, source = _read_text(args.input, hlo_text=True)
         start = time.perf_counter()
         exe = xla_gpu.compile(text, target=args.target, arch=args.arch, fusion=args.fusion,
                               cache=not args.no_cache, dump_dir=args.dump_dir,
@@ -294,8 +369,8 @@ def run_hlo(argv: list[str] | None = None) -> int:
                               command_buffers=not args.no_command_buffers)
         compile_s = time.perf_counter() - start
         if not isinstance(exe, xla_gpu.Executable):   # a whole program
-            return _run_program(args, text, exe, compile_s)
-        module = hlo.parse_module(text, source=args.input)
+            return _run_program(args, text, source, exe, compile_s)
+        module = hlo.parse_module(text, source=source)
         fusion = select_fusion(module, args.fusion)
         inputs = random_inputs(fusion.computation, args.seed)
         start = time.perf_counter()
@@ -307,11 +382,10 @@ def run_hlo(argv: list[str] | None = None) -> int:
             run_s = exe.time(*inputs, iterations=args.iterations, warmup=1)
         expected = hlo.evaluate(fusion.computation, *inputs)
     except hlo.HloError as e:
-        sys.stderr.write(f"{prog}: {args.input}: {e}\n" if not isinstance(e, hlo.HloParseError)
-                         else f"{e}\n")
+        _error(f"{prog}: {source}: {e}" if not isinstance(e, hlo.HloParseError) else str(e))
         return 2
     except (xla_gpu.XlaGpuError, ValueError) as e:
-        sys.stderr.write(f"{prog}: {_one_line(e)}\n")
+        _error(f"{prog}: {e}")
         return 2
     worst = None
     for k, (got, want, shape) in enumerate(zip(outputs, expected, fusion.output_shapes)):
@@ -325,14 +399,14 @@ def run_hlo(argv: list[str] | None = None) -> int:
              f"{launch['threads']} threads)")
     times = f"compile {compile_s * 1e3:.1f} ms, run {run_s * 1e3:.3f} ms"
     if worst is None:
-        print(f"{args.input}: fusion '{fusion.name}' on {where}: OK, "
+        print(f"{_escape(args.input)}: fusion '{fusion.name}' on {where}: OK, "
               f"{len(outputs)} output(s) match the reference; {times}")
         return 0
-    print(f"{args.input}: fusion '{fusion.name}' on {where}: MISMATCH: {worst}; {times}")
+    print(f"{_escape(args.input)}: fusion '{fusion.name}' on {where}: MISMATCH: {worst}; {times}")
     return 1
 
 
-def _run_program(args, text: str, exe, compile_s: float) -> int:
+def _run_program(args, text: str, source: str, exe, compile_s: float) -> int:
     """xla-gpu-run on a whole module: every output leaf of the ENTRY is
     compared with the reference interpreter's."""
     import time
@@ -342,7 +416,7 @@ def _run_program(args, text: str, exe, compile_s: float) -> int:
     from xla_gpu import hlo
     from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type
 
-    module = hlo.parse_module(text, source=args.input)
+    module = hlo.parse_module(text, source=source)
     entry = module.entry
     inputs = random_inputs(entry, args.seed)
     start = time.perf_counter()
@@ -364,12 +438,12 @@ def _run_program(args, text: str, exe, compile_s: float) -> int:
              f"{len(exe.thunks)} thunks)")
     times = f"compile {compile_s * 1e3:.1f} ms, run {run_s * 1e3:.3f} ms"
     if worst is None:
-        print(f"{args.input}: program '{exe.name}' on {where}: OK, {len(outputs)} "
+        print(f"{_escape(args.input)}: program '{exe.name}' on {where}: OK, {len(outputs)} "
               f"output(s) match the reference; {times}")
         return 0
-    print(f"{args.input}: program '{exe.name}' on {where}: MISMATCH: {worst}; {times}")
+    print(f"{_escape(args.input)}: program '{exe.name}' on {where}: MISMATCH: {worst}; {times}")
     return 1
 
 
 def run_hlo_main() -> None:
-    raise SystemExit(_guarded("xla-gpu-run", run_hlo))
+    console("xla-gpu-run", run_hlo)

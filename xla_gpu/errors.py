@@ -16,6 +16,8 @@ RuntimeError for a failure of the toolchain or the device).
     ├── CompileError (RuntimeError)      the pipeline or code generation failed
     ├── ResourceError (RuntimeError)     a program or kernel larger than the
     │                                    memory, grid or shared memory it gets
+    ├── DeadlineExceededError            a run stopped at its `timeout=`
+    │   (TimeoutError)
     ├── CudaError (RuntimeError)         a CUDA driver call failed
     │   └── CudaUnavailableError         no driver or no GPU
     ├── FfiError (RuntimeError)          a custom-call handler returned an
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 __all__ = ["XlaGpuError", "HloError", "HloParseError", "UnsupportedError",
            "ArgumentError", "ArtifactError", "CompileError", "ResourceError",
-           "CudaError", "CudaUnavailableError", "Location"]
+           "DeadlineExceededError", "CudaError", "CudaUnavailableError", "Location"]
 
 from dataclasses import dataclass
 
@@ -90,6 +92,12 @@ class CompileError(XlaGpuError, RuntimeError):
 class ResourceError(XlaGpuError, RuntimeError):
     """A program or kernel needs more than the target has: memory, grid
     dimensions, shared memory, registers."""
+
+
+class DeadlineExceededError(XlaGpuError, TimeoutError):
+    """A run passed the `timeout=` it was given and was stopped (between
+    iterations of a while loop, or between thunks); the executable stays
+    usable, the outputs of the stopped run are lost."""
 
 
 class CudaError(XlaGpuError, RuntimeError):

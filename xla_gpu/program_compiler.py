@@ -246,9 +246,31 @@ class _ModuleBuilder:
             out.extend(created)
             self.new_computations.extend(computations)
             return result
+        if op == "custom-call" and _is_handler_call(inst):
+            return self._handler_call(inst, ops, out)
         if op in THUNK_OPCODES:
             return self._emit(out, inst.clone_with(ops))
         return self._wrap(inst, ops, out)
+
+    def _handler_call(self, inst: HloInstruction, ops: list[HloInstruction],
+                      out: list[HloInstruction]) -> HloInstruction:
+        """A custom call whose handler reads raw buffers: each operand in
+        the layout the call requires (hlo.passes.custom_call_layouts; the
+        pass pipeline relayouted them already, XLA's own dumps have them so,
+        other modules get a copy kernel here). Its results stay in the
+        layouts of its shape: the handler writes them so."""
+        from .hlo.passes.custom_call_layouts import required_operand_shapes
+        wanted = required_operand_shapes(inst)
+        relaid = []
+        for k, (operand, shape) in enumerate(zip(ops, wanted)):
+            if not shape.is_tuple and not operand.shape.is_tuple and \
+                    operand.shape.minor_to_major != shape.minor_to_major:
+                relayout = HloInstruction(
+                    self.unique(f"{inst.name}.operand{k}_relayout"), "copy", shape,
+                    [operand], {}, None, None, inst.location)
+                operand = self._wrap(relayout, [operand], out)
+            relaid.append(operand)
+        return self._emit(out, inst.clone_with(relaid))
 
     def _fft(self, inst: HloInstruction, ops: list[HloInstruction],
              out: list[HloInstruction]) -> HloInstruction:
@@ -366,6 +388,11 @@ class _ModuleBuilder:
         return self._emit(out, fusion)
 
 
+def _is_handler_call(inst: HloInstruction) -> bool:
+    from .hlo.passes.custom_call_layouts import is_handler_call
+    return is_handler_call(inst)
+
+
 def _same_bytes(a: Shape, b: Shape) -> bool:
     """Whether two row-major arrays of byte-sized elements hold the same
     bytes in the same order (a bitcast-convert that is a plain bitcast)."""
@@ -397,9 +424,17 @@ def _kernel_fusions(entry: HloComputation) -> list[tuple[HloInstruction, HloComp
             continue
         for inst in comp.instructions:
             body = inst.attrs.get("calls") if inst.opcode == "fusion" else None
-            if isinstance(body, HloComputation) and _broadcast_constant(body) is None:
+            if isinstance(body, HloComputation) and _broadcast_constant(body) is None \
+                    and not _all_outputs_empty(inst):
                 found.append((inst, body))
     return found
+
+
+def _all_outputs_empty(inst: HloInstruction) -> bool:
+    """Whether every array `inst` produces has no elements (a fusion that
+    becomes no kernel)."""
+    leaves = _leaves(inst.shape)
+    return bool(leaves) and all(shape.num_elements == 0 for _, shape in leaves)
 
 
 def _broadcast_constant(body: HloComputation) -> HloInstruction | None:
@@ -982,6 +1017,10 @@ class _ThunkEmitter:
         comp = inst.attrs.get("calls")
         if not isinstance(comp, HloComputation):
             raise inst.error("fusion without calls=COMPUTATION")
+        if _all_outputs_empty(inst):
+            # Nothing to compute: no kernel, no launch (as XLA); the empty
+            # results need no bytes written.
+            return []
         memset = self._memset(inst, comp)
         if memset is not None:
             return [memset]

@@ -233,7 +233,7 @@ def test_save_and_load_a_program_with_an_fft_thunk(tmp_path):
     manifest = json.loads((saved / "program.json").read_text())
     (thunk,) = manifest["thunks"]
     assert thunk["kind"] == "fft" and thunk["config"]["fft_length"] == [4, 6]
-    loaded = load_program(saved)
+    loaded = load_program(saved, trusted=True)
     assert isinstance(loaded.thunks[0], FftThunk)
     assert loaded.thunk_sequence_text() == sequence
     x = _random(in_dims, in_type, 5)

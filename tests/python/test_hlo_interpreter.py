@@ -1205,6 +1205,86 @@ ENTRY e {{
     same(out, np.sort(x, axis=1))
 
 
+_SORT_WITH_INDEX = """
+cmp {
+  a = @T[] parameter(0)
+  b = @T[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+
+ENTRY e {
+  k = @T[@SHAPE] parameter(0)
+  i = s32[@SHAPE] iota(), iota_dimension=@D
+  ROOT s = (@T[@SHAPE], s32[@SHAPE]) sort(k, i), dimensions={@D}, is_stable=@STABLE, to_apply=cmp
+}
+"""
+
+
+def _keys_with_nans(n: int, dtype, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-3, 4, n).astype(dtype)       # many equal keys
+    x = rng.choice(np.array([0.0, -0.0, 1.0, -1.5, 2.0, np.inf, -np.inf], dtype), n)
+    x[rng.random(n) < 0.25] = np.nan
+    x[rng.random(n) < 0.1] = -np.asarray(np.nan, dtype)
+    return x
+
+
+@pytest.mark.parametrize("stable", ["true", "false"])
+@pytest.mark.parametrize("n,dtype", [
+    (n, t) for n in (1, 2, 7, 1000) for t in (np.float32, np.int32, np.float16)] +
+    [(5000, np.float32)])   # several kernels: the stable tie-break is an operand
+def test_sort_with_nan_keys_and_an_lt_comparator_matches_the_compiled_sort(n, dtype, stable):
+    """compare(LT) is no strict weak order once keys hold NaNs (a NaN is
+    'equal' to everything): the interpreter's sort used to return indices
+    twice and lose others (at n=1000 one from uninitialized memory). It
+    now runs the compiled sort's network: always a permutation, the same
+    one the cpu target gives; and with integer keys (a strict weak order)
+    the sorted order, stable when asked (jax's argsort: key + iota)."""
+    import xla_gpu
+    etype = {np.float32: "f32", np.int32: "s32", np.float16: "f16"}[dtype]
+    keys = _keys_with_nans(n, dtype, seed=n)
+    text = (_SORT_WITH_INDEX.replace("@T", etype).replace("@SHAPE", str(n))
+            .replace("@D", "0").replace("@STABLE", stable))
+    out_keys, index = run(text, keys)
+    assert sorted(index.tolist()) == list(range(n))
+    same(out_keys, keys[index])
+    exe = xla_gpu.compile(text, target="cpu")
+    got_keys, got_index = exe.run(keys)
+    same(index, got_index)
+    same(out_keys, got_keys)
+    # Without NaNs (-0.0 and 0.0 equal, integers with many ties) LT is a
+    # strict weak order: sorted, in the stable order when asked.
+    ordered = np.where(np.isnan(keys), 0, keys).astype(dtype) if etype != "s32" else keys
+    out_keys, index = run(text, ordered)
+    expected = np.argsort(ordered, kind="stable").astype(np.int32)
+    assert np.array_equal(out_keys, ordered[expected])       # -0.0 == 0.0 here
+    if stable == "true":
+        same(index, expected)
+        same(out_keys, ordered[expected])
+    got_keys, got_index = exe.run(ordered)
+    same(index, got_index)
+    same(out_keys, got_keys)
+
+
+def test_sort_rows_with_nans_along_either_dimension_match_the_compiled_sort():
+    import xla_gpu
+    keys = _keys_with_nans(6 * 37, np.float32, seed=5).reshape(6, 37)
+    for dim, data in ((1, keys), (0, keys.T.copy())):
+        shape = ",".join(map(str, data.shape))
+        for stable in ("true", "false"):
+            text = (_SORT_WITH_INDEX.replace("@T", "f32").replace("@SHAPE", shape)
+                    .replace("@D", str(dim)).replace("@STABLE", stable))
+            out_keys, index = run(text, data)
+            assert np.all(np.sort(index, axis=dim) ==
+                          np.arange(37).reshape((1, 37) if dim == 1 else (37, 1)))
+            got_keys, got_index = xla_gpu.compile(text, target="cpu").run(data)
+            same(index, got_index)
+            same(out_keys, got_keys)
+
+
 def test_sort_errors_name_the_instruction():
     text = LESS_F32 + """
 ENTRY e {

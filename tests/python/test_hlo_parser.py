@@ -627,3 +627,24 @@ def test_hlo_modules_import_only_numpy_and_ml_dtypes():
             else:
                 continue
             assert set(roots) <= allowed, (name, roots)
+
+
+def test_operands_written_after_their_users_are_ordered_on_parse():
+    """HLO text may name an operand before the line defining it; every walk
+    (clone, passes, the printer) sees operands first."""
+    from xla_gpu.hlo import module_to_text, parse_module
+    from xla_gpu.hlo.passes import optimize
+    text = """HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  y = f32[4] multiply(x, b)
+  b = f32[4] broadcast(c), dimensions={}
+  c = f32[] constant(2)
+  ROOT r = f32[4] add(y, x)
+}
+"""
+    module = parse_module(text)
+    names = [i.name for i in module.entry.instructions]
+    assert names.index("c") < names.index("b") < names.index("y")
+    assert "multiply" in module_to_text(module.clone())
+    optimize(module)

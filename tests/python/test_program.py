@@ -108,7 +108,7 @@ def test_save_and_load_in_a_fresh_process_without_mlir(mlp, tmp_path):
     script = (
         "import sys, numpy as np\n"
         "from xla_gpu.runtime.program import load_program\n"
-        f"exe = load_program({str(tmp_path / 'prog')!r})\n"
+        f"exe = load_program({str(tmp_path / 'prog')!r}, trusted=True)\n"
         f"with np.load({str(tmp_path / 'inputs.npz')!r}) as f:\n"
         "    args = [f[f'arr_{i}'] for i in range(len(f.files))]\n"
         "out = exe.run(*args)\n"
@@ -124,7 +124,7 @@ def test_save_and_load_in_a_fresh_process_without_mlir(mlp, tmp_path):
     module = hlo.parse_module((data.folder / AFTER).read_text())
     assert not data.mismatches(out, module)
     # runtime.load opens program directories too (when the dispatcher knows them)
-    loaded = load_program(tmp_path / "prog")
+    loaded = load_program(tmp_path / "prog", trusted=True)
     assert loaded.thunk_sequence_text() == exe.thunk_sequence_text()
     assert loaded.memory_analysis() == exe.memory_analysis()
 
@@ -135,12 +135,12 @@ def test_a_tampered_program_is_refused(mlp, tmp_path):
     manifest = tmp_path / "prog" / "program.json"
     manifest.write_text(manifest.read_text().replace('"kernel"', '"kernal"', 1))
     with pytest.raises(xla_gpu.ArtifactError, match="does not match its digest"):
-        load_program(tmp_path / "prog")
+        load_program(tmp_path / "prog", trusted=True)
     with pytest.raises(xla_gpu.ArtifactError, match="not a directory"):
-        load_program(tmp_path / "nothing")
+        load_program(tmp_path / "nothing", trusted=True)
     (tmp_path / "empty").mkdir()
     with pytest.raises(xla_gpu.ArtifactError, match="not a saved program"):
-        load_program(tmp_path / "empty")
+        load_program(tmp_path / "empty", trusted=True)
 
 
 def test_program_kernels_come_from_the_compile_cache(mlp):
@@ -213,7 +213,7 @@ def test_cuda_programs_compile_without_a_gpu_and_run_where_one_is(tmp_path):
     assert all(k.ptx and ".entry" in k.ptx for k in exe.kernels.values())
     assert {t.kind for t in exe.thunks} >= {"while"}
     exe.save(tmp_path / "prog")
-    loaded = load_program(tmp_path / "prog")
+    loaded = load_program(tmp_path / "prog", trusted=True)
     assert loaded.target == "cuda" and loaded.thunk_sequence_text() == exe.thunk_sequence_text()
     if not runtime.cuda_available():
         return
@@ -223,3 +223,55 @@ def test_cuda_programs_compile_without_a_gpu_and_run_where_one_is(tmp_path):
     device = [DeviceArray.from_host(np.require(a, requirements="C")) for a in data.inputs]
     out = loaded.run(*device, device_outputs=True)
     assert not data.mismatches([o.to_host() for o in out], module)
+
+
+_ADD = "add {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
+# Programs with empty arrays: (body, parameter shapes). A reduce over an
+# empty dimension is the init value (not empty); a fusion whose outputs are
+# all empty becomes no kernel.
+_ZERO_SIZE = {
+    "negate": ("ENTRY e {\n p = f32[0,4] parameter(0)\n ROOT n = f32[0,4] negate(p)\n}",
+               [(0, 4)]),
+    "mixed_outputs": ("ENTRY e {\n p = f32[0,4] parameter(0)\n q = f32[3] parameter(1)\n"
+                      " n = f32[0,4] negate(p)\n a = f32[3] add(q, q)\n"
+                      " ROOT t = (f32[0,4], f32[3]) tuple(n, a)\n}", [(0, 4), (3,)]),
+    "empty_parameter_out": ("ENTRY e {\n p = f32[0] parameter(0)\n q = f32[3] parameter(1)\n"
+                            " a = f32[3] add(q, q)\n ROOT t = (f32[0], f32[3]) tuple(p, a)\n}",
+                            [(0,), (3,)]),
+    "reduce_empty_dims": (_ADD + "ENTRY e {\n p = f32[0,4] parameter(0)\n"
+                          " z = f32[] constant(1.5)\n"
+                          " r0 = f32[4] reduce(p, z), dimensions={0}, to_apply=add\n"
+                          " r1 = f32[0] reduce(p, z), dimensions={1}, to_apply=add\n"
+                          " r2 = f32[] reduce(p, z), dimensions={0,1}, to_apply=add\n"
+                          " ROOT t = (f32[4], f32[0], f32[]) tuple(r0, r1, r2)\n}", [(0, 4)]),
+    "empty_slice_of_full": ("ENTRY e {\n p = f32[5] parameter(0)\n"
+                            " s = f32[0] slice(p), slice={[2:2]}\n"
+                            " x = f32[0] exponential(s)\n n = f32[5] negate(p)\n"
+                            " ROOT t = (f32[0], f32[5]) tuple(x, n)\n}", [(5,)]),
+    "empty_dot_is_zeros": ("ENTRY e {\n a = f32[2,0] parameter(0)\n b = f32[0,3] parameter(1)\n"
+                           " ROOT d = f32[2,3] dot(a, b), lhs_contracting_dims={1}, "
+                           "rhs_contracting_dims={0}\n}", [(2, 0), (0, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", list(_ZERO_SIZE))
+def test_zero_size_programs_run_saved_and_loaded(name, tmp_path):
+    """Empty outputs come back as empty arrays of their shape, next to the
+    non-empty ones, from the compiled program and from its saved copy (a
+    kernel thunk for an empty output used to make every run fail with "no
+    kernel.so"); no kernel has only empty outputs, on cpu or cuda."""
+    body, shapes = _ZERO_SIZE[name]
+    text = "HloModule m\n" + body
+    args = [np.arange(int(np.prod(s)), dtype=np.float32).reshape(s) + 1 for s in shapes]
+    want = hlo.evaluate(hlo.parse_module(text), *args)
+    exe = xla_gpu.compile(text, target="cpu")
+    exe.save(tmp_path / "prog")
+    loaded = xla_gpu.runtime.load(tmp_path / "prog", expected_digest=exe.artifact_digest)
+    for got in (exe.run(*args), exe.run(*args), loaded.run(*args)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+    for target_exe in (exe, xla_gpu.compile(text, target="cuda")):
+        for kernel in target_exe.kernels.values():
+            assert any(np.prod(o.shape) for o in kernel.spec.outputs), kernel.spec.name

@@ -104,7 +104,7 @@ def test_saved_program_stores_each_shared_binary_once(linked, tmp_path):
     assert len([n for n in stored if n.endswith(".ptx")]) == len(set(shared.values()))
     for kid in shared:
         assert not (path / "kernels" / kid / "kernel.ptx").exists()
-    loaded = load_program(path)
+    loaded = load_program(path, trusted=True)
     assert loaded.thunk_sequence_text() == linked.thunk_sequence_text()
     assert sorted(map(sorted, _binaries(loaded).values())) == \
         sorted(map(sorted, _binaries(linked).values()))
@@ -131,11 +131,11 @@ def test_program_naming_a_missing_binary_is_refused(linked, tmp_path):
     manifest["binaries"][kid] = 99
     _rewrite(path, "program.json", json.dumps(manifest).encode())
     with pytest.raises(ArtifactError, match=f"kernel {kid} names binaries/99"):
-        load_program(path)
+        load_program(path, trusted=True)
     manifest["binaries"][kid] = "0"
     _rewrite(path, "program.json", json.dumps(manifest).encode())
     with pytest.raises(ArtifactError, match="not a map of kernel ids to binary numbers"):
-        load_program(path)
+        load_program(path, trusted=True)
 
 
 def test_format_1_programs_still_load(reductions_text, tmp_path, monkeypatch):
@@ -146,7 +146,7 @@ def test_format_1_programs_still_load(reductions_text, tmp_path, monkeypatch):
     assert "binaries" not in manifest
     manifest["format"] = 1
     _rewrite(path, "program.json", json.dumps(manifest).encode())
-    loaded = load_program(path)
+    loaded = load_program(path, trusted=True)
     assert {k: i.ptx for k, i in loaded.kernels.items()} == \
         {k: i.ptx for k, i in exe.kernels.items()}
 

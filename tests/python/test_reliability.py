@@ -54,7 +54,7 @@ def test_package_identity_changes_with_any_source(tmp_path, monkeypatch):
     compile_cache._package_identity.cache_clear()
     try:
         first = compile_cache._package_identity()
-        (tree / "sub" / "b.py").write_text("y = 3\n")
+        (tree / "sub" / "b.py").write_text("y = 33\n")   # (another size: a stat sees it)
         compile_cache._package_identity.cache_clear()
         second = compile_cache._package_identity()
         (tree / "c.py").write_text("")
@@ -375,7 +375,7 @@ def test_an_edited_file_is_refused(artifact):
     (directory / "kernel.ptx").write_text("x") if (directory / "kernel.ptx").exists() \
         else (directory / "emitted.mlir").write_text("edited")
     with pytest.raises(xla_gpu.ArtifactError, match="does not match its digest"):
-        runtime.load(directory)
+        runtime.load(directory, trusted=True)
 
 
 def test_a_manifest_with_a_smaller_output_is_refused(artifact):
@@ -389,14 +389,14 @@ def test_a_manifest_with_a_smaller_output_is_refused(artifact):
     digests["kernel.json"] = hashlib.sha256(text.encode()).hexdigest()
     (directory / "digests.json").write_text(json.dumps(digests))
     with pytest.raises(xla_gpu.ArtifactError, match="outputs .* differ from the fusion"):
-        runtime.load(directory)
+        runtime.load(directory, trusted=True)
 
 
 def test_a_pinned_artifact_refuses_a_rewritten_manifest(artifact):
     directory, digest = artifact
     digests = json.loads((directory / "digests.json").read_text())
     (directory / "digests.json").write_text(json.dumps(digests, indent=2))
-    runtime.load(directory)                       # consistent, but not what was saved
+    runtime.load(directory, trusted=True)                       # consistent, but not what was saved
     with pytest.raises(xla_gpu.ArtifactError, match="expected artifact digest"):
         runtime.load(directory, expected_digest=digest)
 
@@ -406,7 +406,7 @@ def test_a_truncated_shared_object_is_refused_before_loading(artifact):
     data = (directory / "kernel.so").read_bytes()
     (directory / "kernel.so").write_bytes(data[:100])
     with pytest.raises(xla_gpu.ArtifactError, match="kernel.so"):
-        runtime.load(directory)
+        runtime.load(directory, trusted=True)
 
 
 def test_symlinks_devices_and_foreign_names_are_refused(artifact):
@@ -414,12 +414,12 @@ def test_symlinks_devices_and_foreign_names_are_refused(artifact):
     (directory / "kernel.so").unlink()
     (directory / "kernel.so").symlink_to("/dev/zero")
     with pytest.raises(xla_gpu.ArtifactError, match="not a regular file"):
-        runtime.load(directory)
+        runtime.load(directory, trusted=True)
     digests = json.loads((directory / "digests.json").read_text())
     digests["../../etc/passwd"] = "0" * 64
     (directory / "digests.json").write_text(json.dumps(digests))
     with pytest.raises(xla_gpu.ArtifactError, match="unknown file"):
-        runtime.load(directory)
+        runtime.load(directory, trusted=True)
 
 
 def test_loading_a_saved_kernel_needs_no_mlir(artifact):
@@ -446,7 +446,7 @@ def test_empty_outputs_launch_nothing(cache, tmp_path):
     exe = xla_gpu.compile(text, target="cpu")
     (y,) = exe.run(np.zeros((0, 4), np.float32))
     assert y.shape == (0, 4) and y.dtype == np.float32
-    (z,) = runtime.load(exe.save(tmp_path / "empty")).run(np.zeros((0, 4), np.float32))
+    (z,) = runtime.load(exe.save(tmp_path / "empty"), trusted=True).run(np.zeros((0, 4), np.float32))
     assert z.shape == (0, 4)
 
 
@@ -626,7 +626,7 @@ def test_a_program_slice_outside_its_allocation_is_refused(program_dir):
                          for t in thunk.get(key, []) if isinstance(t, dict))
     _rewrite_manifest(directory, grow)
     with pytest.raises(xla_gpu.ArtifactError, match="outside the program's allocations"):
-        runtime.load(directory)
+        runtime.load(directory, trusted=True)
     with pytest.raises(xla_gpu.ArtifactError, match="expected artifact digest"):
         runtime.load(directory, expected_digest=digest)
 
@@ -637,7 +637,7 @@ def test_a_program_with_a_foreign_file_name_is_refused(program_dir):
     digests["kernels/../../x"] = "0" * 64
     (directory / "digests.json").write_text(json.dumps(digests))
     with pytest.raises(xla_gpu.ArtifactError, match="unknown file"):
-        runtime.load(directory)
+        runtime.load(directory, trusted=True)
 
 
 _NEGATE_EXP_PROGRAM = """

@@ -87,13 +87,13 @@ def test_saved_cuda_kernel_loads_with_runtime_only(tmp_path, cache):
     assert (tmp_path / "k" / "kernel.ptx").exists()
     # A fresh process that imports only xla_gpu.runtime: no MLIR.
     script = (f"import sys; from xla_gpu import runtime; "
-              f"k = runtime.load({str(tmp_path / 'k')!r}); "
+              f"k = runtime.load({str(tmp_path / 'k')!r}, trusted=True); "
               f"print(k.spec.name, k.launch_dims['blocks'], 'mlir' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["fused", "2", "False"]
     with pytest.raises(runtime.ArtifactError, match="no kernel.json"):
-        runtime.load(tmp_path)
+        runtime.load(tmp_path, trusted=True)
 
 
 def test_cache_hit_miss_and_corrupt_entry(cache):

@@ -264,9 +264,12 @@ def test_custom_call_thunk_calls_the_registered_handler():
         assert calls[-1] == 3.0 and _kinds(exe) == ["custom_call"]
     finally:
         interpreter.unregister_custom_call("xla_gpu_test_thunk_axpy")
+    # The program keeps the handler it was compiled with; one compiled now
+    # has none.
+    np.testing.assert_array_equal(exe.run(x, y)[0], 3 * x + y)
     with pytest.raises(xla_gpu.XlaGpuError, match="no handler registered for target "
                        "'xla_gpu_test_thunk_axpy'"):
-        exe.run(x, y)
+        xla_gpu.compile(CUSTOM, target="cpu").run(x, y)
 
 
 def test_custom_call_handler_errors_name_the_target():

@@ -680,6 +680,14 @@ def emit_elementwise(inst: HloInstruction, operand_types: Sequence[str],
         return _min_max("minimum", t, _min_max("maximum", t, x, lo), hi)
     if _is_f8(in_t) and op == "is-finite":
         return math.isfinite(convert(args[0], in_t, "f32"))
+    if _is_f8(in_t) and op == "reduce-precision":
+        # In f16, which holds every f8 / f4 value exactly: XLA:GPU's float
+        # normalization computes f8 reduce-precision there (an IEEE-like
+        # format, where these types' own bits need not be).
+        inner = HloInstruction(inst.name, op, Shape("f16", inst.shape.dims), inst.operands,
+                               inst.attrs, location=inst.location)
+        wide = convert(args[0], in_t, "f16")
+        return convert(_float_op(inner, "f16", [wide]), "f16", t)
     if _is_f8(in_t):
         # Arithmetic on f8 is done in f32 and rounded once, as XLA does.
         wide = [convert(a, ot, "f32") for a, ot in zip(args, operand_types)]
@@ -806,7 +814,88 @@ def _float_op(inst: HloInstruction, t: str, args: Values) -> ir.Value:
         return arith.select(nonzero, math.copysign(one, x), x)
     if op == "is-finite":
         return math.isfinite(args[0])
+    if op == "reduce-precision":
+        exponent_bits = inst.attrs.get("exponent_bits")
+        mantissa_bits = inst.attrs.get("mantissa_bits")
+        if not isinstance(exponent_bits, int) or not isinstance(mantissa_bits, int) or \
+                exponent_bits < 1 or mantissa_bits < 0:
+            raise inst.error("reduce-precision needs exponent_bits >= 1 and "
+                             f"mantissa_bits >= 0, got exponent_bits={exponent_bits!r}, "
+                             f"mantissa_bits={mantissa_bits!r}")
+        return reduce_precision(args[0], t, exponent_bits, mantissa_bits)
     raise inst.unsupported(f"{op} is not supported for {t}")
+
+
+# Explicit mantissa bits of the floats held in their own LLVM type.
+_MANTISSA_BITS = {"f16": 10, "bf16": 7, "f32": 23, "f64": 52}
+
+
+def reduce_precision(value: ir.Value, t: str, exponent_bits: int,
+                     mantissa_bits: int) -> ir.Value:
+    """XLA's reduce-precision of a f16 / bf16 / f32 / f64 value, on its
+    bits: the mantissa rounded to `mantissa_bits` bits (to nearest, ties
+    to even; a carry moves into the exponent, up to infinity), then values
+    whose exponent is past the range of `exponent_bits` bits become
+    infinity (above) or zero (below, denormals of that format included),
+    keeping the sign. NaN stays the input NaN (also with no mantissa bit
+    left: XLA's emitters select the input for NaNs)."""
+    width = bit_width(t)
+    src_mantissa = _MANTISSA_BITS[t]
+    src_exponent = width - 1 - src_mantissa
+    it = ir.IntegerType.get_signless(width)
+
+    def c(v: int) -> ir.Value:
+        v &= (1 << width) - 1
+        return arith.constant(it, v - (1 << width) if v >> (width - 1) else v)
+
+    bits = arith.bitcast(it, value)
+    sign_mask = 1 << (width - 1)
+    exponent_mask = ((1 << src_exponent) - 1) << src_mantissa
+    is_nan = arith.cmpi(arith.CmpIPredicate.ugt, arith.andi(bits, c(~sign_mask)),
+                        c(exponent_mask))
+    if mantissa_bits < src_mantissa:
+        shift = src_mantissa - mantissa_bits
+        last_kept = 1 << shift
+        # Adding 0111..1 plus the last kept bit rounds to nearest even.
+        last_bit = arith.andi(arith.shrui(bits, c(shift)), c(1))
+        biased = arith.addi(bits, arith.addi(last_bit, c((last_kept >> 1) - 1)))
+        bits = arith.andi(biased, c(~(last_kept - 1)))
+    if exponent_bits < src_exponent:
+        bias = (1 << (src_exponent - 1)) - 1
+        reduced_bias = (1 << (exponent_bits - 1)) - 1
+        exponent = arith.andi(bits, c(exponent_mask))
+        overflow = arith.cmpi(arith.CmpIPredicate.ugt, exponent,
+                              c((bias + reduced_bias) << src_mantissa))
+        underflow = arith.cmpi(arith.CmpIPredicate.ule, exponent,
+                               c((bias - reduced_bias) << src_mantissa))
+        signed_zero = arith.andi(bits, c(sign_mask))
+        signed_inf = arith.ori(signed_zero, c(exponent_mask))
+        bits = arith.select(overflow, signed_inf, bits)
+        bits = arith.select(underflow, signed_zero, bits)
+    return arith.select(is_nan, value, arith.bitcast(value.type, bits))
+
+
+def _f64_to_f32_round_to_odd(value: ir.Value) -> ir.Value:
+    """f64 -> f32 rounded to odd: the f32 nearest (ties to even) when the
+    value is one exactly, else of the two f32s around it the one with an
+    odd last bit. Rounding that to nearest even into a format at least
+    two bits narrower than f32 (f16, bf16, f8) gives the f64 value rounded once,
+    where going through the plain f32 would round twice (1 + 2^-8 + 2^-30
+    would become the tie 1 + 2^-8, and bf16 1.0 instead of 1.0078125)."""
+    f32, f64, i32 = ir.F32Type.get(), ir.F64Type.get(), ir.IntegerType.get_signless(32)
+    nearest = arith.truncf(f32, value)
+    back = arith.extf(f64, nearest)
+    inexact = arith.cmpf(arith.CmpFPredicate.ONE, back, value)  # NaN, inf: exact
+    bits = arith.bitcast(i32, nearest)
+    one = arith.constant(i32, 1)
+    even = arith.cmpi(arith.CmpIPredicate.eq, arith.andi(bits, one), arith.constant(i32, 0))
+    # The neighbour on the value's side: one step down in magnitude when
+    # the nearest f32 is farther from zero than the value, else up
+    # (0 -> the smallest denormal, overflow to inf -> the largest finite).
+    farther = arith.cmpf(arith.CmpFPredicate.OGT, math.absf(back), math.absf(value))
+    neighbour = arith.select(farther, arith.subi(bits, one), arith.addi(bits, one))
+    odd = arith.select(arith.andi(inexact, even), neighbour, bits)
+    return arith.bitcast(f32, odd)
 
 
 def _is_sub_byte(t: str) -> bool:
@@ -994,6 +1083,11 @@ def convert(value: ir.Value, src: str, dst: str) -> ir.Value:
     """HLO convert: float->int saturates (NaN -> 0), ->pred is `!= 0`."""
     if src == dst:
         return value
+    if src == "f64" and is_float(dst) and bit_width(dst) < 32:
+        # Once rounded (see _f64_to_f32_round_to_odd), and without the
+        # host's f64 -> bf16 / f16 library calls, which the JIT may lack
+        # (`__truncdfbf2`, and `__truncdfhf2` before libgcc 12).
+        return convert(_f64_to_f32_round_to_odd(value), "f32", dst)
     if is_minifloat(src):  # exact through f32
         return convert(float8.decode(value, src), "f32", dst)
     if is_minifloat(dst):

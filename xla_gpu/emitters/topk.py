@@ -1,6 +1,7 @@
 """Top-k: the k first elements of each row (the last dimension) and their
 indices, for the HLO `topk` op (k, largest) and XLA:CPU's `TopK` custom
-call (its comparator computation takes (value, index) pairs).
+call (its comparator computation takes (value, index) pairs, or values
+alone: see hlo.topk).
 
 Two ways, as XLA:GPU chooses between its top-k kernel and TopkDecomposer:
 
@@ -26,6 +27,7 @@ from ..analysis.fusion import Fusion
 from ..errors import HloError, UnsupportedError
 from ..hlo import HloComputation, HloInstruction, HloModule, Shape
 from ..hlo.shape import is_float
+from ..hlo.topk import value_index_comparator
 from . import sort as sort_emitter
 from .partitioner import sanitize
 from .sort import (INDEX_TYPE, CompiledSort, SortKernel, check_comparator, comparator_of,
@@ -103,7 +105,8 @@ def topk_comparator(element: str, largest: bool, name: str = "topk_compare") -> 
 def _comparator(inst: HloInstruction) -> HloComputation:
     if inst.opcode == "topk":
         return topk_comparator(inst.operands[0].shape.element_type, _largest(inst))
-    return comparator_of(inst)
+    # XLA:CPU's comparator may be over the values alone (2 parameters).
+    return value_index_comparator(comparator_of(inst), INDEX_TYPE)
 
 
 def _physical_dim(shape: Shape) -> int:
@@ -184,7 +187,7 @@ def decompose_topk(module: HloModule) -> int:
             shape = x.shape
             rank = shape.rank
             comparator = _comparator(inst)
-            if inst.opcode == "topk":
+            if comparator not in module.computations:   # made here: the module keeps it
                 module.add_computation(comparator, before=comp)
             iota_shape = Shape(INDEX_TYPE, tuple(shape.dims), shape.layout)
             iota = comp.add("iota", iota_shape, [], name=f"{inst.name}.iota",

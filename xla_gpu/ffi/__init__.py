@@ -8,9 +8,14 @@ xla_gpu unchanged, and plain Python functions can be handlers too.
     xla_gpu.compile(hlo_text, target="cpu").run(x, y)    # custom-call
     xla_gpu.hlo.evaluate(module, x, y)                   # "my_op" runs it
 
-An HLO `custom-call` with `api_version=API_VERSION_TYPED_FFI` is bound, when
-it runs, to the handler registered under its target name for the platform
-it runs on ("cpu": host pointers; "cuda": device pointers and the CUstream).
+An HLO `custom-call` is bound to the handler registered under its target
+name for the platform it runs on ("cpu": host pointers; "cuda": device
+pointers and the CUstream) when its program is compiled (`xla_gpu.compile`)
+or loaded (`xla_gpu.runtime.load`, `load_program`): a compiled program keeps
+that handler whatever is registered or unregistered afterwards, and a
+custom call with no handler then fails when it runs, naming the target.
+The reference interpreter (`xla_gpu.hlo.evaluate`) looks handlers up when
+it evaluates the call.
 The runtime side of XLA's C API (the function table a handler calls, the
 call frame it receives) is libXlaGpuFfi.so (`ffi/` in the source tree);
 this package registers handlers, builds the attributes from the custom
@@ -31,24 +36,37 @@ What a handler can be (`register_ffi_target(name, target, platform)`):
 * a dict of such handlers by stage: {"instantiate", "prepare",
   "initialize", "execute"} ("execute" required);
 * a Python callable. cpu: `fn(*operands, *results, **attributes)` with
-  numpy arrays (operands read-only; results writable, to fill in place),
-  or `fn(*operands, **attributes)` returning the result(s) — whichever its
-  signature takes. cuda: the same with device arrays
-  (`__cuda_array_interface__`) and `stream=` (a CUstream handle) among
-  the keyword arguments.
+  numpy arrays (operands read-only; results writable, to fill in place;
+  it returns None), or `fn(*operands, **attributes)` returning the
+  result(s) — whichever its signature takes. A returned value must be one
+  array per result (a tuple or list of them for several), of the result's
+  shape, and of its dtype or one numpy converts to it without loss
+  (Python numbers take the result's dtype); anything else (None, the wrong
+  count, shape or dtype) is an FfiError naming the target. cuda: the same
+  with device arrays (`__cuda_array_interface__`) and `stream=` (a
+  CUstream handle) among the keyword arguments.
+
+Registering never calls the handler: its traits are the `traits`
+argument, and the FFI API version it was built against (which XLA asks
+the handler for when registering) is asked for right before its first
+call, so that a wrong capsule (a function that is no handler) cannot
+crash the registration. A handler built for an unsupported API version is
+refused then, as an FfiError.
 
 Errors: a handler's error is an `FfiError` carrying its code, message,
 target and instruction; a registration XLA would refuse (unknown
-platform, no execute stage, a handler built for an unsupported API
-version, a different handler under a taken name) is an
-`FfiRegistrationError`; a custom call with no handler fails as a thunk
-error (runtime) or HloError (interpreter) naming the target.
+platform, no execute stage, a different handler under a taken name) and
+bad arguments to any function here are `FfiRegistrationError`s (a
+ValueError); a custom call with no handler fails as a thunk error
+(runtime) or HloError (interpreter) naming the target.
 numpy + ctypes (+ cuda-python on cuda) only: never mlir.
 """
 
 from __future__ import annotations
 
 import ctypes
+import numbers
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -136,7 +154,36 @@ _legacy_handlers: dict[tuple[str, str], LegacyHandler] = {}
 _native_in_use = False   # set once libXlaGpuFfi.so is loaded for a handler
 
 
+def _target_name(name: Any, what: str) -> bytes:
+    """A target or type name as the native registries take it (UTF-8
+    without NUL: C would cut the name at a NUL and file it under a
+    different one)."""
+    if not isinstance(name, str) or not name:
+        raise FfiRegistrationError(f"{what}: expected a non-empty str name, got {name!r}")
+    if "\0" in name:
+        raise FfiRegistrationError(f"{what}: the name {name!r} contains a NUL character")
+    try:
+        return name.encode()
+    except UnicodeEncodeError:
+        raise FfiRegistrationError(f"{what}: the name {name!r} is not valid Unicode "
+                                   "text (lone surrogates)") from None
+
+
+def _integer(value: Any, what: str, low: int, high: int) -> int:
+    """`value` as an int in [low, high); bools and non-integers refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise FfiRegistrationError(f"{what}: expected an int, got {type(value).__name__} "
+                                   f"{value!r}")
+    value = int(value)
+    if not low <= value < high:
+        raise FfiRegistrationError(f"{what}: {value} is out of range [{low}, {high})")
+    return value
+
+
 def _capsule_pointer(capsule: Any, what: str) -> int:
+    if not _is_capsule(capsule):
+        raise FfiRegistrationError(f"{what}: expected a PyCapsule (xla_gpu.ffi.pycapsule / "
+                                   f"jax.ffi.pycapsule), got {type(capsule).__name__}")
     api = ctypes.pythonapi
     api.PyCapsule_IsValid.restype = ctypes.c_int
     api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -211,14 +258,23 @@ def _check_data(address: int, size: int, writable: bool, what: str) -> int:
     return address
 
 
+def _pointer_value(obj: Any, what: str) -> int:
+    """The address a ctypes function, ctypes pointer or int holds (0: null)."""
+    if isinstance(obj, numbers.Integral) and not isinstance(obj, bool):
+        return _integer(obj, what, 0, 1 << 64)
+    if isinstance(obj, (ctypes._CFuncPtr, ctypes._Pointer, ctypes.c_void_p)):
+        return int(ctypes.cast(obj, ctypes.c_void_p).value or 0)
+    raise FfiRegistrationError(f"{what}: expected a ctypes function (lib.MyHandler), a ctypes "
+                               f"pointer or an int address, got {type(obj).__name__} {obj!r}")
+
+
 def pycapsule(funcptr: Any) -> Any:
     """Wraps a ctypes function pointer (`lib.MyHandler`) in a PyCapsule, as
     `jax.ffi.pycapsule` does: the form `register_ffi_target` takes. An
     address (int or c_void_p, e.g. what a library's type-id getter
-    returns) is wrapped the same way, for `register_ffi_type`."""
-    if isinstance(funcptr, bool) or funcptr is None:
-        raise FfiRegistrationError("pycapsule: expected a ctypes function or an address")
-    address = ctypes.cast(funcptr, ctypes.c_void_p).value
+    returns) is wrapped the same way, for `register_ffi_type`. Nothing is
+    called or read at the address."""
+    address = _pointer_value(funcptr, "pycapsule")
     if not address:
         raise FfiRegistrationError("pycapsule: a null function pointer")
     builder = ctypes.pythonapi.PyCapsule_New
@@ -243,10 +299,20 @@ def load_library(path: str) -> ctypes.CDLL:
     registers when loaded (`XLA_FFI_REGISTER_HANDLER(XLA_FFI_GetApi(),
     ...)`, `XLA_FFI_REGISTER_TYPE`) land in xla_gpu's registries (and its
     cpu handlers in the interpreter's), and the legacy status functions it
-    links against resolve."""
+    links against resolve. FfiRegistrationError when it cannot be loaded."""
+    try:
+        filename = os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise FfiRegistrationError(f"load_library: expected a path, got "
+                                   f"{type(path).__name__} {path!r}") from None
+    if not filename or "\0" in filename:
+        raise FfiRegistrationError(f"load_library: {path!r} is not a file name")
     _lib()
     before = set(registered_targets("cpu"))
-    library = ctypes.CDLL(str(path))
+    try:
+        library = ctypes.CDLL(filename)
+    except OSError as e:
+        raise FfiRegistrationError(f"load_library: cannot load {filename}: {e}") from None
     from . import calls
     for name, _ in sorted(set(registered_targets("cpu")) - before):
         calls.bridge_into_interpreter(name)
@@ -290,19 +356,22 @@ def register_ffi_target(name: str, fn: Any, platform: str = "cpu", api_version: 
     it, typed-FFI ones to a typed handler: two registries, as in XLA; a
     Python callable serves both). `traits` are XLA_FFI_Handler_Traits bits.
     Registering the same handler twice is harmless; a different one under a
-    taken name is an error, as in XLA. A cpu registration also makes the
+    taken name is an error, as in XLA. Registering never calls the handler
+    (XLA does, to ask for its traits and API version): `traits` are taken
+    as given, and the API version is checked right before the first call. A cpu registration also makes the
     target evaluable by the reference interpreter (`xla_gpu.hlo.evaluate`,
     `xla-gpu-run`)."""
-    if not isinstance(name, str) or not name:
-        raise FfiRegistrationError("register_ffi_target needs a non-empty target name")
+    encoded = _target_name(name, "register_ffi_target")
     where = f"FFI target '{name}' on platform {platform!r}"
     platform = canonical_platform(platform)
-    if api_version not in (0, 1) or isinstance(api_version, bool):
+    if isinstance(api_version, bool) or not isinstance(api_version, numbers.Integral) or \
+            api_version not in (0, 1):
         raise FfiRegistrationError(
             f"{where}: api_version must be 1 (XLA's typed FFI) or 0 (the legacy "
             f"custom-call ABI), got {api_version!r}")
-    if not isinstance(traits, int) or traits < 0:
-        raise FfiRegistrationError(f"{where}: traits must be a non-negative int")
+    api_version = int(api_version)
+    # XLA_FFI_Handler_Traits is a uint32 bit set.
+    traits = _integer(traits, f"{where}: traits", 0, 1 << 32)
     key = (name, platform)
     is_c_function = _is_capsule(fn) or isinstance(fn, (ctypes._CFuncPtr, ctypes.c_void_p))
     if api_version == 0 and (is_c_function or not callable(fn)):
@@ -337,8 +406,9 @@ def register_ffi_target(name: str, fn: Any, platform: str = "cpu", api_version: 
                 raise FfiRegistrationError(f"Duplicate FFI handler registration for "
                                            f"{where}: a Python handler is registered")
             error = _error_buffer()
+            # Never calls the handler (see the module docstring).
             code = _lib().XlaGpuFfiRegisterHandler(
-                name.encode(), platform.encode(), *[a or None for a in addresses],
+                encoded, platform.encode(), *[a or None for a in addresses],
                 traits, error, len(error))
             if code:
                 raise FfiRegistrationError(error.value.decode(errors="replace"))
@@ -363,15 +433,17 @@ def register_ffi_target(name: str, fn: Any, platform: str = "cpu", api_version: 
 
 def unregister_ffi_target(name: str, platform: str = "cpu") -> bool:
     """Forgets the handler of `name` on `platform` (xla_gpu's addition: XLA
-    has no unregistration); True when there was one. Programs compiled
-    before keep their bound instances."""
+    has no unregistration); True when there was one. Programs compiled (or
+    loaded) before keep the handler they bound then; programs compiled
+    after have none, or whatever is registered under the name next."""
+    encoded = _target_name(name, "unregister_ffi_target")
     platform = canonical_platform(platform)
     with _lock:
         found = _python_handlers.pop((name, platform), None) is not None
         found |= _legacy_handlers.pop((name, platform), None) is not None
         _c_handler_cache.pop((name, platform), None)
         if _native_in_use:
-            found |= bool(_native.lib().XlaGpuFfiUnregisterHandler(name.encode(),
+            found |= bool(_native.lib().XlaGpuFfiUnregisterHandler(encoded,
                                                                    platform.encode()))
     if found and platform == "cpu":
         from . import calls
@@ -407,6 +479,7 @@ def lookup(name: str, platform: str, api_version: str | None = None
     `api_version` (HLO spelling; None: any), or None. A Python handler
     serves every version; a typed-FFI one API_VERSION_TYPED_FFI; a legacy
     one the others."""
+    _target_name(name, "FFI lookup")
     platform = canonical_platform(platform)
     python = _python_handlers.get((name, platform))
     if python is not None:
@@ -423,9 +496,13 @@ def register_from_spec(spec: str, platform: str = "cpu") -> str:
     (the library loaded after the FFI runtime, SYMBOL its exported
     XLA_FFI_Handler), optionally "...@PLATFORM". Returns the target name.
     For tools such as xla-gpu-run: `--ffi my_op=./libops.so:MyOp`."""
-    text = str(spec)
+    if not isinstance(spec, str):
+        raise FfiRegistrationError(f"FFI handler spec: expected a str "
+                                   f"TARGET=LIBRARY:SYMBOL[@PLATFORM], got {spec!r}")
+    text = spec
     if "@" in text.rsplit(":", 1)[-1]:
         text, platform = text.rsplit("@", 1)
+    canonical_platform(platform)   # before loading anything
     target, sep, rest = text.partition("=")
     path, sep2, symbol = rest.rpartition(":")
     if not sep or not sep2 or not target or not path or not symbol:
@@ -433,7 +510,7 @@ def register_from_spec(spec: str, platform: str = "cpu") -> str:
                                    "TARGET=LIBRARY:SYMBOL[@PLATFORM]")
     try:
         library = load_library(path)
-    except OSError as e:
+    except FfiRegistrationError as e:
         raise FfiRegistrationError(f"FFI handler spec {spec!r}: cannot load {path}: {e}") \
             from None
     try:
@@ -454,6 +531,7 @@ def register_ffi_type(name: str, type_registration: Any, platform: str = "cpu") 
     PyCapsule of an XLA_FFI_TypeInfo*}); a type id of 0 gets a fresh id
     written into the library's XLA_FFI_TypeId. Returns the id. Types are
     shared by all platforms (one process, one registry)."""
+    encoded = _target_name(name, "register_ffi_type")
     canonical_platform(platform)
     if not isinstance(type_registration, dict) or "type_id" not in type_registration:
         raise FfiRegistrationError(f"FFI type '{name}': expected {{'type_id': capsule, "
@@ -473,7 +551,7 @@ def register_ffi_type(name: str, type_registration: Any, platform: str = "cpu") 
     type_id = ctypes.c_int64.from_address(id_address)
     value = ctypes.c_int64(type_id.value)
     error = _error_buffer()
-    code = _lib().XlaGpuFfiRegisterType(name.encode(), ctypes.byref(value), deleter,
+    code = _lib().XlaGpuFfiRegisterType(encoded, ctypes.byref(value), deleter,
                                         error, len(error))
     if code:
         raise FfiRegistrationError(error.value.decode(errors="replace"))
@@ -483,18 +561,22 @@ def register_ffi_type(name: str, type_registration: Any, platform: str = "cpu") 
 
 def type_id(name: str) -> int:
     """The id of a registered type (0 when none has that name)."""
-    return int(_lib().XlaGpuFfiFindType(name.encode()))
+    return int(_lib().XlaGpuFfiFindType(_target_name(name, "type_id")))
 
 
-def set_user_data(type_name_or_id: str | int, data: int | None) -> None:
-    """Makes the object at address `data` the execution context's user data
-    of that type (`Ctx<UserData<T>>` in a handler); None removes it."""
-    tid = type_id(type_name_or_id) if isinstance(type_name_or_id, str) else \
-        int(type_name_or_id)
+def set_user_data(type_name_or_id: str | int, data: Any) -> None:
+    """Makes the object at address `data` (an int or a ctypes pointer) the
+    execution context's user data of that type (`Ctx<UserData<T>>` in a
+    handler); None (or a null pointer) removes it."""
+    if isinstance(type_name_or_id, str):
+        tid = type_id(type_name_or_id)
+    else:
+        tid = _integer(type_name_or_id, "set_user_data: the type id", 1, 1 << 63)
     if tid <= 0:
         raise FfiRegistrationError(f"set_user_data: no registered FFI type "
                                    f"{type_name_or_id!r}")
-    _lib().XlaGpuFfiSetUserData(tid, data)
+    address = 0 if data is None else _pointer_value(data, "set_user_data: data")
+    _lib().XlaGpuFfiSetUserData(tid, address or None)
 
 
 # --- the runtime's hook ---------------------------------------------------------------
@@ -503,18 +585,33 @@ def set_user_data(type_name_or_id: str | int, data: int | None) -> None:
 def runtime_handler(target: str, platform: str) -> Callable[[Any, Any], None] | None:
     """The thunk runtime's hook (`xla_gpu.runtime.custom_calls.lookup`):
     `handler(ctx, thunk)` running the handler registered for `target` on
-    `platform`, or None when there is none."""
+    `platform` now, or None when there is none. The registrations are
+    resolved here, once: a program asks when it is compiled or loaded and
+    keeps the handler, so that unregistering the target or registering it
+    again later does not change what the program calls."""
     try:
-        if lookup(target, platform) is None:
-            return None
+        _target_name(target, "FFI lookup")
+        platform = canonical_platform(platform)
     except FfiRegistrationError:
         return None
-    key = (target, canonical_platform(platform))
-    handler = _thunk_handlers.get(key)
-    if handler is None:
-        from . import calls
-        handler = _thunk_handlers[key] = calls.thunk_dispatcher(*key)
-    return handler
+    with _lock:
+        python = _python_handlers.get((target, platform))
+        typed = legacy = None
+        if python is None:
+            typed = _find_c_handler(target, platform)
+            legacy = _legacy_handlers.get((target, platform))
+    if python is None and typed is None and legacy is None:
+        from .jaxlib_targets import provide   # jax's own cpu targets, from jaxlib
+        return runtime_handler(target, platform) if provide(target, platform) else None
+    # The same registrations give the same dispatcher (cheap repeated lookups).
+    registrations = (python, typed, legacy)
+    cached = _dispatchers.get((target, platform))
+    if cached is not None and all(a is b for a, b in zip(cached[0], registrations)):
+        return cached[1]
+    from . import calls
+    dispatcher = calls.thunk_dispatcher(target, platform, *registrations)
+    _dispatchers[(target, platform)] = (registrations, dispatcher)
+    return dispatcher
 
 
-_thunk_handlers: dict[tuple[str, str], Callable[[Any, Any], None]] = {}
+_dispatchers: dict[tuple[str, str], tuple[tuple, Callable[[Any, Any], None]]] = {}

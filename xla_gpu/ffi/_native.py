@@ -134,6 +134,7 @@ def _load() -> ctypes.CDLL:
     _declare(handle, "XlaGpuFfiListHandlers", SZ, C, SZ)
     _declare(handle, "XlaGpuFfiHandlerMetadata", I32, P, ctypes.POINTER(I32),
              ctypes.POINTER(U32), C, SZ)
+    _declare(handle, "XlaGpuFfiCheckHandler", I32, P, C, SZ)
     _declare(handle, "XlaGpuFfiRegisterType", I32, C, ctypes.POINTER(I64), P, C, SZ)
     _declare(handle, "XlaGpuFfiFindType", I64, C)
     _declare(handle, "XlaGpuFfiSetUserData", None, I64, P)

@@ -80,6 +80,28 @@ def _code_name(code: int) -> str:
     return ERROR_CODES[code] if 0 <= code < len(ERROR_CODES) else f"CODE_{code}"
 
 
+# Execute handlers whose FFI API version was found supported (by address).
+_supported_handlers: set[int] = set()
+
+
+def _check_api_version(registration: CHandler, where: str) -> None:
+    """Asks the execute handler for its FFI API version (by calling it with
+    the metadata extension) before its first call: registering does not
+    (see xla_gpu.ffi), so a handler built for a version this runtime does
+    not speak is refused here."""
+    execute = registration.bundle[3]
+    if execute in _supported_handlers:
+        return
+    error = ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+    code = _native.lib().XlaGpuFfiCheckHandler(execute or None, error, len(error))
+    if code:
+        message = error.value.decode(errors="replace")
+        raise FfiError(f"{where}: {message}", code=_code_name(code),
+                       target=registration.name, stage="instantiate",
+                       handler_message=message)
+    _supported_handlers.add(execute)
+
+
 class CallSite:
     """The native instance of one custom-call instruction: its handlers,
     attributes and the state its stages set (freed with this object)."""
@@ -91,6 +113,7 @@ class CallSite:
             blob = encode_attributes(attributes)
         except HloError as e:
             raise HloError(f"{where}: {e}") from None
+        _check_api_version(registration, where)
         lib = _native.lib()
         bundle = (ctypes.c_void_p * 4)(*[a or None for a in registration.bundle])
         error = ctypes.create_string_buffer(_native.ERROR_CAPACITY)
@@ -241,44 +264,81 @@ def _decide_convention(fn, n_operands: int, n_results: int, kwargs: dict,
 
 
 def _call_python(registration: PythonHandler, operands: list, results: list, kwargs: dict,
-                 where: str) -> Any:
-    """Calls a Python handler; returns what it returned (None: results
-    were written in place)."""
+                 where: str) -> list | None:
+    """Calls a Python handler. Returns its results, one value per result
+    buffer, or None when it wrote them in place: it takes the result
+    buffers after the operands and returned None. A handler that returns
+    its results must return them all (None is an error, not "nothing to
+    write": the buffers would keep whatever they held)."""
     fn = registration.fn
     passes = _takes_results(fn, len(operands), len(results), kwargs, where)
     try:
-        return fn(*operands, *results, **kwargs) if passes else fn(*operands, **kwargs)
+        value = fn(*operands, *results, **kwargs) if passes else fn(*operands, **kwargs)
     except FfiError:
         raise
     except Exception as e:
         raise FfiError(f"{where}: the Python handler raised {type(e).__name__}: {e}",
                        code="UNKNOWN", target=registration.name,
                        handler_message=str(e)) from e
+    if value is None:
+        if passes or not results:
+            return None
+        raise FfiError(f"{where}: the Python handler returned None; the custom call has "
+                       f"{len(results)} result(s): return them, or take the result buffers "
+                       "after the operands and fill them in place",
+                       code="INVALID_ARGUMENT", target=registration.name)
+    return _returned(value, len(results), where, registration.name)
 
 
-def _returned(value: Any, count: int, where: str) -> list:
+def _returned(value: Any, count: int, where: str, target: str) -> list:
     if count == 1 and not isinstance(value, (tuple, list)):
         return [value]
     if not isinstance(value, (tuple, list)) or len(value) != count:
         got = len(value) if isinstance(value, (tuple, list)) else 1
         raise FfiError(f"{where}: the Python handler returned {got} value(s); the custom "
-                       f"call has {count} result(s)", code="INVALID_ARGUMENT")
+                       f"call has {count} result(s)", code="INVALID_ARGUMENT", target=target)
     return list(value)
 
 
-def _store_host(value: Any, results: list[np.ndarray], where: str) -> None:
-    if value is None:
+def _result_value(item: Any, k: int, shape: Sequence[int], dtype: np.dtype, where: str,
+                  target: str) -> np.ndarray:
+    """Returned value `k` as an array of the result's shape and dtype. A
+    numpy value (anything with a dtype) must have that dtype or one numpy
+    converts to it without loss; Python numbers (and lists of them) take
+    the result's dtype within their kind, as numpy's own promotion does."""
+    def refuse(what: str, why: str = "") -> FfiError:
+        return FfiError(f"{where}: the Python handler returned {what} for result {k}, "
+                        f"expected {dtype}{list(shape)}{why}", code="INVALID_ARGUMENT",
+                        target=target)
+
+    if item is None:
+        raise refuse("None")
+    try:
+        array = np.asarray(item)
+    except Exception as e:   # noqa: BLE001  (any object can be returned)
+        raise refuse(f"a {type(item).__name__} that is no array ({e})") from None
+    if array.shape != tuple(shape):
+        raise refuse(f"shape {list(array.shape)}")
+    if array.dtype != dtype:
+        if hasattr(item, "dtype"):
+            fits = np.can_cast(array.dtype, dtype, "safe")
+        else:   # Python numbers: weakly typed
+            fits = np.can_cast(array.dtype, dtype, "same_kind") or (
+                dtype.kind == "V" and array.dtype.kind in "biuf")   # ml_dtypes' floats
+        if not fits:
+            lossy = np.can_cast(array.dtype, dtype, "same_kind")
+            raise refuse(str(array.dtype), " (it converts to that only with loss: convert "
+                         "it in the handler)" if lossy else "")
+        array = array.astype(dtype)
+    return array
+
+
+def _store_host(values: list | None, results: list[np.ndarray], where: str,
+                target: str) -> None:
+    if values is None:
         return
-    for k, (array, out) in enumerate(zip(_returned(value, len(results), where), results)):
-        array = np.asarray(array)
-        if array.shape != out.shape:
-            raise FfiError(f"{where}: the Python handler returned shape {list(array.shape)} "
-                           f"for result {k}, expected {list(out.shape)}",
-                           code="INVALID_ARGUMENT")
-        if array.dtype != out.dtype and not np.can_cast(array.dtype, out.dtype, "same_kind"):
-            raise FfiError(f"{where}: the Python handler returned {array.dtype} for result "
-                           f"{k}, expected {out.dtype}", code="INVALID_ARGUMENT")
-        out[...] = array
+    for k, (item, out) in enumerate(zip(values, results)):
+        out[...] = _result_value(item, k, out.shape, out.dtype, where, target)
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -322,29 +382,27 @@ class DeviceBuffer:
         return f"DeviceBuffer({self.dtype}{list(self.shape)} at 0x{self.ptr:x})"
 
 
-def _store_device(value: Any, results: list[DeviceBuffer], where: str) -> None:
-    if value is None:
+def _store_device(values: list | None, results: list[DeviceBuffer], where: str,
+                  target: str) -> None:
+    if values is None:
         return
     from ..runtime.cuda import _check, _driver
     cu = _driver()
-    for k, (item, out) in enumerate(zip(_returned(value, len(results), where), results)):
+    for k, (item, out) in enumerate(zip(values, results)):
         if hasattr(item, "__cuda_array_interface__") and not isinstance(item, np.ndarray):
             cai = item.__cuda_array_interface__
             shape, dtype = tuple(cai["shape"]), np.dtype(cai["typestr"])
             if shape != out.shape or dtype != out.dtype or cai.get("strides") not in (None,):
                 raise FfiError(f"{where}: result {k}: the Python handler returned a "
                                f"{dtype}{list(shape)} device array; expected a contiguous "
-                               f"{out.dtype}{list(out.shape)}", code="INVALID_ARGUMENT")
+                               f"{out.dtype}{list(out.shape)}", code="INVALID_ARGUMENT",
+                               target=target)
             if out.nbytes and int(cai["data"][0]) != out.ptr:
                 _check("cuMemcpyDtoDAsync", cu.cuMemcpyDtoDAsync(
                     out.ptr, int(cai["data"][0]), out.nbytes, out.stream))
             continue
-        host = np.ascontiguousarray(np.asarray(item))
-        if host.shape != out.shape:
-            raise FfiError(f"{where}: the Python handler returned shape {list(host.shape)} "
-                           f"for result {k}, expected {list(out.shape)}",
-                           code="INVALID_ARGUMENT")
-        host = host.astype(out.dtype, copy=False)
+        host = np.ascontiguousarray(_result_value(item, k, out.shape, out.dtype, where,
+                                                  target))
         if out.nbytes:
             _check("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(out.ptr, host.ctypes.data,
                                                              out.nbytes, out.stream))
@@ -367,11 +425,6 @@ class _ThunkSite:
                              for r in thunk.operands])
         self.rets = Buffers([(_dtype_code(r.element_type, where), r.dims)
                              for r in thunk.results])
-        if platform == "cuda":
-            for ref in [*thunk.operands, *thunk.results]:
-                if not ref.is_row_major:
-                    raise UnsupportedError(f"{where}: buffer {ref.describe()} is not "
-                                           "row-major; FFI handlers take row-major buffers")
 
 
 def _thunk_site(registration: CHandler, thunk: Any, platform: str) -> _ThunkSite:
@@ -386,25 +439,14 @@ def _run_c_thunk(registration: CHandler, ctx: Any, thunk: Any) -> None:
     platform = ctx.target
     state = _thunk_site(registration, thunk, platform)
     run_id = _run_id(ctx)
+    # Buffers are handed over as they lie, in their layouts (XLA's FFI
+    # passes no layout): the compiler put each operand in the layout the call
+    # requires and reads the results in the layouts of its shape
+    # (hlo.passes.custom_call_layouts).
     if platform == "cpu":
-        copies: list[tuple[np.ndarray, np.ndarray]] = []   # (row-major scratch, view)
-
-        def pointer(ref, written: bool) -> int:
-            if ref.is_row_major:
-                return ctx.pointer(ref.slice)
-            scratch = np.ascontiguousarray(ctx.array(ref))
-            if written:
-                copies.append((scratch, ctx.array(ref)))
-            else:
-                copies.append((scratch, None))
-            return scratch.ctypes.data
-
-        state.args.set([pointer(r, False) for r in thunk.operands])
-        state.rets.set([pointer(r, True) for r in thunk.results])
+        state.args.set([ctx.pointer(r.slice) for r in thunk.operands])
+        state.rets.set([ctx.pointer(r.slice) for r in thunk.results])
         state.site.run("cpu", 0, run_id, state.args, state.rets)
-        for scratch, view in copies:
-            if view is not None:
-                view[...] = scratch
         return
     from ..runtime.cuda import current_context, stream_handle
     state.args.set([ctx.pointer(r.slice) for r in thunk.operands])
@@ -432,8 +474,8 @@ def _run_python_thunk(registration: PythonHandler, ctx: Any, thunk: Any) -> None
                 array = view.astype(ref.dtype)
                 results.append(array)
                 writebacks.append((array, view))
-        value = _call_python(registration, operands, results, kwargs, where)
-        _store_host(value, results, where)
+        values = _call_python(registration, operands, results, kwargs, where)
+        _store_host(values, results, where, registration.name)
         for array, view in writebacks:
             view[...] = array.astype(view.dtype)
         return
@@ -451,9 +493,9 @@ def _run_python_thunk(registration: PythonHandler, ctx: Any, thunk: Any) -> None
     results = [DeviceBuffer(ctx.pointer(r.slice), r.dims, r.dtype, stream, False)
                for r in thunk.results]
     with current_context():
-        value = _call_python(registration, operands, results, {**kwargs, "stream": stream},
-                             where)
-        _store_device(value, results, where)
+        values = _call_python(registration, operands, results, {**kwargs, "stream": stream},
+                              where)
+        _store_device(values, results, where, registration.name)
 
 
 def _run_legacy_thunk(registration: LegacyHandler, ctx: Any, thunk: Any) -> None:
@@ -464,28 +506,14 @@ def _run_legacy_thunk(registration: LegacyHandler, ctx: Any, thunk: Any) -> None
         if any(thunk.operand_arity):
             raise UnsupportedError(f"{where}: tuple operands of a legacy cpu custom call "
                                    "are not supported (pass their elements)")
-        copies: list[tuple[np.ndarray, Any]] = []
-
-        def pointer(ref, written: bool) -> int:
-            if ref.is_row_major:
-                return ctx.pointer(ref.slice)
-            scratch = np.ascontiguousarray(ctx.array(ref))
-            copies.append((scratch, ctx.array(ref) if written else None))
-            return scratch.ctypes.data
-
-        ins = [pointer(r, False) for r in thunk.operands]
-        outs = [pointer(r, True) for r in thunk.results]
+        # Buffers as they lie, in their layouts (see _run_c_thunk).
+        ins = [ctx.pointer(r.slice) for r in thunk.operands]
+        outs = [ctx.pointer(r.slice) for r in thunk.results]
         # The thunk keeps result leaves only: several leaves are a tuple (a
         # one-element tuple result passes its element's buffer).
         out, _table = _legacy_out(outs, len(outs) != 1)
         _call_legacy(registration, convention, 0, out, ins, thunk.backend_config, where)
-        for scratch, view in copies:
-            if view is not None:
-                view[...] = scratch
         return
-    for ref in [*thunk.operands, *thunk.results]:
-        if not ref.is_row_major:
-            raise UnsupportedError(f"{where}: buffer {ref.describe()} is not row-major")
     from ..runtime.cuda import current_context, stream_handle
     buffers = [ctx.pointer(r.slice) for r in [*thunk.operands, *thunk.results]]
     with current_context():
@@ -502,19 +530,30 @@ def thunk_handler(registration: CHandler | LegacyHandler | PythonHandler):
     return lambda ctx, thunk: _run_python_thunk(registration, ctx, thunk)
 
 
-def thunk_dispatcher(target: str, platform: str):
-    """`handler(ctx, thunk)` for `target`: the registration that serves the
-    thunk's api_version (typed FFI or legacy), looked up at each call."""
+def thunk_dispatcher(target: str, platform: str, python: PythonHandler | None,
+                     typed: CHandler | None, legacy: LegacyHandler | None):
+    """`handler(ctx, thunk)` for `target` over the registrations given
+    (resolved by the caller, once: what was registered when the program was
+    compiled or loaded): the Python handler, else the one that serves the
+    thunk's api_version (typed FFI or legacy)."""
+    handlers = {id(r): thunk_handler(r) for r in (python, typed, legacy) if r is not None}
+
     def dispatch(ctx: Any, thunk: Any) -> None:
-        registration = lookup(target, platform, thunk.api_version)
+        if python is not None:
+            registration = python
+        elif thunk.api_version == TYPED_FFI:
+            registration = typed
+        else:
+            registration = legacy
         if registration is None:
             where = _where(thunk.name, target, platform)
             kind = "typed-FFI" if thunk.api_version == TYPED_FFI else "legacy (api_version=0)"
             other = "legacy" if thunk.api_version == TYPED_FFI else "typed-FFI"
             raise UnsupportedError(f"{where}: the custom call has api_version="
                                    f"{thunk.api_version or 'API_VERSION_ORIGINAL'} and needs a "
-                                   f"{kind} handler; only a {other} one is registered")
-        thunk_handler(registration)(ctx, thunk)
+                                   f"{kind} handler; only a {other} one was registered "
+                                   "when the program was compiled")
+        handlers[id(registration)](ctx, thunk)
     return dispatch
 
 
@@ -583,13 +622,25 @@ class _InterpreterBridge:
                                f"than the interpreter's limit of {MAX_ELEMENTS}")
         results = [np.zeros(leaf.dims, leaf.dtype) for leaf in leaves]
         flat = _flatten(operands)
+        from ..hlo.passes.custom_call_layouts import required_operand_shapes
+        required = required_operand_shapes(inst)   # also checks the constraints
         if isinstance(registration, PythonHandler):
             kwargs = _attributes(api_version, inst.attrs.get("backend_config", ""), where)
-            value = _call_python(registration, [_readonly(a) for a in flat], results,
-                                 kwargs, where)
-            _store_host(value, results, where)
+            values = _call_python(registration, [_readonly(a) for a in flat], results,
+                                  kwargs, where)
+            _store_host(values, results, where, registration.name)
             return _rebuild(inst.shape, results)
-        arrays = [np.ascontiguousarray(a) for a in flat]
+        # A C handler reads raw memory: each operand in the layout the call
+        # requires, each result in its shape's layout, as the compiled
+        # program lays them out (hlo.passes.custom_call_layouts).
+        operand_leaves = [leaf for s in required for leaf in s.leaves()]
+        if len(operand_leaves) != len(flat):
+            raise HloError(f"{where}: {len(flat)} operand arrays for "
+                           f"{len(operand_leaves)} operand shapes")
+        arrays = [np.ascontiguousarray(leaf.physical_from_logical(np.asarray(a)))
+                  for leaf, a in zip(operand_leaves, flat)]
+        physical = [np.zeros(leaf.physical_shape().dims, leaf.dtype) for leaf in leaves]
+        results = [leaf.logical_from_physical(r) for leaf, r in zip(leaves, physical)]
         if isinstance(registration, LegacyHandler):
             convention = _legacy_convention("cpu", api_version, where)
             if any(o.shape.is_tuple for o in inst.operands):
@@ -598,21 +649,17 @@ class _InterpreterBridge:
             if inst.shape.is_tuple and any(s.is_tuple for s in inst.shape.tuple_shapes):
                 raise UnsupportedError(f"{where}: nested tuple results of a legacy cpu "
                                        "custom call are not supported")
-            out, _table = _legacy_out([r.ctypes.data for r in results], inst.shape.is_tuple)
+            out, _table = _legacy_out([r.ctypes.data for r in physical], inst.shape.is_tuple)
             config = inst.attrs.get("backend_config", "")
             _call_legacy(registration, convention, 0, out, [a.ctypes.data for a in arrays],
                          config if isinstance(config, str) else "", where)
             return _rebuild(inst.shape, results)
         _check_typed_ffi(api_version, where)
-        operand_leaves = [leaf for o in inst.operands for leaf in o.shape.leaves()]
-        if len(operand_leaves) != len(arrays):
-            raise HloError(f"{where}: {len(arrays)} operand arrays for "
-                           f"{len(operand_leaves)} operand shapes")
-        args = Buffers([(_dtype_code(leaf.element_type, where), a.shape)
-                        for leaf, a in zip(operand_leaves, arrays)])
+        args = Buffers([(_dtype_code(leaf.element_type, where), leaf.dims)
+                        for leaf in operand_leaves])
         rets = Buffers([(_dtype_code(leaf.element_type, where), leaf.dims) for leaf in leaves])
         args.set([a.ctypes.data for a in arrays])
-        rets.set([r.ctypes.data for r in results])
+        rets.set([r.ctypes.data for r in physical])
         # One instance per instruction of a parsed module, as the runtime
         # keeps one per compiled program: state carries across evaluations
         # (a loop body's custom call sees its state again).

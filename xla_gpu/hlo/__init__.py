@@ -4,20 +4,51 @@ pipeline (`xla_gpu.hlo.passes`); `graph` holds the iterative walks every
 order is built on, `convolution` what a convolution's attributes mean.
 
 Imports only numpy and ml_dtypes (never MLIR): a compiled kernel's expected
-outputs can be computed where no compiler is installed.
+outputs can be computed where no compiler is installed. The names below are
+loaded from their modules when first used.
 
     from xla_gpu.hlo import parse_module, evaluate
     module = parse_module(text)
     (out,) = evaluate(module, x)
 """
 
-from .interpreter import evaluate
-from .module import (HloComputation, HloError, HloInstruction, HloModule,
-                     HloParseError, Location)
-from .parser import parse_file, parse_module
-from .printer import computation_to_text, module_to_text
-from .shape import (ELEMENT_TYPES, Shape, bit_width, is_complex, is_float,
-                    is_integral, is_signed_int, is_unsigned_int, numpy_dtype)
+from __future__ import annotations
+
+# What the package exports, by module: imported when first used, so that
+# the runtime (which needs only `shape`) and a cache hit never load the
+# parser or the interpreter (nor ml_dtypes).
+_EXPORTS = {
+    "evaluate": "interpreter",
+    "HloComputation": "module", "HloError": "module", "HloInstruction": "module",
+    "HloModule": "module", "HloParseError": "module", "Location": "module",
+    "parse_file": "parser", "parse_module": "parser",
+    "computation_to_text": "printer", "module_to_text": "printer",
+    "ELEMENT_TYPES": "shape", "Shape": "shape", "bit_width": "shape",
+    "is_complex": "shape", "is_float": "shape", "is_integral": "shape",
+    "is_signed_int": "shape", "is_unsigned_int": "shape", "numpy_dtype": "shape",
+}
+
+
+def __getattr__(name: str):
+    from importlib import import_module
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(import_module(f".{module}", __name__), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("__"):
+        # A submodule not imported yet (`hlo.parser.decode_text`).
+        try:
+            return import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "parse_module", "parse_file", "evaluate", "module_to_text",

@@ -13,7 +13,9 @@ Conventions:
   to the type, op by op (what XLA's CPU and GPU backends do). f32 ops compute
   in f64 and round to f32: exact for +, -, *, /, sqrt (a double rounding
   through f64 is harmless for them) and more accurate than f32 for the
-  transcendental functions. Integer ops wrap around.
+  transcendental functions. Integer ops wrap around. `reduce-precision`
+  works on the bits of f16 / bf16 / f32 / f64 values as XLA's emitters
+  do (NaNs kept), on f8 / f4 values through f16.
 * Computations called per element (reduce, scatter, map, reduce-window)
   are evaluated on whole numpy arrays at once when they are scalar
   computations ("batched"), so large reductions stay fast.
@@ -32,11 +34,15 @@ Conventions:
   `reduce-window` applies the reducer over each window's elements in
   row-major order, starting from the init value. `scatter` applies the
   combiner to the updates in row-major order of the update elements.
-* `sort` is a stable merge sort driven by the comparator computation,
-  evaluated batched over all rows and elements at once (O(n log^2 n)
-  comparator evaluations); `is_stable=false` gets the stable order, one of
-  the orders XLA allows. `topk` and XLA:CPU's "TopK" custom call order like
-  a stable sort (ties: lower index first).
+* `sort` runs the bitonic network XLA:GPU's sort runs, calling the
+  comparator as it does (swap the pair (i, j) when comp(x[j], x[i])),
+  batched over all rows and pairs of a step: always a permutation, also
+  for a comparator that is no strict weak order (LT on keys with NaNs),
+  where it gives the compiled sort's order. `is_stable=true` breaks ties
+  by original index, as XLA's StableSortExpander; `is_stable=false`
+  leaves equal elements in the network's order (XLA allows any). `topk`
+  and XLA:CPU's "TopK" custom call order like a stable sort (ties: lower
+  index first).
 * `convolution` follows dim_labels, the window (stride, padding, lhs / rhs
   dilation, reversal), feature_group_count and batch_group_count, summing
   in the compute type. `rng-bit-generator` reproduces XLA's Philox4x32 and
@@ -64,6 +70,7 @@ from typing import Any, Callable, Sequence
 import ml_dtypes
 import numpy as np
 
+from ..errors import ArgumentError
 from .convolution import (CUDNN_CONV_TARGETS, ConvolutionGeometry, conv_geometry,
                           cudnn_activation, cudnn_backend_config, cudnn_operand_count,
                           forward_dims)
@@ -95,21 +102,21 @@ def evaluate(module_or_computation: HloModule | HloComputation,
     """Evaluates the ENTRY computation of a module (or the given computation)
     on numpy inputs. Returns the result leaves, depth first.
 
-    Raises ValueError for arguments that do not match the parameters (count,
-    shape or dtype; the message names the parameter) and HloError for
-    instructions the interpreter cannot evaluate."""
+    Raises ArgumentError (a ValueError) for arguments that do not match the
+    parameters (count, shape or dtype; the message names the parameter) and
+    HloError for instructions the interpreter cannot evaluate."""
     if isinstance(module_or_computation, HloModule):
         comp = module_or_computation.entry
     elif isinstance(module_or_computation, HloComputation):
         comp = module_or_computation
     else:
-        raise TypeError("evaluate() takes an HloModule or HloComputation, "
-                        f"got {type(module_or_computation).__name__}")
+        raise ArgumentError("evaluate() takes an HloModule or HloComputation, "
+                            f"got {type(module_or_computation).__name__}")
     params = comp.parameters
     if len(args) != len(params):
-        raise ValueError(f"computation '{comp.name}' takes {len(params)} "
-                         f"argument{'s' if len(params) != 1 else ''}, "
-                         f"got {len(args)}")
+        raise ArgumentError(f"computation '{comp.name}' takes {len(params)} "
+                            f"argument{'s' if len(params) != 1 else ''}, "
+                            f"got {len(args)}")
     values = [_check_argument(p, a) for p, a in zip(params, args)]
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -126,19 +133,23 @@ def _check_argument(param: HloInstruction, arg: Any, shape: Shape | None = None,
     if shape.is_tuple:
         if not isinstance(arg, (tuple, list)) or \
                 len(arg) != len(shape.tuple_shapes):
-            raise ValueError(f"{label}: expected a tuple of "
-                             f"{len(shape.tuple_shapes)} arrays for {shape}")
+            raise ArgumentError(f"{label}: expected a tuple of "
+                                f"{len(shape.tuple_shapes)} arrays for {shape}")
         return tuple(_check_argument(param, a, s, f"{where}[{i}]")
                      for i, (a, s) in enumerate(zip(arg, shape.tuple_shapes)))
     if shape.element_type == "token":
         return np.zeros((0,), np.uint8)
-    arr = np.asarray(arg)
+    try:
+        arr = np.asarray(arg)
+    except Exception as e:  # ragged lists, objects numpy cannot convert
+        raise ArgumentError(f"{label}: not an array ({type(arg).__name__}: "
+                            f"{e})") from None
     if arr.dtype != shape.dtype:
-        raise ValueError(f"{label}: expected dtype {shape.dtype} "
-                         f"({shape.element_type}), got {arr.dtype}")
+        raise ArgumentError(f"{label}: expected dtype {shape.dtype} "
+                            f"({shape.element_type}), got {arr.dtype}")
     if arr.shape != shape.dims:
-        raise ValueError(f"{label}: expected shape {shape.dims} "
-                         f"({shape}), got {arr.shape}")
+        raise ArgumentError(f"{label}: expected shape {shape.dims} "
+                            f"({shape}), got {arr.shape}")
     return arr
 
 
@@ -292,42 +303,55 @@ def _clz(x: np.ndarray, etype: str) -> np.ndarray:
     return _wrap_int(bits - _bit_length(_bits_unsigned(x, etype)), etype)
 
 
+# (width, explicit mantissa bits) of the floats reduce-precision works on
+# in their own bits. f8 and f4 values go through f16 (exact), where
+# XLA:GPU's float normalization computes their reduce-precision.
+_OWN_BITS_FLOATS = {"f16": (16, 10), "bf16": (16, 7), "f32": (32, 23),
+                    "f64": (64, 52)}
+
+
 def _reduce_precision(x: np.ndarray, etype: str, exponent_bits: int,
                       mantissa_bits: int) -> np.ndarray:
-    """XLA's reduce-precision: round the mantissa to nearest even, then
-    flush values outside the reduced exponent range to inf / signed zero;
-    NaNs stay NaN."""
-    if etype == "f64":
-        v = np.asarray(x, np.float64)
-        utype, nbits, src_mant, src_exp = np.uint64, 64, 52, 11
-    else:
-        v = np.asarray(x).astype(np.float32)
-        utype, nbits, src_mant, src_exp = np.uint32, 32, 23, 8
-    bits = v.view(utype).astype(np.uint64)
+    """XLA's reduce-precision, on the bits of the value's own type: the
+    mantissa rounded to `mantissa_bits` bits (nearest, ties to even; a
+    carry moves into the exponent, up to infinity), then exponents past
+    the range of `exponent_bits` bits flushed to signed infinity (above)
+    or signed zero (below; that format's denormals too). A NaN stays the
+    input NaN (also with no mantissa bit left, as XLA's emitters do)."""
+    if etype not in _OWN_BITS_FLOATS:
+        wide = np.asarray(x).astype(np.float32).astype(np.float16)
+        return _reduce_precision(wide, "f16", exponent_bits, mantissa_bits) \
+            .astype(np.float32).astype(ELEMENT_TYPES[etype])
+    width, src_mant = _OWN_BITS_FLOATS[etype]
+    src_exp = width - 1 - src_mant
+    v = np.atleast_1d(np.asarray(x, ELEMENT_TYPES[etype]))
+    utype = {16: np.uint16, 32: np.uint32, 64: np.uint64}[width]
+    u = np.uint64
+    full = (1 << width) - 1
+    # In uint64, masked back to the width: only a NaN's bits can wrap
+    # around 2^64, and NaNs are put back below.
+    bits = v.view(utype).astype(u)
+    sign_mask = 1 << (width - 1)
+    exp_mask = ((1 << src_exp) - 1) << src_mant
+    is_nan = (bits & u(full ^ sign_mask)) > u(exp_mask)
     if mantissa_bits < src_mant:
         shift = src_mant - mantissa_bits
-        last_bit_mask = 1 << shift
-        half_minus_one = (last_bit_mask >> 1) - 1
-        last_bit = (bits >> np.uint64(shift)) & np.uint64(1)
-        bits = bits + last_bit + np.uint64(half_minus_one)
-        bits = bits & np.uint64(((1 << nbits) - 1) & ~(last_bit_mask - 1))
+        last_kept = 1 << shift
+        last_bit = (bits >> u(shift)) & u(1)
+        with np.errstate(over="ignore"):
+            bits = bits + last_bit + u((last_kept >> 1) - 1)
+        bits = bits & u(full & ~(last_kept - 1))
     if exponent_bits < src_exp:
-        sign_mask = np.uint64(1 << (nbits - 1))
-        exp_mask = np.uint64(((1 << src_exp) - 1) << src_mant)
         bias = (1 << (src_exp - 1)) - 1
         reduced_bias = (1 << (exponent_bits - 1)) - 1
-        max_exp = bias + reduced_bias
-        min_exp = bias - reduced_bias
-        exponent = bits & exp_mask
-        overflow = exponent > np.uint64(max_exp << src_mant)
-        underflow = exponent <= np.uint64(min_exp << src_mant)
-        signed_zero = bits & sign_mask
-        signed_inf = signed_zero | exp_mask
-        bits = np.where(overflow, signed_inf,
+        exponent = bits & u(exp_mask)
+        overflow = exponent > u((bias + reduced_bias) << src_mant)
+        underflow = exponent <= u((bias - reduced_bias) << src_mant)
+        signed_zero = bits & u(sign_mask)
+        bits = np.where(overflow, signed_zero | u(exp_mask),
                         np.where(underflow, signed_zero, bits))
     out = bits.astype(utype).view(v.dtype)
-    out = np.where(np.isnan(v), v, out)
-    return out.astype(ELEMENT_TYPES[etype])
+    return np.where(is_nan, v, out).astype(v.dtype).reshape(np.shape(x))
 
 
 def _convert(x: np.ndarray, src: str, dst: str) -> np.ndarray:
@@ -1488,64 +1512,76 @@ def _comparator_less(ev, comp: HloComputation, lhs: list[np.ndarray],
     return np.asarray(out).astype(bool, copy=False)
 
 
-def _sort_permutation(ev, comp: HloComputation,
-                      keys: list[np.ndarray]) -> np.ndarray:
-    """The stable sort order of the rows of `keys` (arrays of shape [B, n],
-    sorted along the last axis) under the comparator `comp`: a bottom-up
-    merge sort whose merges run batched over every row and every element
-    at once. Each element finds its place in the other run of its pair by
-    binary search (A elements count the B elements that go strictly
-    before them, B elements the A elements that do not go after them), so
-    equal elements keep their order. O(n log^2 n) comparator evaluations,
-    each a numpy operation over all [B, n] elements."""
+def _network_masks(n: int) -> list[int]:
+    """The xor masks of the bitonic sorting network over n elements, in
+    the order its steps run: for stage s, first the "flip" mask
+    2^(s+1) - 1 (a block of 2^(s+1) compared against itself reversed),
+    then 2^m for m = s-1 .. 0. This form sorts without ascending and
+    descending halves, so every step swaps towards the same order."""
+    stages = max(n - 1, 0).bit_length()
+    masks = []
+    for stage in range(stages):
+        masks.append((2 << stage) - 1)
+        masks.extend(1 << m for m in range(stage - 1, -1, -1))
+    return masks
+
+
+def _sort_permutation(ev, comp: HloComputation, keys: list[np.ndarray],
+                      stable: bool) -> np.ndarray:
+    """The order XLA:GPU's sort gives the rows of `keys` (arrays of shape
+    [B, n], sorted along the last axis) under the comparator `comp`, as
+    an index array of shape [B, n].
+
+    It runs the bitonic network the GPU sort runs: each step compares
+    every pair (i, j = i ^ mask) with i < j < n and swaps it when the
+    element at j goes first, i.e. comp(x[j], x[i]) (pairs with j past the
+    end are skipped, as if padded with elements that sort last). A
+    network only ever swaps, so the result is a permutation for any
+    comparator, including ones that are no strict weak order (an LT
+    compare of keys with NaNs): then the order is the network's, the
+    same the compiled sort gives. For a strict weak order it is sorted.
+
+    `stable`: as XLA's StableSortExpander, elements for which comp gives
+    the same answer both ways round (equal under a strict weak order) are
+    ordered by their original index, which makes the sort stable.
+    Without it equal elements end up in the network's order, one of the
+    orders XLA allows for is_stable=false.
+
+    Every step is one batched comparator evaluation (two when stable)
+    over all rows and the step's pairs (about n/2): ceil(log2 n) *
+    (ceil(log2 n) + 1) / 2 steps."""
     rows, n = keys[0].shape
     perm = np.broadcast_to(np.arange(n, dtype=np.int64), (rows, n)).copy()
     if n <= 1 or rows == 0:
         return perm
-    pos = np.arange(n, dtype=np.int64)
-    width = 1
-    while width < n:
-        current = [np.take_along_axis(k, perm, axis=1) for k in keys]
-        pair_start = (pos // (2 * width)) * (2 * width)
-        offset = pos - pair_start
-        in_a = offset < width
-        a_len = np.minimum(width, n - pair_start)
-        b_start = pair_start + width
-        b_len = np.clip(n - b_start, 0, width)
-        other_start = np.where(in_a, b_start, pair_start)
-        own_index = np.where(in_a, offset, offset - width)
-        lo = np.zeros((rows, n), np.int64)
-        hi = np.broadcast_to(np.where(in_a, b_len, a_len), (rows, n)).copy()
-        while True:
-            active = lo < hi
-            if not active.any():
-                break
-            mid = (lo + hi) // 2
-            probe = np.minimum(other_start + mid, n - 1)
-            other = [np.take_along_axis(c, probe, axis=1) for c in current]
-            # A elements ask less(other, self); B elements less(self, other).
-            lhs = [np.where(in_a, o, c) for o, c in zip(other, current)]
-            rhs = [np.where(in_a, c, o) for o, c in zip(other, current)]
-            less = _comparator_less(ev, comp, lhs, rhs)
-            go_right = np.where(in_a, less, ~less)
-            lo = np.where(active & go_right, mid + 1, lo)
-            hi = np.where(active & ~go_right, mid, hi)
-        new_pos = pair_start + own_index + lo
-        merged = np.empty_like(perm)
-        np.put_along_axis(merged, new_pos, perm, axis=1)
-        perm = merged
-        width *= 2
+    current = [np.array(k, copy=True) for k in keys]
+    position = np.arange(n, dtype=np.int64)
+    for mask in _network_masks(n):
+        partner = position ^ mask
+        lower = (position < partner) & (partner < n)
+        i, j = position[lower], partner[lower]
+        at_i = [c[:, i] for c in current]
+        at_j = [c[:, j] for c in current]
+        # The element at j goes first: swap.
+        swap = _comparator_less(ev, comp, at_j, at_i)
+        if stable:
+            backwards = _comparator_less(ev, comp, at_i, at_j)
+            swap = np.where(swap == backwards, perm[:, j] < perm[:, i], swap)
+        for arr, (xi, xj) in zip(current + [perm],
+                                 list(zip(at_i, at_j)) + [(perm[:, i], perm[:, j])]):
+            arr[:, i] = np.where(swap, xj, xi)
+            arr[:, j] = np.where(swap, xi, xj)
     return perm
 
 
 def _sort_along(ev, comp: HloComputation, arrays: list[np.ndarray],
-                dim: int) -> list[np.ndarray]:
+                dim: int, stable: bool) -> list[np.ndarray]:
     """`arrays` (one shape) sorted along `dim` by the comparator."""
     moved = [np.moveaxis(a, dim, -1) for a in arrays]
     lead = moved[0].shape[:-1]
     n = moved[0].shape[-1]
     rows = [m.reshape(-1, n) for m in moved]
-    perm = _sort_permutation(ev, comp, rows)
+    perm = _sort_permutation(ev, comp, rows, stable)
     return [np.moveaxis(np.take_along_axis(r, perm, axis=1)
                         .reshape(lead + (n,)), -1, dim) for r in rows]
 
@@ -1571,9 +1607,9 @@ def _h_sort(ev, inst, ops, batch):
     if rank == 0 or arrays[0].size == 0:
         out = [a.copy() for a in arrays]
     else:
-        # Stable even when is_stable=false: XLA then allows any order of
-        # equal elements, and the stable one is among them.
-        out = _sort_along(ev, comp, arrays, dims[0])
+        stable = inst.attrs.get("is_stable", False)
+        stable = stable is True or str(stable).lower() == "true"
+        out = _sort_along(ev, comp, arrays, dims[0], stable)
     return tuple(out) if inst.shape.is_tuple else out[0]
 
 
@@ -1623,7 +1659,7 @@ def _h_topk(ev, inst, ops, batch):
 def _custom_topk(ev, inst, ops) -> Value:
     """XLA:CPU's "TopK" custom call: (values, s32 indices) of the k first
     elements along the last dimension under the comparator computation
-    (called with value and index pairs)."""
+    (called with value and index pairs, or values alone: see hlo.topk)."""
     comps = inst.attrs.get("called_computations") or []
     leaves = inst.shape.leaves()
     if len(ops) != 1 or len(comps) != 1 or len(leaves) != 2:
@@ -1637,8 +1673,11 @@ def _custom_topk(ev, inst, ops) -> Value:
                        f"{list(x.shape)}")
     iota = np.broadcast_to(np.arange(x.shape[-1], dtype=leaves[1].dtype),
                            x.shape)
-    values, indices = _sort_along(ev, comps[0], [x, np.asarray(iota)],
-                                  x.ndim - 1)
+    # Ties: lower index first (XLA's TopK is stable).
+    from .topk import value_index_comparator   # also over values alone
+    values, indices = _sort_along(ev, value_index_comparator(comps[0]),
+                                  [x, np.asarray(iota)],
+                                  x.ndim - 1, stable=True)
     return values[..., :k].copy(), indices[..., :k].copy()
 
 
@@ -2035,6 +2074,10 @@ def _h_custom_call(ev, inst, ops, batch):
     if not isinstance(target, str) or not target:
         raise HloError("custom-call needs custom_call_target=\"...\"")
     handler = _CUSTOM_CALLS.get(target)
+    if handler is None and target not in _INSTRUCTION_CUSTOM_CALLS and \
+            target not in _BUILTIN_CUSTOM_CALLS:
+        from ..ffi import jaxlib_targets   # jax's own cpu targets, from jaxlib
+        jaxlib_targets.provide(target, "cpu")
     if handler is None and target in _INSTRUCTION_CUSTOM_CALLS:
         with_inst = _INSTRUCTION_CUSTOM_CALLS[target]
         result = call_handler(lambda *args: with_inst(inst, *args), target, ops)
@@ -2043,9 +2086,11 @@ def _h_custom_call(ev, inst, ops, batch):
         return _BUILTIN_CUSTOM_CALLS[target](ev, inst, ops)
     if handler is None:
         known = ", ".join(registered_custom_calls()) or "none"
+        from ..ffi import jaxlib_targets
         raise HloError(f"no handler for the custom call target '{target}' "
                        "(register one with xla_gpu.hlo.interpreter."
-                       f"register_custom_call; registered: {known})")
+                       f"register_custom_call; registered: {known})"
+                       f"{jaxlib_targets.missing_hint(target)}")
     config = inst.attrs.get("backend_config", "")
     kwargs = handler_attributes(target, str(inst.attrs.get("api_version", "")),
                                 config if isinstance(config, str) else "")

@@ -101,6 +101,7 @@ def parse_module(text: str, source: str = "<hlo>") -> HloModule:
     if not isinstance(text, str):
         raise HloParseError(f"expected HLO text (str), got {type(text).__name__}",
                             source=source)
+    check_encodable(text, source)
     parser = _Parser(text, source)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -116,10 +117,36 @@ def parse_module(text: str, source: str = "<hlo>") -> HloModule:
 
 
 def parse_file(path: str | os.PathLike) -> HloModule:
-    """Reads and parses an HLO text file; the path names the source."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    return parse_module(text, source=str(path))
+    """Reads and parses an HLO text file; the path names the source. The
+    file must be a regular file of at most XLA_GPU_MAX_INPUT_BYTES (1 GiB),
+    read with bounds (xla_gpu._input): ArgumentError otherwise; HloParseError
+    for text that is not UTF-8 (line, column and byte offset)."""
+    from .._input import read_input
+    data, source = read_input(path)
+    return parse_module(decode_text(data, source), source=source)
+
+
+def decode_text(data: bytes, source: str) -> str:
+    """HLO text from bytes: UTF-8, or HloParseError at the first byte that
+    is not."""
+    from .._input import decode_utf8
+    return decode_utf8(data, source, lambda message, line, column: HloParseError(
+        message, line, column, source=source))
+
+
+def check_encodable(text: str, source: str = "<hlo>") -> None:
+    """HLO text is UTF-8: a str holding a lone surrogate (which no UTF-8
+    text decodes to) raises HloParseError at its line and column."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        line = text.count("\n", 0, e.start) + 1
+        column = e.start - text.rfind("\n", 0, e.start)
+        raise HloParseError(f"lone surrogate U+{ord(text[e.start]):04X} in the text (not "
+                            "a character: HLO text is UTF-8)", line, column,
+                            source=source) from None
 
 
 class _PendingRef:
@@ -817,6 +844,10 @@ class _Parser(LiteralParsing):
                 else:
                     state[id(node)] = 2
                     stack.pop()
+        # Operands written after their users: every walk over the
+        # computation expects operands first, so the order is restored
+        # (stably: text order wherever it is already valid).
+        comp._mark_unordered()
         # Users in order, each once (x * x is one use by one user); linear
         # in the number of users.
         listed: set[tuple[int, int]] = set()

@@ -1,46 +1,80 @@
 """HLO element types and shapes, mapped to numpy (bf16/f8 through ml_dtypes).
 
-This module imports only numpy and ml_dtypes: compiled kernels run where no
-compiler is installed."""
+This module imports only numpy, and ml_dtypes when one of its types is
+asked for: compiled kernels run where no compiler is installed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from math import prod
 
-import ml_dtypes
 import numpy as np
 
 __all__ = ["ELEMENT_TYPES", "Shape", "numpy_dtype", "bit_width", "is_float",
            "is_signed_int", "is_unsigned_int", "is_integral", "is_complex",
            "default_layout", "same_shape"]
 
-# HLO element type name -> numpy dtype. Sub-byte integers are held unpacked,
-# one element per byte, in the ml_dtypes types of that width.
-ELEMENT_TYPES: dict[str, np.dtype] = {
-    "pred": np.dtype(np.bool_),
-    "s2": np.dtype(ml_dtypes.int2), "s4": np.dtype(ml_dtypes.int4),
-    "s8": np.dtype(np.int8), "s16": np.dtype(np.int16),
-    "s32": np.dtype(np.int32), "s64": np.dtype(np.int64),
-    "u2": np.dtype(ml_dtypes.uint2), "u4": np.dtype(ml_dtypes.uint4),
-    "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16),
-    "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
-    "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
-    "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "f8e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
-    "f8e4m3b11fnuz": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
-    "f8e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
-    "f8e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
-    "f8e4m3": np.dtype(ml_dtypes.float8_e4m3),
-    "f8e3m4": np.dtype(ml_dtypes.float8_e3m4),
+# HLO element type name -> the numpy type, or the name of the ml_dtypes type
+# (a str). Sub-byte integers are held unpacked, one element per byte, in the
+# ml_dtypes types of that width.
+_TYPES: dict[str, type | str] = {
+    "pred": np.bool_,
+    "s2": "int2", "s4": "int4",
+    "s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
+    "u2": "uint2", "u4": "uint4",
+    "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
+    "f16": np.float16, "bf16": "bfloat16",
+    "f32": np.float32, "f64": np.float64,
+    "f8e5m2": "float8_e5m2", "f8e4m3fn": "float8_e4m3fn",
+    "f8e4m3b11fnuz": "float8_e4m3b11fnuz", "f8e5m2fnuz": "float8_e5m2fnuz",
+    "f8e4m3fnuz": "float8_e4m3fnuz", "f8e4m3": "float8_e4m3", "f8e3m4": "float8_e3m4",
     # 4-bit float (1 sign, 2 exponent, 1 mantissa bits; no inf or NaN),
     # held one element per byte as the sub-byte integers are.
-    "f4e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
-    "c64": np.dtype(np.complex64), "c128": np.dtype(np.complex128),
+    "f4e2m1fn": "float4_e2m1fn",
+    "c64": np.complex64, "c128": np.complex128,
 }
 
-_BITS = {"pred": 1, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "f4e2m1fn": 4}
+
+class _ElementTypes(Mapping):
+    """HLO element type name -> numpy dtype (`ELEMENT_TYPES`). ml_dtypes
+    is imported when one of its types is first looked up, not before:
+    importing it registers its ufunc loops one by one (about a second with
+    numpy 2), which a program of numpy's own types never needs."""
+
+    def __init__(self) -> None:
+        self._dtypes = {name: np.dtype(t) for name, t in _TYPES.items()
+                        if not isinstance(t, str)}
+
+    def __getitem__(self, name: str) -> np.dtype:
+        try:
+            return self._dtypes[name]
+        except KeyError:
+            pass
+        ml_name = _TYPES[name]          # KeyError: not an element type
+        import ml_dtypes
+        dtype = self._dtypes[name] = np.dtype(getattr(ml_dtypes, ml_name))
+        return dtype
+
+    def __contains__(self, name: object) -> bool:
+        return name in _TYPES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_TYPES)
+
+    def __len__(self) -> int:
+        return len(_TYPES)
+
+    def __repr__(self) -> str:
+        return f"ELEMENT_TYPES({list(_TYPES)})"
+
+
+ELEMENT_TYPES: Mapping[str, np.dtype] = _ElementTypes()
+
+# Where the bits are not the dtype's: pred and the sub-byte types; and the
+# ml_dtypes types (their width known without importing it).
+_BITS = {"pred": 1, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "f4e2m1fn": 4, "bf16": 16,
+         **{name: 8 for name in _TYPES if name.startswith("f8")}}
 
 
 def numpy_dtype(element_type: str) -> np.dtype:
@@ -49,7 +83,8 @@ def numpy_dtype(element_type: str) -> np.dtype:
 
 def bit_width(element_type: str) -> int:
     """Bits of one element as XLA stores it (pred: 1, s4: 4, c64: 64)."""
-    return _BITS.get(element_type, ELEMENT_TYPES[element_type].itemsize * 8)
+    bits = _BITS.get(element_type)
+    return bits if bits is not None else ELEMENT_TYPES[element_type].itemsize * 8
 
 
 def is_float(t: str) -> bool:

@@ -187,6 +187,53 @@ def _check_call(inst):
                         f"'{callee.name}' is {param.shape}")
 
 
+def _check_while(inst):
+    if len(inst.operands) != 1:
+        _fail(inst, f"'while' takes 1 operand (the loop state), has {len(inst.operands)}")
+    state = inst.operands[0].shape
+    if not compatible(state, inst.shape):
+        _fail(inst, f"'while' of {state} cannot give {inst.shape}")
+    for key in ("condition", "body"):
+        callee = inst.attrs.get(key)
+        if not isinstance(callee, HloComputation):
+            _fail(inst, f"'while' needs '{key}=' naming a computation")
+        params, root = callee.parameters, callee.root
+        if len(params) != 1 or not compatible(params[0].shape, state):
+            _fail(inst, f"'{callee.name}' must take one parameter of {state}")
+        ok = root is not None and (compatible(root.shape, state) if key == "body" else
+                                   not root.shape.is_tuple and root.shape.rank == 0 and
+                                   root.shape.element_type == "pred")
+        if not ok:
+            _fail(inst, f"'{callee.name}' returns {getattr(root, 'shape', None)}, not "
+                        f"{state if key == 'body' else 'pred[]'}")
+
+
+def _check_conditional(inst):
+    attrs, operands = inst.attrs, inst.operands
+    if "branch_computations" in attrs:
+        branches = attrs["branch_computations"]
+    else:
+        branches = [attrs.get("true_computation"), attrs.get("false_computation")]
+    if not isinstance(branches, list) or not branches or not all(
+            isinstance(b, HloComputation) for b in branches):
+        _fail(inst, "'conditional' needs true_computation= and false_computation=, or "
+                    "branch_computations=")
+    if len(operands) != 1 + len(branches):
+        _fail(inst, f"'conditional' with {len(branches)} branches takes "
+                    f"{1 + len(branches)} operands, has {len(operands)}")
+    selector = operands[0].shape
+    if selector.is_tuple or selector.rank != 0 or selector.element_type not in (
+            "pred", "s32") or (selector.element_type == "pred" and len(branches) != 2):
+        _fail(inst, f"the branch selector is {selector}, not pred[] (two branches) or s32[]")
+    for branch, operand in zip(branches, operands[1:]):
+        params, root = branch.parameters, branch.root
+        if len(params) != 1 or not compatible(params[0].shape, operand.shape):
+            _fail(inst, f"'{branch.name}' must take one parameter of {operand.shape}")
+        if root is None or not compatible(root.shape, inst.shape):
+            _fail(inst, f"'{branch.name}' returns {getattr(root, 'shape', None)}, not "
+                        f"{inst.shape}")
+
+
 def _check_reduce(inst):
     operands, shape = inst.operands, inst.shape
     if len(operands) % 2 or not operands:
@@ -222,6 +269,73 @@ def _check_scatter(inst):
     if len(leaves) != n or not all(compatible(a, o.shape)
                                    for a, o in zip(leaves, operands[:n])):
         _fail(inst, f"scatter of {[str(o.shape) for o in operands[:n]]} cannot give {shape}")
+    operand, indices = operands[0].shape, operands[n].shape
+    if any(o.shape.is_tuple for o in operands):
+        return  # refused by the tuple rules
+    for u in operands[n + 1:]:
+        if tuple(u.shape.dims) != tuple(operands[n + 1].shape.dims):
+            _fail(inst, "scatter's updates differ in shape")
+    _check_scatter_dimensions(inst, operand, indices, operands[n + 1].shape)
+
+
+def _int_dims(inst, key) -> tuple:
+    dims = inst.attrs.get(key) or ()
+    if not isinstance(dims, tuple) or not all(isinstance(d, int) for d in dims):
+        _fail(inst, f"{key} must be a list of dimensions")
+    return dims
+
+
+def _distinct_dims(inst, what: str, dims: tuple, shape) -> None:
+    if len(set(dims)) != len(dims) or any(not 0 <= d < shape.rank for d in dims):
+        _fail(inst, f"{what} {list(dims)} are not distinct dimensions of {shape}")
+
+
+def _index_vector_dim(inst, indices) -> tuple[int, int]:
+    """index_vector_dim (default: the indices' rank) and the size of an
+    index vector."""
+    ivd = inst.attrs.get("index_vector_dim", indices.rank)
+    if not isinstance(ivd, int) or not 0 <= ivd <= indices.rank:
+        _fail(inst, f"index_vector_dim={ivd!r} is not a dimension of the indices "
+                    f"{indices} (or their rank)")
+    return ivd, indices.dims[ivd] if ivd < indices.rank else 1
+
+
+def _check_batching(inst, operand_key, indices_key, operand, indices, ivd) -> None:
+    on_operand, on_indices = _int_dims(inst, operand_key), _int_dims(inst, indices_key)
+    _distinct_dims(inst, indices_key, on_indices, indices)
+    if len(on_operand) != len(on_indices) or ivd in on_indices or any(
+            operand.dims[a] != indices.dims[b] for a, b in zip(on_operand, on_indices)):
+        _fail(inst, f"{operand_key} {list(on_operand)} and {indices_key} "
+                    f"{list(on_indices)} do not pair dimensions of equal size")
+
+
+def _check_scatter_dimensions(inst, operand, indices, updates) -> None:
+    """XLA's rules for scatter's dimension numbers: every dimension named
+    exists and is named once, the window covers the operand, and the
+    updates are the indices' batch dimensions and a window that fits."""
+    uwd = _int_dims(inst, "update_window_dims")
+    iwd = _int_dims(inst, "inserted_window_dims")
+    ibd = _int_dims(inst, "input_batching_dims")
+    to_operand = _int_dims(inst, "scatter_dims_to_operand_dims")
+    ivd, vector = _index_vector_dim(inst, indices)
+    _distinct_dims(inst, "update_window_dims", uwd, updates)
+    _distinct_dims(inst, "inserted_window_dims and input_batching_dims", iwd + ibd, operand)
+    _distinct_dims(inst, "scatter_dims_to_operand_dims", to_operand, operand)
+    _check_batching(inst, "input_batching_dims", "scatter_indices_batching_dims",
+                    operand, indices, ivd)
+    if len(to_operand) != vector:
+        _fail(inst, f"scatter_dims_to_operand_dims has {len(to_operand)} entries for "
+                    f"index vectors of {vector}")
+    if len(uwd) + len(iwd) + len(ibd) != operand.rank:
+        _fail(inst, f"update_window_dims, inserted_window_dims and input_batching_dims "
+                    f"do not cover the {operand.rank} dimensions of {operand}")
+    batch = [n for d, n in enumerate(indices.dims) if d != ivd]
+    if [n for d, n in enumerate(updates.dims) if d not in uwd] != batch:
+        _fail(inst, f"the updates {updates} do not have the indices' batch dimensions "
+                    f"{batch} besides update_window_dims {list(uwd)}")
+    window = [d for d in range(operand.rank) if d not in iwd and d not in ibd]
+    if any(updates.dims[u] > operand.dims[d] for u, d in zip(uwd, window)):
+        _fail(inst, f"the update window of {updates} does not fit in {operand}")
 
 
 def _check_dynamic_slice(inst):
@@ -314,8 +428,42 @@ def _check_iota(inst):
 
 def _check_gather(inst):
     sizes, src = inst.attrs.get("slice_sizes"), inst.operands[0].shape
-    if sizes is None or len(sizes) != src.rank or any(s > n for s, n in zip(sizes, src.dims)):
+    if not isinstance(sizes, tuple) or len(sizes) != src.rank or any(
+            not isinstance(s, int) or not 0 <= s <= n for s, n in zip(sizes, src.dims)):
         _fail(inst, "slice_sizes must give one size per operand dimension, within it")
+    if inst.operands[1].shape.is_tuple:
+        return  # refused by the tuple rules
+    _check_gather_dimensions(inst, src, inst.operands[1].shape, sizes)
+
+
+def _check_gather_dimensions(inst, operand, indices, sizes) -> None:
+    """XLA's rules for gather's dimension numbers: every dimension named
+    exists and is named once, collapsed and batching dimensions are sliced
+    to 1, and the result is the indices' batch dimensions and the slice."""
+    shape = inst.shape
+    offset = _int_dims(inst, "offset_dims")
+    collapsed = _int_dims(inst, "collapsed_slice_dims")
+    obd = _int_dims(inst, "operand_batching_dims")
+    start_map = _int_dims(inst, "start_index_map")
+    ivd, vector = _index_vector_dim(inst, indices)
+    _distinct_dims(inst, "offset_dims", offset, shape)
+    _distinct_dims(inst, "collapsed_slice_dims and operand_batching_dims", collapsed + obd,
+                   operand)
+    _distinct_dims(inst, "start_index_map", start_map, operand)
+    _check_batching(inst, "operand_batching_dims", "start_indices_batching_dims",
+                    operand, indices, ivd)
+    if len(start_map) != vector:
+        _fail(inst, f"start_index_map has {len(start_map)} entries for index vectors "
+                    f"of {vector}")
+    if any(sizes[d] > 1 for d in collapsed + obd):
+        _fail(inst, "collapsed and batching dimensions must have slice size 1 or 0")
+    kept = [sizes[d] for d in range(operand.rank) if d not in collapsed and d not in obd]
+    batch = [n for d, n in enumerate(indices.dims) if d != ivd]
+    if len(kept) != len(offset) or shape.rank != len(offset) + len(batch) or \
+            [shape.dims[d] for d in offset] != kept or \
+            [n for d, n in enumerate(shape.dims) if d not in offset] != batch:
+        _fail(inst, f"a gather of slices {list(sizes)} at indices {indices} with "
+                    f"offset_dims {list(offset)} does not give {shape}")
 
 
 def _check_reduce_window(inst):
@@ -325,7 +473,32 @@ def _check_reduce_window(inst):
         _fail(inst, "window must have one entry per operand dimension")
 
 
+def _check_dot(inst):
+    lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+    dims = {key: tuple(inst.attrs.get(key) or ()) for key in (
+        "lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims")}
+    used = {}
+    for side, operand in (("lhs", lhs), ("rhs", rhs)):
+        used[side] = dims[f"{side}_batch_dims"] + dims[f"{side}_contracting_dims"]
+        if len(set(used[side])) != len(used[side]) or any(
+                not isinstance(d, int) or not 0 <= d < operand.rank for d in used[side]):
+            _fail(inst, f"the {side} batch and contracting dimensions {list(used[side])} "
+                        f"are not distinct dimensions of {operand}")
+    for kind in ("batch", "contracting"):
+        a, b = dims[f"lhs_{kind}_dims"], dims[f"rhs_{kind}_dims"]
+        if len(a) != len(b) or any(lhs.dims[i] != rhs.dims[j] for i, j in zip(a, b)):
+            _fail(inst, f"{kind} dimensions {list(a)} of {lhs} and {list(b)} of {rhs} "
+                        "do not match")
+    expected = [lhs.dims[d] for d in dims["lhs_batch_dims"]] + [
+        n for d, n in enumerate(lhs.dims) if d not in used["lhs"]] + [
+        n for d, n in enumerate(rhs.dims) if d not in used["rhs"]]
+    if list(inst.shape.dims) != expected:
+        _fail(inst, f"a dot of {lhs} and {rhs} has dimensions {expected}, not "
+                    f"{list(inst.shape.dims)}")
+
+
 _CHECKS = {
+    "dot": _check_dot, "while": _check_while, "conditional": _check_conditional,
     "get-tuple-element": _check_gte, "tuple": _check_tuple, "fusion": _check_call,
     "call": _check_call, "reduce": _check_reduce, "scatter": _check_scatter,
     "dynamic-slice": _check_dynamic_slice,

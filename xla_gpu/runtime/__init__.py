@@ -3,7 +3,8 @@ kernel compiled on one machine runs on another that has a GPU but no
 compiler.
 
     from xla_gpu import runtime
-    kernel = runtime.load("artifacts/gelu")      # a directory Executable.save wrote
+    # a directory Executable.save wrote; the digest it set pins every byte
+    kernel = runtime.load("artifacts/gelu", expected_digest=exe.artifact_digest)
     (out,) = kernel.run(x)
 
 An artifact directory holds `kernel.json` (launch dimensions, argument
@@ -27,7 +28,7 @@ import numpy as np
 from ..errors import ArtifactError
 from .cuda import (CudaError, CudaKernel, CudaUnavailableError, DeviceArray,
                    cuda_available)
-from .artifact import parse_spec, read_artifact, validate_spec
+from .artifact import check_load_arguments, parse_spec, read_artifact, validate_spec
 from .memory import check_host_memory
 from .spec import ArgSpec, KernelSpec
 
@@ -239,19 +240,22 @@ class LoadedKernel:
         return self._kernel().time(*args, **kwargs)
 
 
-def load(directory: str | Path, *, expected_digest: str | None = None):
+def load(directory: str | Path, *, expected_digest: str | None = None,
+         trusted: bool = False):
     """Loads a directory `save` wrote: a compiled fusion (`kernel.json`;
     returns a LoadedKernel) or a whole program (`program.json`; returns a
     ProgramExecutable). Every file is checked against digests.json, and the
-    manifests against the kernels' ABI, before anything runs;
-    `expected_digest` (what `save` set as `artifact_digest`) also pins
-    digests.json. Loading runs the artifact's code in this process: load
-    only artifacts you trust (SECURITY.md)."""
+    manifests against the kernels' ABI, before anything runs. Loading runs
+    the artifact's code in this process, so the load must be pinned —
+    `expected_digest`, the `artifact_digest` that save set, fixes every
+    byte — or say `trusted=True` for a directory that only you can write
+    (SECURITY.md says what each guarantees)."""
+    check_load_arguments(directory, expected_digest, trusted)
     directory = Path(directory)
     if (directory / "program.json").exists():
         from .program import load_program
-        return load_program(directory, expected_digest=expected_digest)
-    files, digest = read_artifact(directory, expected_digest)
+        return load_program(directory, expected_digest=expected_digest, trusted=trusted)
+    files, digest = read_artifact(directory, expected_digest, trusted=trusted)
     spec = parse_spec(files, str(directory))
     hlo_text = files.get("fusion.hlo")
     validate_spec(spec, None if hlo_text is None else hlo_text.decode(errors="replace"),

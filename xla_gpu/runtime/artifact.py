@@ -25,19 +25,22 @@ directories you (or someone you trust) wrote, and pin them with
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
 import os
 import re
+import secrets
 import stat
 from pathlib import Path
+from typing import Any
 
-from ..errors import ArtifactError
+from ..errors import ArgumentError, ArtifactError
 from .spec import KernelSpec
 
-__all__ = ["ARTIFACT_FILES", "MAX_FILE_BYTES", "read_artifact", "digest_of",
-           "validate_spec"]
+__all__ = ["ARTIFACT_FILES", "MAX_FILE_BYTES", "read_artifact", "write_artifact",
+           "digest_of", "validate_spec", "check_load_arguments"]
 
 ARTIFACT_FILES = ("kernel.json", "fusion.hlo", "emitted.mlir", "kernel.ptx",
                   "kernel.cubin", "kernel.host.mlir", "kernel.so")
@@ -77,15 +80,38 @@ def _read_regular(path: Path, limit: int) -> bytes:
     return data
 
 
+def check_load_arguments(directory: Any, expected_digest: Any, trusted: Any) -> None:
+    """`directory` is a path, and the load is pinned (`expected_digest`: the `artifact_digest` that save
+    returned) or explicitly trusted; anything else is refused: an artifact
+    is code, and without the pin whoever can write the directory chooses
+    what runs."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ArgumentError(f"an artifact directory must be a path, got {directory!r}")
+    if expected_digest is not None and (
+            not isinstance(expected_digest, str) or
+            not re.fullmatch(r"[0-9a-f]{64}", expected_digest)):
+        raise ArgumentError(f"expected_digest must be the 64-hex-digit artifact_digest that "
+                            f"save() returned, got {expected_digest!r}")
+    if not isinstance(trusted, bool):
+        raise ArgumentError(f"trusted must be True or False, got {trusted!r}")
+    if expected_digest is None and not trusted:
+        raise ArtifactError(
+            f"{directory}: refusing an unpinned artifact: pass expected_digest= (the "
+            "artifact_digest that save() returned) or, for a directory only you can "
+            "write, trusted=True (loading an artifact runs its code: SECURITY.md)")
+
+
 def read_artifact(directory: str | Path, expected_digest: str | None = None, *,
-                  allowed=None, required: str = "kernel.json"
+                  allowed=None, required: str = "kernel.json", trusted: bool = False
                   ) -> tuple[dict[str, bytes], str]:
     """The verified files of an artifact directory and its digest; raises
     ArtifactError naming the file when anything is off. `allowed(name)`
     says which relative names may appear (default: ARTIFACT_FILES); a
-    name may never leave the directory."""
+    name may never leave the directory. Unpinned reads (no
+    `expected_digest`) need `trusted=True`."""
     if allowed is None:
         allowed = ARTIFACT_FILES.__contains__
+    check_load_arguments(directory, expected_digest, trusted)
     directory = Path(directory)
     if not directory.is_dir():
         raise ArtifactError(f"{directory}: not a directory")
@@ -127,6 +153,81 @@ def read_artifact(directory: str | Path, expected_digest: str | None = None, *,
                                 "(truncated, corrupt or edited)")
         files[name] = data
     return files, digest
+
+
+def write_artifact(directory: str | os.PathLike, files: dict[str, bytes]) -> str:
+    """Writes `files` (relative names, '/'-separated) and their
+    digests.json into `directory` (created, parents included) and returns
+    the artifact digest. Links are never followed: the directory and every
+    subdirectory are opened with O_NOFOLLOW, and each file is written to a
+    fresh temporary name and renamed over its final name (a planted
+    symlink is replaced, never written through). digests.json comes last,
+    so an interrupted save leaves a directory that does not load."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ArgumentError(f"save() takes a directory path, got {directory!r}")
+    directory = Path(directory)
+    manifest = json.dumps({name: hashlib.sha256(data).hexdigest()
+                           for name, data in files.items()}, indent=1).encode()
+    try:
+        if directory.is_symlink():
+            raise ArtifactError(f"{directory}: a symlink (refused: save writes only into "
+                                "a real directory)")
+        if directory.exists() and not directory.is_dir():
+            raise ArtifactError(f"{directory}: exists and is not a directory")
+        directory.mkdir(parents=True, exist_ok=True)
+        root = os.open(directory, _DIRECTORY_FLAGS)
+    except ArtifactError:
+        raise
+    except OSError as e:
+        raise ArtifactError(f"{directory}: cannot save there ({e.strerror or e})") from None
+    try:
+        for name, data in [*files.items(), ("digests.json", manifest)]:
+            if not _inside(name):
+                raise ArtifactError(f"{directory}: {name!r} is not a plain relative name")
+            _write_file(root, directory, name, data)
+    finally:
+        os.close(root)
+    return digest_of(manifest)
+
+
+_DIRECTORY_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _write_file(root: int, directory: Path, name: str, data: bytes) -> None:
+    """`data` as `name` under the directory open as `root` (see
+    write_artifact): subdirectories made and opened without following
+    links, the bytes written under a temporary name, then renamed."""
+    *parents, leaf = name.split("/")
+    opened: list[int] = []
+    tmp = None
+    parent = root
+    try:
+        for part in parents:
+            try:
+                os.mkdir(part, 0o755, dir_fd=parent)
+            except FileExistsError:
+                pass
+            parent = os.open(part, _DIRECTORY_FLAGS, dir_fd=parent)
+            opened.append(parent)
+        tmp = f".{leaf}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                     getattr(os, "O_NOFOLLOW", 0), 0o644, dir_fd=parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
+        tmp = None
+    except OSError as e:
+        what = "a symlink or not a directory (refused)" if e.errno in (
+            errno.ELOOP, errno.ENOTDIR) else (e.strerror or str(e))
+        raise ArtifactError(f"{directory / name}: cannot write: {what}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp, dir_fd=parent)
+            except OSError:
+                pass
+        for fd in reversed(opened):
+            os.close(fd)
 
 
 def _inside(name: str) -> bool:

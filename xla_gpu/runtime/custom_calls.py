@@ -13,7 +13,12 @@ Where handlers come from, first hit wins:
      `backend_config=<str>`. It returns the result (a sequence for a tuple
      result), which is written into the result buffers.
 
-A handler, as the thunk calls it, is `handler(ctx, thunk)`.
+A handler, as the thunk calls it, is `handler(ctx, thunk)`. `lookup`
+resolves the registration when it is called, and the handler it returns
+keeps calling that registration: a program binds its custom calls when it
+is compiled or loaded (`ProgramExecutable._bind_custom_calls`), so that
+unregistering or re-registering a target later does not change what an
+existing program calls.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ import numpy as np
 
 from ..errors import HloError
 
-__all__ = ["lookup"]
+__all__ = ["lookup", "unbound"]
 
 
 def lookup(target: str, platform: str) -> Callable[[Any, Any], None] | None:
+    """`handler(ctx, thunk)` bound to what is registered for `target` on
+    `platform` now, or None."""
     try:
         from .. import ffi   # the FFI runtime, when present
     except ImportError:
@@ -61,6 +68,9 @@ def _call_python(fn, ctx, thunk) -> None:
     kwargs = interpreter.handler_attributes(thunk.target, thunk.api_version,
                                             thunk.backend_config)
     result = interpreter.call_handler(fn, thunk.target, operands, kwargs)
+    if result is None and thunk.results:
+        raise HloError(f"the handler of custom call '{thunk.target}' returned None; the "
+                       f"instruction has {len(thunk.results)} result(s) to return")
     if len(thunk.results) == 1 and not isinstance(result, (tuple, list)):
         results = [result]
     else:
@@ -74,3 +84,21 @@ def _call_python(fn, ctx, thunk) -> None:
             raise HloError(f"the handler of custom call '{thunk.target}' returned shape "
                            f"{list(value.shape)} for result {k}, expected {ref.describe()}")
         ctx.array(ref)[...] = value.astype(ref.storage_dtype, copy=False)
+
+
+def unbound(target: str, platform: str) -> Callable[[Any, Any], None]:
+    """The handler of a custom call whose target had no handler when its
+    program was compiled or loaded: refuses to run (a handler registered
+    since is not picked up; compile or load the program again)."""
+    def refuse(ctx: Any, thunk: Any) -> None:
+        from .thunks import ThunkError
+        raise ThunkError(f"custom call '{thunk.name}': no handler registered for target "
+                         f"'{target}' on platform '{platform}' when the program was compiled "
+                         "or loaded (custom calls are bound then: register the handler "
+                         f"first, then compile or load the program){hint}")
+    try:
+        from ..ffi.jaxlib_targets import missing_hint
+        hint = missing_hint(target, platform)
+    except ImportError:
+        hint = ""
+    return refuse

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import DeadlineExceededError
 from .thunks import (CommandBufferThunk, ConditionalThunk, CopyThunk, ExecutionContext,
                      GemmThunk, KernelThunk, MemsetThunk, ThunkError, Thunk, WhileThunk,
                      _SequenceThunk)
@@ -48,6 +49,48 @@ STATS = ("kernels", "copies", "memsets", "gemms", "while_iterations", "command_b
 _COUNTERS = 8
 _COMMAND_BUFFERS = STATS.index("command_buffers")
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64)
+_POLL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+# XlaGpuHostExecute's result codes past 0 (ok), 1 (a callback failed) and
+# 2 (a malformed command).
+_INTERRUPTED, _DEADLINE_EXCEEDED = 3, 4
+
+
+class _Control(ctypes.Structure):
+    """XlaGpuHostControl: what may stop a run between iterations of a
+    while loop (a poll that runs Python's signal handlers, a deadline in
+    CLOCK_MONOTONIC nanoseconds, 0 for none)."""
+    _fields_ = [("poll", _POLL), ("arg", ctypes.c_void_p), ("deadline_ns", ctypes.c_int64)]
+
+
+
+
+def _signal_poll():
+    """The executor's poll (Python's signal handlers between iterations of
+    a while loop) and the function that raises what they raised: the C
+    extension's, which keeps the exception until asked. Without the
+    extension, a Python callback polls (ctypes then reports a
+    KeyboardInterrupt raised on the callback's entry as ignored, and the
+    run stops with a plain KeyboardInterrupt)."""
+    try:
+        from . import _host_run
+        return _POLL(_host_run.poll_address()), _host_run.raise_pending
+    except ImportError:
+        pass
+    check = ctypes.PYFUNCTYPE(ctypes.c_int)(("PyErr_CheckSignals", ctypes.pythonapi))
+    pending: list[BaseException] = []
+
+    def poll(_arg) -> int:
+        try:
+            check()
+            return 0
+        except BaseException as e:   # noqa: BLE001  (re-raised by raise_pending)
+            pending.append(e)
+            return 1
+
+    def raise_pending() -> None:
+        if pending:
+            raise pending.pop()
+    return _POLL(poll), raise_pending
 # Products at most this many multiply-adds run in the executor's own loop;
 # larger ones go to numpy's BLAS (threaded, blocked).
 NATIVE_GEMM_MAX_FLOPS = 1 << 18
@@ -84,7 +127,7 @@ def native_executor():
     """`XlaGpuHostExecute` from libXlaGpuFfi.so, or None when the library
     cannot be loaded or built here (programs then run from Python)."""
     return _library_function("XlaGpuHostExecute", _I64, _P, _I64, _P, _I64, _P, _I64,
-                             _P, _I64, _CALLBACK, _P, _P)
+                             _P, _I64, _CALLBACK, _P, _P, ctypes.POINTER(_Control))
 
 
 def native_block_runner():
@@ -174,6 +217,7 @@ class HostProgram:
         self._probes = np.zeros(max(self._split_kernels, 1) * PROBE_WORDS, np.int64)
         self._current = threading.local()
         self._callback = _CALLBACK(self._run_callback)
+        self._poll, self._raise_pending = _signal_poll()
 
     @property
     def code(self) -> np.ndarray:
@@ -292,37 +336,48 @@ class HostProgram:
             self._current.error = e
             return 1
 
-    def _execute(self, bases: Sequence[int], ctx: ExecutionContext | None) -> dict[str, int]:
+
+    def _execute(self, bases: Sequence[int], ctx: ExecutionContext | None,
+                 deadline_ns: int | None = None) -> dict[str, int]:
         """One native run on allocations at `bases` (`ctx`: what the
-        Python thunks run on); returns the counters by their stats names."""
+        Python thunks run on); returns the counters by their stats names.
+        Ctrl-C stops it between iterations of a while loop, as does
+        `deadline_ns` (time.monotonic_ns()) once passed."""
         stats = (ctypes.c_int64 * _COUNTERS)()
         error_at = ctypes.c_int64(-1)
+        control = _Control(self._poll, None, deadline_ns or 0)
         self._current.ctx, self._current.error = ctx, None
         try:
             rc = self._entry(self._code_address, len(self._code),
                              (ctypes.c_void_p * max(len(bases), 1))(*bases), len(bases),
                              self._kernels, len(self._kernel_addresses),
                              self._probes.ctypes.data, self._split_kernels, self._callback,
-                             stats, ctypes.byref(error_at))
+                             stats, ctypes.byref(error_at), ctypes.byref(control))
             error = self._current.error
         finally:
             self._current.ctx = self._current.error = None
         if rc == 1 and error is not None:
             raise error
+        if rc == _INTERRUPTED:
+            self._raise_pending()
+            raise KeyboardInterrupt
+        if rc == _DEADLINE_EXCEEDED:
+            raise DeadlineExceededError("the run passed its deadline (timeout=) and was "
+                                        "stopped; the executable stays usable")
         if rc != 0:
             raise ThunkError(f"the native thunk executor refused command word "
                              f"{error_at.value} of the program (code {rc})")
         return {name: value for name, value in zip(STATS, stats) if value}
 
-    def run_on(self, bases: Sequence[int]) -> dict[str, int]:
+    def run_on(self, bases: Sequence[int], deadline_ns: int | None = None) -> dict[str, int]:
         """Runs a program without Python thunks on allocations at `bases`;
         returns the counters (ExecutionContext.stats' names)."""
-        return self._execute(bases, None)
+        return self._execute(bases, None, deadline_ns)
 
     def run(self, ctx: ExecutionContext) -> None:
         """Runs the program on `ctx`'s buffers (the cpu target's), Python
         thunks included; the counters go to `ctx.stats`."""
-        ctx.stats.update(self._execute(ctx._bases, ctx))
+        ctx.stats.update(self._execute(ctx._bases, ctx, ctx.deadline_ns))
 
 
 # Arguments the C run path reads in place must be aligned this much

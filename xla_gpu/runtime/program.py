@@ -6,7 +6,8 @@ cuda-python only (never MLIR): `load_program(dir)` runs what
     exe = xla_gpu.compile(text)                   # a whole module
     loss, w1, w2 = exe.run(x, y, w1, w2)          # the entry's output leaves
     exe.thunks, exe.thunk_sequence_text(), exe.memory_analysis()
-    exe.save("artifacts/mlp"); xla_gpu.runtime.load("artifacts/mlp").run(...)
+    exe.save("artifacts/mlp")
+    xla_gpu.runtime.load("artifacts/mlp", expected_digest=exe.artifact_digest).run(...)
 
 One execution: the arguments are checked (count, shape, dtype), the memory
 the program needs is compared with what the target has (host physical
@@ -29,6 +30,7 @@ import ctypes
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import threading
@@ -181,6 +183,27 @@ class ProgramExecutable:
     _stats_from_host_run: bool = field(default=False, repr=False)
     _written: set | None = field(default=None, repr=False)
     _lock: Any = field(default_factory=threading.RLock, repr=False)
+    # Custom-call target -> handler(ctx, thunk), resolved when the program
+    # is made (compiled or loaded): see _bind_custom_calls.
+    _custom_call_handlers: dict | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._bind_custom_calls()
+
+    def _bind_custom_calls(self) -> None:
+        """Binds every custom-call target to the handler registered for it
+        now, as XLA binds a custom-call thunk's handler when it emits the
+        thunk: unregistering the target or registering another handler
+        under its name afterwards does not change what this program calls.
+        A target with no handler now refuses to run (naming it)."""
+        from . import custom_calls
+        from .thunks import CustomCallThunk
+        handlers: dict[str, Any] = {}
+        for thunk in walk(self.thunks):
+            if isinstance(thunk, CustomCallThunk) and thunk.target not in handlers:
+                handlers[thunk.target] = custom_calls.lookup(thunk.target, self.target) or \
+                    custom_calls.unbound(thunk.target, self.target)
+        self._custom_call_handlers = handlers
 
     # -- views ---------------------------------------------------------------
     def as_text(self) -> str:
@@ -326,23 +349,32 @@ class ProgramExecutable:
                                 f"({need / 2**30:.2f} GiB) per execution but the "
                                 f"{where} is {have} bytes ({have / 2**30:.2f} GiB)")
 
-    def run(self, *args, stream=None, device_outputs: bool = False) -> tuple:
+    def run(self, *args, stream=None, device_outputs: bool = False,
+            timeout: float | None = None, **unknown) -> tuple:
         """Runs the program. cpu: numpy in, numpy out. cuda: numpy or device
         arrays (`__cuda_array_interface__`) in; numpy out, or DeviceArrays
         with `device_outputs=True`; `stream` is a CUstream (default: the
-        legacy default stream; command buffers capture on a private one)."""
+        legacy default stream; command buffers capture on a private one).
+        `timeout` (seconds): a run still going then is stopped between
+        iterations of a while loop with DeadlineExceededError; Ctrl-C
+        stops a run the same way (KeyboardInterrupt). The executable stays
+        usable after either."""
+        if unknown:  # an ArgumentError, worded as Python words the TypeError
+            raise ArgumentError(f"run() got an unexpected keyword argument "
+                                f"'{next(iter(unknown))}'")
+        deadline = _deadline(timeout)
         if self.target == "cpu" and stream is None and not device_outputs:
             fast = self._host_run
             if fast is None:
                 fast = self._make_host_run()
             if fast:
-                results = fast(*args)
+                results = fast(*args) if deadline is None else fast(*args, deadline_ns=deadline)
                 if results is not NotImplemented:
                     self._stats_from_host_run = True
                     return results
             values = self._cpu_plan().fast_arguments(args)
             if values is not None:
-                return self._run_cpu(values)
+                return self._run_cpu(values, deadline)
         leaves = self._flatten_arguments(args)
         if self.target == "cpu" and (stream is not None or device_outputs):
             raise ArgumentError("stream= and device_outputs= are options of the cuda target")
@@ -350,9 +382,9 @@ class ProgramExecutable:
                    for label, a, ref in leaves]
         if self.target == "cpu":
             # The run plan checks the memory once (host memory does not change).
-            return self._run_cpu([value for _, value, _ in checked])
+            return self._run_cpu([value for _, value, _ in checked], deadline)
         self.check_memory()
-        return self._run_cuda(checked, stream, device_outputs)
+        return self._run_cuda(checked, stream, device_outputs, deadline)
 
     def _native_program(self):
         """The thunk sequence encoded for the native executor (built on the
@@ -366,8 +398,7 @@ class ProgramExecutable:
         return self._host_program or None
 
     def _custom_call_lookup(self) -> Callable[[str], Any]:
-        from . import custom_calls
-        return lambda target: custom_calls.lookup(target, self.target)
+        return self._custom_call_handlers.get
 
     def _parameter_allocation(self) -> dict[int, list[tuple[ArrayRef, int]]]:
         by_alloc: dict[int, list] = {}
@@ -393,7 +424,7 @@ class ProgramExecutable:
                 self._cpu_run_plan = _CpuRunPlan(self)
             return self._cpu_run_plan
 
-    def _run_cpu(self, values: Sequence[Any]) -> tuple:
+    def _run_cpu(self, values: Sequence[Any], deadline_ns: int | None = None) -> tuple:
         """One execution on the host; `values` are the parameter leaves,
         checked. With the native executor and no Python thunk, only the
         allocations' addresses are needed, not numpy views of them."""
@@ -431,10 +462,11 @@ class ProgramExecutable:
                 _write_host(buffer, ref, values[k])
         start = time.perf_counter()
         if native is not None and not native.callbacks:
-            self.stats = native.run_on(bases)
+            self.stats = native.run_on(bases, deadline_ns)
         else:
             ctx = ExecutionContext("cpu", views, self._launcher_table(),
                                    custom_calls=self._custom_call_lookup(), bases=bases)
+            ctx.deadline_ns = deadline_ns
             if native is not None:
                 native.run(ctx)
             else:
@@ -473,7 +505,8 @@ class ProgramExecutable:
             self._device_pool[index] = held
         return held
 
-    def _run_cuda(self, checked, stream, device_outputs: bool) -> tuple:
+    def _run_cuda(self, checked, stream, device_outputs: bool,
+                  deadline_ns: int | None = None) -> tuple:
         from . import cuda
         from .cuda import DeviceArray, _check, _driver, _ensure_context
         _ensure_context()
@@ -528,6 +561,7 @@ class ProgramExecutable:
             from . import gemm as _gemm
             ctx = ExecutionContext("cuda", buffers, launchers, stream=handle,
                                    custom_calls=self._custom_call_lookup(), gemm=_gemm)
+            ctx.deadline_ns = deadline_ns
             start = time.perf_counter()
             for thunk in self.thunks:
                 thunk.execute(ctx)
@@ -588,9 +622,9 @@ class ProgramExecutable:
         return {kid: number for number, kids in enumerate(shared) for kid in kids}
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Writes the program directory `load_program` reads."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        """Writes the program directory `load_program` reads (never through
+        a link planted in it) and returns its path; sets `artifact_digest`,
+        which pins it: `load_program(dir, expected_digest=...)`."""
         binaries = self._shared_binaries()
         manifest = self.manifest()
         if binaries:
@@ -625,15 +659,19 @@ class ProgramExecutable:
             elif self.target == "cpu":
                 raise ArtifactError(f"kernel {image.spec.name} has no shared object (no "
                                     "linker when it was compiled): the program cannot be saved")
-        for name, data in files.items():
-            path = directory / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-        manifest = json.dumps(digests, indent=1).encode()
-        (directory / "digests.json").write_bytes(manifest)
-        self.artifact_digest = hashlib.sha256(manifest).hexdigest()
-        return directory
+        from .artifact import write_artifact
+        self.artifact_digest = write_artifact(directory, files)
+        return Path(directory)
+
+
+def _deadline(timeout: Any) -> int | None:
+    """`run(timeout=seconds)` as a time.monotonic_ns() deadline."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
+            not math.isfinite(timeout) or timeout <= 0:
+        raise ArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return time.monotonic_ns() + max(1, int(timeout * 1e9))
 
 
 def _debug_fill() -> int | None:
@@ -813,19 +851,24 @@ def _program_file(name: str) -> bool:
         re.fullmatch(r"binaries/\d{1,6}\.(ptx|cubin)", name) is not None)
 
 
-def load_program(directory: str | os.PathLike, *,
-                 expected_digest: str | None = None) -> ProgramExecutable:
+def load_program(directory: str | os.PathLike, *, expected_digest: str | None = None,
+                 trusted: bool = False) -> ProgramExecutable:
     """Reads a program directory (`program.json`), verified before anything
     runs: only the program's own file names, regular files within size
-    limits, every file against digests.json (pinned by `expected_digest`
-    when given), every kernel's manifest against CUDA's launch limits, and
-    every buffer slice a thunk touches inside its allocation. Raises
-    ArtifactError otherwise. Loading a program runs its kernels' code in this
-    process: load only programs you trust (see SECURITY.md)."""
+    limits, every file against digests.json (pinned by `expected_digest`:
+    the `artifact_digest` that save set), every kernel's manifest against
+    CUDA's launch limits, every buffer slice a thunk touches and every
+    output and parameter view inside its allocation, every constant the
+    size of its allocation. Raises ArtifactError otherwise. Loading a
+    program runs its kernels' code in this process, so a load that is not
+    pinned must say `trusted=True` (SECURITY.md). Its custom
+    calls are bound here, to the handlers registered (`xla_gpu.ffi`) when
+    it is loaded, and keep them; a target with no handler then fails when
+    the program runs."""
     from .artifact import read_artifact, validate_spec
-    directory = Path(directory)
     data, digest = read_artifact(directory, expected_digest, allowed=_program_file,
-                                 required="program.json")
+                                 required="program.json", trusted=trusted)
+    directory = Path(directory)
     try:
         m = json.loads(data["program.json"])
         if m.get("format") not in _READ_FORMATS or m.get("kind") != "program":
@@ -873,11 +916,15 @@ def load_program(directory: str | os.PathLike, *,
             command_buffers=bool(m.get("command_buffers", True)))
     except ArtifactError:
         raise
-    except (KeyError, ValueError, TypeError, UnicodeDecodeError, OSError) as e:
+    except RecursionError:
+        raise ArtifactError(f"{directory}: malformed program (program.json nests too "
+                            "deeply)") from None
+    except Exception as e:   # noqa: BLE001  (any failure to parse the files is theirs)
         raise ArtifactError(f"{directory}: malformed program ({type(e).__name__}: {e})") from None
     for kid, image in program.kernels.items():
         validate_spec(image.spec, None, f"{directory}/kernels/{kid}")
     _check_slices(program, str(directory))
+    _check_constants(program, str(directory))
     program.artifact_digest = digest
     return program
 
@@ -911,8 +958,31 @@ def _check_slices(program: ProgramExecutable, where: str) -> None:
                 if s.size < need:
                     raise ArtifactError(f"{where}: thunk '{thunk.name}' passes {s.size} bytes "
                                         f"as {kind} {i} of {spec.name}, which needs {need}")
-    for refs in program.parameters:
+    def check_view(ref, what: str) -> None:
+        check(ref.slice, what)
+        # The array read or written through the slice fits in it (an
+        # output's dims decide the view the run returns).
+        if ref.nbytes > ref.slice.size:
+            raise ArtifactError(f"{where}: {what} of {ref.nbytes} bytes "
+                                f"({list(ref.dims)} {ref.element_type}) does not fit its "
+                                f"slice {ref.slice}")
+
+    for k, refs in enumerate(program.parameters):
         for ref in refs:
-            check(ref.slice, "a parameter")
-    for ref in program.outputs:
-        check(ref.slice, "an output")
+            check_view(ref, f"parameter {k}")
+    for k, ref in enumerate(program.outputs):
+        check_view(ref, f"output {k}")
+
+
+def _check_constants(program: ProgramExecutable, where: str) -> None:
+    """Each constant fills its allocation exactly: kernels read the whole
+    allocation."""
+    for index, array in program.constants.items():
+        if not 0 <= index < len(program.allocations) or \
+                program.allocations[index].kind != "constant":
+            raise ArtifactError(f"{where}: constants.npz holds a{index}, which is not a "
+                                "constant allocation")
+        size = program.allocations[index].size
+        if array.nbytes != size:
+            raise ArtifactError(f"{where}: constant a{index} has {array.nbytes} bytes, its "
+                                f"allocation {size}")

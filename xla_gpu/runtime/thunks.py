@@ -20,6 +20,7 @@ sort, topk, convolution, command_buffer. Thunks that hold others expose them as
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,7 +28,7 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import ArtifactError, XlaGpuError
+from ..errors import ArtifactError, DeadlineExceededError, XlaGpuError
 from ..hlo.shape import ELEMENT_TYPES
 from .buffers import BufferSlice
 
@@ -152,6 +153,9 @@ class ExecutionContext:
         self.custom_calls = custom_calls
         self.gemm = gemm
         self.stats: Counter = Counter()
+        # time.monotonic_ns() past which while loops stop the run
+        # (DeadlineExceededError); None: no deadline.
+        self.deadline_ns: int | None = None
         if bases is not None:
             # The buffers' addresses, known to the caller.
             self._bases = list(bases)
@@ -502,6 +506,11 @@ class WhileThunk(Thunk):
                 break
             _run_sequence(self.body, ctx)
             iterations += 1
+            if ctx.deadline_ns is not None and time.monotonic_ns() >= ctx.deadline_ns:
+                ctx.stats["while_iterations"] += iterations
+                raise DeadlineExceededError(
+                    f"while loop '{self.name}' was stopped after {iterations} iterations: "
+                    "the run passed its deadline (timeout=); the executable stays usable")
         ctx.stats["while_iterations"] += iterations
 
     def _fields(self):

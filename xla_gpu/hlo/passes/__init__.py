@@ -26,6 +26,7 @@ from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
 from .optimization_barrier_expander import OptimizationBarrierExpander
 from .select_and_scatter_expander import SelectAndScatterExpander
 from .rng_bit_generator_expander import RngBitGeneratorExpander
+from .custom_call_layouts import CustomCallLayouts
 from .layout_normalization import LayoutNormalization
 from .dot_canonicalization import DotCanonicalization
 from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
@@ -46,7 +47,7 @@ __all__ = [
     "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer",
     "OptimizationBarrierExpander",
     "SelectAndScatterExpander", "RngBitGeneratorExpander",
-    "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
+    "CustomCallLayouts", "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
     "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
     "fused_cost", "kernel_time", "PriorityFusion", "MultiOutputFusion",
     "FusionWrapper", "RenameFusions", "CopyInsertion",

@@ -19,12 +19,16 @@ in memory order. Concretely:
 
 Tuple-shaped instructions other than tuples, parameters and
 get-tuple-elements (while loops, variadic reductions) keep their layouts.
+Custom calls that run a handler on raw buffers (see custom_call_layouts)
+read their operands' buffers as they are and keep their results' layouts,
+like parameters.
 """
 
 from __future__ import annotations
 
 from ..module import HloComputation, HloInstruction
 from ..shape import Shape
+from .custom_call_layouts import is_handler_call
 from .pipeline import ComputationPass
 from .util import default_layout, with_default_layout
 
@@ -33,6 +37,10 @@ __all__ = ["LayoutNormalization", "transpose_is_bitcast"]
 # Users that see a value's buffer in its layout rather than compute with
 # its logical value.
 _BUFFER_READERS = frozenset({"bitcast", "tuple"})
+
+
+def _reads_buffer(user: HloInstruction) -> bool:
+    return user.opcode in _BUFFER_READERS or is_handler_call(user)
 
 
 def _has_default_layout(shape: Shape) -> bool:
@@ -89,14 +97,14 @@ class LayoutNormalization(ComputationPass):
                 # The bitcast keeps its layout; users that compute read its
                 # logical value in the default layout (tuples and bitcasts
                 # pass the buffer on as it is).
-                users = [u for u in inst.users if u.opcode not in _BUFFER_READERS]
+                users = [u for u in inst.users if not _reads_buffer(u)]
                 if users or inst is comp.root:
                     logical = self._to_logical(comp, inst)
                     inst.replace_all_uses_with(logical, users=users)
                     changed = True
                 continue
-            if inst.opcode in ("parameter", "get-tuple-element"):
-                users = [u for u in inst.users if u.opcode not in _BUFFER_READERS]
+            if inst.opcode in ("parameter", "get-tuple-element") or is_handler_call(inst):
+                users = [u for u in inst.users if not _reads_buffer(u)]
                 if users:
                     logical = self._to_logical(comp, inst)
                     inst.replace_all_uses_with(logical, users=users)
@@ -106,7 +114,7 @@ class LayoutNormalization(ComputationPass):
             # computation's result see the old physical order.
             old_shape = inst.shape
             inst.shape = with_default_layout(old_shape)
-            readers = [u for u in inst.users if u.opcode in _BUFFER_READERS]
+            readers = [u for u in inst.users if _reads_buffer(u)]
             if readers or inst is comp.root:
                 physical = self._to_physical(comp, inst, old_shape)
                 inst.replace_all_uses_with(physical, users=readers)

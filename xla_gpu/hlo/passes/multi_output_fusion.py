@@ -91,13 +91,26 @@ def _trial(first: HloInstruction, second: HloInstruction) -> HloComputation:
 
 
 def _shapes_compatible(body: HloComputation) -> bool:
+    """The emitter takes the merged body (`body_acceptable`) and its roots
+    share one loop shape (XLA's ShapesCompatibleForMultiOutputFusion): the
+    outputs of a loop-like fusion one shape; a reduction fusion's reduces
+    one input shape and reduced dimensions, its side outputs that shape."""
     info = body_acceptable(body)
     if not info.ok:
         return False
+    roots = fusion_roots(body)
     if info.kind in ("loop", "concatenate", "input_slices", "in_place_dynamic_update_slice"):
-        roots = fusion_roots(body)
         dims = {tuple(r.shape.dims) for r in roots}
         return len(dims) == 1
+    if info.kind == "reduction":
+        reduces = [h for h in dict.fromkeys(info.heroes) if h.opcode == "reduce"]
+        dims = reduces[0].operands[0].shape.dims
+        reduced = sorted(reduces[0].attrs["dimensions"])
+        if any(h.operands[0].shape.dims != dims or sorted(h.attrs["dimensions"]) != reduced
+               for h in reduces[1:]):
+            return False
+        return all(h.opcode == "reduce" or r.shape.dims == dims
+                   for r, h in zip(roots, info.heroes))
     return True
 
 

@@ -5,6 +5,7 @@
     rng-bit-generator as elementwise Philox / Threefry over iotas
   simplification (fixed point): algebraic simplifier, tuple
     simplifier, constant folding, DCE; CSE
+  custom-call layouts (operands relayouted to what handlers read)
   layout normalization (transposes explicit, free reshapes as bitcasts)
   dot canonicalization (gemm-ready dots)
   reduction rewrites: dimension grouping, splitting, tree reductions
@@ -24,6 +25,7 @@ from .call_inliner import CallInliner
 from .constant_folding import HloConstantFolding
 from .copy_insertion import CopyInsertion
 from .cse import HloCSE
+from .custom_call_layouts import CustomCallLayouts
 from .dce import HloDCE
 from .dot_canonicalization import DotCanonicalization
 from .fusion_wrapper import FusionWrapper
@@ -60,6 +62,7 @@ def optimization_pipeline() -> HloPassPipeline:
         SelectAndScatterExpander(),
         RngBitGeneratorExpander(),
         _simplification("simplification"),
+        CustomCallLayouts(),
         LayoutNormalization(),
         DotCanonicalization(),
         HloPassFix(HloPassPipeline("reduction-rewrites", [
