@@ -61,7 +61,13 @@ from .errors import (ArgumentError, ArtifactError, CompileError,  # noqa: E402
                      CudaError, CudaUnavailableError, DeadlineExceededError, HloError,
                      HloParseError, ResourceError, UnsupportedError, XlaGpuError)
 from . import runtime  # noqa: E402  (numpy + cuda-python only)
-from .compiler import Executable, compile  # noqa: E402,A001
+from ._lazy import lazy_attributes  # noqa: E402
+
+# `compile` and `Executable` come from the compiler, imported when first
+# asked for: `import xla_gpu.runtime` (a deployment that only loads compiled
+# programs) never imports it.
+__getattr__ = lazy_attributes(__name__, {"compile": ".compiler", "Executable": ".compiler"},
+                              globals())
 
 __all__ = ["compile", "Executable", "runtime", "native_dir", "library_path",
            "plugin_path", "cmake_dir", "include_dir", "__version__",

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 from . import __version__
 
 if TYPE_CHECKING:
-    from .compiler import Executable
+    from .kernel_compiler import Executable
 
 __all__ = ["cache_dir", "compiler_identity", "make_key", "MemoryCache", "DiskCache",
            "KEY_PATTERN"]
@@ -505,7 +505,7 @@ class DiskCache:
     def get(self, key: str, target: str):
         """The Executable stored under `key`, or None (missing, unsigned,
         corrupt, or not what the key names: such an entry is removed)."""
-        from .compiler import Executable
+        from .kernel_compiler import Executable
         from .errors import ArtifactError
 
         def load(entry: Path, digest: str):

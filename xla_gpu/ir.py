@@ -39,7 +39,7 @@ def Context() -> _ir.Context:  # noqa: N802 - reads like the class it returns
     MLIR's own threading is off: a kernel module has a few functions, for
     which the thread pool's hand-offs cost a third of the pipeline's time
     (19 -> 13 ms on a row reduction); a program's kernels are compiled on
-    host threads of their own instead (xla_gpu.program_compiler)."""
+    host threads of their own instead (xla_gpu.program.kernels)."""
     context = _ir.Context()
     context.enable_multithreading(False)
     register_dialect(context)

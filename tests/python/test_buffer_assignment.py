@@ -20,7 +20,7 @@ import pytest
 
 from xla_gpu.errors import HloError, ResourceError
 from xla_gpu.hlo import evaluate, parse_file, parse_module
-from xla_gpu.hlo.interpreter import _Evaluator
+from xla_gpu.hlo.interpreter import Evaluator
 from xla_gpu.runtime.buffers import Allocation
 from xla_gpu.service import assign_buffers, schedule_module
 from xla_gpu.service.dataflow import DataflowAnalysis, array_leaves, sequential_callees
@@ -465,7 +465,7 @@ def _run_over_assignment(module, schedule, ba, args):
     """Executes the module instruction by instruction, every array in the
     bytes the assignment gives it."""
     memory = {a.index: np.zeros(a.size, np.uint8) for a in ba.allocations}
-    ev = _Evaluator()
+    ev = Evaluator()
 
     def value_of(operand):
         def build(index, shape):

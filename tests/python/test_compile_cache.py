@@ -366,6 +366,7 @@ def test_identity_and_a_cache_hit_import_no_mlir(tmp_path):
         (n,) = xla_gpu.compile(open(sys.argv[2]).read(), target="cpu").run(x)
         assert np.array_equal(n, -x)
         print(" ".join(sorted(m for m in ("mlir", "ml_dtypes", "xla_gpu.program_compiler",
+                                          "xla_gpu.program", "xla_gpu.op_kernels",
                                           "xla_gpu.hlo.interpreter", "xla_gpu.hlo.passes",
                                           "xla_gpu.emitters") if m in sys.modules))
               or "nothing")
@@ -405,8 +406,36 @@ def test_element_types_load_ml_dtypes_only_when_asked(tmp_path):
     assert done.stdout.split() == ["False", "True"]
 
 
-def test_clearing_the_memory_cache_forgets_sort_kernels():
-    from xla_gpu.emitters import sort
-    sort._compiled["a stale kernel"] = object()
+SORT = """HloModule sorted
+less {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[64] parameter(0)
+  ROOT s = f32[64] sort(x), dimensions={0}, to_apply=less
+}
+"""
+
+
+def test_clear_memory_cache_forgets_every_kernel(cache):
+    # Single fusions, a program's fusions and a sort's kernels all go
+    # through the kernel compiler's one memory cache: each is there after
+    # its compile, and none is after clear_memory_cache().
+    from xla_gpu import kernel_compiler
+    fusion = xla_gpu.compile(NEGATE, target="cpu")
+    assert xla_gpu.compile(NEGATE, target="cpu") is fusion
+    programs = [xla_gpu.compile(text, target="cpu") for text in (PROGRAM, SORT)]
+    keys = [key for program in programs for key in program.kernels]
+    kinds = {program.kernels[key].spec.emitter for program in programs
+             for key in program.kernels}
+    assert {"loop", "sort"} <= kinds
+    for key in [fusion.key, *keys]:
+        assert kernel_compiler.cached_kernel(key, "cpu") is not None
     xla_gpu.compiler.clear_memory_cache()
-    assert "a stale kernel" not in sort._compiled
+    for key in [fusion.key, *keys]:
+        assert kernel_compiler.cached_kernel(key, "cpu") is None
+    again = xla_gpu.compile(NEGATE, target="cpu")      # from the disk cache
+    assert again is not fusion and again.key == fusion.key
+    np.testing.assert_array_equal(again.run(X)[0], -X)

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 import xla_gpu
-from xla_gpu import hlo
-from xla_gpu.convolution_lowering import lower_convolution
-from xla_gpu.emitters import convolution as conv_emitter
+from xla_gpu import hlo, op_kernels
+from xla_gpu.hlo.passes.convolution_lowering import lower_convolution
 from xla_gpu.errors import HloError, UnsupportedError
 from xla_gpu.hlo import HloComputation, HloInstruction
 from xla_gpu.runtime.thunks import walk
@@ -41,7 +40,7 @@ def _inputs(inst: HloInstruction, seed: int = 0) -> list[np.ndarray]:
 
 
 def _check(inst: HloInstruction, rtol=2e-5, atol=2e-5):
-    compiled = conv_emitter.compile_convolution(inst, target="cpu")
+    compiled = op_kernels.compile_convolution(inst, target="cpu")
     inputs = _inputs(inst)
     got = compiled.run(*inputs)
     expected = hlo.evaluate(_alone(inst), *inputs)[0]
@@ -168,7 +167,7 @@ def test_cudnn_convolutions(target, shapes, result):
     text = _cudnn(target, shapes, result, **_GRAD)
     module = hlo.parse_module(text)
     call = next(i for i in module.entry.instructions if i.opcode == "custom-call")
-    compiled = conv_emitter.compile_convolution(call, target="cpu")
+    compiled = op_kernels.compile_convolution(call, target="cpu")
     inputs = _inputs(call, seed=3)
     (expected,) = hlo.evaluate(module, *inputs)
     np.testing.assert_allclose(compiled.run(*inputs), expected, rtol=2e-5, atol=2e-5)
@@ -184,7 +183,7 @@ def test_cudnn_backward_with_batch_groups_and_reversal():
         module = hlo.parse_module(_cudnn(target, shapes, result, window, labels, extra))
         call = next(i for i in module.entry.instructions if i.opcode == "custom-call")
         inputs = _inputs(call, seed=5)
-        got = conv_emitter.compile_convolution(call, target="cpu").run(*inputs)
+        got = op_kernels.compile_convolution(call, target="cpu").run(*inputs)
         (expected,) = hlo.evaluate(module, *inputs)
         np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
 
@@ -267,7 +266,7 @@ ENTRY e {
   w = f32[2,2,2,3] parameter(1)
   ROOT c = f32[2,4,5,3] convolution(x, w), window={size=2x2 pad=-1_1x0_1 rhs_dilate=2x1 rhs_reversal=1x0}, dim_labels=b01f_01io->b01f
 }""")
-    compiled = conv_emitter.compile_convolution(inst, target="cuda")
+    compiled = op_kernels.compile_convolution(inst, target="cuda")
     ptx = compiled.executable.ptx
     assert ".target sm_90" in ptx and ("fma.rn.f32" in ptx or "mul.rn.f32" in ptx)
     if shutil.which("ptxas"):
@@ -294,7 +293,7 @@ ENTRY e {{
   ROOT c = f32[1,4,4,3] convolution(x, w), {attrs}
 }}""")
     with pytest.raises(HloError, match=message) as info:
-        conv_emitter.compile_convolution(inst, target="cpu")
+        op_kernels.compile_convolution(inst, target="cpu")
     assert "instruction 'c'" in str(info.value)
     with pytest.raises(HloError) as interpreted:
         hlo.evaluate(_alone(inst), *_inputs(inst))
@@ -311,5 +310,5 @@ def test_unsupported_activation_is_named():
     call = next(i for i in hlo.parse_module(text).entry.instructions
                 if i.opcode == "custom-call")
     with pytest.raises(UnsupportedError, match="kBandPass"):
-        conv_emitter.compile_convolution(call, target="cpu")
+        op_kernels.compile_convolution(call, target="cpu")
 

@@ -363,3 +363,25 @@ def test_bad_arguments_are_registration_errors(tmp_path):
     assert ffi.runtime_handler(None, "cpu") is None
     assert ffi.runtime_handler("xla_gpu_test_reg_nothing", "rocm") is None
     assert not any(name in ("t", "a\0b") for name, _ in ffi.registered_targets())
+
+
+def test_python_handlers_live_in_one_registry_the_interpreter_and_runtime_share():
+    """xla_gpu.ffi.registry holds the Python handlers: one registered there
+    is what hlo.evaluate and a compiled cpu program run, and the
+    interpreter's register_custom_call / unregister_custom_call act on it."""
+    from xla_gpu.ffi import registry
+    from xla_gpu.hlo import interpreter
+    name = "xla_gpu_test_reg_one_registry"
+    registry.register_custom_call(name, lambda s: s * 5)
+    try:
+        assert name in interpreter.registered_custom_calls()
+        module = hlo.parse_module(ONE_RESULT % name)
+        np.testing.assert_allclose(hlo.evaluate(module, X)[0], np.sin(X) * 5, rtol=1e-6)
+        exe = xla_gpu.compile(ONE_RESULT % name, target="cpu")
+        np.testing.assert_allclose(exe.run(X)[0], np.sin(X) * 5, rtol=1e-6)
+        interpreter.register_custom_call(name, lambda s: s * 6)
+        assert registry.custom_call_handler(name)(np.float32(1)) == 6
+    finally:
+        interpreter.unregister_custom_call(name)
+    assert registry.custom_call_handler(name) is None
+    assert name not in registry.registered_custom_calls()

@@ -1584,15 +1584,15 @@ ENTRY e {
 
 
 def test_rng_bit_generator_algorithms_known_answers():
-    from xla_gpu.hlo.interpreter import _philox4x32, _threefry2x32
+    from xla_gpu.hlo.interpreter import philox4x32, threefry2x32
     # Random123's known-answer vectors (threefry2x32_20, philox4x32_10).
-    a, b = _threefry2x32(np.array([0x243f6a88], np.uint32),
-                         np.array([0x85a308d3], np.uint32),
-                         (0x13198a2e, 0x03707344))
+    a, b = threefry2x32(np.array([0x243f6a88], np.uint32),
+                        np.array([0x85a308d3], np.uint32),
+                        (0x13198a2e, 0x03707344))
     assert (int(a[0]), int(b[0])) == (0xc4923a9c, 0x483df7a0)
-    words = _philox4x32([np.array([v], np.uint64) for v in
-                         (0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344)],
-                        (0xa4093822, 0x299f31d0))
+    words = philox4x32([np.array([v], np.uint64) for v in
+                        (0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344)],
+                       (0xa4093822, 0x299f31d0))
     assert [int(w[0]) for w in words] == [0xd16cfe09, 0x94fdcceb, 0x5001e420,
                                           0x24126ea1]
 

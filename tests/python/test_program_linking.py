@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import xla_gpu
-from xla_gpu import codegen, program_compiler
+from xla_gpu import codegen
+from xla_gpu.program import kernels as program_kernels
 from xla_gpu.backends import cuda
 from xla_gpu.errors import ArtifactError
 from xla_gpu.runtime.program import load_program
@@ -68,7 +69,7 @@ def test_kernels_share_binaries_and_keep_their_entries(linked, reductions_text, 
         assert any(f"{name}__" in line for name in names), line
 
     # Compiled one binary per kernel, the same kernels come out.
-    monkeypatch.setattr(program_compiler, "LINK_KERNELS", False)
+    monkeypatch.setattr(program_kernels, "LINK_KERNELS", False)
     separate = xla_gpu.compile(reductions_text, target="cuda", cache=False)
     assert all(len(names) == 1 for names in _binaries(separate).values())
     assert {i.spec.name: i.spec.threads for i in separate.kernels.values()} == \
@@ -139,7 +140,7 @@ def test_program_naming_a_missing_binary_is_refused(linked, tmp_path):
 
 
 def test_format_1_programs_still_load(reductions_text, tmp_path, monkeypatch):
-    monkeypatch.setattr(program_compiler, "LINK_KERNELS", False)
+    monkeypatch.setattr(program_kernels, "LINK_KERNELS", False)
     exe = xla_gpu.compile(reductions_text, target="cuda", cache=False)
     path = exe.save(tmp_path / "prog")
     manifest = json.loads((path / "program.json").read_text())

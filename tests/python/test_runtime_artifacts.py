@@ -241,3 +241,29 @@ def test_a_failed_save_leaves_no_temporary_file(program, tmp_path, monkeypatch):
     leftovers = [p.name for p in directory.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
     assert not (directory / "digests.json").exists()
+
+
+def test_a_kernel_shared_with_a_program_saves_its_own_fusion(tmp_path):
+    """One cache holds program kernels and single fusions (names do not
+    matter to it): a fusion whose kernel a program compiled first still
+    saves its own text and name, and loads back."""
+    program = """HloModule shared
+fused_a {
+  p = f32[48] parameter(0)
+  ROOT n = f32[48] negate(p)
+}
+ENTRY main {
+  x = f32[48] parameter(0)
+  g = f32[48] fusion(x), kind=kLoop, calls=fused_a
+  ROOT e = f32[48] exponential(g)
+}
+"""
+    single = program.replace("fused_a", "renamed_b").replace(
+        "  ROOT e = f32[48] exponential(g)\n", "").replace("  g = f32[48] fusion",
+                                                           "  ROOT f = f32[48] fusion")
+    xla_gpu.compile(program, target="cpu")
+    exe = xla_gpu.compile(single, target="cpu", fusion="f")
+    assert exe.spec.fusion == "f" and exe.hlo_text == single
+    loaded = runtime.load(exe.save(tmp_path / "k"), expected_digest=exe.artifact_digest)
+    x = np.linspace(-1, 1, 48, dtype=np.float32)
+    np.testing.assert_array_equal(loaded.run(x)[0], -x)

@@ -1,4 +1,5 @@
-"""The sort and top-k emitters (xla_gpu.emitters.sort / .topk): the bitonic
+"""The sort and top-k kernels (xla_gpu.emitters.sort, planned by
+xla_gpu.analysis.sort, compiled by xla_gpu.op_kernels): the bitonic
 network, the kernel plans, numerics of the kernels on the cpu target
 against the reference interpreter, sorts and top-k inside whole programs,
 and PTX for sm_90 (the same kernels through the cuda pipeline).
@@ -16,8 +17,9 @@ import pytest
 
 import xla_gpu
 from xla_gpu import hlo
-from xla_gpu.emitters import sort as sort_emitter
-from xla_gpu.emitters import topk as topk_emitter
+from xla_gpu import op_kernels
+from xla_gpu.analysis import sort as sort_plan
+from xla_gpu.program.prepare import rewrite_for_op_kernels
 from xla_gpu.errors import HloError, UnsupportedError
 from xla_gpu.hlo import numerics
 
@@ -50,7 +52,7 @@ def _check_sort(text: str, inputs=None, **kwargs):
     compares with the interpreter (exactly: a sort moves elements)."""
     module = _module(text)
     inst = _sort_inst(module)
-    compiled = sort_emitter.compile_sort(inst, target="cpu", **kwargs)
+    compiled = op_kernels.compile_sort(inst, target="cpu", **kwargs)
     if inputs is None:
         inputs = numerics.random_inputs(module.entry)
     got = compiled.run(*inputs)
@@ -68,7 +70,7 @@ def _network_sort(x: np.ndarray) -> np.ndarray:
     """The masked flip-bitonic network as the kernels run it (numpy)."""
     x = x.copy()
     n = x.size
-    for mask in sort_emitter.bitonic_masks(n):
+    for mask in sort_plan.bitonic_masks(n):
         for i in range(n):
             j = i ^ mask
             if i < j < n and x[j] < x[i]:
@@ -85,7 +87,7 @@ def test_masked_bitonic_network_sorts_any_size(n):
 
 
 def test_plan_groups_small_masks_into_tiled_kernels():
-    plan = sort_emitter.plan_sort((3, 5000), 1, ["f32"])
+    plan = sort_plan.plan_sort((3, 5000), 1, ["f32"])
     assert plan.tile == 2048
     kinds = [(k.tiled, k.masks[0] if not k.tiled else len(k.masks)) for k in plan.kernels]
     # 11 stages in a 2048 tile (66 steps), then per stage above: the global
@@ -96,24 +98,24 @@ def test_plan_groups_small_masks_into_tiled_kernels():
                                                       for k in plan.kernels[1:])
     assert plan.kernels[0].launch().threads == 1024
     assert plan.kernels[0].launch().blocks == 3 * 3
-    assert sum(len(k.masks) for k in plan.kernels) == len(sort_emitter.bitonic_masks(5000))
+    assert sum(len(k.masks) for k in plan.kernels) == len(sort_plan.bitonic_masks(5000))
 
 
 def test_plan_shrinks_tile_to_fit_shared_memory():
     # Eight f64 operands: 64 bytes an element; 48 KiB hold 768 -> tile 512.
-    plan = sort_emitter.plan_sort((4096,), 0, ["f64"] * 8)
+    plan = sort_plan.plan_sort((4096,), 0, ["f64"] * 8)
     assert plan.tile == 512
-    assert all(k.tile * 64 <= sort_emitter.MAX_SHARED_BYTES for k in plan.kernels)
+    assert all(k.tile * 64 <= sort_plan.MAX_SHARED_BYTES for k in plan.kernels)
 
 
 def test_plan_nothing_to_sort():
-    assert sort_emitter.plan_sort((7, 1), 1, ["f32"]).kernels == []
-    assert sort_emitter.plan_sort((0, 9), 1, ["f32"]).kernels == []
+    assert sort_plan.plan_sort((7, 1), 1, ["f32"]).kernels == []
+    assert sort_plan.plan_sort((0, 9), 1, ["f32"]).kernels == []
 
 
 def test_stable_sort_of_several_kernels_needs_index_operand():
     with pytest.raises(UnsupportedError, match="expand_stable_sorts"):
-        sort_emitter.plan_sort((5000,), 0, ["f32"], stable=True)
+        sort_plan.plan_sort((5000,), 0, ["f32"], stable=True)
 
 
 # -- kernels on the cpu target ---------------------------------------------------------
@@ -230,7 +232,7 @@ ENTRY e {
 def test_sort_of_several_kernels(monkeypatch):
     # A 32-element tile: 100 elements take tiled and global kernels, both
     # reading the results in place after the first.
-    monkeypatch.setattr(sort_emitter, "MAX_TILE", 32)
+    monkeypatch.setattr(sort_plan, "MAX_TILE", 32)
     compiled = _check_sort(comparator("greater", "GT", "f32", "s32") + """
 ENTRY e {
   x = f32[100,2] parameter(0)
@@ -245,14 +247,14 @@ ENTRY e {
 
 def test_first_kernel_global_copies_operands(monkeypatch):
     # Tiles too big for shared memory at any size: every step is global.
-    monkeypatch.setattr(sort_emitter, "MAX_SHARED_BYTES", 1)
+    monkeypatch.setattr(sort_plan, "MAX_SHARED_BYTES", 1)
     compiled = _check_sort(LT + """
 ENTRY e {
   x = f32[3,5] parameter(0)
   ROOT s = f32[3,5] sort(x), dimensions={1}, to_apply=less
 }""")
     assert compiled.copy_first and all(not k.config.tiled for k in compiled.kernels)
-    assert len(compiled.kernels) == len(sort_emitter.bitonic_masks(5)) == 6
+    assert len(compiled.kernels) == len(sort_plan.bitonic_masks(5)) == 6
 
 
 def test_pred_and_narrow_operands():
@@ -273,7 +275,7 @@ ENTRY e {
   ROOT s = (f32[8], f32[8]) sort(x, y), dimensions={0}, to_apply=less
 }""")
     with pytest.raises(HloError, match="comparator 'less' takes 2 parameters"):
-        sort_emitter.compile_sort(_sort_inst(module), target="cpu")
+        op_kernels.compile_sort(_sort_inst(module), target="cpu")
 
 
 # -- top-k -------------------------------------------------------------------------------
@@ -291,7 +293,7 @@ ENTRY e {{
                                          (1, 1, True)])
 def test_topk_one_kernel(k, n, largest):
     module = _topk_module(k, n, largest)
-    compiled = topk_emitter.compile_topk(module.entry.root, target="cpu")
+    compiled = op_kernels.compile_topk(module.entry.root, target="cpu")
     (kernel,) = compiled.kernels
     assert kernel.config.top_k == k and kernel.config.tie_break
     x = numerics.random_inputs(module.entry)[0]
@@ -310,17 +312,17 @@ def test_xla_cpu_topk_custom_call():
     prog = load_program("sort_topk")
     module = hlo.parse_module(prog.after_path.read_text())
     call = next(i for i in module.entry.instructions if i.opcode == "custom-call")
-    compiled = topk_emitter.compile_topk(call, target="cpu")
+    compiled = op_kernels.compile_topk(call, target="cpu")
     values, indices = compiled.run(prog.inputs[0])
     np.testing.assert_array_equal(values, prog.outputs[2])
     np.testing.assert_array_equal(indices, prog.outputs[3])
 
 
 def test_topk_too_long_is_decomposed(monkeypatch):
-    monkeypatch.setattr(sort_emitter, "MAX_TILE", 16)
+    monkeypatch.setattr(sort_plan, "MAX_TILE", 16)
     module = _topk_module(5, 40, rows=3)
-    assert not topk_emitter.fits_one_kernel(module.entry.root)
-    rewritten, notes = topk_emitter.rewrite_for_sort_kernels(module)
+    assert not sort_plan.fits_one_kernel(module.entry.root)
+    rewritten, notes = rewrite_for_op_kernels(module)
     assert rewritten is not module and len(notes) == 2
     assert module.entry.root.opcode == "topk"          # the input is left alone
     sorts = [i for i in rewritten.entry.instructions if i.opcode == "sort"]
@@ -333,11 +335,11 @@ def test_topk_too_long_is_decomposed(monkeypatch):
 def test_xla_cpu_topk_too_long_is_decomposed(monkeypatch):
     # XLA:CPU's TopK (a comparator over (value, index) pairs) as sort +
     # slice: the iota it adds is the stable tie-break (reused, not added).
-    monkeypatch.setattr(sort_emitter, "MAX_TILE", 4)
+    monkeypatch.setattr(sort_plan, "MAX_TILE", 4)
     from program_data import load_program
     prog = load_program("sort_topk")
     module = hlo.parse_module(prog.after_path.read_text())
-    rewritten, notes = topk_emitter.rewrite_for_sort_kernels(module)
+    rewritten, notes = rewrite_for_op_kernels(module)
     assert not any(i.opcode == "custom-call" for i in rewritten.entry.instructions)
     sorts = {i.name: i for i in rewritten.entry.instructions if i.opcode == "sort"}
     assert len(sorts["custom-call.sort.stable"].operands) == 2   # values and the iota
@@ -368,7 +370,7 @@ def _walk(thunks):
 
 
 def test_program_stable_sort_of_several_kernels(monkeypatch):
-    monkeypatch.setattr(sort_emitter, "MAX_TILE", 32)
+    monkeypatch.setattr(sort_plan, "MAX_TILE", 32)
     text = "HloModule m\n" + comparator("less", "LT", "f32") + """
 ENTRY e {
   x = f32[2,40] parameter(0)
@@ -399,13 +401,13 @@ ENTRY e {
 
 
 def test_sort_kernels_compile_to_ptx(monkeypatch):
-    monkeypatch.setattr(sort_emitter, "MAX_TILE", 32)
+    monkeypatch.setattr(sort_plan, "MAX_TILE", 32)
     module = _module(LT + """
 ENTRY e {
   x = f32[4,100] parameter(0)
   ROOT s = f32[4,100] sort(x), dimensions={1}, to_apply=less
 }""")
-    compiled = sort_emitter.compile_sort(_sort_inst(module), target="cuda")
+    compiled = op_kernels.compile_sort(_sort_inst(module), target="cuda")
     tiled = next(k for k in compiled.kernels if k.config.tiled)
     ptx = tiled.executable.ptx
     assert ".shared" in ptx and "bar.sync" in ptx

@@ -377,8 +377,8 @@ ENTRY e {
 def test_convolution_thunk(text, large, monkeypatch):
     """A large convolution is im2col + gemm (here: any, by lowering the
     threshold), a small one one direct kernel with no temporaries."""
-    import xla_gpu.program_compiler as program_compiler
-    monkeypatch.setattr(program_compiler, "_DIRECT_CONVOLUTION_MACS", 0 if large else 1 << 62)
+    from xla_gpu.hlo.passes import convolution_lowering
+    monkeypatch.setattr(convolution_lowering, "DIRECT_CONVOLUTION_MACS", 0 if large else 1 << 62)
     module = hlo.parse_module(text)
     rng = np.random.default_rng(6)
     args = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in module.entry.parameters]

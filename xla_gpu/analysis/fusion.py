@@ -2,7 +2,10 @@
 root and the emitter that emits it: the one XLA would choose for the heroes
 when that emitter can take the fusion (`analysis.transpose`,
 `analysis.reduction` say when the tiled transpose and reduction emitters
-cannot), the loop emitter with a note saying why otherwise.
+cannot), the loop emitter with a note saying why otherwise. That decision
+(`choose_emitter`) is the only one: the HLO fusion passes ask it whether an
+emitter takes a fusion they consider, and whether an output is written in
+place follows `xla_gpu.hlo.in_place`, the rule buffer sharing follows.
 
 `select_fusion` accepts what `xla_gpu.compile` accepts: a module whose ENTRY
 holds fusion instructions (pick one by name), a bare fusion computation as
@@ -18,6 +21,7 @@ from typing import Any
 from ..hlo import HloComputation, HloError, HloInstruction, HloModule
 from ..hlo.verifier import verify_computation
 from ..hlo.fusions import ELEMENTWISE_OPCODES, fusion_computation
+from ..hlo.in_place import in_place_update
 from ..errors import ArgumentError
 from .concatenate import concatenate_refusal, find_concatenate_hero
 from .device import DEFAULT_DEVICE, DeviceDescription
@@ -26,8 +30,9 @@ from .reduction import reduction_refusal
 from .transpose import is_tiled_transpose, normalized_transpose, transpose_refusal
 
 __all__ = ["Fusion", "select_fusion", "analyze", "find_hero", "EMITTER_KINDS",
-           "normalized_transpose", "is_tiled_transpose", "epilogue_chain_ok",
-           "reaches"]
+           "EmitterChoice", "choose_emitter", "fusion_roots", "gives_several_outputs",
+           "scatter_refusal", "normalized_transpose", "is_tiled_transpose",
+           "epilogue_chain_ok", "reaches"]
 
 EMITTER_KINDS = ("loop", "transpose", "reduction", "scatter", "concatenate",
                  "in_place_dynamic_update_slice", "input_slices", "sort", "topk",
@@ -129,33 +134,29 @@ def find_hero(root: HloInstruction) -> HloInstruction:
 _HERO_OPCODES = ("reduce", "transpose", "concatenate", "scatter")
 
 
-def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
-    """`inst` below its bitcasts between row-major shapes (a reshape of the
-    same bytes: kernels hold arrays in row-major order)."""
-    while inst.opcode == "bitcast" and inst.shape.is_row_major and \
-            inst.operands[0].shape.is_row_major:
-        inst = inst.operands[0]
-    return inst
-
-
 def _is_in_place_dus(roots: list[HloInstruction]) -> bool:
-    for root in roots:
-        dus = _through_bitcasts(root)
-        if dus.opcode != "dynamic-update-slice":
-            return False
-        buffer = _through_bitcasts(dus.operands[0])
-        if buffer.opcode != "parameter":
-            return False
-        # The buffer may be written in place only when nothing else reads it.
-        chain = dus.operands[0]
-        while True:
-            if len(chain.users) != 1:
-                return False
-            if chain is buffer:
-                break
-            chain = chain.operands[0]
-    updates = {tuple(_through_bitcasts(r).operands[1].shape.dims) for r in roots}
-    return len(updates) == 1
+    """Every root writes a dynamic-update-slice in place over a fusion
+    parameter (`hlo.in_place`: the rule buffer sharing follows too, so the
+    operand's buffer is the output's whenever the schedule allows), all
+    with updates of one shape (one thread per update element)."""
+    updates = [in_place_update(r) for r in roots]
+    if any(u is None or u.opcode != "dynamic-update-slice" for u in updates):
+        return False
+    return len({tuple(u.operands[1].shape.dims) for u in updates}) == 1
+
+
+def scatter_refusal(roots: list[HloInstruction]) -> str | None:
+    """Why the scatter emitter cannot take a fusion whose heroes include a
+    scatter (None when it can): it writes the scatter's operands in place,
+    so the scatter must be the only root, each operand a fusion parameter
+    nothing else reads. No other emitter computes a scatter."""
+    if len(roots) != 1 or roots[0].opcode != "scatter":
+        return "the scatter is not the fusion's only root (an epilogue or other outputs)"
+    scatter = roots[0]
+    for k, operand in enumerate(scatter.operands[:(len(scatter.operands) - 1) // 2]):
+        if operand.opcode != "parameter" or len(operand.users) != 1:
+            return f"scatter operand {k} is not a fusion parameter only the scatter reads"
+    return None
 
 
 def _is_input_slices(roots: list[HloInstruction]) -> bool:
@@ -171,19 +172,64 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
     called = {id(c): c for inst in comp.instructions for c in inst.called_computations}
     for computation in called.values():   # a reducer shared by many reduces once
         verify_computation(computation)
+    choice = choose_emitter(fusion_roots(comp))
+    roots, heroes, kind = choice.roots, choice.heroes, choice.kind
+    if kind == choice.hero_kind:
+        # A scatter the scatter emitter refuses has no other emitter: the
+        # emitter reports it.
+        return Fusion(name, comp, roots, heroes, kind, module)
+    note = f"{choice.hero_kind} fusion emitted by the loop emitter: " \
+           f"{_INSTEAD[choice.hero_kind]} ({choice.refusal})"
+    return Fusion(name, comp, roots, heroes, kind, module, [note], hero_kind=choice.hero_kind)
+
+
+def fusion_roots(comp: HloComputation) -> list[HloInstruction]:
+    """The roots of fusion computation `comp`, one per output in output
+    order (nested root tuples flattened), an op with several results (a
+    variadic reduce or scatter, a sort, a top-k) one root."""
     root = comp.root
     if root is None:
         raise HloError(f"computation '{comp.name}' has no root")
     if root.opcode == "tuple":
-        roots = _flatten_tuple_root(root)
-    elif root.shape.is_tuple and (root.opcode in ("reduce", "reduce-window", "sort", "topk", "scatter") or (
-            root.opcode == "custom-call" and
-            root.attrs.get("custom_call_target") == "TopK")):
-        roots = [root]   # several outputs of one op (variadic reduce or scatter, sort, top-k)
-    elif root.shape.is_tuple:
+        return _flatten_tuple_root(root)
+    if root.shape.is_tuple and not gives_several_outputs(root):
         raise root.error("a tuple-shaped root must be a tuple instruction")
-    else:
-        roots = [root]
+    return [root]
+
+
+def gives_several_outputs(root: HloInstruction) -> bool:
+    """Whether `root`, a fusion's root, is one op whose tuple-shaped result
+    is several of the fusion's outputs."""
+    return root.opcode in ("reduce", "reduce-window", "sort", "topk", "scatter") or (
+        root.opcode == "custom-call" and root.attrs.get("custom_call_target") == "TopK")
+
+
+@dataclass
+class EmitterChoice:
+    """The emitter decision for a fusion's roots, made in one place for the
+    fusion analysis (`analyze`) and the HLO fusion passes (which ask it
+    whether the emitter XLA would choose takes a fusion they consider)."""
+    roots: list[HloInstruction]
+    heroes: list[HloInstruction]
+    # The emitter XLA would choose for the heroes.
+    hero_kind: str
+    # Why that emitter cannot take the fusion; None when it can.
+    refusal: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """The emitter that emits the fusion: `hero_kind`, or the loop
+        emitter when the tiled transpose, reduction or concatenate emitter
+        refused it (a refused scatter has no other emitter)."""
+        return "loop" if self.refusal is not None and self.hero_kind in _INSTEAD \
+            else self.hero_kind
+
+
+def choose_emitter(roots: list[HloInstruction]) -> EmitterChoice:
+    """The emitter of a fusion with these roots (`fusion_roots`), and why
+    the one its heroes call for cannot take it, if it cannot. MLIR-free and
+    without verifying the computation: the fusion passes ask it about trial
+    bodies."""
     heroes = [find_hero(r) for r in roots]
     if len(roots) == 1 and roots[0].opcode in ("sort", "topk", "convolution"):
         kind = "topk" if roots[0].opcode == "topk" else roots[0].opcode
@@ -204,11 +250,7 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
         kind, heroes = "concatenate", concats
     else:
         kind = "loop"
-    refusal = _refusal(kind, roots, heroes)
-    if refusal is None:
-        return Fusion(name, comp, roots, heroes, kind, module)
-    note = f"{kind} fusion emitted by the loop emitter: {_INSTEAD[kind]} ({refusal})"
-    return Fusion(name, comp, roots, heroes, "loop", module, [note], hero_kind=kind)
+    return EmitterChoice(roots, heroes, kind, _refusal(kind, roots, heroes))
 
 
 def _flatten_tuple_root(root: HloInstruction) -> list[HloInstruction]:
@@ -247,4 +289,6 @@ def _refusal(kind: str, roots: list[HloInstruction],
         return reduction_refusal(roots, heroes)
     if kind == "concatenate":
         return concatenate_refusal(roots, heroes)
+    if kind == "scatter":
+        return scatter_refusal(roots)
     return None

@@ -37,18 +37,19 @@ another type are converted to the result's type first (preferred element
 type), as the interpreter does. The kernel reads and writes physical
 buffers (any layout). XLA:GPU calls cuDNN; this is the correct, direct
 fallback XLA's own emitters would write, and its cuDNN custom calls with
-it. HLO convolutions inside whole programs are lowered to im2col + gemm by
-`xla_gpu.convolution_lowering`; a single convolution fusion
-(`xla_gpu.compile(..., fusion=NAME)`) and the cuDNN calls come here.
+it. Large HLO convolutions inside whole programs are lowered to im2col +
+gemm by the ConvolutionLowering pass (`hlo.passes.convolution_lowering`);
+the small ones, a single convolution fusion (`xla_gpu.compile(...,
+fusion=NAME)`) and the cuDNN calls come here (compiled by
+`op_kernels.compile_convolution`).
 """
 
 from __future__ import annotations
 
 import math as pymath
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
-import numpy as np
 from mlir import ir
 from mlir.dialects import arith, math, scf, tensor
 
@@ -66,8 +67,8 @@ from .loop_config import loop_config, thread_to_output_map
 from .partitioner import sanitize
 from .types import check_supported, element_type
 
-__all__ = ["ConvolutionEmitter", "ConvolutionGeometry", "compile_convolution",
-           "CompiledConvolution", "CUDNN_CONV_TARGETS", "conv_geometry"]
+__all__ = ["ConvolutionEmitter", "ConvolutionGeometry", "convolution_kernel_fusion",
+           "CUDNN_CONV_TARGETS", "conv_geometry"]
 
 # -- the kernel's description ---------------------------------------------------------
 
@@ -421,7 +422,7 @@ class ConvolutionEmitter(KernelEmitter):
         raise self.root.error(f"unsupported activation {act}")
 
 
-# -- compiling --------------------------------------------------------------------------
+# -- the kernel's fusion ---------------------------------------------------------------
 
 
 def convolution_kernel_fusion(inst: HloInstruction, name: str | None = None) -> Fusion:
@@ -441,63 +442,3 @@ def convolution_kernel_fusion(inst: HloInstruction, name: str | None = None) -> 
         p.parent, p.users = comp, [root]
     root.parent = comp
     return Fusion(kernel_name, comp, [root], [root], "convolution", None, config=config)
-
-
-@dataclass
-class CompiledConvolution:
-    """A convolution kernel. `run(*operands)` (numpy, logical order)
-    returns the result; `thunks(...)` lays the kernel over buffer slices."""
-    name: str
-    executable: Any        # None: an empty result, nothing to launch
-    key: str
-    config: ConvolutionKernelConfig
-    notes: list[str] = field(default_factory=list)
-
-    def describe(self) -> str:
-        if self.executable is None:
-            return "empty result: no kernel"
-        s = self.executable.spec
-        return f"direct {self.config.kind} convolution, {s.blocks}x{s.threads} threads"
-
-    def run(self, *operands: np.ndarray) -> np.ndarray:
-        shapes = self.config.operand_shapes
-        if len(operands) != len(shapes):
-            raise HloError(f"{self.name}: takes {len(shapes)} operands, got {len(operands)}")
-        physical = []
-        for k, (a, s) in enumerate(zip(operands, shapes)):
-            a = np.asarray(a)
-            if tuple(a.shape) != tuple(s.dims):
-                raise HloError(f"{self.name}: operand {k} has shape {list(a.shape)}, "
-                               f"expected {s}")
-            physical.append(np.ascontiguousarray(s.physical_from_logical(a)))
-        if self.executable is None:
-            return np.zeros(self.config.result_shape.dims,
-                            self.config.result_shape.dtype)
-        (out,) = self.executable.run(*physical)
-        return self.config.result_shape.logical_from_physical(out)
-
-    def thunks(self, name: str, operands: Sequence[Any], result: Any,
-               register: Callable[[str, Any], str]) -> list:
-        from ..runtime.thunks import KernelThunk
-        if self.executable is None:
-            return []
-        spec = self.executable.spec
-        kernel_id = register(self.key, self.executable)
-        args = list(operands) + [result]
-        return [KernelThunk(name, kernel_id, args, [len(args) - 1], spec.threads,
-                            spec.blocks, spec.shared_bytes)]
-
-
-def compile_convolution(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
-                        cache: bool = True, lower_only: bool = False) -> CompiledConvolution:
-    """The direct-convolution kernel of an HLO convolution or a cuDNN
-    convolution custom call, for `target` ("cpu" or "cuda"). `lower_only`:
-    as `sort.compile_kernel`'s."""
-    from .sort import compile_kernel
-    fusion = convolution_kernel_fusion(inst)
-    if fusion.config.result_shape.num_elements == 0:
-        return CompiledConvolution(inst.name, None, "", fusion.config)
-    exe, key = compile_kernel(fusion, target, arch, cache, salt=repr(fusion.config),
-                              lower_only=lower_only)
-    return CompiledConvolution(inst.name, exe, key, fusion.config)
-

@@ -2,8 +2,10 @@
 operand's buffer (the entry arguments share `xla.slice_index`; the runtime
 passes one pointer), so the kernel only writes the update window, one
 thread per update element. A root may be a bitcast of the
-dynamic-update-slice (the same bytes seen with another shape): the window's
-elements are then written at the bitcast's positions."""
+dynamic-update-slice that keeps its elements (a reshape between row-major
+shapes; `xla_gpu.hlo.in_place` says which fusions this emitter and buffer
+sharing treat as in place): the window's elements are then written at the
+bitcast's positions."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from mlir.dialects import arith, tensor
 
 from ..analysis.indexing import delinearize, dim, indexing_map, linearize
 from ..dialects import xla_gpu
-from ..hlo import HloInstruction
+from ..hlo.in_place import in_place_parameter, in_place_update
 from ..hlo.shape import Shape
 from ..ir import IndexingMap
 from .base import KernelEmitter
@@ -26,10 +28,13 @@ class InPlaceDynamicUpdateSliceEmitter(KernelEmitter):
 
     def __init__(self, fusion):
         super().__init__(fusion)
-        self.updates = [_through_bitcasts(root) for root in fusion.roots]
-        for root in self.updates:
-            if root.opcode != "dynamic-update-slice":
-                raise root.error("internal: in-place root is not a dynamic-update-slice")
+        # The analysis chose this emitter by `hlo.in_place`'s rule, the one
+        # buffer sharing follows: each root writes over a fusion parameter.
+        self.updates = [in_place_update(root) for root in fusion.roots]
+        for root, update in zip(fusion.roots, self.updates):
+            if update is None or update.opcode != "dynamic-update-slice":
+                raise root.error("internal: in-place root is not a dynamic-update-slice "
+                                 "written over a fusion parameter")
         # Roots that bitcast their update: the map from the DUS index to theirs.
         self._bitcasts = {k: (dus.shape, root.shape)
                           for k, (root, dus) in enumerate(zip(fusion.roots, self.updates))
@@ -38,14 +43,14 @@ class InPlaceDynamicUpdateSliceEmitter(KernelEmitter):
         self.config = loop_config(self.update_dims, fusion.computation.instructions,
                                   [s.element_type for s in fusion.output_shapes],
                                   fusion.device)
-        for k, root in enumerate(self.updates):
-            self.aliases[k] = _through_bitcasts(root.operands[0]).parameter_number
+        for k, root in enumerate(fusion.roots):
+            self.aliases[k] = in_place_parameter(root).parameter_number
         # Updates and start indices root subgraphs; the updates are written here.
         self._read_ids = {id(o) for r in self.updates for o in r.operands[1:]}
         self._update_ids = {id(r) for r in self.updates}
         # The chains of bitcasts from the roots down to the updates.
-        for root in fusion.roots:
-            while root.opcode == "bitcast":
+        for root, update in zip(fusion.roots, self.updates):
+            while root is not update:
                 self._update_ids.add(id(root))
                 root = root.operands[0]
 
@@ -81,12 +86,6 @@ class InPlaceDynamicUpdateSliceEmitter(KernelEmitter):
                 written.append(tensor.insert(value, it, out_index))
             xla_gpu.YieldOp(written)
         return list(loop.results)
-
-
-def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
-    while inst.opcode == "bitcast":
-        inst = inst.operands[0]
-    return inst
 
 
 def _bitcast_map(source: Shape, target: Shape) -> IndexingMap:

@@ -33,6 +33,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, scf, tensor
 
+from ..analysis.fusion import scatter_refusal
 from ..analysis.indexing import indexing_map, sym
 from ..dialects import xla_gpu
 from ..hlo import HloError
@@ -48,9 +49,10 @@ class ScatterEmitter(KernelEmitter):
 
     def __init__(self, fusion):
         super().__init__(fusion)
-        if len(fusion.roots) != 1 or fusion.roots[0].opcode != "scatter":
-            raise HloError(f"fusion '{fusion.name}': the scatter emitter needs the "
-                           "scatter as the only root")
+        refusal = scatter_refusal(fusion.roots)   # the analysis' rule
+        if refusal is not None:
+            raise HloError(f"fusion '{fusion.name}': the scatter emitter cannot take it: "
+                           f"{refusal}")
         self.scatter = s = fusion.roots[0]
         if len(s.operands) < 3 or len(s.operands) % 2 == 0:
             raise s.error(f"a scatter takes N operands, the indices and N updates; "
@@ -64,9 +66,6 @@ class ScatterEmitter(KernelEmitter):
         if a.get("input_batching_dims") or a.get("scatter_indices_batching_dims"):
             raise s.unsupported("scatter with batching dimensions is not supported yet")
         for k, operand in enumerate(self.operands):
-            if operand.opcode != "parameter" or len(operand.users) != 1:
-                raise s.error(f"scatter operand {k} must be a fusion parameter used only "
-                              "by the scatter (its buffer is updated in place)")
             self.aliases[k] = operand.parameter_number
         self.updates_dims = list(self.updates[0].shape.dims)
         self.config = loop_config(self.updates_dims, fusion.computation.instructions,

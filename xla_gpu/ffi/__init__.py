@@ -15,7 +15,10 @@ or loaded (`xla_gpu.runtime.load`, `load_program`): a compiled program keeps
 that handler whatever is registered or unregistered afterwards, and a
 custom call with no handler then fails when it runs, naming the target.
 The reference interpreter (`xla_gpu.hlo.evaluate`) looks handlers up when
-it evaluates the call.
+it evaluates the call, in `xla_gpu.ffi.registry`: the Python handlers of
+custom calls (`registry.register_custom_call`, also reachable as
+`xla_gpu.hlo.interpreter.register_custom_call`), where a cpu handler
+registered here is entered too.
 The runtime side of XLA's C API (the function table a handler calls, the
 call frame it receives) is libXlaGpuFfi.so (`ffi/` in the source tree);
 this package registers handlers, builds the attributes from the custom

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import inspect
 import itertools
-import math
 import weakref
 from typing import Any, Sequence
 
@@ -22,8 +21,8 @@ import numpy as np
 
 from ..errors import HloError, UnsupportedError
 from . import (CHandler, ERROR_CODES, TYPED_FFI, FfiError, LegacyHandler, PythonHandler,
-               STAGES, _native, lookup)
-from .attributes import encode_attributes
+               STAGES, _native, lookup, registry)
+from .attributes import encode_attributes, handler_attributes
 
 __all__ = ["CallSite", "thunk_handler", "thunk_dispatcher", "bridge_into_interpreter",
            "unbridge_from_interpreter", "DeviceBuffer", "DTYPE_CODES"]
@@ -150,14 +149,6 @@ class CallSite:
 
 def _where(instruction: str, target: str, platform: str) -> str:
     return f"custom call '{instruction}' (target '{target}', platform {platform})"
-
-
-def _attributes(api_version: str, backend_config: Any, where: str) -> dict:
-    from ..hlo.interpreter import decode_ffi_attributes
-    text = backend_config if isinstance(backend_config, str) else ""
-    if api_version == TYPED_FFI:
-        return decode_ffi_attributes(text, where)
-    return {"backend_config": text} if text else {}
 
 
 # The legacy ABI's calling conventions (XlaGpuFfiCallLegacy), by platform
@@ -419,8 +410,8 @@ class _ThunkSite:
         where = _where(thunk.name, thunk.target, platform)
         _check_typed_ffi(thunk.api_version, where)
         self.key = (registration.bundle, platform)
-        self.site = CallSite(registration, _attributes(thunk.api_version,
-                                                       thunk.backend_config, where), where)
+        self.site = CallSite(registration, handler_attributes(
+            thunk.target, thunk.api_version, thunk.backend_config, where), where)
         self.args = Buffers([(_dtype_code(r.element_type, where), r.dims)
                              for r in thunk.operands])
         self.rets = Buffers([(_dtype_code(r.element_type, where), r.dims)
@@ -458,7 +449,7 @@ def _run_c_thunk(registration: CHandler, ctx: Any, thunk: Any) -> None:
 def _run_python_thunk(registration: PythonHandler, ctx: Any, thunk: Any) -> None:
     platform = ctx.target
     where = _where(thunk.name, thunk.target, platform)
-    kwargs = _attributes(thunk.api_version, thunk.backend_config, where)
+    kwargs = handler_attributes(thunk.target, thunk.api_version, thunk.backend_config, where)
     if platform == "cpu":
         operands = []
         for ref in thunk.operands:
@@ -611,21 +602,19 @@ class _InterpreterBridge:
             raise HloError(f"{where}: no handler for custom calls with api_version="
                            f"{api_version or 'API_VERSION_ORIGINAL'} is registered for the "
                            "target on cpu")
-        from ..hlo.interpreter import MAX_ELEMENTS
+        # (The interpreter refuses results over its size limit before it
+        # calls a handler.)
         leaves = inst.shape.leaves()
-        for k, leaf in enumerate(leaves):
+        for leaf in leaves:
             if leaf.element_type not in DTYPE_CODES:
                 _dtype_code(leaf.element_type, where)   # raises, naming the type
-            count = math.prod(int(d) for d in leaf.dims)
-            if count > MAX_ELEMENTS:
-                raise HloError(f"{where}: result {k} would hold {count} elements, more "
-                               f"than the interpreter's limit of {MAX_ELEMENTS}")
         results = [np.zeros(leaf.dims, leaf.dtype) for leaf in leaves]
         flat = _flatten(operands)
         from ..hlo.passes.custom_call_layouts import required_operand_shapes
         required = required_operand_shapes(inst)   # also checks the constraints
         if isinstance(registration, PythonHandler):
-            kwargs = _attributes(api_version, inst.attrs.get("backend_config", ""), where)
+            kwargs = handler_attributes(self.target, api_version,
+                                        inst.attrs.get("backend_config", ""), where)
             values = _call_python(registration, [_readonly(a) for a in flat], results,
                                   kwargs, where)
             _store_host(values, results, where, registration.name)
@@ -665,8 +654,8 @@ class _InterpreterBridge:
         # (a loop body's custom call sees its state again).
         cached = _interpreter_sites.get(inst)
         if cached is None or cached.registration != registration or cached.broken:
-            cached = CallSite(registration, _attributes(
-                api_version, inst.attrs.get("backend_config", ""), where), where)
+            cached = CallSite(registration, handler_attributes(
+                self.target, api_version, inst.attrs.get("backend_config", ""), where), where)
             _interpreter_sites[inst] = cached
         cached.run("cpu", 0, next(_run_ids), args, rets)
         return _rebuild(inst.shape, results)
@@ -678,12 +667,11 @@ _interpreter_sites: "weakref.WeakKeyDictionary[Any, CallSite]" = weakref.WeakKey
 def bridge_into_interpreter(target: str) -> None:
     """Makes the reference interpreter evaluate custom calls to `target`
     with the handler registered here for cpu."""
-    from ..hlo import interpreter
-    interpreter.register_custom_call(target, _InterpreterBridge(target), instruction=True)
+    registry.register_custom_call(target, _InterpreterBridge(target), instruction=True)
 
 
 def unbridge_from_interpreter(target: str) -> None:
-    from ..hlo import interpreter
-    current = interpreter._INSTRUCTION_CUSTOM_CALLS.get(target)
-    if isinstance(current, _InterpreterBridge):
-        interpreter.unregister_custom_call(target)
+    """Undoes bridge_into_interpreter (a Python handler registered for the
+    interpreter since stays)."""
+    if isinstance(registry.instruction_handler(target), _InterpreterBridge):
+        registry.unregister_custom_call(target)

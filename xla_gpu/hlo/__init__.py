@@ -14,6 +14,8 @@ loaded from their modules when first used.
 
 from __future__ import annotations
 
+from .._lazy import lazy_attributes
+
 # What the package exports, by module: imported when first used, so that
 # the runtime (which needs only `shape`) and a cache hit never load the
 # parser or the interpreter (nor ml_dtypes).
@@ -28,22 +30,8 @@ _EXPORTS = {
     "is_signed_int": "shape", "is_unsigned_int": "shape", "numpy_dtype": "shape",
 }
 
-
-def __getattr__(name: str):
-    from importlib import import_module
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(import_module(f".{module}", __name__), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("__"):
-        # A submodule not imported yet (`hlo.parser.decode_text`).
-        try:
-            return import_module(f".{name}", __name__)
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, {name: f".{module}" for name, module in _EXPORTS.items()},
+                              globals())
 
 
 def __dir__() -> list[str]:

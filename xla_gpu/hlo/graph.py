@@ -6,13 +6,14 @@ instructions and long call chains never reach Python's recursion limit.
     post_order([root], lambda i: i.operands)          # operands first
     post_order([entry], called_by)                     # callees first
     reachable([root], lambda i: i.operands)            # what root depends on
+    through_bitcasts(value)                            # the buffer's producer
 """
 
 from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence, TypeVar
 
-__all__ = ["post_order", "reachable"]
+__all__ = ["post_order", "reachable", "through_bitcasts"]
 
 Node = TypeVar("Node")
 
@@ -74,3 +75,30 @@ def reachable(starts: Iterable[Node], successors: Callable[[Node], Sequence[Node
             if id(nexts[k]) not in seen:
                 stack.append(nexts[k])
     return order
+
+
+def through_bitcasts(inst, keep_elements: bool = False):
+    """The instruction below `inst`'s chain of bitcasts (`inst` itself when
+    it is no bitcast). Two meanings:
+
+    * `keep_elements=False`: below every bitcast, whatever shape, layout or
+      element type of the same size it gives the bytes: the instruction
+      whose buffer `inst` is (a bitcast moves no byte). What buffer
+      questions ask: who else reads these bytes, are they a constant's or
+      a parameter's.
+    * `keep_elements=True`: below the bitcasts between two row-major shapes
+      of one element type only, the reshapes of the same elements: the
+      instruction returned holds `inst`'s elements, element i (row-major
+      linear index) where `inst` has element i. What a kernel that writes
+      one through the other needs (an in-place update's window written
+      through the bitcasts above it, see `xla_gpu.hlo.in_place`): a
+      bitcast that changes the layout or the element type stops there.
+    """
+    while inst.opcode == "bitcast" and inst.operands:
+        operand = inst.operands[0]
+        if keep_elements and not (
+                inst.shape.is_row_major and operand.shape.is_row_major and
+                inst.shape.element_type == operand.shape.element_type):
+            break
+        inst = operand
+    return inst

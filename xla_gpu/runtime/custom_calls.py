@@ -2,11 +2,11 @@
 platform. numpy only.
 
 Where handlers come from, first hit wins:
-  1. `xla_gpu.ffi` (XLA's FFI: C handlers registered as with
-     `jax.ffi.register_ffi_target`), when that module is installed and
-     exposes `runtime_handler(target, platform)`;
-  2. on the cpu target, the Python handlers of the reference interpreter
-     (`xla_gpu.hlo.interpreter.register_custom_call(target, fn)`):
+  1. `xla_gpu.ffi.runtime_handler(target, platform)` (XLA's FFI: handlers
+     registered as with `jax.ffi.register_ffi_target`);
+  2. on the cpu target, the Python handlers the reference interpreter runs
+     too (`xla_gpu.ffi.registry.register_custom_call(target, fn)`, also
+     `xla_gpu.hlo.interpreter.register_custom_call`):
      `fn(*operands, **attributes)` gets numpy arrays (a tuple operand as a
      tuple) and the attributes decoded from a typed-FFI `backend_config`
      (`{scale = 2.0 : f32}` -> scale=np.float32(2.0)); an older-API call gets
@@ -35,25 +35,21 @@ __all__ = ["lookup", "unbound"]
 def lookup(target: str, platform: str) -> Callable[[Any, Any], None] | None:
     """`handler(ctx, thunk)` bound to what is registered for `target` on
     `platform` now, or None."""
-    try:
-        from .. import ffi   # the FFI runtime, when present
-    except ImportError:
-        ffi = None
-    if ffi is not None and hasattr(ffi, "runtime_handler"):
-        handler = ffi.runtime_handler(target, platform)
-        if handler is not None:
-            return handler
+    from ..ffi import registry, runtime_handler
+    handler = runtime_handler(target, platform)
+    if handler is not None:
+        return handler
     if platform != "cpu":
         return None
-    from ..hlo import interpreter
-    fn = getattr(interpreter, "_CUSTOM_CALLS", {}).get(target)
+    fn = registry.custom_call_handler(target)
     if fn is None:
         return None
     return lambda ctx, thunk: _call_python(fn, ctx, thunk)
 
 
 def _call_python(fn, ctx, thunk) -> None:
-    from ..hlo import interpreter
+    from ..ffi import registry
+    from ..ffi.attributes import handler_attributes
     flat = [np.array(ctx.array(ref)).astype(ref.dtype, copy=False) for ref in thunk.operands]
     operands: list[Any] = []
     position = 0
@@ -65,9 +61,8 @@ def _call_python(fn, ctx, thunk) -> None:
         else:
             operands.append(tuple(flat[position:position + arity]))
             position += arity
-    kwargs = interpreter.handler_attributes(thunk.target, thunk.api_version,
-                                            thunk.backend_config)
-    result = interpreter.call_handler(fn, thunk.target, operands, kwargs)
+    kwargs = handler_attributes(thunk.target, thunk.api_version, thunk.backend_config)
+    result = registry.call_handler(fn, thunk.target, operands, kwargs)
     if result is None and thunk.results:
         raise HloError(f"the handler of custom call '{thunk.target}' returned None; the "
                        f"instruction has {len(thunk.results)} result(s) to return")

@@ -16,7 +16,8 @@ schedule says whether the operand is dead where the output is written:
 
 * in-place instructions (`in_place_pairs`): dynamic-update-slice and
   scatter, fusions whose root is one of them on a fusion parameter that
-  nothing else in the fusion reads, custom calls with
+  nothing else in the fusion reads (`xla_gpu.hlo.in_place`, the rule the
+  emitter choice follows too), custom calls with
   `output_to_operand_aliasing`; when they cannot share, the thunk copies
   the operand into the output first;
 * entry parameters donated to outputs (`input_output_alias`);
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 
 from ..errors import HloError
 from ..hlo.fusions import ELEMENTWISE_OPCODES
+from ..hlo.in_place import in_place_outputs
 from ..hlo.module import HloInstruction, HloModule
 from .dataflow import (DataflowAnalysis, HloValue, ShapeIndex, array_leaves,
                        byte_size, sequential_callees, subshape, where)
@@ -123,73 +125,16 @@ def parse_output_to_operand_aliasing(inst: HloInstruction) -> list[tuple[ShapeIn
     return out
 
 
-def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
-    while inst.opcode == "bitcast" and inst.operands:
-        inst = inst.operands[0]
-    return inst
-
-
-def _single_user_chain_to_parameter(start: HloInstruction) -> HloInstruction | None:
-    """The fusion parameter `start` is (through bitcasts), when every link
-    of the chain has one user; None otherwise."""
-    inst = start
-    while True:
-        if len(inst.users) != 1:
-            return None
-        if inst.opcode == "parameter":
-            return inst
-        if inst.opcode != "bitcast" or not inst.operands:
-            return None
-        inst = inst.operands[0]
-
-
-def _fused_root_leaves(inst: HloInstruction) -> list[tuple[ShapeIndex, HloInstruction]]:
-    comp = inst.attrs.get("calls")
-    if isinstance(comp, list):
-        comp = comp[0] if len(comp) == 1 else None
-    if comp is None or comp.root is None:
-        return []
-    root = comp.root
-    if root.opcode == "tuple":
-        return [((k,), op) for k, op in enumerate(root.operands)]
-    return [((), root)]
-
-
 def in_place_pairs(inst: HloInstruction) -> list[tuple[int, ShapeIndex, ShapeIndex]]:
     """[(operand number, operand index, output index)]: the outputs `inst`
     writes in place over an operand, as its kernel or handler expects
-    (XLA's GetInPlaceInputOutputPairs)."""
-    op = inst.opcode
-    if op == "dynamic-update-slice":
-        return [(0, (), ())]
-    if op == "scatter":
-        n = (len(inst.operands) - 1) // 2
-        return [(i, (), (i,) if n > 1 else ()) for i in range(n)]
-    if op == "custom-call":
+    (XLA's GetInPlaceInputOutputPairs): dynamic-update-slice, scatter and
+    their fusions by `xla_gpu.hlo.in_place`'s rule (the one the emitter
+    choice follows), custom calls by their output_to_operand_aliasing."""
+    if inst.opcode == "custom-call":
         return [(operand, operand_index, output_index) for output_index, operand, operand_index
                 in parse_output_to_operand_aliasing(inst)]
-    if op != "fusion":
-        return []
-    pairs = []
-    for output_index, leaf in _fused_root_leaves(inst):
-        hero = _through_bitcasts(leaf)
-        if hero.opcode == "dynamic-update-slice":
-            candidates = [(hero.operands[0], output_index)]
-        elif hero.opcode == "scatter":
-            n = (len(hero.operands) - 1) // 2
-            if n > 1 and hero.shape.is_tuple:
-                continue  # a variadic scatter as a tuple leaf: not emitted in place
-            candidates = [(hero.operands[0], output_index)]
-        else:
-            continue
-        for operand, out_index in candidates:
-            param = _single_user_chain_to_parameter(operand)
-            if param is None or param.parameter_number >= len(inst.operands):
-                continue
-            if inst.operands[param.parameter_number].shape.is_tuple:
-                continue
-            pairs.append((param.parameter_number, (), out_index))
-    return pairs
+    return [(operand, (), output_index) for operand, output_index in in_place_outputs(inst)]
 
 
 def _reads_only_elementwise(param: HloInstruction) -> bool:

@@ -19,6 +19,8 @@ their own:
 
 from __future__ import annotations
 
+from ..graph import through_bitcasts
+from ..in_place import in_place_outputs
 from ..module import HloComputation, HloInstruction, HloModule
 from .pipeline import HloPass
 from .util import program_computations
@@ -26,41 +28,21 @@ from .util import program_computations
 __all__ = ["CopyInsertion", "in_place_operands"]
 
 
-def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
-    while inst.opcode == "bitcast":
-        inst = inst.operands[0]
-    return inst
-
-
 def in_place_operands(inst: HloInstruction) -> list[int]:
-    """Operand indices whose buffer `inst` updates in place."""
-    if inst.opcode in ("dynamic-update-slice", "scatter"):
-        return [0]
-    if inst.opcode != "fusion":
-        return []
-    body = inst.attrs.get("calls")
-    if body is None:
-        return []
-    roots = list(body.root.operands) if body.root.opcode == "tuple" else [body.root]
-    out = []
-    for root in roots:
-        hero = _through_bitcasts(root)
-        if hero.opcode in ("dynamic-update-slice", "scatter"):
-            buffer = _through_bitcasts(hero.operands[0])
-            if buffer.opcode == "parameter":
-                out.append(buffer.parameter_number)
-    return sorted(set(out))
+    """Operand indices whose buffer `inst` updates in place (the rule of
+    `xla_gpu.hlo.in_place`, which buffer sharing and the emitters follow)."""
+    return sorted({number for number, _ in in_place_outputs(inst)})
 
 
 def _is_read_only(value: HloInstruction, comp: HloComputation) -> bool:
-    source = _through_bitcasts(value)
+    source = through_bitcasts(value)
     return source.opcode == "constant" or (source.opcode == "parameter" and comp.is_entry)
 
 
 def _other_readers(value: HloInstruction, reader: HloInstruction) -> bool:
     """Whether anything but `reader` reads `value`'s buffer: any user of
     the bitcasts that alias it, or the computation's result."""
-    source = _through_bitcasts(value)
+    source = through_bitcasts(value)
     stack, seen = [source], set()
     while stack:
         v = stack.pop()
@@ -159,7 +141,7 @@ class CopyInsertion(HloPass):
         for k, element in enumerate(list(root.operands)):
             if element.shape.is_tuple:
                 continue
-            source = _through_bitcasts(element)
+            source = through_bitcasts(element)
             other_element = source.opcode == "get-tuple-element" and \
                 source.operands[0] is param and source.attrs["index"] != k
             if source.opcode == "constant" or other_element or id(element) in seen or \

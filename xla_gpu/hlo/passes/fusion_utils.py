@@ -1,9 +1,9 @@
 """Building fusions: wrap an instruction into a fusion, fuse a producer into
 a fusion (duplicating it when it stays needed elsewhere), merge two fusions
-into one multi-output fusion, and decide which emitter a fusion body gets
-and whether that emitter accepts it (the MLIR-free mirror of the
-emitters' refusal rules, so that the fusion passes never build a fusion the
-emitters would refuse or compute by recomputing a reduction per element).
+into one multi-output fusion, and say whether the passes may build a
+fusion body: the emitter `xla_gpu.analysis.fusion` chooses for it (the one
+decision, also the emitters') must take it, and no reduction may be
+computed again per element (`body_acceptable`).
 
 Fusion bodies follow XLA's conventions: parameters `param_N`, effective
 scalar constants cloned inside (never passed as operands), the fusion
@@ -14,15 +14,11 @@ whose users read it through `get-tuple-element`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
-from operator import attrgetter
 from typing import Callable
 
-from ...analysis.epilogue import has_epilogue
-from ...analysis.fusion import (epilogue_chain_ok, find_hero,
-                                is_tiled_transpose, normalized_transpose)
+from ...analysis.fusion import choose_emitter, find_hero, gives_several_outputs
+from ...analysis.reduction import heroes_read_elsewhere
 from ..fusions import ELEMENTWISE_OPCODES
-from ..graph import reachable
 from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
                       HloModule)
 from ..shape import Shape
@@ -30,7 +26,7 @@ from .util import is_effective_scalar
 
 __all__ = ["FUSIBLE_OPCODES", "create_fusion", "fuse_producer", "absorb_consumer",
            "merge_fusions", "build_merged_body",
-           "fusion_roots", "classify_body", "BodyInfo", "is_fusible",
+           "fusion_roots", "body_acceptable", "BodyInfo", "is_fusible",
            "fusion_kind_for", "hero_names"]
 
 # Ops the fusion emitters compute (elementally or as heroes).
@@ -39,9 +35,6 @@ FUSIBLE_OPCODES = ELEMENTWISE_OPCODES | frozenset({
     "iota", "concatenate", "pad", "dynamic-slice", "dynamic-update-slice",
     "gather", "reduce", "reduce-window", "scatter", "constant",
 })
-
-_ORDER_PRESERVING = ELEMENTWISE_OPCODES | {"bitcast", "reshape", "copy"}
-
 
 def is_fusible(inst: HloInstruction) -> bool:
     """Whether `inst` may go into a fusion at all."""
@@ -69,6 +62,8 @@ def is_fusible(inst: HloInstruction) -> bool:
 
 
 def fusion_roots(body: HloComputation) -> list[HloInstruction]:
+    """The values of a body these passes build: the root tuple's operands
+    (outputs are one flat tuple), else the root."""
     root = body.root
     if root.opcode == "tuple":
         return list(root.operands)
@@ -77,220 +72,59 @@ def fusion_roots(body: HloComputation) -> list[HloInstruction]:
 
 @dataclass
 class BodyInfo:
-    """Which emitter a fusion body gets and whether it accepts it."""
-    kind: str
+    """The emitter a fusion body gets (`xla_gpu.analysis.fusion`'s
+    decision) and whether the fusion passes accept the body."""
+    kind: str                 # the emitter that emits it
     heroes: list[HloInstruction]
     ok: bool
     reason: str = ""
+    hero_kind: str = ""       # the emitter XLA would choose for the heroes
 
-    @property
-    def has_reduction(self) -> bool:
-        return self.kind == "reduction"
-
-
-def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
-    while inst.opcode == "bitcast":
-        inst = inst.operands[0]
-    return inst
-
-
-def _is_in_place_dus(roots: list[HloInstruction]) -> bool:
-    for root in roots:
-        dus = _through_bitcasts(root)
-        if dus.opcode != "dynamic-update-slice":
-            return False
-        buffer = _through_bitcasts(dus.operands[0])
-        if buffer.opcode != "parameter":
-            return False
-        chain = dus.operands[0]
-        while True:
-            if len(chain.users) != 1:
-                return False
-            if chain is buffer:
-                break
-            chain = chain.operands[0]
-    return len({tuple(_through_bitcasts(r).operands[1].shape.dims) for r in roots}) == 1
-
-
-def _is_input_slices(roots: list[HloInstruction]) -> bool:
-    if len(roots) < 2 or not all(r.opcode == "slice" for r in roots):
-        return False
-    if any(s != 1 for r in roots for _, _, s in r.attrs["slice"]):
-        return False
-    return len({tuple(r.operands[0].shape.dims) for r in roots}) == 1
-
-
-def classify_body(body: HloComputation) -> BodyInfo:
-    """The emitter kind `xla_gpu.analysis.fusion.analyze` would choose for
-    this body, and whether that emitter accepts it (no refusal, no fallback
-    to the loop emitter for a reduction or a tiled transpose)."""
-    roots = fusion_roots(body)
-    if any(r.shape.is_tuple for r in roots) and not (
-            len(roots) == 1 and roots[0].opcode in ("reduce", "reduce-window")):
-        return BodyInfo("loop", [], False, "nested tuple outputs")
-    heroes = [find_hero(r) for r in roots]
-    if any(h.opcode == "scatter" for h in heroes):
-        return _check_scatter(roots, heroes)
-    if _is_input_slices(roots):
-        return BodyInfo("input_slices", heroes, True)
-    if _is_in_place_dus(roots):
-        return BodyInfo("in_place_dynamic_update_slice", heroes, True)
-    if any(h.opcode == "reduce" for h in heroes):
-        return _check_reduction(roots, heroes)
-    if any(is_tiled_transpose(h) for h in heroes):
-        return _check_transpose(roots, heroes)
-    if len(roots) == 1 and heroes[0].opcode == "concatenate" and \
-            len(heroes[0].operands) <= 64:
-        ok = epilogue_chain_ok(roots[0], heroes[0], lambda i: i.opcode in ELEMENTWISE_OPCODES
-                               and i.shape.dims == heroes[0].shape.dims)
-        return BodyInfo("concatenate", heroes, ok, "" if ok else "concatenate epilogue")
-    return BodyInfo("loop", heroes, True)
-
-
-def _check_scatter(roots, heroes) -> BodyInfo:
-    if len(roots) != 1 or roots[0].opcode != "scatter":
-        return BodyInfo("scatter", heroes, False, "scatter with an epilogue or siblings")
-    s = roots[0]
-    operand = s.operands[0]
-    if len(s.operands) != 3 or operand.opcode != "parameter" or len(operand.users) != 1:
-        return BodyInfo("scatter", heroes, False, "scatter operand not a lone parameter")
-    return BodyInfo("scatter", heroes, True)
-
-
-def reduction_layout(reduce: HloInstruction) -> tuple[bool, bool]:
-    """(contiguous, is_row) of a reduce: whether its reduced dimensions
-    (size-1 dimensions dropped) are adjacent, and whether they are the
-    minor ones."""
-    dims = reduce.operands[0].shape.dims
-    reduced = set(reduce.attrs.get("dimensions", ()))
-    big = [i for i in range(len(dims)) if dims[i] > 1]
-    big_reduced = [i for i in big if i in reduced]
-    if not big_reduced:
-        return False, True
-    first, last = big.index(big_reduced[0]), big.index(big_reduced[-1])
-    contiguous = big[first:last + 1] == big_reduced
-    is_row = all(i in reduced for i in big[last:])
-    return contiguous, is_row
-
-
-def _check_reduction(roots, heroes) -> BodyInfo:
-    reduces = list(dict.fromkeys(h for h in heroes if h.opcode == "reduce"))
-    first = reduces[0]
-    contiguous, _ = reduction_layout(first)
-    if not contiguous:
-        return BodyInfo("reduction", heroes, False, "reduced dimensions not contiguous")
-    dims = list(first.operands[0].shape.dims)
-    reduced = sorted(first.attrs["dimensions"])
-    for h in reduces[1:]:
-        if list(h.operands[0].shape.dims) != dims or sorted(h.attrs["dimensions"]) != reduced:
-            return BodyInfo("reduction", heroes, False, "reduce heroes of different shapes")
-    for h in reduces:
-        if any(o.shape.rank for o in h.operands[len(h.operands) // 2:]):
-            return BodyInfo("reduction", heroes, False, "non-scalar init")
-    hero_ids = {id(h) for h in reduces}
-    for root, hero in zip(roots, heroes):
-        if hero.opcode == "reduce":
-            if has_epilogue(root, hero):
-                if hero.shape.is_tuple:
-                    return BodyInfo("reduction", heroes, False, "epilogue of a variadic reduce")
-                if not epilogue_chain_ok(root, hero, lambda i: i.opcode in ELEMENTWISE_OPCODES
-                                         and i.shape.dims == hero.shape.dims):
-                    return BodyInfo("reduction", heroes, False, "epilogue not elementwise")
-        elif list(root.shape.dims) != dims or root.shape.is_tuple:
-            return BodyInfo("reduction", heroes, False,
-                            f"output '{root.name}' is neither a reduction nor shaped like its input")
-    # A reduce may only feed its own epilogue: a reduction read by another
-    # reduction's input (or a side output) would be recomputed per element.
-    starts = [o for h in reduces for o in h.operands] + \
-        [r for r, h in zip(roots, heroes) if h.opcode != "reduce"]
-    if _reaches_any(starts, hero_ids):
-        return BodyInfo("reduction", heroes, False, "a reduction feeds another reduction's input")
-    # The epilogue's other operands must not read a reduce either
-    # (besides the chain from the hero).
-    for root, hero in zip(roots, heroes):
-        if hero.opcode == "reduce" and has_epilogue(root, hero):
-            cur = root
-            while cur is not hero:
-                chain = [o for o in cur.operands if _reaches(o, hero)]
-                others = [o for o in cur.operands if not _reaches(o, hero)]
-                if _reaches_any(others, hero_ids):
-                    return BodyInfo("reduction", heroes, False,
-                                    "an epilogue reads another reduction")
-                cur = chain[0]
-    return BodyInfo("reduction", heroes, True)
-
-
-def _check_transpose(roots, heroes) -> BodyInfo:
-    tiled = list(dict.fromkeys(h for h in heroes if is_tiled_transpose(h)))
-    if any(r.shape.is_tuple for r in roots):
-        return BodyInfo("transpose", heroes, False, "tuple root")
-    shape = normalized_transpose(tiled[0])
-    for h in tiled[1:]:
-        if normalized_transpose(h) != shape:
-            return BodyInfo("transpose", heroes, False, "transposes of different shapes")
-    elements = prod(shape[0])
-    for root, hero in zip(roots, heroes):
-        if any(hero is t for t in tiled):
-            if not epilogue_chain_ok(root, hero, lambda i: i.opcode in _ORDER_PRESERVING
-                                     and not i.shape.is_tuple
-                                     and prod(i.shape.dims) == prod(hero.shape.dims)):
-                return BodyInfo("transpose", heroes, False, "epilogue reorders elements")
-        elif prod(root.shape.dims) != elements:
-            return BodyInfo("transpose", heroes, False, "side output of another size")
-    starts = [h.operands[0] for h in tiled] + \
-        [r for r, h in zip(roots, heroes) if not any(h is t for t in tiled)]
-    if _reaches_any(starts, {id(h) for h in tiled}):
-        return BodyInfo("transpose", heroes, False, "a transpose feeds another")
-    # Any other reduction or tiled transpose in the body is computed
-    # elementally: a reduction recomputed per element is not allowed.
-    for inst in _all_reachable([r for r in roots]):
-        if inst.opcode == "reduce":
-            return BodyInfo("transpose", heroes, False, "a reduction inside a transpose fusion")
-    return BodyInfo("transpose", heroes, True)
-
-
-def _all_reachable(starts) -> list[HloInstruction]:
-    """`starts` and every instruction they depend on."""
-    return reachable(starts, attrgetter("operands"))
-
-
-def _reaches(inst: HloInstruction, target: HloInstruction) -> bool:
-    return any(i is target for i in _all_reachable([inst]))
-
-
-def _reaches_any(starts, ids: set[int]) -> bool:
-    return any(id(i) in ids for i in _all_reachable(starts))
-
-
-def loop_body_ok(body: HloComputation) -> tuple[bool, str]:
-    """A loop-kind body must not compute a reduction per output element
-    when the reduction's result is broadcast (a reduction recomputed per
-    element): any reduce in a loop fusion must produce the elements the
-    fusion writes, read once each."""
-    for inst in body.instructions:
-        if inst.opcode == "reduce":
-            return False, f"reduce '{inst.name}' would be recomputed per element"
-    return True, ""
+    def __post_init__(self) -> None:
+        self.hero_kind = self.hero_kind or self.kind
 
 
 def body_acceptable(body: HloComputation) -> BodyInfo:
-    info = classify_body(body)
-    if info.ok and info.kind in ("loop", "concatenate", "input_slices",
-                                 "in_place_dynamic_update_slice"):
-        ok, reason = loop_body_ok(body)
-        if not ok:
-            info.ok, info.reason = False, reason
-    if info.ok and info.kind == "scatter":
-        ok, reason = loop_body_ok(body)
-        if not ok:
-            info.ok, info.reason = False, reason
+    """The emitter `xla_gpu.analysis.fusion` chooses for `body`, and
+    whether the fusion passes may build it: the emitter the heroes call for
+    must take it (a reduction or a tiled transpose sent to the loop
+    emitter, or a scatter nobody emits, is refused; a concatenate emitted
+    by the loop emitter is fine: that emitter also reads every element
+    once), and the passes' own limits hold:
+
+    * outputs are one flat tuple (merging reads them through
+      get-tuple-element) or one op's results;
+    * no reduction is computed again per element: a reduce hero read by
+      anything but its own epilogue (another reduction's input, a side
+      output, another epilogue), or any reduce in a fusion of another
+      kind, would be recomputed by each thread that reads it.
+
+    (Multi-output fusion adds XLA's shape rules for several roots.)"""
+    root = body.root
+    if root.opcode == "tuple" and any(r.shape.is_tuple for r in root.operands):
+        return BodyInfo("loop", [], False, "nested tuple outputs")
+    if root.opcode != "tuple" and root.shape.is_tuple and not gives_several_outputs(root):
+        return BodyInfo("loop", [], False, f"a tuple-shaped {root.opcode} root")
+    choice = choose_emitter(fusion_roots(body))
+    info = BodyInfo(choice.kind, choice.heroes, True, "", choice.hero_kind)
+    if choice.refusal is not None and choice.hero_kind != "concatenate":
+        info.ok, info.reason = False, choice.refusal
+    elif info.kind == "reduction":
+        if heroes_read_elsewhere(choice.roots, choice.heroes):
+            info.ok, info.reason = False, "a reduction would be computed again elementally " \
+                "where another reduction, side output or epilogue reads it"
+    else:
+        reduce = next((i for i in body.instructions if i.opcode == "reduce"), None)
+        if reduce is not None:
+            info.ok, info.reason = False, \
+                f"reduce '{reduce.name}' would be recomputed per element"
     return info
 
 
 def fusion_kind_for(info: BodyInfo) -> str:
     """XLA's fusion kind: kInput for the emitters that read their input in
     their own order (reduction, transpose, scatter), kLoop otherwise."""
-    return "kInput" if info.kind in ("reduction", "transpose", "scatter") else "kLoop"
+    return "kInput" if info.hero_kind in ("reduction", "transpose", "scatter") else "kLoop"
 
 
 def hero_names(body: HloComputation) -> str:

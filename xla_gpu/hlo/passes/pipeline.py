@@ -24,7 +24,7 @@ from .util import program_computations
 from .verifier import verify_module
 
 __all__ = ["HloPass", "ComputationPass", "InstructionPass", "HloPassPipeline", "HloPassFix", "DumpOptions",
-           "PassContext"]
+           "PassContext", "failed_pass"]
 
 
 @dataclass
@@ -78,6 +78,12 @@ class PassContext:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def failed_pass(error: BaseException) -> str | None:
+    """The name of the pass whose `run` raised `error` (None when no pass
+    did)."""
+    return getattr(error, "hlo_pass", None)
+
+
 class HloPass:
     """A pass: `run(module) -> changed`. Subclasses set `name`."""
     name = "pass"
@@ -89,7 +95,17 @@ class HloPass:
         """Runs the pass, then (when it changed the module) the verifier in
         debug mode and the dump."""
         start = time.perf_counter()
-        changed = bool(self.run(module))
+        try:
+            changed = bool(self.run(module))
+        except Exception as e:
+            # The innermost pass that failed is the one a caller names
+            # (`failed_pass`); pipelines and fixed points pass it up.
+            if failed_pass(e) is None:
+                try:
+                    e.hlo_pass = self.name
+                except AttributeError:   # an exception that takes no attributes
+                    pass
+            raise
         context.seconds[self.name] = context.seconds.get(self.name, 0.0) + \
             time.perf_counter() - start
         if changed:

@@ -14,7 +14,7 @@ from ..shape import Shape, bit_width, default_layout, same_shape
 __all__ = ["array_shape", "default_layout", "with_default_layout",
            "program_computations", "program_instructions", "has_side_effect", "is_elementwise",
            "is_scalar_constant", "is_effective_scalar", "byte_size",
-           "same_shape", "ELEMENTWISE_OPCODES", "CONTROL_FLOW_OPCODES"]
+           "same_shape", "free_name", "ELEMENTWISE_OPCODES", "CONTROL_FLOW_OPCODES"]
 
 # Instructions whose called computations hold program-level instructions
 # (passes run there), as opposed to fusion bodies and per-element
@@ -106,3 +106,12 @@ def _control_flow_callees_last_first(comp: HloComputation) -> list[HloComputatio
     return [called for inst in reversed(comp.instructions)
             if inst.opcode in CONTROL_FLOW_OPCODES
             for called in reversed(inst.called_computations)]
+
+
+def free_name(taken, base: str) -> str:
+    """`base`, or the first of `base.1`, `base.2`, ... not in `taken`."""
+    name, n = base, 0
+    while name in taken:
+        n += 1
+        name = f"{base}.{n}"
+    return name

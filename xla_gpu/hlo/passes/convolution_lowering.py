@@ -1,7 +1,9 @@
-"""Convolutions as kernels plus a GEMM (im2col), for whole programs on both
-targets.
+"""ConvolutionLowering: large convolutions as kernels plus a GEMM (im2col),
+for whole programs on both targets.
 
-XLA:GPU calls cuDNN for a convolution. Here a convolution becomes:
+XLA:GPU calls cuDNN for a convolution. Here a convolution of at least
+DIRECT_CONVOLUTION_MACS multiply-adds becomes (smaller ones stay, and run
+as the direct-convolution kernel of `emitters.convolution`):
 
   1. an im2col kernel: the input transposed to [N, spatial..., C], padded
      (edge padding, and interior padding for lhs dilation), and for every
@@ -34,12 +36,57 @@ from typing import Callable
 
 import numpy as np
 
-from .hlo import HloComputation, HloInstruction, Shape
-from .hlo.convolution import ConvolutionGeometry, conv_geometry
+from ..convolution import ConvolutionGeometry, conv_geometry
+from ..module import HloComputation, HloInstruction, HloModule
+from ..shape import Shape
+from .pipeline import HloPass
+from .util import program_computations
 
-__all__ = ["lower_convolution", "CONVOLUTION_OP_TYPE"]
+__all__ = ["ConvolutionLowering", "lower_convolution", "lowers_to_gemm",
+           "CONVOLUTION_OP_TYPE", "DIRECT_CONVOLUTION_MACS"]
 
 CONVOLUTION_OP_TYPE = "xla_gpu.convolution"
+# Multiply-adds below which a convolution runs as one direct kernel (no
+# temporaries, as XLA's cuDNN call) rather than im2col + gemm (a patch matrix
+# of input elements x window in temporary memory, but the gemm's speed).
+DIRECT_CONVOLUTION_MACS = 1 << 24
+
+
+class ConvolutionLowering(HloPass):
+    """Lowers every convolution of the program's sequential computations
+    (the ENTRY, loop bodies and conditions, branches, called computations)
+    that `lowers_to_gemm` to im2col + gemm; fusion bodies are left alone."""
+    name = "convolution-lowering"
+
+    def run(self, module: HloModule) -> bool:
+        changed = False
+        for comp in program_computations(module):
+            for conv in list(comp.instructions):
+                if conv.opcode != "convolution" or conv.parent is not comp or \
+                        not lowers_to_gemm(conv):
+                    continue
+                created, result, computations = lower_convolution(
+                    conv, *conv.operands, unique=module.unique_name,
+                    unique_comp=module.unique_computation_name)
+                for computation in computations:
+                    module.add_computation(computation, before=comp, unique=False)
+                for inst in created:
+                    comp.add_instruction(inst, keep_name=True)
+                conv.replace_with(result)
+                changed = True
+        return changed
+
+
+def lowers_to_gemm(inst: HloInstruction) -> bool:
+    """Whether an HLO convolution becomes im2col + gemm: large ones, where
+    the gemm's throughput pays for the patch matrix."""
+    lhs, rhs = inst.operands
+    geom = conv_geometry(inst, lhs.shape.dims, rhs.shape.dims, inst.shape.dims)
+    window = 1
+    for size in geom.size:
+        window *= size
+    macs = inst.shape.num_elements * window * geom.group_features
+    return macs >= DIRECT_CONVOLUTION_MACS
 
 
 class _Body:

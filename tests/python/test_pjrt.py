@@ -1,0 +1,308 @@
+"""xla_gpu as a jax backend (xla_gpu.pjrt): unchanged jax programs on platform
+"xla_gpu" (cpu target), compared with jax's own cpu backend.
+
+jax's backends are process-global, so each case runs its script in a fresh
+interpreter with JAX_PLATFORMS set (the test's XLA_GPU_CACHE_DIR inherited).
+"""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("jax")
+
+TIMEOUT = 240
+
+
+def run_jax(script: str, platforms: str = "xla_gpu", extra_env=None) -> dict:
+    """Runs `script` under jax and returns the JSON it prints last."""
+    env = dict(os.environ, JAX_PLATFORMS=platforms)
+    env.update(extra_env or {})
+    prelude = "import json, sys\nimport numpy as np\nimport jax, jax.numpy as jnp\n"
+    proc = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(script)],
+                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_entry_point_and_lazy_import():
+    from importlib.metadata import entry_points
+    values = [ep.value for ep in entry_points(group="jax_plugins") if ep.name == "xla_gpu"]
+    assert values == ["xla_gpu.pjrt"]
+    code = ("import sys, xla_gpu, xla_gpu.pjrt; "
+            "print(int('jax' in sys.modules), int('xla_gpu.pjrt._plugin' in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "0"]
+
+
+def test_every_slot_is_set_and_unimplemented_ones_say_so():
+    from xla_gpu.pjrt import _abi, _plugin
+    table = _plugin.api_table()
+    words = (ctypes.c_uint64 * (_abi.API_STRUCT_SIZE // 8)).from_address(table)
+    assert words[0] == 1144
+    assert ctypes.c_int32.from_address(table + 32).value == 0
+    assert ctypes.c_int32.from_address(table + 36).value == 112
+    assert all(words[5:]), "a NULL slot crashes jaxlib when called"
+    # Call one slot xla_gpu does not implement, then read its error back
+    # through the table as jaxlib does.
+    slot = _abi.SLOTS.index("Client_CreateUninitializedBuffer")
+    args = (ctypes.c_uint64 * 16)(128)
+    err = _abi.SLOT_FN(words[5 + slot])(ctypes.addressof(args))
+    assert err
+    msg = (ctypes.c_uint64 * 5)(40, 0, err)
+    _abi.VOID_SLOT_FN(words[5 + _abi.SLOTS.index("Error_Message")])(ctypes.addressof(msg))
+    text = ctypes.string_at(msg[3], msg[4]).decode()
+    assert text.startswith("unimplemented: PJRT_Client_CreateUninitializedBuffer")
+    code = (ctypes.c_uint64 * 4)(32, 0, err, 0)
+    _abi.SLOT_FN(words[5 + _abi.SLOTS.index("Error_GetCode")])(ctypes.addressof(code))
+    assert ctypes.c_int32.from_address(ctypes.addressof(code) + 24).value == _abi.UNIMPLEMENTED
+    destroy = (ctypes.c_uint64 * 3)(24, 0, err)
+    _abi.VOID_SLOT_FN(words[5])(ctypes.addressof(destroy))
+    assert err not in _plugin._objects
+
+
+def test_library_wraps_the_table_in_trampolines():
+    # libXlaGpuPjrt.so's trampolines (they keep a Python exception jaxlib has
+    # set while it calls a slot; test_errors_surface_as_python_exceptions
+    # covers that end to end) forward every slot to the Python table.
+    from xla_gpu.pjrt import _abi, _plugin, library_path
+    lib = ctypes.CDLL(library_path())
+    lib.XlaGpuPjrtWrapApi.argtypes = [ctypes.c_void_p] * 5
+    lib.XlaGpuPjrtWrapApi.restype = ctypes.c_void_p
+    py = ctypes.pythonapi
+    hooks = [ctypes.cast(f, ctypes.c_void_p).value for f in
+             (py.PyGILState_Ensure, py.PyGILState_Release, py.PyErr_Fetch, py.PyErr_Restore)]
+    assert lib.XlaGpuPjrtWrapApi(_plugin.api_table(), None, *hooks[1:]) is None
+    wrapped = lib.XlaGpuPjrtWrapApi(_plugin.api_table(), *hooks)
+    assert wrapped
+    words = (ctypes.c_uint64 * (_abi.API_STRUCT_SIZE // 8)).from_address(wrapped)
+    table = (ctypes.c_uint64 * (_abi.API_STRUCT_SIZE // 8)).from_address(_plugin.api_table())
+    assert list(words[:5]) == list(table[:5]) and all(words[5:])
+    assert not set(words[5:]) & set(table[5:])   # trampolines, not the Python slots
+    args = (ctypes.c_uint64 * 5)(40, 0, 0, 0, 0)
+    slot = words[5 + _abi.SLOTS.index("Client_PlatformName")]
+    assert _abi.SLOT_FN(slot)(ctypes.addressof(args)) is None
+    assert ctypes.string_at(args[3], args[4]) == b"xla_gpu"
+
+
+def test_devices_and_transfers():
+    out = run_jax("""
+        import ml_dtypes
+        devs = jax.devices("xla_gpu")
+        d = devs[0]
+        res = {"n": len(devs), "platform": d.platform, "default": jax.default_backend(),
+               "kind": d.device_kind, "ok": []}
+        cases = [np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(5, dtype=np.int8),
+                 np.array([True, False, True]), np.arange(4, dtype=np.uint8),
+                 np.arange(4, dtype=np.float16), np.arange(3, dtype=np.int32),
+                 np.array([1 + 2j, 3 - 1j], np.complex64), np.float32(3.5),
+                 np.arange(4, dtype=ml_dtypes.bfloat16), np.zeros((0, 3), np.float32),
+                 np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2],   # strided
+                 np.arange(4, dtype=np.float64), np.arange(4, dtype=np.int64)]
+        for a in cases:
+            x = jax.device_put(a, d)
+            back = np.asarray(x)
+            same = (back.dtype == np.asarray(a).dtype and back.shape == np.shape(a)
+                    and np.array_equal(back, a) and x.devices() == {d})
+            res["ok"].append(bool(same))
+        print(json.dumps(res))
+    """, extra_env={"JAX_ENABLE_X64": "1"})
+    assert out["n"] == 1 and out["platform"] == "xla_gpu" and out["default"] == "xla_gpu"
+    assert "xla_gpu" in out["kind"]
+    assert all(out["ok"]), out["ok"]
+
+
+def test_jit_matches_jax_cpu():
+    out = run_jax("""
+        g, c = jax.devices("xla_gpu")[0], jax.devices("cpu")[0]
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((8, 16)).astype(np.float32)
+        b = rng.standard_normal((16, 4)).astype(np.float32)
+        i = rng.integers(-50, 50, (8, 16)).astype(np.int32)
+        def loop(x):
+            return jax.lax.fori_loop(0, 5, lambda k, v: v * 0.5 + jnp.tanh(v) + k, x)
+        fns = {
+            "elementwise": (lambda x, y: jnp.exp(x) * 2 - jnp.maximum(x, 0.1) / 3, (a, a)),
+            "reduction": (lambda x: (x.sum(axis=0), jnp.max(x, axis=1), x.mean()), (a,)),
+            "int": (lambda x: (x // 3 + x % 7, jnp.sum(x)), (i,)),
+            "dot": (lambda x, y: jnp.dot(x, y) + 1, (a, b)),
+            "while": (loop, (a,)),
+            "softmax": (lambda x: jax.nn.softmax(x, axis=-1), (a,)),
+        }
+        res = {}
+        for name, (f, args) in fns.items():
+            jf = jax.jit(f)
+            got = jf(*[jax.device_put(x, g) for x in args])
+            want = jf(*[jax.device_put(x, c) for x in args])
+            got_l, want_l = jax.tree.leaves(got), jax.tree.leaves(want)
+            res[name] = (all(next(iter(x.devices())) == g for x in got_l) and
+                         all(np.allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
+                             for x, y in zip(got_l, want_l)))
+        compiled = jax.jit(fns["dot"][0]).lower(jax.device_put(a, g), jax.device_put(b, g)).compile()
+        res["as_text"] = compiled.as_text()
+        res["memory"] = compiled.memory_analysis().output_size_in_bytes
+        print(json.dumps(res))
+    """, platforms="xla_gpu,cpu")
+    for name in ("elementwise", "reduction", "int", "dot", "while", "softmax"):
+        assert out[name], name
+    assert out["as_text"].startswith("HloModule")
+    assert out["memory"] == 8 * 4 * 4
+
+
+def test_grad_of_mlp_and_block_until_ready():
+    script = """
+        rng = np.random.default_rng(1)
+        params = {"w1": rng.standard_normal((4, 8)).astype(np.float32) * 0.5,
+                  "b1": np.zeros(8, np.float32),
+                  "w2": rng.standard_normal((8, 1)).astype(np.float32) * 0.5}
+        x = rng.standard_normal((16, 4)).astype(np.float32)
+        y = rng.standard_normal((16, 1)).astype(np.float32)
+        def loss(p, x, y):
+            h = jnp.tanh(x @ p["w1"] + p["b1"])
+            return jnp.mean((h @ p["w2"] - y) ** 2)
+        step = jax.jit(lambda p, x, y: jax.tree.map(lambda a, g: a - 0.1 * g, p,
+                                                    jax.grad(loss)(p, x, y)))
+        losses = []
+        for _ in range(5):
+            params = step(params, x, y)
+            params = jax.block_until_ready(params)
+            losses.append(float(jax.jit(loss)(params, x, y)))
+        print(json.dumps({"losses": losses, "platform": jax.devices()[0].platform}))
+    """
+    ours, ref = run_jax(script), run_jax(script, platforms="cpu")
+    assert ours["platform"] == "xla_gpu" and ref["platform"] == "cpu"
+    assert ours["losses"][-1] < ours["losses"][0]
+    assert ours["losses"] == pytest.approx(ref["losses"], rel=1e-4, abs=1e-6)
+
+
+def test_errors_surface_as_python_exceptions():
+    out = run_jax("""
+        res = {}
+        x = jnp.ones(4, jnp.float32)
+        def no_handler(x):
+            return jax.ffi.ffi_call("xla_gpu_test_no_such_target",
+                                    jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        try:
+            jax.jit(no_handler)(x)
+        except Exception as e:
+            res["ffi"] = [type(e).__name__, str(e)]
+        y = jnp.ones(3); y.delete()
+        try:
+            jax.jit(lambda v: v + 1)(y)
+        except Exception as e:
+            res["deleted"] = [type(e).__name__, str(e)]
+        try:   # refused by xla_gpu's compiler
+            jax.jit(jnp.linalg.cholesky)(jnp.eye(3))
+        except Exception as e:
+            res["refused"] = [type(e).__name__, str(e)]
+        res["after"] = np.asarray(jax.jit(lambda v: v * 3)(x)).tolist()
+        # A handler registered with xla_gpu's FFI serves jax.ffi calls.
+        import xla_gpu.ffi
+        xla_gpu.ffi.register_ffi_target("xla_gpu_test_pjrt_double", lambda v: v * 2,
+                                        platform="cpu")
+        def double(v):
+            return jax.ffi.ffi_call("xla_gpu_test_pjrt_double",
+                                    jax.ShapeDtypeStruct(v.shape, v.dtype))(v)
+        res["ffi_ok"] = np.asarray(jax.jit(double)(jnp.arange(3.0))).tolist()
+        print(json.dumps(res))
+    """)
+    name, msg = out["ffi"]
+    assert name == "JaxRuntimeError"
+    assert "xla_gpu run" in msg and "xla_gpu_test_no_such_target" in msg
+    assert "deleted" in out["deleted"][1]
+    name, msg = out["refused"]
+    assert name == "JaxRuntimeError" and msg.startswith("UNIMPLEMENTED: xla_gpu compile")
+    assert "instruction 'cholesky" in msg
+    assert out["after"] == [3.0] * 4   # the process and the backend carry on
+    assert out["ffi_ok"] == [0.0, 2.0, 4.0]
+
+
+def test_threads_share_one_jitted_function():
+    out = run_jax("""
+        import threading
+        f = jax.jit(lambda x, k: jnp.sin(x) * k + x.sum())
+        x = np.linspace(0, 1, 64, dtype=np.float32)
+        want = np.sin(x) * 3 + x.sum()
+        ok, errors = [], []
+        def work():
+            try:
+                for _ in range(20):
+                    ok.append(bool(np.allclose(np.asarray(f(x, 3.0)), want, rtol=1e-5)))
+            except Exception as e:
+                errors.append(repr(e))
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        print(json.dumps({"n": len(ok), "all": all(ok), "errors": errors}))
+    """)
+    assert out == {"n": 80, "all": True, "errors": []}
+
+
+def test_initialize_warns_instead_of_failing_jax(monkeypatch, caplog):
+    import xla_gpu.pjrt as plugin
+    monkeypatch.setattr(plugin, "_registered", False)
+    # A jaxlib whose PJRT C API the plugin does not speak: skipped with a warning.
+    monkeypatch.setattr(plugin, "_SUPPORTED_JAXLIB", "9.9.")
+    with caplog.at_level("WARNING", logger="xla_gpu.pjrt"):
+        plugin.initialize()
+    assert "not registered" in caplog.text and not plugin._registered
+
+    # Anything else going wrong while registering: logged, never raised.
+    def broken():
+        raise OSError("libXlaGpuPjrt.so: cannot open shared object file")
+    monkeypatch.setattr(plugin, "_register", broken)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="xla_gpu.pjrt"):
+        plugin.initialize()
+    assert "could not register the jax plugin: OSError: libXlaGpuPjrt.so" in caplog.text
+
+
+def test_donation_and_persistent_cache(tmp_path):
+    out = run_jax(f"""
+        import warnings
+        jax.config.update("jax_compilation_cache_dir", {str(tmp_path)!r})
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+        from xla_gpu.pjrt import _plugin
+        loads = []
+        real = _plugin._deserialize
+        _plugin._deserialize = lambda blob: loads.append(len(blob)) or real(blob)
+        res = {{}}
+        def step(x, y):
+            return x * 2 + y
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x, y = jnp.ones(4), jnp.full(4, 3.0)
+            r = jax.jit(step, donate_argnums=1)(x, y)
+            res["first"] = np.asarray(r).tolist()
+            res["donated_deleted"] = y.is_deleted()
+            res["kept"] = not x.is_deleted()
+            res["warnings"] = [str(w.message) for w in caught if "onat" in str(w.message)]
+        jax.clear_caches()   # the next jit reads the executable back from the cache dir
+        r = jax.jit(step, donate_argnums=1)(x, jnp.full(4, 1.0))
+        res["second"] = np.asarray(r).tolist()
+        res["loads"] = len(loads)
+        print(json.dumps(res))
+    """)
+    assert out["first"] == [5.0] * 4 and out["second"] == [3.0] * 4
+    assert out["donated_deleted"] and out["kept"] and out["warnings"] == []
+    assert out["loads"] >= 1
+    assert any(p.name.startswith("jit_step") for p in tmp_path.iterdir())
+
+
+def test_compiles_on_a_stack_big_enough(tmp_path):
+    # jaxlib compiles on worker threads with small stacks; xla_gpu's compiler
+    # needs more for some programs (top_k, sort). A fresh compile cache makes
+    # sure the compiler really runs.
+    out = run_jax("""
+        top = jax.lax.top_k(jnp.arange(7.0), 3)[0]
+        srt = jnp.sort(jnp.array([3.0, 1.0, 2.0]))
+        print(json.dumps({"top": np.asarray(top).tolist(), "sort": np.asarray(srt).tolist()}))
+    """, extra_env={"XLA_GPU_CACHE_DIR": str(tmp_path)})
+    assert out == {"top": [6.0, 5.0, 4.0], "sort": [1.0, 2.0, 3.0]}

@@ -1,0 +1,135 @@
+"""xla_gpu as a jax backend: a PJRT C API plugin with platform name "xla_gpu".
+
+jax finds this module through the `jax_plugins` entry point (pyproject.toml)
+and calls `initialize()` the first time it looks for backends. That builds
+the PJRT C API table (`_plugin`, Python over `xla_gpu.compile(...,
+target="cpu")`), stores it in libXlaGpuPjrt.so (whose `GetPjrtApi` jax's
+loader calls) and registers the library with jax. Then
+
+    JAX_PLATFORMS=xla_gpu python -c "import jax; print(jax.devices())"
+
+runs unchanged jax programs through xla_gpu. This is the top layer of the
+package: nothing else in xla_gpu imports it, and importing it imports
+neither jax nor the compiler (`initialize()` does, lazily).
+
+Scope of this first version: one device, the cpu target (the cuda target
+where a GPU is usable comes later), synchronous execution, jaxlib 0.10.x
+(PJRT C API 0.112). Donation and jax's persistent compilation cache are
+switched on for "xla_gpu" by `_enable_jax_features` (private jax lists,
+patched only on jax 0.10.x). Not yet: multi-device programs (refused with
+an error), Python callbacks.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+__all__ = ["initialize", "library_path", "PLATFORM"]
+
+PLATFORM = "xla_gpu"
+logger = logging.getLogger(__name__)
+
+# Below jax's cpu backend (priority 0): installing xla_gpu must not move
+# every jax user's default device. JAX_PLATFORMS=xla_gpu or
+# jax.devices("xla_gpu") select it; XLA_GPU_JAX_PRIORITY overrides.
+_DEFAULT_PRIORITY = -100
+_SUPPORTED_JAXLIB = "0.10."
+
+_registered = False
+
+
+def library_path() -> str:
+    """libXlaGpuPjrt.so, the library jax loads (exports GetPjrtApi)."""
+    from .. import native_dir
+    return str(Path(native_dir()) / "lib" / "libXlaGpuPjrt.so")
+
+
+def _priority() -> int:
+    value = os.environ.get("XLA_GPU_JAX_PRIORITY", "")
+    try:
+        return int(value) if value else _DEFAULT_PRIORITY
+    except ValueError:
+        logger.warning("xla_gpu: XLA_GPU_JAX_PRIORITY=%r is not an integer; using %d",
+                       value, _DEFAULT_PRIORITY)
+        return _DEFAULT_PRIORITY
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    import ctypes
+
+    import jaxlib
+    from jax._src import xla_bridge
+
+    version = getattr(jaxlib, "__version__", "?")
+    if not version.startswith(_SUPPORTED_JAXLIB):
+        logger.warning("xla_gpu: the jax plugin speaks jaxlib %sx's PJRT C API (0.112); "
+                       "jaxlib %s is installed, so platform 'xla_gpu' is not registered "
+                       "(pip install 'xla_gpu[jax]')", _SUPPORTED_JAXLIB, version)
+        return
+    from ._plugin import api_table
+
+    table = api_table()
+    path = library_path()
+    if Path(path).is_file():
+        lib = ctypes.CDLL(path)
+        lib.XlaGpuPjrtWrapApi.argtypes = [ctypes.c_void_p] * 5
+        lib.XlaGpuPjrtWrapApi.restype = ctypes.c_void_p
+        lib.XlaGpuPjrtSetApi.argtypes = [ctypes.c_void_p]
+        lib.XlaGpuPjrtSetApi.restype = None
+        py = ctypes.pythonapi
+        hooks = [ctypes.cast(f, ctypes.c_void_p).value for f in
+                 (py.PyGILState_Ensure, py.PyGILState_Release, py.PyErr_Fetch, py.PyErr_Restore)]
+        wrapped = lib.XlaGpuPjrtWrapApi(table, *hooks)
+        if not wrapped:
+            raise RuntimeError(f"{path}: XlaGpuPjrtWrapApi refused the PJRT table")
+        lib.XlaGpuPjrtSetApi(wrapped)
+        xla_bridge.register_plugin(PLATFORM, priority=_priority(), library_path=path)
+    else:
+        # A source tree without the native build: hand jax the table directly
+        # (without the library's trampolines, a Python exception jaxlib has
+        # set when it calls a slot can be lost: see pjrt/xla_gpu_pjrt.c).
+        capsule_new = ctypes.pythonapi.PyCapsule_New
+        capsule_new.restype = ctypes.py_object
+        capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        xla_bridge.register_plugin(PLATFORM, priority=_priority(),
+                                   c_api=capsule_new(table, b"pjrt_c_api", None))
+    _registered = True
+    _enable_jax_features()
+
+
+def _enable_jax_features() -> None:
+    """jax 0.10 turns two features on by platform name, in private lists
+    that know only its own platforms: argument donation (otherwise jax
+    warns and drops it) and the persistent compilation cache. Add
+    "xla_gpu" to both, only on the jax version whose internals we read."""
+    import jax
+    if not jax.__version__.startswith(_SUPPORTED_JAXLIB):
+        return
+    from jax._src import compilation_cache
+    from jax._src.interpreters import mlir
+
+    donation = getattr(mlir, "_platforms_with_donation", None)
+    if isinstance(donation, list) and PLATFORM not in donation:
+        donation.append(PLATFORM)
+    original = getattr(compilation_cache, "is_cache_used", None)
+    if callable(original) and not getattr(original, "_xla_gpu", False):
+        def is_cache_used(backend):
+            if getattr(backend, "platform", None) == PLATFORM:
+                return compilation_cache._is_cache_enabled()
+            return original(backend)
+        is_cache_used._xla_gpu = True
+        compilation_cache.is_cache_used = is_cache_used
+
+
+def initialize() -> None:
+    """jax's plugin hook. Never raises: a plugin that cannot register must
+    not break the user's jax (the failure is logged as a warning)."""
+    try:
+        _register()
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("xla_gpu: could not register the jax plugin: %s: %s",
+                       type(exc).__name__, exc)

@@ -1,0 +1,93 @@
+"""The driver: prepare -> schedule -> buffer assignment -> kernels and
+thunks -> command buffers -> a ProgramExecutable."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from .. import __version__
+from ..hlo import HloModule
+from ..hlo.printer import module_to_text
+from ..runtime import command_buffer
+from ..runtime.program import KernelImage, MemoryAnalysis, ProgramExecutable
+from .constants import constants
+from .kernels import ProgramKernels, kernel_fusions
+from .prepare import prepare_module
+from .shapes import leaves
+from .thunk_emitter import ThunkEmitter
+
+__all__ = ["compile_program"]
+
+
+def _memory_analysis(assignment, kernels: dict[str, KernelImage]) -> MemoryAnalysis:
+    memory = assignment.memory_analysis()
+    # Kernels linked into one binary share it: count it once.
+    code = {k.shared_binary() or id(k): k.code_size for k in kernels.values()}
+    memory.generated_code_size_in_bytes = sum(code.values())
+    return memory
+
+
+def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
+                    arch: str = "sm_90", cache: bool = True, optimize: bool | None = None,
+                    command_buffers: bool = True, memory_limit: int | None = None,
+                    dump_dir: str | os.PathLike | None = None, dump_regex: str = ".*",
+                    fallback_unfused: bool = False) -> ProgramExecutable:
+    """Compiles the ENTRY computation of `module` into a ProgramExecutable
+    for `target` ("cpu" or "cuda"; resolve "auto" before). See the
+    package docstring; `fallback_unfused`: `prepare_module`'s."""
+    from ..service import assign_buffers, schedule_module
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if dump_dir is not None:
+        Path(dump_dir).mkdir(parents=True, exist_ok=True)
+        Path(dump_dir, "before_optimizations.txt").write_text(
+            text or module_to_text(module))
+    prepared, notes = prepare_module(module, optimize=optimize, dump_dir=dump_dir,
+                                     dump_regex=dump_regex,
+                                     fallback_unfused=fallback_unfused)
+    timings["prepare"] = time.perf_counter() - t0
+    hlo_text = module_to_text(prepared)
+    t0 = time.perf_counter()
+    schedule = schedule_module(prepared, memory_limit=memory_limit) \
+        if memory_limit is not None else schedule_module(prepared)
+    timings["schedule"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    assignment = assign_buffers(prepared, schedule)
+    timings["buffer_assignment"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    kernels = ProgramKernels(target, arch, cache, prepared)
+    emitter = ThunkEmitter(prepared, schedule, assignment, kernels, target)
+    entry = prepared.entry
+    try:
+        kernels.prefetch(kernel_fusions(entry))
+        thunks = emitter.emit(entry)
+        kernels.link()
+    finally:
+        kernels.close()
+    timings["thunks+kernels"] = time.perf_counter() - t0
+    if command_buffers:
+        thunks = command_buffer.convert(thunks)
+    parameters = [[emitter.ref(p, index) for index, _ in leaves(p.shape)]
+                  for p in entry.parameters]
+    outputs = [emitter.ref(entry.root, index) for index, _ in leaves(entry.root.shape)]
+    program_constants = constants(prepared, assignment)
+    allocations = list(assignment.allocations)
+    ba_text = assignment.to_text()
+    exe = ProgramExecutable(
+        name=module.name, target=target, arch=arch, allocations=allocations,
+        parameters=parameters, parameter_shapes=[str(p.shape) for p in entry.parameters],
+        outputs=outputs, thunks=thunks, kernels=dict(kernels.images), constants=program_constants,
+        hlo_text=hlo_text, original_text=text, buffer_assignment=ba_text,
+        memory=_memory_analysis(assignment, kernels.images), notes=notes, timings=timings,
+        version=__version__, command_buffers=command_buffers)
+    exe.notes.append(f"{len(kernels.images)} kernels ({kernels.compiled} compiled, "
+                     f"{kernels.cached} from the cache)")
+    if dump_dir is not None:
+        Path(dump_dir, "after_optimizations.txt").write_text(hlo_text)
+        Path(dump_dir, "buffer-assignment.txt").write_text(ba_text)
+        Path(dump_dir, "thunk-sequence.txt").write_text(exe.thunk_sequence_text())
+    return exe
+
+

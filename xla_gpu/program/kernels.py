@@ -1,0 +1,319 @@
+"""A program's kernels: its fusions compiled through the kernel compiler
+(`xla_gpu.kernel_compiler`: one key recipe, one cache), several at a time
+on a pool of host threads, plus the sort, top-k and convolution kernels the
+thunk emitter adds; on cuda, the kernels this compile built are linked
+into shared PTX modules and cubins.
+
+A fusion's kernel is compiled from a copy of its computation that reads
+and writes row-major physical buffers through bitcasts
+(`kernel_computation`), so that the emitters keep seeing logical arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+from typing import Any
+
+from .. import compile_cache, kernel_compiler
+from ..errors import CompileError
+from ..hlo import HloComputation, HloInstruction, HloModule, Shape
+from ..hlo.fusions import fusion_text, inline_calls
+from ..runtime.program import KernelImage
+from .prepare import is_row_major, reachable_computations
+from .shapes import leaves
+
+__all__ = ["ProgramKernels", "kernel_computation", "kernel_fusions", "broadcast_constant",
+           "all_outputs_empty", "PREFETCH_THREADS", "LINK_KERNELS"]
+
+
+def _symbol(name: str) -> str:
+    text = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return text if text and not text[0].isdigit() else f"k_{text}"
+
+
+def kernel_computation(comp: HloComputation) -> HloComputation:
+    """`comp` reading and writing row-major physical buffers: a parameter
+    or output leaf with another layout goes through a bitcast (the
+    emitters index bitcasts through the physical order). `comp` itself
+    when every parameter and output is row-major already."""
+    comp = inline_calls(comp)
+    params = comp.parameters
+    root = comp.root
+    outputs = list(root.operands) if root.opcode == "tuple" else [root]
+    if all(is_row_major(p.shape) for p in params) and \
+            all(is_row_major(o.shape) for o in outputs):
+        return comp
+    mapping: dict[int, HloInstruction] = {}
+    body: list[HloInstruction] = []
+    for inst in comp.post_order():
+        if inst.opcode == "parameter" and not is_row_major(inst.shape):
+            physical = HloInstruction(inst.name + ".physical", "parameter",
+                                      inst.shape.physical_shape(), [], {}, None,
+                                      inst.parameter_number, inst.location)
+            body.append(physical)
+            logical = HloInstruction(inst.name, "bitcast", inst.shape, [physical], {},
+                                     None, None, inst.location)
+            body.append(logical)
+            mapping[id(inst)] = logical
+            continue
+        new = inst.clone_with([mapping[id(o)] for o in inst.operands])
+        body.append(new)
+        mapping[id(inst)] = new
+
+    def physical_output(value: HloInstruction) -> HloInstruction:
+        if is_row_major(value.shape):
+            return value
+        out = HloInstruction(value.name + ".physical", "bitcast", value.shape.physical_shape(),
+                             [value], {}, None, None, value.location)
+        body.append(out)
+        return out
+
+    new_root = mapping[id(root)]
+    if root.opcode == "tuple":
+        leaves = [physical_output(o) for o in new_root.operands]
+        if any(a is not b for a, b in zip(leaves, new_root.operands)):
+            shape = Shape(tuple_shapes=tuple(leaf.shape for leaf in leaves))
+            new_root = HloInstruction(root.name + ".physical", "tuple", shape, leaves, {},
+                                      None, None, root.location)
+            body.append(new_root)
+    else:
+        new_root = physical_output(new_root)
+    new = HloComputation(comp.name, body, new_root, False, comp.location)
+    new.link_instructions()
+    return new
+
+
+class ProgramKernels:
+    """Compiles a program's fusion computations to kernels (the same keys
+    as `xla_gpu.compile(..., fusion=NAME)`) and holds their images, by
+    kernel key."""
+
+    def __init__(self, target: str, arch: str, cache: bool, module: HloModule):
+        self.target, self.arch, self.cache, self.module = target, arch, cache, module
+        self.identity = compile_cache.compiler_identity(target) if cache else ""
+        self.disk = compile_cache.DiskCache() if cache else None
+        self.images: dict[str, KernelImage] = {}
+        self.compiled = 0
+        self.cached = 0
+        # cuda: kernels built this compile go into one binary (`link`);
+        # until then their images have no code.
+        self.link_kernels = target == "cuda" and LINK_KERNELS
+        self._unlinked: list[tuple[KernelImage, Any, str]] = []
+        # Per fusion instruction: (kernel computation, key).
+        self._kernels_of: dict[int, tuple[HloComputation, str]] = {}
+        # Key -> a Future of `_build` or a cached kernel (prefetch).
+        self._pending: dict[str, Any] = {}
+        self._pool = None
+
+    def _kernel_of(self, inst: HloInstruction, comp: HloComputation):
+        """(the kernel's computation, its cache key), worked out once per
+        fusion instruction."""
+        known = self._kernels_of.get(id(inst))
+        if known is None:
+            kernel_comp = kernel_computation(comp)
+            key = kernel_compiler.kernel_key(kernel_comp, self.target, self.arch,
+                                             identity=self.identity)
+            known = self._kernels_of[id(inst)] = (kernel_comp, key)
+        return known
+
+    def _cached(self, key: str):
+        return kernel_compiler.cached_kernel(key, self.target, self.disk) \
+            if self.cache else None
+
+    def _build(self, inst: HloInstruction, kernel_comp: HloComputation, key: str):
+        """The kernel of fusion `inst`, compiled (and cached, unless it is
+        still to link). Runs on the prefetch threads: touches nothing of
+        this object but its read-only settings."""
+        from ..analysis.fusion import analyze
+        fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
+        return kernel_compiler.compile_kernel(
+            fusion, self.target, self.arch, cache=self.cache, key=key,
+            text=fusion_text(kernel_comp), lower_only=self.link_kernels, disk=self.disk)
+
+    def prefetch(self, fusions: list[tuple[HloInstruction, HloComputation]]) -> None:
+        """Starts compiling the kernels of `fusions` that no cache holds on
+        a pool of host threads (emission holds the GIL, but MLIR's passes,
+        LLVM's NVPTX backend and nvJitLink or ptxas mostly do not), one per
+        distinct kernel; `compile` then takes each result in the order the
+        thunks need them, and raises a failure where the serial compile
+        would have."""
+        workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
+        if workers < 2:
+            return
+        for inst, comp in fusions:
+            kernel_comp, key = self._kernel_of(inst, comp)
+            if key in self.images or key in self._pending:
+                continue
+            exe = self._cached(key)
+            if exe is not None:
+                self._pending[key] = exe
+                continue
+            if self._pool is None:
+                self._pool = _compile_pool(workers)
+            self._pending[key] = self._pool.submit(self._build, inst, kernel_comp, key)
+
+    def close(self) -> None:
+        """Cancels what was prefetched and not used (a compile that failed
+        part way) and lets the threads go."""
+        from concurrent.futures import Future, wait
+        running = [item for item in self._pending.values()
+                   if isinstance(item, Future) and not item.cancel()]
+        # The pool outlives this compile; what still runs for it finishes
+        # before the compile returns (its errors are not wanted).
+        wait(running)
+        self._pool = None
+        self._pending.clear()
+
+    def compile(self, inst: HloInstruction, comp: HloComputation) -> tuple[str, KernelImage]:
+        """(kernel id, image) of fusion `inst` calling `comp`."""
+        from concurrent.futures import Future
+        kernel_comp, key = self._kernel_of(inst, comp)
+        known = self.images.get(key)
+        if known is not None:
+            return key, known
+        found = self._pending.pop(key, None)
+        if found is None:
+            found = self._cached(key)
+        if isinstance(found, Future):                 # compiled by prefetch
+            exe = found.result()
+            self.compiled += 1
+        elif found is not None:                       # from a cache
+            exe = found
+            self.cached += 1
+        else:
+            exe = self._build(inst, kernel_comp, key)
+            self.compiled += 1
+        return key, self._add_image(key, exe)
+
+    def _add_image(self, key: str, exe) -> KernelImage:
+        """The program's image of kernel `exe` under `key`; one still to
+        link (`exe.lowered`) gets its code from `link`."""
+        image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
+                            host_library=exe.host_library)
+        if self.target == "cpu" and exe.host_library is None:
+            image.jit = getattr(exe._load(), "host", None)
+        if exe.lowered is not None:
+            self._unlinked.append((image, exe, key))
+        self.images[key] = image
+        return image
+
+    def link(self) -> None:
+        """Links the kernels built by this compile into PTX modules and
+        cubins that their images share: one per compile thread, compiled
+        side by side, each holding about the same amount of code (more
+        only where kernel names clash). The linked kernels stay in this
+        process' memory cache; they are not written to the disk cache,
+        where each entry would carry a whole group's binary."""
+        if not self._unlinked:
+            return
+        from ..backends import cuda
+        # Two kernels may share a name (then they go to different groups).
+        owner = {id(exe.lowered): (image, exe, key) for image, exe, key in self._unlinked}
+        workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
+        groups = cuda.link_groups([exe.lowered for _, exe, _ in self._unlinked], workers)
+        link = functools.partial(_link_group, arch=self.arch)
+        binaries = _compile_pool(workers).map(link, groups) if len(groups) > 1 else \
+            map(link, groups)
+        for group, binary in zip(groups, binaries):
+            for kernel in group:
+                image, exe, key = owner[id(kernel)]
+                image.ptx = exe.ptx = binary.ptx
+                image.cubin = exe.cubin = binary.cubin
+                exe.lowered = None
+                if self.cache:
+                    kernel_compiler.store(key, exe)
+        self._unlinked.clear()
+
+    def register(self, exe) -> str:
+        """Adds a kernel compiled elsewhere (the sort, top-k and convolution
+        kernels, `xla_gpu.op_kernels`) under its cache key; returns its
+        kernel id. One still to link (`exe.lowered`) is linked with the
+        program's others."""
+        key = exe.key
+        if key not in self.images:
+            self._add_image(key, exe)
+            self.compiled += 1
+        return key
+
+
+def _link_group(group, arch: str):
+    """One PTX module and cubin for `group` (LoweredKernels), in this
+    thread's MLIR context; a failure names the group's kernels."""
+    from ..backends import cuda
+    try:
+        return cuda.link(group, kernel_compiler.thread_context(), arch=arch)
+    except CompileError as e:
+        names = ", ".join(kernel.name for kernel in group)
+        raise type(e)(f"linking kernels {names}: {e}") from None
+
+
+# Host threads that compile a program's kernels side by side.
+PREFETCH_THREADS = 8
+# cuda: a program's kernels share one PTX module and cubin (False: one
+# binary per kernel, as a single fusion's compile makes).
+LINK_KERNELS = True
+_pool_lock = threading.Lock()
+_pool: Any = None
+
+
+def _compile_pool(workers: int):
+    """The process' kernel-compile threads, made on first use and kept:
+    each thread keeps its MLIR context and parsed pass managers between
+    compiles (making them again costs ~10-25 ms a thread, as much as
+    compiling a small kernel), and no compile pays for starting threads."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _pool = ThreadPoolExecutor(workers, thread_name_prefix="xla_gpu_compile")
+        return _pool
+
+
+def _forget_pool_after_fork() -> None:
+    # A forked child has none of the parent's threads: it makes its own pool.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+def kernel_fusions(entry: HloComputation) -> list[tuple[HloInstruction, HloComputation]]:
+    """The fusions of the program that may become kernels, in the order
+    the thunks are emitted (fusions inside fusion bodies and those that
+    are a broadcast constant, a memset, left out)."""
+    comps = reachable_computations(entry)
+    bodies = {id(inst.attrs["calls"]) for comp in comps for inst in comp.instructions
+              if inst.opcode == "fusion" and isinstance(inst.attrs.get("calls"), HloComputation)}
+    found = []
+    for comp in reversed(comps):
+        if id(comp) in bodies:
+            continue
+        for inst in comp.instructions:
+            body = inst.attrs.get("calls") if inst.opcode == "fusion" else None
+            if isinstance(body, HloComputation) and broadcast_constant(body) is None \
+                    and not all_outputs_empty(inst):
+                found.append((inst, body))
+    return found
+
+
+def all_outputs_empty(inst: HloInstruction) -> bool:
+    """Whether every array `inst` produces has no elements (a fusion that
+    becomes no kernel)."""
+    found = leaves(inst.shape)
+    return bool(found) and all(shape.num_elements == 0 for _, shape in found)
+
+
+def broadcast_constant(body: HloComputation) -> HloInstruction | None:
+    """The constant a fusion body only broadcasts (through bitcasts and
+    reshapes), None when it computes more: the candidates for a memset."""
+    value = body.root
+    if value is None or value.shape.is_tuple:
+        return None
+    while value.opcode in ("broadcast", "bitcast", "reshape") and value.operands:
+        value = value.operands[0]
+    return value if value.opcode == "constant" else None
