@@ -502,14 +502,16 @@ class DiskCache:
         return None if key is None else hmac.new(key, data, "sha256").hexdigest()
 
     # -- entries ---------------------------------------------------------
-    def get(self, key: str, target: str):
-        """The Executable stored under `key`, or None (missing, unsigned,
-        corrupt, or not what the key names: such an entry is removed)."""
-        from .kernel_compiler import Executable
+    def get(self, key: str, target: str, load_kernel):
+        """The kernel stored under `key`, or None (missing, unsigned,
+        corrupt, or not what the key names: such an entry is removed).
+        `load_kernel(entry, expected_digest=..., check_abi=False)` reads an
+        entry (`kernel_compiler.Executable.load`): the cache knows its
+        entries, not the compiler that wrote them, which imports the cache."""
         from .errors import ArtifactError
 
         def load(entry: Path, digest: str):
-            exe = Executable.load(entry, expected_digest=digest, check_abi=False)
+            exe = load_kernel(entry, expected_digest=digest, check_abi=False)
             if exe.spec.fingerprint != key or exe.spec.target != target:
                 raise ArtifactError("the entry is not what its key names")
             if target == "cpu" and exe.host_mlir is None:

@@ -242,7 +242,7 @@ def cached_kernel(key: str, target: str, disk=None):
     A disk hit is kept in memory."""
     exe = memory.get(key)
     if exe is None and disk is not None:
-        exe = disk.get(key, target)
+        exe = disk.get(key, target, Executable.load)
         if exe is not None:
             memory.put(key, exe)
     return exe
