@@ -76,23 +76,15 @@ typedef int64_t (*Executor)(const int64_t *code, int64_t length, char *const *ba
 
 /* The executor's poll, between iterations of a while loop: runs Python's
  * signal handlers (Ctrl-C's KeyboardInterrupt) with the GIL taken for the
- * moment; nonzero, with the exception set on this thread, stops the run. */
-static int poll_signals(void *unused) {
-  (void)unused;
-  PyGILState_STATE state = PyGILState_Ensure();
-  int stop = PyErr_CheckSignals() != 0;
-  PyGILState_Release(state);
-  return stop;
-}
-
-/* The same poll for callers through ctypes, which must not find an
- * exception set when the foreign call returns: what a signal handler
- * raised is kept per thread until `raise_pending()` raises it. (A poll
- * written in Python cannot do this: the handler's exception is raised on
- * entry to the callback, before any `try`, and ctypes swallows it.) */
+ * moment; nonzero stops the run. What a handler raised is kept per thread
+ * until `restore_pending()` sets it again: the executor may run under
+ * ctypes, which must not find an exception set when the foreign call
+ * returns. (A poll written in Python cannot do this: the handler's
+ * exception is raised on entry to the callback, before any `try`, and
+ * ctypes swallows it.) */
 static _Thread_local PyObject *pending_type, *pending_value, *pending_traceback;
 
-static int poll_signals_deferred(void *unused) {
+static int poll_signals(void *unused) {
   (void)unused;
   PyGILState_STATE state = PyGILState_Ensure();
   int stop = PyErr_CheckSignals() != 0;
@@ -106,19 +98,26 @@ static int poll_signals_deferred(void *unused) {
   return stop;
 }
 
+/* Sets what the last poll on this thread kept as the current exception;
+ * 0 when there was none. */
+static int restore_pending(void) {
+  if (pending_type == NULL) return 0;
+  PyErr_Restore(pending_type, pending_value, pending_traceback);
+  pending_type = pending_value = pending_traceback = NULL;
+  return 1;
+}
+
 static PyObject *host_run_poll_address(PyObject *module, PyObject *unused) {
   (void)module;
   (void)unused;
-  return PyLong_FromVoidPtr((void *)poll_signals_deferred);
+  return PyLong_FromVoidPtr((void *)poll_signals);
 }
 
 static PyObject *host_run_raise_pending(PyObject *module, PyObject *unused) {
   (void)module;
   (void)unused;
-  if (pending_type == NULL) Py_RETURN_NONE;
-  PyErr_Restore(pending_type, pending_value, pending_traceback);
-  pending_type = pending_value = pending_traceback = NULL;
-  return NULL;
+  if (restore_pending()) return NULL;
+  Py_RETURN_NONE;
 }
 
 static PyMethodDef module_functions[] = {
@@ -515,8 +514,7 @@ static void raise_deadline_exceeded(void) {
   PyObject *type = errors ? PyObject_GetAttrString(errors, "DeadlineExceededError") : NULL;
   Py_XDECREF(errors);
   if (type == NULL) return;
-  PyErr_SetString(type, "the run passed its deadline (timeout=) and was stopped; the "
-                        "executable stays usable");
+  PyErr_SetNone(type);   /* its default message */
   Py_DECREF(type);
 }
 
@@ -591,7 +589,7 @@ static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) 
                       &error_at, &control);
   Py_END_ALLOW_THREADS
   memcpy(self->counters, counters, sizeof(counters));
-  if (rc == EXECUTE_INTERRUPTED && PyErr_Occurred()) goto done;
+  if (rc == EXECUTE_INTERRUPTED && restore_pending()) goto done;
   if (rc == EXECUTE_DEADLINE_EXCEEDED) {
     raise_deadline_exceeded();
     goto done;

@@ -89,8 +89,8 @@ def _read_text(path: str, hlo_text: bool) -> tuple[str, str]:
     from ._input import decode_utf8, read_input
     data, source = read_input(path, stdin_ok=True)
     if hlo_text:
-        from .hlo.parser import decode_text
-        return decode_text(data, source), source
+        from ._input import decode_hlo_text
+        return decode_hlo_text(data, source), source
     return decode_utf8(data, source), source
 
 

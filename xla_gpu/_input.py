@@ -18,10 +18,10 @@ import os
 import stat
 from typing import Callable
 
-from .errors import ArgumentError
+from .errors import ArgumentError, HloParseError
 
 __all__ = ["DEFAULT_MAX_INPUT_BYTES", "max_input_bytes", "read_input", "decode_utf8",
-           "STDIN"]
+           "decode_hlo_text", "check_hlo_text", "STDIN"]
 
 DEFAULT_MAX_INPUT_BYTES = 1 << 30
 STDIN = "-"
@@ -164,3 +164,26 @@ def decode_utf8(data: bytes, source: str,
         if make_error is not None:
             raise make_error(message, line, column) from None
         raise ArgumentError(f"{source}:{line}:{column}: {message}") from None
+
+
+def decode_hlo_text(data: bytes, source: str) -> str:
+    """HLO text from bytes: UTF-8, or HloParseError at the first byte that
+    is not."""
+    return decode_utf8(data, source, lambda message, line, column: HloParseError(
+        message, line, column, source=source))
+
+
+def check_hlo_text(text: str, source: str = "<hlo>") -> None:
+    """HLO text is UTF-8: a str holding a lone surrogate (which no UTF-8
+    text decodes to) raises HloParseError at its line and column. Here, not
+    in the parser: compile() checks it before every cache lookup."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        line = text.count("\n", 0, e.start) + 1
+        column = e.start - text.rfind("\n", 0, e.start)
+        raise HloParseError(f"lone surrogate U+{ord(text[e.start]):04X} in the text (not "
+                            "a character: HLO text is UTF-8)", line, column,
+                            source=source) from None

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _malloc_tuning, compile_cache, hlo, kernel_compiler
-from ._input import read_input
+from ._input import check_hlo_text, decode_hlo_text, read_input
 from .compile_cache import cache_dir
 from .errors import ArgumentError, CompileError, ResourceError, XlaGpuError
 # Executable (what compile() returns for a fusion) and check_run_options
@@ -103,8 +103,8 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
             hlo_text.endswith(".hlo") and os.path.exists(hlo_text)):
         # Bounded: a regular file of at most XLA_GPU_MAX_INPUT_BYTES.
         data, source = read_input(hlo_text)
-        text = hlo.parser.decode_text(data, source)
-    hlo.parser.check_encodable(text, source)   # the cache keys hash its UTF-8
+        text = decode_hlo_text(data, source)
+    check_hlo_text(text, source)   # the cache keys hash its UTF-8
     try:
         return _compile(text, source, target, arch, fusion, cache, dump_dir, dump_regex,
                         dict(command_buffers=command_buffers, optimize=optimize,

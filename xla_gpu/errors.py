@@ -99,6 +99,10 @@ class DeadlineExceededError(XlaGpuError, TimeoutError):
     iterations of a while loop, or between thunks); the executable stays
     usable, the outputs of the stopped run are lost."""
 
+    def __init__(self, message: str = "the run passed its deadline (timeout=) and was "
+                                      "stopped; the executable stays usable"):
+        super().__init__(message)
+
 
 class CudaError(XlaGpuError, RuntimeError):
     """A CUDA driver call failed."""

@@ -345,7 +345,7 @@ def test_cuda_identity_follows_ptxas_libdevice_and_nvjitlink(tmp_path, monkeypat
 def test_identity_and_a_cache_hit_import_no_mlir(tmp_path):
     """In a fresh process: the identity (cpu and cuda) asks no library and
     imports no MLIR; a disk-cache hit of a whole program and of one fusion
-    loads neither MLIR, the program compiler, the HLO parser's
+    loads neither MLIR, the program compiler, the HLO parser, the
     interpreter nor ml_dtypes (f32 kernels), and runs."""
     env = dict(os.environ, XLA_GPU_CACHE_DIR=str(tmp_path / "cache"))
     program, fusion = tmp_path / "program.hlo", tmp_path / "fusion.hlo"
@@ -369,7 +369,8 @@ def test_identity_and_a_cache_hit_import_no_mlir(tmp_path):
         print(" ".join(sorted(m for m in ("mlir", "ml_dtypes", "xla_gpu.program_compiler",
                                           "xla_gpu.program", "xla_gpu.op_kernels",
                                           "xla_gpu.hlo.interpreter", "xla_gpu.hlo.passes",
-                                          "xla_gpu.emitters") if m in sys.modules))
+                                          "xla_gpu.hlo.parser", "xla_gpu.emitters")
+                         if m in sys.modules))
               or "nothing")
     """)
     run = [sys.executable, "-c", script, str(program), str(fusion)]

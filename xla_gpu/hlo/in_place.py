@@ -61,25 +61,29 @@ def _parameter_of(operand: HloInstruction, result) -> HloInstruction | None:
     return None
 
 
+def _update_and_parameter(root: HloInstruction):
+    """(update, parameter) for fusion output `root` written in place (see
+    the module docstring); (None, None) otherwise."""
+    if root.shape.is_tuple:
+        return None, None
+    update = through_bitcasts(root, keep_elements=True)
+    if update.opcode not in IN_PLACE_OPCODES or update.shape.is_tuple:
+        return None, None
+    param = _parameter_of(update.operands[0], update.shape)
+    return (None, None) if param is None else (update, param)
+
+
 def in_place_update(root: HloInstruction) -> HloInstruction | None:
     """The dynamic-update-slice or one-operand scatter that fusion output
     `root` (an array) is through bitcasts, when it writes in place over a
     fusion parameter (see the module docstring); None otherwise."""
-    if root.shape.is_tuple:
-        return None
-    update = through_bitcasts(root, keep_elements=True)
-    if update.opcode not in IN_PLACE_OPCODES or update.shape.is_tuple:
-        return None
-    if _parameter_of(update.operands[0], update.shape) is None:
-        return None
-    return update
+    return _update_and_parameter(root)[0]
 
 
 def in_place_parameter(root: HloInstruction) -> HloInstruction | None:
     """The fusion parameter whose buffer fusion output `root` (an array) is
     written over in place; None when it is written to a buffer of its own."""
-    update = in_place_update(root)
-    return None if update is None else through_bitcasts(update.operands[0], keep_elements=True)
+    return _update_and_parameter(root)[1]
 
 
 def _fused_outputs(root: HloInstruction, index: ShapeIndex

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from .._input import check_hlo_text, decode_hlo_text
 from .module import (HloComputation, HloInstruction, HloModule,
                      HloParseError, Location)
 from .opcodes import FIXED_ARITY, MIN_ARITY
@@ -101,7 +102,7 @@ def parse_module(text: str, source: str = "<hlo>") -> HloModule:
     if not isinstance(text, str):
         raise HloParseError(f"expected HLO text (str), got {type(text).__name__}",
                             source=source)
-    check_encodable(text, source)
+    check_hlo_text(text, source)
     parser = _Parser(text, source)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -123,30 +124,21 @@ def parse_file(path: str | os.PathLike) -> HloModule:
     for text that is not UTF-8 (line, column and byte offset)."""
     from .._input import read_input
     data, source = read_input(path)
-    return parse_module(decode_text(data, source), source=source)
+    return parse_module(decode_hlo_text(data, source), source=source)
 
 
-def decode_text(data: bytes, source: str) -> str:
-    """HLO text from bytes: UTF-8, or HloParseError at the first byte that
-    is not."""
-    from .._input import decode_utf8
-    return decode_utf8(data, source, lambda message, line, column: HloParseError(
-        message, line, column, source=source))
-
-
-def check_encodable(text: str, source: str = "<hlo>") -> None:
-    """HLO text is UTF-8: a str holding a lone surrogate (which no UTF-8
-    text decodes to) raises HloParseError at its line and column."""
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        line = text.count("\n", 0, e.start) + 1
-        column = e.start - text.rfind("\n", 0, e.start)
-        raise HloParseError(f"lone surrogate U+{ord(text[e.start]):04X} in the text (not "
-                            "a character: HLO text is UTF-8)", line, column,
-                            source=source) from None
+def parse_shape_list(text: str, source: str = "<shapes>") -> tuple[Shape, ...]:
+    """Parses a braced, comma-separated shape list such as `{f32[2,3]{0,1}, s32[]}`
+    (the form custom-call attributes like operand_layout_constraints take).
+    Raises `HloParseError`."""
+    parser = _Parser(text, source)
+    parser.skip()
+    parser.expect("{", "to open the shape list")
+    shapes = parser.comma_list("}", "the shape list", parser.shape)
+    parser.skip()
+    if parser.pos != parser.n:
+        parser.error(f"unexpected {parser.describe()} after the shape list")
+    return tuple(shapes)
 
 
 class _PendingRef:

@@ -309,23 +309,35 @@ def _check_batching(inst, operand_key, indices_key, operand, indices, ivd) -> No
                     f"{list(on_indices)} do not pair dimensions of equal size")
 
 
+def _check_index_dims(inst, operand, indices, window, removed_key, batching_keys,
+                      map_key) -> tuple:
+    """The dimension-number rules scatter and gather share: the window,
+    removed-and-batching and index-map dimensions each exist and are named
+    once, batching dimensions pair up, and the index map fits the index
+    vector. Returns (window, removed, operand batching, index_vector_dim)."""
+    window_key, window_shape = window
+    window_dims = _int_dims(inst, window_key)
+    removed = _int_dims(inst, removed_key)
+    batching = _int_dims(inst, batching_keys[0])
+    to_operand = _int_dims(inst, map_key)
+    ivd, vector = _index_vector_dim(inst, indices)
+    _distinct_dims(inst, window_key, window_dims, window_shape)
+    _distinct_dims(inst, f"{removed_key} and {batching_keys[0]}", removed + batching, operand)
+    _distinct_dims(inst, map_key, to_operand, operand)
+    _check_batching(inst, *batching_keys, operand, indices, ivd)
+    if len(to_operand) != vector:
+        _fail(inst, f"{map_key} has {len(to_operand)} entries for index vectors of {vector}")
+    return window_dims, removed, batching, ivd
+
+
 def _check_scatter_dimensions(inst, operand, indices, updates) -> None:
     """XLA's rules for scatter's dimension numbers: every dimension named
     exists and is named once, the window covers the operand, and the
     updates are the indices' batch dimensions and a window that fits."""
-    uwd = _int_dims(inst, "update_window_dims")
-    iwd = _int_dims(inst, "inserted_window_dims")
-    ibd = _int_dims(inst, "input_batching_dims")
-    to_operand = _int_dims(inst, "scatter_dims_to_operand_dims")
-    ivd, vector = _index_vector_dim(inst, indices)
-    _distinct_dims(inst, "update_window_dims", uwd, updates)
-    _distinct_dims(inst, "inserted_window_dims and input_batching_dims", iwd + ibd, operand)
-    _distinct_dims(inst, "scatter_dims_to_operand_dims", to_operand, operand)
-    _check_batching(inst, "input_batching_dims", "scatter_indices_batching_dims",
-                    operand, indices, ivd)
-    if len(to_operand) != vector:
-        _fail(inst, f"scatter_dims_to_operand_dims has {len(to_operand)} entries for "
-                    f"index vectors of {vector}")
+    uwd, iwd, ibd, ivd = _check_index_dims(
+        inst, operand, indices, ("update_window_dims", updates), "inserted_window_dims",
+        ("input_batching_dims", "scatter_indices_batching_dims"),
+        "scatter_dims_to_operand_dims")
     if len(uwd) + len(iwd) + len(ibd) != operand.rank:
         _fail(inst, f"update_window_dims, inserted_window_dims and input_batching_dims "
                     f"do not cover the {operand.rank} dimensions of {operand}")
@@ -441,20 +453,9 @@ def _check_gather_dimensions(inst, operand, indices, sizes) -> None:
     exists and is named once, collapsed and batching dimensions are sliced
     to 1, and the result is the indices' batch dimensions and the slice."""
     shape = inst.shape
-    offset = _int_dims(inst, "offset_dims")
-    collapsed = _int_dims(inst, "collapsed_slice_dims")
-    obd = _int_dims(inst, "operand_batching_dims")
-    start_map = _int_dims(inst, "start_index_map")
-    ivd, vector = _index_vector_dim(inst, indices)
-    _distinct_dims(inst, "offset_dims", offset, shape)
-    _distinct_dims(inst, "collapsed_slice_dims and operand_batching_dims", collapsed + obd,
-                   operand)
-    _distinct_dims(inst, "start_index_map", start_map, operand)
-    _check_batching(inst, "operand_batching_dims", "start_indices_batching_dims",
-                    operand, indices, ivd)
-    if len(start_map) != vector:
-        _fail(inst, f"start_index_map has {len(start_map)} entries for index vectors "
-                    f"of {vector}")
+    offset, collapsed, obd, ivd = _check_index_dims(
+        inst, operand, indices, ("offset_dims", shape), "collapsed_slice_dims",
+        ("operand_batching_dims", "start_indices_batching_dims"), "start_index_map")
     if any(sizes[d] > 1 for d in collapsed + obd):
         _fail(inst, "collapsed and batching dimensions must have slice size 1 or 0")
     kept = [sizes[d] for d in range(operand.rank) if d not in collapsed and d not in obd]

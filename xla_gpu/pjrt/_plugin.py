@@ -793,20 +793,23 @@ def Executable_OutputDimensions(a):
     wr(a, 40, C.addressof(e.out_dim_sizes))
 
 
+def _write_memory_kinds(a, e, count):
+    # Outputs and parameters share one memory-kind table (every buffer is device memory).
+    wr(a, 24, count)
+    wr(a, 32, C.addressof(e.kinds))
+    wr(a, 40, C.addressof(e.kind_sizes))
+
+
 @slot
 def Executable_OutputMemoryKinds(a):
     e = _executable(rd(a, 16), "PJRT_Executable_OutputMemoryKinds")
-    wr(a, 24, e.num_outputs)
-    wr(a, 32, C.addressof(e.kinds))
-    wr(a, 40, C.addressof(e.kind_sizes))
+    _write_memory_kinds(a, e, e.num_outputs)
 
 
 @slot
 def Executable_ParameterMemoryKinds(a):
     e = _executable(rd(a, 16), "PJRT_Executable_ParameterMemoryKinds")
-    wr(a, 24, e.num_params)
-    wr(a, 32, C.addressof(e.kinds))
-    wr(a, 40, C.addressof(e.kind_sizes))
+    _write_memory_kinds(a, e, e.num_params)
 
 
 @slot
@@ -955,10 +958,12 @@ def LoadedExecutable_Execute(a):
         raise _PjrtError(A.UNIMPLEMENTED, f"xla_gpu: execution on {num_devices} devices "
                          "(only single-device execution is supported)")
     arg_list = rd(rd(a, 32), 0)
-    args = []
+    name = e.name.buf.value.decode()
+    arg_bufs, args = [], []
     for i in range(num_args):
         buf = _get(rd(arg_list, 8 * i), Buffer, f"PJRT_LoadedExecutable_Execute argument {i}")
-        args.append(buf.live_array(f"argument {i} of '{e.name.buf.value.decode()}'"))
+        args.append(buf.live_array(f"argument {i} of '{name}'"))
+        arg_bufs.append(buf)
     try:
         outs = e.exe.run(*args)
     except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
@@ -968,13 +973,12 @@ def LoadedExecutable_Execute(a):
     if e.donated:
         options = rd(a, 24)
         keep = set(A.rd_i64s(rd(options, 56), rd(options, 64))) if options else set()
-        arg_bufs = [_objects.get(rd(arg_list, 8 * i)) for i in range(num_args)]
         with _lock:
             for p in e.donated - keep:
                 buf = arg_bufs[p] if p < num_args else None
                 # The run read a copy; a donated input is consumed as on XLA
                 # (unless a numpy view still reads it: then it stays).
-                if isinstance(buf, Buffer) and buf.external_refs == 0:
+                if buf is not None and buf.external_refs == 0:
                     buf.deleted = True
                     buf.array = None
     device = _client().devices[0]

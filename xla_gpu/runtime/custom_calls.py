@@ -91,9 +91,6 @@ def unbound(target: str, platform: str) -> Callable[[Any, Any], None]:
                          f"'{target}' on platform '{platform}' when the program was compiled "
                          "or loaded (custom calls are bound then: register the handler "
                          f"first, then compile or load the program){hint}")
-    try:
-        from ..ffi.jaxlib_targets import missing_hint
-        hint = missing_hint(target, platform)
-    except ImportError:
-        hint = ""
+    from ..ffi.jaxlib_targets import missing_hint
+    hint = missing_hint(target, platform)
     return refuse

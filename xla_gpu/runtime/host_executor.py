@@ -62,35 +62,6 @@ class _Control(ctypes.Structure):
     _fields_ = [("poll", _POLL), ("arg", ctypes.c_void_p), ("deadline_ns", ctypes.c_int64)]
 
 
-
-
-def _signal_poll():
-    """The executor's poll (Python's signal handlers between iterations of
-    a while loop) and the function that raises what they raised: the C
-    extension's, which keeps the exception until asked. Without the
-    extension, a Python callback polls (ctypes then reports a
-    KeyboardInterrupt raised on the callback's entry as ignored, and the
-    run stops with a plain KeyboardInterrupt)."""
-    try:
-        from . import _host_run
-        return _POLL(_host_run.poll_address()), _host_run.raise_pending
-    except ImportError:
-        pass
-    check = ctypes.PYFUNCTYPE(ctypes.c_int)(("PyErr_CheckSignals", ctypes.pythonapi))
-    pending: list[BaseException] = []
-
-    def poll(_arg) -> int:
-        try:
-            check()
-            return 0
-        except BaseException as e:   # noqa: BLE001  (re-raised by raise_pending)
-            pending.append(e)
-            return 1
-
-    def raise_pending() -> None:
-        if pending:
-            raise pending.pop()
-    return _POLL(poll), raise_pending
 # Products at most this many multiply-adds run in the executor's own loop;
 # larger ones go to numpy's BLAS (threaded, blocked).
 NATIVE_GEMM_MAX_FLOPS = 1 << 18
@@ -121,6 +92,36 @@ def _library_function(name: str, restype, *argtypes):
         return None
     fn.restype, fn.argtypes = restype, list(argtypes)
     return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _signal_poll():
+    """The executor's poll (Python's signal handlers between iterations of
+    a while loop) and the function that raises what they raised, made once
+    per process: the C extension's, which keeps the exception until asked. Without the
+    extension, a Python callback polls (ctypes then reports a
+    KeyboardInterrupt raised on the callback's entry as ignored, and the
+    run stops with a plain KeyboardInterrupt)."""
+    try:
+        from . import _host_run
+        return _POLL(_host_run.poll_address()), _host_run.raise_pending
+    except ImportError:
+        pass
+    check = ctypes.PYFUNCTYPE(ctypes.c_int)(("PyErr_CheckSignals", ctypes.pythonapi))
+    pending: list[BaseException] = []
+
+    def poll(_arg) -> int:
+        try:
+            check()
+            return 0
+        except BaseException as e:   # noqa: BLE001  (re-raised by raise_pending)
+            pending.append(e)
+            return 1
+
+    def raise_pending() -> None:
+        if pending:
+            raise pending.pop()
+    return _POLL(poll), raise_pending
 
 
 def native_executor():
@@ -336,7 +337,6 @@ class HostProgram:
             self._current.error = e
             return 1
 
-
     def _execute(self, bases: Sequence[int], ctx: ExecutionContext | None,
                  deadline_ns: int | None = None) -> dict[str, int]:
         """One native run on allocations at `bases` (`ctx`: what the
@@ -362,8 +362,7 @@ class HostProgram:
             self._raise_pending()
             raise KeyboardInterrupt
         if rc == _DEADLINE_EXCEEDED:
-            raise DeadlineExceededError("the run passed its deadline (timeout=) and was "
-                                        "stopped; the executable stays usable")
+            raise DeadlineExceededError()
         if rc != 0:
             raise ThunkError(f"the native thunk executor refused command word "
                              f"{error_at.value} of the program (code {rc})")

@@ -27,7 +27,6 @@ under `kernels/` (as `Executable.save` writes a kernel), `constants.npz`,
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import io
 import json
 import math

@@ -127,11 +127,11 @@ def _h_custom_call(ev, inst, ops, batch):
     # call runs, so that the interpreter alone imports no FFI code.
     from ...ffi import registry
     handler = registry.custom_call_handler(target)
-    if handler is None and registry.instruction_handler(target) is None and \
-            target not in _BUILTIN_CUSTOM_CALLS:
+    with_inst = registry.instruction_handler(target) if handler is None else None
+    if handler is None and with_inst is None and target not in _BUILTIN_CUSTOM_CALLS:
         from ...ffi import jaxlib_targets   # jax's own cpu targets, from jaxlib
         jaxlib_targets.provide(target, "cpu")
-    with_inst = registry.instruction_handler(target) if handler is None else None
+        with_inst = registry.instruction_handler(target)
     if with_inst is not None:
         result = registry.call_handler(lambda *args: with_inst(inst, *args), target, ops)
         return _result_like(result, inst.shape, target)

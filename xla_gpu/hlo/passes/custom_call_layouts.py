@@ -67,20 +67,12 @@ def layout_constraints(inst: HloInstruction) -> tuple[Shape, ...] | None:
 
 
 def _parse_shapes(inst: HloInstruction, raw: str) -> tuple[Shape, ...]:
-    from ..parser import _Parser
+    from ..parser import parse_shape_list
     from ...errors import HloParseError
-    where = f"operand_layout_constraints of '{inst.name}'"
-    parser = _Parser(raw, where)
     try:
-        parser.skip()
-        parser.expect("{", "to open the layout constraints")
-        shapes = parser.comma_list("}", "the layout constraints", parser.shape)
-        parser.skip()
-        if parser.pos != parser.n:
-            parser.error(f"unexpected {parser.describe()} after the constraints")
+        return parse_shape_list(raw, f"operand_layout_constraints of '{inst.name}'")
     except HloParseError as e:
         raise inst.error(f"malformed operand_layout_constraints {raw!r}: {e}") from None
-    return tuple(shapes)
 
 
 def _same_array(a: Shape, b: Shape) -> bool:

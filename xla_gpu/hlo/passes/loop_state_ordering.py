@@ -86,7 +86,10 @@ def order_loop_state_updates(module: HloModule) -> int:
                     i in shareable for i, o in enumerate(writer.operands)
                     if any(o is v for v in old_values))
                 others = [r for r in readers if r is not writer]
-                if self_read or any(id(writer) in _ancestors(r, by_name) for r in others):
+                # Each reader's ancestors walked once: the readers that need
+                # the new value both force the copy and need no edge.
+                after = {id(r) for r in others if id(writer) in _ancestors(r, by_name)}
+                if self_read or after:
                     copy = HloInstruction(free_name(by_name, f"{value.name}.state_copy"),
                                           "copy", value.shape, [value], {}, None, None,
                                           value.location)
@@ -96,14 +99,16 @@ def order_loop_state_updates(module: HloModule) -> int:
                     copy.parent = body
                     copy.users = [body.root]
                     value.users = [u for u in value.users if u is not body.root] + [copy]
-                    writer, others = copy, readers
+                    # The fresh copy has no user but the root: no reader
+                    # can depend on it.
+                    writer, others, after = copy, readers, set()
                 for reader in others:
-                    if id(writer) in _ancestors(reader, by_name):
+                    if id(reader) in after:
                         continue
-                    names = tuple(writer.attrs.get("control-predecessors") or ())
+                    names = tuple(writer.attrs.get(CONTROL_PREDECESSORS) or ())
                     if reader.name in names:
                         continue
-                    writer.attrs["control-predecessors"] = names + (reader.name,)
+                    writer.attrs[CONTROL_PREDECESSORS] = names + (reader.name,)
                     if hasattr(body, "_control_edges"):
                         body._control_edges = True
                     added += 1
