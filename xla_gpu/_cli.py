@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import native_dir
+from ._paths import native_dir
 
 
 def _exec(tool: str) -> None:

@@ -9,7 +9,7 @@ import functools
 
 from mlir import ir
 
-from . import library_path
+from ._paths import library_path
 
 
 class _Handle(ctypes.Structure):

@@ -53,12 +53,8 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from . import __version__
-
-if TYPE_CHECKING:
-    from .kernel_compiler import Executable
+from ._paths import __version__, cache_dir
 
 __all__ = ["cache_dir", "compiler_identity", "make_key", "MemoryCache", "DiskCache",
            "KEY_PATTERN"]
@@ -76,15 +72,6 @@ _INDEX_DIR = "raw"
 _INDEX_LIMIT = 256
 # digests.json of a program names every file of every kernel.
 _DIGESTS_LIMIT = 64 << 20
-
-
-def cache_dir() -> Path:
-    """`XLA_GPU_CACHE_DIR`, else `$XDG_CACHE_HOME/xla_gpu`, else ~/.cache/xla_gpu."""
-    env = os.environ.get("XLA_GPU_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "xla_gpu"
 
 
 def make_key(*parts: str) -> str:
@@ -167,7 +154,7 @@ def _package_identity() -> str:
     """The package's own files (sources, extensions; `_native/` aside),
     its native libraries, and the MLIR bindings' libraries and install
     records, by metadata (once per process)."""
-    from . import native_dir
+    from ._paths import native_dir
     h = hashlib.sha256(f"xla_gpu={__version__};python={sys.version}".encode())
     for path in _files_under(str(_PACKAGE_DIR), skip=("_native",)):
         _stat_into(h, path)
@@ -289,10 +276,11 @@ def compiler_identity(target: str) -> str:
 
 
 class MemoryCache:
-    """Executables of this process by key."""
+    """Executables of this process by key (kernel_compiler's, which sits
+    above the cache: held, never looked into)."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, "Executable"] = {}
+        self._entries: dict[str, object] = {}
         self._lock = threading.Lock()
 
     def get(self, key: str):

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__, compile_cache
+from . import compile_cache
+from ._paths import __version__
 from .errors import ArgumentError, ArtifactError, CompileError
 from .runtime import (CudaKernel, EmptyKernel, HostKernel, KernelSpec, artifact,
                       check_output_memory)

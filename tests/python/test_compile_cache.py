@@ -281,7 +281,7 @@ def test_identity_follows_sources_native_libraries_and_bindings(tmp_path, monkey
     record.parent.mkdir()
     record.write_text("mlir/__init__.py,,\n")
     monkeypatch.setattr(compile_cache, "_PACKAGE_DIR", tree)
-    monkeypatch.setattr(xla_gpu, "native_dir", lambda: native)
+    monkeypatch.setattr(xla_gpu._paths, "native_dir", lambda: native)
     real_location = compile_cache._package_location
     monkeypatch.setattr(compile_cache, "_package_location",
                         lambda name: str(bindings) if name == "mlir" else real_location(name))

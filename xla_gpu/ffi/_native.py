@@ -49,7 +49,7 @@ class BufferDesc(ctypes.Structure):
 
 
 def _installed() -> Path | None:
-    from .. import native_dir
+    from .._paths import native_dir
     path = native_dir() / "lib" / LIBRARY_NAME
     return path if path.is_file() else None
 
@@ -71,7 +71,7 @@ def _build_from_source() -> Path:
     for name in _SOURCES:
         h.update(name.encode() + b"\0" + (_SOURCE_DIR / name).read_bytes())
     h.update(compiler.encode())
-    from ..compile_cache import cache_dir
+    from .._paths import cache_dir
     root = cache_dir() / "ffi-runtime"
     target = root / h.hexdigest()[:24] / LIBRARY_NAME
     if target.is_file():

@@ -15,13 +15,14 @@ import ctypes
 import inspect
 import itertools
 import weakref
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..errors import HloError, UnsupportedError
-from . import (CHandler, ERROR_CODES, TYPED_FFI, FfiError, LegacyHandler, PythonHandler,
-               STAGES, _native, lookup, registry)
+from . import _native, registry
+from .base import (ERROR_CODES, STAGES, TYPED_FFI, CHandler, FfiError, LegacyHandler,
+                   PythonHandler)
 from .attributes import encode_attributes, handler_attributes
 
 __all__ = ["CallSite", "thunk_handler", "thunk_dispatcher", "bridge_into_interpreter",
@@ -589,15 +590,17 @@ def _rebuild(shape: Any, leaves: list[np.ndarray]) -> Any:
 
 class _InterpreterBridge:
     """The interpreter's handler for a target registered here: looks the
-    registration up when the custom call is evaluated."""
+    registration up (`lookup`, the registry's) when the custom call is
+    evaluated."""
 
-    def __init__(self, target: str):
+    def __init__(self, target: str, lookup: Callable[..., Any]):
         self.target = target
+        self.lookup = lookup
 
     def __call__(self, inst: Any, *operands: Any) -> Any:
         where = _where(inst.name, self.target, "cpu")
         api_version = str(inst.attrs.get("api_version", ""))
-        registration = lookup(self.target, "cpu", api_version)
+        registration = self.lookup(self.target, "cpu", api_version)
         if registration is None:
             raise HloError(f"{where}: no handler for custom calls with api_version="
                            f"{api_version or 'API_VERSION_ORIGINAL'} is registered for the "
@@ -664,10 +667,12 @@ class _InterpreterBridge:
 _interpreter_sites: "weakref.WeakKeyDictionary[Any, CallSite]" = weakref.WeakKeyDictionary()
 
 
-def bridge_into_interpreter(target: str) -> None:
+def bridge_into_interpreter(target: str, lookup: Callable[..., Any]) -> None:
     """Makes the reference interpreter evaluate custom calls to `target`
-    with the handler registered here for cpu."""
-    registry.register_custom_call(target, _InterpreterBridge(target), instruction=True)
+    with the handler registered for cpu, found by `lookup(target, platform,
+    api_version)` when a call is evaluated (the registry passes its own:
+    it sits above this module)."""
+    registry.register_custom_call(target, _InterpreterBridge(target, lookup), instruction=True)
 
 
 def unbridge_from_interpreter(target: str) -> None:

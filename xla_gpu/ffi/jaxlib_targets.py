@@ -75,7 +75,8 @@ def jaxlib_cpu_targets() -> tuple[str, ...]:
 def provide(name: str, platform: str) -> bool:
     """Registers jaxlib's handler for `name` on cpu when jaxlib has one and
     nothing is registered under that name; True when it did."""
-    from . import FfiRegistrationError, canonical_platform, register_ffi_target
+    from .base import FfiRegistrationError, canonical_platform
+    from .targets import register_ffi_target
     try:
         if canonical_platform(platform) != "cpu":
             return False

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from .. import __version__
+from .._paths import __version__
 from ..hlo import HloModule
 from ..hlo.printer import module_to_text
 from ..runtime import command_buffer

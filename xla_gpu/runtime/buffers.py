@@ -13,9 +13,14 @@ execution (host byte arrays on the cpu target, device pointers on cuda).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from typing import Any
 
-__all__ = ["ALLOCATION_KINDS", "Allocation", "BufferSlice"]
+import numpy as np
+
+from ..hlo.shape import ELEMENT_TYPES
+
+__all__ = ["ALLOCATION_KINDS", "Allocation", "BufferSlice", "ArrayRef"]
 
 # parameter: an entry parameter's leaf (the caller's array, or a copy of it);
 # output: an entry output leaf that is not a parameter; temp: the one packed
@@ -80,3 +85,89 @@ class BufferSlice:
 
     def __str__(self) -> str:
         return f"{{alloc:{self.allocation}, offset:{self.offset}, size:{self.size}}}"
+
+
+_SUB_BYTE_STORAGE = {"s2": np.dtype(np.int8), "s4": np.dtype(np.int8),
+                     "u2": np.dtype(np.uint8), "u4": np.dtype(np.uint8)}
+
+
+@dataclass(frozen=True)
+class ArrayRef:
+    """An array living in a buffer slice: element type, logical dims and
+    layout (minor-to-major, None = row-major). The bytes are in the
+    physical order the layout gives, as XLA keeps them; sub-byte integers
+    take one byte per element (as the kernels store them)."""
+    slice: BufferSlice
+    element_type: str
+    dims: tuple[int, ...]
+    layout: tuple[int, ...] | None = None
+
+    # Derived values are cached on the instance (thunks read them every run).
+    @cached_property
+    def dtype(self) -> np.dtype:
+        """The dtype users see (ml_dtypes for bf16, int4...)."""
+        return ELEMENT_TYPES[self.element_type]
+
+    @cached_property
+    def storage_dtype(self) -> np.dtype:
+        return _SUB_BYTE_STORAGE.get(self.element_type, self.dtype)
+
+    @cached_property
+    def num_elements(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    @cached_property
+    def nbytes(self) -> int:
+        return self.num_elements * self.storage_dtype.itemsize
+
+    @cached_property
+    def major_to_minor(self) -> tuple[int, ...]:
+        if self.layout is None:
+            return tuple(range(len(self.dims)))
+        return tuple(reversed(self.layout))
+
+    @cached_property
+    def is_row_major(self) -> bool:
+        return self.major_to_minor == tuple(range(len(self.dims)))
+
+    @cached_property
+    def physical_dims(self) -> tuple[int, ...]:
+        return tuple(self.dims[d] for d in self.major_to_minor)
+
+    @cached_property
+    def _to_logical(self) -> tuple[int, ...]:
+        order = self.major_to_minor
+        return tuple(order.index(d) for d in range(len(self.dims)))
+
+    def logical_from_physical(self, physical: np.ndarray) -> np.ndarray:
+        """The logical view of an array in physical order (no copy)."""
+        if self.is_row_major:
+            return physical
+        return physical.transpose(self._to_logical)
+
+    def physical_from_logical(self, logical: np.ndarray) -> np.ndarray:
+        """`logical` rearranged into physical order (a view)."""
+        if self.is_row_major:
+            return logical
+        return logical.transpose(self.major_to_minor)
+
+    def describe(self) -> str:
+        text = f"{self.element_type}[{','.join(map(str, self.dims))}]"
+        if self.layout is not None and not self.is_row_major:
+            text += "{" + ",".join(map(str, self.layout)) + "}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slice": self.slice.to_list(), "type": self.element_type,
+                "dims": list(self.dims),
+                "layout": None if self.layout is None else list(self.layout)}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> "ArrayRef":
+        return ArrayRef(BufferSlice.from_list(data["slice"]), str(data["type"]),
+                        tuple(int(d) for d in data["dims"]),
+                        None if data.get("layout") is None
+                        else tuple(int(d) for d in data["layout"]))

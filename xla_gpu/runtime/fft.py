@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import CudaError, CudaUnavailableError, HloError
+from .buffers import ArrayRef
 from .libraries import candidate_libraries
-from .thunks import ArrayRef
 
 __all__ = ["FFT_TYPES", "FftConfig", "fft_reference", "run_fft", "prepare",
            "cufft_library", "cublas_library", "cufft_layout_error", "destroy_plans"]

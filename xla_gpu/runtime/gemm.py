@@ -35,9 +35,8 @@ import numpy as np
 from ..errors import CudaError, CudaUnavailableError, HloError
 from ..hlo.cublas import EPILOGUES as CUBLAS_EPILOGUES
 from ..hlo.cublas import activation
-from .buffers import BufferSlice
+from .buffers import ArrayRef, BufferSlice
 from .libraries import candidate_libraries
-from .thunks import ArrayRef
 
 __all__ = ["GemmConfig", "run_gemm", "gemm_reference", "EPILOGUES", "cublaslt_library",
            "cublas_plan", "CublasPlanError"]

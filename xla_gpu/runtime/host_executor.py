@@ -103,8 +103,8 @@ def _signal_poll():
     KeyboardInterrupt raised on the callback's entry as ignored, and the
     run stops with a plain KeyboardInterrupt)."""
     try:
-        from . import _host_run
-        return _POLL(_host_run.poll_address()), _host_run.raise_pending
+        from ._host_run import poll_address, raise_pending
+        return _POLL(poll_address()), raise_pending
     except ImportError:
         pass
     check = ctypes.PYFUNCTYPE(ctypes.c_int)(("PyErr_CheckSignals", ctypes.pythonapi))

@@ -258,7 +258,7 @@ class ProgramExecutable:
                 elif image.host_library is not None:
                     # Times one host thread against block ranges on several
                     # and keeps the faster (a short kernel loses by splitting).
-                    from . import HostKernel
+                    from .host_kernel import HostKernel
                     table[kid] = HostKernel.from_bytes(image.spec, image.host_library)
                 elif image.jit is not None:
                     table[kid] = _JitLauncher(image.jit)

@@ -23,14 +23,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import ArtifactError, DeadlineExceededError, XlaGpuError
-from ..hlo.shape import ELEMENT_TYPES
-from .buffers import BufferSlice
+from .buffers import ArrayRef, BufferSlice
 
 __all__ = ["ArrayRef", "ExecutionContext", "Thunk", "KernelThunk", "CopyThunk",
            "MemsetThunk", "GemmThunk", "FftThunk", "WhileThunk", "ConditionalThunk",
@@ -42,92 +40,6 @@ __all__ = ["ArrayRef", "ExecutionContext", "Thunk", "KernelThunk", "CopyThunk",
 class ThunkError(XlaGpuError, RuntimeError):
     """A thunk failed at run time (a custom-call handler's error, a
     predicate that cannot be read...); the message names the instruction."""
-
-
-_SUB_BYTE_STORAGE = {"s2": np.dtype(np.int8), "s4": np.dtype(np.int8),
-                     "u2": np.dtype(np.uint8), "u4": np.dtype(np.uint8)}
-
-
-@dataclass(frozen=True)
-class ArrayRef:
-    """An array living in a buffer slice: element type, logical dims and
-    layout (minor-to-major, None = row-major). The bytes are in the
-    physical order the layout gives, as XLA keeps them; sub-byte integers
-    take one byte per element (as the kernels store them)."""
-    slice: BufferSlice
-    element_type: str
-    dims: tuple[int, ...]
-    layout: tuple[int, ...] | None = None
-
-    # Derived values are cached on the instance (thunks read them every run).
-    @cached_property
-    def dtype(self) -> np.dtype:
-        """The dtype users see (ml_dtypes for bf16, int4...)."""
-        return ELEMENT_TYPES[self.element_type]
-
-    @cached_property
-    def storage_dtype(self) -> np.dtype:
-        return _SUB_BYTE_STORAGE.get(self.element_type, self.dtype)
-
-    @cached_property
-    def num_elements(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
-
-    @cached_property
-    def nbytes(self) -> int:
-        return self.num_elements * self.storage_dtype.itemsize
-
-    @cached_property
-    def major_to_minor(self) -> tuple[int, ...]:
-        if self.layout is None:
-            return tuple(range(len(self.dims)))
-        return tuple(reversed(self.layout))
-
-    @cached_property
-    def is_row_major(self) -> bool:
-        return self.major_to_minor == tuple(range(len(self.dims)))
-
-    @cached_property
-    def physical_dims(self) -> tuple[int, ...]:
-        return tuple(self.dims[d] for d in self.major_to_minor)
-
-    @cached_property
-    def _to_logical(self) -> tuple[int, ...]:
-        order = self.major_to_minor
-        return tuple(order.index(d) for d in range(len(self.dims)))
-
-    def logical_from_physical(self, physical: np.ndarray) -> np.ndarray:
-        """The logical view of an array in physical order (no copy)."""
-        if self.is_row_major:
-            return physical
-        return physical.transpose(self._to_logical)
-
-    def physical_from_logical(self, logical: np.ndarray) -> np.ndarray:
-        """`logical` rearranged into physical order (a view)."""
-        if self.is_row_major:
-            return logical
-        return logical.transpose(self.major_to_minor)
-
-    def describe(self) -> str:
-        text = f"{self.element_type}[{','.join(map(str, self.dims))}]"
-        if self.layout is not None and not self.is_row_major:
-            text += "{" + ",".join(map(str, self.layout)) + "}"
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"slice": self.slice.to_list(), "type": self.element_type,
-                "dims": list(self.dims),
-                "layout": None if self.layout is None else list(self.layout)}
-
-    @staticmethod
-    def from_dict(data: dict[str, Any]) -> "ArrayRef":
-        return ArrayRef(BufferSlice.from_list(data["slice"]), str(data["type"]),
-                        tuple(int(d) for d in data["dims"]),
-                        None if data.get("layout") is None
-                        else tuple(int(d) for d in data["layout"]))
 
 
 # -- the execution context -----------------------------------------------------
@@ -685,8 +597,8 @@ class CommandBufferThunk(_SequenceThunk):
             _run_sequence(self.sequence, ctx)
             ctx.stats["command_buffers"] += 1
             return
-        from . import command_buffer
-        command_buffer.execute(self, ctx)
+        from . import cuda_graph
+        cuda_graph.execute(self, ctx)
         ctx.stats["command_buffers"] += 1
 
     def allocations(self) -> list[int]:

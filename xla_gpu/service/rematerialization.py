@@ -23,7 +23,7 @@ from ..hlo.fusions import ELEMENTWISE_OPCODES
 from ..hlo.module import HloComputation, HloInstruction, HloModule
 from .alias_analysis import AliasAnalysis
 from .dataflow import DataflowAnalysis
-from .schedule import ComputationMemoryModel, Schedule
+from .memory_model import ComputationMemoryModel, Schedule
 
 __all__ = ["rematerialize", "is_rematerializable"]
 

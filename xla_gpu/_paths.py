@@ -1,0 +1,71 @@
+"""The package's version and where its files are: the native part (lib/,
+bin/, include/, lib/cmake/) and the cache directory. The bottom layer:
+every module that needs one of these imports it from here (the package
+root re-exports them), so that nothing below the API imports the root.
+Imports nothing of xla_gpu.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["__version__", "native_dir", "library_path", "plugin_path", "cmake_dir",
+           "include_dir", "cache_dir"]
+
+__version__ = "0.1.0"
+
+
+def _find_native_dir() -> Path:
+    # A wheel install has _native/ next to this file; an editable install
+    # keeps it in site-packages while the sources stay in the work tree, and
+    # lists both in the package's __path__ (the package is imported before
+    # any of its modules, so it is in sys.modules here).
+    # A source checkout on sys.path (tests run from the repo root) shadows
+    # the installed package but has no _native/: look in site-packages too.
+    package_path = sys.modules[__package__].__path__
+    entries = [*package_path, *(str(Path(p) / "xla_gpu") for p in sys.path if p)]
+    for entry in entries:
+        candidate = Path(entry) / "_native"
+        if (candidate / "lib").is_dir():
+            return candidate
+    return Path(__file__).resolve().parent / "_native"
+
+
+_NATIVE_DIR = _find_native_dir()
+
+
+def native_dir() -> Path:
+    """The installed native part: lib/, bin/, include/, lib/cmake/."""
+    return _NATIVE_DIR
+
+
+def library_path() -> str:
+    """libXlaGpu.so: the dialect, passes and C API (over the bindings' MLIR)."""
+    return str(_NATIVE_DIR / "lib" / "libXlaGpu.so")
+
+
+def plugin_path() -> str:
+    """The mlir-opt plugin: `mlir-opt --load-dialect-plugin=P --load-pass-plugin=P`."""
+    return str(_NATIVE_DIR / "lib" / "XlaGpuPlugin.so")
+
+
+def cmake_dir() -> str:
+    """The directory of XlaGpuConfig.cmake, for `find_package(XlaGpu)`."""
+    return str(_NATIVE_DIR / "lib" / "cmake" / "XlaGpu")
+
+
+def include_dir() -> str:
+    """The include directory of the dialect's, its C API's and its passes'
+    headers (with the generated .inc): `#include "xla_gpu/XlaGpuDialect.h"`."""
+    return str(_NATIVE_DIR / "include")
+
+
+def cache_dir() -> Path:
+    """`XLA_GPU_CACHE_DIR`, else `$XDG_CACHE_HOME/xla_gpu`, else ~/.cache/xla_gpu."""
+    env = os.environ.get("XLA_GPU_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "xla_gpu"
