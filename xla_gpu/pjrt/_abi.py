@@ -106,7 +106,10 @@ def _buffer_types() -> dict[int, np.dtype]:
     else:
         for code, name in ((13, "bfloat16"), (16, "float8_e5m2"), (17, "float8_e4m3fn"),
                            (18, "float8_e4m3b11fnuz"), (19, "float8_e5m2fnuz"),
-                           (20, "float8_e4m3fnuz"), (21, "int4"), (22, "uint4")):
+                           (20, "float8_e4m3fnuz"), (21, "int4"), (22, "uint4"),
+                           # 23 is the token type, which has no array.
+                           (24, "int2"), (25, "uint2"), (26, "float8_e4m3"),
+                           (27, "float8_e3m4"), (28, "float8_e8m0fnu"), (29, "float4_e2m1fn")):
             if hasattr(ml_dtypes, name):
                 types[code] = getattr(ml_dtypes, name)
     return {code: np.dtype(t) for code, t in types.items()}

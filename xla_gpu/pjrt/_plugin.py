@@ -291,7 +291,8 @@ class Executable(_Handle):
                 try:
                     from jax._src.lib import _jax
                     import jaxlib._hlo as hlo
-                    proto = hlo.hlo_module_from_text(self.exe.as_text()).as_serialized_hlo_module_proto()
+                    text = _IMPORTER_UNSAFE.sub("", self.exe.as_text())
+                    proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
                     code = bytes(_jax.mlir.hlo_to_stablehlo(proto))
                 except Exception as exc:  # noqa: BLE001 - a view, never fatal
                     logger.debug("xla_gpu: optimized HLO not convertible for jax: %s", exc)
@@ -306,6 +307,13 @@ class Executable(_Handle):
                 moved = m.argument_size_in_bytes + m.output_size_in_bytes
                 self._cost = A.NamedValues([("bytes accessed", float(moved))])
             return self._cost
+
+
+# jaxlib's HLO-to-StableHLO importer crashes the process (a null attribute,
+# not an error) on dot algorithms StableHLO cannot spell, e.g.
+# dot_bf16_bf16_f32_x9. The optimized program is a view for `as_text()` and
+# jax's sharding queries, which never read the algorithm: it is left out.
+_IMPORTER_UNSAFE = re.compile(r",\s*algorithm=[\w]+")
 
 
 class _ExecutableView(_Handle):
