@@ -214,8 +214,8 @@ def ExpandFloatOpsPass : Pass<"xla-expand-float-ops", "mlir::ModuleOp"> {
   let description = [{
     `math` ops on bf16, f16 and the f8/f6/f4 types, and `arith`
     arithmetic and comparisons on f8/f6/f4 types, extend their operands to
-    f32, compute there and truncate the result back (seed 000: `math.tanh`
-    on bf16 becomes `__nv_tanhf` between `fpext` and `fptrunc`). bf16 and
+    f32, compute there and truncate the result back (as XLA:GPU does:
+    `math.tanh` on bf16 becomes `__nv_tanhf` between `fpext` and `fptrunc`). bf16 and
     f16 arith stays native.
   }];
   let dependentDialects = ["mlir::arith::ArithDialect"];

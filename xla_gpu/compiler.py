@@ -24,6 +24,7 @@ from .errors import ArgumentError, CompileError, ResourceError, XlaGpuError
 # live with the kernel compiler; they are this module's API too.
 from .kernel_compiler import Executable, check_run_options  # noqa: F401
 from .runtime import cuda_available
+from .runtime.program import ProgramExecutable
 
 __all__ = ["compile", "Executable", "CompileError", "cache_dir", "clear_memory_cache"]
 
@@ -50,7 +51,8 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
             dump_dir: str | os.PathLike | None = None,
             dump_regex: str = ".*", command_buffers: bool = True,
             optimize: bool | None = None, memory_limit: int | None = None,
-            fallback_unfused: bool | None = None, device=None, **unknown) -> Executable:
+            fallback_unfused: bool | None = None, device=None,
+            **unknown) -> Executable | ProgramExecutable:
     """Compiles one fusion of `hlo_text` (HLO text, or a path to it), or,
     when `fusion` is None and the ENTRY is a whole program (more than one
     fusion, or ops outside fusions), the whole ENTRY into a

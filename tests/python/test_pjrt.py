@@ -306,3 +306,32 @@ def test_compiles_on_a_stack_big_enough(tmp_path):
         print(json.dumps({"top": np.asarray(top).tolist(), "sort": np.asarray(srt).tolist()}))
     """, extra_env={"XLA_GPU_CACHE_DIR": str(tmp_path)})
     assert out == {"top": [6.0, 5.0, 4.0], "sort": [1.0, 2.0, 3.0]}
+
+
+def test_linear_algebra_runs_jaxlibs_lapack_kernels():
+    """eigh, eig and schur have no lowering outside cpu, and cholesky and
+    triangular_solve lower to HLO ops elsewhere: on the cpu target the
+    plugin gives them cpu's LAPACK lowerings."""
+    out = run_jax("""
+        g, c = jax.devices("xla_gpu")[0], jax.devices("cpu")[0]
+        a = np.random.default_rng(0).standard_normal((5, 5)).astype(np.float32)
+        spd = a @ a.T + 5 * np.eye(5, dtype=np.float32)
+        fns = {
+            "cholesky": jnp.linalg.cholesky,
+            "eigh": lambda m: jnp.linalg.eigh(m)[0],
+            "svd": lambda m: jnp.linalg.svd(m)[1],
+            "solve": lambda m: jnp.linalg.solve(m, jnp.ones(5)),
+            "triangular": lambda m: jax.scipy.linalg.solve_triangular(m, jnp.ones(5), lower=True),
+            "qr": lambda m: jnp.abs(jnp.linalg.qr(m)[1]),
+            "eig": lambda m: jnp.sort(jnp.abs(jnp.linalg.eigvals(m))),
+            "schur": lambda m: jnp.sort(jnp.abs(jnp.diag(jax.scipy.linalg.schur(m)[0]))),
+        }
+        res = {}
+        for name, f in fns.items():
+            got = jax.jit(f)(jax.device_put(spd, g))
+            want = jax.jit(f)(jax.device_put(spd, c))
+            res[name] = bool(next(iter(got.devices())) == g and
+                             np.allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4))
+        print(json.dumps(res))
+    """, platforms="xla_gpu,cpu")
+    assert all(out.values()), out

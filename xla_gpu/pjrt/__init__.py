@@ -102,16 +102,18 @@ def _register() -> None:
 
 
 def _enable_jax_features() -> None:
-    """jax 0.10 turns two features on by platform name, in private lists
+    """jax 0.10 turns features on by platform name, in private tables
     that know only its own platforms: argument donation (otherwise jax
-    warns and drops it) and the persistent compilation cache. Add
-    "xla_gpu" to both, only on the jax version whose internals we read."""
+    warns and drops it), the persistent compilation cache and cpu's LAPACK
+    lowerings. Add "xla_gpu" to them, only on the jax version whose
+    internals we read."""
     import jax
     if not jax.__version__.startswith(_SUPPORTED_JAXLIB):
         return
     from jax._src import compilation_cache
     from jax._src.interpreters import mlir
 
+    _use_cpu_linalg_lowerings(mlir)
     donation = getattr(mlir, "_platforms_with_donation", None)
     if isinstance(donation, list) and PLATFORM not in donation:
         donation.append(PLATFORM)
@@ -123,6 +125,27 @@ def _enable_jax_features() -> None:
             return original(backend)
         is_cache_used._xla_gpu = True
         compilation_cache.is_cache_used = is_cache_used
+
+
+# Linear algebra that jax lowers to LAPACK calls on cpu and to nothing
+# (or to HLO ops XLA expands: triangular-solve, cholesky) elsewhere. On the
+# cpu target xla_gpu runs jaxlib's LAPACK kernels through its FFI
+# (xla_gpu.ffi.jaxlib_targets), so these take cpu's lowerings, as XLA:CPU
+# does; eig, eigh, schur and the rest have no other lowering at all.
+CPU_LINALG_PRIMITIVES = frozenset({
+    "cholesky", "eig", "eigh", "geqp3", "geqrf", "hessenberg", "householder_product",
+    "lu", "ormqr", "schur", "svd", "triangular_solve", "tridiagonal", "tridiagonal_solve"})
+
+
+def _use_cpu_linalg_lowerings(mlir) -> None:
+    table = getattr(mlir, "_platform_specific_lowerings", None)
+    if not hasattr(table, "get"):
+        return
+    ours = table.get(PLATFORM, {})
+    for primitive, entry in list(table.get("cpu", {}).items()):
+        if primitive.name in CPU_LINALG_PRIMITIVES and primitive not in ours:
+            mlir.register_lowering(primitive, entry.rule, platform=PLATFORM,
+                                   inline=entry.inline)
 
 
 def initialize() -> None:

@@ -2,8 +2,10 @@
 verifier after each pass in debug mode, and dumps by regex (the analog of
 XLA's --xla_dump_to / --xla_dump_hlo_pass_re).
 
-    pipeline = HloPassPipeline("simplification", [HloPassFix(simplifier), HloDCE()])
-    changed = pipeline.run(module, DumpOptions("/tmp/dump", ".*"), verify=True)
+    pipeline = HloPassPipeline("simplification",
+                               [HloPassFix(AlgebraicSimplifier()), HloDCE()])
+    context = PassContext(dump=DumpOptions("/tmp/dump", ".*"), verify=True)
+    changed = pipeline.run(module, context)   # context.seconds: time per pass
 
 A dump directory receives `before_optimizations.txt`, `NN.<pass>.txt` after
 each pass whose name matches the regex and that changed the module, and
