@@ -22,12 +22,23 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The PJRT ABI, with its layout asserted at compile time. */
+#include "xla_gpu_pjrt_abi.h"
+
 #define XLA_GPU_PJRT_EXPORT __attribute__((visibility("default")))
 
-/* PJRT_Api: struct_size, extension_start, PJRT_Api_Version (3 words), then
- * the function slots. */
-#define HEADER_WORDS 5
+/* The table is copied as words: struct_size, extension_start and the
+ * PJRT_Api_Version (3 words) precede the function slots. */
+#define HEADER_WORDS (offsetof(PJRT_Api, PJRT_Error_Destroy) / sizeof(uint64_t))
+/* Trampolines made: room for slots a newer table may append. */
 #define MAX_SLOTS 160
+
+_Static_assert(offsetof(PJRT_Api, PJRT_Error_Destroy) % sizeof(uint64_t) == 0,
+               "the slots start on a word");
+_Static_assert(sizeof(PJRT_Api) == sizeof(uint64_t) * (HEADER_WORDS + XLA_GPU_PJRT_NUM_SLOTS),
+               "PJRT_Api is its header words and one word per slot");
+_Static_assert(XLA_GPU_PJRT_NUM_SLOTS <= MAX_SLOTS, "a trampoline for every slot");
+_Static_assert(sizeof(void *(*)(void *)) == sizeof(uint64_t), "a slot is one word");
 
 typedef void *(*slot_fn)(void *args);
 typedef int (*gil_ensure_fn)(void);
@@ -35,7 +46,7 @@ typedef void (*gil_release_fn)(int);
 typedef void (*err_fetch_fn)(void **, void **, void **);
 typedef void (*err_restore_fn)(void *, void *, void *);
 
-static _Atomic(const void *) g_api = NULL;
+static _Atomic(const PJRT_Api *) g_api = NULL;
 static slot_fn g_slots[MAX_SLOTS];
 static gil_ensure_fn g_ensure;
 static gil_release_fn g_release;
@@ -77,7 +88,7 @@ XLA_GPU_PJRT_EXPORT const void *XlaGpuPjrtWrapApi(const void *api, void *gil_ens
                                                   void *err_restore) {
   if (!api || !gil_ensure || !gil_release || !err_fetch || !err_restore) return NULL;
   const uint64_t *src = (const uint64_t *)api;
-  size_t words = src[0] / 8;
+  size_t words = ((const PJRT_Api *)api)->struct_size / sizeof(uint64_t);
   if (words <= HEADER_WORDS || words > HEADER_WORDS + MAX_SLOTS) return NULL;
   g_ensure = (gil_ensure_fn)gil_ensure;
   g_release = (gil_release_fn)gil_release;
@@ -93,11 +104,11 @@ XLA_GPU_PJRT_EXPORT const void *XlaGpuPjrtWrapApi(const void *api, void *gil_ens
 
 /* The table registered by the Python side, or NULL before that (jax then
  * reports that the plugin returned no API instead of crashing). */
-XLA_GPU_PJRT_EXPORT const void *GetPjrtApi(void) {
+XLA_GPU_PJRT_EXPORT const PJRT_Api *GetPjrtApi(void) {
   return atomic_load(&g_api);
 }
 
 /* Stores the table; the caller keeps it alive for the life of the process. */
 XLA_GPU_PJRT_EXPORT void XlaGpuPjrtSetApi(const void *api) {
-  atomic_store(&g_api, api);
+  atomic_store(&g_api, (const PJRT_Api *)api);
 }

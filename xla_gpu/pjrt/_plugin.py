@@ -49,12 +49,17 @@ def _keep_alive(obj):
     return obj
 
 
+# What jaxlib holds for every handle: the vtable pointer and a spare word.
+_HandleBlock = A.u64 * 2
+
+
 class _Handle:
     """A plugin object with a stable C address (what jaxlib holds). The
     first word is a vtable pointer for PJRT_Error and PJRT_Memory."""
 
     def __init__(self, vtable: int = 0):
-        self._block = (A.u64 * 2)(vtable, 0)
+        # The vtable pointer is the first field of PJRT_Error / PJRT_Memory.
+        self._block = _HandleBlock(vtable, 0)
         self.addr = C.addressof(self._block)
         with _lock:
             _objects[self.addr] = self
@@ -108,10 +113,25 @@ def _err_payloads(e, visitor, user_arg):
     return None
 
 
-_err_fns = [_keep_alive(A.ERR_DESTROY_FN(_err_destroy)), _keep_alive(A.ERR_MESSAGE_FN(_err_message)),
-            _keep_alive(A.ERR_CODE_FN(_err_code)), _keep_alive(A.ERR_PAYLOAD_FN(_err_payloads))]
-# {struct_size, instance_size, extension_start, destroy, message, get_code, for_each_payload}
-_ERROR_VTABLE = _keep_alive((A.u64 * 7)(56, 16, 0, *[C.cast(f, C.c_void_p).value for f in _err_fns]))
+def _vtable(layout: A.Struct, **fields: int):
+    """A process-lifetime vtable laid out as `layout`, fields set by name."""
+    table = _keep_alive((A.u64 * (layout.size // 8))())
+    for name, value in fields.items():
+        wr(C.addressof(table), getattr(layout, name), value)
+    return table
+
+
+def _fn_addr(fn) -> int:
+    return C.cast(_keep_alive(fn), C.c_void_p).value
+
+
+_ERROR_VTABLE = _vtable(
+    A.ERROR_VTABLE, struct_size=A.ERROR_VTABLE.size, instance_size=C.sizeof(_HandleBlock),
+    extension_start=0,
+    destroy=_fn_addr(A.ERR_DESTROY_FN(_err_destroy)),
+    message=_fn_addr(A.ERR_MESSAGE_FN(_err_message)),
+    get_code=_fn_addr(A.ERR_CODE_FN(_err_code)),
+    for_each_payload=_fn_addr(A.ERR_PAYLOAD_FN(_err_payloads)))
 
 
 def _error_code_of(exc: BaseException) -> int:
@@ -165,9 +185,10 @@ def _mem_set(m, key, data, dtor):
         A.DELETER_FN(old[1])(old[0])
 
 
-_mem_fns = [_keep_alive(A.MEM_GET_FN(_mem_get)), _keep_alive(A.MEM_SET_FN(_mem_set))]
-# {struct_size, extension_start, instance_struct_size, get_user_data, set_user_data}
-_MEMORY_VTABLE = _keep_alive((A.u64 * 5)(40, 0, 16, *[C.cast(f, C.c_void_p).value for f in _mem_fns]))
+_MEMORY_VTABLE = _vtable(
+    A.MEMORY_VTABLE, struct_size=A.MEMORY_VTABLE.size, extension_start=0,
+    instance_struct_size=C.sizeof(_HandleBlock), get_user_data=_fn_addr(A.MEM_GET_FN(_mem_get)),
+    set_user_data=_fn_addr(A.MEM_SET_FN(_mem_set)))
 
 
 class Device(_Handle):
@@ -428,19 +449,20 @@ def slot(fn):
 
 @slot
 def Error_Destroy(a):
-    _err_destroy(rd(a, 16))
+    _err_destroy(rd(a, A.ERROR_DESTROY.error))
 
 
 @slot
 def Error_Message(a):
-    obj = _objects[rd(a, 16)]
-    wr(a, 24, obj.message.addr)
-    wr(a, 32, obj.message.size)
+    f = A.ERROR_MESSAGE
+    obj = _objects[rd(a, f.error)]
+    wr(a, f.message, obj.message.addr)
+    wr(a, f.message_size, obj.message.size)
 
 
 @slot
 def Error_GetCode(a):
-    wr_i32(a, 24, _objects[rd(a, 16)].code)
+    wr_i32(a, A.ERROR_GET_CODE.code, _objects[rd(a, A.ERROR_GET_CODE.error)].code)
 
 
 @slot
@@ -476,46 +498,48 @@ def Plugin_Attributes(a):
             cur, low = _stablehlo_versions()
             _ATTRIBUTES = A.NamedValues([("xla_version", 2), ("stablehlo_current_version", cur),
                                          ("stablehlo_minimum_version", low)])
-    wr(a, 16, _ATTRIBUTES.addr)
-    wr(a, 24, _ATTRIBUTES.count)
+    wr(a, A.PLUGIN_ATTRIBUTES.attributes, _ATTRIBUTES.addr)
+    wr(a, A.PLUGIN_ATTRIBUTES.num_attributes, _ATTRIBUTES.count)
 
 
 @slot
 def Event_Destroy(a):
-    ev = _objects.get(rd(a, 16))
+    ev = _objects.get(rd(a, A.EVENT_DESTROY.event))
     if isinstance(ev, Event):
         ev.release()
 
 
 @slot
 def Event_IsReady(a):
-    _get(rd(a, 16), Event, "PJRT_Event_IsReady")
-    wr_bool(a, 24, True)
+    _get(rd(a, A.EVENT_IS_READY.event), Event, "PJRT_Event_IsReady")
+    wr_bool(a, A.EVENT_IS_READY.is_ready, True)
 
 
 @slot
 def Event_Error(a):
-    return _get(rd(a, 16), Event, "PJRT_Event_Error").error_copy()
+    return _get(rd(a, A.EVENT_ERROR.event), Event, "PJRT_Event_Error").error_copy()
 
 
 @slot
 def Event_Await(a):
-    return _get(rd(a, 16), Event, "PJRT_Event_Await").error_copy()
+    return _get(rd(a, A.EVENT_AWAIT.event), Event, "PJRT_Event_Await").error_copy()
 
 
 @slot
 def Event_OnReady(a):
-    ev = _get(rd(a, 16), Event, "PJRT_Event_OnReady")
+    f = A.EVENT_ON_READY
+    ev = _get(rd(a, f.event), Event, "PJRT_Event_OnReady")
     # The callback takes ownership of the error it is given.
-    A.ON_READY_FN(rd(a, 24))(ev.error_copy() or None, rd(a, 32) or None)
+    A.ON_READY_FN(rd(a, f.callback))(ev.error_copy() or None, rd(a, f.user_arg) or None)
 
 
 @slot
 def Client_Create(a):
-    options = A.read_named_values(rd(a, 16), rd(a, 24))
+    f = A.CLIENT_CREATE
+    options = A.read_named_values(rd(a, f.create_options), rd(a, f.num_options))
     if options:
         logger.debug("xla_gpu PJRT client options ignored: %s", options)
-    wr(a, 64, _client().addr)
+    wr(a, f.client, _client().addr)
 
 
 @slot
@@ -542,138 +566,156 @@ _PLATFORM_VERSION = _keep_alive(_platform_version())
 
 @slot
 def Client_PlatformName(a):
-    wr(a, 24, _PLATFORM_NAME.addr)
-    wr(a, 32, _PLATFORM_NAME.size)
+    wr(a, A.CLIENT_PLATFORM_NAME.platform_name, _PLATFORM_NAME.addr)
+    wr(a, A.CLIENT_PLATFORM_NAME.platform_name_size, _PLATFORM_NAME.size)
 
 
 @slot
 def Client_ProcessIndex(a):
-    wr_i32(a, 24, 0)
+    wr_i32(a, A.CLIENT_PROCESS_INDEX.process_index, 0)
 
 
 @slot
 def Client_PlatformVersion(a):
-    wr(a, 24, _PLATFORM_VERSION.addr)
-    wr(a, 32, _PLATFORM_VERSION.size)
+    wr(a, A.CLIENT_PLATFORM_VERSION.platform_version, _PLATFORM_VERSION.addr)
+    wr(a, A.CLIENT_PLATFORM_VERSION.platform_version_size, _PLATFORM_VERSION.size)
 
 
 @slot
 def Client_Devices(a):
-    c = _get(rd(a, 16), Client, "PJRT_Client_Devices")
-    wr(a, 24, C.addressof(c.devices_array))
-    wr(a, 32, len(c.devices))
+    # Also Client_AddressableDevices (every device is addressable): the
+    # same layout, checked by tests/python/test_pjrt_abi.py.
+    f = A.CLIENT_DEVICES
+    c = _get(rd(a, f.client), Client, "PJRT_Client_Devices")
+    wr(a, f.devices, C.addressof(c.devices_array))
+    wr(a, f.num_devices, len(c.devices))
 
 
-IMPL["Client_AddressableDevices"] = Client_Devices   # every device is addressable
+IMPL["Client_AddressableDevices"] = Client_Devices
 
 
-def _lookup(a, what):
-    c = _get(rd(a, 16), Client, what)
-    i = rd_i32(a, 24)
+def _lookup(a, what, client: int, id_: int, device: int):
+    c = _get(rd(a, client), Client, what)
+    i = rd_i32(a, id_)
     if not 0 <= i < len(c.devices):
         raise _PjrtError(A.INVALID_ARGUMENT,
                          f"xla_gpu: no device with id {i} (there are {len(c.devices)})")
-    wr(a, 32, c.devices[i].addr)
+    wr(a, device, c.devices[i].addr)
 
 
 @slot
 def Client_LookupDevice(a):
-    _lookup(a, "PJRT_Client_LookupDevice")
+    f = A.CLIENT_LOOKUP_DEVICE
+    _lookup(a, "PJRT_Client_LookupDevice", f.client, f.id, f.device)
 
 
 @slot
 def Client_LookupAddressableDevice(a):
-    _lookup(a, "PJRT_Client_LookupAddressableDevice")
+    f = A.CLIENT_LOOKUP_ADDRESSABLE_DEVICE
+    _lookup(a, "PJRT_Client_LookupAddressableDevice", f.client, f.local_hardware_id,
+            f.addressable_device)
 
 
 @slot
 def Client_AddressableMemories(a):
-    c = _get(rd(a, 16), Client, "PJRT_Client_AddressableMemories")
-    wr(a, 24, C.addressof(c.memories_array))
-    wr(a, 32, len(c.devices))
+    f = A.CLIENT_ADDRESSABLE_MEMORIES
+    c = _get(rd(a, f.client), Client, "PJRT_Client_AddressableMemories")
+    wr(a, f.addressable_memories, C.addressof(c.memories_array))
+    wr(a, f.num_addressable_memories, len(c.devices))
 
 
 @slot
 def Client_DefaultDeviceAssignment(a):
-    c = _get(rd(a, 16), Client, "PJRT_Client_DefaultDeviceAssignment")
-    replicas, partitions, size, out = rd_i32(a, 24), rd_i32(a, 28), rd(a, 32), rd(a, 40)
+    f = A.CLIENT_DEFAULT_DEVICE_ASSIGNMENT
+    c = _get(rd(a, f.client), Client, "PJRT_Client_DefaultDeviceAssignment")
+    replicas, partitions = rd_i32(a, f.num_replicas), rd_i32(a, f.num_partitions)
+    size, out = rd(a, f.default_assignment_size), rd(a, f.default_assignment)
     if replicas * partitions > len(c.devices) or replicas * partitions > size:
         raise _PjrtError(A.INVALID_ARGUMENT,
                          f"xla_gpu: {replicas} replicas x {partitions} partitions need more "
                          f"than the {len(c.devices)} device(s) of this client")
     for i in range(replicas * partitions):
-        C.c_int.from_address(out + 4 * i).value = i
+        C.c_int.from_address(out + C.sizeof(C.c_int) * i).value = i
 
 
 @slot
 def Client_Compile(a):
-    program = rd(a, 24)
-    code = A.rd_bytes(rd(program, 16), rd(program, 24))
-    fmt = A.rd_bytes(rd(program, 32), rd(program, 40)).decode(errors="replace")
-    options = A.rd_bytes(rd(a, 32), rd(a, 40))
+    f, p = A.CLIENT_COMPILE, A.PROGRAM
+    program = rd(a, f.program)
+    code = A.rd_bytes(rd(program, p.code), rd(program, p.code_size))
+    fmt = A.rd_bytes(rd(program, p.format), rd(program, p.format_size)).decode(errors="replace")
+    options = A.rd_bytes(rd(a, f.compile_options), rd(a, f.compile_options_size))
     try:
         exe = _on_big_stack(_compile, code, fmt, options)
     except _PjrtError:
         raise
     except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
         raise _PjrtError(_error_code_of(exc), f"xla_gpu compile: {type(exc).__name__}: {exc}") from exc
-    wr(a, 48, exe.addr)
+    wr(a, f.executable, exe.addr)
 
 
 @slot
 def Client_BufferFromHostBuffer(a):
-    c = _get(rd(a, 16), Client, "PJRT_Client_BufferFromHostBuffer")
-    code = rd_i32(a, 32)
+    f = A.CLIENT_BUFFER_FROM_HOST_BUFFER
+    c = _get(rd(a, f.client), Client, "PJRT_Client_BufferFromHostBuffer")
+    code = rd_i32(a, f.type)
     dtype = A.BUFFER_TYPES.get(code)
     if dtype is None:
         raise _PjrtError(A.UNIMPLEMENTED, f"xla_gpu: PJRT buffer type {code} is not supported")
-    dims = A.rd_i64s(rd(a, 40), rd(a, 48))
-    strides = A.rd_i64s(rd(a, 56), rd(a, 64)) if rd(a, 56) else []
-    if rd(a, 96):
+    dims = A.rd_i64s(rd(a, f.dims), rd(a, f.num_dims))
+    strides = (A.rd_i64s(rd(a, f.byte_strides), rd(a, f.num_byte_strides))
+               if rd(a, f.byte_strides) else [])
+    if rd(a, f.device_layout):
         raise _PjrtError(A.UNIMPLEMENTED, "xla_gpu: device_layout in BufferFromHostBuffer")
-    device_addr, memory_addr = rd(a, 80), rd(a, 88)
+    device_addr, memory_addr = rd(a, f.device), rd(a, f.memory)
     if device_addr:
         device = _get(device_addr, Device, "PJRT_Client_BufferFromHostBuffer device")
     elif memory_addr:
         device = _get(memory_addr, Memory, "PJRT_Client_BufferFromHostBuffer memory").device
     else:
         device = c.devices[0]
-    array = _host_array(rd(a, 24), dtype, dims, strides)
+    array = _host_array(rd(a, f.data), dtype, dims, strides)
     # The data is copied: the host buffer is free again as soon as we return.
     done = Event()
     buf = Buffer(array, device)
-    wr(a, 104, done.addr)
-    wr(a, 112, buf.addr)
+    wr(a, f.done_with_host_buffer, done.addr)
+    wr(a, f.buffer, buf.addr)
 
 
 @slot
 def DeviceDescription_Id(a):
-    wr_i32(a, 24, _get(rd(a, 16), DeviceDescription, "PJRT_DeviceDescription_Id").device.index)
+    f = A.DEVICE_DESCRIPTION_ID
+    wr_i32(a, f.id, _get(rd(a, f.device_description), DeviceDescription,
+                         "PJRT_DeviceDescription_Id").device.index)
 
 
 @slot
 def DeviceDescription_ProcessIndex(a):
-    wr_i32(a, 24, 0)
+    wr_i32(a, A.DEVICE_DESCRIPTION_PROCESS_INDEX.process_index, 0)
 
 
 @slot
 def DeviceDescription_Attributes(a):
-    wr(a, 24, 0)   # num_attributes
-    wr(a, 32, 0)
+    wr(a, A.DEVICE_DESCRIPTION_ATTRIBUTES.num_attributes, 0)
+    wr(a, A.DEVICE_DESCRIPTION_ATTRIBUTES.attributes, 0)
 
 
 @slot
 def DeviceDescription_Kind(a):
-    d = _get(rd(a, 16), DeviceDescription, "PJRT_DeviceDescription_Kind")
-    wr(a, 24, d.kind.addr)
-    wr(a, 32, d.kind.size)
+    f = A.DEVICE_DESCRIPTION_KIND
+    d = _get(rd(a, f.device_description), DeviceDescription, "PJRT_DeviceDescription_Kind")
+    wr(a, f.device_kind, d.kind.addr)
+    wr(a, f.device_kind_size, d.kind.size)
 
 
 @slot
 def DeviceDescription_DebugString(a):
-    d = _get(rd(a, 16), DeviceDescription, "PJRT_DeviceDescription_DebugString")
-    wr(a, 24, d.text.addr)
-    wr(a, 32, d.text.size)
+    # Also DeviceDescription_ToString (same layout).
+    f = A.DEVICE_DESCRIPTION_DEBUG_STRING
+    d = _get(rd(a, f.device_description), DeviceDescription,
+             "PJRT_DeviceDescription_DebugString")
+    wr(a, f.debug_string, d.text.addr)
+    wr(a, f.debug_string_size, d.text.size)
 
 
 IMPL["DeviceDescription_ToString"] = DeviceDescription_DebugString
@@ -681,29 +723,35 @@ IMPL["DeviceDescription_ToString"] = DeviceDescription_DebugString
 
 @slot
 def Device_GetDescription(a):
-    wr(a, 24, _get(rd(a, 16), Device, "PJRT_Device_GetDescription").description.addr)
+    f = A.DEVICE_GET_DESCRIPTION
+    wr(a, f.device_description,
+       _get(rd(a, f.device), Device, "PJRT_Device_GetDescription").description.addr)
 
 
 @slot
 def Device_IsAddressable(a):
-    wr_bool(a, 24, True)
+    wr_bool(a, A.DEVICE_IS_ADDRESSABLE.is_addressable, True)
 
 
 @slot
 def Device_LocalHardwareId(a):
-    wr_i32(a, 24, _get(rd(a, 16), Device, "PJRT_Device_LocalHardwareId").index)
+    f = A.DEVICE_LOCAL_HARDWARE_ID
+    wr_i32(a, f.local_hardware_id,
+           _get(rd(a, f.device), Device, "PJRT_Device_LocalHardwareId").index)
 
 
 @slot
 def Device_AddressableMemories(a):
-    d = _get(rd(a, 16), Device, "PJRT_Device_AddressableMemories")
-    wr(a, 24, C.addressof(d.memories_array))
-    wr(a, 32, 1)
+    f = A.DEVICE_ADDRESSABLE_MEMORIES
+    d = _get(rd(a, f.device), Device, "PJRT_Device_AddressableMemories")
+    wr(a, f.memories, C.addressof(d.memories_array))
+    wr(a, f.num_memories, 1)
 
 
 @slot
 def Device_DefaultMemory(a):
-    wr(a, 24, _get(rd(a, 16), Device, "PJRT_Device_DefaultMemory").memory.addr)
+    f = A.DEVICE_DEFAULT_MEMORY
+    wr(a, f.memory, _get(rd(a, f.device), Device, "PJRT_Device_DefaultMemory").memory.addr)
 
 
 _NO_ATTRIBUTES_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
@@ -711,15 +759,16 @@ _NO_ATTRIBUTES_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
 
 @slot
 def Device_GetAttributes(a):
-    wr(a, 24, 0)
-    wr(a, 32, 0)
-    wr(a, 40, 0)
-    wr(a, 48, C.cast(_NO_ATTRIBUTES_DELETER, C.c_void_p).value)
+    f = A.DEVICE_GET_ATTRIBUTES
+    wr(a, f.attributes, 0)
+    wr(a, f.num_attributes, 0)
+    wr(a, f.device_attributes, 0)
+    wr(a, f.attributes_deleter, C.cast(_NO_ATTRIBUTES_DELETER, C.c_void_p).value)
 
 
 @slot
 def Memory_Id(a):
-    wr_i32(a, 24, _get(rd(a, 16), Memory, "PJRT_Memory_Id").index)
+    wr_i32(a, A.MEMORY_ID.id, _get(rd(a, A.MEMORY_ID.memory), Memory, "PJRT_Memory_Id").index)
 
 
 _MEMORY_KIND = _keep_alive(A.CString(MEMORY_KIND))
@@ -727,20 +776,22 @@ _MEMORY_KIND = _keep_alive(A.CString(MEMORY_KIND))
 
 @slot
 def Memory_Kind(a):
-    wr(a, 24, _MEMORY_KIND.addr)
-    wr(a, 32, _MEMORY_KIND.size)
+    wr(a, A.MEMORY_KIND.kind, _MEMORY_KIND.addr)
+    wr(a, A.MEMORY_KIND.kind_size, _MEMORY_KIND.size)
 
 
 @slot
 def Memory_Kind_Id(a):
-    wr_i32(a, 24, 0)
+    wr_i32(a, A.MEMORY_KIND_ID.kind_id, 0)
 
 
 @slot
 def Memory_DebugString(a):
-    m = _get(rd(a, 16), Memory, "PJRT_Memory_DebugString")
-    wr(a, 24, m.text.addr)
-    wr(a, 32, m.text.size)
+    # Also Memory_ToString (same layout).
+    f = A.MEMORY_DEBUG_STRING
+    m = _get(rd(a, f.memory), Memory, "PJRT_Memory_DebugString")
+    wr(a, f.debug_string, m.text.addr)
+    wr(a, f.debug_string_size, m.text.size)
 
 
 IMPL["Memory_ToString"] = Memory_DebugString
@@ -748,9 +799,10 @@ IMPL["Memory_ToString"] = Memory_DebugString
 
 @slot
 def Memory_AddressableByDevices(a):
-    m = _get(rd(a, 16), Memory, "PJRT_Memory_AddressableByDevices")
-    wr(a, 24, C.addressof(m.devices_array))
-    wr(a, 32, 1)
+    f = A.MEMORY_ADDRESSABLE_BY_DEVICES
+    m = _get(rd(a, f.memory), Memory, "PJRT_Memory_AddressableByDevices")
+    wr(a, f.devices, C.addressof(m.devices_array))
+    wr(a, f.num_devices, 1)
 
 
 @slot
@@ -760,71 +812,79 @@ def Executable_Destroy(a):
 
 @slot
 def Executable_Name(a):
-    e = _executable(rd(a, 16), "PJRT_Executable_Name")
-    wr(a, 24, e.name.addr)
-    wr(a, 32, e.name.size)
+    f = A.EXECUTABLE_NAME
+    e = _executable(rd(a, f.executable), "PJRT_Executable_Name")
+    wr(a, f.executable_name, e.name.addr)
+    wr(a, f.executable_name_size, e.name.size)
 
 
 @slot
 def Executable_NumReplicas(a):
-    wr(a, 24, 1)
+    wr(a, A.EXECUTABLE_NUM_REPLICAS.num_replicas, 1)
 
 
 @slot
 def Executable_NumPartitions(a):
-    wr(a, 24, 1)
+    wr(a, A.EXECUTABLE_NUM_PARTITIONS.num_partitions, 1)
 
 
 @slot
 def Executable_NumOutputs(a):
-    wr(a, 24, _executable(rd(a, 16), "PJRT_Executable_NumOutputs").num_outputs)
+    f = A.EXECUTABLE_NUM_OUTPUTS
+    wr(a, f.num_outputs, _executable(rd(a, f.executable), "PJRT_Executable_NumOutputs").num_outputs)
 
 
 @slot
 def Executable_SizeOfGeneratedCodeInBytes(a):
-    e = _executable(rd(a, 16), "PJRT_Executable_SizeOfGeneratedCodeInBytes")
-    wr(a, 24, e.exe.memory_analysis().generated_code_size_in_bytes)
+    f = A.EXECUTABLE_SIZE_OF_GENERATED_CODE
+    e = _executable(rd(a, f.executable), "PJRT_Executable_SizeOfGeneratedCodeInBytes")
+    wr(a, f.size_in_bytes, e.exe.memory_analysis().generated_code_size_in_bytes)
 
 
 @slot
 def Executable_OutputElementTypes(a):
-    e = _executable(rd(a, 16), "PJRT_Executable_OutputElementTypes")
-    wr(a, 24, C.addressof(e.out_types))
-    wr(a, 32, e.num_outputs)
+    f = A.EXECUTABLE_OUTPUT_ELEMENT_TYPES
+    e = _executable(rd(a, f.executable), "PJRT_Executable_OutputElementTypes")
+    wr(a, f.output_types, C.addressof(e.out_types))
+    wr(a, f.num_output_types, e.num_outputs)
 
 
 @slot
 def Executable_OutputDimensions(a):
-    e = _executable(rd(a, 16), "PJRT_Executable_OutputDimensions")
-    wr(a, 24, e.num_outputs)
-    wr(a, 32, C.addressof(e.out_flat_dims))
-    wr(a, 40, C.addressof(e.out_dim_sizes))
+    f = A.EXECUTABLE_OUTPUT_DIMENSIONS
+    e = _executable(rd(a, f.executable), "PJRT_Executable_OutputDimensions")
+    wr(a, f.num_outputs, e.num_outputs)
+    wr(a, f.dims, C.addressof(e.out_flat_dims))
+    wr(a, f.dim_sizes, C.addressof(e.out_dim_sizes))
 
 
-def _write_memory_kinds(a, e, count):
+def _write_memory_kinds(a, e, count, f, num: int):
     # Outputs and parameters share one memory-kind table (every buffer is device memory).
-    wr(a, 24, count)
-    wr(a, 32, C.addressof(e.kinds))
-    wr(a, 40, C.addressof(e.kind_sizes))
+    wr(a, num, count)
+    wr(a, f.memory_kinds, C.addressof(e.kinds))
+    wr(a, f.memory_kind_sizes, C.addressof(e.kind_sizes))
 
 
 @slot
 def Executable_OutputMemoryKinds(a):
-    e = _executable(rd(a, 16), "PJRT_Executable_OutputMemoryKinds")
-    _write_memory_kinds(a, e, e.num_outputs)
+    f = A.EXECUTABLE_OUTPUT_MEMORY_KINDS
+    e = _executable(rd(a, f.executable), "PJRT_Executable_OutputMemoryKinds")
+    _write_memory_kinds(a, e, e.num_outputs, f, f.num_outputs)
 
 
 @slot
 def Executable_ParameterMemoryKinds(a):
-    e = _executable(rd(a, 16), "PJRT_Executable_ParameterMemoryKinds")
-    _write_memory_kinds(a, e, e.num_params)
+    f = A.EXECUTABLE_PARAMETER_MEMORY_KINDS
+    e = _executable(rd(a, f.executable), "PJRT_Executable_ParameterMemoryKinds")
+    _write_memory_kinds(a, e, e.num_params, f, f.num_parameters)
 
 
 @slot
 def Executable_Fingerprint(a):
-    e = _executable(rd(a, 16), "PJRT_Executable_Fingerprint")
-    wr(a, 24, e.fingerprint.addr)
-    wr(a, 32, e.fingerprint.size)
+    f = A.EXECUTABLE_FINGERPRINT
+    e = _executable(rd(a, f.executable), "PJRT_Executable_Fingerprint")
+    wr(a, f.executable_fingerprint, e.fingerprint.addr)
+    wr(a, f.executable_fingerprint_size, e.fingerprint.size)
 
 
 _MLIR_FORMAT = _keep_alive(A.CString("mlir"))
@@ -833,44 +893,53 @@ _MLIR_FORMAT = _keep_alive(A.CString("mlir"))
 @slot
 def Executable_OptimizedProgram(a):
     # Two calls: code == NULL asks for the size, then jaxlib passes a buffer.
-    e = _executable(rd(a, 16), "PJRT_Executable_OptimizedProgram")
-    program = rd(a, 24)
+    f, p = A.EXECUTABLE_OPTIMIZED_PROGRAM, A.PROGRAM
+    e = _executable(rd(a, f.executable), "PJRT_Executable_OptimizedProgram")
+    program = rd(a, f.program)
     code, buf = e.optimized_program()
-    wr(program, 32, _MLIR_FORMAT.addr)
-    wr(program, 40, _MLIR_FORMAT.size)
-    if rd(program, 16):
-        if rd(program, 24) < len(code):
+    wr(program, p.format, _MLIR_FORMAT.addr)
+    wr(program, p.format_size, _MLIR_FORMAT.size)
+    if rd(program, p.code):
+        if rd(program, p.code_size) < len(code):
             raise _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: OptimizedProgram buffer too small")
-        C.memmove(rd(program, 16), buf.addr, len(code))
-    wr(program, 24, len(code))
+        C.memmove(rd(program, p.code), buf.addr, len(code))
+    wr(program, p.code_size, len(code))
 
 
 @slot
 def Executable_GetCostAnalysis(a):
-    cost = _executable(rd(a, 16), "PJRT_Executable_GetCostAnalysis").cost()
-    wr(a, 24, cost.count)
-    wr(a, 32, cost.addr)
+    f = A.EXECUTABLE_GET_COST_ANALYSIS
+    cost = _executable(rd(a, f.executable), "PJRT_Executable_GetCostAnalysis").cost()
+    wr(a, f.num_properties, cost.count)
+    wr(a, f.properties, cost.addr)
 
 
 @slot
 def Executable_GetCompiledMemoryStats(a):
-    m = _executable(rd(a, 16), "PJRT_Executable_GetCompiledMemoryStats").exe.memory_analysis()
-    fields = [m.generated_code_size_in_bytes, m.argument_size_in_bytes, m.output_size_in_bytes,
-              m.alias_size_in_bytes, m.temp_size_in_bytes,
-              m.host_generated_code_size_in_bytes, m.host_argument_size_in_bytes,
-              m.host_output_size_in_bytes, m.host_alias_size_in_bytes, m.host_temp_size_in_bytes,
-              m.peak_memory_in_bytes]
-    size = rd(a, 0)
-    for i, v in enumerate(fields):
-        if 24 + 8 * i + 8 <= size:
-            wr(a, 24 + 8 * i, v)
-    # total_size_in_bytes (0.94), then the 0.104 fields total_allocation_bytes,
-    # indefinite_allocations, peak_unpadded_heap_bytes.
+    f = A.EXECUTABLE_GET_COMPILED_MEMORY_STATS
+    m = _executable(rd(a, f.executable), "PJRT_Executable_GetCompiledMemoryStats"
+                    ).exe.memory_analysis()
     total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
              - m.alias_size_in_bytes + m.generated_code_size_in_bytes)
-    for off, v in ((112, total), (120, m.peak_memory_in_bytes), (128, 0),
-                   (136, m.peak_memory_in_bytes)):
-        if off + 8 <= size and off >= 24 + 8 * len(fields):
+    # Every field an int64; a caller of 0.94 knows only those up to
+    # total_size_in_bytes (the 0.104 ones follow it): write what it knows.
+    size = rd(a, f.struct_size)
+    for off, v in ((f.generated_code_size_in_bytes, m.generated_code_size_in_bytes),
+                   (f.argument_size_in_bytes, m.argument_size_in_bytes),
+                   (f.output_size_in_bytes, m.output_size_in_bytes),
+                   (f.alias_size_in_bytes, m.alias_size_in_bytes),
+                   (f.temp_size_in_bytes, m.temp_size_in_bytes),
+                   (f.host_generated_code_size_in_bytes, m.host_generated_code_size_in_bytes),
+                   (f.host_argument_size_in_bytes, m.host_argument_size_in_bytes),
+                   (f.host_output_size_in_bytes, m.host_output_size_in_bytes),
+                   (f.host_alias_size_in_bytes, m.host_alias_size_in_bytes),
+                   (f.host_temp_size_in_bytes, m.host_temp_size_in_bytes),
+                   (f.peak_memory_in_bytes, m.peak_memory_in_bytes),
+                   (f.total_size_in_bytes, total),
+                   (f.total_allocation_bytes, m.peak_memory_in_bytes),
+                   (f.indefinite_allocations, 0),
+                   (f.peak_unpadded_heap_bytes, m.peak_memory_in_bytes)):
+        if off + 8 <= size:
             wr(a, off, v)
 
 
@@ -879,32 +948,34 @@ _SERIALIZED_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
 
 @slot
 def Executable_Serialize(a):
-    e = _executable(rd(a, 16), "PJRT_Executable_Serialize")
+    f = A.EXECUTABLE_SERIALIZE
+    e = _executable(rd(a, f.executable), "PJRT_Executable_Serialize")
     blob = _serialize(e)
     with _lock:
         e.serialized = A.CString(blob)   # lives as long as the executable
-    wr(a, 24, e.serialized.addr)
-    wr(a, 32, len(blob))
-    wr(a, 40, 0)
-    wr(a, 48, C.cast(_SERIALIZED_DELETER, C.c_void_p).value)
+    wr(a, f.serialized_bytes, e.serialized.addr)
+    wr(a, f.serialized_bytes_size, len(blob))
+    wr(a, f.serialized_executable, 0)
+    wr(a, f.serialized_executable_deleter, C.cast(_SERIALIZED_DELETER, C.c_void_p).value)
 
 
 @slot
 def Executable_DeserializeAndLoad(a):
-    _get(rd(a, 16), Client, "PJRT_Executable_DeserializeAndLoad")
-    blob = A.rd_bytes(rd(a, 24), rd(a, 32))
+    f = A.EXECUTABLE_DESERIALIZE_AND_LOAD
+    _get(rd(a, f.client), Client, "PJRT_Executable_DeserializeAndLoad")
+    blob = A.rd_bytes(rd(a, f.serialized_executable), rd(a, f.serialized_executable_size))
     try:
         e = _on_big_stack(_deserialize, blob)
     except _PjrtError:
         raise
     except Exception as exc:  # noqa: BLE001
         raise _PjrtError(_error_code_of(exc), f"xla_gpu load: {type(exc).__name__}: {exc}") from exc
-    wr(a, 40, e.addr)
+    wr(a, f.loaded_executable, e.addr)
 
 
 @slot
 def LoadedExecutable_Destroy(a):
-    e = _objects.get(rd(a, 16))
+    e = _objects.get(rd(a, A.LOADED_EXECUTABLE_DESTROY.executable))
     if isinstance(e, Executable):
         e.view.release()
         e.release()
@@ -912,23 +983,28 @@ def LoadedExecutable_Destroy(a):
 
 @slot
 def LoadedExecutable_GetExecutable(a):
-    wr(a, 24, _executable(rd(a, 16), "PJRT_LoadedExecutable_GetExecutable").view.addr)
+    f = A.LOADED_EXECUTABLE_GET_EXECUTABLE
+    wr(a, f.executable,
+       _executable(rd(a, f.loaded_executable), "PJRT_LoadedExecutable_GetExecutable").view.addr)
 
 
 @slot
 def LoadedExecutable_AddressableDevices(a):
+    f = A.LOADED_EXECUTABLE_ADDRESSABLE_DEVICES
     c = _client()
-    wr(a, 24, C.addressof(c.devices_array))
-    wr(a, 32, 1)
+    wr(a, f.addressable_devices, C.addressof(c.devices_array))
+    wr(a, f.num_addressable_devices, 1)
 
 
-_LOGICAL_IDS = _keep_alive((C.c_int * 2)(0, 0))   # {replica 0, partition 0}
+# One PJRT_LogicalDeviceIds, zeroed: {replica 0, partition 0}.
+_LOGICAL_IDS = _keep_alive((C.c_uint8 * A.LOGICAL_DEVICE_IDS.size)())
 
 
 @slot
 def LoadedExecutable_AddressableDeviceLogicalIds(a):
-    wr(a, 24, C.addressof(_LOGICAL_IDS))
-    wr(a, 32, 1)
+    f = A.LOADED_EXECUTABLE_ADDRESSABLE_DEVICE_LOGICAL_IDS
+    wr(a, f.addressable_device_logical_ids, C.addressof(_LOGICAL_IDS))
+    wr(a, f.num_addressable_device_logical_ids, 1)
 
 
 # DeviceAssignmentProto{replica_count: 1, computation_count: 1,
@@ -939,37 +1015,43 @@ _NO_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
 
 @slot
 def LoadedExecutable_GetDeviceAssignment(a):
-    wr(a, 24, _ONE_DEVICE_ASSIGNMENT.addr)
-    wr(a, 32, _ONE_DEVICE_ASSIGNMENT.size)
-    wr(a, 40, 0)
-    wr(a, 48, C.cast(_NO_DELETER, C.c_void_p).value)
+    f = A.LOADED_EXECUTABLE_GET_DEVICE_ASSIGNMENT
+    wr(a, f.serialized_bytes, _ONE_DEVICE_ASSIGNMENT.addr)
+    wr(a, f.serialized_bytes_size, _ONE_DEVICE_ASSIGNMENT.size)
+    wr(a, f.serialized_device_assignment, 0)
+    wr(a, f.serialized_device_assignment_deleter, C.cast(_NO_DELETER, C.c_void_p).value)
 
 
 @slot
 def LoadedExecutable_Delete(a):
-    _executable(rd(a, 16), "PJRT_LoadedExecutable_Delete").deleted = True
+    _executable(rd(a, A.LOADED_EXECUTABLE_DELETE.executable),
+                "PJRT_LoadedExecutable_Delete").deleted = True
 
 
 @slot
 def LoadedExecutable_IsDeleted(a):
-    wr_bool(a, 24, _executable(rd(a, 16), "PJRT_LoadedExecutable_IsDeleted").deleted)
+    f = A.LOADED_EXECUTABLE_IS_DELETED
+    wr_bool(a, f.is_deleted,
+            _executable(rd(a, f.executable), "PJRT_LoadedExecutable_IsDeleted").deleted)
 
 
 @slot
 def LoadedExecutable_Execute(a):
-    e = _executable(rd(a, 16), "PJRT_LoadedExecutable_Execute")
+    f = A.EXECUTE
+    e = _executable(rd(a, f.executable), "PJRT_LoadedExecutable_Execute")
     if e.deleted:
         raise _PjrtError(A.FAILED_PRECONDITION, f"xla_gpu: executable '{e.name.buf.value.decode()}' "
                          "was deleted")
-    num_devices, num_args = rd(a, 40), rd(a, 48)
-    if num_devices != 1 or rd(a, 72):
+    num_devices, num_args = rd(a, f.num_devices), rd(a, f.num_args)
+    if num_devices != 1 or rd(a, f.execute_device):
         raise _PjrtError(A.UNIMPLEMENTED, f"xla_gpu: execution on {num_devices} devices "
                          "(only single-device execution is supported)")
-    arg_list = rd(rd(a, 32), 0)
+    arg_list = rd(rd(a, f.argument_lists), 0)   # device 0's list
     name = e.name.buf.value.decode()
     arg_bufs, args = [], []
     for i in range(num_args):
-        buf = _get(rd(arg_list, 8 * i), Buffer, f"PJRT_LoadedExecutable_Execute argument {i}")
+        buf = _get(rd(arg_list, A.POINTER * i), Buffer,
+                   f"PJRT_LoadedExecutable_Execute argument {i}")
         args.append(buf.live_array(f"argument {i} of '{name}'"))
         arg_bufs.append(buf)
     try:
@@ -979,8 +1061,11 @@ def LoadedExecutable_Execute(a):
     if len(outs) != e.num_outputs:
         raise _PjrtError(A.INTERNAL, f"xla_gpu run: {len(outs)} outputs, expected {e.num_outputs}")
     if e.donated:
-        options = rd(a, 24)
-        keep = set(A.rd_i64s(rd(options, 56), rd(options, 64))) if options else set()
+        o = A.EXECUTE_OPTIONS
+        options = rd(a, f.options)
+        keep = (set(A.rd_i64s(rd(options, o.non_donatable_input_indices),
+                              rd(options, o.num_non_donatable_input_indices)))
+                if options else set())
         with _lock:
             for p in e.donated - keep:
                 buf = arg_bufs[p] if p < num_args else None
@@ -990,37 +1075,39 @@ def LoadedExecutable_Execute(a):
                     buf.deleted = True
                     buf.array = None
     device = _client().devices[0]
-    out_list = rd(rd(a, 56), 0)
+    out_list = rd(rd(a, f.output_lists), 0)   # device 0's list
     for j, out in enumerate(outs):
         array = np.ascontiguousarray(out)
         if array.dtype != e.out_dtypes[j]:
             array = array.astype(e.out_dtypes[j])
-        wr(out_list, 8 * j, Buffer(array.reshape(e.out_dims[j]), device).addr)
-    if rd(a, 64):
-        wr(rd(a, 64), 0, Event().addr)
+        wr(out_list, A.POINTER * j, Buffer(array.reshape(e.out_dims[j]), device).addr)
+    if rd(a, f.device_complete_events):
+        wr(rd(a, f.device_complete_events), 0, Event().addr)   # device 0's event
 
 
-def _buffer(a, what) -> Buffer:
-    return _get(rd(a, 16), Buffer, what)
+def _buffer(a, field: int, what) -> Buffer:
+    return _get(rd(a, field), Buffer, what)
 
 
 @slot
 def Buffer_Destroy(a):
-    b = _objects.get(rd(a, 16))
+    b = _objects.get(rd(a, A.BUFFER_DESTROY.buffer))
     if isinstance(b, Buffer):
         b.release()
 
 
 @slot
 def Buffer_ElementType(a):
-    wr_i32(a, 24, _buffer(a, "PJRT_Buffer_ElementType").code)
+    f = A.BUFFER_ELEMENT_TYPE
+    wr_i32(a, f.type, _buffer(a, f.buffer, "PJRT_Buffer_ElementType").code)
 
 
 @slot
 def Buffer_Dimensions(a):
-    b = _buffer(a, "PJRT_Buffer_Dimensions")
-    wr(a, 24, C.addressof(b.dims))
-    wr(a, 32, len(b.shape))
+    # Also Buffer_UnpaddedDimensions (same layout).
+    b = _buffer(a, A.BUFFER_DIMENSIONS.buffer, "PJRT_Buffer_Dimensions")
+    wr(a, A.BUFFER_DIMENSIONS.dims, C.addressof(b.dims))
+    wr(a, A.BUFFER_DIMENSIONS.num_dims, len(b.shape))
 
 
 IMPL["Buffer_UnpaddedDimensions"] = Buffer_Dimensions
@@ -1028,40 +1115,46 @@ IMPL["Buffer_UnpaddedDimensions"] = Buffer_Dimensions
 
 @slot
 def Buffer_DynamicDimensionIndices(a):
-    wr(a, 24, 0)
-    wr(a, 32, 0)
+    wr(a, A.BUFFER_DYNAMIC_DIMENSION_INDICES.dynamic_dim_indices, 0)
+    wr(a, A.BUFFER_DYNAMIC_DIMENSION_INDICES.num_dynamic_dims, 0)
 
 
 @slot
 def Buffer_GetMemoryLayout(a):
-    b = _buffer(a, "PJRT_Buffer_GetMemoryLayout")
-    layout = a + 24   # PJRT_Buffer_MemoryLayout (80 bytes), dense major-to-minor
-    C.memset(layout, 0, 80)
-    wr(layout, 0, 80)
-    wr(layout + 16, 0, 56)
-    wr(layout + 16, 16, C.addressof(b.minor_to_major))
-    wr(layout + 16, 24, len(b.shape))
-    wr_i32(layout, 72, 0)
+    b = _buffer(a, A.BUFFER_GET_MEMORY_LAYOUT.buffer, "PJRT_Buffer_GetMemoryLayout")
+    # An embedded PJRT_Buffer_MemoryLayout: dense major-to-minor, no tiles.
+    m, t = A.MEMORY_LAYOUT, A.MEMORY_LAYOUT_TILED
+    layout = a + A.BUFFER_GET_MEMORY_LAYOUT.layout
+    C.memset(layout, 0, m.size)
+    wr(layout, m.struct_size, m.size)
+    tiled = layout + m.tiled
+    wr(tiled, t.struct_size, t.size)
+    wr(tiled, t.minor_to_major, C.addressof(b.minor_to_major))
+    wr(tiled, t.minor_to_major_size, len(b.shape))
+    wr_i32(layout, m.type, A.MEMORY_LAYOUT_TYPE.Tiled)
 
 
 @slot
 def Buffer_OnDeviceSizeInBytes(a):
-    wr(a, 24, _buffer(a, "PJRT_Buffer_OnDeviceSizeInBytes").nbytes)
+    f = A.BUFFER_ON_DEVICE_SIZE_IN_BYTES
+    wr(a, f.on_device_size_in_bytes, _buffer(a, f.buffer, "PJRT_Buffer_OnDeviceSizeInBytes").nbytes)
 
 
 @slot
 def Buffer_Device(a):
-    wr(a, 24, _buffer(a, "PJRT_Buffer_Device").device.addr)
+    f = A.BUFFER_DEVICE
+    wr(a, f.device, _buffer(a, f.buffer, "PJRT_Buffer_Device").device.addr)
 
 
 @slot
 def Buffer_Memory(a):
-    wr(a, 24, _buffer(a, "PJRT_Buffer_Memory").device.memory.addr)
+    f = A.BUFFER_MEMORY
+    wr(a, f.memory, _buffer(a, f.buffer, "PJRT_Buffer_Memory").device.memory.addr)
 
 
 @slot
 def Buffer_Delete(a):
-    b = _buffer(a, "PJRT_Buffer_Delete")
+    b = _buffer(a, A.BUFFER_DELETE.buffer, "PJRT_Buffer_Delete")
     with _lock:
         b.deleted = True
         if b.external_refs == 0:   # a numpy view still reading it keeps it
@@ -1070,46 +1163,50 @@ def Buffer_Delete(a):
 
 @slot
 def Buffer_IsDeleted(a):
-    wr_bool(a, 24, _buffer(a, "PJRT_Buffer_IsDeleted").deleted)
+    f = A.BUFFER_IS_DELETED
+    wr_bool(a, f.is_deleted, _buffer(a, f.buffer, "PJRT_Buffer_IsDeleted").deleted)
 
 
 @slot
 def Buffer_IsOnCpu(a):
-    wr_bool(a, 24, True)   # cpu target: buffers are host memory (np.asarray is zero-copy)
+    # cpu target: buffers are host memory (np.asarray is zero-copy)
+    wr_bool(a, A.BUFFER_IS_ON_CPU.is_on_cpu, True)
 
 
 @slot
 def Buffer_ReadyEvent(a):
-    b = _buffer(a, "PJRT_Buffer_ReadyEvent")
+    b = _buffer(a, A.BUFFER_READY_EVENT.buffer, "PJRT_Buffer_ReadyEvent")
     err = Error(A.FAILED_PRECONDITION, "xla_gpu: the buffer was deleted") if b.deleted else None
-    wr(a, 24, Event(err).addr)
+    wr(a, A.BUFFER_READY_EVENT.event, Event(err).addr)
 
 
 def _dense_layout(layout: int, ndim: int) -> bool:
     if not layout:
         return True
-    if rd_i32(layout, 72) != 0:   # strides layout
+    m, t = A.MEMORY_LAYOUT, A.MEMORY_LAYOUT_TILED
+    if rd_i32(layout, m.type) != A.MEMORY_LAYOUT_TYPE.Tiled:   # strides layout
         return False
-    tiled = layout + 16
-    m2m = A.rd_i64s(rd(tiled, 16), rd(tiled, 24))
-    return m2m == list(reversed(range(ndim))) and rd(tiled, 48) == 0
+    tiled = layout + m.tiled
+    m2m = A.rd_i64s(rd(tiled, t.minor_to_major), rd(tiled, t.minor_to_major_size))
+    return m2m == list(reversed(range(ndim))) and rd(tiled, t.num_tiles) == 0
 
 
 @slot
 def Buffer_ToHostBuffer(a):
-    b = _buffer(a, "PJRT_Buffer_ToHostBuffer")
+    f = A.BUFFER_TO_HOST_BUFFER
+    b = _buffer(a, f.src, "PJRT_Buffer_ToHostBuffer")
     array = b.live_array("PJRT_Buffer_ToHostBuffer")
-    if not _dense_layout(rd(a, 24), array.ndim):
+    if not _dense_layout(rd(a, f.host_layout), array.ndim):
         raise _PjrtError(A.UNIMPLEMENTED, "xla_gpu: only dense major-to-minor host layouts")
-    dst = rd(a, 32)
+    dst = rd(a, f.dst)
     if not dst:
-        wr(a, 40, array.nbytes)
+        wr(a, f.dst_size, array.nbytes)
         return None
-    if rd(a, 40) < array.nbytes:
-        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: host buffer of {rd(a, 40)} bytes for a "
-                         f"{array.nbytes}-byte array")
+    if rd(a, f.dst_size) < array.nbytes:
+        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: host buffer of {rd(a, f.dst_size)} bytes "
+                         f"for a {array.nbytes}-byte array")
     C.memmove(dst, array.ctypes.data, array.nbytes)
-    wr(a, 48, Event().addr)
+    wr(a, f.event, Event().addr)
 
 
 def _copy_to(b: Buffer, device: Device) -> Buffer:
@@ -1118,19 +1215,26 @@ def _copy_to(b: Buffer, device: Device) -> Buffer:
 
 @slot
 def Buffer_CopyToDevice(a):
-    b = _buffer(a, "PJRT_Buffer_CopyToDevice")
-    wr(a, 32, _copy_to(b, _get(rd(a, 24), Device, "PJRT_Buffer_CopyToDevice device")).addr)
+    f = A.BUFFER_COPY_TO_DEVICE
+    b = _buffer(a, A.BUFFER_COPY_TO_DEVICE.buffer, "PJRT_Buffer_CopyToDevice")
+    device = _get(rd(a, f.dst_device), Device, "PJRT_Buffer_CopyToDevice device")
+    wr(a, f.dst_buffer, _copy_to(b, device).addr)
 
 
 @slot
 def Buffer_CopyToMemory(a):
-    b = _buffer(a, "PJRT_Buffer_CopyToMemory")
-    wr(a, 32, _copy_to(b, _get(rd(a, 24), Memory, "PJRT_Buffer_CopyToMemory memory").device).addr)
+    f = A.BUFFER_COPY_TO_MEMORY
+    b = _buffer(a, A.BUFFER_COPY_TO_MEMORY.buffer, "PJRT_Buffer_CopyToMemory")
+    memory = _get(rd(a, f.dst_memory), Memory, "PJRT_Buffer_CopyToMemory memory")
+    wr(a, f.dst_buffer, _copy_to(b, memory.device).addr)
 
 
 @slot
 def Buffer_UnsafePointer(a):
-    wr(a, 24, _buffer(a, "PJRT_Buffer_UnsafePointer").live_array("UnsafePointer").ctypes.data)
+    # Also Buffer_OpaqueDeviceMemoryDataPointer (same layout).
+    f = A.BUFFER_UNSAFE_POINTER
+    b = _buffer(a, f.buffer, "PJRT_Buffer_UnsafePointer")
+    wr(a, f.buffer_pointer, b.live_array("UnsafePointer").ctypes.data)
 
 
 IMPL["Buffer_OpaqueDeviceMemoryDataPointer"] = Buffer_UnsafePointer
@@ -1138,14 +1242,16 @@ IMPL["Buffer_OpaqueDeviceMemoryDataPointer"] = Buffer_UnsafePointer
 
 @slot
 def Buffer_IncreaseExternalReferenceCount(a):
-    b = _buffer(a, "PJRT_Buffer_IncreaseExternalReferenceCount")
+    b = _buffer(a, A.BUFFER_INCREASE_EXTERNAL_REFERENCE_COUNT.buffer,
+                "PJRT_Buffer_IncreaseExternalReferenceCount")
     with _lock:
         b.external_refs += 1
 
 
 @slot
 def Buffer_DecreaseExternalReferenceCount(a):
-    b = _buffer(a, "PJRT_Buffer_DecreaseExternalReferenceCount")
+    b = _buffer(a, A.BUFFER_DECREASE_EXTERNAL_REFERENCE_COUNT.buffer,
+                "PJRT_Buffer_DecreaseExternalReferenceCount")
     with _lock:
         if b.external_refs <= 0:
             raise _PjrtError(A.FAILED_PRECONDITION, "xla_gpu: external reference count is 0")
@@ -1229,17 +1335,19 @@ def api_table() -> int:
     global _TABLE
     with _lock:
         if _TABLE is None:
-            table = (A.u64 * (A.API_STRUCT_SIZE // 8))()
+            api, v = A.API, A.API_VERSION
+            table = (A.u64 * (api.size // 8))()
             base = C.addressof(table)
-            wr(base, 0, A.API_STRUCT_SIZE)
-            wr(base, 8, 0)
-            wr(base, 16, 24)             # PJRT_Api_Version.struct_size
-            wr(base, 24, 0)
-            wr_i32(base, 32, A.API_MAJOR)
-            wr_i32(base, 36, A.API_MINOR)
+            wr(base, api.struct_size, api.size)
+            wr(base, api.extension_start, 0)
+            version = base + api.pjrt_api_version
+            wr(version, v.struct_size, v.size)
+            wr(version, v.extension_start, 0)
+            wr_i32(version, v.major_version, A.API_MAJOR)
+            wr_i32(version, v.minor_version, A.API_MINOR)
             fns = [_make_slot(name) for name in A.SLOTS]
-            for i, f in enumerate(fns):
-                wr(base, 8 * (5 + i), C.cast(f, C.c_void_p).value)
+            for name, f in zip(A.SLOTS, fns):
+                wr(base, A.slot_offset(name), C.cast(f, C.c_void_p).value)
             _keep.extend(fns)
             _keep.append(table)
             _TABLE = table
