@@ -335,3 +335,29 @@ def test_linear_algebra_runs_jaxlibs_lapack_kernels():
         print(json.dumps(res))
     """, platforms="xla_gpu,cpu")
     assert all(out.values()), out
+
+
+def test_several_devices_by_environment():
+    out = run_jax("""
+        devices = jax.devices("xla_gpu")
+        f = jax.jit(lambda v: v * 2 + 1)
+        res = {"count": len(devices), "runs": []}
+        for d in devices:
+            y = f(jax.device_put(np.arange(4, dtype=np.float32), d))
+            res["runs"].append([next(iter(y.devices())).id, np.asarray(y).tolist()])
+        moved = jax.device_put(jax.device_put(np.ones(2, np.float32), devices[0]), devices[2])
+        res["moved"] = [d.id for d in moved.devices()]
+        compiled = f.lower(jax.device_put(np.ones(4, np.float32), devices[1])).compile()
+        res["assigned"] = [d.id for d in compiled.runtime_executable().local_devices()]
+        try:   # a program over several devices is refused, not miscompiled
+            jax.pmap(lambda v: v + 1)(np.ones((3, 2), np.float32))
+        except Exception as e:
+            res["pmap"] = [type(e).__name__, str(e)]
+        print(json.dumps(res))
+    """, extra_env={"XLA_GPU_NUM_DEVICES": "3"})
+    assert out["count"] == 3
+    assert out["runs"] == [[i, [1.0, 3.0, 5.0, 7.0]] for i in range(3)]
+    assert out["moved"] == [2]
+    assert out["assigned"] == [1]
+    name, msg = out["pmap"]
+    assert name == "JaxRuntimeError" and "num_partitions=3" in msg

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes as C
 import hashlib
 import logging
+import os
 import re
 import sys
 import threading
@@ -219,13 +220,34 @@ class Client(_Handle):
 
 
 _CLIENT: Client | None = None
+# XLA_GPU_NUM_DEVICES=N gives the client N devices (one by default), as
+# XLA:CPU's --xla_force_host_platform_device_count does: each runs
+# single-device programs on the cpu target; programs over several devices
+# (replicas, partitions) are not compiled yet.
+NUM_DEVICES_ENV = "XLA_GPU_NUM_DEVICES"
+MAX_DEVICES = 256
+
+
+def num_devices_from_env() -> int:
+    value = os.environ.get(NUM_DEVICES_ENV, "").strip()
+    if not value:
+        return 1
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_DEVICES:
+        logger.warning("xla_gpu: %s=%r is not a device count in 1..%d; using 1",
+                       NUM_DEVICES_ENV, value, MAX_DEVICES)
+        return 1
+    return count
 
 
 def _client() -> Client:
     global _CLIENT
     with _lock:
         if _CLIENT is None:
-            _CLIENT = Client(1)
+            _CLIENT = Client(num_devices_from_env())
         return _CLIENT
 
 
@@ -272,9 +294,14 @@ class Executable(_Handle):
     """One compiled program; jaxlib sees it through two handles, the
     PJRT_LoadedExecutable (this object) and its PJRT_Executable view."""
 
-    def __init__(self, exe, computation, mlir_code: bytes, hlo_text: str):
+    def __init__(self, exe, computation, mlir_code: bytes, hlo_text: str, device: Device):
         super().__init__()
         self.exe = exe
+        # The one device it runs on (its device assignment), and that
+        # assignment as jaxlib reads it back (a DeviceAssignmentProto).
+        self.device = device
+        self.devices_array = (A.u64 * 1)(device.addr)
+        self.assignment = A.CString(_device_assignment_proto(device.index))
         self.mlir_code = mlir_code
         self.hlo_text = hlo_text
         # Parameters jax donated (input_output_alias): consumed by a run.
@@ -362,6 +389,41 @@ def _aliased_parameters(hlo_text: str) -> frozenset[int]:
     return frozenset(int(p) for p in _ALIAS_PARAM.findall(m.group(1))) if m else frozenset()
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _device_assignment_proto(device_id: int) -> bytes:
+    """DeviceAssignmentProto{replica_count: 1, computation_count: 1,
+    computation_devices: [{replica_device_ids: [device_id]}]}."""
+    ids = b"\x08" + _varint(device_id)
+    return b"\x08\x01\x10\x01\x1a" + _varint(len(ids)) + ids
+
+
+def _assigned_device(build) -> Device:
+    """The device a single-device compile is for: its device assignment's
+    only entry (jax always passes one), else the first device."""
+    client = _client()
+    assignment = getattr(build, "device_assignment", None)
+    if assignment is None:
+        return client.devices[0]
+    text = str(assignment)   # DeviceAssignment{..., Computation0{<id>}}
+    found = re.search(r"Computation0\{(\d+)\}", text)
+    if found is None:
+        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: cannot read the device assignment {text}")
+    index = int(found.group(1))
+    if index >= len(client.devices):
+        raise _PjrtError(A.INVALID_ARGUMENT,
+                         f"xla_gpu: the device assignment names device {index}; this client "
+                         f"has {len(client.devices)} (set {NUM_DEVICES_ENV} for more)")
+    return client.devices[index]
+
+
 def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
     if fmt != "mlir":
         raise _PjrtError(A.INVALID_ARGUMENT,
@@ -371,13 +433,15 @@ def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
     if build.num_replicas > 1 or build.num_partitions > 1:
         raise _PjrtError(A.UNIMPLEMENTED,
                          f"xla_gpu: num_replicas={build.num_replicas} num_partitions="
-                         f"{build.num_partitions}: only single-device programs are supported")
+                         f"{build.num_partitions}: only single-device programs are supported "
+                         "(programs over several devices are not compiled yet)")
     computation = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False,
                                                              return_tuple=False)
     import xla_gpu
     text = computation.as_hlo_text()
+    device = _assigned_device(build)
     exe = xla_gpu.compile(text, target=TARGET)
-    return Executable(exe, computation, code, text)
+    return Executable(exe, computation, code, text, device)
 
 
 # jaxlib calls Compile on its own worker threads, whose stacks are too small
@@ -414,18 +478,25 @@ def _on_big_stack(fn, *args):
 # Serialized executables (jax's persistent compilation cache): the HLO text
 # and the program jax handed over; loading compiles the text again, which
 # xla_gpu's own compile cache answers.
-_SERIAL_MAGIC = b"XLA_GPU_PJRT_EXE1\0"
+_SERIAL_MAGIC = b"XLA_GPU_PJRT_EXE2\0"
 
 
 def _serialize(e: Executable) -> bytes:
     text = e.hlo_text.encode()
-    return _SERIAL_MAGIC + len(text).to_bytes(8, "little") + text + e.mlir_code
+    return (_SERIAL_MAGIC + e.device.index.to_bytes(4, "little") +
+            len(text).to_bytes(8, "little") + text + e.mlir_code)
 
 
 def _deserialize(blob: bytes) -> Executable:
-    n = len(_SERIAL_MAGIC)
-    if not blob.startswith(_SERIAL_MAGIC) or len(blob) < n + 8:
-        raise _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: not a serialized xla_gpu executable")
+    if not blob.startswith(_SERIAL_MAGIC) or len(blob) < len(_SERIAL_MAGIC) + 12:
+        raise _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: not a serialized xla_gpu executable "
+                         "(or one from another version of the plugin)")
+    n = len(_SERIAL_MAGIC) + 4
+    index = int.from_bytes(blob[n - 4:n], "little")
+    devices = _client().devices
+    if index >= len(devices):
+        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: the serialized executable runs on device "
+                         f"{index}; this client has {len(devices)}")
     size = int.from_bytes(blob[n:n + 8], "little")
     if n + 8 + size > len(blob):
         raise _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: truncated serialized executable")
@@ -435,7 +506,8 @@ def _deserialize(blob: bytes) -> Executable:
     computation = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False,
                                                              return_tuple=False)
     import xla_gpu
-    return Executable(xla_gpu.compile(text, target=TARGET), computation, code, text)
+    return Executable(xla_gpu.compile(text, target=TARGET), computation, code, text,
+                      devices[index])
 
 
 # ----------------------------------------------------------------------------- the slots
@@ -991,8 +1063,8 @@ def LoadedExecutable_GetExecutable(a):
 @slot
 def LoadedExecutable_AddressableDevices(a):
     f = A.LOADED_EXECUTABLE_ADDRESSABLE_DEVICES
-    c = _client()
-    wr(a, f.addressable_devices, C.addressof(c.devices_array))
+    e = _executable(rd(a, f.executable), "PJRT_LoadedExecutable_AddressableDevices")
+    wr(a, f.addressable_devices, C.addressof(e.devices_array))
     wr(a, f.num_addressable_devices, 1)
 
 
@@ -1007,17 +1079,15 @@ def LoadedExecutable_AddressableDeviceLogicalIds(a):
     wr(a, f.num_addressable_device_logical_ids, 1)
 
 
-# DeviceAssignmentProto{replica_count: 1, computation_count: 1,
-# computation_devices: [{replica_device_ids: [0]}]}.
-_ONE_DEVICE_ASSIGNMENT = _keep_alive(A.CString(bytes([0x08, 1, 0x10, 1, 0x1A, 3, 0x0A, 1, 0])))
 _NO_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
 
 
 @slot
 def LoadedExecutable_GetDeviceAssignment(a):
     f = A.LOADED_EXECUTABLE_GET_DEVICE_ASSIGNMENT
-    wr(a, f.serialized_bytes, _ONE_DEVICE_ASSIGNMENT.addr)
-    wr(a, f.serialized_bytes_size, _ONE_DEVICE_ASSIGNMENT.size)
+    e = _executable(rd(a, f.executable), "PJRT_LoadedExecutable_GetDeviceAssignment")
+    wr(a, f.serialized_bytes, e.assignment.addr)
+    wr(a, f.serialized_bytes_size, e.assignment.size)
     wr(a, f.serialized_device_assignment, 0)
     wr(a, f.serialized_device_assignment_deleter, C.cast(_NO_DELETER, C.c_void_p).value)
 
@@ -1043,15 +1113,22 @@ def LoadedExecutable_Execute(a):
         raise _PjrtError(A.FAILED_PRECONDITION, f"xla_gpu: executable '{e.name.buf.value.decode()}' "
                          "was deleted")
     num_devices, num_args = rd(a, f.num_devices), rd(a, f.num_args)
-    if num_devices != 1 or rd(a, f.execute_device):
+    if num_devices != 1:
         raise _PjrtError(A.UNIMPLEMENTED, f"xla_gpu: execution on {num_devices} devices "
                          "(only single-device execution is supported)")
+    device = e.device
+    if rd(a, f.execute_device):   # a portable executable, run where asked
+        device = _get(rd(a, f.execute_device), Device, "PJRT_LoadedExecutable_Execute device")
     arg_list = rd(rd(a, f.argument_lists), 0)   # device 0's list
     name = e.name.buf.value.decode()
     arg_bufs, args = [], []
     for i in range(num_args):
         buf = _get(rd(arg_list, A.POINTER * i), Buffer,
                    f"PJRT_LoadedExecutable_Execute argument {i}")
+        if buf.device is not device:
+            raise _PjrtError(A.INVALID_ARGUMENT,
+                             f"xla_gpu: argument {i} of '{name}' is on device "
+                             f"{buf.device.index}, the executable runs on {device.index}")
         args.append(buf.live_array(f"argument {i} of '{name}'"))
         arg_bufs.append(buf)
     try:
@@ -1074,7 +1151,6 @@ def LoadedExecutable_Execute(a):
                 if buf is not None and buf.external_refs == 0:
                     buf.deleted = True
                     buf.array = None
-    device = _client().devices[0]
     out_list = rd(rd(a, f.output_lists), 0)   # device 0's list
     for j, out in enumerate(outs):
         array = np.ascontiguousarray(out)
