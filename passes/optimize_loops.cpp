@@ -58,6 +58,10 @@ Operation *findPipelinableLoad(scf::ForOp loop) {
     if (auto e = dyn_cast<tensor::ExtractOp>(op)) source = e.getTensor();
     if (auto r = dyn_cast<vector::TransferReadOp>(op)) source = r.getBase();
     if (!source || !loop.isDefinedOutsideOfLoop(source)) continue;
+    // The first iteration's fallback is an arith.constant zero: none for a
+    // complex element (a complex convolution's operands).
+    if (!Builder(loop.getContext()).getZeroAttr(op.getResult(0).getType()))
+      continue;
     // Other operands (a transfer_read's padding) must be invariant too.
     bool dependsOnIv = false;
     for (Value v : op.getOperands().drop_front())

@@ -135,6 +135,65 @@ ENTRY e {
 }"""))
 
 
+def _complex_inputs(inst: HloInstruction, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(o.shape.dims) + 1j * rng.standard_normal(o.shape.dims))
+            .astype(o.shape.dtype) for o in inst.operands]
+
+
+_COMPLEX_WINDOWS = [
+    # (kernel, output, window, extra)
+    ("4,5,3,6", "2,9,35,6", "size=4x5 pad=1_2x2_0 lhs_dilate=1x4", ", batch_group_count=2"),
+    ("2,3,3,6", "4,4,8,6", "size=2x3 stride=2x1 rhs_dilate=2x1", ""),
+    ("1,1,1,6", "4,9,10,6", "size=1x1", ", feature_group_count=3"),
+]
+
+
+@pytest.mark.parametrize("t", ["c64", "c128"])
+@pytest.mark.parametrize("kernel,out,window,extra", _COMPLEX_WINDOWS)
+def test_complex_convolutions_sum_complex_products(t, kernel, out, window, extra):
+    """c64 / c128 convolutions (jax's of complex arrays) against the
+    interpreter, and one output element against the window's complex
+    products summed by hand."""
+    inst = _entry_inst(f"""
+ENTRY e {{
+  x = {t}[4,9,10,3] parameter(0)
+  w = {t}[{kernel}] parameter(1)
+  ROOT c = {t}[{out}] convolution(x, w), window={{{window}}}, dim_labels=b01f_01io->b01f{extra}
+}}""")
+    compiled = op_kernels.compile_convolution(inst, target="cpu")
+    inputs = _complex_inputs(inst)
+    got = compiled.run(*inputs)
+    want = hlo.evaluate(_alone(inst), *inputs)[0]
+    assert got.dtype == want.dtype == hlo.numpy_dtype(t)
+    assert np.abs(want.imag).max() > 1                  # truly complex
+    tol = 1e-4 if t == "c64" else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if "rhs_dilate" in window:   # out[0, 0, 0, :]: rows 0 and 2, columns 0..2
+        x, w = inputs
+        direct = sum(x[0, 2 * i, j, c].astype(np.complex128) * w[i, j, c, :]
+                     for i in range(2) for j in range(3) for c in range(3))
+        np.testing.assert_allclose(got[0, 0, 0], direct, rtol=tol, atol=tol)
+
+
+def test_complex_convolution_lowered_to_im2col_and_a_gemm(monkeypatch):
+    """A large complex convolution becomes im2col + a complex gemm."""
+    from xla_gpu.hlo.passes import convolution_lowering
+    monkeypatch.setattr(convolution_lowering, "DIRECT_CONVOLUTION_MACS", 0)
+    text = """HloModule m
+ENTRY e {
+  x = c64[2,6,6,3] parameter(0)
+  w = c64[3,3,3,4] parameter(1)
+  ROOT c = c64[2,4,4,4] convolution(x, w), window={size=3x3}, dim_labels=b01f_01io->b01f
+}"""
+    module = hlo.parse_module(text)
+    inputs = _complex_inputs(module.entry.root)
+    want = hlo.evaluate(module, *inputs)[0]
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    assert any(type(t).__name__ == "GemmThunk" for t in walk(exe.thunks))
+    np.testing.assert_allclose(exe.run(*inputs)[0], want, rtol=1e-4, atol=1e-4)
+
+
 # -- XLA:GPU's cuDNN custom calls ---------------------------------------------------------
 
 

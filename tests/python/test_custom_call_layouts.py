@@ -157,7 +157,11 @@ ENTRY e {
   ROOT s = f32[4,5]{0,1} custom-call(x), custom_call_target="Sharding"
 }"""
     optimized = optimize(hlo.parse_module(text))
-    assert not any(i.opcode == "copy" for i in optimized.entry.instructions)
+    # The annotation is gone before layouts are assigned (one device: it
+    # is its operand); the only copy is the output's own, in x's layout.
+    assert not any(i.opcode == "custom-call" for i in optimized.entry.instructions)
+    assert all(i.shape.minor_to_major == i.operands[0].shape.minor_to_major
+               for i in optimized.entry.instructions if i.opcode == "copy")
     x = np.arange(20, dtype=np.float32).reshape(4, 5)
     for where, got in _run(text, x):
         np.testing.assert_array_equal(got, x, err_msg=where)

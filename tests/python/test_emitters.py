@@ -232,3 +232,46 @@ def test_a_concatenate_by_binary_search_matches_the_interpreter(count):
     # The cpu target keeps a thread loop of more than 16 branches scalar
     # (vectorized, every lane would run all of them under masks).
     assert ("#llvm.loop_vectorize<disable = true>" in exe.host_mlir) == (count > 17)
+
+
+def test_reduce_window_of_a_scalar_has_no_window_attribute():
+    """A rank-0 reduce-window's window has no dimensions, so its HLO text
+    has no window=: one element, reduced once with the init value."""
+    import numpy as np
+    import xla_gpu
+    text = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[] parameter(0)
+  z = f32[] parameter(1)
+  ROOT r = f32[] reduce-window(x, z), to_apply=add
+}"""
+    x, z = np.float32(1.5), np.float32(0.25)
+    (got,) = xla_gpu.compile(text, target="cpu", cache=False).run(x, z)
+    (want,) = hlo.evaluate(hlo.parse_module(text), x, z)
+    assert float(got) == float(want) == 1.75
+
+
+@pytest.mark.parametrize("t", ["c64", "c128"])
+def test_complex_iota_is_real_with_a_zero_imaginary_part(t):
+    """jax makes c64 iotas (transposes of complex dots): the index is
+    converted to the complex type like any other real value."""
+    import numpy as np
+    import xla_gpu
+    text = f"""HloModule m
+ENTRY e {{
+  i = {t}[2,3] iota(), iota_dimension=1
+  p = {t}[2,3] parameter(0)
+  s = {t}[2,3] add(i, p)
+  ROOT r = ({t}[2,3], {t}[2,3]) tuple(i, s)
+}}"""
+    p = (np.arange(6).reshape(2, 3) * 1j).astype(hlo.numpy_dtype(t))
+    got = xla_gpu.compile(text, target="cpu", cache=False).run(p)
+    want = hlo.evaluate(hlo.parse_module(text), p)
+    np.testing.assert_array_equal(got[0], np.array([[0, 1, 2], [0, 1, 2]], hlo.numpy_dtype(t)))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

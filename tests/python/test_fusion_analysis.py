@@ -132,6 +132,19 @@ fused {
 }
 """
 
+# A bitcast-convert between widths splits each concatenated element into
+# pieces: the epilogue does not keep the element's position (jax's
+# rng_bit_generator splits its advanced u64 state back into u32 words so).
+CONCAT_SPLIT = """HloModule m
+fused {
+  p = u64[2] parameter(0)
+  lo = u64[1] slice(p), slice={[0:1]}
+  hi = u64[1] slice(p), slice={[1:2]}
+  c = u64[2] concatenate(lo, hi), dimensions={0}
+  ROOT b = u32[2,2] bitcast-convert(c)
+}
+"""
+
 FALLBACKS = {
     "not_contiguous": (_reduce([6, 10, 8, 4], [0, 2]), "reduction",
                        "the reduced dimensions are neither contiguous"),
@@ -151,6 +164,17 @@ def test_the_analysis_gives_the_loop_emitter_what_the_hero_emitter_cannot_take(n
         f"{hero_kind} fusion emitted by the loop emitter") and reason in fusion.notes[0]
     kernel = emitters.emit_fusion(fusion, ir.Context())
     assert kernel.emitter == "loop" and kernel.notes == fusion.notes
+
+
+def test_a_concatenate_split_by_a_bitcast_convert_is_a_loop_fusion():
+    fusion = select_fusion(hlo.parse_module(CONCAT_SPLIT))
+    comp = fusion.computation
+    assert fusion.kind == "loop"
+    state = np.array([1 | 2 << 32, 3 | 4 << 32], np.uint64)
+    (got,) = xla_gpu.compile(CONCAT_SPLIT, target="cpu", cache=False).run(state)
+    (want,) = hlo.evaluate(comp, state)
+    np.testing.assert_array_equal(got, [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(want, [[1, 2], [3, 4]])
 
 
 def test_reduction_refusal_is_none_for_what_the_emitter_takes():

@@ -130,6 +130,28 @@ def test_shifts():
          np.array([0xC0, 0xFF, 0, 0xFF], np.uint8))
 
 
+def test_mulhi_is_the_high_half_of_the_double_width_product():
+    a = np.array([I32_MAX, I32_MIN, I32_MIN, -1, 65536, 3], np.int32)
+    b = np.array([I32_MAX, I32_MIN, I32_MAX, 1, 65536, -2], np.int32)
+    # (2^31-1)^2 >> 32, 2^62 >> 32, -2^31 (2^31-1) >> 32, -1 >> 32 (floor),
+    # 2^32 >> 32, -6 >> 32.
+    same(op("mulhi", a, b),
+         np.array([0x3FFFFFFF, 0x40000000, -0x40000000, -1, 1, -1], np.int32))
+    u = np.array([0xFF, 0x80, 16, 15], np.uint8)
+    v = np.array([0xFF, 2, 16, 17], np.uint8)
+    same(op("mulhi", u, v), np.array([0xFE, 1, 1, 0], np.uint8))
+    u64 = np.array([2**64 - 1, 2**63, 2**40, 3], np.uint64)
+    same(op("mulhi", u64, u64), np.array([2**64 - 2, 2**62, 2**16, 0], np.uint64))
+    s64 = np.array([-2**63, -2**63, 2**63 - 1, -3], np.int64)
+    t64 = np.array([-2**63, 2**63 - 1, 2**63 - 1, 5], np.int64)
+    same(op("mulhi", s64, t64), np.array([2**62, -2**62, 2**62 - 1, -1], np.int64))
+    s4 = np.array([-8, -8, 7, -1], ml_dtypes.int4)
+    same(op("mulhi", s4, np.array([-8, 7, 7, 1], ml_dtypes.int4)),
+         np.array([4, -4, 3, -1], ml_dtypes.int4))
+    with pytest.raises(HloError, match="mulhi"):
+        op("mulhi", np.array([1.0], np.float32), np.array([2.0], np.float32))
+
+
 def test_integer_power():
     base = np.array([2, -1, -1, 1, 0, 0, 3, -2, 5, 2], np.int32)
     exp_ = np.array([10, -3, -2, -5, 0, -1, 40, 3, -1, 31], np.int32)

@@ -16,7 +16,8 @@ from xla_gpu.hlo.passes import (AlgebraicSimplifier, BatchedGatherScatterNormali
                                 DumpOptions, HloConstantFolding, HloCSE, HloDCE, HloPass,
                                 HloPassFix, HloPassPipeline, LayoutNormalization,
                                 PassContext, ReductionDimensionGrouper, ReductionSplitter,
-                                TreeReductionRewriter, TupleSimplifier, verify_module)
+                                ShardingAnnotationRemover, TreeReductionRewriter,
+                                TupleSimplifier, verify_module)
 
 
 def run_pass(text: str, *passes, check: bool = True, seed: int = 0):
@@ -748,3 +749,57 @@ def test_select_and_scatter_becomes_reduce_window_and_scatter(t, x, s, window, d
         args = [rng.integers(-2, 3, p.shape.dims).astype(np.int32)
                 for p in module.entry.parameters]
         np.testing.assert_array_equal(evaluate(result, *args)[0], evaluate(module, *args)[0])
+
+
+# ------------------------------------------------------ sharding annotations
+
+_ANNOTATED = """HloModule annotated, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["x"=1]>}}
+
+ENTRY e {
+  a = f32[4,3] parameter(0)
+  b = s32[4] parameter(1)
+  s = f32[4,3] custom-call(a), custom_call_target="Sharding", sharding={replicated}
+  g = () custom-call(s), custom_call_target="xla.sdy.ShardingGroup", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.sharding_group_id="0"}
+  local = (f32[4,3], s32[4]) custom-call(s, b), custom_call_target="xla.sdy.GlobalToLocalShape"
+  x = f32[4,3] get-tuple-element(local), index=0
+  y = s32[4] get-tuple-element(local), index=1
+  n = f32[4,3] negate(x)
+  back = f32[4,3] custom-call(n), custom_call_target="xla.sdy.LocalToGlobalShape", custom_call_has_side_effect=true
+  r = f32[4,3] custom-call(back), custom_call_target="xla.sdy.FuncResultSharding", custom_call_has_side_effect=true
+  ROOT t = (f32[4,3], s32[4]) tuple(r, y)
+}
+"""
+
+
+def test_sharding_annotations_are_their_operands_on_one_device():
+    """Shardy's xla.sdy.* custom calls and GSPMD's Sharding are gone before
+    any other pass runs (values checked by the interpreter, which reads the
+    annotations as identities)."""
+    _, result, changed = run_pass(_ANNOTATED, ShardingAnnotationRemover(), TupleSimplifier(),
+                                  HloDCE())
+    assert changed
+    assert "custom-call" not in opcodes(result)
+    assert sorted(opcodes(result)) == ["negate", "parameter", "parameter", "tuple"]
+
+
+def test_annotated_program_compiles_with_and_without_the_pipeline():
+    import xla_gpu
+    module = parse_module(_ANNOTATED)
+    args = random_inputs(module.entry, seed=4)
+    want = evaluate(module, *args)
+    for optimize in (None, False):
+        got = xla_gpu.compile(_ANNOTATED, target="cpu", cache=False, optimize=optimize).run(*args)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_sharding_across_devices_is_refused_naming_the_annotation():
+    text = """HloModule sharded
+ENTRY e {
+  a = f32[8,3] parameter(0)
+  ROOT l = f32[4,3] custom-call(a), custom_call_target="xla.sdy.GlobalToLocalShape"
+}
+"""
+    module = parse_module(text)
+    with pytest.raises(HloError, match="xla.sdy.GlobalToLocalShape.*more than one device"):
+        ShardingAnnotationRemover().run(module)

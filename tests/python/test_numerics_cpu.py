@@ -4,6 +4,7 @@ with a GPU the same fusions also run on the cuda target."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +156,27 @@ def test_integer_ops_wrap_at_their_width(t):
     want = hlo.evaluate(comp, a, b)
     for k, (g, w) in enumerate(zip(got, want)):
         assert np.array_equal(np.asarray(g).astype(np.int64), np.asarray(w).astype(np.int64)), k
+
+
+@pytest.mark.parametrize("t", ["s2", "u4", "s4", "s8", "u8", "s16", "u32", "s32",
+                               "u64", "s64"])
+def test_mulhi_matches_the_exact_product_at_every_width(t):
+    """The high half of the full product: sub-byte operands held in a byte
+    (other bits of the byte ignored), 64-bit ones through a 128-bit
+    multiply."""
+    text = (f"HloModule m\nf {{\n a = {t}[256] parameter(0)\n b = {t}[256] parameter(1)\n"
+            f" ROOT r = {t}[256] mulhi(a, b)\n}}\n")
+    bits = hlo.bit_width(t)
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if t[0] == "s" else (0, (1 << bits) - 1)
+    edges = [lo, lo + 1, -1 if t[0] == "s" else 2, 0, 1, hi - 1, hi]
+    rng = random.Random(7)   # Python integers: the u64 range included
+    pairs = [(x, y) for x in edges for y in edges]
+    pairs += [(rng.randint(lo, hi), rng.randint(lo, hi)) for _ in range(256 - len(pairs))]
+    dt = hlo.numpy_dtype(t)
+    a = np.array([x for x, _ in pairs], dtype=object).astype(dt)
+    b = np.array([y for _, y in pairs], dtype=object).astype(dt)
+    exact = [(x * y) >> bits for x, y in pairs]
+    (got,) = xla_gpu.compile(text, target="cpu", cache=False).run(a, b)
+    (want,) = hlo.evaluate(hlo.parse_module(text).entry, a, b)
+    assert [int(v) for v in np.asarray(got)] == exact
+    assert [int(v) for v in np.asarray(want)] == exact

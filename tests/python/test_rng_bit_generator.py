@@ -65,3 +65,35 @@ def test_runs_on_the_cpu_target(algorithm, out):
     got = xla_gpu.compile(text, target="cpu").run(state)
     for w, g in zip(want, got):
         np.testing.assert_array_equal(np.asarray(g), w)
+
+
+# jax's rng_bit_generator on a u32[4] key: the words joined into the u64[2]
+# state, the advanced state split back into words.
+_JAX_KEY = """
+HloModule jax_rng
+ENTRY e {
+  key = u32[4] parameter(0)
+  words = u32[2,2] reshape(key)
+  state = u64[2] bitcast-convert(words)
+  r = (u64[2], u32[5,7]) rng-bit-generator(state), algorithm=rng_default
+  new = u64[2] get-tuple-element(r), index=0
+  split = u32[2,2] bitcast-convert(new)
+  out = u32[4] reshape(split)
+  bits = u32[5,7] get-tuple-element(r), index=1
+  ROOT t = (u32[4], u32[5,7]) tuple(out, bits)
+}
+"""
+
+
+def test_a_u32_key_comes_back_advanced_as_xla_cpu_gives_it():
+    """rng_default is Philox: 35 words take nine counter steps of four, so
+    the counter word goes 3 -> 12 and the key words stay (XLA:CPU's values
+    for this key: the state and the first row of bits)."""
+    key = np.array([1, 2, 3, 4], np.uint32)
+    new_key, bits = xla_gpu.compile(_JAX_KEY, target="cpu", cache=False).run(key)
+    want_key, want_bits = evaluate(parse_module(_JAX_KEY), key)
+    np.testing.assert_array_equal(new_key, [1, 2, 12, 4])
+    np.testing.assert_array_equal(want_key, [1, 2, 12, 4])
+    np.testing.assert_array_equal(bits[0], [512747620, 1298009047, 1267190206, 761827841,
+                                            1383286907, 1639995030, 2756207988])
+    np.testing.assert_array_equal(bits, want_bits)

@@ -25,7 +25,9 @@ def _passes_position(inst: HloInstruction) -> bool:
     if inst.shape.is_tuple:
         return False
     if inst.opcode in ELEMENTWISE_OPCODES:
-        return len(inst.operands) <= 3
+        # Not a bitcast-convert between widths: it splits or joins elements.
+        return len(inst.operands) <= 3 and all(
+            o.shape.rank == 0 or o.shape.dims == inst.shape.dims for o in inst.operands)
     return inst.opcode in _RESHAPING and inst.shape.is_row_major and \
         inst.operands[0].shape.is_row_major
 

@@ -52,6 +52,7 @@ from typing import Callable, Sequence
 
 from mlir import ir
 from mlir.dialects import arith, math, scf, tensor
+from mlir.dialects import complex as complex_ops
 
 from ..analysis.fusion import Fusion
 from ..errors import HloError
@@ -60,12 +61,12 @@ from ..hlo.convolution import (CUDNN_CONV_TARGETS, ConvolutionGeometry, conv_geo
                                cudnn_activation, cudnn_backend_config, cudnn_operand_count,
                                forward_dims)
 from ..dialects import xla_gpu
-from ..hlo.shape import bit_width, is_float
+from ..hlo.shape import bit_width, is_complex, is_float
 from .base import KernelEmitter, LaunchDims
 from .elemental import convert
 from .loop_config import loop_config, thread_to_output_map
 from .partitioner import sanitize
-from .types import check_supported, element_type
+from .types import check_supported, complex_part, element_type
 
 __all__ = ["ConvolutionEmitter", "ConvolutionGeometry", "convolution_kernel_fusion",
            "CUDNN_CONV_TARGETS", "conv_geometry"]
@@ -110,9 +111,9 @@ def kernel_config(inst: HloInstruction) -> ConvolutionKernelConfig:
         if s.is_tuple:
             raise inst.error(f"a convolution operand or result is a tuple ({s})")
         check_supported(s, inst)
-    if result.element_type.startswith("c") or any(s.element_type.startswith("c")
-                                                  for s in shapes):
-        raise inst.unsupported("complex convolutions are not supported")
+    if kind != "forward" and (is_complex(result.element_type) or
+                              any(is_complex(s.element_type) for s in shapes)):
+        raise inst.unsupported(f"complex {kind} convolutions are not supported")
     dims = [s.dims for s in shapes]
     geom = conv_geometry(inst, *forward_dims(kind, dims, result.dims))
     if kind == "bias_activation":
@@ -221,16 +222,20 @@ class ConvolutionEmitter(KernelEmitter):
         return list(loop.results)
 
     # -- arithmetic in the accumulator type ------------------------------------------------
+    # Complex convolutions (c64 / c128, HLO's forward convolution) sum
+    # complex products, as XLA:CPU does: the complex dialect's ops, lowered
+    # to arith on the parts with the elementwise complex ops.
     def _zero(self) -> ir.Value:
-        t = element_type(self._acc)
-        if is_float(self._acc):
-            return arith.constant(t, ir.FloatAttr.get(t, 0.0))
-        return arith.constant(t, 0)
+        return self._const(0)
 
     def _mul(self, a, b):
+        if is_complex(self._acc):
+            return complex_ops.mul(a, b)
         return arith.mulf(a, b) if is_float(self._acc) else arith.muli(a, b)
 
     def _add(self, a, b):
+        if is_complex(self._acc):
+            return complex_ops.add(a, b)
         return arith.addf(a, b) if is_float(self._acc) else arith.addi(a, b)
 
     def _sum(self, ranges: Sequence[int], body: Callable[[list], ir.Value]) -> ir.Value:
@@ -379,6 +384,11 @@ class ConvolutionEmitter(KernelEmitter):
     # -- the cuDNN epilogue ----------------------------------------------------------------
     def _const(self, v: float) -> ir.Value:
         t = element_type(self._acc)
+        if is_complex(self._acc):
+            part = element_type(complex_part(self._acc))
+            zero = arith.constant(part, ir.FloatAttr.get(part, 0.0))
+            return complex_ops.create_(t, arith.constant(part, ir.FloatAttr.get(part, float(v))),
+                                       zero)
         if is_float(self._acc):
             return arith.constant(t, ir.FloatAttr.get(t, float(v)))
         return arith.constant(t, int(v))

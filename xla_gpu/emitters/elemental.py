@@ -1,5 +1,5 @@
 """The elemental emitter: the value of an HLO instruction at an index, as
-arith/math/tensor/scf ops (seed 000, "elemental emission").
+arith/math/tensor/scf ops (XLA's "elemental emission").
 
 Elementwise ops map to arith/math with XLA's semantics where they differ
 from the MLIR ops' (integer division by zero, shifts past the bit width,
@@ -233,29 +233,41 @@ class FunctionEmitter:
         wide_in, wide_out = bit_width(in_t), bit_width(t)
         if wide_in == wide_out:
             return self._elementwise(inst, indices)
-        if min(wide_in, wide_out) < 8 or is_minifloat(in_t) or is_minifloat(t) or \
-                "pred" in (in_t, t) or in_t.startswith("c") or t.startswith("c"):
+        if "pred" in (in_t, t) or in_t.startswith("c") or t.startswith("c"):
             raise inst.unsupported(f"bitcast-convert from {in_t} to {t} is not supported")
+        # The bits are moved in an integer of the wide side's width (a byte
+        # at least: sub-byte values live in an i8, f8 / f4 as their codes).
+        wide = ir.IntegerType.get_signless(max(8, wide_in, wide_out))
 
         def as_bits(value: ir.Value, width: int) -> ir.Value:
-            integer = ir.IntegerType.get_signless(width)
-            return value if value.type == integer else arith.bitcast(integer, value)
+            """A value's bit pattern, zero-extended to `wide`."""
+            held = element_type(in_t)
+            integer = held if isinstance(held, ir.IntegerType) else \
+                ir.IntegerType.get_signless(width)
+            bits = value if value.type == integer else arith.bitcast(integer, value)
+            if width < 8:         # only the low bits of the byte are the value's
+                bits = arith.andi(bits, arith.constant(integer, (1 << width) - 1))
+            return bits if integer == wide else arith.extui(wide, bits)
 
         def from_bits(bits: ir.Value) -> ir.Value:
+            """The low `wide_out` bits of `bits` as a value of type t."""
             target = element_type(t)
-            return bits if bits.type == target else arith.bitcast(target, bits)
+            held = target if isinstance(target, ir.IntegerType) else \
+                ir.IntegerType.get_signless(wide_out)
+            if held != wide:
+                bits = arith.trunci(held, bits)
+            if wide_out < 8:      # sign- or zero-extended in its byte
+                return wrap_sub_byte(bits, t)
+            return bits if held == target else arith.bitcast(target, bits)
 
-        wide = ir.IntegerType.get_signless(max(wide_in, wide_out))
         if wide_in > wide_out:   # one wide element -> its piece indices[-1]
             bits = as_bits(self.emit1(operand, list(indices[:-1])), wide_in)
             piece = arith.index_cast(wide, indices[-1])
             shift = arith.muli(piece, arith.constant(wide, wide_out))
-            narrow = ir.IntegerType.get_signless(wide_out)
-            return [from_bits(arith.trunci(narrow, arith.shrui(bits, shift)))]
+            return [from_bits(arith.shrui(bits, shift))]
         joined = None            # the pieces of one wide element, joined
         for k in range(wide_out // wide_in):
-            piece = as_bits(self.emit1(operand, [*indices, _index_const(k)]), wide_in)
-            part = arith.extui(wide, piece)
+            part = as_bits(self.emit1(operand, [*indices, _index_const(k)]), wide_in)
             if k:
                 part = arith.shli(part, arith.constant(wide, k * wide_in))
             joined = part if joined is None else arith.ori(joined, part)
@@ -535,7 +547,7 @@ class FunctionEmitter:
         inputs, inits = inst.operands[:n], inst.operands[n:]
         in_dims = inputs[0].shape.dims
         rank = len(in_dims)
-        window = inst.attrs["window"]
+        window = inst.attrs.get("window") or {}  # none on a rank-0 operand
         size = window.get("size", (1,) * rank)
         stride = window.get("stride", (1,) * rank)
         pad = window.get("pad", ((0, 0),) * rank)
@@ -730,17 +742,7 @@ def _complex_op(inst: HloInstruction, operand_types: Sequence[str],
         # Of a real value: the value itself, and zero.
         return convert(args[0], in_t, t) if op == "real" else _const(t, 0)
     if op == "convert":
-        if not is_complex(in_t):
-            # Real -> complex: the real part, a zero imaginary part.
-            part = complex_part(t)
-            return complex_ops.create_(element_type(t), convert(args[0], in_t, part),
-                                       _const(part, 0.0))
-        re, im = complex_ops.re(args[0]), complex_ops.im(args[0])
-        if not is_complex(t):
-            return convert(re, complex_part(in_t), t)   # the real part, as XLA
-        src, dst = complex_part(in_t), complex_part(t)
-        return complex_ops.create_(element_type(t), convert(re, src, dst),
-                                   convert(im, src, dst))
+        return convert(args[0], in_t, t)
     if op == "select":
         return arith.select(*args)
     if op == "compare":
@@ -930,6 +932,15 @@ def _int_op(inst: HloInstruction, t: str, args: Values) -> ir.Value:
         return arith.subi(math.ctlz(low), arith.constant(i8, 8 - bit_width(t)))
     if op == "shift-right-logical":
         args = [arith.andi(args[0], mask), args[1]]
+    if op == "mulhi":
+        # On the operands brought to their width (an i8 may hold other high
+        # bits) the product fits in i8 (|s4 * s4| <= 64, u4 * u4 <= 225 as
+        # a bit pattern), so its high half is a shift.
+        product = arith.muli(*(wrap_sub_byte(a, t) for a in args))
+        width = arith.constant(i8, bit_width(t))
+        high = arith.shrsi(product, width) if is_signed_int(t) else \
+            arith.shrui(product, width)
+        return wrap_sub_byte(high, t)
     if op == "shift-right-arithmetic" and not is_signed_int(t):
         # The top bit of the pattern is the sign: extend it first.
         shift = arith.constant(i8, 8 - bit_width(t))
@@ -957,6 +968,11 @@ def _int_op_full_width(inst: HloInstruction, t: str, args: Values) -> ir.Value:
         return arith.subi(*args) if not pred else arith.xori(*args)
     if op == "multiply":
         return arith.muli(*args)
+    if op == "mulhi" and not pred:
+        # The extended multiply's high result: LLVM widens it to a 2N-bit
+        # multiply (i128 for 64-bit operands), as XLA emits it.
+        extended = arith.MulSIExtendedOp(*args) if signed else arith.MulUIExtendedOp(*args)
+        return extended.high
     if op == "and":
         return arith.andi(*args)
     if op == "or":
@@ -1079,10 +1095,28 @@ def _compare(inst: HloInstruction, t: str, args: Values) -> ir.Value:
     return arith.cmpi(getattr(arith.CmpIPredicate, table[direction]), a, b)
 
 
+def _convert_complex(value: ir.Value, src: str, dst: str) -> ir.Value:
+    if not is_complex(src):
+        # Real -> complex (an iota or a convert of c64 / c128 too).
+        part = complex_part(dst)
+        return complex_ops.create_(element_type(dst), convert(value, src, part),
+                                   _const(part, 0.0))
+    re = complex_ops.re(value)
+    if not is_complex(dst):
+        return convert(re, complex_part(src), dst)
+    a, b = complex_part(src), complex_part(dst)
+    return complex_ops.create_(element_type(dst), convert(re, a, b),
+                               convert(complex_ops.im(value), a, b))
+
+
 def convert(value: ir.Value, src: str, dst: str) -> ir.Value:
-    """HLO convert: float->int saturates (NaN -> 0), ->pred is `!= 0`."""
+    """HLO convert: float->int saturates (NaN -> 0), ->pred is `!= 0`;
+    real -> complex has a zero imaginary part, complex -> real keeps the
+    real part (XLA's)."""
     if src == dst:
         return value
+    if is_complex(src) or is_complex(dst):
+        return _convert_complex(value, src, dst)
     if src == "f64" and is_float(dst) and bit_width(dst) < 32:
         # Once rounded (see _f64_to_f32_round_to_odd), and without the
         # host's f64 -> bf16 / f16 library calls, which the JIT may lack

@@ -24,7 +24,7 @@ bitcast-convert reduce-precision acos acosh asin asinh atanh cosh sinh
 
 BINARY_ELEMENTWISE = frozenset("""
 add subtract multiply divide remainder maximum minimum power atan2 and or xor
-shift-left shift-right-arithmetic shift-right-logical compare complex
+shift-left shift-right-arithmetic shift-right-logical compare complex mulhi
 """.split())
 
 TERNARY_ELEMENTWISE = frozenset({"select", "clamp"})
@@ -47,7 +47,7 @@ exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic sine cosine
 tan erf popcnt count-leading-zeros copy reduce-precision add subtract multiply
 divide remainder maximum minimum power atan2 and or xor shift-left
 shift-right-arithmetic shift-right-logical clamp acos acosh asin asinh atanh cosh
-sinh
+sinh mulhi
 """.split())
 
 # Operand counts of the fixed-arity opcodes.

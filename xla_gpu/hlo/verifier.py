@@ -17,7 +17,7 @@ from ..errors import HloError
 from .module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from .opcodes import (BINARY_ELEMENTWISE, FIXED_ARITY, SAME_TYPE_ELEMENTWISE,
                       TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE)
-from .shape import Shape, bit_width, same_shape
+from .shape import Shape, bit_width, is_signed_int, is_unsigned_int, same_shape
 
 __all__ = ["VerificationError", "verify_instruction", "verify_computation",
            "verify_module", "compatible"]
@@ -119,7 +119,9 @@ def _verify_elementwise(inst: HloInstruction) -> None:
             if o.shape.element_type != etype:
                 _fail(inst, f"operand {k} '%{o.name}' is {o.shape.element_type}, "
                             f"'{op}' produces {etype}")
-    elif op in ("compare", "is-finite"):
+    if op == "mulhi" and not (is_signed_int(etype) or is_unsigned_int(etype)):
+        _fail(inst, f"'mulhi' needs integer operands, not {etype}")
+    if op in ("compare", "is-finite"):
         if etype != "pred":
             _fail(inst, f"'{op}' produces pred, not {etype}")
         if op == "compare":

@@ -44,6 +44,7 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
         Path(dump_dir).mkdir(parents=True, exist_ok=True)
         Path(dump_dir, "before_optimizations.txt").write_text(
             text or module_to_text(module))
+        _dump_graph(module, dump_dir, "before_optimizations")
     prepared, notes = prepare_module(module, optimize=optimize, dump_dir=dump_dir,
                                      dump_regex=dump_regex,
                                      fallback_unfused=fallback_unfused)
@@ -88,6 +89,17 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
         Path(dump_dir, "after_optimizations.txt").write_text(hlo_text)
         Path(dump_dir, "buffer-assignment.txt").write_text(ba_text)
         Path(dump_dir, "thunk-sequence.txt").write_text(exe.thunk_sequence_text())
+        _dump_graph(prepared, dump_dir, "after_optimizations")
+        from ..service.memory_picture import write_memory_dumps
+        write_memory_dumps(assignment, dump_dir, exe.memory)
     return exe
+
+
+def _dump_graph(module: HloModule, dump_dir: str | os.PathLike, stem: str) -> None:
+    """`stem`.dot and `stem`.html: the module as a graph, its fusions
+    coloured by the emitter the fusion analysis chooses."""
+    from ..analysis.emitter_kind import fusion_emitter
+    from ..hlo.graph_html import write_graph_dumps
+    write_graph_dumps(module, dump_dir, stem, fusion_kind=fusion_emitter)
 
 

@@ -171,12 +171,6 @@ class _ModuleBuilder:
                 elif isinstance(value, list) and value and \
                         all(isinstance(v, HloComputation) for v in value):
                     clone.attrs[key] = [self.rewrite(v) for v in value]
-            if op == "conditional":
-                for key in ("true_computation", "false_computation", "branch_computations"):
-                    value = clone.attrs.get(key)
-                    for branch in value if isinstance(value, list) else [value]:
-                        if isinstance(branch, HloComputation):
-                            self._own_result_buffers(branch)
             return self._emit(out, clone)
         if op == "fusion":
             dot = gemm_fusion(inst)
@@ -242,38 +236,6 @@ class _ModuleBuilder:
         relayout = HloInstruction(self.unique(f"{inst.name}.result_relayout"), "copy", shape,
                                   [fft], {}, None, None, inst.location)
         return self._wrap(relayout, [fft], out)
-
-    def _own_result_buffers(self, branch: HloComputation) -> None:
-        """A conditional branch that returns its parameter (or a constant)
-        returns a copy: every branch writes the conditional's own buffers
-        (XLA's copy insertion does the same for branch results)."""
-        root = branch.root
-        elements = list(root.operands) if root.opcode == "tuple" else [root]
-        copied = []
-        changed = False
-        for element in elements:
-            source = element
-            while source.opcode in ("bitcast", "get-tuple-element"):
-                source = source.operands[0]
-            if source.opcode in ("parameter", "constant") and not element.shape.is_tuple:
-                copy = HloInstruction(self.unique(f"{element.name}.copy"), "copy",
-                                      element.shape, [element], {}, None, None,
-                                      element.location)
-                branch.instructions.append(copy)
-                copied.append(copy)
-                changed = True
-            else:
-                copied.append(element)
-        if not changed:
-            return
-        if root.opcode == "tuple":
-            new_root = HloInstruction(self.unique(root.name + ".copied"), "tuple", root.shape,
-                                      copied, {}, None, None, root.location)
-            branch.instructions.append(new_root)
-        else:
-            new_root = copied[0]
-        branch.root = new_root
-        branch.link_instructions()
 
     def _open_fusion(self, inst: HloInstruction, ops: list[HloInstruction],
                      out: list[HloInstruction]) -> HloInstruction:
@@ -375,16 +337,24 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     has_fusions = any(i.opcode == "fusion" for c in reachable_computations(entry)
                       for i in c.instructions)
     run_passes = (not has_fusions) if optimize is None else optimize
+    optimized = False
     if run_passes:
         from ..hlo.passes import optimize as optimize_hlo
         try:
             module = optimize_hlo(module, dump_dir=dump_dir, dump_regex=dump_regex)
             notes.append("optimized by xla_gpu.hlo.passes")
+            optimized = True
         except Exception as e:   # noqa: BLE001 - re-raised, or the opt-out
             if not fallback_unfused:
                 raise _pass_failure(e) from e
             notes.append(f"{_pass_failure(e)}: each op is its own fusion "
                          "(fallback_unfused)")
+    if not optimized:
+        # Without the pipeline, still no sharding annotation reaches the
+        # thunks (one device: each is its operand), and loops read their
+        # state in the layout their body declares.
+        module = _without_sharding_annotations(module)
+        module = _with_control_flow_layouts(module)
     # Top-k too long for one kernel -> sort + slice; stable sorts of several
     # kernels get their tie-break index as an operand (a buffer); large
     # convolutions become im2col + gemm.
@@ -402,6 +372,26 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     if ordered:
         notes.append(f"{ordered} control edge(s): loop state read before it is overwritten")
     return prepared, notes
+
+
+def _without_sharding_annotations(module: HloModule) -> HloModule:
+    """`module`, or a copy without its sharding-annotation custom calls."""
+    from ..hlo.passes.sharding_annotations import (ShardingAnnotationRemover,
+                                                   is_sharding_annotation)
+    if not any(is_sharding_annotation(i) for c in module.computations
+               for i in c.instructions):
+        return module
+    module = module.clone()
+    ShardingAnnotationRemover().run(module)
+    return module
+
+
+def _with_control_flow_layouts(module: HloModule) -> HloModule:
+    """`module`, or a copy with copies where a while, conditional or call
+    and its computation disagree on a layout (ControlFlowLayouts)."""
+    from ..hlo.passes.control_flow_layouts import ControlFlowLayouts
+    copy = module.clone()
+    return copy if ControlFlowLayouts().run(copy) else module
 
 
 def _pass_failure(error: Exception) -> XlaGpuError:

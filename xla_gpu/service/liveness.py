@@ -8,10 +8,11 @@ branches, a call after its callee), so a value that lives across a loop
 covers the whole body. Each computation spans [start, end).
 
 A value lives from its definition (a parameter: from its computation's
-start) to its last use or position; a position at a computation's root
-lives to that computation's end; a while's init operand is read when the
-body starts; read-only entry parameters (not donated) and entry outputs
-live to the end of the program.
+start, wherever the schedule lists it) to its last use or position; a
+position at a computation's root lives to that computation's end; a
+while's init operand is read when the body starts; read-only entry
+parameters (not donated) and entry outputs live to the end of the
+program.
 """
 
 from __future__ import annotations
@@ -98,7 +99,14 @@ class LiveRanges:
             start = start_comp
         else:
             start = self.time[id(inst)]
-        end = self._position_time(inst) if inst is comp.root else self.time[id(inst)]
+        if inst is comp.root:
+            end = self._position_time(inst)
+        else:
+            # A parameter reads nothing where the schedule lists it: its
+            # value is there from the start, and a parameter nobody reads
+            # is dead from the start (a loop body may write the state
+            # element it holds before the schedule reaches the parameter).
+            end = start if inst.opcode == "parameter" else self.time[id(inst)]
         for position, _ in value.positions[1:]:
             end = max(end, self._position_time(position))
         for use in value.uses:

@@ -81,11 +81,25 @@ def _custom_gemm(ev, inst, ops) -> Value:
 
 
 def _custom_identity(ev, inst, ops) -> Value:
-    """Sharding annotations: on one device the value itself."""
-    if len(ops) != 1:
-        raise HloError(f"'{inst.attrs.get('custom_call_target')}' takes one "
-                       "operand")
-    return ops[0]
+    """Sharding annotations: on one device the value itself (the operands
+    as a tuple for a shard_map edge of several values; nothing for a
+    sharding group)."""
+    target = inst.attrs.get("custom_call_target")
+    shape = inst.shape
+    if shape.is_tuple and not shape.tuple_shapes:
+        return ()
+    if len(ops) == 1 and not (shape.is_tuple and not inst.operands[0].shape.is_tuple):
+        value = ops[0]
+    elif shape.is_tuple and len(ops) == len(shape.tuple_shapes) > 1:
+        value = tuple(ops)
+    else:
+        raise HloError(f"'{target}' takes one operand")
+    return _result_like(value, shape, str(target))
+
+
+def _is_sharding_annotation(target: str) -> bool:
+    # Shardy's round-trip targets: annotations, on one device identities.
+    return target.startswith("xla.sdy.")
 
 
 # XLA's own targets, evaluated here unless a handler is registered for them.
@@ -128,7 +142,8 @@ def _h_custom_call(ev, inst, ops, batch):
     from ...ffi import registry
     handler = registry.custom_call_handler(target)
     with_inst = registry.instruction_handler(target) if handler is None else None
-    if handler is None and with_inst is None and target not in _BUILTIN_CUSTOM_CALLS:
+    if handler is None and with_inst is None and target not in _BUILTIN_CUSTOM_CALLS \
+            and not _is_sharding_annotation(target):
         from ...ffi import jaxlib_targets   # jax's own cpu targets, from jaxlib
         jaxlib_targets.provide(target, "cpu")
         with_inst = registry.instruction_handler(target)
@@ -137,6 +152,8 @@ def _h_custom_call(ev, inst, ops, batch):
         return _result_like(result, inst.shape, target)
     if handler is None and target in _BUILTIN_CUSTOM_CALLS:
         return _BUILTIN_CUSTOM_CALLS[target](ev, inst, ops)
+    if handler is None and _is_sharding_annotation(target):
+        return _custom_identity(ev, inst, ops)
     if handler is None:
         known = ", ".join(registry.registered_custom_calls()) or "none"
         from ...ffi import jaxlib_targets

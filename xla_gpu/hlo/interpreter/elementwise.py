@@ -165,6 +165,47 @@ def convert(x: np.ndarray, src: str, dst: str) -> np.ndarray:
     return wide_src.astype(np.float64).astype(dst_dtype)
 
 
+def _bit_patterns(x: np.ndarray, etype: str) -> np.ndarray:
+    """The bits of each element of `etype` as uint64 (its low bits)."""
+    x = np.asarray(x)
+    bits = bit_width(etype)
+    if is_int(etype):
+        return bits_unsigned(x, etype)
+    if bits < 8:                  # a 4-bit float: its code in a byte
+        return np.ascontiguousarray(x).view(np.uint8).astype(np.uint64) & \
+            np.uint64((1 << bits) - 1)
+    unsigned = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[bits]
+    return np.ascontiguousarray(x).view(unsigned).astype(np.uint64)
+
+
+def _of_bit_patterns(u: np.ndarray, etype: str) -> np.ndarray:
+    """uint64 patterns (low bits) as elements of `etype`."""
+    bits = bit_width(etype)
+    if is_int(etype):
+        return wrap_int(signed_of_bits(u, bits) if etype[0] == "s" else u, etype)
+    unsigned = {4: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32,
+                64: np.uint64}[bits]
+    return np.ascontiguousarray(u.astype(unsigned)).view(ELEMENT_TYPES[etype])
+
+
+def _bitcast_convert_sub_byte(x: np.ndarray, src: str, dst: str,
+                              out_dims: tuple[int, ...]) -> np.ndarray:
+    """bitcast-convert between widths where one side is under a byte: the
+    narrow side's minor dimension holds a wide element's pieces, the first
+    piece its lowest bits (as packed 4-bit data lies in memory)."""
+    sbits, dbits = bit_width(src), bit_width(dst)
+    if src[0] == "c" or dst[0] == "c":
+        raise HloError(f"bitcast-convert {src} -> {dst} is not supported")
+    u = _bit_patterns(x, src)
+    if sbits > dbits:             # each element split into its pieces
+        shifts = np.arange(sbits // dbits, dtype=np.uint64) * np.uint64(dbits)
+        pieces = (u[..., None] >> shifts) & np.uint64((1 << dbits) - 1)
+        return _of_bit_patterns(pieces, dst).reshape(out_dims)
+    shifts = np.arange(dbits // sbits, dtype=np.uint64) * np.uint64(sbits)
+    joined = np.bitwise_or.reduce(u << shifts, axis=-1)
+    return _of_bit_patterns(np.asarray(joined, np.uint64), dst).reshape(out_dims)
+
+
 def bitcast_convert(x: np.ndarray, src: str, dst: str,
                     out_dims: tuple[int, ...]) -> np.ndarray:
     x = np.asarray(x)
@@ -173,9 +214,9 @@ def bitcast_convert(x: np.ndarray, src: str, dst: str,
     sbits, dbits = bit_width(src), bit_width(dst)
     if "pred" in (src, dst):
         raise HloError("bitcast-convert of pred is not supported")
+    if sbits != dbits and min(sbits, dbits) < 8:
+        return _bitcast_convert_sub_byte(x, src, dst, out_dims)
     if sbits < 8 or dbits < 8:
-        if sbits != dbits:
-            raise HloError(f"bitcast-convert {src} -> {dst} is not supported")
         if not is_int(src):    # a 4-bit float: its code, as unsigned bits
             x, src = np.ascontiguousarray(x).view(np.uint8) & ((1 << sbits) - 1), \
                 f"u{sbits}"
@@ -291,6 +332,22 @@ def _shift(a: np.ndarray, b: np.ndarray, etype: str, kind: str) -> np.ndarray:
             if bits < 64:
                 out = out & np.uint64((1 << bits) - 1)
     return wrap_int(out, etype)
+
+
+def _mulhi(a: np.ndarray, b: np.ndarray, etype: str) -> np.ndarray:
+    """The high half of the double-width product of two integers of
+    `etype` (the product is exact in Python integers, so 64-bit operands
+    need no split)."""
+    if not is_int(etype):
+        raise HloError(f"'mulhi' needs integer operands, not {etype}")
+    bits = bit_width(etype)
+    x = np.asarray(up(a, etype)).astype(object)
+    y = np.asarray(up(b, etype)).astype(object)
+    x, y = np.broadcast_arrays(x, y)
+    high = np.frompyfunc(lambda p, q: (int(p) * int(q)) >> bits, 2, 1)(x, y)
+    # The high half is in the signed (or unsigned) range of `etype`.
+    dtype = np.int64 if etype[0] == "s" else np.uint64
+    return wrap_int(np.asarray(high, dtype=object).astype(dtype), etype)
 
 
 def binary_arith(op: str, a: np.ndarray, b: np.ndarray, etype: str):
@@ -449,7 +506,7 @@ _ELEMENTWISE = frozenset(_FLOAT_UNARY) | _BINARY_ARITH | frozenset(_SHIFTS) | \
     frozenset({"abs", "negate", "sign", "not", "is-finite", "popcnt",
                "count-leading-zeros", "real", "imag", "copy", "convert",
                "reduce-precision", "compare", "complex", "select", "clamp",
-               "bitcast-convert"})
+               "bitcast-convert", "mulhi"})
 # Ops whose evaluation does not depend on the operand shapes: they may run
 # "batched" on arrays standing for many scalars.
 BATCHABLE = _ELEMENTWISE | frozenset({
@@ -462,6 +519,8 @@ def _h_elementwise(ev, inst, ops, batch):
     op = inst.opcode
     if op in _BINARY_ARITH:
         return binary_arith(op, ops[0], ops[1], etype_of(inst, 0))
+    if op == "mulhi":
+        return _mulhi(ops[0], ops[1], etype_of(inst, 0))
     if op in _SHIFTS:
         etype = etype_of(inst, 0)
         if not is_int(etype):

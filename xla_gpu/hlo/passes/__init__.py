@@ -19,6 +19,7 @@ from .verifier import verify_module
 from .dce import HloDCE
 from .cse import HloCSE
 from .call_inliner import CallInliner
+from .sharding_annotations import ShardingAnnotationRemover
 from .tuple_simplifier import TupleSimplifier
 from .algebraic_simplifier import AlgebraicSimplifier
 from .constant_folding import HloConstantFolding
@@ -43,7 +44,8 @@ __all__ = [
     "optimize", "optimization_pipeline",
     "DumpOptions", "HloPass", "ComputationPass", "InstructionPass", "HloPassFix",
     "HloPassPipeline",
-    "PassContext", "verify_module", "HloDCE", "HloCSE", "CallInliner", "TupleSimplifier",
+    "PassContext", "verify_module", "HloDCE", "HloCSE", "ShardingAnnotationRemover",
+    "CallInliner", "TupleSimplifier",
     "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer",
     "OptimizationBarrierExpander",
     "SelectAndScatterExpander", "RngBitGeneratorExpander",

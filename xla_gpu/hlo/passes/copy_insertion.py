@@ -14,7 +14,14 @@ their own:
   passed through (another element's value, a constant, a duplicate), so
   that each carried buffer is written once per iteration;
 * the ENTRY's outputs that are parameters, constants or the same value
-  twice (each output gets its own buffer).
+  twice (each output gets its own buffer);
+* a conditional's branch results (XLA copies every element of every
+  branch root, then removes the copies it can): each element of the
+  conditional is one buffer that every branch writes, so a branch copies a
+  constant, a value it returns at two elements, and an operand it returns
+  unchanged unless that operand can become the result's buffer: it dies at
+  the conditional (nothing else reads it, not an ENTRY parameter) and no
+  branch that writes the element can still read it.
 """
 
 from __future__ import annotations
@@ -88,6 +95,8 @@ class CopyInsertion(HloPass):
                 if inst.opcode == "while":
                     changed |= self._while_init(comp, inst)
                     changed |= self._while_body(inst.attrs["body"])
+                elif inst.opcode == "conditional":
+                    changed |= self._conditional(inst)
             if comp.is_entry:
                 changed |= self._entry_outputs(comp)
         return changed
@@ -168,3 +177,140 @@ class CopyInsertion(HloPass):
                 changed = True
             seen.add(id(element))
         return changed
+
+    # ------------------------------------------------------- conditionals
+
+    def _conditional(self, cond: HloInstruction) -> bool:
+        branches = _branches(cond)
+        if len(branches) + 1 != len(cond.operands) or \
+                any(len(b.parameters) != 1 or b.root is None for b in branches):
+            return False
+        # What each branch returns at each array leaf: the instruction that
+        # defines it (through tuples, get-tuple-elements, bitcasts and the
+        # branch parameter into the caller) and whether it is the branch's
+        # own value.
+        leaves = _array_leaf_indices(cond.shape)
+        sources = [{index: _branch_source(b, cond, n, index) for index in leaves}
+                   for n, b in enumerate(branches)]
+        to_copy: list[set] = [set() for _ in branches]
+        for n, branch in enumerate(branches):
+            seen: set = set()
+            for index in leaves:
+                key, kind = sources[n][index]
+                if kind == "constant" or key in seen:
+                    to_copy[n].add(index)
+                seen.add(key)
+        for index in leaves:
+            kept = None   # the one operand value the result may alias
+            for n, branch in enumerate(branches):
+                key, kind = sources[n][index]
+                if kind != "operand" or index in to_copy[n]:
+                    continue
+                if kept is None and _may_alias_result(cond, n, index, sources):
+                    kept = key
+                if key != kept:
+                    to_copy[n].add(index)
+        changed = False
+        for branch, indices in zip(branches, to_copy):
+            if indices:
+                _copy_root_leaves(branch, indices)
+                changed = True
+        return changed
+
+
+def _branches(cond: HloInstruction) -> list[HloComputation]:
+    if "branch_computations" in cond.attrs:
+        return list(cond.attrs["branch_computations"])
+    return [cond.attrs["true_computation"], cond.attrs["false_computation"]]
+
+
+def _array_leaf_indices(shape, prefix: tuple = ()) -> list[tuple]:
+    if shape.is_tuple:
+        return [index for k, s in enumerate(shape.tuple_shapes)
+                for index in _array_leaf_indices(s, prefix + (k,))]
+    return [] if shape.element_type == "token" else [prefix]
+
+
+def _walk(inst: HloInstruction, index: tuple) -> tuple[HloInstruction, tuple, bool]:
+    """Below tuples, get-tuple-elements and bitcasts inside one computation:
+    (the instruction, the index into it, whether a bitcast was crossed)."""
+    crossed = False
+    while True:
+        if inst.opcode == "tuple" and index:
+            inst, index = inst.operands[index[0]], index[1:]
+        elif inst.opcode == "get-tuple-element":
+            inst, index = inst.operands[0], (inst.attrs["index"],) + index
+        elif inst.opcode == "bitcast" and not index and not inst.shape.is_tuple:
+            inst, crossed = inst.operands[0], True
+        else:
+            return inst, index, crossed
+
+
+def _branch_source(branch: HloComputation, cond: HloInstruction, n: int,
+                   index: tuple) -> tuple[tuple, str]:
+    """(key, kind) of what `branch` returns at `index`: kind "constant",
+    "own" (a value the branch computes) or "operand" (the branch's operand,
+    or part of it, unchanged); the key tells equal values apart."""
+    inst, rest, _ = _walk(branch.root, index)
+    if inst.opcode == "constant":
+        return (id(inst), rest), "constant"
+    if inst.opcode == "parameter" and inst.parent is branch:
+        outer, outer_rest, _ = _walk(cond.operands[n + 1], rest)
+        if outer.opcode == "constant":
+            return (id(outer), outer_rest), "constant"
+        return (id(outer), outer_rest), "operand"
+    return (id(inst), rest), "own"
+
+
+def _may_alias_result(cond: HloInstruction, n: int, index: tuple,
+                      sources: list[dict]) -> bool:
+    """May branch `n`'s operand value at `index` become the conditional's
+    buffer there, uncopied? Only a value computed in the caller that dies at
+    the conditional, and that the branches writing this element cannot
+    read (the write would come before the read)."""
+    operand = cond.operands[n + 1]
+    branch = _branches(cond)[n]
+    inst, rest, _ = _walk(branch.root, index)
+    value, value_index, crossed = _walk(operand, rest)
+    if crossed or value_index or value.opcode in ("parameter", "constant") or \
+            value.shape.is_tuple or value is value.parent.root:
+        return False
+    # Its only readers: the conditional, and tuples only the conditional reads.
+    for user in value.users:
+        if user is cond:
+            continue
+        if user.opcode != "tuple" or user is user.parent.root or \
+                any(u is not cond for u in user.users) or \
+                sum(o is value for o in user.operands) != 1:
+            return False
+    key = sources[n][index][0]
+    for m, other in enumerate(cond.operands[1:]):
+        if m == n or sources[m][index][0] == key:
+            continue
+        if other is value or any(u is other for u in value.users):
+            return False   # branch m writes the element and may read the value
+    return True
+
+
+def _copy_root_leaves(branch: HloComputation, indices: set) -> None:
+    """`branch`'s root with a copy at each of `indices` (array leaves)."""
+    def rebuild(inst: HloInstruction, prefix: tuple) -> HloInstruction:
+        if not inst.shape.is_tuple:
+            return branch.add("copy", inst.shape, [inst]) if prefix in indices else inst
+        if not any(i[:len(prefix)] == prefix for i in indices):
+            return inst
+        if inst.opcode == "tuple":
+            elements = list(inst.operands)
+        else:
+            elements = [branch.add("get-tuple-element", s, [inst], index=k)
+                        for k, s in enumerate(inst.shape.tuple_shapes)]
+        new = [rebuild(e, prefix + (k,)) for k, e in enumerate(elements)]
+        if inst.opcode == "tuple" and inst is branch.root and not inst.users:
+            for k, e in enumerate(new):
+                inst.replace_operand_with(k, e)
+            return inst
+        return branch.add("tuple", inst.shape, new)
+
+    root = rebuild(branch.root, ())
+    if root is not branch.root:
+        branch.set_root(root)

@@ -38,6 +38,8 @@ _TRANSCENDENTAL = frozenset({
     "logistic", "sine", "cosine", "tan", "erf", "atan2", "power", "cbrt",
     "rsqrt", "sqrt"})
 _EXPENSIVE = frozenset({"divide", "remainder"})
+# A widening multiply (two for 64-bit operands without a 128-bit unit).
+_DOUBLE_WIDTH = frozenset({"mulhi"})
 _FREE = frozenset({
     "parameter", "constant", "bitcast", "reshape", "broadcast", "transpose",
     "slice", "reverse", "copy", "tuple", "get-tuple-element", "iota",
@@ -80,6 +82,8 @@ def _op_flops(inst: HloInstruction) -> float:
         return 8.0
     if op in _EXPENSIVE:
         return 4.0
+    if op in _DOUBLE_WIDTH:
+        return 2.0
     return 1.0
 
 

@@ -78,6 +78,10 @@ def order_loop_state_updates(module: HloModule) -> int:
                         if user.opcode == "bitcast":
                             stack.append(user)
                             old_values.append(user)
+                        elif user.opcode == "tuple" and user is not body.root:
+                            # A tuple reads nothing: whoever takes it (an
+                            # inner loop's state, a call) reads the value.
+                            stack.append(user)
                         elif user is not body.root and user not in readers:
                             readers.append(user)
                 shareable = {i for i, _, _ in in_place_pairs(writer)} | \

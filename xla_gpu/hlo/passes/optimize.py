@@ -1,8 +1,12 @@
 """`optimize`: XLA:GPU's HLO optimization pipeline, in its order:
 
+  sharding annotations removed (one device: each is its operand),
+  control-flow layouts (copies where a while, conditional or call and its
+    computation disagree on a layout),
   call inlining, optimization barriers expanded, batched gather/scatter
     normalization, select-and-scatter as reduce-window + scatter,
-    rng-bit-generator as elementwise Philox / Threefry over iotas
+    rng-bit-generator as elementwise Philox / Threefry over iotas,
+    cholesky and triangular-solve as loops (no solver library here)
   simplification (fixed point): algebraic simplifier, tuple
     simplifier, constant folding, DCE; CSE
   custom-call layouts (operands relayouted to what handlers read)
@@ -23,6 +27,7 @@ from ..module import HloModule
 from .algebraic_simplifier import AlgebraicSimplifier
 from .call_inliner import CallInliner
 from .constant_folding import HloConstantFolding
+from .control_flow_layouts import ControlFlowLayouts
 from .copy_insertion import CopyInsertion
 from .cse import HloCSE
 from .custom_call_layouts import CustomCallLayouts
@@ -31,6 +36,7 @@ from .dot_canonicalization import DotCanonicalization
 from .fusion_wrapper import FusionWrapper
 from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
 from .layout_normalization import LayoutNormalization
+from .linalg_expanders import CholeskyExpander, TriangularSolveExpander
 from .multi_output_fusion import MultiOutputFusion
 from .optimization_barrier_expander import OptimizationBarrierExpander
 from .pipeline import DumpOptions, HloPassFix, HloPassPipeline, PassContext
@@ -40,6 +46,7 @@ from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
 from .rename_fusions import RenameFusions
 from .rng_bit_generator_expander import RngBitGeneratorExpander
 from .select_and_scatter_expander import SelectAndScatterExpander
+from .sharding_annotations import ShardingAnnotationRemover
 from .tuple_simplifier import TupleSimplifier
 
 __all__ = ["optimize", "optimization_pipeline"]
@@ -56,11 +63,15 @@ def _simplification(name: str) -> HloPassPipeline:
 
 def optimization_pipeline() -> HloPassPipeline:
     return HloPassPipeline("optimization", [
+        ShardingAnnotationRemover(),
+        ControlFlowLayouts(),
         CallInliner(),
         OptimizationBarrierExpander(),
         BatchedGatherScatterNormalizer(),
         SelectAndScatterExpander(),
         RngBitGeneratorExpander(),
+        CholeskyExpander(),
+        TriangularSolveExpander(),
         _simplification("simplification"),
         CustomCallLayouts(),
         LayoutNormalization(),

@@ -1,0 +1,128 @@
+"""How the cpu target makes a kernel's host code: the grid's body compiled
+once in the shared object, the linker run directly with the driver's own
+command line (the same bytes as `cc -shared ... -lm`), and a program's
+timings split by kernel stage."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+from mlir import ir as mlir_ir
+
+import xla_gpu
+from xla_gpu.backends import cpu
+
+TANH = """HloModule m
+fused {
+  p = f32[3,4] parameter(0)
+  t = f32[3,4] tanh(p)
+  c = f32[] constant(2)
+  b = f32[3,4] broadcast(c), dimensions={}
+  ROOT m = f32[3,4] multiply(t, b)
+}
+ENTRY e {
+  p = f32[3,4] parameter(0)
+  ROOT f = f32[3,4] fusion(p), kind=kLoop, calls=fused
+}
+"""
+
+
+def _symbol_sizes(elf: bytes) -> dict[str, int]:
+    """Name -> st_size of the symbols of an ELF64 file's symbol table."""
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
+    sizes = {}
+    for i in range(shnum):
+        base = shoff + i * shentsize
+        kind, = struct.unpack_from("<I", elf, base + 4)
+        if kind not in (2, 11):                       # SHT_SYMTAB, SHT_DYNSYM
+            continue
+        offset, size, link = struct.unpack_from("<QQI", elf, base + 24)
+        strings, = struct.unpack_from("<Q", elf, shoff + link * shentsize + 24)
+        for j in range(1, size // 24):
+            name, _, _, _, _, st_size = struct.unpack_from("<IBBHQQ", elf, offset + 24 * j)
+            text = elf[strings + name:elf.index(b"\0", strings + name)].decode()
+            sizes[text] = max(sizes.get(text, 0), st_size)
+    return sizes
+
+
+def test_the_grid_body_is_compiled_once(tmp_path):
+    exe = xla_gpu.compile(TANH, target="cpu", fusion="fused", cache=False)
+    if exe.host_library is None:
+        pytest.skip("no linker: the kernel runs in the JIT")
+    sizes = _symbol_sizes(exe.host_library)
+    name = exe.spec.name
+    # The whole-grid entry calls the block loop instead of holding an
+    # inlined copy of it (a small body used to be compiled once per
+    # entry and wrapper: eight times); the JIT's C-interface wrappers are
+    # not in the shared object.
+    assert sizes[f"{name}_host"] * 4 < sizes[f"{name}_host_blocks"], sizes
+    assert not [s for s in sizes if s.startswith("_mlir_ciface_")], sorted(sizes)
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    (out,) = exe.run(x)
+    np.testing.assert_allclose(out, np.tanh(x) * 2, rtol=2e-6, atol=1e-7)
+
+
+def _object(ctx, body: str, declarations: str = "") -> bytes:
+    module = mlir_ir.Module.parse(f"""module {{
+  {declarations}
+  llvm.func @k_host(%p: !llvm.ptr) {{
+    {body}
+    llvm.return
+  }}
+}}""", ctx)
+    return cpu._object_code(module.operation, "k_host", 3)
+
+
+@pytest.mark.parametrize("kind", ["nothing outside", "libm", "libc"])
+def test_the_linker_makes_what_the_driver_makes(ctx, tmp_path, kind):
+    driver = cpu._linker()
+    if driver is None or cpu._link_lines(driver) is None:
+        pytest.skip("no C compiler driver whose link line can be read")
+    declarations, body = {
+        "nothing outside": ("", "%c = llvm.mlir.constant(1.5 : f32) : f32\n"
+                                "    llvm.store %c, %p : f32, !llvm.ptr"),
+        "libm": ("llvm.func @sinf(f32) -> f32",
+                 "%x = llvm.load %p : !llvm.ptr -> f32\n"
+                 "    %s = llvm.call @sinf(%x) : (f32) -> f32\n"
+                 "    llvm.store %s, %p : f32, !llvm.ptr"),
+        "libc": ("llvm.func @getpid() -> i32",
+                 "%x = llvm.call @getpid() : () -> i32\n"
+                 "    llvm.store %x, %p : i32, !llvm.ptr"),
+    }[kind]
+    obj = _object(ctx, body, declarations)
+    outside = cpu._undefined_symbols(obj)
+    assert outside == {"nothing outside": set(), "libm": {b"sinf"},
+                       "libc": {b"getpid"}}[kind]
+    (tmp_path / "k.o").write_bytes(obj)
+    subprocess.run([driver, "-shared", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.o"),
+                    "-lm"], check=True, capture_output=True)
+    assert cpu._link(obj, driver) == (tmp_path / "k.so").read_bytes()
+
+
+def test_an_object_that_is_not_elf_links_with_every_library():
+    assert cpu._undefined_symbols(b"not an object") is None
+    assert not cpu._in_libm(b"getpid") and not cpu._in_libm(b"no_such_symbol")
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no cc")
+def test_program_timings_split_by_kernel_stage():
+    text = """HloModule split_{n}
+ENTRY e {{
+  x = f32[7] parameter(0)
+  s = f32[7] sine(x)
+  ROOT n = f32[7] negate(s)
+}}
+"""
+    built = xla_gpu.compile(text.format(n="a"), target="cpu")
+    for stage in ("emit", "pipeline", "llvm"):
+        assert built.timings[stage] > 0, built.timings
+    # The same kernel in another module comes from the cache: no stage
+    # times of its own.
+    cached = xla_gpu.compile(text.format(n="b"), target="cpu")
+    assert "1 from the cache" in " ".join(cached.notes)
+    assert not {"emit", "pipeline", "llvm"} & set(cached.timings), cached.timings
