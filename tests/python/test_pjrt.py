@@ -361,3 +361,31 @@ def test_several_devices_by_environment():
     assert out["assigned"] == [1]
     name, msg = out["pmap"]
     assert name == "JaxRuntimeError" and "num_partitions=3" in msg
+
+
+def test_compile_options_and_double_donation_are_checked():
+    out = run_jax("""
+        res = {}
+        lowered = jax.jit(lambda v: v + 1).lower(1.0)
+        for key, opts in {"unknown": {"invalid_key": "x"},
+                          "known": {"exec_time_optimization_effort": 0.0,
+                                    "xla_embed_ir_in_executable": True}}.items():
+            try:
+                lowered.compile(compiler_options=opts)
+                res[key] = "compiled"
+            except Exception as e:
+                res[key] = str(e)
+        f = jax.jit(lambda a, b: a + b, donate_argnums=(0,))
+        x = jnp.zeros(4, jnp.float32)
+        try:
+            f(x, x).block_until_ready()
+            res["double"] = "ran"
+        except RuntimeError as e:
+            res["double"] = str(e)
+        res["x_alive"] = not x.is_deleted()
+        print(json.dumps(res))
+    """)
+    assert "No such compile option: 'invalid_key'" in out["unknown"]
+    assert out["known"] == "compiled"
+    assert "donate the same buffer twice" in out["double"]
+    assert out["x_alive"]   # refused before the run: nothing was consumed

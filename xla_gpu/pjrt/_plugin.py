@@ -424,12 +424,42 @@ def _assigned_device(build) -> Device:
     return client.devices[index]
 
 
+# jax.jit(..., compiler_options={...}) reaches the plugin as option
+# overrides. XLA accepts its build options and its debug flags (xla_*) and
+# refuses any other name; xla_gpu does the same (the xla_* flags tune XLA's
+# own passes, which xla_gpu does not run: they are accepted and ignored,
+# with their values checked where the type is known).
+_BUILD_OPTION_TYPES = {"exec_time_optimization_effort": float, "memory_fitting_effort": float,
+                       "optimization_level": int, "memory_fitting_level": int}
+
+
+def _check_compile_options(overrides, build) -> None:
+    debug = build.debug_options
+    for key, value in overrides:
+        if key in _BUILD_OPTION_TYPES:
+            kind = _BUILD_OPTION_TYPES[key]
+            try:
+                kind(value)
+            except (TypeError, ValueError):
+                raise _PjrtError(A.INVALID_ARGUMENT, f"While setting option {key}, "
+                                 f"'{value}' is not a valid {kind.__name__} value.") from None
+            continue
+        if not key.startswith("xla_"):
+            raise _PjrtError(A.INVALID_ARGUMENT, f"No such compile option: '{key}'")
+        if isinstance(getattr(debug, key, None), bool) and isinstance(value, str) and \
+                value.lower() not in ("true", "false", "1", "0"):
+            raise _PjrtError(A.INVALID_ARGUMENT, f"While setting option {key}, "
+                             f"'{value}' is not a valid bool value.")
+
+
 def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
     if fmt != "mlir":
         raise _PjrtError(A.INVALID_ARGUMENT,
                          f"xla_gpu: program format '{fmt}' is not supported (expected 'mlir')")
     from jax._src.lib import _jax, xla_client
-    build = xla_client.CompileOptions.ParseFromString(options).executable_build_options
+    parsed = xla_client.CompileOptions.ParseFromString(options)
+    _check_compile_options(parsed.env_option_overrides, parsed.executable_build_options)
+    build = parsed.executable_build_options
     if build.num_replicas > 1 or build.num_partitions > 1:
         raise _PjrtError(A.UNIMPLEMENTED,
                          f"xla_gpu: num_replicas={build.num_replicas} num_partitions="
@@ -1131,6 +1161,8 @@ def LoadedExecutable_Execute(a):
                              f"{buf.device.index}, the executable runs on {device.index}")
         args.append(buf.live_array(f"argument {i} of '{name}'"))
         arg_bufs.append(buf)
+    if e.donated:
+        _refuse_double_donation(e, arg_bufs, name)
     try:
         outs = e.exe.run(*args)
     except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
@@ -1159,6 +1191,20 @@ def LoadedExecutable_Execute(a):
         wr(out_list, A.POINTER * j, Buffer(array.reshape(e.out_dims[j]), device).addr)
     if rd(a, f.device_complete_events):
         wr(rd(a, f.device_complete_events), 0, Event().addr)   # device 0's event
+
+
+def _refuse_double_donation(e: Executable, arg_bufs: list, name: str) -> None:
+    """A donated buffer passed twice would be consumed while another
+    argument still reads it: refused before the run, as XLA does."""
+    for p in sorted(e.donated):
+        if p >= len(arg_bufs):
+            continue
+        for i, other in enumerate(arg_bufs):
+            if i != p and other is arg_bufs[p]:
+                raise _PjrtError(A.INVALID_ARGUMENT,
+                                 f"xla_gpu: attempt to donate the same buffer twice in "
+                                 f"'{name}' (argument {p} is donated and also passed as "
+                                 f"argument {i})")
 
 
 def _buffer(a, field: int, what) -> Buffer:
