@@ -12,7 +12,7 @@ import xla_gpu
 from xla_gpu.runtime import host_executor
 from xla_gpu.runtime.thunks import ThunkError, walk
 
-from test_cpu_speed_grid import NEGATE_65536
+from test_cpu_kernels_grid import NEGATE_65536
 from test_thunks import COND_INDEX, CUSTOM, GEMM, KERNEL_COPY_MEMSET, WHILE
 
 try:

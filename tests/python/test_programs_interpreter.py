@@ -5,7 +5,6 @@ parse, evaluate and match jax's own outputs."""
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -43,12 +42,9 @@ def test_program_matches_jax(name, form, ffi_handler):
     prog = load_program(name)
     path = prog.before_path if form == "before" else prog.after_path
     module = parse_file(path)
-    start = time.perf_counter()
     results = evaluate(module, *prog.inputs)
-    elapsed = time.perf_counter() - start
     problems = prog.mismatches(results, module)
     assert not problems, f"{path}:\n" + "\n".join(problems)
-    assert elapsed < 5.0, f"{name} {form} took {elapsed:.1f} s"
 
 
 def test_program_metadata_is_consistent():

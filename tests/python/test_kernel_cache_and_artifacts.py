@@ -1,12 +1,11 @@
-"""xla_gpu.compile, Executable, xla_gpu.runtime and the compile cache,
-independent of whether this machine has a GPU."""
+"""Single-fusion kernels through xla_gpu.compile: the compile cache (memory
+and disk hits, a corrupt entry rebuilt), saved kernel artifacts loaded with
+xla_gpu.runtime, dumps; independent of whether this machine has a GPU."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -100,9 +99,7 @@ def test_cache_hit_miss_and_corrupt_entry(cache):
     first = xla_gpu.compile(EXP, target="cuda")
     assert xla_gpu.compile(EXP, target="cuda") is first          # memory hit
     xla_gpu.compiler.clear_memory_cache()
-    start = time.perf_counter()
     again = xla_gpu.compile(RENAMED, target="cuda")              # disk hit, other text
-    assert time.perf_counter() - start < 0.5
     assert again.ptx == first.ptx
     entries = [p for p in cache.iterdir() if p.is_dir() and p.name != "raw"]
     assert len(entries) == 1
@@ -113,12 +110,10 @@ def test_cache_hit_miss_and_corrupt_entry(cache):
     assert (entries[0] / "kernel.ptx").read_text() == first.ptx  # rewritten
 
 
-def test_memory_cache_hit_is_fast(cache):
-    xla_gpu.compile(EXP, target="cuda")
-    start = time.perf_counter()
-    for _ in range(100):
-        xla_gpu.compile(EXP, target="cuda")
-    assert (time.perf_counter() - start) / 100 < 0.005
+def test_memory_cache_hit_returns_the_same_executable(cache):
+    # (How fast a hit is: bench/cache_hit.py.)
+    first = xla_gpu.compile(EXP, target="cuda")
+    assert all(xla_gpu.compile(EXP, target="cuda") is first for _ in range(3))
 
 
 def test_dump_dir_writes_every_stage_and_the_ptx(tmp_path):
