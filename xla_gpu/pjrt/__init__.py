@@ -12,12 +12,14 @@ runs unchanged jax programs through xla_gpu. This is the top layer of the
 package: nothing else in xla_gpu imports it, and importing it imports
 neither jax nor the compiler (`initialize()` does, lazily).
 
-Scope of this first version: one device, the cpu target (the cuda target
-where a GPU is usable comes later), synchronous execution, jaxlib 0.10.x
-(PJRT C API 0.112). Donation and jax's persistent compilation cache are
-switched on for "xla_gpu" by `_enable_jax_features` (private jax lists,
-patched only on jax 0.10.x). Not yet: multi-device programs (refused with
-an error), Python callbacks.
+Scope: the cpu target (the cuda target where a GPU is usable comes later),
+one device or XLA_GPU_NUM_DEVICES=N of them (single-device programs each),
+synchronous execution, jaxlib 0.10.x (PJRT C API 0.112, declared in
+pjrt/xla_gpu_pjrt_abi.h). Donation, jax's persistent compilation cache and
+cpu's LAPACK lowerings are switched on for "xla_gpu" by
+`_enable_jax_features` (private jax tables, patched only on jax 0.10.x).
+Not yet: programs over several devices (refused with an error), Python
+callbacks (jax allows them only on its own platforms).
 """
 from __future__ import annotations
 
