@@ -292,11 +292,11 @@ def bench_scaling(repeat: int, xla_python: str | None) -> None:
     print(f"\n## Compile time against fusion size\n\n`xla_gpu.compile(text, "
           f"target=\"cpu\", cache=False)`, median of {repeat} runs after one warm-up, "
           "seconds per stage from `exe.timings` (emit: fusion analysis, emitter and "
-          "verification; pipeline: the cpu pass pipeline; jit: host code generation "
+          "verification; pipeline: the cpu pass pipeline; llvm: host code generation "
           "and the shared object); "
           "XLA:CPU: `jax.jit(fn).lower(*specs).compile()` of the same computation "
           f"({'with ' + xla_python if xla_python else 'no jax: --xla-python PATH'})\n")
-    stages = ["emit", "pipeline", "jit", "total"]
+    stages = ["emit", "pipeline", "llvm", "total"]
     print("| grows | fusion | emitter | " + " | ".join(f"{h} s" for h in stages) +
           " | XLA:CPU s | ours / XLA:CPU |")
     print("| --- | --- | --- |" + " ---: |" * (len(stages) + 2))

@@ -67,6 +67,84 @@ def test_the_grid_body_is_compiled_once(tmp_path):
     np.testing.assert_allclose(out, np.tanh(x) * 2, rtol=2e-6, atol=1e-7)
 
 
+def _function_bytes(obj: bytes) -> dict[str, bytes]:
+    """Name -> machine code of the functions an ELF64 relocatable object
+    defines."""
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+
+    def section(i):
+        return struct.unpack_from("<IQQQQI", obj, shoff + i * shentsize + 4)
+
+    code = {}
+    for i in range(shnum):
+        kind, _, _, offset, size, link = section(i)
+        if kind != 2:                                 # SHT_SYMTAB
+            continue
+        strings = section(link)[3]
+        for j in range(1, size // 24):
+            name, info, _, shndx, value, st_size = struct.unpack_from(
+                "<IBBHQQ", obj, offset + 24 * j)
+            if info & 0xF != 2 or shndx == 0:         # STT_FUNC, defined
+                continue
+            start = section(shndx)[3] + value
+            text = obj[strings + name:obj.index(b"\0", strings + name)].decode()
+            code[text] = obj[start:start + st_size]
+    return code
+
+
+SCATTER = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused {
+  x = f32[8,64] parameter(0)
+  i = s32[100,1] parameter(1)
+  u = f32[100,64] parameter(2)
+  ROOT s = f32[8,64] scatter(x, i, u), update_window_dims={1}, inserted_window_dims={0},
+      scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+}
+"""
+
+ROW_SUM = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused {
+  x = f32[16,300] parameter(0)
+  e = f32[16,300] sine(x)
+  z = f32[] constant(0)
+  ROOT r = f32[16] reduce(e, z), dimensions={1}, to_apply=add
+}
+"""
+
+
+@pytest.mark.parametrize("text", [TANH, SCATTER, ROW_SUM], ids=["tanh", "scatter", "row_sum"])
+def test_llvm_makes_the_code_the_execution_engine_makes(text):
+    # The shared object's code comes from LLVM's C API (no JIT session):
+    # every function is the machine code MLIR's ExecutionEngine makes of
+    # the same module, which is what the cpu target ran before.
+    from xla_gpu import ir, pipeline
+    if cpu._llvm_api() is None:
+        pytest.skip("LLVM's C API is not in the bindings' library")
+    exe = xla_gpu.compile(text, target="cpu", fusion="fused", cache=False)
+    module = mlir_ir.Module.parse(exe.emitted_mlir, ir.Context())
+    pipeline.run(module, target="cpu", threads=exe.spec.threads, blocks=exe.spec.blocks)
+    copy = module.operation.clone()
+    cpu._one_body(copy, exe.spec.name)
+    ours = _function_bytes(cpu._llvm_object(copy, 3))
+    engine = _function_bytes(cpu._engine_object(copy, f"{exe.spec.name}_host", 3))
+    assert {f"{exe.spec.name}_host", f"{exe.spec.name}_host_blocks"} <= set(ours)
+    for name, code in ours.items():
+        assert code == engine[name], name
+    # The engine adds its packed wrappers, nothing else.
+    assert all(name.startswith("_mlir_") for name in set(engine) - set(ours))
+
+
 def _object(ctx, body: str, declarations: str = "") -> bytes:
     module = mlir_ir.Module.parse(f"""module {{
   {declarations}
@@ -104,8 +182,14 @@ def test_the_linker_makes_what_the_driver_makes(ctx, tmp_path, kind):
     assert cpu._link(obj, driver) == (tmp_path / "k.so").read_bytes()
 
 
-def test_an_object_that_is_not_elf_links_with_every_library():
+def test_what_decides_the_libraries_a_kernel_links_with():
+    # Unreadable: every library the driver names; a symbol libm itself
+    # defines: libm alone; libc's (found through libm's dependencies too)
+    # or an unknown one: every library.
     assert cpu._undefined_symbols(b"not an object") is None
+    if cpu._libm() is None:
+        pytest.skip("no libm.so.6 to ask")
+    assert cpu._in_libm(b"sinf")
     assert not cpu._in_libm(b"getpid") and not cpu._in_libm(b"no_such_symbol")
 
 

@@ -20,7 +20,12 @@ The entry points of a kernel `k` (C ABI):
     void k_host_blocks(void *a0, ..., void *aN-1, int64_t first, int64_t end)
                                   blocks [first, end) only
 `shared_object(module, "k")` links them into a shared object that
-`xla_gpu.runtime` loads with ctypes alone (no MLIR needed there).
+`xla_gpu.runtime` loads with ctypes alone (no MLIR needed there): the
+machine code the ExecutionEngine would make (k_host calls k_host_blocks,
+which is not inlined: the grid's body is compiled once), made by LLVM's C
+API without a JIT session and without the GIL (the kernels of a program
+compile side by side), linked by the linker the C compiler driver runs,
+called directly (the same bytes as `cc -shared ... -lm`).
 
 Arguments are raw pointers to the data of C-contiguous numpy arrays in the
 entry's argument order after `xla-merge-pointers` (arguments sharing an
@@ -36,6 +41,7 @@ its own shared-memory and per-thread buffers on its stack).
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 import shutil
@@ -231,6 +237,7 @@ def compile_module(module_or_text: _ir.Module | str, *, entry: str = "main",
     if arg_nbytes is not None and len(arg_nbytes) != num_args:
         arg_nbytes = None
     llvm_ir = str(module)
+    _one_body(module, entry)
 
     start = time.perf_counter()
     engine = ExecutionEngine(module, opt_level=opt_level,
@@ -263,6 +270,7 @@ def from_lowered(llvm_text: str, *, entry: str = "main",
                 else len(host.regions[0].blocks[0].arguments))
     threads = _ir.IntegerAttr(host.attributes["xla.threads_per_block"]).value
     blocks = _ir.IntegerAttr(host.attributes["xla.blocks"]).value
+    _one_body(module, entry)
     start = time.perf_counter()
     engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=list(shared_libs),
                              enable_object_dump=False)
@@ -276,6 +284,284 @@ def from_lowered(llvm_text: str, *, entry: str = "main",
                       _grid=_PACKED(grid), _blocks_fn=_PACKED(blocks_fn))
 
 
+def _one_body(module, entry: str) -> None:
+    """Marks @<entry>_host_blocks and @<entry>_host `no_inline`, in place.
+    Every entry point of a host kernel calls the grid's body: @k_host
+    calls @k_host_blocks (or its serial copy), the C-interface wrappers
+    and the JIT's packed wrappers call both. Inlined, a small body was
+    optimized and compiled once per caller (eight copies: 3-4 times the
+    LLVM time of a small kernel); not inlined, once. The body's code is
+    the same either way (only @k_host's constant block range is no
+    longer folded into it: one call more per launch)."""
+    body = module.body
+    names = (f"{entry}_host", f"{entry}_host_blocks")
+    for op in body.operations:
+        if op.operation.name == "llvm.func" and \
+                _ir.StringAttr(op.attributes["sym_name"]).value in names:
+            op.attributes["no_inline"] = _ir.UnitAttr.get(op.operation.context)
+
+
+# -- the ExecutionEngine through MLIR's C API -------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _engine_api():
+    """The bindings' library with the ExecutionEngine's C API typed for
+    ctypes, which lets go of the GIL during a call (the bindings'
+    ExecutionEngine holds it while LLVM optimizes and compiles: the
+    kernels of a program built on several threads would take turns).
+    None when the library or a function is missing."""
+    from .. import _pass_runner
+    from .._native import _Handle, _StringRef
+    lib = _pass_runner.bindings_library()
+    if lib is None or not _pass_runner.available():
+        return None
+    try:
+        prototypes = {
+            "mlirExecutionEngineCreate": (_Handle, [_Handle, ctypes.c_int, ctypes.c_int,
+                                                    ctypes.POINTER(_StringRef), ctypes.c_bool,
+                                                    ctypes.c_bool]),
+            "mlirExecutionEngineDestroy": (None, [_Handle]),
+            "mlirExecutionEngineLookup": (ctypes.c_void_p, [_Handle, _StringRef]),
+            "mlirExecutionEngineDumpToObjectFile": (None, [_Handle, _StringRef]),
+            "mlirModuleFromOperation": (_Handle, [_Handle]),
+        }
+        functions = {}
+        for name, (restype, argtypes) in prototypes.items():
+            # Private function objects: other users of the library set
+            # their own prototypes on the shared CDLL.
+            fn = ctypes.CFUNCTYPE(restype, *argtypes)((name, lib))
+            functions[name] = fn
+        return functions
+    except AttributeError:
+        return None
+
+
+def _object_code(module_op, symbol: str, opt_level: int) -> bytes:
+    """The ELF object of LLVM-dialect `module_op` (a builtin.module, left as
+    it is): the code MLIR's ExecutionEngine makes of it (position
+    independent, for this machine's CPU, `opt_level`'s LLVM pipeline),
+    made by LLVM's C API without the JIT around it where it can
+    (`_llvm_object`), else by the engine (`_engine_object`, which looks
+    `symbol` up to compile)."""
+    if _llvm_api() is not None:
+        return _llvm_object(module_op, opt_level)
+    return _engine_object(module_op, symbol, opt_level)
+
+
+class _LlvmApi:
+    """LLVM's C API, from the library the MLIR bindings link (the LLVM that
+    translates their modules and that their ExecutionEngine runs), typed
+    for ctypes (which lets go of the GIL during each call), and the host
+    target as the ExecutionEngine's C API describes it."""
+
+    _PROTOTYPES = {
+        "mlirTranslateModuleToLLVMIR": ("p", ["h", "p"]),
+        "LLVMContextCreate": ("p", []),
+        "LLVMContextDispose": (None, ["p"]),
+        "LLVMDisposeModule": (None, ["p"]),
+        "LLVMGetDefaultTargetTriple": ("p", []),
+        "LLVMNormalizeTargetTriple": ("p", ["s"]),
+        "LLVMGetHostCPUName": ("p", []),
+        "LLVMGetHostCPUFeatures": ("p", []),
+        "LLVMDisposeMessage": (None, ["p"]),
+        "LLVMGetTargetFromTriple": ("i", ["s", "pp", "pp"]),
+        "LLVMCreateTargetMachine": ("p", ["p", "s", "s", "s", "i", "i", "i"]),
+        "LLVMDisposeTargetMachine": (None, ["p"]),
+        "LLVMCreateTargetDataLayout": ("p", ["p"]),
+        "LLVMDisposeTargetData": (None, ["p"]),
+        "LLVMSetModuleDataLayout": (None, ["p", "p"]),
+        "LLVMSetTarget": (None, ["p", "s"]),
+        "LLVMCreatePassBuilderOptions": ("p", []),
+        "LLVMDisposePassBuilderOptions": (None, ["p"]),
+        "LLVMPassBuilderOptionsSetLoopUnrolling": (None, ["p", "i"]),
+        "LLVMPassBuilderOptionsSetLoopInterleaving": (None, ["p", "i"]),
+        "LLVMPassBuilderOptionsSetLoopVectorization": (None, ["p", "i"]),
+        "LLVMPassBuilderOptionsSetSLPVectorization": (None, ["p", "i"]),
+        "LLVMRunPasses": ("p", ["p", "s", "p", "p"]),
+        "LLVMGetErrorMessage": ("p", ["p"]),
+        "LLVMDisposeErrorMessage": (None, ["p"]),
+        "LLVMTargetMachineEmitToMemoryBuffer": ("i", ["p", "p", "i", "pp", "pp"]),
+        "LLVMGetBufferStart": ("p", ["p"]),
+        "LLVMGetBufferSize": ("z", ["p"]),
+        "LLVMDisposeMemoryBuffer": (None, ["p"]),
+    }
+    # The machine -> (LLVMInitialize<target>..., the triple's architecture).
+    _ARCH = {"x86_64": ("X86", b"x86_64"), "amd64": ("X86", b"x86_64"),
+             "aarch64": ("AArch64", b"aarch64"), "arm64": ("AArch64", b"aarch64")}
+
+    def __init__(self, lib):
+        import platform
+
+        from .._native import _Handle
+        kinds = {"p": ctypes.c_void_p, "h": _Handle, "s": ctypes.c_char_p,
+                 "i": ctypes.c_int, "z": ctypes.c_size_t,
+                 "pp": ctypes.POINTER(ctypes.c_void_p)}
+        for name, (result, params) in self._PROTOTYPES.items():
+            # Private function objects (other users of the library type
+            # its functions on the shared CDLL); LLVM's functions are found
+            # through the bindings' library (dlsym searches what it links).
+            prototype = ctypes.CFUNCTYPE(kinds[result] if result else None,
+                                         *[kinds[p] for p in params])
+            setattr(self, name, prototype((name, lib)))
+        arch, triple_arch = self._ARCH.get(platform.machine().lower(), (None, None))
+        if arch is None:
+            raise AttributeError(f"no LLVM target for {platform.machine()}")
+        for part in ("TargetInfo", "Target", "TargetMC", "AsmPrinter"):
+            ctypes.CFUNCTYPE(None)((f"LLVMInitialize{arch}{part}", lib))()
+        # The host as JITTargetMachineBuilder::detectHost sees it (the
+        # default triple is the process's in a native LLVM; a cross one
+        # is left to the ExecutionEngine).
+        default = self._message(self.LLVMGetDefaultTargetTriple())
+        self.triple = self._message(self.LLVMNormalizeTargetTriple(default))
+        if not self.triple.startswith(triple_arch + b"-"):
+            raise AttributeError(f"LLVM's default triple {self.triple!r} is not this host's")
+        self.cpu = self._message(self.LLVMGetHostCPUName())
+        self.features = self._message(self.LLVMGetHostCPUFeatures())
+        self.target = ctypes.c_void_p()
+        error = ctypes.c_void_p()
+        if self.LLVMGetTargetFromTriple(self.triple, ctypes.byref(self.target),
+                                        ctypes.byref(error)):
+            raise AttributeError(self._message(error.value).decode(errors="replace"))
+        self._machines: list[int] = []
+        self._lock = threading.Lock()
+
+    def _message(self, pointer) -> bytes:
+        text = ctypes.string_at(pointer) if pointer else b""
+        if pointer:
+            self.LLVMDisposeMessage(pointer)
+        return text
+
+    def take_machine(self) -> int:
+        """A target machine no other thread uses (LLVM's are not thread
+        safe): the ExecutionEngine C API's, position independent code at
+        the default codegen level (the level it compiles at whatever
+        opt_level the IR pipeline runs at), the JIT's code model."""
+        with self._lock:
+            if self._machines:
+                return self._machines.pop()
+        # LLVMCodeGenLevelDefault, LLVMRelocPIC, LLVMCodeModelJITDefault
+        machine = self.LLVMCreateTargetMachine(self.target, self.triple, self.cpu,
+                                               self.features, 2, 2, 1)
+        if not machine:
+            raise HostCompileError("LLVM could not make a target machine for "
+                                   f"{self.triple.decode()} ({self.cpu.decode()})")
+        return machine
+
+    def give_machine(self, machine: int) -> None:
+        with self._lock:
+            self._machines.append(machine)
+
+
+@functools.lru_cache(maxsize=None)
+def _llvm_api() -> _LlvmApi | None:
+    """LLVM's C API and the host target, None when the bindings' library
+    lacks a function it needs or the host's architecture is not known
+    here (then the ExecutionEngine compiles)."""
+    from .. import _pass_runner
+    lib = _pass_runner.bindings_library()
+    if lib is None or not _pass_runner.available():
+        return None
+    try:
+        return _LlvmApi(lib)
+    except AttributeError:
+        return None
+
+
+def _llvm_object(module_op, opt_level: int) -> bytes:
+    """`_object_code` through LLVM's C API: what the ExecutionEngine does
+    to a module (translation, the host's triple and data layout, LLVM's
+    default<O`opt_level`> pipeline tuned as MLIR's optimizing transformer
+    tunes it, then codegen by the target machine it makes), without the
+    JIT session, its packed wrappers and its in-memory linking: the same
+    machine code for the module's own functions, in less time."""
+    from .. import _pass_runner
+    from .._native import to_handle
+    api = _llvm_api()
+    context = api.LLVMContextCreate()
+    module = None
+    machine = api.take_machine()
+    try:
+        with _pass_runner.error_diagnostics(module_op.operation.context) as diagnostics:
+            module = api.mlirTranslateModuleToLLVMIR(to_handle(module_op.operation), context)
+        if not module:
+            raise HostCompileError(_pass_runner.mlir_error(
+                "the module could not be translated to LLVM IR", diagnostics).args[0])
+        api.LLVMSetTarget(module, api.triple)
+        layout = api.LLVMCreateTargetDataLayout(machine)
+        api.LLVMSetModuleDataLayout(module, layout)
+        api.LLVMDisposeTargetData(layout)
+        options = api.LLVMCreatePassBuilderOptions()
+        for setter in (api.LLVMPassBuilderOptionsSetLoopUnrolling,
+                       api.LLVMPassBuilderOptionsSetLoopInterleaving,
+                       api.LLVMPassBuilderOptionsSetLoopVectorization,
+                       api.LLVMPassBuilderOptionsSetSLPVectorization):
+            setter(options, 1)
+        error = api.LLVMRunPasses(module, f"default<O{opt_level}>".encode(), machine, options)
+        api.LLVMDisposePassBuilderOptions(options)
+        if error:
+            pointer = api.LLVMGetErrorMessage(error)
+            text = ctypes.string_at(pointer).decode(errors="replace")
+            api.LLVMDisposeErrorMessage(pointer)
+            raise HostCompileError(f"LLVM's optimization pipeline failed: {text}")
+        buffer, message = ctypes.c_void_p(), ctypes.c_void_p()
+        if api.LLVMTargetMachineEmitToMemoryBuffer(machine, module, 1,   # LLVMObjectFile
+                                                   ctypes.byref(message),
+                                                   ctypes.byref(buffer)):
+            text = api._message(message.value).decode(errors="replace")
+            raise HostCompileError(f"LLVM's code generation failed: {text}")
+        try:
+            return ctypes.string_at(api.LLVMGetBufferStart(buffer),
+                                    api.LLVMGetBufferSize(buffer))
+        finally:
+            api.LLVMDisposeMemoryBuffer(buffer)
+    finally:
+        api.give_machine(machine)
+        if module:
+            api.LLVMDisposeModule(module)
+        api.LLVMContextDispose(context)
+
+
+def _engine_object(module_op, symbol: str, opt_level: int) -> bytes:
+    """The ELF object (position independent, for this machine's CPU) MLIR's
+    ExecutionEngine compiles LLVM-dialect `module_op` (a builtin.module,
+    left as it is: the engine translates it first) to, with the packed
+    wrappers it adds; `symbol` is looked up to compile it. Through the C
+    API without the GIL where it can, else through the bindings."""
+    from .. import _pass_runner
+    from .._native import _StringRef, to_handle
+    api = _engine_api()
+    with tempfile.TemporaryDirectory(prefix="xla_gpu_host_") as tmp:
+        path = os.path.join(tmp, "kernel.o")
+        if api is None:
+            module = _ir.Module.parse(str(module_op), module_op.operation.context)
+            engine = ExecutionEngine(module, opt_level=opt_level, enable_object_dump=True,
+                                     enable_pic=True)
+            if not engine.raw_lookup(symbol):
+                raise HostCompileError(f"the JIT has no @{symbol} (unresolved symbols?)")
+            engine.dump_to_object_file(path)
+        else:
+            module = api["mlirModuleFromOperation"](to_handle(module_op.operation))
+            with _pass_runner.error_diagnostics(module_op.operation.context) as diagnostics:
+                engine = api["mlirExecutionEngineCreate"](module, opt_level, 0, None, True, True)
+            if not engine.ptr:
+                raise HostCompileError(_pass_runner.mlir_error(
+                    "the ExecutionEngine could not be created", diagnostics).args[0])
+            try:
+                name = symbol.encode()
+                if not api["mlirExecutionEngineLookup"](engine, _StringRef(name, len(name))):
+                    raise HostCompileError(f"the JIT has no @{symbol} (unresolved symbols?)")
+                target = path.encode()
+                api["mlirExecutionEngineDumpToObjectFile"](engine, _StringRef(target, len(target)))
+            finally:
+                api["mlirExecutionEngineDestroy"](engine)
+        try:
+            return Path(path).read_bytes()
+        except OSError as e:
+            raise HostCompileError(f"the JIT wrote no object file: {e}") from None
+
+
+# -- linking ---------------------------------------------------------------------
+
 def _linker() -> str | None:
     for name in ("cc", "gcc", "clang", "c++"):
         path = shutil.which(name)
@@ -284,28 +570,172 @@ def _linker() -> str | None:
     return None
 
 
+_OUT, _IN = "@xla_gpu_out.so", "@xla_gpu_in.o"
+
+
+@functools.lru_cache(maxsize=None)
+def _link_lines(driver: str) -> dict[str, tuple[str, ...]] | None:
+    """The linker command `driver -shared -o OUT IN -lm` runs (asked once
+    with -###), with _OUT and _IN in place of the files: "full"; the same
+    with -lm as its only library, "libm"; with none, "bare". None when it
+    cannot be worked out. Running the linker directly skips the driver
+    and collect2 (two processes of three), and an object that refers to
+    nothing outside libm (or nothing at all) links to the same bytes
+    without searching the other libraries (libc, libgcc: most of ld's
+    time on a small kernel)."""
+    import shlex
+    try:
+        result = subprocess.run([driver, "-###", "-shared", "-o", _OUT, _IN, "-lm"],
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        return None
+    for line in result.stderr.splitlines():
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        if not words or _OUT not in words or _IN not in words or words[0] == driver:
+            continue
+        program = os.path.basename(words[0])
+        if program == "collect2":
+            # gcc's wrapper around the linker it would run.
+            name = subprocess.run([driver, "-print-prog-name=ld"], capture_output=True,
+                                  text=True).stdout.strip()
+            linker = shutil.which(name) if name else None
+            if linker is None:
+                return None
+            words[0] = linker
+        elif not program.startswith("ld"):
+            continue
+        full: list[str] = []
+        skip = False
+        for word in words:
+            if skip:
+                skip = False
+            elif word == "-plugin":        # the LTO plugin: no LTO objects here
+                skip = True
+            elif not word.startswith("-plugin-opt"):
+                full.append(word)
+        if "-lm" not in full:
+            return None
+        return {"full": tuple(full),
+                "libm": tuple(w for w in full if not w.startswith("-l") or w == "-lm"),
+                "bare": tuple(w for w in full if not w.startswith("-l"))}
+    return None
+
+
+def _undefined_symbols(obj: bytes) -> set[bytes] | None:
+    """The symbols the ELF64 relocatable object `obj` refers to and neither
+    it nor the linker defines; None when it cannot tell."""
+    import struct
+    try:
+        if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+            return None
+        (shoff,) = struct.unpack_from("<Q", obj, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+
+        def section(i: int) -> tuple[int, int, int, int]:
+            (kind,) = struct.unpack_from("<I", obj, shoff + i * shentsize + 4)
+            offset, size, link = struct.unpack_from("<QQI", obj, shoff + i * shentsize + 24)
+            return kind, offset, size, link
+
+        found: set[bytes] = set()
+        for i in range(shnum):
+            kind, offset, size, link = section(i)
+            if kind != 2:                                          # SHT_SYMTAB
+                continue
+            _, strings, _, _ = section(link)
+            for j in range(1, size // 24):                         # 0: the null symbol
+                name, _, _, shndx = struct.unpack_from("<IBBH", obj, offset + 24 * j)
+                if shndx != 0 or not name:                         # defined (not SHN_UNDEF)
+                    continue
+                found.add(obj[strings + name:obj.index(b"\0", strings + name)])
+        return found - _LINKER_SYMBOLS
+    except (struct.error, ValueError):
+        return None
+
+
+# Symbols the linker itself defines (PIC code refers to the GOT).
+_LINKER_SYMBOLS = frozenset({b"_GLOBAL_OFFSET_TABLE_"})
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+@functools.lru_cache(maxsize=None)
+def _libm():
+    """(libm as loaded in this process, dladdr), or None."""
+    try:
+        libm = ctypes.CDLL("libm.so.6")
+        dladdr = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_DlInfo))(
+            ("dladdr", ctypes.CDLL(None)))
+    except (OSError, AttributeError):
+        return None
+    return libm, dladdr
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_libm(symbol: bytes) -> bool:
+    """Whether libm itself (not a library it depends on) defines `symbol`."""
+    loaded = _libm()
+    if loaded is None:
+        return False
+    libm, dladdr = loaded
+    try:
+        address = ctypes.cast(getattr(libm, symbol.decode()), ctypes.c_void_p).value
+    except (AttributeError, UnicodeDecodeError):
+        return False
+    info = _DlInfo()
+    if not address or not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return False
+    return os.path.basename(info.dli_fname).startswith(b"libm.")
+
+
+def _link(obj: bytes, driver: str) -> bytes:
+    """`obj` linked into a shared object, as `driver -shared ... -lm` links
+    it."""
+    with tempfile.TemporaryDirectory(prefix="xla_gpu_link_") as tmp:
+        obj_path, lib_path = os.path.join(tmp, "kernel.o"), os.path.join(tmp, "kernel.so")
+        Path(obj_path).write_bytes(obj)
+        lines = _link_lines(driver)
+        commands = [[driver, "-shared", "-o", lib_path, obj_path, "-lm"]]
+        if lines is not None:
+            outside = _undefined_symbols(obj)
+            line = lines["full"] if outside is None else lines["bare"] if not outside \
+                else lines["libm"] if all(map(_in_libm, outside)) else lines["full"]
+            commands.insert(0, [lib_path if w == _OUT else obj_path if w == _IN else w
+                                for w in line])
+        for command in commands:
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode == 0:
+                return Path(lib_path).read_bytes()
+        raise HostCompileError(f"linking the host kernel failed:\n{result.stderr}")
+
+
 def shared_object(module: _ir.Module, name: str = "main", *,
                   opt_level: int = 3) -> bytes:
     """The cpu-pipeline output `module` (LLVM dialect, after
     `pipeline.run(module, target="cpu")`) as an ELF shared object exporting
     `<name>_host(void **args)` and `<name>_host_blocks(...)`; libm is a
     dependency. Compiled for this machine's CPU (the JIT's target); linked
-    with the system C compiler driver (cc). The module is left as it was."""
+    with the system C compiler driver's linker (cc). The module is left as
+    it was."""
     if _find(module, "llvm.func", f"{name}_host") is None:
         raise ValueError(f"no llvm.func @{name}_host: run the cpu pipeline first")
     linker = _linker()
     if linker is None:
         raise HostCompileError("a shared object needs a linker: no cc, gcc or "
                                "clang on PATH")
-    engine = ExecutionEngine(module, opt_level=opt_level, enable_object_dump=True,
-                             enable_pic=True)
-    if not engine.raw_lookup(f"_mlir_ciface_{name}_host"):  # compiles it
-        raise HostCompileError(f"the JIT has no @{name}_host (unresolved symbols?)")
-    with tempfile.TemporaryDirectory() as tmp:
-        obj, lib = Path(tmp, "kernel.o"), Path(tmp, "kernel.so")
-        engine.dump_to_object_file(str(obj))
-        result = subprocess.run([linker, "-shared", "-o", str(lib), str(obj), "-lm"],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            raise HostCompileError(f"linking the host kernel failed:\n{result.stderr}")
-        return lib.read_bytes()
+    # A copy with the grid's body compiled once and without the JIT's C
+    # interface (the shared object exports the kernel's own entries).
+    copy = module.operation.clone()
+    for op in list(copy.body.operations):
+        if op.operation.name == "llvm.func" and _ir.StringAttr(
+                op.attributes["sym_name"]).value.startswith("_mlir_ciface_"):
+            op.operation.erase()
+    _one_body(copy, name)
+    return _link(_object_code(copy, f"{name}_host", opt_level), linker)

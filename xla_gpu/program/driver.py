@@ -68,6 +68,8 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
     finally:
         kernels.close()
     timings["thunks+kernels"] = time.perf_counter() - t0
+    # Summed over the kernels built (side by side: more than the wall time).
+    timings.update(kernels.stages)
     if command_buffers:
         thunks = command_buffer.convert(thunks)
     parameters = [[emitter.ref(p, index) for index, _ in leaves(p.shape)]

@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import threading
+import time
 from typing import Any
 
 from .. import compile_cache, kernel_compiler
@@ -98,6 +99,10 @@ class ProgramKernels:
         self.images: dict[str, KernelImage] = {}
         self.compiled = 0
         self.cached = 0
+        # Seconds per stage summed over the kernels this compile built
+        # (`STAGES`; on several threads: the sum may exceed the wall time).
+        self.stages: dict[str, float] = {}
+        self._since = time.perf_counter()
         # cuda: kernels built this compile go into one binary (`link`);
         # until then their images have no code.
         self.link_kernels = target == "cuda" and LINK_KERNELS
@@ -180,13 +185,22 @@ class ProgramKernels:
         if isinstance(found, Future):                 # compiled by prefetch
             exe = found.result()
             self.compiled += 1
+            self._count(exe)
         elif found is not None:                       # from a cache
             exe = found
             self.cached += 1
         else:
             exe = self._build(inst, kernel_comp, key)
             self.compiled += 1
+            self._count(exe)
         return key, self._add_image(key, exe)
+
+    def _count(self, exe) -> None:
+        # Built by this compile: not a kernel an earlier one left in memory.
+        if exe.built_at is not None and exe.built_at >= self._since:
+            for stage in STAGES:
+                if stage in exe.timings:
+                    self.stages[stage] = self.stages.get(stage, 0.0) + exe.timings[stage]
 
     def _add_image(self, key: str, exe) -> KernelImage:
         """The program's image of kernel `exe` under `key`; one still to
@@ -236,6 +250,7 @@ class ProgramKernels:
         if key not in self.images:
             self._add_image(key, exe)
             self.compiled += 1
+            self._count(exe)
         return key
 
 
@@ -250,6 +265,10 @@ def _link_group(group, arch: str):
         raise type(e)(f"linking kernels {names}: {e}") from None
 
 
+# The kernel stages a program's timings sum (kernel_compiler and the
+# backends time them): emission, the MLIR pipeline, and the target's code
+# (cpu: LLVM and the shared object; cuda: PTX and the cubin).
+STAGES = ("emit", "pipeline", "llvm", "ptx", "cubin")
 # Host threads that compile a program's kernels side by side.
 PREFETCH_THREADS = 8
 # cuda: a program's kernels share one PTX module and cubin (False: one
