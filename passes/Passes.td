@@ -165,7 +165,10 @@ def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
     that holds them: the CAS loop replaces their bits in the word, and
     or/and/xor are word-wide atomics that leave the other bits unchanged.
     A `complex.add` on a complex element is two float `fadd` atomics, one
-    per part (as XLA does); no other complex update is lowered.
+    per part (as XLA does); any other complex update is a CAS loop on the
+    whole element as one integer (i64 for complex<f32>, i128 for
+    complex<f64>: NVPTX's `atom.cas.b128`, sm_90+; x86's `cmpxchg16b`), the
+    real part in its low half.
 
     With `native-16bit-float-add` (the cuda pipeline), f16 and bf16 `addf`
     is one `llvm.atomicrmw fadd` on the element too: NVPTX emits the native

@@ -382,9 +382,31 @@ Word containingWord(OpBuilder &b, Location loc, Value addr, unsigned bits) {
   return {wordAddr, shift, others};
 }
 
-// The element's bits, as stored (i1 as i8).
+// The width of an element as stored: a complex element is its two parts.
+unsigned storageBits(Type element) {
+  if (auto complex = dyn_cast<ComplexType>(element))
+    return 2 * complex.getElementType().getIntOrFloatBitWidth();
+  return storageType(element).getIntOrFloatBitWidth();
+}
+
+// The element's bits, as stored (i1 as i8; a complex element as one
+// integer twice its part's width, the real part in the low half: it comes
+// first in memory, and NVPTX and x86 are little-endian).
 Value toBits(OpBuilder &b, Location loc, Value value, Type storage) {
   Type element = value.getType();
+  if (auto complex = dyn_cast<ComplexType>(element)) {
+    unsigned half = complex.getElementType().getIntOrFloatBitWidth();
+    Type halfType = b.getIntegerType(half), whole = b.getIntegerType(2 * half);
+    Value re = arith::BitcastOp::create(
+        b, loc, halfType, complex::ReOp::create(b, loc, value));
+    Value im = arith::BitcastOp::create(
+        b, loc, halfType, complex::ImOp::create(b, loc, value));
+    Value high = arith::ShLIOp::create(
+        b, loc, arith::ExtUIOp::create(b, loc, whole, im),
+        arith::ConstantIntOp::create(b, loc, whole, half));
+    return arith::OrIOp::create(
+        b, loc, arith::ExtUIOp::create(b, loc, whole, re), high);
+  }
   Type bits = b.getIntegerType(storage.getIntOrFloatBitWidth());
   if (isa<FloatType>(element))
     return arith::BitcastOp::create(b, loc, bits, value);
@@ -393,6 +415,18 @@ Value toBits(OpBuilder &b, Location loc, Value value, Type storage) {
 }
 
 Value fromBits(OpBuilder &b, Location loc, Value bits, Type element) {
+  if (auto complex = dyn_cast<ComplexType>(element)) {
+    Type part = complex.getElementType();
+    unsigned half = part.getIntOrFloatBitWidth();
+    Type halfType = b.getIntegerType(half);
+    Value high = arith::ShRUIOp::create(
+        b, loc, bits, arith::ConstantIntOp::create(b, loc, bits.getType(), half));
+    Value re = arith::BitcastOp::create(
+        b, loc, part, arith::TruncIOp::create(b, loc, halfType, bits));
+    Value im = arith::BitcastOp::create(
+        b, loc, part, arith::TruncIOp::create(b, loc, halfType, high));
+    return complex::CreateOp::create(b, loc, complex, re, im);
+  }
   if (isa<FloatType>(element))
     return arith::BitcastOp::create(b, loc, element, bits);
   if (bits.getType() != element)
@@ -416,11 +450,13 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
     Value addr = elementAddress(rewriter, loc, adaptor.getInput(), element,
                                 adaptor.getIndices());
     if (auto complex = dyn_cast<ComplexType>(element)) {
-      std::optional<AtomicPlan> plan = planComplexAdd(op);
-      if (!plan)
-        return rewriter.notifyMatchFailure(op, "a complex update that is not "
-                                               "an addition");
-      emitComplexAdd(rewriter, loc, *plan, addr, complex.getElementType());
+      // An addition is two float atomics; any other update (a scatter's
+      // replacement, a product...) a CAS loop on the whole element as one
+      // integer: atomic as a pair, which two per-part updates would not be.
+      if (std::optional<AtomicPlan> plan = planComplexAdd(op))
+        emitComplexAdd(rewriter, loc, *plan, addr, complex.getElementType());
+      else
+        emitCasLoop(rewriter, loc, op, addr, storage);
       rewriter.replaceOp(op, adaptor.getInput());
       return success();
     }
@@ -484,7 +520,7 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
   void emitCasLoop(ConversionPatternRewriter &rewriter, Location loc,
                    AtomicRMWOp op, Value addr, Type storage) const {
     Type element = op.getElementType();
-    unsigned bits = storage.getIntOrFloatBitWidth();
+    unsigned bits = storageBits(element);
     bool narrow = bits < 32;
     Type i32 = rewriter.getI32Type();
     Type wordType = narrow ? i32 : rewriter.getIntegerType(bits);
@@ -492,10 +528,14 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
     if (narrow) word = containingWord(rewriter, loc, addr, bits);
     auto monotonic = LLVM::AtomicOrdering::monotonic;
     unsigned alignment = narrow ? 4 : bits / 8;
+    // The first guess of a 128-bit element (c128) is a plain load: an
+    // atomic one would be a CAS itself on NVPTX (and x86 without AVX), and
+    // a torn guess only fails the CAS, which then hands back the whole value.
     Value init = LLVM::LoadOp::create(
         rewriter, loc, wordType, word.addr, alignment, /*isVolatile=*/false,
         /*isNonTemporal=*/false, /*isInvariant=*/false,
-        /*isInvariantGroup=*/false, monotonic);
+        /*isInvariantGroup=*/false,
+        bits > 64 ? LLVM::AtomicOrdering::not_atomic : monotonic);
 
     auto loop = scf::WhileOp::create(rewriter, loc, TypeRange{wordType},
                                      ValueRange{init});
@@ -649,17 +689,14 @@ LogicalResult analyze(func::FuncOp func, Analysis &analysis) {
         return op->emitOpError("xla-lower-tensors: element type ")
                << element << " is not supported";
     }
-    if (auto atomic = dyn_cast<AtomicRMWOp>(op);
-        atomic && isa<ComplexType>(atomic.getElementType())) {
-      if (!planComplexAdd(atomic))
-        return op->emitOpError("xla-lower-tensors: the only atomic update of "
-                               "complex elements is an addition (complex.add "
-                               "of the current value and another)");
-    } else if (atomic) {
-      unsigned bits = storageType(atomic.getElementType()).getIntOrFloatBitWidth();
-      if (bits != 8 && bits != 16 && bits != 32 && bits != 64)
+    if (auto atomic = dyn_cast<AtomicRMWOp>(op)) {
+      unsigned bits = storageBits(atomic.getElementType());
+      // 128 bits only for complex<f64>, whose CAS loop is all it needs.
+      bool complex128 = isa<ComplexType>(atomic.getElementType()) && bits == 128;
+      if (bits != 8 && bits != 16 && bits != 32 && bits != 64 && !complex128)
         return op->emitOpError("xla-lower-tensors: no atomic update of ")
-               << atomic.getElementType() << " elements (8, 16, 32 or 64 bits)";
+               << atomic.getElementType()
+               << " elements (8, 16, 32 or 64 bits, or complex<f64>)";
     }
     Value dest;
     if (auto insert = dyn_cast<tensor::InsertOp>(op)) dest = insert.getDest();

@@ -34,7 +34,9 @@
 #include "mlir/Target/LLVM/ModuleToObject.h"
 #include "mlir/Target/LLVM/NVVM/Utils.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/IR/InstrTypes.h"
+#include "llvm/IR/Instructions.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IRReader/IRReader.h"
@@ -67,9 +69,10 @@ thread_local std::map<TargetKey, CachedTargetMachine> threadTargetMachines;
 // This thread's TargetMachine for `target`: one that has compiled only
 // modules without calls (see the file comment), or a new one.
 FailureOr<CachedTargetMachine *> targetMachineFor(gpu::GPUModuleOp module,
-                                                  NVVM::NVVMTargetAttr target) {
+                                                  NVVM::NVVMTargetAttr target,
+                                                  StringRef features) {
   TargetKey key{target.getTriple().str(), target.getChip().str(),
-                target.getFeatures().str(), target.getO()};
+                features.str(), target.getO()};
   CachedTargetMachine &cached = threadTargetMachines[key];
   if (!cached.machine || cached.uses >= kModulesPerTargetMachine) {
     std::string error;
@@ -104,6 +107,40 @@ bool callsFunctions(const llvm::Module &module) {
             return true;
         }
   return false;
+}
+
+// Whether `module` compares and swaps 128 bits (the CAS loop of an atomic
+// update of a complex<f64> element other than an addition).
+bool swaps128Bits(const llvm::Module &module) {
+  for (const llvm::Function &function : module)
+    for (const llvm::BasicBlock &block : function)
+      for (const llvm::Instruction &instruction : block)
+        if (const auto *cas = dyn_cast<llvm::AtomicCmpXchgInst>(&instruction))
+          if (cas->getNewValOperand()->getType()->getPrimitiveSizeInBits() == 128)
+            return true;
+  return false;
+}
+
+// The target features a module is compiled with. NVPTX has a 128-bit CAS
+// (atom.cas.b128) on sm_90 and later from PTX ISA 8.3 on; the PTX is
+// otherwise the target's (7.8 for sm_90 unless its features say), so only
+// a module that needs the wide CAS asks drivers for 8.3. On an older chip
+// NVPTX would abort the process: the module is refused here instead.
+FailureOr<std::string> featuresFor(gpu::GPUModuleOp module,
+                                   NVVM::NVVMTargetAttr target,
+                                   const llvm::Module &llvmModule) {
+  std::string features = target.getFeatures().str();
+  if (!swaps128Bits(llvmModule)) return features;
+  StringRef chip = target.getChip();
+  unsigned version = 0;
+  if (!chip.consume_front("sm_") || chip.take_while(llvm::isDigit).getAsInteger(10, version) ||
+      version < 90)
+    return module.emitError()
+           << "a 128-bit compare-and-swap (an atomic update of complex<f64> "
+              "elements other than an addition) needs sm_90 or newer, not "
+           << target.getChip();
+  if (StringRef(features).contains("+ptx")) return features;  // chosen already
+  return features.empty() ? std::string("+ptx83") : features + ",+ptx83";
 }
 
 // Whether `module` declares a function it does not define (other than
@@ -189,7 +226,11 @@ FailureOr<SmallString<0>> serializeToPtx(gpu::GPUModuleOp module,
       translateModuleToLLVMIR(module, context);
   if (!llvmModule)
     return module.emitError("translating the module to LLVM IR failed");
-  FailureOr<CachedTargetMachine *> cached = targetMachineFor(module, target);
+  FailureOr<std::string> features = featuresFor(module, target, *llvmModule);
+  if (failed(features))
+    return failure();
+  FailureOr<CachedTargetMachine *> cached =
+      targetMachineFor(module, target, *features);
   if (failed(cached))
     return failure();
   llvm::TargetMachine *machine = (*cached)->machine.get();

@@ -23,7 +23,9 @@ libdevice's exp/tanh family (fast ex2.approx paths) flushes subnormal
 results, as on XLA:GPU.
 
 Drivers: the PTX is `.version 7.8` for sm_90 (the oldest PTX ISA that
-knows sm_90, so any driver since CUDA 11.8 can JIT it); a cubin from ptxas
+knows sm_90, so any driver since CUDA 11.8 can JIT it), except a module
+with a 128-bit compare-and-swap (complex<f64> atomics other than an add),
+which needs `.version 8.3` (a CUDA 12.3 driver); a cubin from ptxas
 13 needs a CUDA 13 driver, and the runtime falls back to the PTX when the
 driver refuses the cubin (xla_gpu.runtime.cuda).
 

@@ -7,6 +7,7 @@ atomics; the runtime times one thread against block ranges on several."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -57,6 +58,78 @@ def test_colliding_scatter_adds_serial_and_side_by_side():
         out = inputs[0].copy()
         kernel.run([out, inputs[1], inputs[2]], workers=workers)
         assert compare(out, want, "f32", scale_relative=True) is None, workers
+
+
+def _complex_scatter(c: str, multiply: bool) -> str:
+    root = f"ROOT r = {c}[] multiply(a, b)" if multiply else f"ROOT b = {c}[] parameter(1)"
+    b = f"b = {c}[] parameter(1)" if multiply else ""
+    return f"""HloModule m
+combine {{
+  a = {c}[] parameter(0)
+  {b}
+  {root}
+}}
+fused {{
+  operand = {c}[8,64] parameter(0)
+  indices = s32[512,1] parameter(1)
+  updates = {c}[512,64] parameter(2)
+  ROOT scatter = {c}[8,64] scatter(operand, indices, updates), update_window_dims={{1}},
+      inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1,
+      to_apply=combine
+}}
+"""
+
+
+def _run_serial_and_side_by_side(text, inputs):
+    """The compiled kernel's results: the whole grid on one thread (atomics
+    as plain read-modify-writes), then block ranges on three threads (real
+    atomics)."""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    assert "_host_serial_blocks" in exe.host_mlir
+    results = [np.asarray(exe.run(*inputs)[0])]
+    kernel = cpu.from_lowered(exe.host_mlir, entry=exe.spec.name)
+    for workers in (1, 3):
+        out = inputs[0].copy()
+        kernel.run([out, inputs[1], inputs[2]], workers=workers)
+        results.append(out)
+    return exe, results
+
+
+@pytest.mark.parametrize("c, dtype", [("c64", np.complex64), ("c128", np.complex128)])
+def test_colliding_complex_scatter_multiplies_are_whole_element_cas_loops(c, dtype):
+    # A complex product is no float atomic: the whole element goes through
+    # one CAS (64 bits for c64, 128 for c128). The factors are powers of i,
+    # so every order of the colliding products gives the same exact value.
+    text = _complex_scatter(c, multiply=True)
+    rng = np.random.default_rng(7)
+    operand = (rng.integers(-8, 8, (8, 64)) + 1j * rng.integers(-8, 8, (8, 64))).astype(dtype)
+    indices = rng.integers(0, 8, (512, 1)).astype(np.int32)
+    updates = (1j ** rng.integers(0, 4, (512, 64))).astype(dtype)
+    (want,) = hlo.evaluate(hlo.parse_module(text), operand, indices, updates)
+    exe, results = _run_serial_and_side_by_side(text, (operand, indices, updates))
+    lowered = exe.mlir("lowering")
+    bits = 64 if c == "c64" else 128
+    assert re.search(rf"llvm\.cmpxchg .* : !llvm\.ptr, i{bits}\n", lowered)
+    for got in results:
+        np.testing.assert_array_equal(got, np.asarray(want))
+
+
+@pytest.mark.parametrize("c, dtype", [("c64", np.complex64), ("c128", np.complex128)])
+def test_colliding_complex_scatter_replacements_write_whole_elements(c, dtype):
+    # Which of the colliding updates wins is unspecified; whichever does,
+    # its real and imaginary parts land together (update k is k + k i).
+    text = _complex_scatter(c, multiply=False)
+    rng = np.random.default_rng(8)
+    operand = np.full((8, 64), -1 - 1j, dtype)
+    indices = rng.permutation(np.arange(512) % 8).reshape(512, 1).astype(np.int32)
+    k = np.arange(512 * 64, dtype=np.float64).reshape(512, 64)
+    updates = (k + 1j * k).astype(dtype)
+    _, results = _run_serial_and_side_by_side(text, (operand, indices, updates))
+    for got in results:
+        assert np.array_equal(got.real, got.imag)
+        for row in range(8):
+            written = updates[indices[:, 0] == row]   # the updates aimed at it
+            assert all(got[row, j] in written[:, j] for j in range(64))
 
 
 def test_whole_grid_entry_of_a_kernel_without_atomics_is_the_block_loop():

@@ -164,3 +164,29 @@ def test_ir_llvm_cannot_translate_is_an_error_naming_the_op(ctx):
         '    func.func @f() { return }\n  }\n}')
     with pytest.raises(codegen.CodegenError, match="NVPTX code generation failed"):
         codegen._native_ptx(module.body.operations[0])
+
+
+# One 128-bit compare-and-swap (the CAS loop of a complex<f64> atomic update).
+SWAP128_KERNEL = """
+llvm.func @swap(%p: !llvm.ptr, %old: i128, %new: i128) attributes {nvvm.kernel} {
+  %r = llvm.cmpxchg %p, %old, %new monotonic monotonic : !llvm.ptr, i128
+  llvm.return
+}
+"""
+
+
+def test_a_128_bit_cas_asks_for_ptx_8_3_on_sm_90_only_where_it_is(ctx):
+    # NVPTX has atom.cas.b128 from PTX ISA 8.3 on: that kernel's PTX says
+    # 8.3; a kernel without one keeps the target's 7.8.
+    wide = _ours(SWAP128_KERNEL, ctx).decode()
+    assert ".version 8.3" in wide and "cas.b128" in wide
+    assert ".version 7.8" in _ours(SCALE_KERNEL, ctx).decode()
+
+
+def test_a_128_bit_cas_before_sm_90_is_an_error_not_a_crash(ctx):
+    # NVPTX aborts the process on a cmpxchg it cannot lower; the serializer
+    # refuses the module first.
+    module = codegen._wrapped_module(SWAP128_KERNEL, ctx, "sm_80", 3, False)
+    with pytest.raises(codegen.CodegenError, match="128-bit compare-and-swap .* needs "
+                       "sm_90 or newer, not sm_80"):
+        codegen._native_ptx(module.body.operations[0])

@@ -26,9 +26,16 @@ def constants(module: HloModule, assignment) -> dict[int, np.ndarray]:
         if alloc.kind != "constant":
             continue
         inst = by_name.get(alloc.constant or "")
-        if inst is None or inst.literal is None:
+        if inst is None:
             raise CompileError(f"constant allocation {alloc.index}: no constant named "
                                f"{alloc.constant!r}")
+        if inst.literal is None:
+            # XLA's HLO printer writes `{...}` for the values of a constant of
+            # more than a few elements unless asked for them (jaxlib's
+            # as_hlo_text(print_large_constants=True)); such text cannot run.
+            raise CompileError(f"constant {inst.name!r} ({inst.shape}) has no values: the HLO "
+                               "text elides them ('{...}'); print the module with its large "
+                               "constants")
         buffer = np.zeros(alloc.size, np.uint8)
         for index, leaf in leaves(inst.shape):
             value = np.asarray(inst.literal if not index else

@@ -1,6 +1,7 @@
 // xla-lower-tensors on complex elements: a complex<T> element is stored as
 // a struct of its two parts; loads take the parts out (complex.create),
-// stores put them in; a complex add on an element is two float atomics;
+// stores put them in; a complex add on an element is two float atomics, any
+// other complex update a CAS loop on the whole element;
 // complex constants become arrays of interleaved parts.
 // RUN: xla-gpu-opt %s --split-input-file --xla-lower-tensors | FileCheck %s
 
@@ -56,4 +57,48 @@ func.func @atomic_add(%out: tensor<8xcomplex<f32>>, %i: index, %x: complex<f32>)
     xla_gpu.yield %s : complex<f32>
   }
   return %r : tensor<8xcomplex<f32>>
+}
+
+// -----
+
+// Any other complex update is a CAS loop on the element as one integer
+// twice the part's width, the real part in the low half.
+// CHECK-LABEL: func.func @atomic_multiply(
+// CHECK-SAME: %[[OUT:[a-z0-9]+]]: !llvm.ptr, %{{.*}}: index, %[[X:.*]]: complex<f32>)
+// CHECK: %[[E:.*]] = llvm.getelementptr inbounds %[[OUT]][%{{.*}}] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.struct<(f32, f32)>
+// CHECK: %[[INIT:.*]] = llvm.load %[[E]] atomic monotonic {alignment = 8 : i64} : !llvm.ptr -> i64
+// CHECK: scf.while (%[[OLD:.*]] = %[[INIT]]) : (i64) -> i64 {
+// CHECK: %[[HI:.*]] = arith.shrui %[[OLD]], %{{.*}} : i64
+// CHECK: %[[RE:.*]] = arith.bitcast %{{.*}} : i32 to f32
+// CHECK: %[[IM:.*]] = arith.bitcast %{{.*}} : i32 to f32
+// CHECK: %[[CUR:.*]] = complex.create %[[RE]], %[[IM]] : complex<f32>
+// CHECK: %[[MUL:.*]] = complex.mul %[[CUR]], %[[X]] : complex<f32>
+// CHECK: %[[NEW:.*]] = arith.ori %{{.*}}, %{{.*}} : i64
+// CHECK: llvm.cmpxchg %[[E]], %[[OLD]], %[[NEW]] monotonic monotonic : !llvm.ptr, i64
+// CHECK-NOT: llvm.atomicrmw
+// CHECK: return{{$}}
+func.func @atomic_multiply(%out: tensor<8xcomplex<f32>>, %i: index, %x: complex<f32>) -> tensor<8xcomplex<f32>> {
+  %r = xla_gpu.atomic_rmw %out[%i] : tensor<8xcomplex<f32>> {
+  ^bb0(%current: complex<f32>):
+    %s = complex.mul %current, %x : complex<f32>
+    xla_gpu.yield %s : complex<f32>
+  }
+  return %r : tensor<8xcomplex<f32>>
+}
+
+// -----
+
+// complex<f64>: a 128-bit CAS; its first guess is a plain load (a torn
+// guess only fails the CAS).
+// CHECK-LABEL: func.func @atomic_replace_c128(
+// CHECK: %[[INIT:.*]] = llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr -> i128
+// CHECK: scf.while (%[[OLD:.*]] = %[[INIT]]) : (i128) -> i128 {
+// CHECK: llvm.cmpxchg %{{.*}}, %[[OLD]], %{{.*}} monotonic monotonic : !llvm.ptr, i128
+// CHECK: return{{$}}
+func.func @atomic_replace_c128(%out: tensor<8xcomplex<f64>>, %i: index, %x: complex<f64>) -> tensor<8xcomplex<f64>> {
+  %r = xla_gpu.atomic_rmw %out[%i] : tensor<8xcomplex<f64>> {
+  ^bb0(%current: complex<f64>):
+    xla_gpu.yield %x : complex<f64>
+  }
+  return %r : tensor<8xcomplex<f64>>
 }
