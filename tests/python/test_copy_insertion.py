@@ -281,3 +281,127 @@ ENTRY main {
 def test_nested_loop_reading_the_outer_state_it_carries():
     _check_compiled(_NESTED, (np.int32(3), np.int32(0), np.int32(0)),
                     (np.int32(4), np.int32(2), np.int32(5)))
+
+
+# The body returns one value at element 1 and, reshaped to f32[1], at
+# element 2: a bitcast views the same bytes, so the two elements would share
+# one buffer unless the later one is copied. The simplifier makes this of a
+# dynamic-update-slice that overwrites a whole f32[1] (jax's scan writing
+# its one-step output), so the compiled module below hits it too.
+_BITCAST_TWICE = """
+HloModule bitcast_twice
+body {
+  s = (s32[], f32[], f32[1]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  x = f32[] get-tuple-element(s), index=1
+  y = f32[] sine(x)
+  y1 = f32[1] bitcast(y)
+  ROOT t = (s32[], f32[], f32[1]) tuple(i1, y, y1)
+}
+cond {
+  s = (s32[], f32[], f32[1]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(2)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+ENTRY main {
+  x = f32[] parameter(0)
+  zero = s32[] constant(0)
+  z = f32[1] constant({0})
+  init = (s32[], f32[], f32[1]) tuple(zero, x, z)
+  ROOT w = (s32[], f32[], f32[1]) while(init), condition=cond, body=body
+}
+"""
+
+_UPDATE_OF_ALL = """
+HloModule update_of_all
+body {
+  s = (s32[], f32[], f32[1], f32[1]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  x = f32[] get-tuple-element(s), index=1
+  y = f32[] sine(x)
+  c = f32[] cosine(x)
+  y1 = f32[1] reshape(y)
+  c1 = f32[1] reshape(c)
+  zero = s32[] constant(0)
+  a = f32[1] get-tuple-element(s), index=2
+  a1 = f32[1] dynamic-update-slice(a, c1, zero)
+  b = f32[1] get-tuple-element(s), index=3
+  b1 = f32[1] dynamic-update-slice(b, y1, zero)
+  ROOT t = (s32[], f32[], f32[1], f32[1]) tuple(i1, y, a1, b1)
+}
+cond {
+  s = (s32[], f32[], f32[1], f32[1]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(1)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+ENTRY main {
+  x = f32[] parameter(0)
+  zero = s32[] constant(0)
+  z = f32[1] constant({0})
+  init = (s32[], f32[], f32[1], f32[1]) tuple(zero, x, z, z)
+  w = (s32[], f32[], f32[1], f32[1]) while(init), condition=cond, body=body
+  w1 = f32[] get-tuple-element(w), index=1
+  w2 = f32[1] get-tuple-element(w), index=2
+  w3 = f32[1] get-tuple-element(w), index=3
+  ROOT out = (f32[], f32[1], f32[1]) tuple(w1, w2, w3)
+}
+"""
+
+
+def test_loop_returning_a_value_and_its_bitcast_copies_the_bitcast():
+    result = _inserted(_BITCAST_TWICE)
+    assert _root_opcodes(result, "body") == ["add", "sine", "copy"]
+    _check_compiled(_BITCAST_TWICE, (np.float32(3.0),), (np.float32(-0.5),))
+    _check_compiled(_UPDATE_OF_ALL, (np.float32(3.0),), (np.float32(0.25),))
+
+
+# Tokens have no buffer: copy insertion never copies one (a token returned
+# twice, a token parameter returned, a token in a loop's state), and the
+# program passes tokens over at the entry.
+_TOKENS = """
+HloModule tokens
+body {
+  s = (s32[], token[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  t = token[] get-tuple-element(s), index=1
+  t1 = token[] after-all(t)
+  x = f32[4] get-tuple-element(s), index=2
+  x1 = f32[4] add(x, x)
+  ROOT r = (s32[], token[], f32[4]) tuple(i1, t1, x1)
+}
+cond {
+  s = (s32[], token[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+ENTRY main {
+  x = f32[4] parameter(0)
+  t = token[] parameter(1)
+  zero = s32[] constant(0)
+  init = (s32[], token[], f32[4]) tuple(zero, t, x)
+  w = (s32[], token[], f32[4]) while(init), condition=cond, body=body
+  wt = token[] get-tuple-element(w), index=1
+  wx = f32[4] get-tuple-element(w), index=2
+  ROOT r = (f32[4], token[], token[], token[], f32[4]) tuple(wx, wt, wt, t, x)
+}
+"""
+
+
+def test_tokens_are_never_copied():
+    result = _inserted(_TOKENS)
+    copied = [i.operands[0].shape for c in result.computations for i in c.instructions
+              if i.opcode == "copy"]
+    assert copied and all(s.element_type != "token" for s in copied)
+    assert _root_opcodes(result, "main") == ["get-tuple-element", "get-tuple-element",
+                                             "get-tuple-element", "parameter", "copy"]
+    x = np.arange(4, dtype=np.float32)
+    _check_compiled(_TOKENS, (x, None), (x + 1, np.zeros((0,), np.uint8)))

@@ -274,6 +274,45 @@ def test_algebraic_identities_collapse_to_the_parameter():
     assert root.operands[0].operands[0].opcode == "parameter"
 
 
+def test_scatter_of_no_updates_is_its_operands():
+    """XLA's rewrite: a scatter with zero-element updates changes nothing
+    (and no emitter has to spread zero updates over threads)."""
+    text = """
+HloModule empty_scatter
+add {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT c = s32[] add(a, b)
+}
+add2 {
+  a = s32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = f32[] parameter(3)
+  s = s32[] add(a, c)
+  t = f32[] add(b, d)
+  ROOT r = (s32[], f32[]) tuple(s, t)
+}
+ENTRY main {
+  x = s32[4] parameter(0)
+  y = f32[4] parameter(1)
+  i = s32[0,1] parameter(2)
+  u = s32[0] parameter(3)
+  v = f32[0] parameter(4)
+  one = s32[4] scatter(x, i, u), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  two = (s32[4], f32[4]) scatter(x, y, i, u, v), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add2
+  t0 = s32[4] get-tuple-element(two), index=0
+  t1 = f32[4] get-tuple-element(two), index=1
+  ROOT out = (s32[4], s32[4], f32[4]) tuple(one, t0, t1)
+}
+"""
+    _, result, changed = run_pass(text, HloPassFix(AlgebraicSimplifier()), TupleSimplifier(),
+                                  HloDCE())
+    assert changed
+    assert "scatter" not in opcodes(result)
+    assert [o.opcode for o in result.entry.root.operands] == ["parameter"] * 3
+
+
 def test_broadcast_slice_select_compare_rewrites():
     text = """
 HloModule more

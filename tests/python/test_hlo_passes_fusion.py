@@ -6,8 +6,10 @@ producer recomputed per element, in-place buffers."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+import xla_gpu
 from xla_gpu.analysis.fusion import analyze
 from xla_gpu.hlo import evaluate, module_to_text, parse_module
 from xla_gpu.hlo.numerics import compare, random_inputs
@@ -383,3 +385,30 @@ ENTRY main {
     rr, bb = b.entry.find("r"), b.entry.root
     recomputed = fused_cost(rr, node_cost(rr), bb, node_cost(bb))
     assert recomputed.flops == pytest.approx(1024 * node_cost(rr).flops)
+
+
+def test_wrapped_scatter_keeps_its_constant_operand_a_parameter():
+    """A small constant operand moves into a fusion body, except the operand
+    a scatter writes in place: the scatter emitter writes over its
+    parameter's buffer (copy insertion gives it a copy of the constant)."""
+    text = """HloModule f
+add {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT c = s32[] add(a, b)
+}
+ENTRY main {
+  z = s32[1] constant({5})
+  i = s32[8,1] parameter(0)
+  u = s32[8] parameter(1)
+  ROOT s = s32[1] scatter(z, i, u), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+}
+"""
+    result = fuse(text, [FusionWrapper(), HloDCE()])
+    (wrapped,) = fusions(result)
+    assert wrapped.operands[0].opcode == "constant"
+    assert analyze(wrapped.attrs["calls"], wrapped.name).kind == "scatter"
+    args = (np.zeros((8, 1), np.int32), np.arange(8, dtype=np.int32))
+    got = xla_gpu.compile(text, target="cpu").run(*args)
+    np.testing.assert_array_equal(got[0], evaluate(parse_module(text), *args)[0])
+    np.testing.assert_array_equal(got[0], [5 + 28])

@@ -389,3 +389,43 @@ def test_compile_options_and_double_donation_are_checked():
     assert out["known"] == "compiled"
     assert "donate the same buffer twice" in out["double"]
     assert out["x_alive"]   # refused before the run: nothing was consumed
+
+
+def test_tokens_and_sub_byte_integers_through_jit():
+    """Token results come back as PJRT token buffers (jax's core.Token), a
+    token passed back in is taken as a parameter with no bytes; int4
+    arguments keep their sign."""
+    out = run_jax("""
+        from jax._src import core
+        tok = jax.lax.create_token()
+        noop = jax.jit(lambda arr, token: (arr + 1, token))
+        arr, out_tok = noop(jnp.ones(3), tok)
+        _, captured = jax.jit(lambda x: (x + 2, tok))(7)
+        try:
+            tok._buf._value
+            refused = False
+        except RuntimeError as e:
+            refused = "token" in str(e)
+        x = np.array([1, -2, -3, 4, -8, 7], dtype=jnp.int4)
+        wide = jax.jit(lambda v: v.astype(jnp.int8))(x)
+        print(json.dumps({
+            "tokens": [isinstance(t, core.Token) for t in (tok, out_tok, captured)],
+            "distinct": out_tok is not tok, "arr": np.asarray(arr).tolist(),
+            "refused": refused, "wide": np.asarray(wide).tolist()}))
+    """)
+    assert out["tokens"] == [True, True, True] and out["distinct"]
+    assert out["arr"] == [2.0, 2.0, 2.0]
+    assert out["refused"]
+    assert out["wide"] == [1, -2, -3, 4, -8, 7]
+
+
+def test_large_constants_reach_the_compiler_with_their_values():
+    """jax's HLO printer elides constants of more than 10 elements ({...})
+    by default; the plugin asks for them in full."""
+    out = run_jax("""
+        edges = np.arange(-5.0, 6.0, dtype=np.float32)   # 11 elements
+        f = jax.jit(lambda v: jnp.searchsorted(edges, v))
+        x = np.array([-4.5, 0.2, 3.7], np.float32)
+        print(json.dumps(np.asarray(f(x)).tolist()))
+    """)
+    assert out == [1, 6, 9]

@@ -275,3 +275,115 @@ def test_zero_size_programs_run_saved_and_loaded(name, tmp_path):
     for target_exe in (exe, xla_gpu.compile(text, target="cuda")):
         for kernel in target_exe.kernels.values():
             assert any(np.prod(o.shape) for o in kernel.spec.outputs), kernel.spec.name
+
+
+# Tokens at the entry: a token parameter, a token inside a tuple parameter,
+# token results made by after-all or passed through. They have no buffer:
+# the program takes any value for them and gives back an empty byte array
+# (the interpreter's token value), also once saved and loaded.
+_TOKEN_PROGRAM = """HloModule tokens
+ENTRY e {
+  x = f32[3] parameter(0)
+  t = token[] parameter(1)
+  p = (token[], s32[2]) parameter(2)
+  pt = token[] get-tuple-element(p), index=0
+  pi = s32[2] get-tuple-element(p), index=1
+  joined = token[] after-all(t, pt)
+  fresh = token[] after-all()
+  y = f32[3] add(x, x)
+  ROOT r = (token[], f32[3], token[], s32[2], token[]) tuple(joined, y, t, pi, fresh)
+}
+"""
+
+
+def test_token_parameters_and_results_have_no_buffers(tmp_path):
+    exe = xla_gpu.compile(_TOKEN_PROGRAM, target="cpu")
+    assert [r.describe() for r in exe.outputs] == ["token[]", "f32[3]", "token[]", "s32[2]",
+                                                  "token[]"]
+    x, i = np.array([1, 2, 3], np.float32), np.array([7, 8], np.int32)
+    want = hlo.evaluate(hlo.parse_module(_TOKEN_PROGRAM), x, None, (None, i))
+    exe.save(tmp_path / "prog")
+    loaded = xla_gpu.runtime.load(tmp_path / "prog", expected_digest=exe.artifact_digest)
+    for run in (exe.run, loaded.run):
+        for token in (None, np.zeros((0,), np.uint8)):
+            got = run(x, token, (token, i))
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and g.shape == w.shape
+                np.testing.assert_array_equal(g, w)
+    with pytest.raises(xla_gpu.ArgumentError, match="takes 3 arguments"):
+        exe.run(x, None)
+    with pytest.raises(xla_gpu.ArgumentError, match="tuple of 2 leaves"):
+        exe.run(x, None, (i,))
+    # Only a token result: nothing to compute.
+    only = xla_gpu.compile("HloModule m\nENTRY e {\n  ROOT t = token[] after-all()\n}\n",
+                           target="cpu")
+    (token,) = only.run()
+    assert token.shape == (0,) and token.dtype == np.uint8
+
+
+@pytest.mark.parametrize("etype,values", [("s4", [1, -2, -3, 4, -8, 7]),
+                                          ("s2", [1, -2, -1, 0, 1, -2]),
+                                          ("u4", [1, 2, 15, 4, 8, 0])])
+def test_sub_byte_arguments_are_converted_not_reinterpreted(etype, values):
+    """ml_dtypes keeps an int4 in the low bits of its byte (-2 is 0x0e); the
+    program's buffers hold the value sign-extended to the byte (0xfe), so
+    the argument's values are converted, not its bytes copied."""
+    import ml_dtypes
+    dtype = {"s4": ml_dtypes.int4, "s2": ml_dtypes.int2, "u4": ml_dtypes.uint4}[etype]
+    text = (f"HloModule m\nENTRY e {{\n  x = {etype}[6] parameter(0)\n"
+            f"  w = s8[6] convert(x)\n  n = {etype}[6] negate(x)\n"
+            f"  ROOT t = (s8[6], {etype}[6]) tuple(w, n)\n}}\n")
+    x = np.array(values, dtype=dtype)
+    want = hlo.evaluate(hlo.parse_module(text), x)
+    got = xla_gpu.compile(text, target="cpu").run(x)
+    np.testing.assert_array_equal(got[0], np.array(values, np.int8))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g.astype(np.int8), w.astype(np.int8))
+
+
+_BIN_EDGES = """HloModule m
+edges_below {{
+  e = f32[11] parameter(0)
+  x = f32[5] parameter(1)
+  eb = f32[5,11] broadcast(e), dimensions={{1}}
+  xb = f32[5,11] broadcast(x), dimensions={{0}}
+  le = pred[5,11] compare(eb, xb), direction=LE
+  n = s32[5,11] convert(le)
+  zero = s32[] constant(0)
+  ROOT count = s32[5] reduce(n, zero), dimensions={{1}}, to_apply=sum
+}}
+sum {{
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}}
+ENTRY e {{
+  x = f32[5] parameter(0)
+  edges = f32[11] constant({values})
+  below = s32[5] call(edges, x), to_apply=edges_below
+  ROOT t = (s32[5], f32[11]) tuple(below, edges)
+}}
+"""
+
+
+def test_a_constant_read_by_a_call_and_returned_matches_the_interpreter():
+    # Bin edges (jnp.histogram's): one constant read inside a called
+    # computation and returned as it is.
+    text = _BIN_EDGES.format(values="{-5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5}")
+    x = np.array([-4.5, 0, 2.5, 5, -7], np.float32)
+    want = hlo.evaluate(hlo.parse_module(text), x)
+    got = xla_gpu.compile(text, target="cpu", cache=False).run(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(got[1], np.arange(-5, 6, dtype=np.float32))
+
+
+def test_a_constant_whose_values_the_text_elides_is_refused_by_name():
+    # XLA's printer writes `{...}` for a large constant unless asked for its
+    # values: the program cannot run, and the error says which constant.
+    text = _BIN_EDGES.format(values="{...}")
+    with pytest.raises(xla_gpu.CompileError, match=r"constant 'edges' \(f32\[11\]\) "
+                       r"has no values: the HLO text elides them"):
+        xla_gpu.compile(text, target="cpu", cache=False)

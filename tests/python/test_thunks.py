@@ -458,3 +458,32 @@ def test_xla_gpu_library_calls_become_gemm_thunks():
     kinds = _kinds(exe)
     assert "gemm" in kinds and "kernel" in kinds     # the dot, then the fused max
     np.testing.assert_allclose(r, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+
+
+_EMPTY_SCATTER = """HloModule m
+add {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT c = s32[] add(a, b)
+}
+ENTRY e {
+  x = s32[4] parameter(0)
+  c = s32[1] constant({5})
+  i = s32[0,1] parameter(1)
+  u = s32[0] parameter(2)
+  s = s32[4] scatter(x, i, u), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  t = s32[1] scatter(c, i, u), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  ROOT r = (s32[4], s32[1]) tuple(s, t)
+}
+"""
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_scatter_of_no_updates_is_a_copy_of_its_operand(optimize):
+    """Unoptimized, each op its own fusion: a scatter with zero updates
+    reaches the thunk emitter, which copies the operand instead of sizing a
+    kernel by zero updates; optimized, the simplifier removed it."""
+    args = (np.arange(4, dtype=np.int32), np.zeros((0, 1), np.int32), np.zeros((0,), np.int32))
+    exe, got = _check(_EMPTY_SCATTER, *args, optimize=optimize)
+    np.testing.assert_array_equal(got[1], [5])
+    assert "kernel" not in _kinds(exe)

@@ -343,9 +343,55 @@ def _object_code(module_op, symbol: str, opt_level: int) -> bytes:
     made by LLVM's C API without the JIT around it where it can
     (`_llvm_object`), else by the engine (`_engine_object`, which looks
     `symbol` up to compile)."""
-    if _llvm_api() is not None:
+    if _llvm_api() is None:
+        return _engine_object(module_op, symbol, opt_level)
+    obj = _llvm_object(module_op, opt_level)
+    missing = _undefined_symbols(obj) or set()
+    wanted = [name for name in _HOST_BUILTINS if name.encode() in missing]
+    if not wanted:
+        return obj
+    # LLVM's code generation calls a compiler-rt helper for some float
+    # conversions (f32 -> bf16: __truncsfbf2) that the system's libgcc
+    # may not have (gcc 12's has none): the object gets its own copy.
+    added = []
+    try:
+        for name in wanted:
+            helper = _ir.Module.parse(_HOST_BUILTINS[name], module_op.context)
+            for op in list(helper.body.operations):
+                clone = op.clone()
+                module_op.body.append(clone)
+                added.append(clone)
         return _llvm_object(module_op, opt_level)
-    return _engine_object(module_op, symbol, opt_level)
+    finally:
+        for op in added:
+            op.erase()
+
+
+# Compiler-rt helpers LLVM's code generation may call, as LLVM-dialect
+# definitions (weak, hidden: one per kernel object, never exported).
+_HOST_BUILTINS = {
+    # f32 -> bf16, rounding to nearest even; a NaN stays a (quiet) NaN.
+    "__truncsfbf2": """
+llvm.func weak hidden @__truncsfbf2(%x: f32) -> bf16 {
+  %i = llvm.bitcast %x : f32 to i32
+  %c16 = llvm.mlir.constant(16 : i32) : i32
+  %c1 = llvm.mlir.constant(1 : i32) : i32
+  %half = llvm.mlir.constant(32767 : i32) : i32
+  %quiet = llvm.mlir.constant(64 : i32) : i32
+  %high = llvm.lshr %i, %c16 : i32
+  %odd = llvm.and %high, %c1 : i32
+  %bias = llvm.add %odd, %half : i32
+  %rounded = llvm.add %i, %bias : i32
+  %kept = llvm.lshr %rounded, %c16 : i32
+  %nan_bits = llvm.or %high, %quiet : i32
+  %nan = llvm.fcmp "uno" %x, %x : f32
+  %bits = llvm.select %nan, %nan_bits, %kept : i1, i32
+  %short = llvm.trunc %bits : i32 to i16
+  %result = llvm.bitcast %short : i16 to bf16
+  llvm.return %result : bf16
+}
+""",
+}
 
 
 class _LlvmApi:

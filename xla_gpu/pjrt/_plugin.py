@@ -275,6 +275,14 @@ class Buffer(_Handle):
         return self.array
 
 
+def _token_buffer(device: Device) -> Buffer:
+    """A token result: PJRT type TOKEN, no dimensions, no bytes (a program
+    ignores what it is given for a token parameter)."""
+    buf = Buffer(np.zeros((), np.uint8), device)
+    buf.code, buf.nbytes = A.BUFFER_TYPE["TOKEN"], 0
+    return buf
+
+
 def _host_array(addr: int, dtype: np.dtype, dims: list[int], strides: list[int]) -> np.ndarray:
     """Copies a host buffer (any byte strides) into a fresh C-ordered array."""
     count = int(np.prod(dims)) if dims else 1
@@ -312,11 +320,16 @@ class Executable(_Handle):
         result = shape.result_shape()
         leaves = result.tuple_shapes() if result.is_tuple() else [result]
         self.num_params = len(shape.parameter_shapes())
-        self.out_dtypes = [np.dtype(s.numpy_dtype()) for s in leaves]
-        self.out_dims = [tuple(s.dimensions()) for s in leaves]
+        # Token results have no dtype or dimensions (jaxlib's Shape has none).
+        self.out_tokens = [s.is_token() for s in leaves]
+        self.out_dtypes = [None if t else np.dtype(s.numpy_dtype())
+                           for s, t in zip(leaves, self.out_tokens)]
+        self.out_dims = [() if t else tuple(s.dimensions())
+                         for s, t in zip(leaves, self.out_tokens)]
         self.num_outputs = len(leaves)
         n = max(1, self.num_outputs)
-        self.out_types = (C.c_int * n)(*[A.DTYPE_CODES.get(d, 0) for d in self.out_dtypes])
+        self.out_types = (C.c_int * n)(*[A.BUFFER_TYPE["TOKEN"] if d is None else
+                                         A.DTYPE_CODES.get(d, 0) for d in self.out_dtypes])
         flat = [d for dims in self.out_dims for d in dims]
         self.out_flat_dims = (A.i64 * max(1, len(flat)))(*flat)
         self.out_dim_sizes = (C.c_size_t * n)(*[len(d) for d in self.out_dims])
@@ -468,7 +481,8 @@ def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
     computation = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False,
                                                              return_tuple=False)
     import xla_gpu
-    text = computation.as_hlo_text()
+    # Every constant with its values (the default prints a large one as {...}).
+    text = computation.as_hlo_text(print_large_constants=True)
     device = _assigned_device(build)
     exe = xla_gpu.compile(text, target=TARGET)
     return Executable(exe, computation, code, text, device)
@@ -1185,6 +1199,9 @@ def LoadedExecutable_Execute(a):
                     buf.array = None
     out_list = rd(rd(a, f.output_lists), 0)   # device 0's list
     for j, out in enumerate(outs):
+        if e.out_tokens[j]:
+            wr(out_list, A.POINTER * j, _token_buffer(device).addr)
+            continue
         array = np.ascontiguousarray(out)
         if array.dtype != e.out_dtypes[j]:
             array = array.astype(e.out_dtypes[j])

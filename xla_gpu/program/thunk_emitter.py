@@ -17,7 +17,8 @@ from ..hlo.passes.convolution_lowering import CONVOLUTION_OP_TYPE
 from ..errors import CompileError, HloError
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.cublas import cublas_gemm
-from ..runtime.buffers import BufferSlice
+from ..hlo.in_place import in_place_outputs
+from ..runtime.buffers import TOKEN_TYPE, BufferSlice, token_ref
 from ..runtime.fft import FftConfig, cufft_layout_error
 from ..runtime.gemm import EPILOGUES, CublasPlanError, GemmConfig, cublas_plan
 from ..runtime.spec import ArgSpec
@@ -57,6 +58,10 @@ class ThunkEmitter:
         shape = subshape(inst.shape, index)
         if shape.is_tuple:
             raise inst.error(f"expected an array at shape index {list(index)}, got {shape}")
+        if shape.element_type == TOKEN_TYPE:
+            # No bytes and no slice: the entry's token parameters and
+            # results are passed over (runtime.program).
+            return token_ref()
         layout = tuple(shape.layout) if shape.layout is not None else None
         return ArrayRef(self.slice(inst, index), shape.element_type, tuple(shape.dims), layout)
 
@@ -122,6 +127,8 @@ class ThunkEmitter:
         if op in ("bitcast", "opt-barrier", "optimization-barrier", "add-dependency"):
             return self.copies(inst.name, inst.operands[0], (), inst, ())
         if op == "copy":
+            if inst.shape.element_type == TOKEN_TYPE:
+                return []   # a token has no bytes to copy
             return [CopyThunk(inst.name, self.slice(inst.operands[0]), self.slice(inst),
                               self.ref(inst).nbytes)] if \
                 self.slice(inst.operands[0]) != self.slice(inst) else []
@@ -160,6 +167,16 @@ class ThunkEmitter:
         memset = self._memset(inst, comp)
         if memset is not None:
             return [memset]
+        if _scatters_nothing(comp):
+            # A scatter of no updates is its operands (the algebraic
+            # simplifier's rewrite, for modules that did not run it): each
+            # result is its operand, copied where they do not share a buffer.
+            pairs = in_place_outputs(inst)
+            if len(pairs) == (len(comp.root.operands) - 1) // 2:
+                out: list[Thunk] = []
+                for k, index in pairs:
+                    out += self.copies(inst.name, inst.operands[k], (), inst, index)
+                return out
         for operand in inst.operands:
             if operand.shape.is_tuple:
                 raise inst.unsupported("a fusion operand is a tuple "
@@ -427,6 +444,15 @@ class ThunkEmitter:
                                       args, [len(args) - 1], spec.threads, spec.blocks,
                                       spec.shared_bytes))
         return ConvolutionThunk(inst.name, thunks, compiled.describe())
+
+
+def _scatters_nothing(comp: HloComputation) -> bool:
+    """Whether fusion body `comp` is a scatter with zero-element updates."""
+    root = comp.root
+    if root is None or root.opcode != "scatter":
+        return False
+    updates = root.operands[(len(root.operands) + 1) // 2:]
+    return bool(updates) and all(u.shape.num_elements == 0 for u in updates)
 
 
 def _convolution_of(inst: HloInstruction) -> str | None:

@@ -20,7 +20,14 @@ import numpy as np
 
 from ..hlo.shape import ELEMENT_TYPES
 
-__all__ = ["ALLOCATION_KINDS", "Allocation", "BufferSlice", "ArrayRef"]
+__all__ = ["ALLOCATION_KINDS", "Allocation", "BufferSlice", "ArrayRef", "TOKEN_TYPE",
+           "token_ref", "token_value"]
+
+# XLA's token: it orders side effects and holds no bytes, so no allocation
+# has one. An entry parameter or output leaf of this type is a token ref
+# (`token_ref()`); a run ignores the argument given for it and returns
+# `token_value()` in its place, as the interpreter does.
+TOKEN_TYPE = "token"
 
 # parameter: an entry parameter's leaf (the caller's array, or a copy of it);
 # output: an entry output leaf that is not a parameter; temp: the one packed
@@ -102,6 +109,10 @@ class ArrayRef:
     dims: tuple[int, ...]
     layout: tuple[int, ...] | None = None
 
+    @property
+    def is_token(self) -> bool:
+        return self.element_type == TOKEN_TYPE
+
     # Derived values are cached on the instance (thunks read them every run).
     @cached_property
     def dtype(self) -> np.dtype:
@@ -171,3 +182,14 @@ class ArrayRef:
                         tuple(int(d) for d in data["dims"]),
                         None if data.get("layout") is None
                         else tuple(int(d) for d in data["layout"]))
+
+
+def token_ref() -> ArrayRef:
+    """The ref of an entry leaf of token type: no allocation (-1), no bytes."""
+    return ArrayRef(BufferSlice(-1, 0, 0), TOKEN_TYPE, ())
+
+
+def token_value() -> np.ndarray:
+    """What a run returns for a token output (an empty byte array, the
+    interpreter's token value)."""
+    return np.zeros((0,), np.uint8)

@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ArgumentError, ArtifactError, ResourceError
-from .buffers import Allocation
+from .buffers import Allocation, token_value
 from .spec import HostBufferPool, KernelSpec, _address, aligned_zeros
 from .thunks import (ArrayRef, ExecutionContext, KernelThunk, Thunk, sequence_text,
                      thunk_from_dict, walk)
@@ -150,12 +150,14 @@ class _CudaLauncher:
 @dataclass
 class ProgramExecutable:
     """A whole program. `run(*args)` returns the entry's output leaves in
-    order (a tuple result gives its leaves, depth first)."""
+    order (a tuple result gives its leaves, depth first). Token leaves
+    have no bytes: any value may be passed for one, and a token output
+    comes back as an empty byte array (buffers.token_value)."""
     name: str
     target: str
     arch: str
     allocations: list[Allocation]
-    parameters: list[list[ArrayRef]]      # per entry parameter: its array leaves
+    parameters: list[list[ArrayRef]]      # per entry parameter: its leaves
     parameter_shapes: list[str]           # as HLO prints them (messages)
     outputs: list[ArrayRef]               # the entry's output leaves
     thunks: list[Thunk]
@@ -185,9 +187,31 @@ class ProgramExecutable:
     # Custom-call target -> handler(ctx, thunk), resolved when the program
     # is made (compiled or loaded): see _bind_custom_calls.
     _custom_call_handlers: dict | None = field(default=None, repr=False)
+    # The parameters and outputs without their token leaves (buffers.
+    # token_ref), what the run paths below see; set in __post_init__.
+    _array_parameters: list = field(default_factory=list, init=False, repr=False)
+    _array_outputs: list = field(default_factory=list, init=False, repr=False)
+    _parameter_numbers: list = field(default_factory=list, init=False, repr=False)
+    _has_tokens: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self._split_tokens()
         self._bind_custom_calls()
+
+    def _split_tokens(self) -> None:
+        """Tokens hold no bytes (XLA gives them no buffer): a parameter all
+        of whose leaves are tokens takes no array, a token leaf of a tuple
+        parameter is dropped from it, and token outputs are put back into
+        the results after the run (`_arrays_only`, `_with_tokens`)."""
+        self._array_parameters, self._parameter_numbers = [], []
+        for i, refs in enumerate(self.parameters):
+            arrays = [r for r in refs if not r.is_token]
+            if arrays or not refs:
+                self._array_parameters.append(arrays)
+                self._parameter_numbers.append(i)
+        self._array_outputs = [r for r in self.outputs if not r.is_token]
+        self._has_tokens = len(self._array_outputs) != len(self.outputs) or any(
+            r.is_token for refs in self.parameters for r in refs)
 
     def _bind_custom_calls(self) -> None:
         """Binds every custom-call target to the handler registered for it
@@ -268,25 +292,45 @@ class ProgramExecutable:
             self._launchers = table
         return self._launchers
 
-    def _flatten_arguments(self, args: Sequence[Any]) -> list[Any]:
+    def _check_arity(self, args: Sequence[Any]) -> None:
         if len(args) != len(self.parameters):
             shapes = ", ".join(self.parameter_shapes)
             raise ArgumentError(f"program '{self.name}' takes {len(self.parameters)} "
                                 f"argument{'s' if len(self.parameters) != 1 else ''} "
                                 f"({shapes}), got {len(args)}")
-        leaves = []
+
+    def _arrays_only(self, args: Sequence[Any]) -> list[Any]:
+        """`args` without what was passed for token leaves (any value: a
+        token has no bytes to read)."""
+        self._check_arity(args)
+        out: list[Any] = []
         for i, (arg, refs) in enumerate(zip(args, self.parameters)):
+            tokens = {k for k, r in enumerate(refs) if r.is_token}
+            if not tokens:
+                out.append(arg)
+            elif len(tokens) < len(refs):
+                flat = _flatten_leaves(arg)
+                if len(flat) != len(refs):
+                    raise ArgumentError(f"argument {i}: expected a tuple of {len(refs)} "
+                                        f"leaves ({self.parameter_shapes[i]}), got "
+                                        f"{len(flat)}")
+                out.append([a for k, a in enumerate(flat) if k not in tokens])
+        return out
+
+    def _with_tokens(self, results: Sequence[Any]) -> tuple:
+        """The results with a token value at each token output."""
+        arrays = iter(results)
+        return tuple(token_value() if ref.is_token else next(arrays) for ref in self.outputs)
+
+    def _flatten_arguments(self, args: Sequence[Any]) -> list[Any]:
+        if not self._has_tokens:
+            self._check_arity(args)
+        leaves = []
+        for i, arg, refs in zip(self._parameter_numbers, args, self._array_parameters):
             if len(refs) == 1 and not isinstance(arg, (tuple, list)):
                 leaves.append((f"argument {i}", arg, refs[0]))
                 continue
-            flat: list[Any] = []
-            stack = [arg]
-            while stack:
-                item = stack.pop()
-                if isinstance(item, (tuple, list)):
-                    stack.extend(reversed(item))
-                else:
-                    flat.append(item)
+            flat = _flatten_leaves(arg)
             if len(flat) != len(refs):
                 raise ArgumentError(f"argument {i}: expected a tuple of {len(refs)} arrays "
                                     f"({self.parameter_shapes[i]}), got {len(flat)}")
@@ -329,7 +373,7 @@ class ProgramExecutable:
                 total += a.size
             elif a.kind == "parameter" and a.index in written:
                 total += a.size
-        total += sum(ref.nbytes for ref in self.outputs)   # results handed back
+        total += sum(ref.nbytes for ref in self._array_outputs)   # results handed back
         return total
 
     def check_memory(self) -> None:
@@ -361,6 +405,14 @@ class ProgramExecutable:
         if unknown:  # an ArgumentError, worded as Python words the TypeError
             raise ArgumentError(f"run() got an unexpected keyword argument "
                                 f"'{next(iter(unknown))}'")
+        if self._has_tokens:
+            return self._with_tokens(self._run_arrays(
+                self._arrays_only(args), stream, device_outputs, timeout))
+        return self._run_arrays(args, stream, device_outputs, timeout)
+
+    def _run_arrays(self, args: Sequence[Any], stream, device_outputs: bool,
+                    timeout: float | None) -> tuple:
+        """`run` on the array parameters' arguments (tokens taken out)."""
         deadline = _deadline(timeout)
         if self.target == "cpu" and stream is None and not device_outputs:
             fast = self._host_run
@@ -401,7 +453,7 @@ class ProgramExecutable:
 
     def _parameter_allocation(self) -> dict[int, list[tuple[ArrayRef, int]]]:
         by_alloc: dict[int, list] = {}
-        flat = [ref for refs in self.parameters for ref in refs]
+        flat = [ref for refs in self._array_parameters for ref in refs]
         for k, ref in enumerate(flat):
             by_alloc.setdefault(ref.slice.allocation, []).append((ref, k))
         return by_alloc
@@ -567,7 +619,7 @@ class ProgramExecutable:
             self.timings["last_issue"] = time.perf_counter() - start
             self.stats = dict(ctx.stats)
             results = []
-            for ref in self.outputs:
+            for ref in self._array_outputs:
                 out = DeviceArray(ref.physical_dims, ref.storage_dtype)
                 out.copy_from_device(ctx.pointer(ref.slice), handle)
                 if device_outputs and ref.is_row_major:
@@ -719,18 +771,18 @@ class _CpuRunPlan:
         # Arguments passed as plain arrays: (shape, storage dtype) per
         # parameter; None when a parameter is a tuple (the checked path).
         self.simple = None
-        if all(len(refs) == 1 for refs in exe.parameters):
+        if all(len(refs) == 1 for refs in exe._array_parameters):
             self.simple = [(tuple(refs[0].dims), refs[0].storage_dtype)
-                           for refs in exe.parameters]
+                           for refs in exe._array_parameters]
         # An output that fills an output allocation alone, row-major from
         # its start in the dtype users get, is returned as it is: the
         # buffer pool hands out that allocation as a typed array, the
         # run's own (no view made, no copy). Other outputs are views of
         # their allocation, copied when the allocation is shared.
-        sharing = Counter(ref.slice.allocation for ref in exe.outputs)
+        sharing = Counter(ref.slice.allocation for ref in exe._array_outputs)
         typed: dict[int, tuple[int, tuple, np.dtype]] = {}
         self.viewed_outputs: list[tuple[int, ArrayRef, bool]] = []
-        for slot, ref in enumerate(exe.outputs):
+        for slot, ref in enumerate(exe._array_outputs):
             alloc = exe.allocations[ref.slice.allocation]
             alone = alloc.kind == "output" and sharing[alloc.index] == 1
             if alone and ref.is_row_major and ref.slice.offset == 0 and \
@@ -740,7 +792,7 @@ class _CpuRunPlan:
                 self.viewed_outputs.append((slot, ref, not alone))
         # Allocations the outputs above are read from.
         self.viewed_allocations = {ref.slice.allocation for _, ref, _ in self.viewed_outputs}
-        self.result_arrays: list[np.ndarray | None] = [None] * len(exe.outputs)
+        self.result_arrays: list[np.ndarray | None] = [None] * len(exe._array_outputs)
         self.pooled: list[tuple[int, int, Any, int | None]] = []
         for alloc in exe.allocations:
             if alloc.kind not in ("constant", "parameter"):
@@ -793,7 +845,8 @@ class _CpuRunPlan:
         addresses, keep = native.entry_points()
         from .thunks import ThunkError
         return HostRun(*addresses, (*keep, *(array for _, array in constants)), ThunkError,
-                       len(self.bases), constants, parameters, pools, views, len(exe.outputs))
+                       len(self.bases), constants, parameters, pools, views,
+                       len(exe._array_outputs))
 
     def fast_arguments(self, args: Sequence[Any]) -> list[np.ndarray] | None:
         """`args` as they are when every one is a numpy array of its
@@ -808,10 +861,28 @@ class _CpuRunPlan:
         return list(args)
 
 
+def _flatten_leaves(arg: Any) -> list[Any]:
+    """The leaves of a (nested) tuple or list argument, depth first."""
+    flat: list[Any] = []
+    stack = [arg]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (tuple, list)):
+            stack.extend(reversed(item))
+        else:
+            flat.append(item)
+    return flat
+
+
 def _to_storage(value: np.ndarray, ref: ArrayRef) -> np.ndarray:
     value = np.asarray(value)
     if value.dtype == ref.storage_dtype:
         return value
+    if value.dtype == ref.dtype:
+        # Sub-byte integers: ml_dtypes keeps an int4 / int2 in the low bits
+        # of its byte (-2 is 0x0e), the kernels sign-extend it to a whole
+        # byte (0xfe): convert the values, never reinterpret the bytes.
+        return value.astype(ref.storage_dtype)
     if value.dtype.kind == "V":
         return value.view(ref.storage_dtype)
     return value.astype(ref.storage_dtype)
@@ -968,9 +1039,11 @@ def _check_slices(program: ProgramExecutable, where: str) -> None:
 
     for k, refs in enumerate(program.parameters):
         for ref in refs:
-            check_view(ref, f"parameter {k}")
+            if not ref.is_token:   # no bytes, no allocation
+                check_view(ref, f"parameter {k}")
     for k, ref in enumerate(program.outputs):
-        check_view(ref, f"output {k}")
+        if not ref.is_token:
+            check_view(ref, f"output {k}")
 
 
 def _check_constants(program: ProgramExecutable, where: str) -> None:

@@ -353,6 +353,17 @@ class AlgebraicSimplifier(ComputationPass):
             return update
         return None
 
+    def visit_scatter(self, comp, inst):
+        """A scatter of no updates is its operand(s), as in XLA (and no
+        emitter then divides the work by zero updates)."""
+        n = (len(inst.operands) - 1) // 2
+        updates = inst.operands[n + 1:]
+        if not updates or any(u.shape.is_tuple or u.shape.num_elements for u in updates):
+            return None
+        if n == 1:
+            return inst.operands[0]
+        return comp.add("tuple", inst.shape, list(inst.operands[:n]))
+
     # -- select / compare ------------------------------------------------------
     def visit_select(self, comp, inst):
         pred, a, b = inst.operands

@@ -11,8 +11,9 @@ their own:
   elements the body passes through unchanged and nothing reads after the
   loop;
 * a while body's result elements that are not the loop state's own element
-  passed through (another element's value, a constant, a duplicate), so
-  that each carried buffer is written once per iteration;
+  passed through (another element's value, a constant, a duplicate — a
+  value and a bitcast of it are one buffer, so a duplicate too), so that
+  each carried buffer is written once per iteration;
 * the ENTRY's outputs that are parameters, constants or the same value
   twice (each output gets its own buffer);
 * a conditional's branch results (XLA copies every element of every
@@ -22,6 +23,8 @@ their own:
   unchanged unless that operand can become the result's buffer: it dies at
   the conditional (nothing else reads it, not an ENTRY parameter) and no
   branch that writes the element can still read it.
+
+Tokens have no buffer and are never copied.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ def in_place_operands(inst: HloInstruction) -> list[int]:
     """Operand indices whose buffer `inst` updates in place (the rule of
     `xla_gpu.hlo.in_place`, which buffer sharing and the emitters follow)."""
     return sorted({number for number, _ in in_place_outputs(inst)})
+
+
+def _is_array(shape) -> bool:
+    """Whether a value of `shape` has a buffer: tuples are not materialized
+    and tokens hold no bytes, so neither is ever copied."""
+    return not shape.is_tuple and shape.element_type != "token"
 
 
 def _is_read_only(value: HloInstruction, comp: HloComputation) -> bool:
@@ -108,14 +117,18 @@ class CopyInsertion(HloPass):
     def _while_init(self, comp: HloComputation, loop: HloInstruction) -> bool:
         init = loop.operands[0]
         if not init.shape.is_tuple:
+            if not _is_array(init.shape):
+                return False
             if _is_read_only(init, comp) or _other_readers(init, loop):
                 loop.replace_operand_with(0, self._copy(comp, init))
                 return True
             return False
         if init.opcode != "tuple" or len(init.users) != 1:
             # Copy every element of a shared or opaque state tuple.
-            leaves = [self._copy(comp, comp.add("get-tuple-element", s, [init], index=k))
+            leaves = [comp.add("get-tuple-element", s, [init], index=k)
                       for k, s in enumerate(init.shape.tuple_shapes)]
+            leaves = [self._copy(comp, e) if _is_array(e.shape) or e.shape.is_tuple else e
+                      for e in leaves]
             loop.replace_operand_with(0, comp.add("tuple", init.shape, leaves))
             return True
         changed = False
@@ -125,16 +138,19 @@ class CopyInsertion(HloPass):
         if any(u.opcode != "get-tuple-element" for u in loop.users) or loop is comp.root:
             read_after = set(range(len(init.operands)))
         for k, element in enumerate(list(init.operands)):
-            if element.shape.is_tuple:
+            if not _is_array(element.shape):
                 continue
+            # One buffer whatever bitcasts view it: an element and a bitcast
+            # of it are the same bytes.
+            key = id(through_bitcasts(element))
             if k in unchanged and k not in read_after:
-                seen.add(id(element))
+                seen.add(key)
                 continue  # never written, not read after: no buffer of its own
-            if _is_read_only(element, comp) or id(element) in seen or \
+            if _is_read_only(element, comp) or key in seen or \
                     _other_readers(element, init):
                 init.replace_operand_with(k, self._copy(comp, element))
                 changed = True
-            seen.add(id(element))
+            seen.add(key)
         return changed
 
     def _while_body(self, body: HloComputation) -> bool:
@@ -148,34 +164,39 @@ class CopyInsertion(HloPass):
         changed = False
         seen: set[int] = set()
         for k, element in enumerate(list(root.operands)):
-            if element.shape.is_tuple:
+            if not _is_array(element.shape):
                 continue
             source = through_bitcasts(element)
             other_element = source.opcode == "get-tuple-element" and \
                 source.operands[0] is param and source.attrs["index"] != k
-            if source.opcode == "constant" or other_element or id(element) in seen or \
+            # A value returned at two elements, directly or through a
+            # bitcast (the simplifier turns a dynamic-update-slice that
+            # overwrites a whole [1] array into a bitcast of the update):
+            # the later element gets a copy.
+            if source.opcode == "constant" or other_element or id(source) in seen or \
                     (source.opcode == "parameter"):
                 root.replace_operand_with(k, self._copy(body, element))
                 changed = True
-            seen.add(id(element))
+            seen.add(id(source))
         return changed
 
     def _entry_outputs(self, comp: HloComputation) -> bool:
         root = comp.root
         if root.opcode != "tuple":
-            if _is_read_only(root, comp) and not root.shape.is_tuple:
+            if _is_read_only(root, comp) and _is_array(root.shape):
                 comp.set_root(self._copy(comp, root))
                 return True
             return False
         changed = False
         seen: set[int] = set()
         for k, element in enumerate(list(root.operands)):
-            if element.shape.is_tuple:
+            if not _is_array(element.shape):
                 continue
-            if _is_read_only(element, comp) or id(element) in seen:
+            key = id(through_bitcasts(element))
+            if _is_read_only(element, comp) or key in seen:
                 root.replace_operand_with(k, self._copy(comp, element))
                 changed = True
-            seen.add(id(element))
+            seen.add(key)
         return changed
 
     # ------------------------------------------------------- conditionals

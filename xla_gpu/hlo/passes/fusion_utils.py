@@ -19,6 +19,7 @@ from typing import Callable
 from ...analysis.fusion import choose_emitter, find_hero, gives_several_outputs
 from ...analysis.reduction import heroes_read_elsewhere
 from ..fusions import ELEMENTWISE_OPCODES
+from ..in_place import in_place_outputs
 from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
                       HloModule)
 from ..shape import Shape
@@ -162,10 +163,15 @@ def create_fusion(inst: HloInstruction, kind: str = "kLoop",
     body.module = module
     operands: list[HloInstruction] = []
     mapped: dict[int, HloInstruction] = {}
+    # An operand written in place (a scatter's, a dynamic-update-slice's
+    # operand 0) stays a parameter even when it is a small constant: the
+    # scatter emitter writes over its parameter's buffer, and copy insertion
+    # gives the fusion a copy of the constant to write.
+    written = {inst.operands[k] for k, _ in in_place_outputs(inst)}
     for o in inst.operands:
         if id(o) in mapped:
             continue
-        if o.opcode == "constant" and is_effective_scalar(o.shape):
+        if o.opcode == "constant" and is_effective_scalar(o.shape) and o not in written:
             mapped[id(o)] = body.add_instruction(o.clone_with([]))
         else:
             mapped[id(o)] = _new_parameter(body, len(operands), o.shape)
