@@ -390,6 +390,9 @@ def _with_control_flow_layouts(module: HloModule) -> HloModule:
     """`module`, or a copy with copies where a while, conditional or call
     and its computation disagree on a layout (ControlFlowLayouts)."""
     from ..hlo.passes.control_flow_layouts import ControlFlowLayouts
+    if not any(i.opcode in ("while", "conditional", "call")
+               for c in module.computations for i in c.instructions):
+        return module   # nothing to reconcile: no copy of the module
     copy = module.clone()
     return copy if ControlFlowLayouts().run(copy) else module
 
