@@ -345,30 +345,13 @@ def _object_code(module_op, symbol: str, opt_level: int) -> bytes:
     `symbol` up to compile)."""
     if _llvm_api() is None:
         return _engine_object(module_op, symbol, opt_level)
-    obj = _llvm_object(module_op, opt_level)
-    missing = _undefined_symbols(obj) or set()
-    wanted = [name for name in _HOST_BUILTINS if name.encode() in missing]
-    if not wanted:
-        return obj
-    # LLVM's code generation calls a compiler-rt helper for some float
-    # conversions (f32 -> bf16: __truncsfbf2) that the system's libgcc
-    # may not have (gcc 12's has none): the object gets its own copy.
-    added = []
-    try:
-        for name in wanted:
-            helper = _ir.Module.parse(_HOST_BUILTINS[name], module_op.context)
-            for op in list(helper.body.operations):
-                clone = op.clone()
-                module_op.body.append(clone)
-                added.append(clone)
-        return _llvm_object(module_op, opt_level)
-    finally:
-        for op in added:
-            op.erase()
+    return _llvm_object(module_op, opt_level)
 
 
-# Compiler-rt helpers LLVM's code generation may call, as LLVM-dialect
-# definitions (weak, hidden: one per kernel object, never exported).
+# Compiler-rt helpers LLVM's code generation may call for some float
+# conversions (f32 -> bf16: __truncsfbf2) that the system's libgcc may not
+# have (gcc 12's has none), as LLVM-dialect definitions (weak, hidden:
+# linked into the kernels that call them, never exported).
 _HOST_BUILTINS = {
     # f32 -> bf16, rounding to nearest even; a NaN stays a (quiet) NaN.
     "__truncsfbf2": """
@@ -741,20 +724,40 @@ def _in_libm(symbol: bytes) -> bool:
     return os.path.basename(info.dli_fname).startswith(b"libm.")
 
 
+@functools.lru_cache(maxsize=None)
+def _builtin_object(name: str) -> bytes | None:
+    """The object of `_HOST_BUILTINS[name]`, compiled once per process
+    (None without LLVM's C API: the engine's JIT resolves it instead)."""
+    if _llvm_api() is None:
+        return None
+    helper = _ir.Module.parse(_HOST_BUILTINS[name], _xla_ir.Context())
+    return _llvm_object(helper.operation, 3)
+
+
 def _link(obj: bytes, driver: str) -> bytes:
     """`obj` linked into a shared object, as `driver -shared ... -lm` links
-    it."""
+    it, with the compiler-rt helpers it calls (_HOST_BUILTINS)."""
     with tempfile.TemporaryDirectory(prefix="xla_gpu_link_") as tmp:
         obj_path, lib_path = os.path.join(tmp, "kernel.o"), os.path.join(tmp, "kernel.so")
         Path(obj_path).write_bytes(obj)
+        outside = _undefined_symbols(obj)
+        helpers = []
+        for name in _HOST_BUILTINS:
+            code = _builtin_object(name) if outside and name.encode() in outside else None
+            if code is not None:
+                helpers.append(os.path.join(tmp, f"{name}.o"))
+                Path(helpers[-1]).write_bytes(code)
+                outside = outside - {name.encode()}
         lines = _link_lines(driver)
-        commands = [[driver, "-shared", "-o", lib_path, obj_path, "-lm"]]
+        commands = [[driver, "-shared", "-o", lib_path, obj_path, *helpers, "-lm"]]
         if lines is not None:
-            outside = _undefined_symbols(obj)
             line = lines["full"] if outside is None else lines["bare"] if not outside \
                 else lines["libm"] if all(map(_in_libm, outside)) else lines["full"]
-            commands.insert(0, [lib_path if w == _OUT else obj_path if w == _IN else w
-                                for w in line])
+            command = []
+            for w in line:
+                command.extend([lib_path] if w == _OUT else [obj_path, *helpers] if w == _IN
+                               else [w])
+            commands.insert(0, command)
         for command in commands:
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode == 0:
