@@ -15,6 +15,7 @@ from .errors import (ArgumentError, ArtifactError, CompileError,  # noqa: E402
                      HloParseError, ResourceError, UnsupportedError, XlaGpuError)
 from . import runtime  # noqa: E402  (numpy + cuda-python only)
 from ._lazy import lazy_attributes  # noqa: E402
+from ._trace import Trace  # noqa: E402
 
 # `compile` and `Executable` come from the compiler, imported when first
 # asked for: `import xla_gpu.runtime` (a deployment that only loads compiled
@@ -22,7 +23,23 @@ from ._lazy import lazy_attributes  # noqa: E402
 __getattr__ = lazy_attributes(__name__, {"compile": ".compiler", "Executable": ".compiler"},
                               globals())
 
-__all__ = ["compile", "Executable", "runtime", "native_dir", "library_path",
+
+
+def trace(path=None):
+    """Records everything compiled and run in the `with` block into one
+    trace (Chrome trace-event JSON, which Perfetto's UI opens), written to
+    `path` when the block ends (also when it fails); without a path, the
+    `Trace` is yours to `write`:
+
+        with xla_gpu.trace("t.json"):
+            exe = xla_gpu.compile(text)
+            exe.run(x)
+    """
+    from . import _trace
+    return _trace.trace_file(path) if path is not None else _trace.recording()
+
+
+__all__ = ["compile", "Executable", "runtime", "trace", "Trace", "native_dir", "library_path",
            "plugin_path", "cmake_dir", "include_dir", "__version__",
            "XlaGpuError", "HloError", "HloParseError", "UnsupportedError",
            "ArgumentError", "ArtifactError", "CompileError", "ResourceError",

@@ -339,6 +339,13 @@ def run_hlo(argv: list[str] | None = None) -> int:
                         help="register an XLA FFI handler for custom calls (repeatable); "
                              "the reference interpreter needs the cpu one, a cuda run "
                              "also the @cuda one")
+    parser.add_argument("--profile", metavar="TRACE.json",
+                        help="write a trace of the compile and the first run (Chrome "
+                             "trace-event JSON: open it in ui.perfetto.dev or "
+                             "chrome://tracing), and TRACE.html beside it (a picture "
+                             "of it that needs no viewer)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress line and no compile summary on stderr")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -360,22 +367,28 @@ def run_hlo(argv: list[str] | None = None) -> int:
         from xla_gpu import ffi
         for spec in args.ffi:
             ffi.register_from_spec(spec)
+    profile = _Profile(args.profile)
     try:
         text, source = _read_text(args.input, hlo_text=True)
         start = time.perf_counter()
-        exe = xla_gpu.compile(text, target=args.target, arch=args.arch, fusion=args.fusion,
-                              cache=not args.no_cache, dump_dir=args.dump_dir,
-                              dump_regex=args.dump_regex,
-                              command_buffers=not args.no_command_buffers)
+        with _progress_line(args.quiet), profile.recording():
+            exe = xla_gpu.compile(text, target=args.target, arch=args.arch,
+                                  fusion=args.fusion, cache=not args.no_cache,
+                                  dump_dir=args.dump_dir, dump_regex=args.dump_regex,
+                                  command_buffers=not args.no_command_buffers)
         compile_s = time.perf_counter() - start
+        if not args.quiet:
+            _error(f"{prog}: {compile_summary(exe, compile_s)}")
         if not isinstance(exe, xla_gpu.Executable):   # a whole program
-            return _run_program(args, text, source, exe, compile_s)
+            return _run_program(args, text, source, exe, compile_s, profile)
         module = hlo.parse_module(text, source=source)
         fusion = select_fusion(module, args.fusion)
         inputs = random_inputs(fusion.computation, args.seed)
         start = time.perf_counter()
-        outputs = exe.run(*inputs)
+        with profile.recording():
+            outputs = exe.run(*inputs)
         run_s = time.perf_counter() - start
+        profile.write()
         for _ in range(args.iterations - 1):
             exe.run(*inputs)
         if args.iterations > 1:
@@ -406,7 +419,7 @@ def run_hlo(argv: list[str] | None = None) -> int:
     return 1
 
 
-def _run_program(args, text: str, source: str, exe, compile_s: float) -> int:
+def _run_program(args, text: str, source: str, exe, compile_s: float, profile) -> int:
     """xla-gpu-run on a whole module: every output leaf of the ENTRY is
     compared with the reference interpreter's."""
     import time
@@ -420,8 +433,10 @@ def _run_program(args, text: str, source: str, exe, compile_s: float) -> int:
     entry = module.entry
     inputs = random_inputs(entry, args.seed)
     start = time.perf_counter()
-    outputs = exe.run(*inputs)
+    with profile.recording():
+        outputs = exe.run(*inputs)
     run_s = time.perf_counter() - start
+    profile.write()
     launches = exe.kernel_launches()
     if args.iterations > 1:
         run_s = exe.time(*inputs, iterations=args.iterations - 1, warmup=0)
@@ -443,6 +458,69 @@ def _run_program(args, text: str, source: str, exe, compile_s: float) -> int:
         return 0
     print(f"{_escape(args.input)}: program '{exe.name}' on {where}: MISMATCH: {worst}; {times}")
     return 1
+
+
+class _Profile:
+    """--profile: one trace of the compile and the first run, written
+    after that run (the timed runs after it are not recorded)."""
+
+    def __init__(self, path: str | None):
+        from xla_gpu._trace import Trace, _check_path
+        if path is not None:
+            _check_path(path)
+        self.path = path
+        self.trace = Trace() if path is not None else None
+
+    def recording(self):
+        from contextlib import nullcontext
+
+        from xla_gpu._trace import recording
+        return nullcontext() if self.trace is None else recording(self.trace)
+
+    def write(self) -> None:
+        if self.trace is None:
+            return
+        from xla_gpu.runtime.trace_picture import write_trace_html
+        self.trace.write(self.path)
+        page = Path(self.path)
+        page = page.with_suffix(".html") if page.suffix == ".json" else \
+            page.with_name(page.name + ".html")
+        write_trace_html(self.trace.to_json(), page, title=f"xla-gpu-run trace ({page.stem})")
+
+
+def _progress_line(quiet: bool):
+    """The compile's progress line on stderr (a terminal only)."""
+    from xla_gpu._progress import Progress, reporting
+    return reporting(Progress(sys.stderr, enabled=False if quiet else None,
+                              label="xla-gpu-run"))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value >= 0.1 else f"{value * 1e3:.0f} ms"
+
+
+def compile_summary(exe, seconds: float) -> str:
+    """One line: what a compile made and where its time went."""
+    t = exe.timings
+    counts = getattr(exe, "kernel_counts", None)
+    if counts:
+        made = (f"{counts['kernels']} kernels ({counts['compiled']} compiled, "
+                f"{counts['cached']} from the cache)")
+        stages = [("HLO passes", "prepare"), ("scheduling", "schedule"),
+                  ("buffer assignment", "buffer_assignment"),
+                  ("kernels and thunks", "thunks+kernels")]
+        parts = [f"{label} {_seconds(t[key])}" for label, key in stages if key in t]
+        kernel_stages = [f"{key} {_seconds(t[key])}"
+                         for key in ("emit", "pipeline", "llvm", "ptx", "cubin") if key in t]
+        text = f"compiled in {_seconds(seconds)}: {made}; " + ", ".join(parts)
+        if kernel_stages:
+            text += " (per kernel, summed over threads: " + ", ".join(kernel_stages) + ")"
+        return text
+    kernel_stages = [f"{key} {_seconds(t[key])}"
+                     for key in ("emit", "pipeline", "llvm", "ptx", "cubin") if key in t]
+    if not kernel_stages:
+        return f"compiled in {_seconds(seconds)}: 1 kernel (from the cache)"
+    return f"compiled in {_seconds(seconds)}: 1 kernel; " + ", ".join(kernel_stages)
 
 
 def run_hlo_main() -> None:

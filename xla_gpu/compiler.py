@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _malloc_tuning, compile_cache, hlo, kernel_compiler
+from ._trace import complete, span, trace_file
 from ._input import check_hlo_text, decode_hlo_text, read_input
 from .compile_cache import cache_dir
 from .errors import ArgumentError, CompileError, ResourceError, XlaGpuError
@@ -52,6 +53,7 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
             dump_regex: str = ".*", command_buffers: bool = True,
             optimize: bool | None = None, memory_limit: int | None = None,
             fallback_unfused: bool | None = None, device=None,
+            profile: str | os.PathLike | None = None,
             **unknown) -> Executable | ProgramExecutable:
     """Compiles one fusion of `hlo_text` (HLO text, or a path to it), or,
     when `fusion` is None and the ENTRY is a whole program (more than one
@@ -62,6 +64,10 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     naming the pass; `fallback_unfused=True` (default: the environment's
     XLA_GPU_UNFUSED_FALLBACK=1) compiles such a module with each op as its
     own fusion instead (slower; the program's notes say why).
+    profile: a file to write the compile's trace to (Chrome trace-event
+    JSON: HLO passes, scheduling, buffer assignment and every kernel's
+    stages on the thread that ran them); a compile inside
+    `xla_gpu.trace(...)` or under XLA_GPU_PROFILE records into that trace.
 
     target: "cuda" (PTX/cubin for `arch`, launched through cuda-python),
     "cpu" (the same kernel run by grid emulation on the host), or "auto"
@@ -108,10 +114,18 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
         text = decode_hlo_text(data, source)
     check_hlo_text(text, source)   # the cache keys hash its UTF-8
     try:
-        return _compile(text, source, target, arch, fusion, cache, dump_dir, dump_regex,
-                        dict(command_buffers=command_buffers, optimize=optimize,
-                             memory_limit=memory_limit,
-                             fallback_unfused=bool(fallback_unfused)), device)
+        with trace_file(profile):
+            begun, name = time.perf_counter(), source
+            try:
+                exe = _compile(text, source, target, arch, fusion, cache, dump_dir,
+                               dump_regex, dict(command_buffers=command_buffers,
+                                                optimize=optimize, memory_limit=memory_limit,
+                                                fallback_unfused=bool(fallback_unfused)),
+                               device)
+                name = getattr(exe, "name", None) or source
+                return exe
+            finally:
+                complete(f"compile {name}", "compile", begun, target=target)
     except XlaGpuError:
         raise
     except RecursionError:
@@ -202,8 +216,10 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     # Compiling frees and allocates the same megabytes again and again: keep
     # them in the heap (see _malloc_tuning).
     _malloc_tuning.tune_for_compilation()
-    module = hlo.parse_module(text, source=source)
-    from .program import compile_program, is_whole_program
+    with span("parse HLO", "compile"):
+        module = hlo.parse_module(text, source=source)
+    with span("load the compiler", "compile"):   # once a process: MLIR and the rest
+        from .program import compile_program, is_whole_program
     if fusion is None and is_whole_program(module):
         if device is not None:
             raise ArgumentError("device= applies to single fusions; whole programs are "
@@ -212,7 +228,8 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
                                   cache=cache, dump_dir=dump_dir, dump_regex=dump_regex,
                                   **(program_options or {}))
         if use_cache:
-            disk.put_program(raw_key, program)
+            with span("store in the compile cache", "compile"):
+                disk.put_program(raw_key, program)
         return program
     from .analysis.fusion import select_fusion
     spec_fusion = select_fusion(module, fusion)

@@ -39,6 +39,7 @@ import numpy as np
 
 from . import compile_cache
 from ._paths import __version__
+from ._trace import complete
 from .errors import ArgumentError, ArtifactError, CompileError
 from .runtime import (CudaKernel, EmptyKernel, HostKernel, KernelSpec, artifact,
                       check_output_memory)
@@ -301,8 +302,11 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
     if text is None:
         from .hlo.fusions import fusion_text
         text = fusion_text(fusion.computation)
+    begun = time.perf_counter()
     exe = _build(fusion, text, target, arch, key, dump_dir, dump_regex, lower_only)
     exe.built_at = time.perf_counter()
+    complete(f"kernel {fusion.name}", "kernel", begun, exe.built_at,
+             emitter=exe.spec.emitter, target=target)
     exe.timings["total"] = exe.built_at - start
     if use_cache:
         store(key, exe, disk)
@@ -344,6 +348,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
                            f"produced invalid IR: {e}") from None
     emitted = str(kernel.module)
     timings["emit"] = time.perf_counter() - t0
+    complete("emit", "kernel-stage", t0, emitter=kernel.emitter)
     spec = KernelSpec(
         name=kernel.name, target=target, arch=arch,
         threads=kernel.launch.threads, blocks=kernel.launch.blocks,
@@ -377,6 +382,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
                          blocks=spec.blocks, dump_dir=dump_dir, dump_regex=dump_regex,
                          timings=timings if dump_dir is not None else None)
             timings["pipeline"] = time.perf_counter() - t0
+            complete("MLIR pipeline", "kernel-stage", t0)
             t0 = time.perf_counter()
             exe.host_mlir = str(kernel.module)
             try:
@@ -389,6 +395,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
                 exe._kernel = _HostRunner(spec, cpu.from_lowered(exe.host_mlir,
                                                                  entry=kernel.name))
             timings["llvm"] = time.perf_counter() - t0
+            complete("LLVM host code", "kernel-stage", t0)
     except mlir_ir.MLIRError as e:
         raise CompileError(f"fusion '{fusion.name}': the {target} pipeline failed: {e}") from None
     except codegen.CodegenError as e:

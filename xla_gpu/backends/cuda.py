@@ -25,6 +25,7 @@ from typing import Sequence
 
 from mlir import ir as _ir
 
+from .._trace import complete
 from .. import codegen, pipeline
 
 __all__ = ["CudaBinary", "LoweredKernel", "compile_module", "link", "link_groups",
@@ -67,12 +68,14 @@ def compile_module(module: _ir.Module, *, arch: str = "sm_90", name: str = "kern
     start = time.perf_counter()
     declarations, definitions = _lower_in_place(module, name, dump_dir, dump_regex, timings)
     timings["pipeline"] = time.perf_counter() - start
+    complete("MLIR pipeline", "kernel-stage", start)
     # One kernel: its operations move into the gpu.module as they are (no
     # text round trip, which a module of several kernels needs).
     start = time.perf_counter()
     ptx = codegen.ptx_of_operations([op for _, op in declarations] +
                                     [op for op, _ in definitions], module.context, arch)
     timings["ptx"] = time.perf_counter() - start
+    complete("PTX (NVPTX backend)", "kernel-stage", start)
     binary = CudaBinary(ptx, _cubin(ptx, arch, timings), timings)
     if dump_dir is not None:
         Path(dump_dir, f"{name}.ptx").write_text(binary.ptx)
@@ -115,6 +118,7 @@ def lower_module(module: _ir.Module, *, name: str, dump_dir: str | Path | None =
     symbols = {name} | {symbol for _, symbol in definitions if symbol is not None}
     text = "\n".join(str(op) for op, _ in definitions)
     timings["pipeline"] = time.perf_counter() - start
+    complete("MLIR pipeline", "kernel-stage", start)
     return LoweredKernel(name, text, tuple((symbol, str(op)) for symbol, op in declarations),
                          frozenset(symbols))
 
@@ -139,6 +143,7 @@ def link(kernels: Sequence[LoweredKernel], context: _ir.Context, *, arch: str = 
     start = time.perf_counter()
     ptx = codegen.ptx_of_text(body, context, arch)
     timings["ptx"] = time.perf_counter() - start
+    complete("PTX (NVPTX backend)", "kernel-stage", start)
     return CudaBinary(ptx, _cubin(ptx, arch, timings), timings)
 
 
@@ -146,6 +151,7 @@ def _cubin(ptx: str, arch: str, timings: dict[str, float]) -> bytes | None:
     start = time.perf_counter()
     cubin = codegen.to_cubin(ptx, arch)
     timings["cubin"] = time.perf_counter() - start
+    complete("cubin", "kernel-stage", start)
     return cubin
 
 

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 from .._paths import __version__
+from .._progress import stage
+from .._trace import complete, span
 from ..hlo import HloModule
 from ..hlo.printer import module_to_text
 from ..runtime import command_buffer
@@ -39,24 +41,32 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
     package docstring; `fallback_unfused`: `prepare_module`'s."""
     from ..service import assign_buffers, schedule_module
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
     if dump_dir is not None:
         Path(dump_dir).mkdir(parents=True, exist_ok=True)
-        Path(dump_dir, "before_optimizations.txt").write_text(
-            text or module_to_text(module))
-        _dump_graph(module, dump_dir, "before_optimizations")
+        with span("dumps before optimizations", "dump"):
+            Path(dump_dir, "before_optimizations.txt").write_text(
+                text or module_to_text(module))
+            _dump_graph(module, dump_dir, "before_optimizations")
+    stage("HLO passes")
+    t0 = time.perf_counter()
     prepared, notes = prepare_module(module, optimize=optimize, dump_dir=dump_dir,
                                      dump_regex=dump_regex,
                                      fallback_unfused=fallback_unfused)
     timings["prepare"] = time.perf_counter() - t0
+    complete("prepare (HLO passes)", "compile", t0)
     hlo_text = module_to_text(prepared)
+    stage("scheduling")
     t0 = time.perf_counter()
     schedule = schedule_module(prepared, memory_limit=memory_limit) \
         if memory_limit is not None else schedule_module(prepared)
     timings["schedule"] = time.perf_counter() - t0
+    complete("schedule", "compile", t0)
+    stage("buffer assignment")
     t0 = time.perf_counter()
     assignment = assign_buffers(prepared, schedule)
     timings["buffer_assignment"] = time.perf_counter() - t0
+    complete("buffer assignment", "compile", t0)
+    stage("kernels and thunks")
     t0 = time.perf_counter()
     kernels = ProgramKernels(target, arch, cache, prepared)
     emitter = ThunkEmitter(prepared, schedule, assignment, kernels, target)
@@ -68,10 +78,14 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
     finally:
         kernels.close()
     timings["thunks+kernels"] = time.perf_counter() - t0
+    complete("thunks and kernels", "compile", t0, kernels=len(kernels.images),
+             compiled=kernels.compiled, cached=kernels.cached)
     # Summed over the kernels built (side by side: more than the wall time).
     timings.update(kernels.stages)
     if command_buffers:
+        t0 = time.perf_counter()
         thunks = command_buffer.convert(thunks)
+        complete("command buffers", "compile", t0)
     parameters = [[emitter.ref(p, index) for index, _ in leaves(p.shape)]
                   for p in entry.parameters]
     outputs = [emitter.ref(entry.root, index) for index, _ in leaves(entry.root.shape)]
@@ -84,17 +98,26 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
         outputs=outputs, thunks=thunks, kernels=dict(kernels.images), constants=program_constants,
         hlo_text=hlo_text, original_text=text, buffer_assignment=ba_text,
         memory=_memory_analysis(assignment, kernels.images), notes=notes, timings=timings,
-        version=__version__, command_buffers=command_buffers)
+        version=__version__, command_buffers=command_buffers,
+        kernel_counts={"kernels": len(kernels.images), "compiled": kernels.compiled,
+                       "cached": kernels.cached})
     exe.notes.append(f"{len(kernels.images)} kernels ({kernels.compiled} compiled, "
                      f"{kernels.cached} from the cache)")
     if dump_dir is not None:
-        Path(dump_dir, "after_optimizations.txt").write_text(hlo_text)
-        Path(dump_dir, "buffer-assignment.txt").write_text(ba_text)
-        Path(dump_dir, "thunk-sequence.txt").write_text(exe.thunk_sequence_text())
-        _dump_graph(prepared, dump_dir, "after_optimizations")
-        from ..service.memory_picture import write_memory_dumps
-        write_memory_dumps(assignment, dump_dir, exe.memory)
+        with span("dumps after optimizations", "dump"):
+            _dump_after(exe, prepared, assignment, dump_dir)
     return exe
+
+
+def _dump_after(exe: ProgramExecutable, prepared: HloModule, assignment, dump_dir) -> None:
+    """The optimized module (text and graph), the buffer assignment (text
+    and picture) and the thunk sequence."""
+    from ..service.memory_picture import write_memory_dumps
+    Path(dump_dir, "after_optimizations.txt").write_text(exe.hlo_text)
+    Path(dump_dir, "buffer-assignment.txt").write_text(exe.buffer_assignment)
+    Path(dump_dir, "thunk-sequence.txt").write_text(exe.thunk_sequence_text())
+    _dump_graph(prepared, dump_dir, "after_optimizations")
+    write_memory_dumps(assignment, dump_dir, exe.memory)
 
 
 def _dump_graph(module: HloModule, dump_dir: str | os.PathLike, stem: str) -> None:

@@ -19,6 +19,8 @@ import time
 from typing import Any
 
 from .. import compile_cache, kernel_compiler
+from .. import _progress
+from .._trace import carry, span
 from ..errors import CompileError
 from ..hlo import HloComputation, HloInstruction, HloModule, Shape
 from ..hlo.fusions import fusion_text, inline_calls
@@ -112,6 +114,8 @@ class ProgramKernels:
         # Key -> a Future of `_build` or a cached kernel (prefetch).
         self._pending: dict[str, Any] = {}
         self._pool = None
+        # The terminal's progress line, if the caller shows one.
+        self.progress = _progress.current()
 
     def _kernel_of(self, inst: HloInstruction, comp: HloComputation):
         """(the kernel's computation, its cache key), worked out once per
@@ -147,7 +151,10 @@ class ProgramKernels:
         would have."""
         workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
         if workers < 2:
+            if self.progress is not None:
+                self.progress.kernels(len({self._kernel_of(i, c)[1] for i, c in fusions}))
             return
+        to_build = []
         for inst, comp in fusions:
             kernel_comp, key = self._kernel_of(inst, comp)
             if key in self.images or key in self._pending:
@@ -156,9 +163,20 @@ class ProgramKernels:
             if exe is not None:
                 self._pending[key] = exe
                 continue
-            if self._pool is None:
-                self._pool = _compile_pool(workers)
-            self._pending[key] = self._pool.submit(self._build, inst, kernel_comp, key)
+            self._pending[key] = None   # taken; submitted below
+            to_build.append((inst, kernel_comp, key))
+        if not to_build:
+            return
+        progress = self.progress
+        if progress is not None:
+            progress.kernels(len(to_build))
+        if self._pool is None:
+            self._pool = _compile_pool(workers)
+        build = carry(self._build)
+        for inst, kernel_comp, key in to_build:
+            self._pending[key] = future = self._pool.submit(build, inst, kernel_comp, key)
+            if progress is not None:
+                future.add_done_callback(lambda _: progress.kernel_done())
 
     def close(self) -> None:
         """Cancels what was prefetched and not used (a compile that failed
@@ -193,6 +211,8 @@ class ProgramKernels:
             exe = self._build(inst, kernel_comp, key)
             self.compiled += 1
             self._count(exe)
+            if self.progress is not None:
+                self.progress.kernel_done()
         return key, self._add_image(key, exe)
 
     def _count(self, exe) -> None:
@@ -228,7 +248,7 @@ class ProgramKernels:
         owner = {id(exe.lowered): (image, exe, key) for image, exe, key in self._unlinked}
         workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
         groups = cuda.link_groups([exe.lowered for _, exe, _ in self._unlinked], workers)
-        link = functools.partial(_link_group, arch=self.arch)
+        link = carry(functools.partial(_link_group, arch=self.arch))
         binaries = _compile_pool(workers).map(link, groups) if len(groups) > 1 else \
             map(link, groups)
         for group, binary in zip(groups, binaries):
@@ -259,7 +279,8 @@ def _link_group(group, arch: str):
     thread's MLIR context; a failure names the group's kernels."""
     from ..backends import cuda
     try:
-        return cuda.link(group, kernel_compiler.thread_context(), arch=arch)
+        with span(f"link {len(group)} kernels", "kernel"):
+            return cuda.link(group, kernel_compiler.thread_context(), arch=arch)
     except CompileError as e:
         names = ", ".join(kernel.name for kernel in group)
         raise type(e)(f"linking kernels {names}: {e}") from None

@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .._trace import current as current_trace, trace_file
 from ..errors import ArgumentError, ArtifactError, ResourceError
 from .buffers import Allocation, token_value
 from .spec import HostBufferPool, KernelSpec, _address, aligned_zeros
@@ -171,6 +172,9 @@ class ProgramExecutable:
     timings: dict[str, float] = field(default_factory=dict)
     version: str = ""
     command_buffers: bool = True
+    # The compile that made it: {"kernels", "compiled", "cached"} (empty
+    # for a loaded program).
+    kernel_counts: dict[str, int] = field(default_factory=dict)
     _last_stats: dict[str, int] = field(default_factory=dict, repr=False)
     artifact_digest: str | None = None    # set by save() and load_program()
     _launchers: dict | None = field(default=None, repr=False)
@@ -393,7 +397,8 @@ class ProgramExecutable:
                                 f"{where} is {have} bytes ({have / 2**30:.2f} GiB)")
 
     def run(self, *args, stream=None, device_outputs: bool = False,
-            timeout: float | None = None, **unknown) -> tuple:
+            timeout: float | None = None, profile: str | os.PathLike | None = None,
+            **unknown) -> tuple:
         """Runs the program. cpu: numpy in, numpy out. cuda: numpy or device
         arrays (`__cuda_array_interface__`) in; numpy out, or DeviceArrays
         with `device_outputs=True`; `stream` is a CUstream (default: the
@@ -401,20 +406,37 @@ class ProgramExecutable:
         `timeout` (seconds): a run still going then is stopped between
         iterations of a while loop with DeadlineExceededError; Ctrl-C
         stops a run the same way (KeyboardInterrupt). The executable stays
-        usable after either."""
+        usable after either. `profile`: a file to write this run's trace
+        to (Chrome trace-event JSON: every thunk, see
+        `xla_gpu.runtime.profile`); runs inside `xla_gpu.trace(...)` or
+        under XLA_GPU_PROFILE are recorded into that trace."""
         if unknown:  # an ArgumentError, worded as Python words the TypeError
             raise ArgumentError(f"run() got an unexpected keyword argument "
                                 f"'{next(iter(unknown))}'")
+        trace = current_trace()
+        if profile is None and trace is None:
+            if self._has_tokens:
+                return self._with_tokens(self._run_arrays(
+                    self._arrays_only(args), stream, device_outputs, timeout))
+            return self._run_arrays(args, stream, device_outputs, timeout)
+        with trace_file(profile) as own:
+            return self._run_profiled(args, stream, device_outputs, timeout,
+                                      own if own is not None else trace)
+
+    def _run_profiled(self, args, stream, device_outputs, timeout, trace) -> tuple:
+        from .profile import RunProfiler
+        profiler = RunProfiler(trace, self.name, self.target)
         if self._has_tokens:
             return self._with_tokens(self._run_arrays(
-                self._arrays_only(args), stream, device_outputs, timeout))
-        return self._run_arrays(args, stream, device_outputs, timeout)
+                self._arrays_only(args), stream, device_outputs, timeout, profiler))
+        return self._run_arrays(args, stream, device_outputs, timeout, profiler)
 
     def _run_arrays(self, args: Sequence[Any], stream, device_outputs: bool,
-                    timeout: float | None) -> tuple:
+                    timeout: float | None, profiler=None) -> tuple:
         """`run` on the array parameters' arguments (tokens taken out)."""
         deadline = _deadline(timeout)
-        if self.target == "cpu" and stream is None and not device_outputs:
+        if self.target == "cpu" and stream is None and not device_outputs and \
+                profiler is None:
             fast = self._host_run
             if fast is None:
                 fast = self._make_host_run()
@@ -433,9 +455,9 @@ class ProgramExecutable:
                    for label, a, ref in leaves]
         if self.target == "cpu":
             # The run plan checks the memory once (host memory does not change).
-            return self._run_cpu([value for _, value, _ in checked], deadline)
+            return self._run_cpu([value for _, value, _ in checked], deadline, profiler)
         self.check_memory()
-        return self._run_cuda(checked, stream, device_outputs, deadline)
+        return self._run_cuda(checked, stream, device_outputs, deadline, profiler)
 
     def _native_program(self):
         """The thunk sequence encoded for the native executor (built on the
@@ -475,12 +497,14 @@ class ProgramExecutable:
                 self._cpu_run_plan = _CpuRunPlan(self)
             return self._cpu_run_plan
 
-    def _run_cpu(self, values: Sequence[Any], deadline_ns: int | None = None) -> tuple:
+    def _run_cpu(self, values: Sequence[Any], deadline_ns: int | None = None,
+                 profiler=None) -> tuple:
         """One execution on the host; `values` are the parameter leaves,
         checked. With the native executor and no Python thunk, only the
-        allocations' addresses are needed, not numpy views of them."""
+        allocations' addresses are needed, not numpy views of them. A
+        profiled run goes through the thunks in Python, each one timed."""
         plan = self._cpu_plan()
-        native = self._native_program()
+        native = self._native_program() if profiler is None else None
         pool, fill = plan.pool, _debug_fill()
         bases = list(plan.bases)
         views = list(plan.buffers)
@@ -518,7 +542,10 @@ class ProgramExecutable:
             ctx = ExecutionContext("cpu", views, self._launcher_table(),
                                    custom_calls=self._custom_call_lookup(), bases=bases)
             ctx.deadline_ns = deadline_ns
-            if native is not None:
+            if profiler is not None:
+                ctx.profiler = profiler
+                profiler.run(self.thunks, ctx)
+            elif native is not None:
                 native.run(ctx)
             else:
                 for thunk in self.thunks:
@@ -557,7 +584,7 @@ class ProgramExecutable:
         return held
 
     def _run_cuda(self, checked, stream, device_outputs: bool,
-                  deadline_ns: int | None = None) -> tuple:
+                  deadline_ns: int | None = None, profiler=None) -> tuple:
         from . import cuda
         from .cuda import DeviceArray, _check, _driver, _ensure_context
         _ensure_context()
@@ -614,8 +641,12 @@ class ProgramExecutable:
                                    custom_calls=self._custom_call_lookup(), gemm=_gemm)
             ctx.deadline_ns = deadline_ns
             start = time.perf_counter()
-            for thunk in self.thunks:
-                thunk.execute(ctx)
+            if profiler is not None:
+                ctx.profiler = profiler
+                profiler.run(self.thunks, ctx)
+            else:
+                for thunk in self.thunks:
+                    thunk.execute(ctx)
             self.timings["last_issue"] = time.perf_counter() - start
             self.stats = dict(ctx.stats)
             results = []
@@ -631,6 +662,8 @@ class ProgramExecutable:
                 else:
                     results.append(host.astype(ref.dtype, copy=False))
             _check("cuStreamSynchronize", cu.cuStreamSynchronize(handle))
+            if profiler is not None:
+                profiler.finish_gpu(start)
             del keep
             return tuple(results)
 

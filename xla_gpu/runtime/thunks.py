@@ -68,6 +68,8 @@ class ExecutionContext:
         # time.monotonic_ns() past which while loops stop the run
         # (DeadlineExceededError); None: no deadline.
         self.deadline_ns: int | None = None
+        # A runtime.profile.RunProfiler recording every thunk, or None.
+        self.profiler: Any = None
         if bases is not None:
             # The buffers' addresses, known to the caller.
             self._bases = list(bases)
@@ -207,8 +209,13 @@ def _sequence_from(data) -> list[Thunk]:
 
 
 def _run_sequence(thunks: Sequence[Thunk], ctx: ExecutionContext) -> None:
-    for thunk in thunks:
-        thunk.execute(ctx)
+    profiler = ctx.profiler
+    if profiler is None:
+        for thunk in thunks:
+            thunk.execute(ctx)
+    else:
+        for thunk in thunks:
+            profiler.execute(thunk, ctx)
 
 
 @_register
@@ -412,11 +419,15 @@ class WhileThunk(Thunk):
 
     def execute(self, ctx: ExecutionContext) -> None:
         iterations = 0
+        profiler = ctx.profiler
         while True:
+            started = time.perf_counter() if profiler is not None else 0.0
             _run_sequence(self.condition, ctx)
             if not bool(ctx.read_scalar(self.predicate)):
                 break
             _run_sequence(self.body, ctx)
+            if profiler is not None:
+                profiler.iteration(self, iterations, started)
             iterations += 1
             if ctx.deadline_ns is not None and time.monotonic_ns() >= ctx.deadline_ns:
                 ctx.stats["while_iterations"] += iterations

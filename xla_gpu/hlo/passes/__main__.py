@@ -1,19 +1,22 @@
 """`python -m xla_gpu.hlo.passes FILE [--dump-dir DIR] [--dump-regex RE]
-[--verify] [--no-metadata]`: optimizes an HLO module (a file, or - for
-stdin, read with xla_gpu's input bounds) and prints the result (XLA's
-after_optimizations text). Exit status 2 with a one-line message on any
-error, 130 on Ctrl-C."""
+[--verify] [--no-metadata] [--quiet]`: optimizes an HLO module (a file, or
+- for stdin, read with xla_gpu's input bounds) and prints the result (XLA's
+after_optimizations text), with a summary line on stderr (pass runs, the
+slowest passes, instructions before and after). Exit status 2 with a
+one-line message on any error, 130 on Ctrl-C."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from ..._cli import _check_regex, _error, _read_text, console
 from ...errors import XlaGpuError
 from ..parser import parse_module
 from ..printer import module_to_text
 from .optimize import optimize
+from .pipeline import PassContext
 
 PROG = "python -m xla_gpu.hlo.passes"
 
@@ -37,12 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dump-regex", default=".*", help="passes to dump (regex)")
     parser.add_argument("--verify", action="store_true", help="verify after every pass")
     parser.add_argument("--no-metadata", action="store_true", help="omit metadata={...}")
+    parser.add_argument("--quiet", action="store_true", help="no summary line on stderr")
     args = parser.parse_args(argv)
     try:
         _check_regex("--dump-regex", args.dump_regex)
         text, source = _read_text(args.file, hlo_text=True)
         module = parse_module(text, source=source)
-        result = optimize(module, args.dump_dir, args.dump_regex, args.verify)
+        context, start = PassContext(), time.perf_counter()
+        result = optimize(module, args.dump_dir, args.dump_regex, args.verify, context)
+        seconds = time.perf_counter() - start
         if args.dump_dir is not None:
             _dump_graphs(module, result, args.dump_dir)
     except XlaGpuError as e:
@@ -52,7 +58,24 @@ def main(argv: list[str] | None = None) -> int:
         _error(f"error: cannot write the dumps: {e}")
         return 2
     sys.stdout.write(module_to_text(result, metadata=not args.no_metadata))
+    if not args.quiet:
+        _error(f"{PROG}: {pass_summary(context, seconds, module, result)}")
     return 0
+
+
+def _instructions(module) -> int:
+    return sum(len(comp.instructions) for comp in module.computations)
+
+
+def pass_summary(context: PassContext, seconds: float, before, after) -> str:
+    """One line: the passes that changed the module, the slowest ones, and
+    the module's size before and after."""
+    slowest = sorted(context.seconds.items(), key=lambda item: -item[1])[:3]
+    changed = sum(context.changes.values())
+    return (f"optimized in {seconds:.2f} s: {len(context.seconds)} passes, "
+            f"{changed} runs changed the module; slowest: " +
+            ", ".join(f"{name} {s * 1e3:.0f} ms" for name, s in slowest) +
+            f"; {_instructions(before)} -> {_instructions(after)} instructions")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from ..._trace import complete, span
 from ..module import HloComputation, HloError, HloInstruction, HloModule
 from ..printer import module_to_text
 from .util import program_computations
@@ -108,8 +109,9 @@ class HloPass:
                 except AttributeError:   # an exception that takes no attributes
                     pass
             raise
-        context.seconds[self.name] = context.seconds.get(self.name, 0.0) + \
-            time.perf_counter() - start
+        end = time.perf_counter()
+        context.seconds[self.name] = context.seconds.get(self.name, 0.0) + end - start
+        complete(self.name, "hlo-pass", start, end, changed=changed)
         if changed:
             context.changes[self.name] = context.changes.get(self.name, 0) + 1
             if context.verify:
@@ -176,8 +178,9 @@ class HloPassPipeline(HloPass):
     def run(self, module: HloModule, context: PassContext | None = None) -> bool:
         context = context or PassContext()
         changed = False
-        for hlo_pass in self.passes:
-            changed |= hlo_pass.run_in(module, context)
+        with span(self.name, "hlo-pipeline"):
+            for hlo_pass in self.passes:
+                changed |= hlo_pass.run_in(module, context)
         return changed
 
     def run_in(self, module: HloModule, context: PassContext) -> bool:
