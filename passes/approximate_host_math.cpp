@@ -229,14 +229,19 @@ public:
   }
 
   Value tanh(Value x) {
-    // x P(x^2) / Q(x^2) on |x| <= 9 (tanh rounds to 1 from 9.02 on; the
-    // clamp keeps NaN), capped at 1, the sign put back: no reduction step
-    // and no special cases, 12 FMAs or multiplications and a division.
+    // x P(x^2) / Q(x^2) on |x| <= 9, capped at 1, the sign put back: no
+    // reduction step, 12 FMAs or multiplications and a division. From
+    // 9.02 on tanh rounds to exactly 1 in f32 (1 - 2e^-2x < 2^-25), which
+    // the fit, a hair below 1 at 9, does not give: there the result is 1,
+    // so that 1 - tanh(x)^2 is 0 as XLA computes it. The comparisons are
+    // false for NaN, which goes through the fit and stays NaN.
     Value a = abs(x);
+    Value saturated = cmp(arith::CmpFPredicate::OGE, a, f(9.02));
     a = select(cmp(arith::CmpFPredicate::OGT, a, f(9.0)), f(9.0), a);
     Value z = mul(a, a);
     Value y = div(mul(a, horner(kTanhNumerator, z)), horner(kTanhDenominator, z));
     y = select(cmp(arith::CmpFPredicate::OGT, y, f(1.0)), f(1.0), y);
+    y = select(saturated, f(1.0), y);
     return copySign(y, x);
   }
 

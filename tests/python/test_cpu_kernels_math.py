@@ -133,3 +133,14 @@ def test_other_math_stays_exact_libm():
     x = np.array([1e10, -3e5, 1e30, 0.5, np.nan], np.float32)
     (got,) = xla_gpu.compile(_unary("sine", "f32", x.size), target="cpu").run(x)
     np.testing.assert_allclose(got, np.sin(x.astype(np.float64)), rtol=1e-6)
+
+
+def test_tanh_is_exactly_one_where_f32_rounds_it_to_one():
+    # From 9.02 on, tanh(x) rounds to 1 in f32; 1 - tanh(x)^2 (tanh's
+    # derivative, what jax's grad computes) must then be 0 as with XLA, not
+    # the 1.2e-7 a result one ulp below 1 gives.
+    x = np.concatenate([np.linspace(9.02, 200, 2048), [1e30, np.inf]]).astype(np.float32)
+    x = np.concatenate([x, -x])
+    (got,) = xla_gpu.compile(_unary("tanh", "f32", x.size), target="cpu").run(x)
+    np.testing.assert_array_equal(got, np.sign(x))
+    np.testing.assert_array_equal(np.tanh(x.astype(np.float64)).astype(np.float32), np.sign(x))
