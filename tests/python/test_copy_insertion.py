@@ -405,3 +405,67 @@ def test_tokens_are_never_copied():
                                              "get-tuple-element", "parameter", "copy"]
     x = np.arange(4, dtype=np.float32)
     _check_compiled(_TOKENS, (x, None), (x + 1, np.zeros((0,), np.uint8)))
+
+
+# An inner loop (a fori_loop) in an outer loop's body (a scan) carries the
+# outer state's element 1 unchanged (its factor) and produces the outer
+# state's next element 1 (its product): without a copy both would live in
+# the outer state's buffer 1.
+_LOOP_IN_LOOP_CARRY = """
+HloModule fori_in_scan, entry_computation_layout={(f32[])->f32[]}
+
+inner_body {
+  s = (f32[], f32[], f32[], f32[]) parameter(0)
+  i = f32[] get-tuple-element(s), index=0
+  one = f32[] constant(1)
+  next = f32[] add(i, one)
+  acc = f32[] get-tuple-element(s), index=1
+  factor = f32[] get-tuple-element(s), index=3
+  product = f32[] multiply(acc, factor)
+  end = f32[] get-tuple-element(s), index=2
+  ROOT t = (f32[], f32[], f32[], f32[]) tuple(next, product, end, factor)
+}
+
+inner_cond {
+  s = (f32[], f32[], f32[], f32[]) parameter(0)
+  i = f32[] get-tuple-element(s), index=0
+  end = f32[] get-tuple-element(s), index=2
+  ROOT lt = pred[] compare(i, end), direction=LT
+}
+
+outer_body {
+  s = (s32[], f32[]) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  next = s32[] add(k, one)
+  carry = f32[] get-tuple-element(s), index=1
+  start = f32[] convert(k)
+  two = f32[] constant(2)
+  end = f32[] add(start, two)
+  init = (f32[], f32[], f32[], f32[]) tuple(start, start, end, carry)
+  loop = (f32[], f32[], f32[], f32[]) while(init), condition=inner_cond, body=inner_body
+  product = f32[] get-tuple-element(loop), index=1
+  ROOT t = (s32[], f32[]) tuple(next, product)
+}
+
+outer_cond {
+  s = (s32[], f32[]) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(k, n), direction=LT
+}
+
+ENTRY main {
+  x = f32[] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[]) tuple(zero, x)
+  loop = (s32[], f32[]) while(init), condition=outer_cond, body=outer_body
+  ROOT r = f32[] get-tuple-element(loop), index=1
+}
+"""
+
+
+def test_inner_loop_carrying_the_outer_element_it_replaces():
+    inserted = _inserted(_LOOP_IN_LOOP_CARRY)
+    assert _root_opcodes(inserted, "outer_body")[1] == "copy"
+    _check_compiled(_LOOP_IN_LOOP_CARRY, (np.float32(0.75),), (np.float32(-1.5),))

@@ -87,6 +87,27 @@ def _passed_through(body: HloComputation) -> set[int]:
             and e.attrs["index"] == k}
 
 
+def _inner_loop_carries_element(result: HloInstruction, param: HloInstruction,
+                                k: int) -> bool:
+    """Whether loop-state element k of a while body is `result`, an element
+    of an inner while loop that also carries the body's own element k at
+    another of its elements (a fori_loop inside a scan whose carry feeds
+    both). Without a copy both would live in the outer state's buffer k:
+    the inner loop would write its result there while still reading the
+    element it carries."""
+    if result.opcode != "get-tuple-element":
+        return False
+    inner = result.operands[0]
+    if inner.opcode != "while" or inner.operands[0].opcode != "tuple":
+        return False
+    for j, element in enumerate(inner.operands[0].operands):
+        source = through_bitcasts(element)
+        if j != result.attrs["index"] and source.opcode == "get-tuple-element" and \
+                source.operands[0] is param and source.attrs["index"] == k:
+            return True
+    return False
+
+
 class CopyInsertion(HloPass):
     name = "copy-insertion"
 
@@ -174,7 +195,8 @@ class CopyInsertion(HloPass):
             # overwrites a whole [1] array into a bitcast of the update):
             # the later element gets a copy.
             if source.opcode == "constant" or other_element or id(source) in seen or \
-                    (source.opcode == "parameter"):
+                    (source.opcode == "parameter") or \
+                    _inner_loop_carries_element(source, param, k):
                 root.replace_operand_with(k, self._copy(body, element))
                 changed = True
             seen.add(id(source))
