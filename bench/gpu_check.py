@@ -168,7 +168,7 @@ def _fusions(module) -> list[str | None]:
 
 def _prepare_cuda_path(out: Path, arch: str) -> dict:
     import xla_gpu
-    from xla_gpu import codegen
+    from xla_gpu.backends.cuda import codegen
     out.mkdir(parents=True, exist_ok=True)
     index: dict = {"arch": arch, "kernels": {}, "compile_errors": {}}
     for name, text in CUDA_PATH.items():

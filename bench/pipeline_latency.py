@@ -25,7 +25,8 @@ from typing import Callable
 
 from mlir import ir as mlir_ir
 
-from xla_gpu import codegen, ir, pipeline
+from xla_gpu import ir, pipeline
+from xla_gpu.backends.cuda import codegen
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -98,7 +98,8 @@ def mem():
             hwm = int(line.split()[1])
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, hwm
 import xla_gpu
-from xla_gpu import codegen, emitters, ir, pipeline
+from xla_gpu import emitters, ir, pipeline
+from xla_gpu.backends.cuda import codegen
 ir.Context()
 base = mem()
 done, failed = 0, 0
@@ -241,7 +242,7 @@ def compile_latency(cases, repeat: int, cold_repeat: int, env: dict, log) -> lis
         # The other cubin path on the same PTX: compile uses nvJitLink in
         # process where it loads; a ptxas process (~17 ms to start) beside it.
         if exe is not None and exe.ptx and row.get("cubin"):
-            from xla_gpu import codegen
+            from xla_gpu.backends.cuda import codegen
             if codegen.find_ptxas():
                 separate = []
                 for _ in range(max(repeat, 3)):
@@ -774,7 +775,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
 
-    from xla_gpu import codegen
+    from xla_gpu.backends.cuda import codegen
     comp_rows = compile_latency(cases, args.repeat, args.cold_repeat, env, log) \
         if "compile" not in args.skip else []
     run_rows = run_time(cases, args.rounds, args.round_seconds, log) \

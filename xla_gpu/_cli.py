@@ -139,7 +139,8 @@ def translate(argv: list[str] | None = None) -> int:
 
     from mlir import ir as mlir_ir
 
-    from . import codegen, ir, pipeline
+    from . import ir, pipeline
+    from .backends.cuda import codegen
 
     ctx = ir.Context()
     # MLIR names a buffer parsed from text "-".

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from . import compile_cache
+from . import backends, compile_cache
 from ._paths import __version__
 from ._trace import complete
 from .errors import ArgumentError, ArtifactError, CompileError
@@ -99,7 +99,7 @@ class Executable:
         from mlir import ir as mlir_ir
 
         from . import ir, pipeline
-        stages = pipeline.stages_for(self.target)
+        stages = backends.get(self.target).stages()
         passes = tuple(p for st in stages for p in st.passes)
         names = [pipeline.pass_name(p) for p in passes]
         ends, count = {}, 0
@@ -122,7 +122,7 @@ class Executable:
         if self._kernel is None:
             if self.spec.blocks == 0:
                 self._kernel = EmptyKernel(self.spec)
-            elif self.target == "cuda":
+            elif not backends.get(self.target).emulates_grid:
                 self._kernel = CudaKernel(self.spec, cubin=self.cubin, ptx=self.ptx)
             elif self.host_library is not None:
                 # A shared object: no MLIR needed (a cache hit, a saved kernel).
@@ -139,14 +139,14 @@ class Executable:
         `device_outputs=True`."""
         if kwargs:
             check_run_options(kwargs, self.target)
-            if self.target == "cpu":  # only the defaults get here
+            if backends.get(self.target).emulates_grid:  # only the defaults get here
                 kwargs = {}
         return self._load().run(*arrays, **kwargs)
 
     def time(self, *arrays, iterations: int = 100, warmup: int = 10) -> float:
         """Seconds per run (cuda: CUDA events around the launches)."""
         kernel = self._load()
-        if self.target == "cuda":
+        if not backends.get(self.target).emulates_grid:
             return kernel.time(*arrays, iterations=iterations, warmup=warmup)
         for _ in range(warmup):
             kernel.run(*arrays)
@@ -206,8 +206,9 @@ def check_run_options(options: dict, target: str) -> None:
     for name in options:
         if name not in ("stream", "device_outputs"):
             raise ArgumentError(f"run() got an unexpected keyword argument '{name}'")
-    if target == "cpu" and (options.get("stream") is not None or
-                            options.get("device_outputs", False) is not False):
+    if backends.get(target).emulates_grid and (
+            options.get("stream") is not None or
+            options.get("device_outputs", False) is not False):
         raise ArgumentError("stream= and device_outputs= are options of the cuda target")
 
 
@@ -228,15 +229,15 @@ def kernel_key(computation, target: str, arch: str, *, device=None, config: Any 
     """The cache key of the kernel of fusion computation `computation`:
     everything that decides its code. The computation enters by its
     canonical fingerprint (a renamed fusion is the same kernel); `device`
-    (an `analysis.device.DeviceDescription`) only when it is not the
-    target's default; `config` is an op kernel's settings (a sort's bitonic
-    steps, a convolution's epilogue). `identity`: the compiler's
+    (a `runtime.device.DeviceDescription`) only when it is not the
+    target's default (its backend's); `config` is an op kernel's settings
+    (a sort's bitonic steps, a convolution's epilogue). `identity`: the compiler's
     (`compile_cache.compiler_identity`; "" where nothing is cached)."""
-    from .analysis.device import default_device
     from .hlo.fingerprint import fingerprint
     if identity is None:
         identity = compile_cache.compiler_identity(target)
-    device_part = "" if device is None or device == default_device(target) else repr(device)
+    device_part = "" if device is None or device == backends.get(target).default_device \
+        else repr(device)
     return compile_cache.make_key("kernel", fingerprint(computation), target, arch, identity,
                                   device_part, "" if config is None else repr(config))
 
@@ -269,7 +270,7 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
                    disk=None, start: float | None = None) -> "Executable":
     """The kernel of `fusion` for `target` ("cpu" or "cuda") and `arch`,
     from the cache when it holds it. `device`: the GPU the launch
-    configuration follows (default: the target's, see analysis.device);
+    configuration follows (default: the target's backend's `default_device`);
     `key`: `kernel_key`'s for this fusion when the caller has it; `text`:
     the HLO saved with the kernel (default: the fusion computation's);
     `dump_dir`: the IR after each pass matching `dump_regex`, and the PTX
@@ -278,10 +279,9 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
     `store`). `disk`: the DiskCache to use (default: a new one). A kernel
     built now gets `timings["total"]`, from `start` (a perf_counter time;
     default: this call); one from a cache has none of its own."""
-    from .analysis.device import default_device
     if start is None:
         start = time.perf_counter()
-    fusion.device = device if device is not None else default_device(target)
+    fusion.device = device if device is not None else backends.get(target).default_device
     use_cache = cache and dump_dir is None
     if key is None:
         key = kernel_key(fusion.computation, target, arch, device=fusion.device,
@@ -321,7 +321,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
     `exe.ptx` / `exe.cubin` stay None."""
     from mlir import ir as mlir_ir
 
-    from . import codegen, emitters
+    from . import emitters
     from .emitters.partitioner import sanitize
 
     timings: dict[str, float] = {}
@@ -336,9 +336,10 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
             emitter="none", fusion=fusion.name, fingerprint=key, version=__version__)
         return Executable(spec, text, "", notes=["every output is empty: no kernel"],
                           timings=timings)
+    backend = backends.get(target)
     t0 = time.perf_counter()
     context = thread_context()
-    if target == "cpu":
+    if backend.emulates_grid:
         fusion.one_dimensional_grid = True   # the host emulates 1-D grids
     kernel = emitters.emit_fusion(fusion, context)
     try:
@@ -358,48 +359,24 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
         outputs=[ArgSpec(tuple(s.dims), s.element_type) for s in fusion.output_shapes],
         aliases=dict(kernel.aliases), emitter=kernel.emitter, fusion=fusion.name,
         fingerprint=key, version=__version__, blocks_y=kernel.launch.blocks_y)
-    t0 = time.perf_counter()
     exe = Executable(spec, text, emitted, notes=list(kernel.notes), timings=timings)
     try:
-        if target == "cuda" and lower_only:
-            from .backends import cuda
-            exe.lowered = cuda.lower_module(kernel.module, name=kernel.name,
-                                            dump_dir=dump_dir, dump_regex=dump_regex,
-                                            timings=timings)
-        elif target == "cuda":
-            from .backends import cuda
-            binary = cuda.compile_module(kernel.module, arch=arch, name=kernel.name,
-                                         dump_dir=dump_dir, dump_regex=dump_regex)
-            exe.ptx, exe.cubin = binary.ptx, binary.cubin
-            timings.update(binary.timings)
-        else:
-            # The host code is generated once, as a shared object that both
-            # this process (ctypes) and the cache / saved artifacts load; the
-            # JIT stands in only where no linker is installed.
-            from . import pipeline
-            from .backends import cpu
-            pipeline.run(kernel.module, target="cpu", threads=spec.threads,
-                         blocks=spec.blocks, dump_dir=dump_dir, dump_regex=dump_regex,
-                         timings=timings if dump_dir is not None else None)
-            timings["pipeline"] = time.perf_counter() - t0
-            complete("MLIR pipeline", "kernel-stage", t0)
-            t0 = time.perf_counter()
-            exe.host_mlir = str(kernel.module)
-            try:
-                # Loaded when first run (`_load`): a program loads its
-                # kernels' images itself.
-                exe.host_library = cpu.shared_object(kernel.module, kernel.name)
-            except cpu.HostCompileError as e:
-                exe.notes.append(f"no host shared object ({e}): the kernel runs in the "
-                                 "JIT and is not cached on disk")
-                exe._kernel = _HostRunner(spec, cpu.from_lowered(exe.host_mlir,
-                                                                 entry=kernel.name))
-            timings["llvm"] = time.perf_counter() - t0
-            complete("LLVM host code", "kernel-stage", t0)
+        binary = backend.compile(kernel.module, name=kernel.name, arch=arch,
+                                 threads=spec.threads, blocks=spec.blocks, timings=timings,
+                                 dump_dir=dump_dir, dump_regex=dump_regex,
+                                 lower_only=lower_only)
     except mlir_ir.MLIRError as e:
         raise CompileError(f"fusion '{fusion.name}': the {target} pipeline failed: {e}") from None
-    except codegen.CodegenError as e:
+    except CompileError as e:   # code generation (PTX, the cubin, launch limits)
         raise CompileError(f"fusion '{fusion.name}': {e}") from None
+    exe.ptx, exe.cubin, exe.lowered = binary.ptx, binary.cubin, binary.lowered
+    exe.host_mlir, exe.host_library = binary.host_mlir, binary.host_library
+    exe.notes += binary.notes
+    if binary.jit is not None:
+        # No shared object: the JIT's kernel runs it. (An image is loaded
+        # when first run, by `_load`; a program loads its kernels' images
+        # itself.)
+        exe._kernel = _HostRunner(spec, binary.jit)
     return exe
 
 

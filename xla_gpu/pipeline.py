@@ -51,11 +51,10 @@ from mlir.passmanager import PassManager
 
 from . import ir as _xla_ir  # noqa: F401  (registers the xla_gpu passes)
 from . import _pass_runner
+from .errors import ArgumentError
 
 __all__ = ["Stage", "STAGES", "PASSES", "TARGETS", "stages_for", "passes_for",
            "pipeline_string", "pass_name", "run"]
-
-TARGETS = ("cuda", "cpu")
 
 
 @dataclass(frozen=True)
@@ -99,11 +98,11 @@ LOOP_TRANSFORMATION = Stage("loop-transformation", (
 ))
 
 
-def _lowering(target: str) -> Stage:
+def _lowering(native_16bit_float_add: bool) -> Stage:
     # cuda: f16/bf16 atomic adds are native (atom.add.noftz); the host keeps
     # them as CAS loops.
     lower_tensors = "xla-lower-tensors{native-16bit-float-add=true}" \
-        if target == "cuda" else "xla-lower-tensors"
+        if native_16bit_float_add else "xla-lower-tensors"
     return Stage("lowering", (
         "func.func(xla-convert-pure-call-ops)",
         "xla-erase-dead-functions",
@@ -145,13 +144,39 @@ _CPU_LOWERING = (
 )
 
 
-# The stages of each target (the cpu target's grid emulation takes the
-# launch dimensions: see stages_for).
+def _launch_options(threads: int | None, blocks: int | None) -> str:
+    options = []
+    for name, value in (("threads", threads), ("blocks", blocks)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ArgumentError(f"{name} must be a positive int, got {value!r}")
+        options.append(f"{name}={value}")
+    return "{" + " ".join(options) + "}" if options else ""
+
+
+def _cuda_stages(threads: int | None, blocks: int | None) -> tuple[Stage, ...]:
+    if threads is not None or blocks is not None:
+        raise ArgumentError("launch dimensions are options of the cpu target only")
+    return (OPTIMIZATION, LOOP_TRANSFORMATION, _lowering(native_16bit_float_add=True),
+            CUDA_LOWERING)
+
+
+def _cpu_stages(threads: int | None, blocks: int | None) -> tuple[Stage, ...]:
+    # The grid emulation takes the launch dimensions (None: from the
+    # `xla.range` of gpu.thread_id / gpu.block_id).
+    emulate = "xla-emulate-grid" + _launch_options(threads, blocks)
+    return (OPTIMIZATION, LOOP_TRANSFORMATION, _lowering(native_16bit_float_add=False),
+            Stage("cpu-lowering", (emulate,) + _CPU_LOWERING))
+
+
+# The stages of each target, by its launch dimensions: the table the
+# target's backend reads (`xla_gpu.backends.get(target).stages()`), here
+# because the backends run this pipeline and it cannot ask them.
+_STAGES_OF = {"cuda": _cuda_stages, "cpu": _cpu_stages}
+TARGETS = tuple(_STAGES_OF)
 STAGES: dict[str, tuple[Stage, ...]] = {
-    "cuda": (OPTIMIZATION, LOOP_TRANSFORMATION, _lowering("cuda"), CUDA_LOWERING),
-    "cpu": (OPTIMIZATION, LOOP_TRANSFORMATION, _lowering("cpu"),
-            Stage("cpu-lowering", ("xla-emulate-grid",) + _CPU_LOWERING)),
-}
+    target: stages(None, None) for target, stages in _STAGES_OF.items()}
 
 # The cuda pipeline, element by element.
 PASSES: tuple[str, ...] = tuple(p for stage in STAGES["cuda"] for p in stage.passes)
@@ -162,22 +187,9 @@ def stages_for(target: str = "cuda", *, threads: int | None = None,
     """The stages of `target`. For "cpu", `threads` (per block) and
     `blocks` are the launch dimensions; None takes them from the
     `xla.range` of gpu.thread_id / gpu.block_id."""
-    if target not in STAGES:
-        raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
-    if target == "cuda":
-        if threads is not None or blocks is not None:
-            raise ValueError("launch dimensions are options of the cpu target only")
-        return STAGES["cuda"]
-    options = []
-    for name, value in (("threads", threads), ("blocks", blocks)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-        options.append(f"{name}={value}")
-    emulate = "xla-emulate-grid" + ("{" + " ".join(options) + "}" if options else "")
-    *shared, cpu = STAGES["cpu"]
-    return (*shared, Stage(cpu.name, (emulate,) + cpu.passes[1:]))
+    if target not in _STAGES_OF:
+        raise ArgumentError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
+    return _STAGES_OF[target](threads, blocks)
 
 
 def passes_for(target: str = "cuda", *, threads: int | None = None,

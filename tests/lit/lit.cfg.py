@@ -62,7 +62,7 @@ if not fusion_to_mlir:
 config.substitutions.append(
     (r"(?<![\w.-])xla-gpu-fusion-to-mlir(?![\w-])", fusion_to_mlir))
 
-from xla_gpu import codegen  # noqa: E402
+from xla_gpu.backends.cuda import codegen  # noqa: E402
 
 ptxas = codegen.find_ptxas()
 if ptxas:

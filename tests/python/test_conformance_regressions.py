@@ -760,7 +760,7 @@ f {
 def test_complex_kernels_compile_to_ptx_that_ptxas_accepts(c, part, tmp_path):
     import subprocess
 
-    from xla_gpu import codegen
+    from xla_gpu.backends.cuda import codegen
     exe = xla_gpu.compile(COMPLEX_ELEMENTWISE.format(c=c, part=part), target="cuda",
                           cache=False)
     assert ".entry" in exe.ptx

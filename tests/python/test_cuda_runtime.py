@@ -534,7 +534,7 @@ def test_16bit_float_atomic_add_on_the_cpu_target(dtype):
 
 
 def test_kernels_carry_maxntid_and_ptxas_resources():
-    from xla_gpu import codegen
+    from xla_gpu.backends.cuda import codegen
     exe = xla_gpu.compile(MULTIPLY, target="cuda", cache=False)
     assert codegen.ptx_block_size(exe.ptx) == {exe.spec.name: exe.spec.threads}
     resources = codegen.kernel_resources(exe.ptx)
@@ -559,7 +559,7 @@ def test_every_emitter_launches_within_maxntid(source, fusion):
     threads (a smaller one would make the driver refuse the launch)."""
     from pathlib import Path
 
-    from xla_gpu import codegen
+    from xla_gpu.backends.cuda import codegen
     path = Path(__file__).resolve().parents[1] / "lit" / "emitters" / source
     exe = xla_gpu.compile(path.read_text(), target="cuda", fusion=fusion, cache=False)
     assert codegen.ptx_block_size(exe.ptx) == {exe.spec.name: exe.spec.threads}
@@ -569,7 +569,7 @@ def test_every_emitter_launches_within_maxntid(source, fusion):
 
 
 def test_ptxas_log_parsing():
-    from xla_gpu import codegen
+    from xla_gpu.backends.cuda import codegen
     log = ("ptxas info    : 0 bytes gmem\n"
            "ptxas info    : Compiling entry function 'k1' for 'sm_90'\n"
            "ptxas info    : Function properties for k1\n"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from xla_gpu import codegen, emitters, hlo, ir, pipeline
+from xla_gpu import emitters, hlo, ir, pipeline
+from xla_gpu.backends.cuda import codegen
 from xla_gpu.analysis.fusion import select_fusion
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ Layers, lowest first:
   1 hlo (the IR, parser, printer, verifier, interpreter)
   2 runtime, ffi (run saved executables: numpy and cuda-python only)
   3 hlo.passes, analysis, service (HLO rewrites and analyses)
-  4 ir, dialects, emitters, pipeline, backends, codegen (MLIR)
+  4 ir, dialects, emitters, pipeline, backends (MLIR; cuda's code generation
+    is backends.cuda.codegen)
   5 the kernel compiler and the compile cache
   6 the program compiler
   7 the API (xla_gpu.compile, the package root), the CLIs, the PJRT plugin
@@ -34,7 +35,7 @@ LAYERS = {
     "xla_gpu.runtime": 2, "xla_gpu.ffi": 2,
     "xla_gpu.hlo.passes": 3, "xla_gpu.analysis": 3, "xla_gpu.service": 3,
     "xla_gpu.ir": 4, "xla_gpu.dialects": 4, "xla_gpu.emitters": 4, "xla_gpu.pipeline": 4,
-    "xla_gpu.backends": 4, "xla_gpu.codegen": 4, "xla_gpu._native": 4,
+    "xla_gpu.backends": 4, "xla_gpu._native": 4,
     "xla_gpu._pass_runner": 4, "xla_gpu._malloc_tuning": 4,
     "xla_gpu.kernel_compiler": 5, "xla_gpu.op_kernels": 5, "xla_gpu.compile_cache": 5,
     "xla_gpu.program": 6, "xla_gpu.program_compiler": 6,

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from mlir import ir as mlir_ir
 
-from xla_gpu import codegen, pipeline
+from xla_gpu import pipeline
+from xla_gpu.backends.cuda import codegen
 
 ROOT = Path(__file__).resolve().parents[2]
 GELU = (ROOT / "examples" / "gelu.mlir").read_text()

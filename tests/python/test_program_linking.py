@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import xla_gpu
-from xla_gpu import codegen
+from xla_gpu.backends.cuda import codegen
 from xla_gpu.program import kernels as program_kernels
 from xla_gpu.backends import cuda
 from xla_gpu.errors import ArtifactError

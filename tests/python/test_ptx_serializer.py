@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from mlir import ir as mlir_ir
 
-from xla_gpu import codegen, pipeline
+from xla_gpu import pipeline
+from xla_gpu.backends.cuda import codegen
 
 pytestmark = pytest.mark.skipif(not codegen._pass_runner.available(),
                                 reason="the MLIR bindings' C API library is not reachable")

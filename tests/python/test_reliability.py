@@ -79,7 +79,7 @@ def test_a_changed_compiler_misses_the_cache(cache, monkeypatch):
 
 
 def test_cuda_identity_covers_ptxas_and_libdevice():
-    from xla_gpu import codegen
+    from xla_gpu.backends.cuda import codegen
     identity = compile_cache._cuda_identity()
     assert compile_cache.compiler_identity("cuda") != compile_cache.compiler_identity("cpu")
     assert len(identity) == 64

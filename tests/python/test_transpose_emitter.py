@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import xla_gpu
-from xla_gpu import codegen, emitters, hlo, ir, pipeline
+from xla_gpu import emitters, hlo, ir, pipeline
+from xla_gpu.backends.cuda import codegen
 from xla_gpu.analysis.fusion import select_fusion
 from xla_gpu.analysis.transpose import transpose_refusal
 from xla_gpu.emitters.transpose import TransposeEmitter

@@ -1,4 +1,185 @@
-"""The per-target halves of compilation, after the shared pipeline stages:
-`cuda` (NVVM → PTX → cubin, launched through cuda-python) and `cpu` (the
-launch grid emulated on the host through MLIR's ExecutionEngine, or a
-shared object that `xla_gpu.runtime` loads without MLIR)."""
+"""The per-target halves of compilation, one backend object per target:
+`cuda` (NVVM → PTX → cubin, launched through cuda-python: `backends.cuda`,
+its code generation in `backends.cuda.codegen`) and `cpu` (the launch grid
+emulated on the host: a shared object that `xla_gpu.runtime` loads without
+MLIR, or MLIR's ExecutionEngine: `backends.cpu`).
+
+    from xla_gpu import backends
+    backend = backends.get("cpu")           # ArgumentError for an unknown target
+    backend.stages(threads=128, blocks=960) # the pipeline stages it runs
+    binary = backend.compile(module, name="k", arch="sm_90", threads=128,
+                             blocks=960, timings={})   # a KernelBinary
+    backend.compiler_identity()             # its part of a kernel's cache key
+    backend.default_device                  # what kernels are configured for
+
+What the compiler layers ask of a target, they ask of its backend (where
+the kernels run, whether a program's kernels link into one binary, whether
+gemms and FFTs are library calls), never of the target's name. Getting a
+backend and its identity imports no MLIR: the work of `compile` is in the
+submodules, imported when a kernel is built.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._trace import complete
+from ..errors import ArgumentError
+from ..runtime.device import H200, HOST_EMULATION, DeviceDescription
+from . import identity
+
+__all__ = ["Backend", "CudaBackend", "CpuBackend", "KernelBinary", "TARGETS", "get"]
+
+
+@dataclass
+class KernelBinary:
+    """What a backend makes of one emitted kernel: the image its launcher
+    loads (cuda: PTX and a cubin; cpu: the host LLVM dialect and a shared
+    object), or on cuda with `lower_only` the kernel before code generation
+    (`lowered`, a `backends.cuda.LoweredKernel` for `backends.cuda.link`)."""
+    ptx: str | None = None
+    cubin: bytes | None = None
+    host_mlir: str | None = None
+    host_library: bytes | None = None
+    lowered: Any = None
+    # cpu where no shared object could be made (no linker): the kernel
+    # compiled by the JIT, which runs in this process only.
+    jit: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Backend(ABC):
+    """A target: the pipeline stages its kernels go through, how an
+    emitted kernel becomes an image, what identifies its compiler, and the
+    device its kernels are configured for by default."""
+    name: str
+    # Kernels run on the host, the launch grid emulated by loops, on numpy
+    # arrays in host memory; else on the GPU, on device buffers (streams,
+    # device outputs, CUDA-event timing).
+    emulates_grid: bool
+    # A program's kernels built by one compile go into shared binaries
+    # (`backends.cuda.link`) instead of one binary each.
+    links_kernels: bool
+    # gemms and FFTs are calls of the vendor's libraries (cuBLASLt, cuFFT),
+    # whose plans are checked when the program is compiled.
+    calls_vendor_libraries: bool
+    default_device: DeviceDescription
+
+    def stages(self, *, threads: int | None = None,
+               blocks: int | None = None) -> tuple:
+        """The pipeline stages (`pipeline.Stage`) its kernels go through,
+        for a launch of `threads` per block and `blocks` where the stages
+        take them (None: from the kernel's `xla.range`s)."""
+        stages: list = []
+        self.add_stages(stages, threads=threads, blocks=blocks)
+        return tuple(stages)
+
+    def add_stages(self, stages: list, *, threads: int | None, blocks: int | None) -> None:
+        """Appends its stages to `stages`: by default the pipeline's stages
+        of the target of this name (the pipeline sits below the backends,
+        which run it, and holds the table)."""
+        from .. import pipeline
+        stages.extend(pipeline.stages_for(self.name, threads=threads, blocks=blocks))
+
+    @abstractmethod
+    def compiler_identity(self) -> str:
+        """A digest of what, besides the package and the kernel, decides its
+        compiled code (memoized per process; no MLIR, no library call)."""
+
+    @abstractmethod
+    def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
+                timings: dict[str, float], dump_dir: str | Path | None = None,
+                dump_regex: str = ".*", lower_only: bool = False) -> KernelBinary:
+        """The emitted kernel `module` (entry `name`, launched with `threads`
+        per block and `blocks`) through the stages and into an image for
+        `arch`; `timings` gets seconds per step. Raises mlir.ir.MLIRError
+        when a pass fails and a CompileError when code generation does."""
+
+    def __repr__(self) -> str:
+        return f"<xla_gpu backend {self.name!r}>"
+
+
+class CudaBackend(Backend):
+    """NVVM → PTX (LLVM's NVPTX backend, in process) → a cubin (ptxas or
+    nvJitLink), launched by `xla_gpu.runtime.cuda`."""
+    name = "cuda"
+    emulates_grid = False
+    links_kernels = True
+    calls_vendor_libraries = True
+    default_device = H200
+
+    def compiler_identity(self) -> str:
+        # ptxas, nvJitLink, libdevice and cuda-python's install, by file.
+        return identity.cuda_identity()
+
+    def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
+                timings: dict[str, float], dump_dir: str | Path | None = None,
+                dump_regex: str = ".*", lower_only: bool = False) -> KernelBinary:
+        from . import cuda
+        if lower_only:
+            # A program links its kernels into one binary later.
+            return KernelBinary(lowered=cuda.lower_module(
+                module, name=name, dump_dir=dump_dir, dump_regex=dump_regex, timings=timings))
+        binary = cuda.compile_module(module, arch=arch, name=name, dump_dir=dump_dir,
+                                     dump_regex=dump_regex)
+        timings.update(binary.timings)
+        return KernelBinary(ptx=binary.ptx, cubin=binary.cubin)
+
+
+class CpuBackend(Backend):
+    """The launch grid emulated on the host: host LLVM, a shared object that
+    `xla_gpu.runtime` loads with ctypes (or the JIT where no linker is)."""
+    name = "cpu"
+    emulates_grid = True
+    links_kernels = False
+    calls_vendor_libraries = False
+    default_device = HOST_EMULATION
+
+    def compiler_identity(self) -> str:
+        # A host kernel is compiled for the machine that built it.
+        return identity.host_identity()
+
+    def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
+                timings: dict[str, float], dump_dir: str | Path | None = None,
+                dump_regex: str = ".*", lower_only: bool = False) -> KernelBinary:
+        # The host code is generated once, as a shared object that both this
+        # process (ctypes) and the cache / saved artifacts load; the JIT
+        # stands in only where no linker is installed. (`lower_only` is
+        # cuda's: host kernels are not linked together.)
+        from .. import pipeline
+        from . import cpu
+        start = time.perf_counter()
+        pipeline.run(module, stages=self.stages(threads=threads, blocks=blocks),
+                     dump_dir=dump_dir, dump_regex=dump_regex,
+                     timings=timings if dump_dir is not None else None)
+        timings["pipeline"] = time.perf_counter() - start
+        complete("MLIR pipeline", "kernel-stage", start)
+        start = time.perf_counter()
+        binary = KernelBinary(host_mlir=str(module))
+        try:
+            binary.host_library = cpu.shared_object(module, name)
+        except cpu.HostCompileError as e:
+            binary.notes.append(f"no host shared object ({e}): the kernel runs in the JIT "
+                                "and is not cached on disk")
+            binary.jit = cpu.from_lowered(binary.host_mlir, entry=name)
+        timings["llvm"] = time.perf_counter() - start
+        complete("LLVM host code", "kernel-stage", start)
+        return binary
+
+
+_BACKENDS: dict[str, Backend] = {backend.name: backend
+                                 for backend in (CudaBackend(), CpuBackend())}
+TARGETS = tuple(_BACKENDS)
+
+
+def get(target: str) -> Backend:
+    """The backend of `target` ("cuda" or "cpu"); ArgumentError for any
+    other."""
+    backend = _BACKENDS.get(target) if isinstance(target, str) else None
+    if backend is None:
+        raise ArgumentError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
+    return backend

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from .. import compile_cache, kernel_compiler
+from .. import backends, compile_cache, kernel_compiler
 from .. import _progress
 from .._trace import carry, span
 from ..errors import CompileError
@@ -96,6 +96,7 @@ class ProgramKernels:
 
     def __init__(self, target: str, arch: str, cache: bool, module: HloModule):
         self.target, self.arch, self.cache, self.module = target, arch, cache, module
+        self.backend = backends.get(target)
         self.identity = compile_cache.compiler_identity(target) if cache else ""
         self.disk = compile_cache.DiskCache() if cache else None
         self.images: dict[str, KernelImage] = {}
@@ -107,7 +108,7 @@ class ProgramKernels:
         self._since = time.perf_counter()
         # cuda: kernels built this compile go into one binary (`link`);
         # until then their images have no code.
-        self.link_kernels = target == "cuda" and LINK_KERNELS
+        self.link_kernels = self.backend.links_kernels and LINK_KERNELS
         self._unlinked: list[tuple[KernelImage, Any, str]] = []
         # Per fusion instruction: (kernel computation, key).
         self._kernels_of: dict[int, tuple[HloComputation, str]] = {}
@@ -227,7 +228,7 @@ class ProgramKernels:
         link (`exe.lowered`) gets its code from `link`."""
         image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
                             host_library=exe.host_library)
-        if self.target == "cpu" and exe.host_library is None:
+        if self.backend.emulates_grid and exe.host_library is None:
             image.jit = getattr(exe._load(), "host", None)
         if exe.lowered is not None:
             self._unlinked.append((image, exe, key))

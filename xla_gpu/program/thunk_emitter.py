@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from .. import op_kernels
+from .. import backends, op_kernels
 from ..hlo.passes.convolution_lowering import CONVOLUTION_OP_TYPE
 from ..errors import CompileError, HloError
 from ..hlo import HloComputation, HloInstruction, HloModule
@@ -43,6 +43,7 @@ class ThunkEmitter:
                  target: str):
         self.module, self.schedule, self.assignment = module, schedule, assignment
         self.kernels, self.target = kernels, target
+        self.backend = backends.get(target)
 
     # slices -----------------------------------------------------------------
     def has_slice(self, inst: HloInstruction, index: tuple[int, ...] = ()) -> bool:
@@ -241,7 +242,7 @@ class ThunkEmitter:
         return self._gemm(inst, config)
 
     def _gemm(self, inst: HloInstruction, config: GemmConfig) -> Thunk:
-        if self.target == "cuda":
+        if self.backend.calls_vendor_libraries:
             try:
                 cublas_plan(config)
             except CublasPlanError as e:
@@ -296,7 +297,7 @@ class ThunkEmitter:
                                self.ref(inst.operands[0]), self.ref(inst))
         except (HloError, TypeError, ValueError) as e:
             raise inst.error(str(e)) from None
-        if self.target == "cuda":
+        if self.backend.calls_vendor_libraries:
             problem = cufft_layout_error(config)
             if problem is not None:
                 raise inst.unsupported(problem)

@@ -47,7 +47,7 @@ gave (the PTX fallback). Streams from cuda.core work here through
 Numerics on the GPU (what tolerances must allow): f32 `atom.add` flushes
 subnormal inputs and results to zero, and libdevice's exp/tanh family
 flushes subnormal results, as on XLA:GPU; sqrt is the IEEE `sqrt.rn.f32`
-(see xla_gpu.codegen).
+(see xla_gpu.backends.cuda.codegen).
 """
 
 from __future__ import annotations
@@ -56,18 +56,19 @@ import ctypes
 import threading
 import warnings
 import weakref
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import ArgumentError, CudaError, CudaUnavailableError, ResourceError
 from .interop import LEGACY_DEFAULT_STREAM, ForeignArray
+from .device import (DeviceDescription, check_launch, for_arch,  # noqa: F401  (re-exported)
+                     registers_per_block)
 from .spec import KernelSpec
 
 __all__ = ["CudaError", "CudaUnavailableError", "cuda_available", "DeviceArray",
            "CudaKernel", "CudaModule", "device_count", "current_context", "stream_handle",
-           "LaunchLimits", "check_launch", "registers_per_block", "SM90_LIMITS"]
+           "check_launch", "registers_per_block", "limits_for_arch", "device_description"]
 
 _lock = threading.Lock()
 _context = None
@@ -219,82 +220,32 @@ def _order_after(producer: int | None, consumer: int) -> None:
 
 
 # -- launch limits ----------------------------------------------------------------
+# The limits are the device description's (`xla_gpu.runtime.device`, which
+# codegen checks a kernel against after ptxas); `check_launch` and
+# `registers_per_block` are re-exported here, where launches happen.
+
+# The description of an arch ("sm_89"), under the name codegen knew it by.
+limits_for_arch = for_arch
 
 
-@dataclass(frozen=True)
-class LaunchLimits:
-    """What one launch may ask of a GPU (sm_90's values by default)."""
-    max_threads_per_block: int = 1024
-    max_grid_x: int = (1 << 31) - 1
-    max_grid_yz: int = 65535
-    registers_per_block: int = 65536
-    # Dynamic shared memory above this needs cuFuncSetAttribute(
-    # MAX_DYNAMIC_SHARED_SIZE_BYTES); static + dynamic at most the opt-in limit.
-    default_shared_bytes: int = 48 * 1024
-    max_shared_bytes: int = 227 * 1024
-
-
-SM90_LIMITS = LaunchLimits()
-
-# Opt-in shared memory per block by compute capability (CUDA programming
-# guide, "Technical Specifications per Compute Capability").
-_SHARED_OPTIN = {70: 96 * 1024, 72: 48 * 1024, 75: 64 * 1024, 80: 163 * 1024,
-                 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024,
-                 100: 227 * 1024, 103: 227 * 1024, 110: 227 * 1024, 120: 99 * 1024,
-                 121: 99 * 1024}
-
-
-def limits_for_arch(arch: str) -> LaunchLimits:
-    """The launch limits of `sm_XX` (sm_90's for an unknown one)."""
-    digits = "".join(c for c in arch[3:] if c.isdigit()) if arch.startswith("sm_") else ""
-    optin = _SHARED_OPTIN.get(int(digits)) if digits else None
-    return LaunchLimits(max_shared_bytes=optin or SM90_LIMITS.max_shared_bytes)
-
-
-def registers_per_block(registers_per_thread: int, threads: int) -> int:
-    """Registers a block of `threads` occupies: allocated per warp in units
-    of 256 (8 per thread)."""
-    per_warp = -(-registers_per_thread * 32 // 256) * 256
-    return per_warp * -(-threads // 32)
-
-
-def check_launch(name: str, threads: int, blocks: int | Sequence[int], shared_bytes: int = 0,
-                 *, static_shared_bytes: int = 0, registers_per_thread: int = 0,
-                 max_threads: int | None = None,
-                 limits: LaunchLimits = SM90_LIMITS) -> None:
-    """ResourceError when a launch of kernel `name` breaks a CUDA limit:
-    threads per block, grid dimensions (x <= 2^31-1, y/z <= 65535),
-    shared memory (static + dynamic), registers x threads, or the loaded
-    function's own MAX_THREADS_PER_BLOCK (`max_threads`)."""
-    grid = (blocks, 1, 1) if isinstance(blocks, int) else tuple(blocks) + (1,) * (3 - len(blocks))
-    where = f"kernel '{name}'"
-    if not 1 <= threads <= limits.max_threads_per_block:
-        raise ResourceError(f"{where}: {threads} threads per block; CUDA allows 1 to "
-                            f"{limits.max_threads_per_block}")
-    if not 1 <= grid[0] <= limits.max_grid_x:
-        raise ResourceError(f"{where}: a grid of {grid[0]} blocks in x; CUDA allows 1 to "
-                            f"{limits.max_grid_x} (the loop emitter spreads larger "
-                            "grids over y)")
-    for axis, extent in zip("yz", grid[1:]):
-        if not 1 <= extent <= limits.max_grid_yz:
-            raise ResourceError(f"{where}: a grid of {extent} blocks in {axis}; CUDA allows "
-                                f"1 to {limits.max_grid_yz}")
-    total_shared = static_shared_bytes + shared_bytes
-    if shared_bytes < 0 or total_shared > limits.max_shared_bytes:
-        raise ResourceError(f"{where}: {static_shared_bytes} bytes of static and "
-                            f"{shared_bytes} of dynamic shared memory; a block can have at "
-                            f"most {limits.max_shared_bytes}")
-    if max_threads is not None and threads > max_threads:
-        raise ResourceError(f"{where}: the launch has {threads} threads per block; the "
-                            f"loaded kernel allows at most {max_threads}"
-                            + (f" (it uses {registers_per_thread} registers per thread)"
-                               if registers_per_thread else ""))
-    if registers_per_thread:
-        used = registers_per_block(registers_per_thread, threads)
-        if used > limits.registers_per_block:
-            raise ResourceError(f"{where}: {registers_per_thread} registers per thread x "
-                                f"{threads} threads need {used} registers; a block has "
-                                f"{limits.registers_per_block}")
+def device_description() -> DeviceDescription:
+    """The description of device 0 as its driver reports it (its SMs,
+    threads, grid, shared memory and register limits)."""
+    major = _device_attribute("COMPUTE_CAPABILITY_MAJOR")
+    minor = _device_attribute("COMPUTE_CAPABILITY_MINOR")
+    return DeviceDescription(
+        f"CUDA device 0 (sm_{major}{minor})",
+        core_count=_device_attribute("MULTIPROCESSOR_COUNT"),
+        threads_per_core_limit=_device_attribute("MAX_THREADS_PER_MULTIPROCESSOR"),
+        threads_per_block_limit=_device_attribute("MAX_THREADS_PER_BLOCK"),
+        threads_per_warp=_device_attribute("WARP_SIZE"),
+        block_dim_limit_x=_device_attribute("MAX_GRID_DIM_X"),
+        block_dim_limit_yz=min(_device_attribute("MAX_GRID_DIM_Y"),
+                               _device_attribute("MAX_GRID_DIM_Z")),
+        shared_memory_per_block=_device_attribute("MAX_SHARED_MEMORY_PER_BLOCK"),
+        shared_memory_per_block_optin=_device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+        registers_per_block_limit=_device_attribute("MAX_REGISTERS_PER_BLOCK"),
+        registers_per_core_limit=_device_attribute("MAX_REGISTERS_PER_MULTIPROCESSOR"))
 
 
 # -- memory -----------------------------------------------------------------------
@@ -509,18 +460,12 @@ class CudaKernel:
         attributes = {name: self._function_attribute(function, name) for name in (
             "MAX_THREADS_PER_BLOCK", "NUM_REGS", "SHARED_SIZE_BYTES", "LOCAL_SIZE_BYTES")}
         self.attributes = attributes
-        limits = LaunchLimits(
-            max_threads_per_block=_device_attribute("MAX_THREADS_PER_BLOCK"),
-            max_grid_x=_device_attribute("MAX_GRID_DIM_X"),
-            max_grid_yz=min(_device_attribute("MAX_GRID_DIM_Y"),
-                            _device_attribute("MAX_GRID_DIM_Z")),
-            registers_per_block=_device_attribute("MAX_REGISTERS_PER_BLOCK"),
-            max_shared_bytes=_device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"))
+        limits = device_description()
         check_launch(s.name, s.threads, (s.blocks, getattr(s, "blocks_y", 1)), s.shared_bytes,
                      static_shared_bytes=attributes["SHARED_SIZE_BYTES"],
                      registers_per_thread=attributes["NUM_REGS"],
                      max_threads=attributes["MAX_THREADS_PER_BLOCK"], limits=limits)
-        if s.shared_bytes > limits.default_shared_bytes:
+        if s.shared_bytes > limits.shared_memory_per_block:
             cu = _driver()
             _check("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", cu.cuFuncSetAttribute(
                 function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

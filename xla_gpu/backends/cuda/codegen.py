@@ -53,9 +53,9 @@ from mlir import ir as _ir
 from mlir.dialects import gpu
 from mlir.passmanager import PassManager
 
-from . import _pass_runner
-from .errors import CompileError, ResourceError
-from .runtime.cuda import check_launch, limits_for_arch
+from ... import _pass_runner
+from ...errors import CompileError, ResourceError
+from ...runtime.device import check_launch, for_arch
 
 __all__ = ["to_ptx", "ptx_of_text", "ptx_of_operations", "to_cubin", "to_llvm_ir",
            "find_libdevice", "embedded_libdevice_size", "find_ptxas",
@@ -217,7 +217,7 @@ def _native_ptx(gpu_module: _ir.Operation, embedded_libdevice: bool = True) -> b
     """PTX of `gpu_module` through xlaGpuSerializeToPtx, without the GIL;
     with the bindings' embedded libdevice where they have one (else, or
     without `embedded_libdevice`, only the files the target links)."""
-    from . import _native
+    from ... import _native
     address, size = _embedded_libdevice() if embedded_libdevice else (None, 0)
     parts: list[bytes] = []
     callback = _native.STRING_CALLBACK(
@@ -306,7 +306,7 @@ def parse_ptxas_info(log: str, ptx: str = "") -> dict[str, KernelResources]:
 def check_resources(resources: dict[str, KernelResources], arch: str) -> None:
     """LaunchLimitError when a kernel cannot launch with its block size on
     `arch`: registers x threads per block, static shared memory."""
-    limits = limits_for_arch(arch)
+    limits = for_arch(arch)
     for r in resources.values():
         try:
             check_launch(r.name, max(r.block_size, 1), 1, 0,

@@ -25,8 +25,9 @@ from typing import Sequence
 
 from mlir import ir as _ir
 
-from .._trace import complete
-from .. import codegen, pipeline
+from ..._trace import complete
+from ... import pipeline
+from . import codegen
 
 __all__ = ["CudaBinary", "LoweredKernel", "compile_module", "link", "link_groups",
            "lower_module", "stages"]
