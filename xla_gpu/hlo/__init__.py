@@ -20,7 +20,7 @@ from .._lazy import lazy_attributes
 # the runtime (which needs only `shape`) and a cache hit never load the
 # parser or the interpreter (nor ml_dtypes).
 _EXPORTS = {
-    "evaluate": "interpreter",
+    "evaluate": "interpreter", "evaluate_devices": "interpreter",
     "HloComputation": "module", "HloError": "module", "HloInstruction": "module",
     "HloModule": "module", "HloParseError": "module", "Location": "module",
     "parse_file": "parser", "parse_module": "parser",
@@ -39,7 +39,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "parse_module", "parse_file", "evaluate", "module_to_text",
+    "parse_module", "parse_file", "evaluate", "evaluate_devices", "module_to_text",
     "computation_to_text",
     "HloModule", "HloComputation", "HloInstruction", "HloError",
     "HloParseError", "Location",

@@ -626,6 +626,28 @@ class HloModule:
         # XLA's emitter tests write a bare fusion computation: the last one.
         return self.computations[-1]
 
+    @property
+    def replica_count(self) -> int:
+        """The header's `replica_count=` (XLA's default, 1, without one)."""
+        return self._header_count("replica_count")
+
+    @property
+    def num_partitions(self) -> int:
+        """The header's `num_partitions=` (XLA's default, 1, without one)."""
+        return self._header_count("num_partitions")
+
+    def _header_count(self, key: str) -> int:
+        raw = self.attrs.get(key)
+        if raw is None:
+            return 1
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise HloError(f"module '{self.name}': {key}={raw} is not a positive integer")
+        return value
+
     def computation(self, name: str) -> HloComputation:
         for comp in self.computations:
             if comp.name == name:

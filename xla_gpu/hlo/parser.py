@@ -170,6 +170,8 @@ class _Parser(LiteralParsing):
         self.control_refs: list[tuple[HloInstruction, list]] = []
         # Tuples written without a shape (see `instruction`).
         self.untyped_tuples: list[HloInstruction] = []
+        # The module header's attributes, for the verifier.
+        self.header: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------- errors
 
@@ -525,6 +527,9 @@ class _Parser(LiteralParsing):
                        self.comp_pos[id(entries[1])], instruction="")
         module.sections = sections
         self.resolve_computation_refs(module)
+        # The verifier reads the header (a collective's group size may
+        # depend on replica_count and num_partitions).
+        self.header = module.attrs
         for comp in module.computations:
             self.verify(comp)
         return module
@@ -706,10 +711,29 @@ class _Parser(LiteralParsing):
             value, value_pos = self.raw_value()
             if not value:
                 self.error(f"missing value of attribute '{key}'", value_pos)
+            if key == "replica_groups" and value.startswith("mesh"):
+                value = self.mesh_device_list_tail(value, value_pos)
             if key in inst.attrs:
                 self.error(f"duplicate attribute '{key}'", key_pos)
             inst.attrs[key] = self.typed_attr(inst, key, value, value_pos)
         return inst, is_root
+
+    def mesh_device_list_tail(self, value: str, value_pos: int) -> str:
+        """The mesh form of replica groups with its device order,
+        `mesh['x'=8], device_ids=([2,4]T(1,0)) {'x'}`, has a comma of its
+        own: the value runs on through the device ids and the axes."""
+        save = self.pos
+        self.skip(newlines=False)
+        if "{" in value or not self.at(","):
+            self.pos = save
+            return value
+        self.pos += 1
+        self.skip(newlines=False)
+        if not self.at("device_ids"):
+            self.pos = save
+            return value
+        rest, _ = self.raw_value()
+        return self.text[value_pos:self.pos].rstrip() if rest else value
 
     def _at_shape(self) -> bool:
         i = self.pos
@@ -936,7 +960,7 @@ class _Parser(LiteralParsing):
             # As XLA's parser: optional only for a broadcast of a scalar.
             inst.attrs["dimensions"] = ()
         try:
-            verify_instruction(inst)
+            verify_instruction(inst, self.header)
         except VerificationError as e:
             self.inst_error(e.instruction, e.detail)
 

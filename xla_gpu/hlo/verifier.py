@@ -14,6 +14,7 @@ deep in emission or evaluation. No third-party imports.
 from __future__ import annotations
 
 from ..errors import HloError
+from . import collectives as _collectives
 from .module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from .opcodes import (BINARY_ELEMENTWISE, FIXED_ARITY, SAME_TYPE_ELEMENTWISE,
                       TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE)
@@ -46,7 +47,7 @@ _SAME_TYPE_STRUCTURAL = frozenset({
     "broadcast", "reshape", "transpose", "reverse", "slice", "concatenate",
     "pad", "dynamic-slice", "dynamic-update-slice", "gather"})
 _NEEDS_TO_APPLY = ("reduce-window", "scatter", "map", "sort", "all-reduce",
-                   "reduce-scatter")
+                   "all-reduce-start", "reduce-scatter")
 _CALLEE_KEYS = {"fusion": "calls", "call": "to_apply"}
 
 
@@ -66,7 +67,10 @@ def verify_computation(comp: HloComputation) -> None:
         verify_instruction(inst)
 
 
-def verify_instruction(inst: HloInstruction) -> None:
+def verify_instruction(inst: HloInstruction, header: dict | None = None) -> None:
+    """`header`: the module header's attributes (by default those of the
+    instruction's module, when it is linked to one): a collective's group
+    size may depend on replica_count and num_partitions."""
     op = inst.opcode
     shape = inst.shape
     operands = inst.operands
@@ -84,6 +88,13 @@ def verify_instruction(inst: HloInstruction) -> None:
     checker = _CHECKS.get(op)
     if checker is not None:
         checker(inst)
+    collective_checker = _COLLECTIVE_CHECKS.get(op)
+    if collective_checker is not None:
+        if header is None:
+            comp = inst.parent
+            module = comp.module if comp is not None else None
+            header = module.attrs if module is not None else {}
+        collective_checker(inst, header)
     if op in _SAME_TYPE_STRUCTURAL and operands:
         etype = shape.element_type
         checked = operands[:2] if op in ("pad", "dynamic-update-slice") \
@@ -500,7 +511,243 @@ def _check_dot(inst):
                     f"{list(inst.shape.dims)}")
 
 
+# -- collectives -------------------------------------------------------------
+
+def _header_count(header: dict, key: str) -> int | None:
+    """The module header's count, None when the header does not give it (the
+    rules that need it are then skipped, as XLA skips its replica-count
+    check for a module configured with one replica)."""
+    raw = header.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _collective_groups(inst, header):
+    """(groups, mode, group size or None) of a collective; refuses
+    malformed replica groups, channel_id or mode."""
+    opcode = _collectives.ASYNC_COLLECTIVE_STARTS.get(inst.opcode, inst.opcode)
+    raw_channel = inst.attrs.get("channel_id")
+    if raw_channel is not None:
+        try:
+            int(str(raw_channel).strip())
+        except ValueError:
+            _fail(inst, f"channel_id={raw_channel} is not an integer")
+    ugdi = inst.attrs.get("use_global_device_ids", False) \
+        if opcode in ("all-reduce", "all-gather", "reduce-scatter") else None
+    if "use_global_device_ids" in inst.attrs and ugdi is None:
+        _fail(inst, f"'{inst.opcode}' takes no use_global_device_ids")
+    replicas = _header_count(header, "replica_count")
+    partitions = _header_count(header, "num_partitions")
+    try:
+        groups = _collectives.parse_replica_groups(inst.attrs.get("replica_groups", "{}"))
+        mode = _collectives.group_mode_for(opcode, raw_channel is not None, ugdi)
+        size = _collectives.group_size_for(groups, mode, replicas, partitions)
+    except HloError as e:
+        _fail(inst, str(e))
+    limit = {_collectives.GroupMode.CROSS_REPLICA: replicas,
+             _collectives.GroupMode.CROSS_REPLICA_AND_PARTITION: replicas,
+             _collectives.GroupMode.CROSS_PARTITION: partitions,
+             _collectives.GroupMode.FLATTENED_ID:
+                 (replicas or 1) * (partitions or 1) if replicas or partitions else None}[mode]
+    if opcode != "collective-permute" and limit is not None:
+        for group in groups:
+            for i in group:
+                if i >= limit:
+                    _fail(inst, f"replica_groups name id {i}, but {mode.value} ids run "
+                                f"from 0 to {limit - 1} (the module header's replica_count "
+                                "and num_partitions)")
+    return groups, mode, size
+
+
+def _array_operands(inst):
+    if not inst.operands:
+        _fail(inst, f"'{inst.opcode}' needs at least one operand")
+    for o in inst.operands:
+        if o.shape.is_tuple:
+            _fail(inst, f"operand '%{o.name}' of '{inst.opcode}' is a tuple {o.shape}; "
+                        "collectives take arrays")
+    return [o.shape for o in inst.operands]
+
+
+def _results_shape(inst, results, shape=None):
+    """The shape a collective of these per-operand results has: the one
+    result, or a tuple of them."""
+    shape = inst.shape if shape is None else shape
+    expected = results[0] if len(results) == 1 else Shape("", (), None, tuple(results))
+    if not compatible(expected, shape):
+        _fail(inst, f"'{inst.opcode}' of {', '.join(map(str, [o.shape for o in inst.operands]))} "
+                    f"gives {expected}, not {shape}")
+
+
+def _collective_dimension(inst, operands):
+    dims = inst.attrs.get("dimensions")
+    if dims is None and inst.opcode.startswith("all-gather"):
+        dims = inst.attrs.get("all_gather_dimension")
+        dims = (dims,) if isinstance(dims, int) else dims
+    if not isinstance(dims, tuple) or len(dims) != 1:
+        _fail(inst, f"'{inst.opcode}' needs dimensions={{d}} (one dimension)")
+    d = dims[0]
+    for o in operands:
+        if not 0 <= d < o.rank:
+            _fail(inst, f"dimensions={{{d}}} is not a dimension of the operand {o}")
+    return d
+
+
+def _scaled(operand, d, dim):
+    return operand.with_dims(operand.dims[:d] + (dim,) + operand.dims[d + 1:])
+
+
+def _check_gathered(inst, operands, results, d, size, scatter: bool) -> None:
+    """all-gather: result dim d = operand dim d * group size; reduce-scatter:
+    operand dim d = result dim d * group size; the other dims equal."""
+    what = "reduce-scatter" if scatter else "all-gather"
+    parts = results if len(operands) > 1 else [results]
+    if len(operands) > 1 and (not isinstance(results, tuple) or len(results) != len(operands)):
+        _fail(inst, f"'{inst.opcode}' of {len(operands)} operands gives a tuple of "
+                    f"{len(operands)}, not {inst.shape}")
+    for o, r in zip(operands, parts):
+        big, small = (o, r) if scatter else (r, o)
+        ok = not r.is_tuple and r.element_type == o.element_type and r.rank == o.rank and \
+            all(a == b for k, (a, b) in enumerate(zip(r.dims, o.dims)) if k != d)
+        if ok and size is not None:
+            ok = big.dims[d] == small.dims[d] * size
+        elif ok:
+            ok = (small.dims[d] == 0 and big.dims[d] == 0) or \
+                (small.dims[d] > 0 and big.dims[d] % small.dims[d] == 0)
+        if not ok:
+            if size is not None:
+                want = _scaled(o, d, o.dims[d] // size if scatter else o.dims[d] * size)
+                detail = f"gives {want}, not {r}"
+                if scatter and o.dims[d] % size:
+                    detail = f"cannot split dimension {d} of {o} into {size} blocks"
+            else:
+                detail = f"cannot give {r}"
+            _fail(inst, f"{what} of {o} along dimension {d} in groups of "
+                        f"{size if size is not None else 'unknown size'} {detail}")
+
+
+def _check_all_reduce(inst, header):
+    operands = _array_operands(inst)
+    _collective_groups(inst, header)
+    _results_shape(inst, operands)
+
+
+def _check_all_gather(inst, header):
+    operands = _array_operands(inst)
+    _, _, size = _collective_groups(inst, header)
+    d = _collective_dimension(inst, operands)
+    shape = inst.shape
+    if inst.opcode == "all-gather-start":
+        parts = shape.tuple_shapes if shape.is_tuple else ()
+        if len(parts) != 2:
+            _fail(inst, f"all-gather-start's shape {shape} is not (operands, results)")
+        _results_shape(inst, operands, parts[0])
+        shape = parts[1]
+    results = shape.tuple_shapes if len(operands) > 1 and shape.is_tuple else shape
+    _check_gathered(inst, operands, results, d, size, scatter=False)
+
+
+def _check_reduce_scatter(inst, header):
+    operands = _array_operands(inst)
+    _, _, size = _collective_groups(inst, header)
+    d = _collective_dimension(inst, operands)
+    results = inst.shape.tuple_shapes if len(operands) > 1 and inst.shape.is_tuple \
+        else inst.shape
+    _check_gathered(inst, operands, results, d, size, scatter=True)
+
+
+def _check_all_to_all(inst, header):
+    operands = _array_operands(inst)
+    _, _, size = _collective_groups(inst, header)
+    if "dimensions" in inst.attrs:
+        if len(operands) != 1:
+            _fail(inst, f"all-to-all with dimensions={{d}} takes one operand, has "
+                        f"{len(operands)}")
+        d = _collective_dimension(inst, operands)
+        if size is not None and operands[0].dims[d] % size:
+            _fail(inst, f"all-to-all cannot split dimension {d} of {operands[0]} into "
+                        f"{size} blocks (the group size)")
+        _results_shape(inst, operands)
+        return
+    if size is not None and len(operands) != size:
+        _fail(inst, f"all-to-all without dimensions (the tuple form) takes one operand per "
+                    f"participant ({size}), has {len(operands)}")
+    if not compatible(Shape("", (), None, tuple(operands)), inst.shape):
+        _fail(inst, f"all-to-all of {len(operands)} operands gives "
+                    f"({', '.join(map(str, operands))}), not {inst.shape}")
+
+
+def _check_collective_permute(inst, header):
+    _collective_groups(inst, header)
+    raw = inst.attrs.get("source_target_pairs")
+    if raw is None:
+        _fail(inst, f"'{inst.opcode}' needs source_target_pairs={{{{source,target}},...}}")
+    try:
+        _collectives.parse_source_target_pairs(raw)
+    except HloError as e:
+        _fail(inst, str(e))
+    if "slice_sizes" in inst.attrs:
+        return  # the in-place form (input, output, start indices): not checked further
+    operands = _array_operands(inst)
+    if inst.opcode == "collective-permute-start":
+        parts = inst.shape.tuple_shapes if inst.shape.is_tuple else ()
+        if len(parts) < 2:
+            _fail(inst, f"collective-permute-start's shape {inst.shape} is not (operands, "
+                        "results, context...)")
+        _results_shape(inst, operands, parts[0])
+        _results_shape(inst, operands, parts[1])
+    else:
+        _results_shape(inst, operands)
+
+
+def _check_collective_broadcast(inst, header):
+    operands = _array_operands(inst)
+    _collective_groups(inst, header)
+    _results_shape(inst, operands)
+
+
+def _check_done(inst):
+    if len(inst.operands) != 1:
+        _fail(inst, f"'{inst.opcode}' takes 1 operand (its start op), has "
+                    f"{len(inst.operands)}")
+    state = inst.operands[0].shape
+    if inst.opcode == "all-reduce-done":
+        expected = state
+    elif state.is_tuple and len(state.tuple_shapes) >= 2:
+        expected = state.tuple_shapes[1]
+    else:
+        _fail(inst, f"the operand of '{inst.opcode}' is {state}, not the (operands, results"
+                    ", ...) of its start op")
+    if not compatible(expected, inst.shape):
+        _fail(inst, f"'{inst.opcode}' of {state} gives {expected}, not {inst.shape}")
+
+
+def _check_device_id(inst):
+    if inst.operands:
+        _fail(inst, f"'{inst.opcode}' takes no operands")
+    if inst.shape.is_tuple or inst.shape.element_type != "u32" or inst.shape.rank:
+        _fail(inst, f"'{inst.opcode}' produces u32[], not {inst.shape}")
+
+
+# The collectives' checks, given the module header too.
+_COLLECTIVE_CHECKS = {
+    "all-reduce": _check_all_reduce, "all-reduce-start": _check_all_reduce,
+    "all-gather": _check_all_gather, "all-gather-start": _check_all_gather,
+    "reduce-scatter": _check_reduce_scatter, "all-to-all": _check_all_to_all,
+    "collective-permute": _check_collective_permute,
+    "collective-permute-start": _check_collective_permute,
+    "collective-broadcast": _check_collective_broadcast,
+}
+
 _CHECKS = {
+    "all-reduce-done": _check_done, "all-gather-done": _check_done,
+    "collective-permute-done": _check_done,
+    "replica-id": _check_device_id, "partition-id": _check_device_id,
     "dot": _check_dot, "while": _check_while, "conditional": _check_conditional,
     "get-tuple-element": _check_gte, "tuple": _check_tuple, "fusion": _check_call,
     "call": _check_call, "reduce": _check_reduce, "scatter": _check_scatter,

@@ -58,12 +58,21 @@ Conventions:
 * async-start / async-done and copy-start / copy-done pairs of scheduled
   dumps run at the start op.
 * Values above MAX_ELEMENTS elements are refused before they are allocated.
+* Many devices: `evaluate_devices(module, per_device_args, num_replicas=,
+  num_partitions=, timeout=)` runs every device in its own thread;
+  replica-id / partition-id give the device's ids and the collectives
+  (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute,
+  collective-broadcast, their async pairs, run at the start op) meet in a
+  rendezvous (`devices`; what each collective computes:
+  `xla_gpu.hlo.collectives`). Under `evaluate` (one device) a collective has
+  one participant and is the identity.
 
 The parts: `core` (the evaluator: walks a computation, dispatches each
 instruction to its op's handler), `dtypes` (compute types, rounding),
 `elementwise`, `data_movement` (slices, pads, concatenates, gather,
 scatter...), `reductions` (reduce, reduce-window, select-and-scatter),
 `control_flow`, `dot`, `sort`, `convolution`, `rng`, `fft`, `async_ops`,
+`collective_ops`, `devices` (many devices and their rendezvous),
 `custom_calls` (XLA's own targets; the handlers users register live in
 `xla_gpu.ffi.registry`, which this module consults when a custom call runs).
 """
@@ -71,20 +80,20 @@ scatter...), `reductions` (reduce, reduce-window, select-and-scatter),
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 
 from ..._lazy import lazy_attributes
 from ...errors import ArgumentError
-from ..module import HloComputation, HloInstruction, HloModule
-from ..shape import Shape
+from ..module import HloComputation, HloModule
+from .arguments import check_argument as _check_argument, flatten as _flatten
 from .core import SUPPORTED_OPCODES, Evaluator
 from .custom_calls import register_custom_call, registered_custom_calls, unregister_custom_call
+from .devices import evaluate_devices
 from .dtypes import MAX_ELEMENTS, Value
 from .rng import philox4x32, threefry2x32
 
-__all__ = ["evaluate", "register_custom_call", "unregister_custom_call",
+__all__ = ["evaluate", "evaluate_devices", "register_custom_call", "unregister_custom_call",
            "registered_custom_calls", "decode_ffi_attributes", "handler_attributes",
            "call_handler", "Evaluator", "MAX_ELEMENTS", "SUPPORTED_OPCODES",
            "philox4x32", "threefry2x32"]
@@ -124,38 +133,3 @@ def evaluate(module_or_computation: HloModule | HloComputation,
     leaves: list[np.ndarray] = []
     _flatten(result, leaves)
     return tuple(np.array(leaf, copy=True) for leaf in leaves)
-
-
-def _check_argument(param: HloInstruction, arg: Any, shape: Shape | None = None,
-                    where: str = "") -> Value:
-    shape = param.shape if shape is None else shape
-    label = f"parameter {param.parameter_number} ('{param.name}'){where}"
-    if shape.is_tuple:
-        if not isinstance(arg, (tuple, list)) or \
-                len(arg) != len(shape.tuple_shapes):
-            raise ArgumentError(f"{label}: expected a tuple of "
-                                f"{len(shape.tuple_shapes)} arrays for {shape}")
-        return tuple(_check_argument(param, a, s, f"{where}[{i}]")
-                     for i, (a, s) in enumerate(zip(arg, shape.tuple_shapes)))
-    if shape.element_type == "token":
-        return np.zeros((0,), np.uint8)
-    try:
-        arr = np.asarray(arg)
-    except Exception as e:  # ragged lists, objects numpy cannot convert
-        raise ArgumentError(f"{label}: not an array ({type(arg).__name__}: "
-                            f"{e})") from None
-    if arr.dtype != shape.dtype:
-        raise ArgumentError(f"{label}: expected dtype {shape.dtype} "
-                            f"({shape.element_type}), got {arr.dtype}")
-    if arr.shape != shape.dims:
-        raise ArgumentError(f"{label}: expected shape {shape.dims} "
-                            f"({shape}), got {arr.shape}")
-    return arr
-
-
-def _flatten(value: Value, out: list) -> None:
-    if isinstance(value, tuple):
-        for v in value:
-            _flatten(v, out)
-    else:
-        out.append(value)

@@ -1,6 +1,7 @@
 """The pairs of XLA:GPU's scheduled dumps (async-start / -update / -done,
-copy-start / -done: run at the start op), and ops with nothing to compute
-on one device (after-all, replica-id, partition-id, get-dimension-size)."""
+copy-start / -done: run at the start op; an async-start wrapping a
+collective meets its peers there), and ops with nothing to compute (after-all,
+get-dimension-size, and replica-id / partition-id: the device's ids)."""
 
 from __future__ import annotations
 
@@ -72,8 +73,10 @@ def _h_get_dimension_size(ev, inst, ops, batch):
 
 
 def _h_device_id(ev, inst, ops, batch):
-    """replica-id / partition-id: the interpreter runs one device, 0."""
-    return np.zeros((), inst.shape.dtype)
+    """replica-id / partition-id: the evaluating device's (0 and 0 under
+    `evaluate`, one device)."""
+    value = ev.replica_id if inst.opcode == "replica-id" else ev.partition_id
+    return np.asarray(value, inst.shape.dtype)
 
 
 def _h_after_all(ev, inst, ops, batch):

@@ -14,15 +14,36 @@ import numpy as np
 from ..graph import post_order
 from ..module import HloComputation, HloError, HloInstruction
 from ..shape import Shape
-from . import (async_ops, control_flow, convolution, custom_calls, data_movement, dot,
-               elementwise, fft, reductions, rng, sort)
+from . import (async_ops, collective_ops, control_flow, convolution, custom_calls,
+               data_movement, dot, elementwise, fft, reductions, rng, sort)
 from .dtypes import MAX_ELEMENTS, Value
 from .elementwise import BATCHABLE
 
 
 class Evaluator:
+    """Evaluates computations on one device. `evaluate` uses it as the only
+    device (replica 0, partition 0, no rendezvous: a collective has one
+    participant); `evaluate_devices` gives each device its ids and the
+    run's rendezvous (`session`)."""
+
+    device: int = 0
+    replica_id: int = 0
+    partition_id: int = 0
+    num_replicas: int = 1
+    num_partitions: int = 1
+    session = None
+
     def __init__(self) -> None:
         self._scalar_cache: dict[int, bool] = {}
+        self._executions: dict[int, int] = {}
+
+    def next_execution(self, inst: HloInstruction) -> int:
+        """How many times this evaluator ran `inst` before (0 the first
+        time), counting this run: a collective in a loop body meets its
+        peers once per iteration."""
+        count = self._executions.get(id(inst), 0)
+        self._executions[id(inst)] = count + 1
+        return count
 
     # -- computations
 
@@ -157,7 +178,7 @@ def _stack_results(results: list, shape: Shape, batch: tuple[int, ...]):
 # instruction, operand values, batch) -> value.
 HANDLERS: dict[str, Callable] = {}
 for _part in (elementwise, data_movement, reductions, control_flow, dot, sort, custom_calls,
-              convolution, rng, fft, async_ops):
+              convolution, rng, fft, async_ops, collective_ops):
     HANDLERS.update(_part.HANDLERS)
 del _part
 
