@@ -369,7 +369,10 @@ def test_compile_options_and_double_donation_are_checked():
         lowered = jax.jit(lambda v: v + 1).lower(1.0)
         for key, opts in {"unknown": {"invalid_key": "x"},
                           "known": {"exec_time_optimization_effort": 0.0,
-                                    "xla_embed_ir_in_executable": True}}.items():
+                                    "xla_embed_ir_in_executable": True},
+                          # a bool flag jaxlib's binding does not expose
+                          "bad bool": {"xla_embed_ir_in_executable": "invalid_value"},
+                          "string flag": {"xla_dump_hlo_pass_re": "fusion"}}.items():
             try:
                 lowered.compile(compiler_options=opts)
                 res[key] = "compiled"
@@ -386,7 +389,8 @@ def test_compile_options_and_double_donation_are_checked():
         print(json.dumps(res))
     """)
     assert "No such compile option: 'invalid_key'" in out["unknown"]
-    assert out["known"] == "compiled"
+    assert out["known"] == "compiled" and out["string flag"] == "compiled"
+    assert "'invalid_value' is not a valid bool value" in out["bad bool"]
     assert "donate the same buffer twice" in out["double"]
     assert out["x_alive"]   # refused before the run: nothing was consumed
 

@@ -403,6 +403,7 @@ def _aliased_parameters(hlo_text: str) -> frozenset[int]:
 
 
 def _varint(value: int) -> bytes:
+    """`value` as a protobuf varint."""
     out = bytearray()
     while True:
         byte, value = value & 0x7F, value >> 7
@@ -459,10 +460,63 @@ def _check_compile_options(overrides, build) -> None:
             continue
         if not key.startswith("xla_"):
             raise _PjrtError(A.INVALID_ARGUMENT, f"No such compile option: '{key}'")
-        if isinstance(getattr(debug, key, None), bool) and isinstance(value, str) and \
+        is_bool = isinstance(getattr(debug, key, None), bool) or \
+            _debug_option_type(key) == _PROTO_TYPE_BOOL
+        if is_bool and isinstance(value, str) and \
                 value.lower() not in ("true", "false", "1", "0"):
             raise _PjrtError(A.INVALID_ARGUMENT, f"While setting option {key}, "
                              f"'{value}' is not a valid bool value.")
+
+
+# FieldDescriptorProto.Type of a bool field.
+_PROTO_TYPE_BOOL = 8
+_option_types: dict[str, int | None] = {}
+
+
+def _debug_option_type(key: str) -> int | None:
+    """The protobuf type of XLA's DebugOptions field `key`, read from the
+    descriptor of xla.proto that jaxlib's library embeds (jaxlib's Python
+    binding exposes only some fields); None when it cannot be found. The
+    serialized FieldDescriptorProto is the name (field 1), then the number,
+    label and type (fields 3, 4, 5, varints)."""
+    if key in _option_types:
+        return _option_types[key]
+    found = None
+    try:
+        import mmap
+
+        import jaxlib
+        library = os.path.join(os.path.dirname(jaxlib.__file__), "libjax_common.so")
+        name = key.encode()
+        with open(library, "rb") as f, \
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = data.find(b"\n" + bytes([len(name)]) + name) if len(name) < 128 else -1
+            if at >= 0:
+                at += 2 + len(name)
+                for _ in range(4):     # number, label, type: a few varint fields
+                    tag = data[at]
+                    if tag & 7 != 0:   # not a varint: not the fields we want
+                        break
+                    at, value = _read_varint(data, at + 1)
+                    if tag >> 3 == 5:
+                        found = value
+                        break
+    except (OSError, ValueError, IndexError, ImportError):
+        found = None
+    _option_types[key] = found
+    return found
+
+
+def _read_varint(data, at: int) -> tuple[int, int]:
+    """(the offset after it, the value) of the varint at `at`."""
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if not byte & 0x80:
+            return at, value
+        shift += 7
 
 
 def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
