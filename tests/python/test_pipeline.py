@@ -1,4 +1,4 @@
-"""xla_gpu.pipeline and xla_gpu.codegen from Python: the whole pipeline,
+"""xla_gpu.pipeline and xla_gpu.backends.cuda.codegen from Python: the whole pipeline,
 per-stage dumps, PTX (and a cubin where ptxas exists), errors."""
 
 from __future__ import annotations
