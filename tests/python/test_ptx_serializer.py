@@ -1,5 +1,5 @@
 """libXlaGpu's PTX serializer (xlaGpuSerializeToPtx, used by
-xla_gpu.codegen) against MLIR's own gpu-module-to-binary{format=isa}: the
+xla_gpu.backends.cuda.codegen) against MLIR's own gpu-module-to-binary{format=isa}: the
 same PTX for kernels with and without libdevice calls, at O0 and O3, on
 several threads at once; errors as diagnostics, never a crash."""
 
