@@ -13,7 +13,10 @@ epilogues of them) or side outputs with as many elements as the reduce
 input (written at the same row-major position). A reduce that something
 else reads (another reduce's input, a side output, another reduce's
 epilogue) is computed a second time, elementally, where it is read, as
-XLA's emitter does (`heroes_read_elsewhere`).
+XLA's emitter does (`heroes_read_elsewhere`). The values the threads
+exchange must fit a block's shared memory at the emitter's smallest tiles
+(`analysis.shared_memory`); the fusion passes hold fusions to the budget at
+the preferred tiles (`reduction_shared_bytes`).
 """
 
 from __future__ import annotations
@@ -23,10 +26,14 @@ from math import prod
 from ..hlo import HloError, HloInstruction
 from ..hlo.graph import post_order
 from .epilogue import has_epilogue, is_elementwise_epilogue
+from .shared_memory import (WARP_SIZE, ColumnTiles, column_tiles, column_vector_size,
+                            input_bits, output_bits, reduction_partial_bytes, row_tiles,
+                            small_column_tiles, static_shared_budget)
 
 __all__ = ["ReductionLayout", "reduction_layout", "reduction_refusal",
            "reduce_heroes", "checked_layout", "checked_layouts",
-           "heroes_read_elsewhere", "reduction_groups"]
+           "heroes_read_elsewhere", "reduction_groups", "reduction_shared_bytes",
+           "shared_memory_refusal"]
 
 
 class ReductionLayout:
@@ -124,7 +131,54 @@ def reduction_refusal(roots: list[HloInstruction],
     for h in reduces:
         if any(o.shape.rank for o in h.operands[len(h.operands) // 2:]):
             return "init values must be scalars"
-    return None
+    return shared_memory_refusal(reduction_layout(first), heroes)
+
+
+def shared_memory_refusal(layout: ReductionLayout,
+                          heroes: list[HloInstruction]) -> str | None:
+    """Why the reduction emitter's exchange of partials cannot fit a
+    block's shared memory even at its smallest tiles (one lane, one warp
+    per column), or None. Row reductions always fit (one warp per row
+    needs no tile)."""
+    if layout.is_row:
+        return None
+    partials = reduction_partial_bytes(heroes)
+    budget = static_shared_budget()
+    if WARP_SIZE % layout.K1 == 0:
+        fits = small_column_tiles(partials, layout.K1, 1, budget) is not None
+    else:
+        fits = column_tiles(partials, 1, budget) is not None
+    if fits:
+        return None
+    return (f"{len(partials)} reduced values ({sum(partials)} bytes per element) do not "
+            f"fit {budget} bytes of shared memory even at the smallest tiles")
+
+
+def reduction_shared_bytes(roots: list[HloInstruction], heroes: list[HloInstruction],
+                           parameter_types: list[str]) -> int:
+    """The shared memory the reduction emitter's tiles take at its
+    preferred configuration (before any shrinking to fit the budget), for a
+    fusion the analysis gives it, with parameters of `parameter_types` (the
+    vector width follows the narrowest): what the fusion passes hold to the
+    budget, as XLA's FusionFitsInBudget does. Configured for the GPU (the
+    cpu target's large column reductions need none)."""
+    layout = checked_layout(roots, heroes)
+    partials = reduction_partial_bytes(heroes)
+    if layout.is_row:
+        # The preferred threads, whatever they take (no budget).
+        return row_tiles(partials, layout.K, layout.R, budget=1 << 62).bytes(partials)
+    reduces = reduce_heroes(heroes)
+    complex_operands = any(o.shape.element_type in ("c64", "c128")
+                           for h in reduces for o in h.operands)
+    outputs = [leaf.element_type for r in roots for leaf in r.shape.leaves()]
+    narrow_in, narrow_out = input_bits(parameter_types), output_bits(outputs)
+    if WARP_SIZE % layout.K1 == 0:
+        lanes = column_vector_size(layout.R * layout.K1, WARP_SIZE, narrow_in, narrow_out,
+                                   complex_operands)
+        tiles = small_column_tiles(partials, layout.K1, lanes, budget=1 << 62)
+        return tiles.bytes(partials, layout.K1)
+    lanes = column_vector_size(layout.K1, WARP_SIZE, narrow_in, narrow_out, complex_operands)
+    return ColumnTiles(lanes).bytes(partials)
 
 
 def heroes_read_elsewhere(roots: list[HloInstruction],

@@ -26,6 +26,7 @@ from ..hlo import HloComputation, HloInstruction, Shape
 from ..hlo.shape import bit_width, is_float
 from ..hlo.topk import value_index_comparator
 from .fusion import Fusion
+from .shared_memory import STATIC_SHARED_BUDGET, static_shared_budget
 
 __all__ = ["SortKernelConfig", "SortLaunch", "SortPlan", "plan_sort", "bitonic_masks",
            "choose_tile", "sort_kernel_fusion", "topk_kernel_fusion", "needs_index_operand",
@@ -35,8 +36,9 @@ __all__ = ["SortKernelConfig", "SortLaunch", "SortPlan", "plan_sort", "bitonic_m
 
 # XLA: at most 2 * 1024 elements per tile (one thread per pair).
 MAX_TILE = 2048
-# Static shared memory a block may use without opting in to more.
-MAX_SHARED_BYTES = 48 * 1024
+# Static shared memory a block may use without opting in to more (the
+# budget every emitter's tiles keep to: `shared_memory`).
+MAX_SHARED_BYTES = STATIC_SHARED_BUDGET
 # Threads per block of the global (one pair per thread) kernels.
 GLOBAL_THREADS = 128
 # The stable tie-break index and top-k's indices.
@@ -131,7 +133,8 @@ def choose_tile(n: int, bytes_per_element: int) -> int:
     """The tile: the padded size up to MAX_TILE elements, halved until the
     tiles of every sorted array fit in shared memory (0: no tiling)."""
     tile = min(MAX_TILE, max(2, 1 << _stages(n)))
-    while tile >= 2 and tile * bytes_per_element > MAX_SHARED_BYTES:
+    budget = min(MAX_SHARED_BYTES, static_shared_budget())
+    while tile >= 2 and tile * bytes_per_element > budget:
         tile //= 2
     return tile if tile >= 2 else 0
 

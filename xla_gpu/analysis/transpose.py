@@ -35,6 +35,13 @@ V consecutive input elements of a row; each thread reads a `V x V` block
 output elements, so both global sides move 32 bits per thread per access.
 The columns are swizzled by V per group of V rows instead of padded, so
 that the V x V blocks stay contiguous.
+
+All tiles of a fusion must fit a block's shared memory
+(`shared_memory.static_shared_budget()`): when the packed tiles do not,
+the padded tile (32 x 33 elements times the vector) is used instead, with
+narrower vectors if need be; when even that does not fit, the loop emitter
+takes the fusion. The fusion passes do not form fusions whose preferred
+tiles exceed the budget (`transpose_shared_bytes`).
 """
 
 from __future__ import annotations
@@ -45,16 +52,20 @@ from math import prod
 from ..hlo import HloError, HloInstruction
 from ..hlo.shape import bit_width
 from .epilogue import is_order_preserving_epilogue
+from .shared_memory import STATIC_SHARED_BUDGET, static_shared_budget
 
 __all__ = ["normalized_transpose", "is_tiled_transpose", "TransposeTiling",
            "PackedTiling", "packed_tiling", "TransposePlan", "plan_transpose",
-           "transpose_refusal", "TILE", "NUM_WARPS", "THREADS", "MAX_SHARED_BYTES"]
+           "transpose_refusal", "transpose_shared_bytes", "TILE", "NUM_WARPS", "THREADS",
+           "MAX_SHARED_BYTES"]
 
 TILE = 32                     # tile side (elements, times the vector width): a warp
 NUM_WARPS = 4                 # warps per block: rows of the tile per step
 THREADS = TILE * NUM_WARPS    # 128 threads per block
-# Static shared memory a block may use without opting in to more.
-MAX_SHARED_BYTES = 48 * 1024
+# Static shared memory a block may use without opting in to more (the
+# tiles are sized by `shared_memory.static_shared_budget()`, read at each
+# plan).
+MAX_SHARED_BYTES = STATIC_SHARED_BUDGET
 # Each thread's global accesses should be at least this wide.
 MIN_ACCESS_BITS = 32
 
@@ -309,23 +320,23 @@ def _plan(roots: list[HloInstruction], heroes: list[HloInstruction]) -> Transpos
     below = _first_reached(starts, {id(h) for h in tiled})
     if below is not None:
         return f"transpose '{below.name}' feeds another transpose or a side output"
-    if packed_tiling(dims, perm, xla_bits(first.shape.element_type)) is not None:
-        # XLA's packed transpose, its tile sized by the bits each element
-        # takes here (sub-byte integers take a byte).
-        bits = {storage_bits(h.shape.element_type) for h in tiled}
-        if len(bits) > 1:
-            return "packed transposes of elements of different widths"
-        tiling = packed_tiling(dims, perm, bits.pop())
-        if tiling is None:
-            return (f"transpose '{first.name}' is packed by XLA for "
-                    f"{first.shape.element_type} elements but not in the byte each "
-                    "takes here")
-    else:
-        tiling = _choose_tiling(dims, perm, tiled)
-    if tiling.shared_bytes(tiled) > MAX_SHARED_BYTES:
+    tiling = _preferred_tiling(dims, perm, tiled)
+    if isinstance(tiling, str):
+        return tiling
+    budget = static_shared_budget()
+    # Packed sub-byte elements have no padded tile to fall back to (XLA
+    # never gives them one: see is_tiled_transpose).
+    sub_byte = isinstance(tiling, PackedTiling) and any(
+        bit_width(h.shape.element_type) < 8 and h.shape.element_type != "pred"
+        for h in tiled)
+    if tiling.shared_bytes(tiled) > budget and not sub_byte:
+        # Smaller tiles: the padded tile (one row of 32 elements per warp
+        # instead of the packed 32V x 32V square), narrower vectors.
+        tiling = _choose_tiling(dims, perm, tiled, budget)
+    if tiling.shared_bytes(tiled) > budget:
         return (f"{len(tiled)} tiles of {'x'.join(map(str, tiling.shmem_dims))} "
                 f"need {tiling.shared_bytes(tiled)} bytes of shared memory, more than "
-                f"the {MAX_SHARED_BYTES} a block has")
+                f"the {budget} a block has")
     return TransposePlan(slots, tiled, tiling)
 
 
@@ -342,8 +353,30 @@ def _first_reached(starts: list[HloInstruction], targets: set[int]) -> HloInstru
     return None
 
 
-def _choose_tiling(dims: list[int], perm: list[int],
-                   heroes: list[HloInstruction]) -> TransposeTiling:
+def _preferred_tiling(dims: list[int], perm: list[int], tiled: list[HloInstruction]
+                      ) -> TransposeTiling | PackedTiling | str:
+    """XLA's tiling of the transposes `tiled` whatever shared memory it
+    takes: packed when XLA packs them, else the padded tile with the
+    widest vectors the shape allows; or why there is none."""
+    if packed_tiling(dims, perm, xla_bits(tiled[0].shape.element_type)) is not None:
+        # XLA's packed transpose, its tile sized by the bits each element
+        # takes here (sub-byte integers take a byte).
+        bits = {storage_bits(h.shape.element_type) for h in tiled}
+        if len(bits) > 1:
+            return "packed transposes of elements of different widths"
+        tiling = packed_tiling(dims, perm, bits.pop())
+        if tiling is None:
+            return (f"transpose '{tiled[0].name}' is packed by XLA for "
+                    f"{tiled[0].shape.element_type} elements but not in the byte each "
+                    "takes here")
+        return tiling
+    return _choose_tiling(dims, perm, tiled)
+
+
+def _choose_tiling(dims: list[int], perm: list[int], heroes: list[HloInstruction],
+                   budget: int | None = None) -> TransposeTiling:
+    """The padded tiling, with the widest vector whose tiles fit `budget`
+    (None: any)."""
     tiling = TransposeTiling(dims, perm)
     if not tiling.minor_kept:
         # Narrow types: several elements per thread so that each global
@@ -354,10 +387,23 @@ def _choose_tiling(dims: list[int], perm: list[int],
         while vector > 1:
             candidate = TransposeTiling(dims, perm, vector)
             if dims[-1] % vector == 0 and dims[perm[-1]] % vector == 0 and \
-                    candidate.shared_bytes(heroes) <= MAX_SHARED_BYTES:
+                    (budget is None or candidate.shared_bytes(heroes) <= budget):
                 return candidate
             vector //= 2
     return tiling
+
+
+def transpose_shared_bytes(roots: list[HloInstruction],
+                           heroes: list[HloInstruction]) -> int:
+    """The shared memory of the tiled transpose emitter's preferred tiling
+    (before smaller tiles are chosen to fit the budget) for a fusion it can
+    take: what the fusion passes hold to the budget, as XLA's
+    FusionFitsInBudget does."""
+    plan = plan_transpose(roots, heroes)
+    dims, perm = normalized_transpose(plan.heroes[0])
+    tiling = _preferred_tiling(dims, perm, plan.heroes)
+    return plan.tiling.shared_bytes(plan.heroes) if isinstance(tiling, str) \
+        else tiling.shared_bytes(plan.heroes)
 
 
 def transpose_refusal(roots: list[HloInstruction],

@@ -33,7 +33,9 @@ Column reduction (`ColumnReductionEmitter`): 32x32 threads per block cover
 32 * lanes columns; thread (x, y) accumulates rows y, y+32, ... of `lanes`
 adjacent columns (one accumulator each: vector loads along the row); the
 partials go through a 32 x (32 * lanes) shared tile (padded by one), are
-read back transposed, and a warp shuffle finishes each column.
+read back transposed, and a warp shuffle finishes each column. With many
+reduced values, fewer lanes and then fewer warps keep the tiles within the
+shared-memory budget (`analysis.shared_memory`), as every variant does.
 
 Small column reduction (`SmallColumnReductionEmitter`): when the kept minor
 size divides a warp, one block walks a K0 index's [R, K1] slab linearly;
@@ -55,16 +57,19 @@ from ..analysis.indexing import (const, delinearize, dim, floordiv, indexing_map
 from ..analysis.epilogue import has_epilogue, selects_output
 from ..analysis.reduction import (ReductionLayout, checked_layout, checked_layouts,
                                   heroes_read_elsewhere, reduce_heroes, reduction_groups)
+from ..analysis.shared_memory import (MAX_THREADS_PER_ROW,  # noqa: F401 (re-exported)
+                                      MIN_ROW_ELEMENTS_PER_THREAD, THREADS_PER_BLOCK_TARGET,
+                                      column_tile_width, column_tiles, column_vector_size,
+                                      input_bits, output_bits, reduction_partial_bytes,
+                                      row_tiles, small_column_tiles)
 from ..dialects import xla_gpu
 from ..hlo import HloInstruction
-from ..hlo.shape import bit_width
 from .base import WARP_SIZE, KernelEmitter, LaunchDims
 
 __all__ = ["ReductionEmitter", "RowReductionEmitter", "MultiRowReductionEmitter",
            "ColumnReductionEmitter", "SmallColumnReductionEmitter",
            "ThreadPerColumnReductionEmitter", "reduction_emitter"]
 
-MAX_THREADS_PER_ROW = 1024
 # vector.extract / vector.insert at a position given by a value.
 _DYNAMIC = ir.ShapedType.get_dynamic_size()
 COLUMN_TILE = WARP_SIZE
@@ -118,7 +123,7 @@ def reduction_emitter(fusion) -> "ReductionEmitter":
     return RowReductionEmitter(fusion, layout)
 
 
-_THREADS_PER_BLOCK_TARGET = 256
+_THREADS_PER_BLOCK_TARGET = THREADS_PER_BLOCK_TARGET
 # Reductions of at least this many input elements are configured for the
 # host when the cpu target emulates the grid (below, the GPU configurations
 # run there too: they are what the cpu target's tests check on small
@@ -156,13 +161,12 @@ def _thread_per_column(fusion, layout: ReductionLayout) -> bool:
 def _input_bits(fusion) -> int | None:
     """The narrowest element type among the fusion's parameters (None
     without parameters)."""
-    bits = [bit_width(p.shape.element_type) if p.shape.element_type != "pred" else 8
-            for p in fusion.parameters for _ in [0] if not p.shape.is_tuple]
-    return min(bits) if bits else None
+    return input_bits([p.shape.element_type for p in fusion.parameters
+                       if not p.shape.is_tuple])
 
 
 def _output_bits(fusion) -> int:
-    return min(max(bit_width(s.element_type), 8) for s in fusion.output_shapes)
+    return output_bits([s.element_type for s in fusion.output_shapes])
 
 
 def _multi_row_threads(layout: ReductionLayout, vector: int) -> tuple[int, int]:
@@ -207,21 +211,10 @@ def _multi_row_vector(fusion, layout: ReductionLayout) -> int | None:
 def _column_vector(fusion, minor: int, threads: int) -> int:
     """XLA's GetVectorSizeForMlir for column reductions: elements per thread
     loaded side by side along the kept minor dimension `minor`."""
-    if minor % 2 or threads * 2 > minor:
-        return 1
-    if any(o.shape.element_type in ("c64", "c128")
-           for h in reduce_heroes(fusion.heroes) for o in h.operands):
-        return 1
-    bits = _input_bits(fusion)
-    if bits is None:
-        bits = _output_bits(fusion)
-    if bits >= 64:
-        return 1
-    if bits >= 32:
-        return 2
-    if threads * 4 > minor:
-        return 2
-    return 4 if minor % 4 == 0 else 2
+    complex_operands = any(o.shape.element_type in ("c64", "c128")
+                           for h in reduce_heroes(fusion.heroes) for o in h.operands)
+    return column_vector_size(minor, threads, _input_bits(fusion), _output_bits(fusion),
+                              complex_operands)
 
 
 class ReductionEmitter(KernelEmitter):
@@ -573,30 +566,26 @@ class _RowConfig:
     thread reduces at least 16 elements of its row, `vector` consecutive
     elements per load (XLA's vector size: 2 for 32-bit, up to 4 for
     narrower types when every thread still has work), and rows of short
-    reductions side by side up to 256 threads per block."""
+    reductions side by side up to 256 threads per block. Rows of several
+    warps exchange the warps' partials through shared memory: with very
+    many reduced values, fewer threads per row keep that within the
+    budget (`analysis.shared_memory.row_tiles`)."""
 
     def __init__(self, layout: ReductionLayout, fusion):
         # On the host: fewer threads with longer slices, one element per
         # load, so that consecutive threads (SIMD lanes) read consecutive
         # elements and the emulated shuffles are few next to the loads.
         host = _for_host(fusion, layout, HOST_ROW_MIN_ELEMENTS)
-        per_thread = HOST_ROW_ELEMENTS_PER_THREAD if host else _MIN_ROW_ELEMENTS_PER_THREAD
-        t = min(MAX_THREADS_PER_ROW,
-                _pow2_at_least(max(WARP_SIZE, -(-layout.R // per_thread))))
+        per_thread = HOST_ROW_ELEMENTS_PER_THREAD if host else MIN_ROW_ELEMENTS_PER_THREAD
+        tiles = row_tiles(reduction_partial_bytes(fusion.heroes), layout.K, layout.R,
+                          per_thread)
+        t = tiles.threads_per_row
         v = 1 if host else _column_vector(fusion, layout.R, t)
         self.vector, self.threads_per_row = v, t
-        rows = 1
-        if t * 2 <= _THREADS_PER_BLOCK_TARGET:
-            rows = layout.K if layout.K * t <= _THREADS_PER_BLOCK_TARGET \
-                else _THREADS_PER_BLOCK_TARGET // t
-        self.rows_per_block = rows
+        self.rows_per_block = rows = tiles.rows_per_block
         self.threads = t * rows
         self.blocks = -(-layout.K // rows)
         self.steps = -(-layout.R // (t * v))
-
-
-# Each thread of a row reduction reduces at least this many elements.
-_MIN_ROW_ELEMENTS_PER_THREAD = 16
 
 
 class RowReductionEmitter(ReductionEmitter):
@@ -701,20 +690,31 @@ class MultiRowReductionEmitter(RowReductionEmitter):
 
 class ColumnReductionEmitter(ReductionEmitter):
     """Kept dimensions below the reduced ones (XLA's ColumnReductionFusion):
-    blocks of 32x32 threads cover 32 * `lanes` columns of one K0 index;
-    thread (y, x) accumulates rows y, y + 32, ... of columns
-    (tile * 32 + x) * lanes + l, one accumulator per column (vector loads
-    along the row); the partials go through a 32 x (32 * lanes) shared tile
-    (padded by one element when its rows are a multiple of 32) and are read
-    back transposed, and a warp shuffle finishes each column."""
+    blocks of 32 x `warps` threads cover 32 * `lanes` columns of one K0
+    index; thread (y, x) (warp y, lane x) accumulates rows y, y + warps, ...
+    of columns (tile * 32 + x) * lanes + l, one accumulator per column
+    (vector loads along the row). The partials go through a 32 x (warps *
+    lanes) shared tile per reduced value (padded by one element when its
+    rows are a multiple of 32) and are read back transposed: each warp
+    takes 32 / warps columns, `warps` consecutive lanes holding one
+    column's partials, and a shuffle over those lanes finishes it.
+
+    XLA's configuration is 32 warps and its vector size; when the tiles of
+    all reduced values would exceed the shared-memory budget, the lanes are
+    halved, then the warps (`analysis.shared_memory.column_tiles`)."""
 
     def _configure(self) -> None:
         lay = self.layout
-        self.lanes = _column_vector(self.fusion, lay.K1, COLUMN_TILE)
-        self.threads = COLUMN_TILE * COLUMN_TILE
+        preferred = _column_vector(self.fusion, lay.K1, COLUMN_TILE)
+        tiles = column_tiles(reduction_partial_bytes(self.fusion.heroes), preferred)
+        if tiles is None:
+            raise self.heroes[0].error("internal: the reduction's partials do not fit "
+                                       "shared memory (the analysis should have refused it)")
+        self.lanes, self.warps = tiles.lanes, tiles.warps
+        self.threads = COLUMN_TILE * self.warps
         self.column_tiles = -(-lay.K1 // (COLUMN_TILE * self.lanes))
         self.blocks = lay.K0 * self.column_tiles
-        self.steps = -(-lay.R // COLUMN_TILE)
+        self.steps = -(-lay.R // self.warps)
 
     # Expressions over (th_x, bl_x): the block's K0 index and column tile.
     def _k0(self) -> AffineExpr:
@@ -729,16 +729,17 @@ class ColumnReductionEmitter(ReductionEmitter):
         if v > 1:
             column = column + sym(1)
         k = self._k0() * lay.K1 + column
-        r = sym(0) * COLUMN_TILE + floordiv(dim(0), COLUMN_TILE)
+        r = sym(0) * self.warps + floordiv(dim(0), COLUMN_TILE)
         symbols = [("s", self.steps)] + ([("l", v)] if v > 1 else [])
         constraints = [(r, 0, lay.R - 1), (column, 0, lay.K1 - 1)]
         return k, r, symbols, constraints
 
     def _finish(self, params, outputs, partials, inits, thread_id, block_id):
-        lay, v = self.layout, self.lanes
+        lay, v, warps = self.layout, self.lanes, self.warps
         index = ir.IndexType.get()
-        width = COLUMN_TILE * v
-        width += 1 if width % WARP_SIZE == 0 else 0
+        width = column_tile_width(warps, v)
+        # Written by thread (y, x): row x (its column in the tile), at
+        # y * lanes + lane.
         x, y = self._ids(thread_id, block_id, [dim(0) % COLUMN_TILE,
                                                floordiv(dim(0), COLUMN_TILE)])
         tiles = []
@@ -754,19 +755,27 @@ class ColumnReductionEmitter(ReductionEmitter):
             tiles.append(tile)
         synced = list(xla_gpu.SyncThreadsOp(tiles).results)
         flat_inits = [i for group in inits for i in group]
-        is_x0 = arith.cmpi(arith.CmpIPredicate.eq, x, arith.constant(index, 0))
+        # Read back: thread (y, x) takes the partial of warp `source` for
+        # tile column `mine` (one column per `warps` consecutive lanes).
+        per_warp = COLUMN_TILE // warps
+        mine = floordiv(dim(0), COLUMN_TILE) * per_warp + floordiv(dim(0) % COLUMN_TILE, warps) \
+            if warps < COLUMN_TILE else floordiv(dim(0), COLUMN_TILE)
+        source = dim(0) % warps if warps > 1 else const(0)
+        mine_v, source_v = self._ids(thread_id, block_id, [mine, source])
+        is_first = arith.cmpi(arith.CmpIPredicate.eq, source_v, arith.constant(index, 0))
         for lane in range(v):
-            column = (self._tile() * COLUMN_TILE + floordiv(dim(0), COLUMN_TILE)) * v + lane
+            column = (self._tile() * COLUMN_TILE + mine) * v + lane
             k = self._k0() * lay.K1 + column
             read_at, k_v, column_v = self._ids(thread_id, block_id, [
-                dim(0) % COLUMN_TILE * v + lane, k, column])
+                source * v + lane, k, column])
             in_range = arith.cmpi(arith.CmpIPredicate.ult, column_v,
                                   arith.constant(index, lay.K1))
-            read = [self._predicated_extract(in_range, t, [y, read_at], init)
+            read = [self._predicated_extract(in_range, t, [mine_v, read_at], init)
                     for t, init in zip(synced, flat_inits)]
-            per_hero = [self._shuffle(h, vals, WARP_SIZE // 2)
+            per_hero = [self._shuffle(h, vals, warps // 2)
                         for h, vals in zip(self.heroes, self._split(read, inits))]
-            outputs = self._write(params, outputs, per_hero, k_v, arith.andi(is_x0, in_range))
+            outputs = self._write(params, outputs, per_hero, k_v,
+                                  arith.andi(is_first, in_range))
         return outputs
 
 
@@ -776,20 +785,22 @@ class SmallColumnReductionEmitter(ReductionEmitter):
     slab linearly, each thread `lanes` consecutive elements per step (one
     accumulator each: always the same columns); the partials go through a
     `shared_rows` x K1 shared tile, are read back a column per group of
-    `shared_rows` lanes and a shuffle over those lanes finishes each column."""
+    `shared_rows` lanes and a shuffle over those lanes finishes each column.
+    XLA's configuration (128 threads, at most 32 rows), with fewer lanes,
+    then fewer threads while the tiles of all reduced values would exceed
+    the shared-memory budget (`analysis.shared_memory.small_column_tiles`)."""
 
     def _configure(self) -> None:
         lay = self.layout
-        threads = 128
-        v = _column_vector(self.fusion, lay.R * lay.K1, COLUMN_TILE)
-        rows = v * threads // lay.K1
-        while rows > COLUMN_TILE and v > 1:
-            v //= 2
-            rows //= 2
-        if rows > COLUMN_TILE:
-            threads //= rows // COLUMN_TILE
-            rows = COLUMN_TILE
-        self.lanes, self.threads, self.shared_rows = v, threads, rows
+        preferred = _column_vector(self.fusion, lay.R * lay.K1, COLUMN_TILE)
+        tiles = small_column_tiles(reduction_partial_bytes(self.fusion.heroes), lay.K1,
+                                   preferred)
+        if tiles is None:
+            raise self.heroes[0].error("internal: the reduction's partials do not fit "
+                                       "shared memory (the analysis should have refused it)")
+        v, threads = tiles.lanes, tiles.threads
+        self.lanes, self.threads, self.shared_rows = v, threads, tiles.rows
+        self.padding = tiles.padding
         self.blocks = lay.K0
         self.steps = -(-(lay.R * lay.K1) // (v * threads))
 
@@ -811,7 +822,7 @@ class SmallColumnReductionEmitter(ReductionEmitter):
     def _finish(self, params, outputs, partials, inits, thread_id, block_id):
         lay, v, rows, threads = self.layout, self.lanes, self.shared_rows, self.threads
         index = ir.IndexType.get()
-        padding = 0 if (threads == WARP_SIZE and v == 1) else -(-lay.K1 // (threads * v))
+        padding = self.padding
         tiles = []
         for p in partials:
             scalar = p.type if v == 1 else ir.VectorType(p.type).element_type

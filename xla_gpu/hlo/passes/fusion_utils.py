@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...analysis.fusion import choose_emitter, find_hero, gives_several_outputs
-from ...analysis.reduction import heroes_read_elsewhere
+from ...analysis.reduction import heroes_read_elsewhere, reduction_shared_bytes
+from ...analysis.shared_memory import static_shared_budget
+from ...analysis.transpose import transpose_shared_bytes
 from ..fusions import ELEMENTWISE_OPCODES
 from ..in_place import in_place_outputs
 from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
@@ -98,7 +100,12 @@ def body_acceptable(body: HloComputation) -> BodyInfo:
     * no reduction is computed again per element: a reduce hero read by
       anything but its own epilogue (another reduction's input, a side
       output, another epilogue), or any reduce in a fusion of another
-      kind, would be recomputed by each thread that reads it.
+      kind, would be recomputed by each thread that reads it;
+    * the emitter's preferred tiles fit a block's shared memory (XLA's
+      FusionFitsInBudget): the tiles of every reduced value of a
+      multi-output reduction, or of every transpose, together. (The
+      emitters would shrink their tiles to fit; the passes rather keep
+      such reductions in separate kernels.)
 
     (Multi-output fusion adds XLA's shape rules for several roots.)"""
     root = body.root
@@ -114,12 +121,27 @@ def body_acceptable(body: HloComputation) -> BodyInfo:
         if heroes_read_elsewhere(choice.roots, choice.heroes):
             info.ok, info.reason = False, "a reduction would be computed again elementally " \
                 "where another reduction, side output or epilogue reads it"
+        else:
+            parameters = [p.shape.element_type for p in body.parameters
+                          if not p.shape.is_tuple]
+            _check_shared_memory(info, "reduction", reduction_shared_bytes(
+                choice.roots, choice.heroes, parameters))
     else:
         reduce = next((i for i in body.instructions if i.opcode == "reduce"), None)
         if reduce is not None:
             info.ok, info.reason = False, \
                 f"reduce '{reduce.name}' would be recomputed per element"
+        elif info.kind == "transpose":
+            _check_shared_memory(info, "transpose", transpose_shared_bytes(choice.roots,
+                                                                           choice.heroes))
     return info
+
+
+def _check_shared_memory(info: BodyInfo, emitter: str, need: int) -> None:
+    budget = static_shared_budget()
+    if need > budget:
+        info.ok, info.reason = False, f"the {emitter} emitter's tiles would take {need} " \
+            f"bytes of shared memory, over the {budget} a block has"
 
 
 def fusion_kind_for(info: BodyInfo) -> str:
