@@ -190,3 +190,37 @@ def test_buffer_sharing_writes_over_the_operands_the_kernel_writes_over(name):
     want = evaluate(spec.computation, *inputs)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.ascontiguousarray(g), np.ascontiguousarray(w))
+
+
+_SPLIT_ROW_REDUCTION = """
+HloModule split_row
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY e {{
+  p = f32[4,16,{inner}] parameter(0)
+  z = f32[] constant(0)
+  sq = f32[4,16,{inner}] multiply(p, p)
+  r1 = f32[4,16] reduce(sq, z), dimensions={{2}}, to_apply=add
+  ROOT r2 = f32[4] reduce(r1, z), dimensions={{1}}, to_apply=add
+}}
+"""
+
+
+@pytest.mark.parametrize("inner,kernels", [(1024, 2), (8, 1)])
+def test_a_large_reduce_is_not_fused_into_the_reduction_that_reads_it(inner, kernels):
+    # The second half of a split row reduction (DP-SGD's per-example
+    # gradient norms) fused into the first would make every thread of the
+    # outer reduction run the whole inner reduction: one such kernel took
+    # 11 s of LLVM time. A short inner reduce is still fused (elementally).
+    text = _SPLIT_ROW_REDUCTION.format(inner=inner)
+    optimized = optimize(parse_module(text))
+    fusions = [i for i in optimized.entry.instructions if i.opcode == "fusion"]
+    assert len(fusions) == kernels
+    for fusion in fusions:
+        assert body_acceptable(fusion.attrs["calls"]).ok
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    x = np.random.default_rng(0).standard_normal((4, 16, inner)).astype(np.float32)
+    np.testing.assert_allclose(exe.run(x)[0], evaluate(parse_module(text), x)[0], rtol=1e-5)

@@ -24,8 +24,8 @@ As XLA does, the budget is kept at two levels:
   shared-memory check): multi-output fusion keeps such reductions in
   separate kernels (`analysis.reduction.reduction_shared_bytes`).
 
-The budget is read through `static_shared_budget()` so that one place says
-where it comes from (a device description can supply it later).
+The budget is read through `static_shared_budget()`: the device
+description's `shared_memory_per_block` (`xla_gpu.runtime.device`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from ..hlo import HloInstruction
 from ..hlo.shape import bit_width
+from ..runtime.device import DEFAULT_DEVICE
 
 __all__ = ["STATIC_SHARED_BUDGET", "static_shared_budget", "storage_bytes",
            "WARP_SIZE", "ColumnTiles", "column_tile_width", "column_tiles",
@@ -43,9 +44,10 @@ __all__ = ["STATIC_SHARED_BUDGET", "static_shared_budget", "storage_bytes",
            "MIN_ROW_ELEMENTS_PER_THREAD", "THREADS_PER_BLOCK_TARGET"]
 
 # The static shared memory of one block on every CUDA GPU (sm_50 to sm_90):
-# what a kernel gets without opting in to dynamic shared memory. Our tiles
-# are all static, so this is their budget (cuda and the cpu target alike).
-STATIC_SHARED_BUDGET = 48 * 1024
+# what a kernel gets without opting in to dynamic shared memory, as the one
+# device description states it. Our tiles are all static, so this is their
+# budget (cuda and the cpu target alike).
+STATIC_SHARED_BUDGET = DEFAULT_DEVICE.shared_memory_per_block
 
 WARP_SIZE = 32
 # Row reductions: at most this many threads per row, each reducing at least

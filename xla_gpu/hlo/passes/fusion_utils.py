@@ -14,6 +14,7 @@ whose users read it through `get-tuple-element`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 from typing import Callable
 
 from ...analysis.fusion import choose_emitter, find_hero, gives_several_outputs
@@ -118,9 +119,13 @@ def body_acceptable(body: HloComputation) -> BodyInfo:
     if choice.refusal is not None and choice.hero_kind != "concatenate":
         info.ok, info.reason = False, choice.refusal
     elif info.kind == "reduction":
+        inner = _large_inner_reduce(body, choice.heroes)
         if heroes_read_elsewhere(choice.roots, choice.heroes):
             info.ok, info.reason = False, "a reduction would be computed again elementally " \
                 "where another reduction, side output or epilogue reads it"
+        elif inner is not None:
+            info.ok, info.reason = False, f"reduce '{inner.name}' feeds the reduction and " \
+                "would be computed elementally, again for every element read"
         else:
             parameters = [p.shape.element_type for p in body.parameters
                           if not p.shape.is_tuple]
@@ -135,6 +140,31 @@ def body_acceptable(body: HloComputation) -> BodyInfo:
             _check_shared_memory(info, "transpose", transpose_shared_bytes(choice.roots,
                                                                            choice.heroes))
     return info
+
+
+# A reduce that is not a hero is evaluated elementally where it is read: a
+# loop over its reduced elements per element read. XLA fuses such a reduce
+# as a producer only when it is not a reduction the reduction emitter would
+# take itself (IsLoopFusibleAsProducer); here, only when each of its
+# results reduces at most this many elements.
+MAX_ELEMENTAL_REDUCE_SIZE = 32
+
+
+def _large_inner_reduce(body: HloComputation,
+                        heroes: list[HloInstruction]) -> HloInstruction | None:
+    """A reduce of `body` that is none of its heroes and reduces more than
+    MAX_ELEMENTAL_REDUCE_SIZE elements into each result (the second half
+    of a split row reduction fused into the first: every thread of the
+    outer reduction would run the inner one's whole loop)."""
+    hero_ids = {id(h) for h in heroes}
+    for inst in body.instructions:
+        if inst.opcode != "reduce" or id(inst) in hero_ids:
+            continue
+        dims = inst.operands[0].shape.dims
+        reduced = prod(dims[d] for d in inst.attrs.get("dimensions", ()))
+        if reduced > MAX_ELEMENTAL_REDUCE_SIZE:
+            return inst
+    return None
 
 
 def _check_shared_memory(info: BodyInfo, emitter: str, need: int) -> None:
