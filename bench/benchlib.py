@@ -25,6 +25,19 @@ def median(xs) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def median_seconds(fn, repeat: int, warmup: int = 1) -> float:
+    """Median wall time of `repeat` calls of `fn`, after `warmup` calls."""
+    import time
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def geomean(xs) -> float:
     xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")

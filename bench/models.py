@@ -26,13 +26,12 @@ the issue's table measured) or --size large (for a GPU machine).
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import statistics
 import time
 from typing import Any, Callable
 
 import numpy as np
+from benchlib import geomean, median_seconds
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -218,16 +217,6 @@ MODELS = {"gpt": gpt, "convnet": convnet, "lstm": lstm, "dpsgd": dpsgd,
           "scanned_transformer": scanned_transformer}
 
 
-def _median_seconds(fn: Callable[[], Any], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def measure(name: str, size: str, repeat: int, cuda: bool) -> dict[str, Any]:
     import xla_gpu
     jax, _, _, _ = _jax()
@@ -244,14 +233,14 @@ def measure(name: str, size: str, repeat: int, cuda: bool) -> dict[str, Any]:
     # The step returns (params, opt_state, loss or a scalar): its new
     # parameters are the first leaves, the scalar the last.
     num_params = len(jax.tree_util.tree_leaves(result[0]))
-    xla_run = _median_seconds(lambda: jax.block_until_ready(compiled(*args)), repeat)
+    xla_run = median_seconds(lambda: jax.block_until_ready(compiled(*args)), repeat)
 
     xla_gpu.compiler.clear_memory_cache()
     start = time.perf_counter()
     exe = xla_gpu.compile(text, target="cpu", cache=False)
     ours_compile = time.perf_counter() - start
     got = exe.run(*leaves)
-    ours_run = _median_seconds(lambda: exe.run(*leaves), repeat)
+    ours_run = median_seconds(lambda: exe.run(*leaves), repeat)
     # Errors: the scalar relative to its magnitude; the new parameters by
     # the largest difference relative to the largest parameter (a leaf whose
     # gradient is rounding noise, such as attention's key bias, whose
@@ -275,10 +264,6 @@ def measure(name: str, size: str, repeat: int, cuda: bool) -> dict[str, Any]:
         except xla_gpu.XlaGpuError as e:
             row["cuda"] = f"fails: {str(e).splitlines()[0][:90]}"
     return row
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def main() -> None:
@@ -309,8 +294,8 @@ def main() -> None:
               f"{r['xla_compile']:.2f} | {compile_ratios[-1]:.2f}x | {r['run'] * 1e3:.1f} | "
               f"{r['xla_run'] * 1e3:.1f} | {run_ratios[-1]:.2f}x | {r.get('cuda', '-')} | "
               f"{r['loss_err']:.1e} | {r['param_err']:.1e} |", flush=True)
-    print(f"\ngeomean: compile {_geomean(compile_ratios):.2f}x XLA:CPU (max "
-          f"{max(compile_ratios):.2f}x), run {_geomean(run_ratios):.2f}x (max "
+    print(f"\ngeomean: compile {geomean(compile_ratios):.2f}x XLA:CPU (max "
+          f"{max(compile_ratios):.2f}x), run {geomean(run_ratios):.2f}x (max "
           f"{max(run_ratios):.2f}x)")
 
 

@@ -20,15 +20,11 @@ Per program (the example and stored whole programs), medians over --repeat:
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
-import time
 from pathlib import Path
 
-import numpy as np
+from benchlib import median_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 PROGRAMS = {
     "mlp_train_step": ROOT / "examples" / "mlp_train_step.hlo",
@@ -40,13 +36,7 @@ PROGRAMS = {
 
 
 def median_us(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    return median_seconds(fn, repeat) * 1e6
 
 
 def main() -> None:
