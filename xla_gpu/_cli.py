@@ -347,6 +347,12 @@ def run_hlo(argv: list[str] | None = None) -> int:
                              "of it that needs no viewer)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress line and no compile summary on stderr")
+    parser.add_argument("--num-partitions", type=int, metavar="N",
+                        help="run the SPMD program on N partitions (default: the module "
+                             "header's num_partitions); device d's inputs are seeded "
+                             "with --seed + d")
+    parser.add_argument("--num-replicas", type=int, metavar="R",
+                        help="... and R replicas (default: the header's replica_count)")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -363,6 +369,10 @@ def run_hlo(argv: list[str] | None = None) -> int:
         raise ArgumentError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.iterations < 1:
         raise ArgumentError(f"--iterations must be at least 1, got {args.iterations}")
+    for flag, value in (("--num-partitions", args.num_partitions),
+                        ("--num-replicas", args.num_replicas)):
+        if value is not None and value < 1:
+            raise ArgumentError(f"{flag} must be a positive integer, got {value}")
     _make_dump_dir(args.dump_dir)
     if args.ffi:
         from xla_gpu import ffi
@@ -376,10 +386,14 @@ def run_hlo(argv: list[str] | None = None) -> int:
             exe = xla_gpu.compile(text, target=args.target, arch=args.arch,
                                   fusion=args.fusion, cache=not args.no_cache,
                                   dump_dir=args.dump_dir, dump_regex=args.dump_regex,
-                                  command_buffers=not args.no_command_buffers)
+                                  command_buffers=not args.no_command_buffers,
+                                  num_partitions=args.num_partitions,
+                                  num_replicas=args.num_replicas)
         compile_s = time.perf_counter() - start
         if not args.quiet:
             _error(f"{prog}: {compile_summary(exe, compile_s)}")
+        if not isinstance(exe, xla_gpu.Executable) and exe.num_devices > 1:
+            return _run_devices(args, text, source, exe, compile_s, profile)
         if not isinstance(exe, xla_gpu.Executable):   # a whole program
             return _run_program(args, text, source, exe, compile_s, profile)
         module = hlo.parse_module(text, source=source)
@@ -458,6 +472,58 @@ def _run_program(args, text: str, source: str, exe, compile_s: float, profile) -
               f"output(s) match the reference; {times}")
         return 0
     print(f"{_escape(args.input)}: program '{exe.name}' on {where}: MISMATCH: {worst}; {times}")
+    return 1
+
+
+def _run_devices(args, text: str, source: str, exe, compile_s: float, profile) -> int:
+    """xla-gpu-run on an SPMD program of several devices: each device runs
+    on inputs seeded with --seed + its id, and every output leaf of every
+    device is compared with the reference interpreter's run of all the
+    devices (evaluate_devices)."""
+    import time
+
+    import numpy as np
+
+    from xla_gpu import hlo
+    from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type
+
+    module = hlo.parse_module(text, source=source)
+    entry = module.entry
+    R, P = exe.num_replicas, exe.num_partitions
+    inputs = [random_inputs(entry, args.seed + d) for d in range(R * P)]
+    start = time.perf_counter()
+    with profile.recording():
+        outputs = exe.run_partitioned(inputs)
+    run_s = time.perf_counter() - start
+    profile.write()
+    launches = exe.kernel_launches()
+    if args.iterations > 1:
+        start = time.perf_counter()
+        for _ in range(args.iterations - 1):
+            exe.run_partitioned(inputs)
+        run_s = (time.perf_counter() - start) / (args.iterations - 1)
+    expected = hlo.evaluate_devices(module, inputs, num_replicas=R, num_partitions=P)
+    reduces = any(has_reduction(c) for c in module.computations)
+    worst = worst_device = None
+    for d, (got_leaves, want_leaves) in enumerate(zip(outputs, expected)):
+        for k, (got, want) in enumerate(zip(got_leaves, want_leaves)):
+            etype = exe.outputs[k].element_type
+            mismatch = compare(np.asarray(got), np.asarray(want), etype, k,
+                               tolerance_type(entry, etype), reduces)
+            if mismatch is not None and (worst is None or mismatch.count > worst.count):
+                worst, worst_device = mismatch, d
+    devices = (f"{R * P} devices ({R} replica{'s' if R != 1 else ''} x {P} "
+               f"partition{'s' if P != 1 else ''})")
+    where = (f"{exe.target}, {devices} ({len(exe.kernels)} kernels, {launches} kernel "
+             f"launches and {exe.stats.get('collectives', 0)} collectives on device 0, "
+             f"{len(exe.thunks)} thunks)")
+    times = f"compile {compile_s * 1e3:.1f} ms, run {run_s * 1e3:.3f} ms"
+    if worst is None:
+        print(f"{_escape(args.input)}: program '{exe.name}' on {where}: OK, "
+              f"{len(outputs[0])} output(s) of each device match the reference; {times}")
+        return 0
+    print(f"{_escape(args.input)}: program '{exe.name}' on {where}: MISMATCH on device "
+          f"{worst_device}: {worst}; {times}")
     return 1
 
 

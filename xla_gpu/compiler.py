@@ -25,7 +25,7 @@ from .errors import ArgumentError, CompileError, ResourceError, XlaGpuError
 # live with the kernel compiler; they are this module's API too.
 from .kernel_compiler import Executable, check_run_options  # noqa: F401
 from .runtime import cuda_available
-from .runtime.program import ProgramExecutable
+from .runtime.program import MAX_DEVICES, ProgramExecutable
 
 __all__ = ["compile", "Executable", "CompileError", "cache_dir", "clear_memory_cache"]
 
@@ -54,6 +54,7 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
             optimize: bool | None = None, memory_limit: int | None = None,
             fallback_unfused: bool | None = None, device=None,
             profile: str | os.PathLike | None = None,
+            num_partitions: int | None = None, num_replicas: int | None = None,
             **unknown) -> Executable | ProgramExecutable:
     """Compiles one fusion of `hlo_text` (HLO text, or a path to it), or,
     when `fusion` is None and the ENTRY is a whole program (more than one
@@ -81,7 +82,14 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     Raises only xla_gpu's errors: ArgumentError (bad options), HloParseError
     (malformed text), HloError / UnsupportedError (a module it cannot
     compile; names the instruction), CompileError (the pipeline failed),
-    ResourceError (limits), ArtifactError; all derive from XlaGpuError."""
+    ResourceError (limits), ArtifactError; all derive from XlaGpuError.
+
+    num_partitions, num_replicas: the devices an SPMD program (XLA's
+    partitioned output: collectives, replica-id / partition-id) runs on,
+    default the module header's `num_partitions=` / `replica_count=` (1
+    without); a count the header states must agree. A program on more
+    than one device is one ProgramExecutable for all of them, run with
+    `run_partitioned` (one argument list per device)."""
     if unknown:
         raise ArgumentError(f"compile() got an unexpected keyword argument "
                             f"'{next(iter(unknown))}'")
@@ -98,6 +106,12 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
                             f"got {type(device).__name__}")
     memory_limit = _check_options(fusion, cache, dump_dir, dump_regex, command_buffers,
                                   optimize, memory_limit)
+    for name, value in (("num_partitions", num_partitions), ("num_replicas", num_replicas)):
+        if value is not None and (isinstance(value, (bool, np.bool_)) or
+                                  not isinstance(value, (int, np.integer)) or value < 1):
+            raise ArgumentError(f"{name} must be a positive integer, got {value!r}")
+    devices = {k: int(v) for k, v in (("num_partitions", num_partitions),
+                                      ("num_replicas", num_replicas)) if v is not None}
     if fallback_unfused is None:
         fallback_unfused = os.environ.get(UNFUSED_FALLBACK_ENV, "").strip().lower() in \
             ("1", "true", "yes")
@@ -120,7 +134,8 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
                 exe = _compile(text, source, target, arch, fusion, cache, dump_dir,
                                dump_regex, dict(command_buffers=command_buffers,
                                                 optimize=optimize, memory_limit=memory_limit,
-                                                fallback_unfused=bool(fallback_unfused)),
+                                                fallback_unfused=bool(fallback_unfused),
+                                                **devices),
                                device)
                 name = getattr(exe, "name", None) or source
                 return exe
@@ -137,6 +152,34 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     except Exception as e:  # a compiler bug: still one of our errors
         raise CompileError(f"{source}: internal compiler error: {type(e).__name__}: {e}") \
             from e
+
+
+def _device_counts(module, source: str, replicas: int | None,
+                   partitions: int | None) -> tuple[int, int]:
+    """(num_replicas, num_partitions) of a compile: the arguments, else the
+    module header's; a count both give must agree, and the product must
+    not pass MAX_DEVICES. The header is given the counts (its verifier and
+    passes read them there)."""
+    out = []
+    for key, given in (("replica_count", replicas), ("num_partitions", partitions)):
+        name = "num_replicas" if key == "replica_count" else key
+        try:
+            header = module.replica_count if key == "replica_count" else module.num_partitions
+        except hlo.HloError as e:
+            raise ArgumentError(f"{source}: {e}") from None
+        stated = module.attrs.get(key) is not None
+        if given is not None and stated and given != header:
+            raise ArgumentError(f"{source}: {name}={given} but the module header says "
+                                f"{key}={header}")
+        value = header if given is None else given
+        if given is not None and not stated and given != 1:
+            module.attrs[key] = str(given)
+        out.append(value)
+    if out[0] * out[1] > MAX_DEVICES:
+        raise ArgumentError(f"{source}: {out[0]} replicas x {out[1]} partitions is "
+                            f"{out[0] * out[1]} devices, more than the {MAX_DEVICES} "
+                            "supported")
+    return out[0], out[1]
 
 
 def _check_options(fusion, cache, dump_dir, dump_regex, command_buffers, optimize,
@@ -218,15 +261,20 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     _malloc_tuning.tune_for_compilation()
     with span("parse HLO", "compile"):
         module = hlo.parse_module(text, source=source)
+    program_options = dict(program_options or {})
+    replicas, partitions = _device_counts(module, source,
+                                          program_options.pop("num_replicas", None),
+                                          program_options.pop("num_partitions", None))
     with span("load the compiler", "compile"):   # once a process: MLIR and the rest
         from .program import compile_program, is_whole_program
-    if fusion is None and is_whole_program(module):
+    if fusion is None and (is_whole_program(module) or replicas * partitions > 1):
         if device is not None:
             raise ArgumentError("device= applies to single fusions; whole programs are "
                                 "configured for the default device")
         program = compile_program(module, text=text, target=target, arch=arch,
                                   cache=cache, dump_dir=dump_dir, dump_regex=dump_regex,
-                                  **(program_options or {}))
+                                  num_replicas=replicas, num_partitions=partitions,
+                                  **program_options)
         if use_cache:
             with span("store in the compile cache", "compile"):
                 disk.put_program(raw_key, program)

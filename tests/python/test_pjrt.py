@@ -349,18 +349,73 @@ def test_several_devices_by_environment():
         res["moved"] = [d.id for d in moved.devices()]
         compiled = f.lower(jax.device_put(np.ones(4, np.float32), devices[1])).compile()
         res["assigned"] = [d.id for d in compiled.runtime_executable().local_devices()]
-        try:   # a program over several devices is refused, not miscompiled
-            jax.pmap(lambda v: v + 1)(np.ones((3, 2), np.float32))
-        except Exception as e:
-            res["pmap"] = [type(e).__name__, str(e)]
+        # A program over the three devices (pmap: one partition each).
+        summed = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(
+            np.arange(6, dtype=np.float32).reshape(3, 2))
+        res["pmap"] = np.asarray(summed).tolist()
         print(json.dumps(res))
     """, extra_env={"XLA_GPU_NUM_DEVICES": "3"})
     assert out["count"] == 3
     assert out["runs"] == [[i, [1.0, 3.0, 5.0, 7.0]] for i in range(3)]
     assert out["moved"] == [2]
     assert out["assigned"] == [1]
-    name, msg = out["pmap"]
-    assert name == "JaxRuntimeError" and "num_partitions=3" in msg
+    assert out["pmap"] == [[6.0, 9.0]] * 3
+
+
+def test_sharded_programs_on_a_mesh_of_xla_gpu_devices():
+    """jax.jit of shard_map and NamedSharding programs on a mesh of 4
+    xla_gpu devices (XLA_GPU_NUM_DEVICES=4): compiled for 4 partitions and
+    run on every device (run_partitioned), against jax's cpu backend on 4
+    host devices."""
+    out = run_jax("""
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        res = {}
+
+        def both(name, make, *args):
+            outs = []
+            for platform in ("xla_gpu", "cpu"):
+                mesh = Mesh(np.array(jax.devices(platform)), ("x",))
+                f, shardings = make(mesh)
+                placed = [jax.device_put(a, s) for a, s in zip(args, shardings)]
+                got = jax.jit(f)(*placed)
+                outs.append([np.asarray(o) for o in jax.tree.leaves(got)])
+                if platform == "xla_gpu":
+                    res[name + " devices"] = sorted(
+                        {d.platform for o in jax.tree.leaves(got) for d in o.devices()})
+            res[name] = all(np.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(*outs))
+
+        def mapped(body, in_specs, out_specs):
+            def make(mesh):
+                f = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                  check_vma=False)
+                return f, [NamedSharding(mesh, s) for s in in_specs]
+            return make
+
+        x = np.arange(32, dtype=np.float32).reshape(8, 4)
+        ring = [(i, (i + 1) % 4) for i in range(4)]
+        both("psum", mapped(lambda a: jax.lax.psum(a, "x"), (P("x"),), P()), x)
+        both("all_gather", mapped(lambda a: jax.lax.all_gather(a, "x", tiled=True),
+                                  (P("x"),), P()), x)
+        both("ppermute", mapped(lambda a: jax.lax.ppermute(a, "x", ring), (P("x"),), P("x")), x)
+        both("all_to_all", mapped(lambda a: jax.lax.all_to_all(a, "x", 1, 0, tiled=True),
+                                  (P("x"),), P("x")), np.arange(64, dtype=np.float32).reshape(8, 8))
+        both("psum_scatter", mapped(lambda a: jax.lax.psum_scatter(a, "x", tiled=True),
+                                    (P(),), P("x")), x)
+
+        def dp_step(mesh):
+            def step(w, a, y):
+                value, grad = jax.value_and_grad(lambda w: jnp.mean((a @ w - y) ** 2))(w)
+                return w - 0.1 * grad, value
+            return step, [NamedSharding(mesh, P()), NamedSharding(mesh, P("x", None)),
+                          NamedSharding(mesh, P("x", None))]
+        both("dp_step", dp_step, np.ones((4, 2), np.float32), x, np.ones((8, 2), np.float32))
+        print(json.dumps(res))
+    """, platforms="xla_gpu,cpu", extra_env={
+        "XLA_GPU_NUM_DEVICES": "4",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    for name in ("psum", "all_gather", "ppermute", "all_to_all", "psum_scatter", "dp_step"):
+        assert out[name] is True, (name, out)
+        assert out[name + " devices"] == ["xla_gpu"], (name, out)
 
 
 def test_compile_options_and_double_donation_are_checked():

@@ -302,14 +302,28 @@ class Executable(_Handle):
     """One compiled program; jaxlib sees it through two handles, the
     PJRT_LoadedExecutable (this object) and its PJRT_Executable view."""
 
-    def __init__(self, exe, computation, mlir_code: bytes, hlo_text: str, device: Device):
+    def __init__(self, exe, computation, mlir_code: bytes, hlo_text: str, device: Device,
+                 devices: list[Device] | None = None, partitioned_program: bytes | None = None):
         super().__init__()
         self.exe = exe
-        # The one device it runs on (its device assignment), and that
-        # assignment as jaxlib reads it back (a DeviceAssignmentProto).
-        self.device = device
-        self.devices_array = (A.u64 * 1)(device.addr)
-        self.assignment = A.CString(_device_assignment_proto(device.index))
+        # The devices it runs on, device d of the program (replica d //
+        # num_partitions, partition d % num_partitions) on devices[d] (its
+        # device assignment), and that assignment as jaxlib reads it back
+        # (a DeviceAssignmentProto). One device for a single-device program.
+        self.devices = list(devices) if devices else [device]
+        self.device = self.devices[0]
+        self.num_replicas = getattr(exe, "num_replicas", 1)
+        self.num_partitions = getattr(exe, "num_partitions", 1)
+        n = len(self.devices)
+        self.devices_array = (A.u64 * n)(*[d.addr for d in self.devices])
+        self.assignment = A.CString(_device_assignment_proto(
+            [d.index for d in self.devices], self.num_replicas, self.num_partitions))
+        # PJRT_LogicalDeviceIds {replica, partition} of each device.
+        self.logical_ids = (C.c_int32 * (2 * n))(
+            *[v for k in range(n) for v in divmod(k, self.num_partitions)])
+        # The per-device program XLA's partitioner made (StableHLO bytecode):
+        # what jax reads the output shardings from.
+        self.partitioned_program = partitioned_program
         self.mlir_code = mlir_code
         self.hlo_text = hlo_text
         # Parameters jax donated (input_output_alias): consumed by a run.
@@ -317,16 +331,24 @@ class Executable(_Handle):
         self.deleted = False
         self.view = _ExecutableView(self)
         shape = computation.program_shape()
-        result = shape.result_shape()
-        leaves = result.tuple_shapes() if result.is_tuple() else [result]
         self.num_params = len(shape.parameter_shapes())
-        # Token results have no dtype or dimensions (jaxlib's Shape has none).
-        self.out_tokens = [s.is_token() for s in leaves]
-        self.out_dtypes = [None if t else np.dtype(s.numpy_dtype())
-                           for s, t in zip(leaves, self.out_tokens)]
-        self.out_dims = [() if t else tuple(s.dimensions())
-                         for s, t in zip(leaves, self.out_tokens)]
-        self.num_outputs = len(leaves)
+        if n > 1:
+            # Each device's outputs: the partitioned program's (its shards).
+            outputs = exe.outputs
+            self.out_tokens = [r.is_token for r in outputs]
+            self.out_dtypes = [None if r.is_token else np.dtype(r.dtype) for r in outputs]
+            self.out_dims = [() if r.is_token else tuple(r.dims) for r in outputs]
+            self.num_outputs = len(outputs)
+        else:
+            result = shape.result_shape()
+            leaves = result.tuple_shapes() if result.is_tuple() else [result]
+            # Token results have no dtype or dimensions (jaxlib's Shape has none).
+            self.out_tokens = [s.is_token() for s in leaves]
+            self.out_dtypes = [None if t else np.dtype(s.numpy_dtype())
+                               for s, t in zip(leaves, self.out_tokens)]
+            self.out_dims = [() if t else tuple(s.dimensions())
+                             for s, t in zip(leaves, self.out_tokens)]
+            self.num_outputs = len(leaves)
         n = max(1, self.num_outputs)
         self.out_types = (C.c_int * n)(*[A.BUFFER_TYPE["TOKEN"] if d is None else
                                          A.DTYPE_CODES.get(d, 0) for d in self.out_dtypes])
@@ -348,6 +370,9 @@ class Executable(_Handle):
         turns it back into HLO for `compiled.as_text()`. Falls back to the
         program jax handed over where XLA cannot parse our text."""
         with _lock:
+            if self._optimized is None and self.partitioned_program is not None:
+                code = self.partitioned_program
+                self._optimized = (code, A.CString(code))
             if self._optimized is None:
                 try:
                     from jax._src.lib import _jax
@@ -412,11 +437,49 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _device_assignment_proto(device_id: int) -> bytes:
-    """DeviceAssignmentProto{replica_count: 1, computation_count: 1,
-    computation_devices: [{replica_device_ids: [device_id]}]}."""
-    ids = b"\x08" + _varint(device_id)
-    return b"\x08\x01\x10\x01\x1a" + _varint(len(ids)) + ids
+def _device_assignment_proto(device_ids: list[int], replicas: int = 1,
+                             partitions: int = 1) -> bytes:
+    """DeviceAssignmentProto{replica_count, computation_count: partitions,
+    computation_devices: one per partition, {replica_device_ids: the
+    device of each replica}}; device (replica r, partition p) is
+    device_ids[r * partitions + p]."""
+    out = b"\x08" + _varint(replicas) + b"\x10" + _varint(partitions)
+    for p in range(partitions):
+        ids = b"".join(b"\x08" + _varint(device_ids[r * partitions + p])
+                       for r in range(replicas))
+        out += b"\x1a" + _varint(len(ids)) + ids
+    return out
+
+
+def _assigned_devices(build, count: int) -> list[Device]:
+    """The devices of a compile for `count` devices (replicas x
+    partitions), device (replica r, partition p) at r * partitions + p:
+    its device assignment's, else the client's first `count`."""
+    client = _client()
+    if count > len(client.devices):
+        raise _PjrtError(A.INVALID_ARGUMENT,
+                         f"xla_gpu: the program runs on {count} devices; this client has "
+                         f"{len(client.devices)} (set {NUM_DEVICES_ENV} for more)")
+    assignment = getattr(build, "device_assignment", None)
+    if assignment is None:
+        return client.devices[:count]
+    text = str(assignment)   # DeviceAssignment{..., Computation0{0 4} Computation1{1 5}}
+    computations = re.findall(r"Computation(\d+)\{([\d ]*)\}", text)
+    partitions = len(computations)
+    table = {(r, int(p)): int(i) for p, ids in computations
+             for r, i in enumerate(ids.split())}
+    if partitions == 0 or len(table) != count:
+        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: cannot read the device assignment "
+                         f"{text} for {count} devices")
+    out = []
+    for d in range(count):
+        index = table.get(divmod(d, partitions))
+        if index is None or index >= len(client.devices):
+            raise _PjrtError(A.INVALID_ARGUMENT,
+                             f"xla_gpu: the device assignment {text} names a device this "
+                             f"client does not have ({len(client.devices)} devices)")
+        out.append(client.devices[index])
+    return out
 
 
 def _assigned_device(build) -> Device:
@@ -527,19 +590,59 @@ def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
     parsed = xla_client.CompileOptions.ParseFromString(options)
     _check_compile_options(parsed.env_option_overrides, parsed.executable_build_options)
     build = parsed.executable_build_options
-    if build.num_replicas > 1 or build.num_partitions > 1:
-        raise _PjrtError(A.UNIMPLEMENTED,
-                         f"xla_gpu: num_replicas={build.num_replicas} num_partitions="
-                         f"{build.num_partitions}: only single-device programs are supported "
-                         "(programs over several devices are not compiled yet)")
     computation = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False,
                                                              return_tuple=False)
     import xla_gpu
+    if build.num_replicas > 1 or build.num_partitions > 1:
+        return _compile_partitioned(code, options, computation, build)
     # Every constant with its values (the default prints a large one as {...}).
     text = computation.as_hlo_text(print_large_constants=True)
     device = _assigned_device(build)
     exe = xla_gpu.compile(text, target=TARGET)
     return Executable(exe, computation, code, text, device)
+
+
+# jax hands over the program with its sharding annotations (Shardy's), not
+# partitioned: until xla_gpu has an SPMD partitioner of its own, XLA's
+# (jaxlib's cpu client, with as many devices) makes the per-device program,
+# which xla_gpu then compiles and runs on every device (run_partitioned).
+_PARTITIONERS: dict[int, object] = {}
+
+
+def _xla_partitioner(count: int):
+    """jaxlib's cpu client with `count` devices (one per device count,
+    kept: making one starts threads)."""
+    with _lock:
+        client = _PARTITIONERS.get(count)
+        if client is None:
+            from jax._src.lib import xla_client
+            client = _PARTITIONERS[count] = xla_client.make_cpu_client(num_devices=count)
+        return client
+
+
+def _compile_partitioned(code: bytes, options: bytes, computation, build) -> Executable:
+    import xla_gpu
+    from jax._src.lib import _jax, xla_client
+    replicas, partitions = build.num_replicas, build.num_partitions
+    count = replicas * partitions
+    devices = _assigned_devices(build, count)
+    partitioner = _xla_partitioner(len(_client().devices))
+    try:
+        loaded = partitioner.compile_and_load(
+            code, partitioner.devices()[:count], xla_client.CompileOptions.ParseFromString(options))
+        module = loaded.hlo_modules()[0]
+    except Exception as exc:  # noqa: BLE001 - the partitioner's own message
+        raise _PjrtError(_error_code_of(exc), f"xla_gpu: partitioning the program for "
+                         f"{replicas} replica(s) x {partitions} partition(s) (XLA's SPMD "
+                         f"partitioner) failed: {exc}") from exc
+    import jaxlib._hlo as hlo
+    printing = hlo.HloPrintOptions.short_parsable()
+    printing.print_large_constants = True
+    text = module.to_string(printing)
+    partitioned = bytes(_jax.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto()))
+    exe = xla_gpu.compile(text, target=TARGET, num_replicas=replicas,
+                          num_partitions=partitions)
+    return Executable(exe, computation, code, text, devices[0], devices, partitioned)
 
 
 # jaxlib calls Compile on its own worker threads, whose stacks are too small
@@ -580,6 +683,9 @@ _SERIAL_MAGIC = b"XLA_GPU_PJRT_EXE2\0"
 
 
 def _serialize(e: Executable) -> bytes:
+    if len(e.devices) > 1:
+        raise _PjrtError(A.UNIMPLEMENTED, "xla_gpu: serializing a program of several devices "
+                         "is not supported")
     text = e.hlo_text.encode()
     return (_SERIAL_MAGIC + e.device.index.to_bytes(4, "little") +
             len(text).to_bytes(8, "little") + text + e.mlir_code)
@@ -990,12 +1096,16 @@ def Executable_Name(a):
 
 @slot
 def Executable_NumReplicas(a):
-    wr(a, A.EXECUTABLE_NUM_REPLICAS.num_replicas, 1)
+    f = A.EXECUTABLE_NUM_REPLICAS
+    wr(a, f.num_replicas,
+       _executable(rd(a, f.executable), "PJRT_Executable_NumReplicas").num_replicas)
 
 
 @slot
 def Executable_NumPartitions(a):
-    wr(a, A.EXECUTABLE_NUM_PARTITIONS.num_partitions, 1)
+    f = A.EXECUTABLE_NUM_PARTITIONS
+    wr(a, f.num_partitions,
+       _executable(rd(a, f.executable), "PJRT_Executable_NumPartitions").num_partitions)
 
 
 @slot
@@ -1163,18 +1273,15 @@ def LoadedExecutable_AddressableDevices(a):
     f = A.LOADED_EXECUTABLE_ADDRESSABLE_DEVICES
     e = _executable(rd(a, f.executable), "PJRT_LoadedExecutable_AddressableDevices")
     wr(a, f.addressable_devices, C.addressof(e.devices_array))
-    wr(a, f.num_addressable_devices, 1)
-
-
-# One PJRT_LogicalDeviceIds, zeroed: {replica 0, partition 0}.
-_LOGICAL_IDS = _keep_alive((C.c_uint8 * A.LOGICAL_DEVICE_IDS.size)())
+    wr(a, f.num_addressable_devices, len(e.devices))
 
 
 @slot
 def LoadedExecutable_AddressableDeviceLogicalIds(a):
     f = A.LOADED_EXECUTABLE_ADDRESSABLE_DEVICE_LOGICAL_IDS
-    wr(a, f.addressable_device_logical_ids, C.addressof(_LOGICAL_IDS))
-    wr(a, f.num_addressable_device_logical_ids, 1)
+    e = _executable(rd(a, f.executable), "PJRT_LoadedExecutable_AddressableDeviceLogicalIds")
+    wr(a, f.addressable_device_logical_ids, C.addressof(e.logical_ids))
+    wr(a, f.num_addressable_device_logical_ids, len(e.devices))
 
 
 _NO_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
@@ -1211,9 +1318,9 @@ def LoadedExecutable_Execute(a):
         raise _PjrtError(A.FAILED_PRECONDITION, f"xla_gpu: executable '{e.name.buf.value.decode()}' "
                          "was deleted")
     num_devices, num_args = rd(a, f.num_devices), rd(a, f.num_args)
-    if num_devices != 1:
-        raise _PjrtError(A.UNIMPLEMENTED, f"xla_gpu: execution on {num_devices} devices "
-                         "(only single-device execution is supported)")
+    if len(e.devices) > 1 or num_devices != 1:
+        _execute_partitioned(a, e, num_devices, num_args)
+        return
     device = e.device
     if rd(a, f.execute_device):   # a portable executable, run where asked
         device = _get(rd(a, f.execute_device), Device, "PJRT_LoadedExecutable_Execute device")
@@ -1262,6 +1369,49 @@ def LoadedExecutable_Execute(a):
         wr(out_list, A.POINTER * j, Buffer(array.reshape(e.out_dims[j]), device).addr)
     if rd(a, f.device_complete_events):
         wr(rd(a, f.device_complete_events), 0, Event().addr)   # device 0's event
+
+
+def _execute_partitioned(a, e: Executable, num_devices: int, num_args: int) -> None:
+    """Execute of a program of several devices: argument_lists[d] and
+    output_lists[d] are device d's (its shards), one run on them all
+    (run_partitioned)."""
+    f = A.EXECUTE
+    name = e.name.buf.value.decode()
+    if num_devices != len(e.devices):
+        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: '{name}' runs on {len(e.devices)} "
+                         f"devices, Execute passed {num_devices} argument lists")
+    if e.donated:
+        raise _PjrtError(A.UNIMPLEMENTED, f"xla_gpu: '{name}': donated arguments of a program "
+                         "of several devices are not supported")
+    per_device = []
+    for d, device in enumerate(e.devices):
+        arg_list = rd(rd(a, f.argument_lists), A.POINTER * d)
+        args = []
+        for i in range(num_args):
+            buf = _get(rd(arg_list, A.POINTER * i), Buffer,
+                       f"PJRT_LoadedExecutable_Execute argument {i} of device {d}")
+            if buf.device is not device:
+                raise _PjrtError(A.INVALID_ARGUMENT,
+                                 f"xla_gpu: argument {i} of '{name}' for its device {d} is on "
+                                 f"device {buf.device.index}, expected {device.index}")
+            args.append(buf.live_array(f"argument {i} of '{name}'"))
+        per_device.append(args)
+    try:
+        outs = e.exe.run_partitioned(per_device)
+    except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
+        raise _PjrtError(_error_code_of(exc), f"xla_gpu run: {type(exc).__name__}: {exc}") from exc
+    for d, device in enumerate(e.devices):
+        out_list = rd(rd(a, f.output_lists), A.POINTER * d)
+        for j, out in enumerate(outs[d]):
+            if e.out_tokens[j]:
+                wr(out_list, A.POINTER * j, _token_buffer(device).addr)
+                continue
+            array = np.ascontiguousarray(out)
+            if array.dtype != e.out_dtypes[j]:
+                array = array.astype(e.out_dtypes[j])
+            wr(out_list, A.POINTER * j, Buffer(array.reshape(e.out_dims[j]), device).addr)
+        if rd(a, f.device_complete_events):
+            wr(rd(a, f.device_complete_events), A.POINTER * d, Event().addr)
 
 
 def _refuse_double_donation(e: Executable, arg_bufs: list, name: str) -> None:

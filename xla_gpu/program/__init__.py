@@ -7,8 +7,10 @@ executable (kernels + thunk sequence + buffer assignment + optimized HLO).
            ──buffer assignment──► slices of allocations
            ──thunk emission (thunk_emitter.py)──► kernel / copy / memset /
                  gemm / fft / while / conditional / custom_call / sort /
-                 topk / convolution thunks; kernels from kernels.py (the
-                 fusions, through the kernel compiler) and op_kernels
+                 topk / convolution thunks, and the collectives' (SPMD
+                 programs of several devices: runtime.collective_thunks);
+                 kernels from kernels.py (the fusions, through the kernel
+                 compiler) and op_kernels
            ──command buffers──► runs of device thunks, one graph each
            ──driver.py──► a runtime.program.ProgramExecutable
 

@@ -35,10 +35,17 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
                     arch: str = "sm_90", cache: bool = True, optimize: bool | None = None,
                     command_buffers: bool = True, memory_limit: int | None = None,
                     dump_dir: str | os.PathLike | None = None, dump_regex: str = ".*",
-                    fallback_unfused: bool = False) -> ProgramExecutable:
+                    fallback_unfused: bool = False, num_replicas: int | None = None,
+                    num_partitions: int | None = None) -> ProgramExecutable:
     """Compiles the ENTRY computation of `module` into a ProgramExecutable
     for `target` ("cpu" or "cuda"; resolve "auto" before). See the
-    package docstring; `fallback_unfused`: `prepare_module`'s."""
+    package docstring; `fallback_unfused`: `prepare_module`'s.
+    num_replicas x num_partitions: the devices the program runs on (one
+    SPMD program for all of them; default the module header's)."""
+    if num_replicas is None:
+        num_replicas = module.replica_count
+    if num_partitions is None:
+        num_partitions = module.num_partitions
     from ..service import assign_buffers, schedule_module
     timings: dict[str, float] = {}
     if dump_dir is not None:
@@ -69,7 +76,8 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
     stage("kernels and thunks")
     t0 = time.perf_counter()
     kernels = ProgramKernels(target, arch, cache, prepared)
-    emitter = ThunkEmitter(prepared, schedule, assignment, kernels, target)
+    emitter = ThunkEmitter(prepared, schedule, assignment, kernels, target,
+                           num_replicas=num_replicas, num_partitions=num_partitions)
     entry = prepared.entry
     try:
         kernels.prefetch(kernel_fusions(entry))
@@ -99,6 +107,7 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
         hlo_text=hlo_text, original_text=text, buffer_assignment=ba_text,
         memory=_memory_analysis(assignment, kernels.images), notes=notes, timings=timings,
         version=__version__, command_buffers=command_buffers,
+        num_replicas=num_replicas, num_partitions=num_partitions,
         kernel_counts={"kernels": len(kernels.images), "compiled": kernels.compiled,
                        "cached": kernels.cached})
     exe.notes.append(f"{len(kernels.images)} kernels ({kernels.compiled} compiled, "

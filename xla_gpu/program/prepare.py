@@ -35,6 +35,12 @@ THUNK_OPCODES = frozenset({
     "custom-call", "while", "conditional", "sort", "topk", "convolution", "copy",
     "fft", "after-all", "add-dependency", "opt-barrier", "optimization-barrier",
     "partition-id", "replica-id",
+    # Collectives are thunks of their own (never fused, never folded), their
+    # async pairs too (the work at the start, the done its result).
+    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+    "collective-broadcast", "all-reduce-start", "all-reduce-done", "all-gather-start",
+    "all-gather-done", "collective-permute-start", "collective-permute-done",
+    "async-start", "async-update", "async-done",
 })
 _GEMM_FUSION_KINDS = ("__ynn_fusion", "__triton_gemm", "__triton_nested_gemm_fusion",
                       "__onednn_fusion", "__cublas_fusion")

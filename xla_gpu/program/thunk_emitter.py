@@ -18,7 +18,11 @@ from ..errors import CompileError, HloError
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.cublas import cublas_gemm
 from ..hlo.in_place import in_place_outputs
+from ..hlo import collectives as C
 from ..runtime.buffers import TOKEN_TYPE, BufferSlice, token_ref
+from ..runtime.collective_thunks import (AllGatherThunk, AllReduceThunk, AllToAllThunk,
+                                         CollectiveBroadcastThunk, CollectivePermuteThunk,
+                                         CollectiveThunk, DeviceIdThunk, ReduceScatterThunk)
 from ..runtime.fft import FftConfig, cufft_layout_error
 from ..runtime.gemm import EPILOGUES, CublasPlanError, GemmConfig, cublas_plan
 from ..runtime.spec import ArgSpec
@@ -33,6 +37,21 @@ __all__ = ["ThunkEmitter"]
 # jax's sharding annotations: identities on one device.
 _SHARDING_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
 _CUBLAS_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8")
+# The collectives' thunks, by the opcode of the collective (an async start
+# makes the thunk of the collective it starts).
+_COLLECTIVE_THUNKS: dict[str, type[CollectiveThunk]] = {
+    "all-reduce": AllReduceThunk, "all-gather": AllGatherThunk,
+    "reduce-scatter": ReduceScatterThunk, "all-to-all": AllToAllThunk,
+    "collective-permute": CollectivePermuteThunk,
+    "collective-broadcast": CollectiveBroadcastThunk,
+}
+# A reducer whose root is one of these on its two parameters is an
+# all-reduce's ReductionKind.
+_REDUCTIONS = {"add": "sum", "multiply": "product", "maximum": "max", "minimum": "min",
+               "and": "and", "or": "or"}
+# The done of an async pair, and the shape index of its start's value it is.
+_DONE_OF = {"all-reduce-done": (), "all-gather-done": (1,), "collective-permute-done": (1,),
+            "async-done": (1,), "async-update": ()}
 
 
 class ThunkEmitter:
@@ -40,10 +59,13 @@ class ThunkEmitter:
     the slices `assignment` gave its values, in `schedule`'s order."""
 
     def __init__(self, module: HloModule, schedule, assignment, kernels: ProgramKernels,
-                 target: str):
+                 target: str, num_replicas: int = 1, num_partitions: int = 1):
         self.module, self.schedule, self.assignment = module, schedule, assignment
         self.kernels, self.target = kernels, target
         self.backend = backends.get(target)
+        # The devices the program runs on (its collectives' groups are
+        # checked against them).
+        self.num_replicas, self.num_partitions = num_replicas, num_partitions
 
     # slices -----------------------------------------------------------------
     def has_slice(self, inst: HloInstruction, index: tuple[int, ...] = ()) -> bool:
@@ -133,9 +155,24 @@ class ThunkEmitter:
             return [CopyThunk(inst.name, self.slice(inst.operands[0]), self.slice(inst),
                               self.ref(inst).nbytes)] if \
                 self.slice(inst.operands[0]) != self.slice(inst) else []
-        if op in ("partition-id", "replica-id"):   # one device: always 0
+        if op in ("partition-id", "replica-id"):
             ref = self.ref(inst)
-            return [MemsetThunk(inst.name, ref.slice, 0, 4, 1)]
+            if self.num_replicas * self.num_partitions == 1:   # always 0
+                return [MemsetThunk(inst.name, ref.slice, 0, 4, 1)]
+            self._check_target(inst)
+            return [DeviceIdThunk(inst.name, op.split("-")[0], ref)]
+        if op in C.COLLECTIVE_OPCODES:
+            base = C.ASYNC_COLLECTIVE_STARTS.get(op, op)
+            # all-gather-start and collective-permute-start are (operands,
+            # results, context...); all-reduce-start is its results.
+            index = (1,) if op in ("all-gather-start", "collective-permute-start") else ()
+            return [self.emit_collective(inst, inst, base, list(inst.operands), index)]
+        if op == "async-start":
+            return [self.emit_async_start(inst)]
+        if op in _DONE_OF:
+            # The work was done at the start: its result (buffer assignment
+            # gives both one buffer; a copy where it did not).
+            return self.copies(inst.name, inst.operands[0], _DONE_OF[op], inst, ())
         if op == "fusion":
             return self.emit_fusion(inst)
         if op == "dot":
@@ -155,6 +192,107 @@ class ThunkEmitter:
         if op == "fft":
             return [self.emit_fft(inst)]
         raise inst.unsupported(f"no thunk for opcode '{op}'")
+
+    # collectives -------------------------------------------------------------------
+    def emit_collective(self, inst: HloInstruction, collective: HloInstruction, opcode: str,
+                        operands: list[HloInstruction],
+                        result_index: tuple[int, ...]) -> CollectiveThunk:
+        """The thunk of `collective` (an `opcode` collective: `inst` itself,
+        or the collective an async start `inst` wraps) reading `operands`'
+        leaves and writing `inst`'s leaves under `result_index`."""
+        self._check_target(inst)
+        a = collective.attrs
+        if opcode == "collective-permute" and "slice_sizes" in a:
+            raise inst.unsupported("the in-place collective-permute (input, output and "
+                                   "start indices) is not supported")
+        for operand in operands:
+            if operand.shape.is_tuple:
+                raise inst.unsupported(f"operand '{operand.name}' is a tuple; collectives "
+                                       "take arrays")
+        refs = [self.ref(o) for o in operands]
+        results = [self.ref(inst, result_index + index)
+                   for index, _ in leaves(subshape(inst.shape, result_index))]
+        mode = C.group_mode(collective)
+        groups = C.instruction_groups(collective)
+        R, P = self.num_replicas, self.num_partitions
+        kwargs: dict = {}
+        try:
+            if opcode == "collective-permute":
+                pairs = C.parse_source_target_pairs(a.get("source_target_pairs", "{}"))
+                count = P if mode is C.GroupMode.CROSS_PARTITION else R
+                for pair in pairs:
+                    if max(pair) >= count:
+                        kind = "partition" if count == P else "replica"
+                        raise HloError(f"the pair {{{pair[0]},{pair[1]}}} names {kind} "
+                                       f"{max(pair)}, but there are {count}")
+                kwargs["pairs"] = [tuple(p) for p in pairs]
+            else:
+                # Every id names a device, and every device is in a group.
+                covered = {d for g in C.device_groups(groups, mode, R, P) for d in g}
+                if len(covered) != R * P:
+                    left = sorted(set(range(R * P)) - covered)
+                    raise HloError(f"devices {left[:8]}{'...' if len(left) > 8 else ''} "
+                                   f"are in none of the replica groups ({mode.value})")
+        except HloError as e:
+            raise inst.error(f"{e} (the program runs on {R} replica(s) x {P} "
+                             "partition(s))") from None
+        if opcode in ("all-reduce", "reduce-scatter"):
+            kwargs["reduction"] = _reduction_kind(inst, collective)
+        if opcode in ("all-gather", "reduce-scatter") or \
+                (opcode == "all-to-all" and "dimensions" in a):
+            dims = a.get("dimensions")
+            if dims is None and opcode == "all-gather":
+                dims = a.get("all_gather_dimension")
+                dims = (dims,) if isinstance(dims, int) else dims
+            if not isinstance(dims, tuple) or len(dims) != 1:
+                raise inst.error(f"{opcode} needs dimensions={{d}}")
+            kwargs["dimension"] = int(dims[0])
+            if opcode == "all-to-all" and len(refs) != 1:
+                raise inst.unsupported("an all-to-all with dimensions={d} and several "
+                                       "operands")
+        elif opcode == "all-to-all" and len(refs) != len(results):
+            raise inst.error(f"the tuple all-to-all has {len(refs)} operands and "
+                             f"{len(results)} results")
+        if len(results) != len(refs) and opcode != "all-to-all":
+            raise inst.error(f"{len(refs)} operands but {len(results)} results")
+        return _COLLECTIVE_THUNKS[opcode](
+            inst.name, operands=refs, results=results, replica_groups=[list(g) for g in groups],
+            mode=mode.value, channel_id=C.channel_id(collective), hlo_opcode=inst.opcode,
+            **kwargs)
+
+    def _check_target(self, inst: HloInstruction) -> None:
+        if self.backend.calls_vendor_libraries:
+            raise inst.unsupported(f"collectives and device ids on the {self.target} "
+                                   "target (NCCL) are not supported yet; the cpu target "
+                                   "runs them on emulated devices")
+
+    def emit_async_start(self, inst: HloInstruction) -> CollectiveThunk:
+        """An async-start wrapping a collective: the collective's thunk
+        over the start's operands, writing the start's result (shape index
+        1 of its (operands, result, context) value)."""
+        comp = inst.attrs.get("calls")
+        if isinstance(comp, list) and len(comp) == 1:
+            comp = comp[0]
+        if not isinstance(comp, HloComputation) or comp.root is None:
+            raise inst.error("async-start needs calls=<computation>")
+        root = comp.root
+        if root.opcode not in _COLLECTIVE_THUNKS or \
+                any(o.opcode != "parameter" for o in root.operands) or \
+                len(comp.instructions) != len(comp.parameters) + 1:
+            raise inst.unsupported(f"an async-start of computation '{comp.name}': only a "
+                                   "collective of the computation's parameters runs "
+                                   "asynchronously here")
+        shape = inst.shape
+        if not shape.is_tuple or len(shape.tuple_shapes) < 2:
+            raise inst.error(f"async-start's shape {shape} is not (operands, result, "
+                             "context...)")
+        operands = []
+        for o in root.operands:
+            if o.parameter_number >= len(inst.operands):
+                raise inst.error(f"computation '{comp.name}' reads parameter "
+                                 f"{o.parameter_number} of {len(inst.operands)} operands")
+            operands.append(inst.operands[o.parameter_number])
+        return self.emit_collective(inst, root, root.opcode, operands, (1,))
 
     # kernels -----------------------------------------------------------------------
     def emit_fusion(self, inst: HloInstruction) -> list[Thunk]:
@@ -445,6 +583,23 @@ class ThunkEmitter:
                                       args, [len(args) - 1], spec.threads, spec.blocks,
                                       spec.shared_bytes))
         return ConvolutionThunk(inst.name, thunks, compiled.describe())
+
+
+def _reduction_kind(inst: HloInstruction, collective: HloInstruction) -> str:
+    """The ReductionKind of an all-reduce's or reduce-scatter's reducer
+    (`to_apply`): add, multiply, maximum, minimum, and or or of its two
+    scalar parameters; anything else is refused, naming the instruction."""
+    comp = collective.attrs.get("to_apply")
+    if not isinstance(comp, HloComputation) or comp.root is None:
+        raise inst.error(f"'{collective.opcode}' needs to_apply=<computation>")
+    root, params = comp.root, comp.parameters
+    if len(params) == 2 and root.opcode in _REDUCTIONS and len(root.operands) == 2 and \
+            sorted(id(o) for o in root.operands) == sorted(id(p) for p in params) and \
+            all(not p.shape.is_tuple and p.shape.rank == 0 for p in params):
+        return _REDUCTIONS[root.opcode]
+    raise inst.unsupported(f"the reducer '{comp.name}' (root {root.opcode}) is not one "
+                           "of add, multiply, maximum, minimum, and, or of its two "
+                           "parameters")
 
 
 def _scatters_nothing(comp: HloComputation) -> bool:

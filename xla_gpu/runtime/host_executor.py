@@ -347,6 +347,12 @@ class HostProgram:
         error_at = ctypes.c_int64(-1)
         control = _Control(self._poll, None, deadline_ns or 0)
         self._current.ctx, self._current.error = ctx, None
+        if ctx is not None:
+            # ctx.cancel() from another thread stops the run through the
+            # control block; read its deadline again in case it came first.
+            ctx.native_control = control
+            if ctx.deadline_ns is not None:
+                control.deadline_ns = ctx.deadline_ns
         try:
             rc = self._entry(self._code_address, len(self._code),
                              (ctypes.c_void_p * max(len(bases), 1))(*bases), len(bases),
@@ -356,6 +362,8 @@ class HostProgram:
             error = self._current.error
         finally:
             self._current.ctx = self._current.error = None
+            if ctx is not None:
+                ctx.native_control = None
         if rc == 1 and error is not None:
             raise error
         if rc == _INTERRUPTED:

@@ -45,6 +45,7 @@ from .._trace import current as current_trace, trace_file
 from ..errors import ArgumentError, ArtifactError, ResourceError
 from .buffers import Allocation, token_value
 from .spec import HostBufferPool, KernelSpec, _address, aligned_zeros
+from . import collective_thunks  # noqa: F401  (registers the collectives' thunk kinds)
 from .thunks import (ArrayRef, ExecutionContext, KernelThunk, Thunk, sequence_text,
                      thunk_from_dict, walk)
 
@@ -56,6 +57,11 @@ __all__ = ["ProgramExecutable", "KernelImage", "MemoryAnalysis", "load_program",
 PROGRAM_FORMAT = 2
 _READ_FORMATS = (1, 2)
 _ALIGNMENT = 64
+# Devices of one run at most (each is a thread of this process).
+MAX_DEVICES = 4096
+# The trace lanes of a profiled many-device run: device d records on
+# DEVICE_LANE_BASE + d ("device d").
+DEVICE_LANE_BASE = 1 << 29
 
 
 @dataclass
@@ -175,6 +181,11 @@ class ProgramExecutable:
     # The compile that made it: {"kernels", "compiled", "cached"} (empty
     # for a loaded program).
     kernel_counts: dict[str, int] = field(default_factory=dict)
+    # The devices the program runs on: one SPMD program, run by
+    # `run_partitioned` on each (device d = replica * num_partitions +
+    # partition) when there is more than one.
+    num_replicas: int = 1
+    num_partitions: int = 1
     _last_stats: dict[str, int] = field(default_factory=dict, repr=False)
     artifact_digest: str | None = None    # set by save() and load_program()
     _launchers: dict | None = field(default=None, repr=False)
@@ -182,6 +193,9 @@ class ProgramExecutable:
     _device_pool: dict | None = field(default=None, repr=False)
     _host_program: Any = field(default=None, repr=False)
     _cpu_run_plan: "_CpuRunPlan | None" = field(default=None, repr=False)
+    # Device -> the buffer pool of its temp and output allocations (runs on
+    # many devices: each device has buffers of its own).
+    _device_pools: dict = field(default_factory=dict, repr=False)
     # The C run path (xla_gpu.runtime._host_run.HostRun): None until the
     # first cpu run, False where the program cannot take it.
     _host_run: Any = field(default=None, repr=False)
@@ -413,6 +427,12 @@ class ProgramExecutable:
         if unknown:  # an ArgumentError, worded as Python words the TypeError
             raise ArgumentError(f"run() got an unexpected keyword argument "
                                 f"'{next(iter(unknown))}'")
+        if self.num_devices > 1:
+            raise ArgumentError(
+                f"program '{self.name}' runs on {self.num_devices} devices "
+                f"({self.num_replicas} replica(s) x {self.num_partitions} partition(s)): "
+                "run it with run_partitioned(per_device_args), one argument list per "
+                "device (runs of global arrays come with the SPMD partitioner)")
         trace = current_trace()
         if profile is None and trace is None:
             if self._has_tokens:
@@ -498,14 +518,17 @@ class ProgramExecutable:
             return self._cpu_run_plan
 
     def _run_cpu(self, values: Sequence[Any], deadline_ns: int | None = None,
-                 profiler=None) -> tuple:
+                 profiler=None, device: "_DeviceRun | None" = None) -> tuple:
         """One execution on the host; `values` are the parameter leaves,
         checked. With the native executor and no Python thunk, only the
         allocations' addresses are needed, not numpy views of them. A
-        profiled run goes through the thunks in Python, each one timed."""
+        profiled run goes through the thunks in Python, each one timed.
+        `device`: one device of a many-device run (its own buffers, its
+        side of the rendezvous; its counters go there, not to `stats`)."""
         plan = self._cpu_plan()
         native = self._native_program() if profiler is None else None
-        pool, fill = plan.pool, _debug_fill()
+        pool = plan.pool if device is None else device.pool
+        fill = _debug_fill()
         bases = list(plan.bases)
         views = list(plan.buffers)
         results = list(plan.result_arrays)
@@ -536,22 +559,33 @@ class ProgramExecutable:
             for ref, k in users:
                 _write_host(buffer, ref, values[k])
         start = time.perf_counter()
-        if native is not None and not native.callbacks:
+        if native is not None and not native.callbacks and device is None:
             self.stats = native.run_on(bases, deadline_ns)
         else:
             ctx = ExecutionContext("cpu", views, self._launcher_table(),
                                    custom_calls=self._custom_call_lookup(), bases=bases)
             ctx.deadline_ns = deadline_ns
-            if profiler is not None:
-                ctx.profiler = profiler
-                profiler.run(self.thunks, ctx)
-            elif native is not None:
-                native.run(ctx)
+            if device is not None:
+                ctx.collectives = device.endpoint
+                device.communicator.running(device.endpoint.device, ctx.cancel)
+            try:
+                if profiler is not None:
+                    ctx.profiler = profiler
+                    profiler.run(self.thunks, ctx)
+                elif native is not None:
+                    native.run(ctx)
+                else:
+                    for thunk in self.thunks:
+                        thunk.execute(ctx)
+            finally:
+                if device is not None:
+                    device.communicator.running(device.endpoint.device, None)
+            if device is None:
+                self.stats = dict(ctx.stats)
             else:
-                for thunk in self.thunks:
-                    thunk.execute(ctx)
-            self.stats = dict(ctx.stats)
-        self.timings["last_run"] = time.perf_counter() - start
+                device.stats = dict(ctx.stats)
+        if device is None:
+            self.timings["last_run"] = time.perf_counter() - start
         for slot, ref, copy in plan.viewed_outputs:
             view = ref.logical_from_physical(np.ndarray(
                 ref.physical_dims, ref.storage_dtype, buffer=views[ref.slice.allocation],
@@ -562,6 +596,137 @@ class ProgramExecutable:
                 view = np.array(view, copy=True)
             results[slot] = view
         return tuple(results)
+
+    # -- many devices -----------------------------------------------------------
+    @property
+    def num_devices(self) -> int:
+        return self.num_replicas * self.num_partitions
+
+    def run_partitioned(self, per_device_args: Sequence[Sequence[Any]], *,
+                        timeout: float | None = None,
+                        profile: str | os.PathLike | None = None,
+                        **unknown) -> list[tuple]:
+        """Runs the program on each of its num_replicas x num_partitions
+        devices at once (the cpu target's emulated devices: a thread and a
+        set of buffers each). `per_device_args[d]` are device d's
+        arguments (d = replica * num_partitions + partition), as `run`
+        takes them; returns, per device, its output leaves (a tuple).
+
+        The collectives meet in a rendezvous made for the run
+        (`runtime.communicator`). `timeout` (seconds, default 60): how long
+        a device waits at a collective for the others. Nothing hangs: when
+        a device fails, every device waiting for it (or arriving later
+        where it is awaited) fails with an error naming it and the
+        collective; a wait past `timeout`, or Ctrl-C, stops every device.
+        The run then raises the failing device's own error, or a
+        CollectiveError (CollectiveTimeoutError) whose `device_errors`
+        hold what each device raised. `profile`: a trace file, as `run`'s;
+        each device records on a lane of its own ("device d")."""
+        if unknown:
+            raise ArgumentError(f"run_partitioned() got an unexpected keyword argument "
+                                f"'{next(iter(unknown))}'")
+        from .communicator import DEFAULT_TIMEOUT, describe_devices
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
+                not math.isfinite(timeout) or timeout <= 0:
+            raise ArgumentError(f"run_partitioned: timeout must be a positive number of "
+                                f"seconds, got {timeout!r}")
+        if self.target != "cpu":
+            raise ArgumentError(f"run_partitioned runs the cpu target's emulated devices; "
+                                f"program '{self.name}' was compiled for {self.target}")
+        n = self.num_devices
+        devices = describe_devices(self.num_replicas, self.num_partitions)
+        if isinstance(per_device_args, (str, bytes, np.ndarray)) or \
+                not isinstance(per_device_args, Sequence) or len(per_device_args) != n:
+            got = len(per_device_args) if isinstance(per_device_args, Sequence) else \
+                type(per_device_args).__name__
+            raise ArgumentError(f"run_partitioned: program '{self.name}' runs on {devices}: "
+                                f"it takes {n} argument lists (one per device), got {got}")
+        values = []
+        for d, args in enumerate(per_device_args):
+            if isinstance(args, (str, bytes, np.ndarray)) or not isinstance(args, Sequence):
+                raise ArgumentError(f"run_partitioned: device {d}: expected a list of "
+                                    f"arguments, got {type(args).__name__}")
+            try:
+                values.append(self._checked_leaves(args))
+            except ArgumentError as e:
+                raise ArgumentError(f"device {d}: {e}") from None
+        self._check_memory_of(n)
+        with trace_file(profile) as own:
+            trace = own if own is not None else current_trace()
+            return self._run_devices(values, float(timeout), trace)
+
+    def _checked_leaves(self, args: Sequence[Any]) -> list[Any]:
+        """The array leaves of one device's arguments, checked."""
+        if self._has_tokens:
+            args = self._arrays_only(args)
+        leaves = self._flatten_arguments(args)
+        return [self._check_leaf(label, a, ref, False) for label, a, ref in leaves]
+
+    def _check_memory_of(self, devices: int) -> None:
+        """A run on `devices` devices needs that many executions' memory
+        at once: refused before anything is allocated when the host's is
+        smaller."""
+        self._cpu_plan()   # one execution's check
+        need, have = self.required_bytes() * devices, host_memory_bytes()
+        if have and need > have:
+            raise ResourceError(f"program '{self.name}' needs {need} bytes "
+                                f"({need / 2**30:.2f} GiB) to run on {devices} devices but "
+                                f"the host memory is {have} bytes ({have / 2**30:.2f} GiB)")
+
+    def _pool_of_device(self, device: int) -> HostBufferPool:
+        with self._lock:
+            pool = self._device_pools.get(device)
+            if pool is None:
+                pool = self._device_pools[device] = HostBufferPool()
+            return pool
+
+    def _run_devices(self, values: list[list[Any]], timeout: float, trace) -> list[tuple]:
+        from .communicator import Communicator
+        n = self.num_devices
+        communicator = Communicator(self.num_replicas, self.num_partitions, timeout)
+        runs = [_DeviceRun(communicator, d, self._pool_of_device(d)) for d in range(n)]
+        profilers = [None] * n
+        if trace is not None:
+            from .profile import RunProfiler
+            profilers = [RunProfiler(trace, self.name, self.target, lane=DEVICE_LANE_BASE + d,
+                                     lane_name=f"device {d}") for d in range(n)]
+        # Built once, before the devices' threads race to build them.
+        self._launcher_table()
+        self._native_program()
+        results: list[tuple | None] = [None] * n
+        errors: dict[int, BaseException] = {}
+
+        def run_device(d: int) -> None:
+            try:
+                results[d] = self._run_cpu(values[d], None, profilers[d], runs[d])
+            except BaseException as e:   # noqa: BLE001  (reported by the caller)
+                error = communicator.device_error(d, e)
+                errors[d] = error
+                communicator.device_failed(d, error)
+            else:
+                communicator.device_finished(d)
+
+        threads = [threading.Thread(target=run_device, args=(d,), daemon=True,
+                                    name=f"xla_gpu-device-{d}") for d in range(n)]
+        start = time.perf_counter()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        except BaseException:
+            communicator.abort("the caller was interrupted")
+            raise
+        self.timings["last_run"] = time.perf_counter() - start
+        if errors:
+            raise communicator.run_error(
+                f"program '{self.name}' on {n} devices", errors)
+        self.stats = runs[0].stats
+        if self._has_tokens:
+            return [self._with_tokens(r) for r in results]
+        return list(results)
 
     def _device_constant_table(self) -> dict[int, Any]:
         if self._device_constants is None:
@@ -691,6 +856,7 @@ class ProgramExecutable:
             "constants": sorted(self.constants),
             "memory": self.memory.to_dict(),
             "notes": list(self.notes),
+            "num_replicas": self.num_replicas, "num_partitions": self.num_partitions,
         }
 
     def _shared_binaries(self) -> dict[str, int]:
@@ -773,6 +939,17 @@ def _debug_fill() -> int | None:
     if not 0 <= byte <= 255:
         raise ArgumentError(f"XLA_GPU_DEBUG_FILL must be a byte value, got {value!r}")
     return byte
+
+
+class _DeviceRun:
+    """One device of a many-device run: its side of the rendezvous, its
+    buffer pool, and what its execution counted."""
+
+    def __init__(self, communicator, device: int, pool: HostBufferPool):
+        self.communicator = communicator
+        self.endpoint = communicator.endpoints[device]
+        self.pool = pool
+        self.stats: dict[str, int] = {}
 
 
 class _CpuRunPlan:
@@ -1016,7 +1193,9 @@ def load_program(directory: str | os.PathLike, *, expected_digest: str | None = 
             buffer_assignment=data.get("buffer-assignment.txt", b"").decode(),
             memory=MemoryAnalysis.from_dict(m.get("memory", {})),
             notes=list(m.get("notes", [])), version=str(m.get("version", "")),
-            command_buffers=bool(m.get("command_buffers", True)))
+            command_buffers=bool(m.get("command_buffers", True)),
+            num_replicas=_device_count(m, "num_replicas", directory),
+            num_partitions=_device_count(m, "num_partitions", directory))
     except ArtifactError:
         raise
     except RecursionError:
@@ -1030,6 +1209,16 @@ def load_program(directory: str | os.PathLike, *, expected_digest: str | None = 
     _check_constants(program, str(directory))
     program.artifact_digest = digest
     return program
+
+
+def _device_count(manifest: dict[str, Any], key: str, directory: Path) -> int:
+    """program.json's num_replicas / num_partitions (1 when absent)."""
+    value = manifest.get(key, 1)
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            not 1 <= value <= MAX_DEVICES:
+        raise ArtifactError(f"{directory}: program.json: {key}={value!r} is not a device "
+                            f"count in [1, {MAX_DEVICES}]")
+    return value
 
 
 def _check_slices(program: ProgramExecutable, where: str) -> None:

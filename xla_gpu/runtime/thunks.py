@@ -13,7 +13,9 @@ program's allocations to memory for one execution.
         thunk.execute(ctx)
 
 Kinds: kernel, copy, memset, gemm, fft, while, conditional, custom_call,
-sort, topk, convolution, command_buffer. Thunks that hold others expose them as
+sort, topk, convolution, command_buffer; the collectives' (all_reduce,
+all_gather, reduce_scatter, all_to_all, collective_permute,
+collective_broadcast, device_id) are in `collective_thunks`. Thunks that hold others expose them as
 `.thunks` (flattened, in order); `while` keeps `.condition` and `.body`,
 `conditional` keeps `.branches`.
 """
@@ -70,6 +72,13 @@ class ExecutionContext:
         self.deadline_ns: int | None = None
         # A runtime.profile.RunProfiler recording every thunk, or None.
         self.profiler: Any = None
+        # One device of a many-device run: its side of the run's rendezvous
+        # (runtime.communicator.DeviceEndpoint), which the collective thunks
+        # meet through; None on one device.
+        self.collectives: Any = None
+        # The native executor's control block while it runs this context
+        # (host_executor), so that `cancel` reaches a loop running there.
+        self.native_control: Any = None
         if bases is not None:
             # The buffers' addresses, known to the caller.
             self._bases = list(bases)
@@ -77,6 +86,15 @@ class ExecutionContext:
             self._bases = [0 if b is None else b.ctypes.data for b in self.buffers]
         else:
             self._bases = [0 if b is None else int(b) for b in self.buffers]
+
+    def cancel(self) -> None:
+        """Stops this execution at its next loop iteration (another
+        thread may call it: a many-device run whose other devices failed or
+        timed out): as if its deadline had passed."""
+        self.deadline_ns = 1
+        control = self.native_control
+        if control is not None:
+            control.deadline_ns = 1
 
     # addresses and host views
     def pointer(self, s: BufferSlice) -> int:

@@ -13,6 +13,9 @@ their operands:
     add-dependency               operand 0's values
     call                         the callee root's values; the callee's
                                  parameters forward the call's operands
+    *-done, async-update         their start's result (the start of an
+                                 async collective: its element 0 holds
+                                 its operands' values)
     conditional branch params    the conditional's operand of that branch
 
 While loops and conditionals define *phi* values (XLA's SSA form): the
@@ -50,6 +53,17 @@ FORWARDING_OPCODES = frozenset({
     "bitcast", "get-tuple-element", "tuple", "opt-barrier", "optimization-barrier",
     "domain", "add-dependency",
 })
+# The async pairs of collectives (the work is done at the start): a done's
+# (or update's) output is its start's value at this shape index, as in
+# XLA's dataflow; they read nothing themselves.
+ASYNC_DONE_INDEX: dict[str, tuple[int, ...]] = {
+    "all-reduce-done": (), "all-gather-done": (1,), "collective-permute-done": (1,),
+    "async-done": (1,), "async-update": (),
+}
+# Starts whose value is (operands, results, context...): element 0 holds
+# the operands' values (one operand: itself; several: a tuple of them).
+_STARTS_WITH_OPERANDS = frozenset({"all-gather-start", "collective-permute-start",
+                                   "async-start"})
 
 
 def array_leaves(shape: Shape) -> list[tuple[ShapeIndex, Shape]]:
@@ -359,6 +373,32 @@ class DataflowAnalysis:
                 raise inst.error(f"callee '{callee.name}' has no root")
             self._forward_all(inst, callee.root)
             return
+        elif op in ASYNC_DONE_INDEX:
+            if len(inst.operands) != 1:
+                raise inst.error(f"{op} takes its start as its one operand")
+            self._forward_all(inst, inst.operands[0], ASYNC_DONE_INDEX[op])
+            return
+        elif op in _STARTS_WITH_OPERANDS and inst.shape.is_tuple and \
+                inst.shape.tuple_shapes:
+            first = inst.shape.tuple_shapes[0]
+            if first.is_tuple and op != "async-start" and len(inst.operands) == 1:
+                # One tuple operand is element 0 as a whole.
+                self._forward_all(inst, inst.operands[0], (), (0,))
+            elif first.is_tuple:
+                if len(first.tuple_shapes) != len(inst.operands):
+                    raise inst.error(f"element 0 of its shape has {len(first.tuple_shapes)} "
+                                     f"operands, it takes {len(inst.operands)}")
+                for k, operand in enumerate(inst.operands):
+                    self._forward_all(inst, operand, (), (0, k))
+            else:
+                if len(inst.operands) != 1:
+                    raise inst.error(f"element 0 of its shape is one operand, it takes "
+                                     f"{len(inst.operands)}")
+                self._forward_all(inst, inst.operands[0], (), (0,))
+            for index, shape in array_leaves(inst.shape):
+                if index[0] != 0:
+                    self._define(inst, index, shape)
+            return
         is_phi = op in ("while", "conditional")
         for index, shape in array_leaves(inst.shape):
             self._define(inst, index, shape, is_phi=is_phi)
@@ -367,7 +407,7 @@ class DataflowAnalysis:
         for comp in self.computations:
             for inst in comp.instructions:
                 op = inst.opcode
-                if op in FORWARDING_OPCODES or \
+                if op in FORWARDING_OPCODES or op in ASYNC_DONE_INDEX or \
                         (op == "call" and id(sequential_callees(inst)[0][1]) not in self._shared):
                     # Positions, not reads (a call's callee reads them
                     # through its parameters). add-dependency's token is

@@ -21,6 +21,8 @@ NOT_WRAPPED = frozenset({
     "infeed", "outfeed", "send", "recv", "send-done", "recv-done",
     "all-reduce", "all-gather", "all-to-all", "collective-permute",
     "reduce-scatter", "partition-id", "replica-id", "fft", "cholesky",
+    "collective-broadcast", "all-reduce-start", "all-reduce-done", "all-gather-start",
+    "all-gather-done", "collective-permute-start", "collective-permute-done",
     "triangular-solve", "add-dependency", "domain", "copy-start",
     "copy-done", "async-start", "async-done", "async-update"})
 

@@ -27,6 +27,7 @@ _SIDE_EFFECTING = frozenset({
     "all-reduce", "all-gather", "all-to-all", "collective-permute",
     "reduce-scatter", "all-reduce-start", "all-reduce-done",
     "collective-permute-start", "collective-permute-done", "domain",
+    "collective-broadcast", "all-gather-start", "all-gather-done",
     "add-dependency", "opt-barrier", "optimization-barrier",
 })
 
