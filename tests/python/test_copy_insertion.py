@@ -469,3 +469,57 @@ def test_inner_loop_carrying_the_outer_element_it_replaces():
     inserted = _inserted(_LOOP_IN_LOOP_CARRY)
     assert _root_opcodes(inserted, "outer_body")[1] == "copy"
     _check_compiled(_LOOP_IN_LOOP_CARRY, (np.float32(0.75),), (np.float32(-1.5),))
+
+
+# A loop in a conditional branch whose state is the branch's parameter: that
+# buffer is the conditional's operand, here an ENTRY parameter read again
+# after the conditional, so the loop must start from a copy.
+_LOOP_ON_BRANCH_PARAMETER = """
+HloModule branch_while
+
+cond {
+  s = f32[4] parameter(0)
+  e = f32[] constant(100)
+  r = f32[] reduce(s, e), dimensions={0}, to_apply=mx
+  lim = f32[] constant(50)
+  ROOT lt = pred[] compare(r, lim), direction=LT
+}
+
+mx {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] minimum(a, b)
+}
+
+body {
+  s = f32[4] parameter(0)
+  two = f32[] constant(2)
+  t = f32[4] broadcast(two), dimensions={}
+  ROOT n = f32[4] add(s, t)
+}
+
+grow {
+  x = f32[4] parameter(0)
+  ROOT w = f32[4] while(x), condition=cond, body=body
+}
+
+keep {
+  x = f32[4] parameter(0)
+  ROOT n = f32[4] negate(x)
+}
+
+ENTRY main {
+  p = pred[] parameter(0)
+  x = f32[4] parameter(1)
+  c = f32[4] conditional(p, x, x), true_computation=grow, false_computation=keep
+  ROOT t = (f32[4], f32[4]) tuple(c, x)
+}
+"""
+
+
+def test_loop_on_a_branch_parameter_starts_from_a_copy():
+    inserted = _inserted(_LOOP_ON_BRANCH_PARAMETER)
+    loop = inserted.computation("grow").root
+    assert loop.opcode == "while" and loop.operands[0].opcode == "copy"
+    x = np.array([1, 2, 3, 4], np.float32)
+    _check_compiled(_LOOP_ON_BRANCH_PARAMETER, (np.bool_(True), x), (np.bool_(False), x))

@@ -50,9 +50,16 @@ def _is_array(shape) -> bool:
     return not shape.is_tuple and shape.element_type != "token"
 
 
-def _is_read_only(value: HloInstruction, comp: HloComputation) -> bool:
+def _is_read_only(value: HloInstruction, comp: HloComputation,
+                  borrowed: frozenset[int] = frozenset()) -> bool:
+    """Whether `value`'s buffer may not be written here: a constant, an
+    ENTRY parameter (not donated), or a parameter of a computation in
+    `borrowed` (ids of conditional branches: a branch's parameter is the
+    conditional's operand, a buffer of the caller that may be an ENTRY
+    parameter or read after the conditional)."""
     source = through_bitcasts(value)
-    return source.opcode == "constant" or (source.opcode == "parameter" and comp.is_entry)
+    return source.opcode == "constant" or (source.opcode == "parameter" and (
+        comp.is_entry or id(comp) in borrowed))
 
 
 def _other_readers(value: HloInstruction, reader: HloInstruction) -> bool:
@@ -114,11 +121,16 @@ class CopyInsertion(HloPass):
     def run(self, module: HloModule) -> bool:
         module.link()
         changed = False
+        self._borrowed = frozenset(
+            id(branch) for comp in program_computations(module)
+            for inst in comp.instructions if inst.opcode == "conditional"
+            for branch in _branches(inst))
         for comp in program_computations(module):
             for inst in list(comp.instructions):
                 for k in in_place_operands(inst):
                     operand = inst.operands[k]
-                    if _is_read_only(operand, comp) or _other_readers(operand, inst):
+                    if _is_read_only(operand, comp, self._borrowed) or \
+                            _other_readers(operand, inst):
                         copy = comp.add("copy", operand.shape, [operand])
                         inst.replace_operand_with(k, copy)
                         changed = True
@@ -140,7 +152,7 @@ class CopyInsertion(HloPass):
         if not init.shape.is_tuple:
             if not _is_array(init.shape):
                 return False
-            if _is_read_only(init, comp) or _other_readers(init, loop):
+            if _is_read_only(init, comp, self._borrowed) or _other_readers(init, loop):
                 loop.replace_operand_with(0, self._copy(comp, init))
                 return True
             return False
@@ -167,7 +179,7 @@ class CopyInsertion(HloPass):
             if k in unchanged and k not in read_after:
                 seen.add(key)
                 continue  # never written, not read after: no buffer of its own
-            if _is_read_only(element, comp) or key in seen or \
+            if _is_read_only(element, comp, self._borrowed) or key in seen or \
                     _other_readers(element, init):
                 init.replace_operand_with(k, self._copy(comp, element))
                 changed = True
