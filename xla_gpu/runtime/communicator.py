@@ -111,37 +111,6 @@ class Communicator(Session):
             return stopped
         return error
 
-    def run_error(self, what: str, errors: dict[int, BaseException]) -> BaseException:
-        """The error of a run in which devices failed (`errors`: device ->
-        what it raised). The lowest failing device's own error (a note
-        names the devices that failed) when no rendezvous was left
-        incomplete or every device failed on its own; otherwise a
-        CollectiveError (CollectiveTimeoutError after a timeout) saying why
-        the rendezvous could not complete and what each device raised
-        (`device_errors`), `instruction` and `missing` naming the first
-        collective that could not complete and the devices missing there."""
-        own = {d: e for d, e in sorted(errors.items()) if not self.raised_by_session(e)}
-        stop = self.first_failure
-        if own and (stop is None or len(own) == self.num_devices):
-            device, error = next(iter(own.items()))
-            error.add_note(f"(on {self.where(device)}; devices {list(own)} of "
-                           f"{self.num_devices} failed)")
-            return error
-        reason = stop.message if stop is not None else "a device failed"
-        if stop is not None and stop.instruction and not stop.timeout and \
-                not stop.message.startswith("deadlock"):
-            reason = (f"the collective '{stop.instruction}' cannot complete: devices "
-                      f"{list(stop.missing)} cannot arrive: {reason}")
-        lines = [f"{what}: {reason}"]
-        for d, e in sorted(errors.items()):
-            lines.append(f"  {self.where(d)}: {type(e).__name__}: {e}")
-        cls = stop.error_class if stop is not None else CollectiveError
-        error = cls("\n".join(lines), stop.instruction if stop else None,
-                    stop.missing if stop else (), errors)
-        if own:
-            error.__cause__ = next(iter(own.values()))
-        return error
-
 
 def describe_devices(num_replicas: int, num_partitions: int) -> str:
     """`8 devices (1 replica x 8 partitions)` for messages."""

@@ -695,34 +695,13 @@ class ProgramExecutable:
         # Built once, before the devices' threads race to build them.
         self._launcher_table()
         self._native_program()
-        results: list[tuple | None] = [None] * n
-        errors: dict[int, BaseException] = {}
-
-        def run_device(d: int) -> None:
-            try:
-                results[d] = self._run_cpu(values[d], None, profilers[d], runs[d])
-            except BaseException as e:   # noqa: BLE001  (reported by the caller)
-                error = communicator.device_error(d, e)
-                errors[d] = error
-                communicator.device_failed(d, error)
-            else:
-                communicator.device_finished(d)
-
-        threads = [threading.Thread(target=run_device, args=(d,), daemon=True,
-                                    name=f"xla_gpu-device-{d}") for d in range(n)]
         start = time.perf_counter()
         try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        except BaseException:
-            communicator.abort("the caller was interrupted")
-            raise
-        self.timings["last_run"] = time.perf_counter() - start
-        if errors:
-            raise communicator.run_error(
-                f"program '{self.name}' on {n} devices", errors)
+            results = communicator.run_devices(
+                lambda d: self._run_cpu(values[d], None, profilers[d], runs[d]),
+                f"program '{self.name}' on {n} devices")
+        finally:
+            self.timings["last_run"] = time.perf_counter() - start
         self.stats = runs[0].stats
         if self._has_tokens:
             return [self._with_tokens(r) for r in results]

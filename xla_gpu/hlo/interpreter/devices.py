@@ -138,6 +138,76 @@ class Session:
     def raised_by_session(self, error: BaseException) -> bool:
         return id(error) in self._stop_errors
 
+    def run_devices(self, run_device: Callable[[int], Any], what: str) -> list[Any]:
+        """Runs `run_device(d)` for every device on a thread of its own and
+        returns their results in device order. A device that raises is
+        reported to the others (who stop at their next collective); the
+        error raised here is `run_error(what, ...)`'s. Ctrl-C or any
+        exception in the caller stops every device."""
+        n = self.num_devices
+        results: list[Any] = [None] * n
+        errors: dict[int, BaseException] = {}
+
+        def run(d: int) -> None:
+            try:
+                results[d] = run_device(d)
+            except BaseException as e:   # every failure is reported below
+                error = self.device_error(d, e)
+                errors[d] = error
+                self.device_failed(d, error)
+            else:
+                self.device_finished(d)
+
+        threads = [threading.Thread(target=run, args=(d,), daemon=True,
+                                    name=f"xla_gpu-device-{d}") for d in range(n)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        except BaseException:
+            self.abort("the caller was interrupted")
+            raise
+        if errors:
+            raise self.run_error(what, errors)
+        return results
+
+    def device_error(self, device: int, error: BaseException) -> BaseException:
+        """What a device's failure is reported as (the error itself here; a
+        runtime communicator words its own stops)."""
+        return error
+
+    def run_error(self, what: str, errors: dict[int, BaseException]) -> BaseException:
+        """The error of a run in which devices failed (`errors`: device ->
+        what it raised). The lowest failing device's own error (a note
+        names the devices that failed) when no collective was left
+        incomplete or every device failed on its own; otherwise a
+        CollectiveError (CollectiveTimeoutError after a timeout) saying why
+        the collective could not complete and what each device raised
+        (`device_errors`), `instruction` and `missing` naming the first
+        collective that could not complete and the devices missing there."""
+        own = {d: e for d, e in sorted(errors.items()) if not self.raised_by_session(e)}
+        stop = self.first_failure
+        if own and (stop is None or len(own) == self.num_devices):
+            device, error = next(iter(own.items()))
+            error.add_note(f"(on {self.where(device)}; devices {list(own)} of "
+                           f"{self.num_devices} failed)")
+            return error
+        reason = stop.message if stop is not None else "a device failed"
+        if stop is not None and stop.instruction and not stop.timeout and \
+                not stop.message.startswith("deadlock"):
+            reason = (f"the collective '{stop.instruction}' cannot complete: devices "
+                      f"{list(stop.missing)} cannot arrive: {reason}")
+        lines = [f"{what}: {reason}"]
+        for d, e in sorted(errors.items()):
+            lines.append(f"  {self.where(d)}: {type(e).__name__}: {e}")
+        cls = stop.error_class if stop is not None else CollectiveError
+        error = cls("\n".join(lines), stop.instruction if stop else None,
+                    stop.missing if stop else (), errors)
+        if own:
+            error.__cause__ = next(iter(own.values()))
+        return error
+
     def _check_progress(self) -> None:
         """Fails the rendezvous that can no longer complete: one a device it
         waits for has finished or failed, or, when every unfinished device
@@ -356,34 +426,14 @@ def evaluate_devices(module: HloModule, per_device_args: Sequence[Sequence[Any]]
     for c in module.computations:
         c.instructions
     session = Session(R, P, float(timeout))
-    results: list[Value | None] = [None] * n
-    errors: dict[int, BaseException] = {}
 
-    def run_device(d: int) -> None:
-        ev = DeviceEvaluator(session, d)
-        try:
-            with np.errstate(all="ignore"):
-                results[d] = ev.run(comp, values[d])
-        except BaseException as e:  # every failure is reported by the caller
-            errors[d] = e
-            session.device_failed(d, e)
-        else:
-            session.device_finished(d)
+    def run_device(d: int) -> Value:
+        with np.errstate(all="ignore"):
+            return DeviceEvaluator(session, d).run(comp, values[d])
 
-    threads = [threading.Thread(target=run_device, args=(d,), daemon=True,
-                                name=f"xla_gpu-device-{d}") for d in range(n)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        except BaseException:
-            session.abort("the caller was interrupted")
-            raise
-    if errors:
-        raise _run_error(session, errors)
+        results = session.run_devices(run_device, "evaluate_devices")
     out = []
     for value in results:
         leaves: list[np.ndarray] = []
@@ -392,27 +442,3 @@ def evaluate_devices(module: HloModule, per_device_args: Sequence[Sequence[Any]]
     return out
 
 
-def _run_error(session: Session, errors: dict[int, BaseException]) -> BaseException:
-    own = {d: e for d, e in sorted(errors.items()) if not session.raised_by_session(e)}
-    stop = session.first_failure
-    if own and (stop is None or len(own) == session.num_devices):
-        # No collective was left incomplete: the devices' own errors.
-        device, error = next(iter(own.items()))
-        failed = list(own)
-        error.add_note(f"(on {session.where(device)}; devices {failed} of "
-                       f"{session.num_devices} failed)")
-        return error
-    reason = stop.message if stop is not None else "a device failed"
-    if stop is not None and stop.instruction and not stop.timeout and \
-            not stop.message.startswith("deadlock"):
-        reason = (f"the rendezvous at instruction '{stop.instruction}' cannot complete: "
-                  f"devices {list(stop.missing)} cannot arrive: {reason}")
-    lines = [f"evaluate_devices: {reason}"]
-    for d, e in sorted(errors.items()):
-        lines.append(f"  {session.where(d)}: {type(e).__name__}: {e}")
-    cls = stop.error_class if stop is not None else CollectiveError
-    error = cls("\n".join(lines), stop.instruction if stop else None,
-                stop.missing if stop else (), errors)
-    if own:
-        error.__cause__ = next(iter(own.values()))
-    return error
