@@ -1324,18 +1324,9 @@ def LoadedExecutable_Execute(a):
     device = e.device
     if rd(a, f.execute_device):   # a portable executable, run where asked
         device = _get(rd(a, f.execute_device), Device, "PJRT_LoadedExecutable_Execute device")
-    arg_list = rd(rd(a, f.argument_lists), 0)   # device 0's list
     name = e.name.buf.value.decode()
-    arg_bufs, args = [], []
-    for i in range(num_args):
-        buf = _get(rd(arg_list, A.POINTER * i), Buffer,
-                   f"PJRT_LoadedExecutable_Execute argument {i}")
-        if buf.device is not device:
-            raise _PjrtError(A.INVALID_ARGUMENT,
-                             f"xla_gpu: argument {i} of '{name}' is on device "
-                             f"{buf.device.index}, the executable runs on {device.index}")
-        args.append(buf.live_array(f"argument {i} of '{name}'"))
-        arg_bufs.append(buf)
+    arg_bufs = _argument_buffers(a, 0, num_args, device, name, "")
+    args = [buf.live_array(f"argument {i} of '{name}'") for i, buf in enumerate(arg_bufs)]
     if e.donated:
         _refuse_double_donation(e, arg_bufs, name)
     try:
@@ -1371,6 +1362,24 @@ def LoadedExecutable_Execute(a):
         wr(rd(a, f.device_complete_events), 0, Event().addr)   # device 0's event
 
 
+def _argument_buffers(a, list_index: int, num_args: int, device, name: str,
+                      where: str) -> list:
+    """The Buffers of Execute's argument list `list_index`, each checked to
+    live on `device` (the executable's device for that list)."""
+    f = A.EXECUTE
+    arg_list = rd(rd(a, f.argument_lists), A.POINTER * list_index)
+    bufs = []
+    for i in range(num_args):
+        buf = _get(rd(arg_list, A.POINTER * i), Buffer,
+                   f"PJRT_LoadedExecutable_Execute argument {i}{where}")
+        if buf.device is not device:
+            raise _PjrtError(A.INVALID_ARGUMENT,
+                             f"xla_gpu: argument {i}{where} of '{name}' is on device "
+                             f"{buf.device.index}, the executable runs it on {device.index}")
+        bufs.append(buf)
+    return bufs
+
+
 def _execute_partitioned(a, e: Executable, num_devices: int, num_args: int) -> None:
     """Execute of a program of several devices: argument_lists[d] and
     output_lists[d] are device d's (its shards), one run on them all
@@ -1385,17 +1394,9 @@ def _execute_partitioned(a, e: Executable, num_devices: int, num_args: int) -> N
                          "of several devices are not supported")
     per_device = []
     for d, device in enumerate(e.devices):
-        arg_list = rd(rd(a, f.argument_lists), A.POINTER * d)
-        args = []
-        for i in range(num_args):
-            buf = _get(rd(arg_list, A.POINTER * i), Buffer,
-                       f"PJRT_LoadedExecutable_Execute argument {i} of device {d}")
-            if buf.device is not device:
-                raise _PjrtError(A.INVALID_ARGUMENT,
-                                 f"xla_gpu: argument {i} of '{name}' for its device {d} is on "
-                                 f"device {buf.device.index}, expected {device.index}")
-            args.append(buf.live_array(f"argument {i} of '{name}'"))
-        per_device.append(args)
+        bufs = _argument_buffers(a, d, num_args, device, name, f" of device {d}")
+        per_device.append([buf.live_array(f"argument {i} of '{name}'")
+                           for i, buf in enumerate(bufs)])
     try:
         outs = e.exe.run_partitioned(per_device)
     except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
