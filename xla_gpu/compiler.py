@@ -232,7 +232,10 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     # A device other than the default is part of the keys (the launch
     # configuration depends on it).
     device_key = () if device is None else (repr(device),)
-    options = repr(sorted((program_options or {}).items()))
+    from .hlo.passes.gemm_fusion import gemm_fusion_enabled
+    # XLA_GPU_GEMM_FUSION changes what a program compiles to: part of the key.
+    options = repr(sorted((program_options or {}).items()) +
+                   [("gemm_fusion", gemm_fusion_enabled())])
     # The text as given (with its options): a repeated compile skips parsing.
     raw_key = compile_cache.make_key("raw", text, target, arch, fusion or "", identity,
                                      options, *device_key)

@@ -26,6 +26,7 @@ from ..errors import ArgumentError
 from .concatenate import concatenate_refusal, find_concatenate_hero
 from .device import DEFAULT_DEVICE, DeviceDescription
 from .epilogue import epilogue_chain_ok, reaches
+from .gemm import dot_hero, gemm_refusal
 from .reduction import reduction_refusal
 from .transpose import is_tiled_transpose, normalized_transpose, transpose_refusal
 
@@ -36,7 +37,7 @@ __all__ = ["Fusion", "select_fusion", "analyze", "find_hero", "EMITTER_KINDS",
 
 EMITTER_KINDS = ("loop", "transpose", "reduction", "scatter", "concatenate",
                  "in_place_dynamic_update_slice", "input_slices", "sort", "topk",
-                 "convolution")
+                 "convolution", "gemm")
 
 # What the loop emitter does instead of the emitter the heroes call for,
 # when that emitter cannot take the fusion (the note on the kernel).
@@ -47,6 +48,8 @@ _INSTEAD = {
                  "reduces sequentially in each thread",
     "concatenate": "the concatenate emitter refused it; the loop emitter "
                    "selects the operand per element",
+    "gemm": "the GEMM emitter refused it; the loop emitter computes each "
+            "output element's dot product on its own",
 }
 
 
@@ -167,13 +170,27 @@ def _is_input_slices(roots: list[HloInstruction]) -> bool:
     return len({tuple(r.operands[0].shape.dims) for r in roots}) == 1 and len(roots) > 1
 
 
-def analyze(comp: HloComputation, name: str, module: HloModule | None = None) -> Fusion:
+def analyze(comp: HloComputation, name: str, module: HloModule | None = None,
+            gemm_tiling=None) -> Fusion:
+    """The fusion analysis of `comp`. A dot with its epilogue gets the GEMM
+    emitter only in a GEMM fusion (XLA's kCustom `__triton_gemm`): its
+    tiling is `gemm_tiling` (an `analysis.gemm.GemmTiling`) or the one of
+    the fusion instruction of `module` that calls `comp`; other fusions
+    with a dot (XLA's loop fusions, bare computations) keep the loop
+    emitter, which computes each element's dot product, as XLA's does."""
     verify_computation(comp)
     called = {id(c): c for inst in comp.instructions for c in inst.called_computations}
     for computation in called.values():   # a reducer shared by many reduces once
         verify_computation(computation)
     choice = choose_emitter(fusion_roots(comp))
     roots, heroes, kind = choice.roots, choice.heroes, choice.kind
+    if kind == "gemm":
+        tiling = gemm_tiling if gemm_tiling is not None else _gemm_tiling_in(module, comp)
+        if tiling is None:
+            note = "a dot outside a GEMM fusion (not kCustom __triton_gemm): the loop " \
+                   "emitter computes each output element's dot product"
+            return Fusion(name, comp, roots, heroes, "loop", module, [note], hero_kind="gemm")
+        return Fusion(name, comp, roots, heroes, kind, module, config=tiling)
     if kind == choice.hero_kind:
         # A scatter the scatter emitter refuses has no other emitter: the
         # emitter reports it.
@@ -181,6 +198,20 @@ def analyze(comp: HloComputation, name: str, module: HloModule | None = None) ->
     note = f"{choice.hero_kind} fusion emitted by the loop emitter: " \
            f"{_INSTEAD[choice.hero_kind]} ({choice.refusal})"
     return Fusion(name, comp, roots, heroes, kind, module, [note], hero_kind=choice.hero_kind)
+
+
+def _gemm_tiling_in(module: HloModule | None, comp: HloComputation):
+    """The tiling of the kCustom GEMM fusion of `module` that calls `comp`
+    (None when no GEMM fusion calls it): what a GEMM fusion compiled on its
+    own (`xla_gpu.compile(..., fusion=NAME)`) keeps."""
+    from .gemm import triton_gemm_tiling
+    if module is None:
+        return None
+    for computation in module.computations:
+        for inst in computation.instructions:
+            if inst.opcode == "fusion" and inst.attrs.get("calls") is comp:
+                return triton_gemm_tiling(inst)
+    return None
 
 
 def fusion_roots(comp: HloComputation) -> list[HloInstruction]:
@@ -238,6 +269,11 @@ def choose_emitter(roots: list[HloInstruction]) -> EmitterChoice:
         kind = "topk"
     elif any(h.opcode == "scatter" for h in heroes):
         kind = "scatter"
+    elif not any(h.opcode in _HERO_OPCODES for h in heroes) and \
+            (dot := dot_hero(roots)) is not None:
+        # A dot with its epilogue (elementwise ops, reshapes) up to the
+        # outputs: the tiled GEMM emitter (XLA's Triton GEMM fusions).
+        kind, heroes = "gemm", [dot] * len(roots)
     elif _is_input_slices(roots):
         kind = "input_slices"
     elif _is_in_place_dus(roots):
@@ -291,4 +327,6 @@ def _refusal(kind: str, roots: list[HloInstruction],
         return concatenate_refusal(roots, heroes)
     if kind == "scatter":
         return scatter_refusal(roots)
+    if kind == "gemm":
+        return gemm_refusal(roots, heroes[0])
     return None

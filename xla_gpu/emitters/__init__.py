@@ -19,6 +19,7 @@ from ..hlo import HloModule, parse_module
 from .base import EmittedKernel, KernelEmitter, LaunchDims
 from .concatenate import ConcatenateEmitter
 from .convolution import ConvolutionEmitter
+from .gemm import GemmEmitter
 from .in_place_dus import InPlaceDynamicUpdateSliceEmitter
 from .input_slices import InputSlicesEmitter
 from .loop import LoopEmitter
@@ -41,6 +42,7 @@ _EMITTERS = {
     "sort": SortEmitter,
     "topk": SortEmitter,
     "convolution": ConvolutionEmitter,
+    "gemm": GemmEmitter,
 }
 
 def emitter_for(fusion: Fusion) -> KernelEmitter:

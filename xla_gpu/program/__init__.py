@@ -17,8 +17,11 @@ executable (kernels + thunk sequence + buffer assignment + optimized HLO).
 What is compiled:
   * a module XLA already fused (after_optimizations dumps of XLA:GPU or
     XLA:CPU: kLoop / kInput fusions, "wrapped_*" ones) runs as fused;
-    kCustom fusions whose root is a dot (XLA:CPU's `__ynn_fusion`, XLA:GPU's
-    `__triton_gemm`) become a gemm with their other work as kernels;
+    XLA:GPU's `__triton_gemm` fusions are one kernel of the GEMM emitter
+    with their tiling (on the cpu target only small ones: larger GEMMs run
+    faster through BLAS); other kCustom fusions whose root is a dot
+    (XLA:CPU's `__ynn_fusion`, cuBLAS fusions) and GEMM fusions the emitter
+    refuses become a gemm with their other work as kernels;
     `__cublas$gemm` / `__cublas$lt$matmul` custom calls become gemm thunks
     with their epilogues, `TopK` a topk thunk; `fft` instructions become fft
     thunks (cuFFT on cuda), their operand and result relayouted to the

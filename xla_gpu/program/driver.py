@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+from .. import backends
 from .._paths import __version__
 from .._progress import stage
 from .._trace import complete, span
@@ -57,6 +58,7 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
     stage("HLO passes")
     t0 = time.perf_counter()
     prepared, notes = prepare_module(module, optimize=optimize, dump_dir=dump_dir,
+                                     emulates_grid=backends.get(target).emulates_grid,
                                      dump_regex=dump_regex,
                                      fallback_unfused=fallback_unfused)
     timings["prepare"] = time.perf_counter() - t0

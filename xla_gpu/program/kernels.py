@@ -125,7 +125,8 @@ class ProgramKernels:
         if known is None:
             kernel_comp = kernel_computation(comp)
             key = kernel_compiler.kernel_key(kernel_comp, self.target, self.arch,
-                                             identity=self.identity)
+                                             identity=self.identity,
+                                             config=_gemm_tiling(inst))
             known = self._kernels_of[id(inst)] = (kernel_comp, key)
         return known
 
@@ -138,7 +139,9 @@ class ProgramKernels:
         still to link). Runs on the prefetch threads: touches nothing of
         this object but its read-only settings."""
         from ..analysis.fusion import analyze
-        fusion = analyze(kernel_comp, _symbol(inst.name), self.module)
+        # A GEMM fusion's kernel: the tiling of its instruction.
+        fusion = analyze(kernel_comp, _symbol(inst.name), self.module,
+                         gemm_tiling=_gemm_tiling(inst))
         return kernel_compiler.compile_kernel(
             fusion, self.target, self.arch, cache=self.cache, key=key,
             text=fusion_text(kernel_comp), lower_only=self.link_kernels, disk=self.disk)
@@ -273,6 +276,13 @@ class ProgramKernels:
             self.compiled += 1
             self._count(exe)
         return key
+
+
+def _gemm_tiling(inst: HloInstruction):
+    """The tiling of a GEMM fusion (its triton_gemm_config or the heuristic
+    table's; part of its kernel's key); None for other fusions."""
+    from ..analysis.gemm import triton_gemm_tiling
+    return triton_gemm_tiling(inst)
 
 
 def _link_group(group, arch: str):

@@ -1,7 +1,9 @@
 """Preparing a module for the thunk emitter: the HLO pass pipeline (on a
 module of plain ops), the rewrites the op kernels need, then every
 sequential computation rewritten so that each instruction is a thunk op
-(calls inlined, GEMM fusions opened, layout-only reshapes made bitcasts,
+(calls inlined, XLA:GPU's __triton_gemm fusions kept as one GEMM-emitter
+kernel, other GEMM fusions opened into a gemm thunk and kernels,
+layout-only reshapes made bitcasts,
 each other op wrapped in a fusion of its own), copy insertion and the
 loop-state ordering. The rewrites that are HLO passes live in
 `xla_gpu.hlo.passes` (TopkDecomposer, StableSortExpander,
@@ -97,8 +99,10 @@ class _ModuleBuilder:
     calls inlined, GEMM fusions opened, reshapes that keep the bytes made
     bitcasts, and every other op wrapped in its own fusion."""
 
-    def __init__(self, module: HloModule):
+    def __init__(self, module: HloModule, max_macs: int | None = None):
         self.module = module
+        # GEMM fusions larger than this are opened (see prepare_module).
+        self.max_macs = max_macs
         self.names: set[str] = set()
         self.comp_names: set[str] = {c.name for c in module.computations}
         for comp in module.computations:
@@ -180,7 +184,7 @@ class _ModuleBuilder:
             return self._emit(out, clone)
         if op == "fusion":
             dot = gemm_fusion(inst)
-            if dot is not None:
+            if dot is not None and not _is_gemm_kernel(inst, self.max_macs):
                 return self._open_fusion(inst, ops, out)
             return self._emit(out, inst.clone_with(ops))
         if op == "reshape" and is_row_major(inst.shape) and \
@@ -302,6 +306,28 @@ class _ModuleBuilder:
         return self._emit(out, fusion)
 
 
+def _is_gemm_kernel(inst: HloInstruction, max_macs: int | None = None) -> bool:
+    """Whether a GEMM fusion compiles as one kernel of the GEMM emitter:
+    XLA:GPU's __triton_gemm (and nested) fusions the emitter takes. The
+    others (XLA:CPU's __ynn_fusion, cuBLAS fusions, bodies the emitter
+    refuses: the analysis' note says why) are opened into a gemm thunk and
+    kernels for the rest."""
+    from ..analysis.fusion import choose_emitter, fusion_roots
+    from ..analysis.gemm import fusion_backend_kind, is_gemm_fusion_kind
+    if not is_gemm_fusion_kind(fusion_backend_kind(inst)):
+        return False
+    if max_macs is not None:
+        from ..analysis.gemm import dot_hero, multiply_adds
+        from ..analysis.fusion import fusion_roots as roots_of
+        dot = dot_hero(roots_of(inst.attrs["calls"]))
+        if dot is not None and multiply_adds(dot) > max_macs:
+            return False
+    try:
+        return choose_emitter(fusion_roots(inst.attrs["calls"])).kind == "gemm"
+    except XlaGpuError:
+        return False
+
+
 def _is_handler_call(inst: HloInstruction) -> bool:
     from ..hlo.passes.custom_call_layouts import is_handler_call
     return is_handler_call(inst)
@@ -327,7 +353,8 @@ def reachable_computations(entry: HloComputation) -> list[HloComputation]:
 
 def prepare_module(module: HloModule, *, optimize: bool | None = None,
                    dump_dir: str | os.PathLike | None = None, dump_regex: str = ".*",
-                   fallback_unfused: bool = False) -> tuple[HloModule, list[str]]:
+                   fallback_unfused: bool = False,
+                   emulates_grid: bool = False) -> tuple[HloModule, list[str]]:
     """The module as the thunk emitter takes it, and notes on how it got
     there. `optimize`: None (default) runs the HLO pass pipeline on modules
     without fusions; True always; False never (each op its own fusion).
@@ -335,7 +362,10 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     raised it, anything else as a CompileError), naming the pass; with
     `fallback_unfused` the module is compiled without the pipeline instead,
     each op its own fusion (`xla_gpu.compile` reads its default from
-    XLA_GPU_UNFUSED_FALLBACK)."""
+    XLA_GPU_UNFUSED_FALLBACK). `emulates_grid` (the cpu target): only small
+    GEMMs become GEMM kernels (HOST_SHARED_MAX_MACS multiply-adds; the
+    emulated kernel is slower than BLAS past that), larger ones a gemm
+    thunk with kernels for the rest, XLA's own GEMM fusions included."""
     from ..hlo.passes import loop_state_ordering
     from ..hlo.passes.copy_insertion import CopyInsertion
     notes: list[str] = []
@@ -343,11 +373,14 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     has_fusions = any(i.opcode == "fusion" for c in reachable_computations(entry)
                       for i in c.instructions)
     run_passes = (not has_fusions) if optimize is None else optimize
+    from ..analysis.gemm import HOST_SHARED_MAX_MACS
+    max_macs = HOST_SHARED_MAX_MACS if emulates_grid else None
     optimized = False
     if run_passes:
         from ..hlo.passes import optimize as optimize_hlo
         try:
-            module = optimize_hlo(module, dump_dir=dump_dir, dump_regex=dump_regex)
+            module = optimize_hlo(module, dump_dir=dump_dir, dump_regex=dump_regex,
+                                  gemm_fusion_max_multiply_adds=max_macs)
             notes.append("optimized by xla_gpu.hlo.passes")
             optimized = True
         except Exception as e:   # noqa: BLE001 - re-raised, or the opt-out
@@ -366,7 +399,12 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     # convolutions become im2col + gemm.
     module, op_notes = rewrite_for_op_kernels(module)
     notes.extend(op_notes)
-    builder = _ModuleBuilder(module)
+    # XLA's __triton_gemm fusions: nested operand fusions inlined, split_k
+    # partial sums given their reduction kernel.
+    from ..hlo.passes.gemm_fusion import prepare_gemm_fusions
+    module, gemm_notes = prepare_gemm_fusions(module)
+    notes.extend(gemm_notes)
+    builder = _ModuleBuilder(module, max_macs)
     prepared = builder.build()
     if builder.wrapped:
         notes.append(f"{builder.wrapped} op(s) outside fusions wrapped in their own fusion")

@@ -33,6 +33,7 @@ from .dot_canonicalization import DotCanonicalization
 from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
                                  TreeReductionRewriter)
 from .cost_model import NodeCost, fused_cost, kernel_time, node_cost
+from .gemm_fusion import GemmFusion
 from .priority_fusion import PriorityFusion
 from .multi_output_fusion import MultiOutputFusion
 from .fusion_wrapper import FusionWrapper
@@ -51,6 +52,6 @@ __all__ = [
     "SelectAndScatterExpander", "RngBitGeneratorExpander",
     "CustomCallLayouts", "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
     "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
-    "fused_cost", "kernel_time", "PriorityFusion", "MultiOutputFusion",
+    "fused_cost", "kernel_time", "GemmFusion", "PriorityFusion", "MultiOutputFusion",
     "FusionWrapper", "RenameFusions", "CopyInsertion",
 ]

@@ -14,6 +14,7 @@
   dot canonicalization (gemm-ready dots)
   reduction rewrites: dimension grouping, splitting, tree reductions
   simplification again
+  GemmFusion (dots with prologues / epilogues as __triton_gemm fusions)
   PriorityFusion, multi-output fusion, CSE, DCE
   fusion wrapper (every unfused kernel op in its own fusion), XLA's names
   copy insertion
@@ -34,6 +35,7 @@ from .custom_call_layouts import CustomCallLayouts
 from .dce import HloDCE
 from .dot_canonicalization import DotCanonicalization
 from .fusion_wrapper import FusionWrapper
+from .gemm_fusion import GemmFusion
 from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
 from .layout_normalization import LayoutNormalization
 from .linalg_expanders import CholeskyExpander, TriangularSolveExpander
@@ -61,7 +63,11 @@ def _simplification(name: str) -> HloPassPipeline:
     ])
 
 
-def optimization_pipeline() -> HloPassPipeline:
+def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None
+                          ) -> HloPassPipeline:
+    """XLA:GPU's pipeline; `gemm_fusion_max_multiply_adds`: dots larger than
+    that stay gemm thunks instead of GEMM fusions (the cpu target's
+    emulated GEMM kernel is slower than BLAS past small sizes)."""
     return HloPassPipeline("optimization", [
         ShardingAnnotationRemover(),
         ControlFlowLayouts(),
@@ -81,6 +87,7 @@ def optimization_pipeline() -> HloPassPipeline:
         ])),
         _simplification("post-layout-simplification"),
         LayoutNormalization(),
+        GemmFusion(max_multiply_adds=gemm_fusion_max_multiply_adds),
         PriorityFusion(),
         MultiOutputFusion(),
         HloCSE(),
@@ -94,19 +101,21 @@ def optimization_pipeline() -> HloPassPipeline:
 
 def optimize(module: HloModule, dump_dir: str | os.PathLike | None = None,
              dump_regex: str = ".*", verify: bool = False,
-             context: PassContext | None = None) -> HloModule:
+             context: PassContext | None = None,
+             gemm_fusion_max_multiply_adds: int | None = None) -> HloModule:
     """The optimized copy of `module` (the argument is left as it is).
     With `dump_dir`: before_optimizations.txt, NN.<pass>.txt after each
     pass matching `dump_regex` that changed the module, and
     after_optimizations.txt. `verify` runs the verifier after every pass
     that changed the module. A `context` given collects per-pass
-    statistics (runs that changed the module, seconds)."""
+    statistics (runs that changed the module, seconds).
+    `gemm_fusion_max_multiply_adds`: see `optimization_pipeline`."""
     dump = DumpOptions(str(dump_dir) if dump_dir is not None else None, dump_regex)
     dump.write("before_optimizations.txt", module)
     result = module.clone()
     if context is None:
         context = PassContext()
     context.dump, context.verify = dump, verify
-    optimization_pipeline().run(result, context)
+    optimization_pipeline(gemm_fusion_max_multiply_adds).run(result, context)
     dump.write("after_optimizations.txt", result)
     return result
