@@ -28,7 +28,7 @@
  * The layouts are LP64 (x86-64 and aarch64 Linux). The `XLA_GPU_PJRT_*`
  * assertions at the end pin every size and offset that was measured against
  * jaxlib 0.10.2 (pjrt/DESIGN.md, sections 2 and 4): building
- * libXlaGpuPjrt.so checks them, and tests/python/test_pjrt_abi.py checks
+ * libXlaGpuPjrt.so checks them, and tests/python/pjrt/test_pjrt_abi.py checks
  * that xla_gpu/pjrt/_abi.py (the Python side, which reads and writes these
  * structs by byte offset) agrees with this header field by field.
  *

@@ -70,7 +70,7 @@ def from_handle(cls, handle: _Handle):
 
 # The C API exactly as dialect/CAPI.h declares it: function -> (result type,
 # parameter types), in C. The ctypes prototypes are derived from it, and
-# tests/python/test_native_abi.py compiles these signatures against the
+# tests/python/package/test_native_abi.py compiles these signatures against the
 # installed header, so the two cannot drift apart.
 C_SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "xlaGpuRegisterDialect": ("void", ("MlirDialectRegistry",)),

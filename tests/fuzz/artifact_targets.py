@@ -11,7 +11,7 @@ a result or an XlaGpuError is a crash. A changed
 kernel.json is only loaded: a manifest that lies about its own code is
 what `trusted=True` vouches against (SECURITY.md).
 
-Importable without atheris: tests/python/test_fuzz.py replays saved inputs
+Importable without atheris: tests/python/api/test_fuzz.py replays saved inputs
 through `load_artifact` and writes the seeds with `write_seeds`."""
 
 from __future__ import annotations

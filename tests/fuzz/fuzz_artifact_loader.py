@@ -3,7 +3,7 @@
     python tests/fuzz/fuzz_artifact_loader.py CORPUS_DIR [libFuzzer flags...]
 
 See artifact_targets.py for what an input is and what counts as a crash.
-tests/python/test_fuzz.py seeds it and bounds the run.
+tests/python/api/test_fuzz.py seeds it and bounds the run.
 """
 
 import sys

@@ -6,7 +6,7 @@
 Each input's first byte picks a tool and its flags (targets.CLI_TOOLS), the
 rest is the file it reads. Any outcome but exit status 0, or 2 with one
 line on stderr (no traceback, no internal error, no raw escape character),
-raises: libFuzzer writes the input to `crash-*`. tests/python/test_fuzz.py
+raises: libFuzzer writes the input to `crash-*`. tests/python/api/test_fuzz.py
 seeds it with small .hlo and .mlir files of the repository and bounds the
 run.
 """

@@ -4,7 +4,7 @@
 
 Any exception other than xla_gpu's HloError (HloParseError for malformed
 text) is a crash: libFuzzer writes the input to `crash-*` and exits
-non-zero. tests/python/test_fuzz.py seeds it with every .hlo file of the
+non-zero. tests/python/api/test_fuzz.py seeds it with every .hlo file of the
 repository and bounds the run.
 """
 

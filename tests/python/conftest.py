@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
+
+# The tests live in one folder per layer of the package (tests/python/<layer>/);
+# the data they share (programs/, hlo_inputs/, data/, program_data.py) stays
+# here. A few tests reuse another folder's HLO snippets by module name.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+for _entry in sorted(os.listdir(_HERE)):
+    _folder = os.path.join(_HERE, _entry)
+    if os.path.isdir(_folder) and any(n.startswith("test_") for n in os.listdir(_folder)):
+        if _folder not in sys.path:
+            sys.path.append(_folder)
+if _HERE not in sys.path:
+    sys.path.append(_HERE)
 
 # Hermetic: every test session compiles into a fresh cache of its own and
 # never reads or writes the user's ~/.cache (set before xla_gpu is imported

@@ -9,7 +9,7 @@ at byte 16 (x86-64 / aarch64 LP64 layout); the implementations read and
 write fields by byte offset, named by the `Struct` tables below.
 
 pjrt/xla_gpu_pjrt_abi.h declares the same layout in C (and asserts the
-sizes measured against jaxlib); tests/python/test_pjrt_abi.py compiles it
+sizes measured against jaxlib); tests/python/pjrt/test_pjrt_abi.py compiles it
 and checks every table here against it, field by field.
 """
 from __future__ import annotations

@@ -860,7 +860,7 @@ def Client_PlatformVersion(a):
 @slot
 def Client_Devices(a):
     # Also Client_AddressableDevices (every device is addressable): the
-    # same layout, checked by tests/python/test_pjrt_abi.py.
+    # same layout, checked by tests/python/pjrt/test_pjrt_abi.py.
     f = A.CLIENT_DEVICES
     c = _get(rd(a, f.client), Client, "PJRT_Client_Devices")
     wr(a, f.devices, C.addressof(c.devices_array))

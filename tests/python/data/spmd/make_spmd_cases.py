@@ -1,4 +1,4 @@
-"""Makes the SPMD test cases of tests/python/test_collectives_reference.py:
+"""Makes the SPMD test cases of tests/python/hlo/test_collectives_reference.py:
 small sharded jax programs, the per-device HLO XLA's SPMD partitioner made
 of each, and each device's input and output shards.
 
