@@ -1,5 +1,7 @@
-"""The package's version and where its files are: the native part (lib/,
-bin/, include/, lib/cmake/) and the cache directory. The bottom layer:
+"""The package's version, where its files are (the native part: lib/,
+bin/, include/, lib/cmake/; the cache directory) and the environment's
+switches of what a compile makes (part of the compile cache's key). The
+bottom layer:
 every module that needs one of these imports it from here (the package
 root re-exports them), so that nothing below the API imports the root.
 Imports nothing of xla_gpu.
@@ -69,3 +71,10 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "xla_gpu"
+
+
+def gemm_fusion_enabled() -> bool:
+    """False when XLA_GPU_GEMM_FUSION=0: dots with prologues or epilogues
+    stay gemm thunks instead of GEMM fusions."""
+    return os.environ.get("XLA_GPU_GEMM_FUSION", "1").strip().lower() not in \
+        ("0", "false", "no")

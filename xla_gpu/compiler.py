@@ -232,7 +232,7 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     # A device other than the default is part of the keys (the launch
     # configuration depends on it).
     device_key = () if device is None else (repr(device),)
-    from .hlo.passes.gemm_fusion import gemm_fusion_enabled
+    from ._paths import gemm_fusion_enabled
     # XLA_GPU_GEMM_FUSION changes what a program compiles to: part of the key.
     options = repr(sorted((program_options or {}).items()) +
                    [("gemm_fusion", gemm_fusion_enabled())])

@@ -43,10 +43,10 @@ fusion reduces them and applies the epilogue.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
+from ..._paths import gemm_fusion_enabled
 from ...analysis.fusion import choose_emitter, fusion_roots
 from ...analysis.gemm import (GemmTiling, accumulator_type, default_tiling, dot_dims,
                               multiply_adds,
@@ -74,11 +74,6 @@ _PROLOGUE_OPCODES = frozenset({"convert", "bitcast", "reshape", "transpose", "co
 # Ops that only move or reinterpret elements: a fusion of nothing else
 # around its dot is a "pure matmul".
 _DATA_MOVEMENT = frozenset({"bitcast", "reshape"})
-
-
-def gemm_fusion_enabled() -> bool:
-    """False when XLA_GPU_GEMM_FUSION=0 (dots stay gemm thunks)."""
-    return os.environ.get("XLA_GPU_GEMM_FUSION", "1").strip() not in ("0", "false", "no")
 
 
 def gemm_backend_config(tiling: GemmTiling) -> str:
