@@ -99,6 +99,19 @@ class Backend(ABC):
         `arch`; `timings` gets seconds per step. Raises mlir.ir.MLIRError
         when a pass fails and a CompileError when code generation does."""
 
+    def link_groups(self, kernels: list, workers: int) -> list[list]:
+        """`kernels` (lowered by `compile(..., lower_only=True)`) split into
+        groups that `link` makes one binary each: about the same amount of
+        code in each of up to `workers` groups. Only a backend that
+        `links_kernels` has it."""
+        raise NotImplementedError(f"the {self.name} backend does not link kernels")
+
+    def link(self, group: list, context, *, arch: str) -> KernelBinary:
+        """One binary holding every kernel of `group`, made in MLIR context
+        `context` (the calling thread's). Only a backend that
+        `links_kernels` has it."""
+        raise NotImplementedError(f"the {self.name} backend does not link kernels")
+
     def __repr__(self) -> str:
         return f"<xla_gpu backend {self.name!r}>"
 
@@ -127,6 +140,15 @@ class CudaBackend(Backend):
         binary = cuda.compile_module(module, arch=arch, name=name, dump_dir=dump_dir,
                                      dump_regex=dump_regex)
         timings.update(binary.timings)
+        return KernelBinary(ptx=binary.ptx, cubin=binary.cubin)
+
+    def link_groups(self, kernels: list, workers: int) -> list[list]:
+        from . import cuda
+        return cuda.link_groups(kernels, workers)
+
+    def link(self, group: list, context, *, arch: str) -> KernelBinary:
+        from . import cuda
+        binary = cuda.link(group, context, arch=arch)
         return KernelBinary(ptx=binary.ptx, cubin=binary.cubin)
 
 

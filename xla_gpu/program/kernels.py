@@ -247,12 +247,12 @@ class ProgramKernels:
         where each entry would carry a whole group's binary."""
         if not self._unlinked:
             return
-        from ..backends import cuda
+        backend = self.backend
         # Two kernels may share a name (then they go to different groups).
         owner = {id(exe.lowered): (image, exe, key) for image, exe, key in self._unlinked}
         workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
-        groups = cuda.link_groups([exe.lowered for _, exe, _ in self._unlinked], workers)
-        link = carry(functools.partial(_link_group, arch=self.arch))
+        groups = backend.link_groups([exe.lowered for _, exe, _ in self._unlinked], workers)
+        link = carry(functools.partial(_link_group, backend=backend, arch=self.arch))
         binaries = _compile_pool(workers).map(link, groups) if len(groups) > 1 else \
             map(link, groups)
         for group, binary in zip(groups, binaries):
@@ -285,13 +285,13 @@ def _gemm_tiling(inst: HloInstruction):
     return triton_gemm_tiling(inst)
 
 
-def _link_group(group, arch: str):
-    """One PTX module and cubin for `group` (LoweredKernels), in this
-    thread's MLIR context; a failure names the group's kernels."""
-    from ..backends import cuda
+def _link_group(group, backend, arch: str):
+    """One binary (cuda: a PTX module and cubin) for `group` (lowered
+    kernels), in this thread's MLIR context; a failure names the group's
+    kernels."""
     try:
         with span(f"link {len(group)} kernels", "kernel"):
-            return cuda.link(group, kernel_compiler.thread_context(), arch=arch)
+            return backend.link(group, kernel_compiler.thread_context(), arch=arch)
     except CompileError as e:
         names = ", ".join(kernel.name for kernel in group)
         raise type(e)(f"linking kernels {names}: {e}") from None
