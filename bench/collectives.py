@@ -4,6 +4,7 @@ of buffers per device, `ProgramExecutable.run_partitioned`):
     python bench/collectives.py                 # the tables below
     python bench/collectives.py --quick         # 1 and 16 MiB, fewer repeats
     python bench/collectives.py --json out.json
+    python bench/collectives.py --mpi-only      # the MPI all-reduce table alone
 
 1. all-reduce (sum) of 1, 16 and 64 MiB of f32 per device over 2, 4 and 8
    devices: seconds per all-reduce (best runs of a program of 1 + `--loop`
@@ -14,6 +15,10 @@ of buffers per device, `ProgramExecutable.run_partitioned`):
    copy bandwidth measured in the same run (numpy copy of the same bytes;
    on one host every device's bytes go through the same memory, so the
    last column compares with copying each device's buffer once).
+   With `--mpi` (mpi4py and mpiexec: pip install ".[mpi]"): the same
+   all-reduce (16 MiB, one device per rank) over 2 and 4 MPI ranks
+   (`run_partitioned(..., communicator="mpi")` under mpiexec), against
+   mpi4py's own `Allreduce` of the same buffer in the same run.
 2. the data-parallel training step jax partitioned for 8 devices
    (tests/python/data/spmd/dp_mlp_step: an MLP's gradients all-reduced),
    recompiled with its device count set to 1, 2, 4 and 8 (the replica
@@ -141,6 +146,67 @@ def bench_dp_step(device_counts, repeats: int) -> list[dict]:
     return rows
 
 
+def bench_mpi_rank(mib: int, loop: int, repeats: int) -> None:
+    """One rank's side of the MPI all-reduce (run under mpiexec): rank 0
+    prints the row as a JSON line after `MPI_ROW `."""
+    from mpi4py import MPI
+    import xla_gpu
+    comm = MPI.COMM_WORLD
+    ranks, rank = comm.Get_size(), comm.Get_rank()
+    nbytes = mib << 20
+    elements = nbytes // 4
+    mine = [[np.full(elements, rank + 1, np.float32)]]
+    per_run = {}
+    for count in (1, 1 + loop):
+        exe = xla_gpu.compile(all_reduce_text(ranks, elements, count), target="cpu")
+        out = exe.run_partitioned(mine, communicator="mpi")
+        expected = float(ranks * (ranks + 1) // 2) * ranks ** (count - 1)
+        assert out[0][0][0] == expected, (out[0][0][0], expected)
+        del out
+        per_run[count] = timed(lambda: exe.run_partitioned(mine, communicator="mpi"),
+                               repeats)
+    ours = (per_run[1 + loop] - per_run[1]) / loop
+    send, received = mine[0][0], np.empty(elements, np.float32)
+    theirs = timed(lambda: comm.Allreduce(send, received, op=MPI.SUM), repeats)
+    assert received[0] == ranks * (ranks + 1) // 2
+    if rank == 0:
+        print("MPI_ROW " + json.dumps({"MiB": mib, "ranks": ranks, "seconds": ours,
+                                       "run_seconds": per_run[1], "mpi_seconds": theirs}),
+              flush=True)
+
+
+def bench_mpi(rank_counts, mib: int, loop: int, repeats: int) -> list[dict]:
+    import shutil
+    import subprocess
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        raise SystemExit('--mpi needs mpiexec and mpi4py: pip install ".[mpi]"')
+    rows = []
+    for ranks in rank_counts:
+        done = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, __file__,
+                               "--mpi-rank", str(mib), "--loop", str(loop),
+                               "--repeats", str(repeats)],
+                              capture_output=True, text=True, timeout=900)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("MPI_ROW ")]
+        if done.returncode or not lines:
+            raise SystemExit(f"mpiexec -n {ranks} failed:\n{done.stdout}\n{done.stderr}")
+        row = json.loads(lines[0][len("MPI_ROW "):])
+        rows.append(row)
+        print(f"MPI all-reduce {mib} MiB x {ranks} ranks: {row['seconds'] * 1e3:8.2f} ms, "
+              f"mpi4py Allreduce {row['mpi_seconds'] * 1e3:8.2f} ms", flush=True)
+    return rows
+
+
+def mpi_markdown(rows: list[dict]) -> str:
+    lines = ["| MPI all-reduce | ranks | ms (xla_gpu) | ms (mpi4py Allreduce) | ratio |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['MiB']} MiB f32 | {r['ranks']} | {r['seconds'] * 1e3:.2f} | "
+                     f"{r['mpi_seconds'] * 1e3:.2f} | "
+                     f"{r['seconds'] / r['mpi_seconds']:.1f}x |")
+    return "\n".join(lines)
+
+
 def markdown(all_reduce: list[dict], dp: list[dict]) -> str:
     # "n copies": the time numpy takes to copy every device's buffer once
     # (n x the bytes at the measured copy bandwidth) over the all-reduce's:
@@ -168,19 +234,35 @@ def main(argv=None) -> int:
                         help="chained all-reduces timed per run (default 4)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--mpi", action="store_true",
+                        help="also the all-reduce over 2 and 4 MPI ranks (mpiexec)")
+    parser.add_argument("--mpi-only", action="store_true",
+                        help="only the MPI all-reduce table")
+    parser.add_argument("--mpi-rank", type=int, metavar="MIB", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     # A cache of its own: the bench compiles programs of its own sizes.
     os.environ.setdefault("XLA_GPU_CACHE_DIR", tempfile.mkdtemp(prefix="xla_gpu_bench_"))
+    if args.mpi_rank is not None:
+        bench_mpi_rank(args.mpi_rank, args.loop, args.repeats)
+        return 0
+    if args.mpi_only:
+        print(mpi_markdown(bench_mpi((2, 4), 16, args.loop, 3 if args.quick else
+                                    args.repeats)))
+        return 0
     sizes = (1, 16) if args.quick else (1, 16, 64)
     repeats = 3 if args.quick else args.repeats
     all_reduce = bench_all_reduce(sizes, (2, 4, 8), args.loop, repeats)
     dp = bench_dp_step((1, 2, 4, 8), max(repeats, 5) * 4)
+    mpi_rows = bench_mpi((2, 4), 16, args.loop, repeats) if args.mpi else []
     print()
     print(f"host: {os.cpu_count()} cpu cores")
     print(markdown(all_reduce, dp))
+    if mpi_rows:
+        print()
+        print(mpi_markdown(mpi_rows))
     if args.json:
-        Path(args.json).write_text(json.dumps({"all_reduce": all_reduce, "dp_mlp_step": dp},
-                                              indent=1))
+        Path(args.json).write_text(json.dumps({"all_reduce": all_reduce, "dp_mlp_step": dp,
+                                               "mpi_all_reduce": mpi_rows}, indent=1))
     return 0
 
 

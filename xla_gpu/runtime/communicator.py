@@ -56,6 +56,11 @@ class DeviceEndpoint:
         self._executions[thunk.name] = count + 1
         return count
 
+    def executions_of(self, thunk) -> int:
+        """How many times this device ran `thunk`'s collective so far (what
+        `next_execution` returns next): a meeting's key across processes."""
+        return self._executions.get(thunk.name, 0)
+
     def meet(self, thunk, group: tuple[int, ...], contribution: Any,
              compute: Callable[[list], list]) -> Any:
         """This device's share of `thunk`'s collective over `group` (global

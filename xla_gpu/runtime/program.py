@@ -605,6 +605,7 @@ class ProgramExecutable:
     def run_partitioned(self, per_device_args: Sequence[Sequence[Any]], *,
                         timeout: float | None = None,
                         profile: str | os.PathLike | None = None,
+                        communicator: str | None = None,
                         **unknown) -> list[tuple]:
         """Runs the program on each of its num_replicas x num_partitions
         devices at once (the cpu target's emulated devices: a thread and a
@@ -621,10 +622,24 @@ class ProgramExecutable:
         The run then raises the failing device's own error, or a
         CollectiveError (CollectiveTimeoutError) whose `device_errors`
         hold what each device raised. `profile`: a trace file, as `run`'s;
-        each device records on a lane of its own ("device d")."""
+        each device records on a lane of its own ("device d").
+
+        `communicator="mpi"` (under `mpiexec -n K`): this process runs the
+        devices d with d % K == its rank, the collectives across ranks go
+        through MPI (`runtime.mpi.run_ranks`); `per_device_args` may then
+        hold this rank's devices' arguments only; returns theirs."""
         if unknown:
             raise ArgumentError(f"run_partitioned() got an unexpected keyword argument "
                                 f"'{next(iter(unknown))}'")
+        if communicator is not None:
+            if communicator != "mpi":
+                raise ArgumentError(f"run_partitioned: communicator must be None (this "
+                                    f"process's threads) or 'mpi', got {communicator!r}")
+            if profile is not None:
+                raise ArgumentError("run_partitioned: profile= is not taken with "
+                                    "communicator='mpi'")
+            from .mpi import run_ranks
+            return run_ranks(self, per_device_args, timeout=timeout)
         from .communicator import DEFAULT_TIMEOUT, describe_devices
         if timeout is None:
             timeout = DEFAULT_TIMEOUT
