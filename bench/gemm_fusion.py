@@ -43,19 +43,7 @@ PROGRAMS = ROOT / "tests" / "python" / "programs"
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 sys.path.insert(0, str(HERE))
 
-SEED_TEXT = """HloModule jit_f, entry_computation_layout={(s8[1024,512]{1,0}, bf16[512,2048]{1,0})->bf16[1024,2048]{1,0}}
-
-ENTRY main.1 {
-  a.1 = s8[1024,512]{1,0} parameter(0)
-  dot_general.2 = bf16[1024,512]{1,0} convert(a.1)
-  b.1 = bf16[512,2048]{1,0} parameter(1)
-  dot_general.3 = bf16[1024,2048]{1,0} dot(dot_general.2, b.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  constant.1 = bf16[] constant(0.125)
-  mul.2 = bf16[1024,2048]{1,0} broadcast(constant.1), dimensions={}
-  mul.3 = bf16[1024,2048]{1,0} multiply(dot_general.3, mul.2)
-  ROOT neg.1 = bf16[1024,2048]{1,0} negate(mul.3)
-}
-"""
+SEED_TEXT = (ROOT / "examples" / "seed_gemm.hlo").read_text()
 
 
 def _median_ms(fn, iterations: int, budget_s: float = 3.0) -> float:

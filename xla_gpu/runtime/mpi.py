@@ -427,34 +427,8 @@ class MpiCommunicator(Communicator):
     # -- running this rank's devices
     def run_local(self, run_device: Callable[[int], Any], what: str) -> list[Any]:
         """`run_device(d)` for each of this rank's devices, a thread each;
-        their results in device order (Session.run_devices for a part of
-        the devices)."""
-        results: dict[int, Any] = {}
-        errors: dict[int, BaseException] = {}
-
-        def run(d: int) -> None:
-            try:
-                results[d] = run_device(d)
-            except BaseException as e:   # every failure is reported below
-                error = self.device_error(d, e)
-                errors[d] = error
-                self.device_failed(d, error)
-            else:
-                self.device_finished(d)
-
-        threads = [threading.Thread(target=run, args=(d,), daemon=True,
-                                    name=f"xla_gpu-device-{d}") for d in self.local]
-        try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        except BaseException:
-            self.abort("the caller was interrupted")
-            raise
-        if errors:
-            raise self.run_error(what, errors)
-        return [results[d] for d in self.local]
+        their results in device order."""
+        return self.run_devices(run_device, what, devices=self.local)
 
 
 class _DeviceRun:

@@ -11,6 +11,7 @@ import math
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,21 +25,9 @@ from xla_gpu.hlo.numerics import compare, random_inputs, tolerance_type
 from xla_gpu.hlo.passes import optimize
 from xla_gpu.runtime.thunks import walk
 
-# jax.jit(lambda a, b: -((a @ b) * 0.125)).lower(a, b).as_text(dialect="hlo")
-# with a: s8[1024,512], b: bf16[512,2048] (jax 0.10.2).
-SEED_PRE = """HloModule jit_f, entry_computation_layout={(s8[1024,512]{1,0}, bf16[512,2048]{1,0})->bf16[1024,2048]{1,0}}
-
-ENTRY main.1 {
-  a.1 = s8[1024,512]{1,0} parameter(0)
-  dot_general.2 = bf16[1024,512]{1,0} convert(a.1)
-  b.1 = bf16[512,2048]{1,0} parameter(1)
-  dot_general.3 = bf16[1024,2048]{1,0} dot(dot_general.2, b.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  constant.1 = bf16[] constant(0.125)
-  mul.2 = bf16[1024,2048]{1,0} broadcast(constant.1), dimensions={}
-  mul.3 = bf16[1024,2048]{1,0} multiply(dot_general.3, mul.2)
-  ROOT neg.1 = bf16[1024,2048]{1,0} negate(mul.3)
-}
-"""
+# The seed's example: jax.jit(lambda a, b: -((a @ b) * 0.125)).lower(a, b)
+# .as_text(dialect="hlo") with a: s8[1024,512], b: bf16[512,2048] (jax 0.10.2).
+SEED_PRE = (Path(__file__).resolve().parents[3] / "examples" / "seed_gemm.hlo").read_text()
 
 # The seed document's post-optimization text (XLA:GPU's triton_gemm fusion).
 SEED_POST = """HloModule jit_f, is_scheduled=true, entry_computation_layout={(s8[3,2]{1,0}, bf16[2,3]{1,0})->bf16[3,3]{1,0} }, allow_spmd_sharding_propagation_to_output={true}

@@ -138,14 +138,16 @@ class Session:
     def raised_by_session(self, error: BaseException) -> bool:
         return id(error) in self._stop_errors
 
-    def run_devices(self, run_device: Callable[[int], Any], what: str) -> list[Any]:
-        """Runs `run_device(d)` for every device on a thread of its own and
-        returns their results in device order. A device that raises is
+    def run_devices(self, run_device: Callable[[int], Any], what: str,
+                    devices: Sequence[int] | None = None) -> list[Any]:
+        """Runs `run_device(d)` for every device (or those of `devices`: a
+        process' share of them) on a thread of its own and returns their
+        results in device order. A device that raises is
         reported to the others (who stop at their next collective); the
         error raised here is `run_error(what, ...)`'s. Ctrl-C or any
         exception in the caller stops every device."""
-        n = self.num_devices
-        results: list[Any] = [None] * n
+        devices = list(range(self.num_devices)) if devices is None else list(devices)
+        results: dict[int, Any] = {}
         errors: dict[int, BaseException] = {}
 
         def run(d: int) -> None:
@@ -159,7 +161,7 @@ class Session:
                 self.device_finished(d)
 
         threads = [threading.Thread(target=run, args=(d,), daemon=True,
-                                    name=f"xla_gpu-device-{d}") for d in range(n)]
+                                    name=f"xla_gpu-device-{d}") for d in devices]
         try:
             for t in threads:
                 t.start()
@@ -170,7 +172,7 @@ class Session:
             raise
         if errors:
             raise self.run_error(what, errors)
-        return results
+        return [results[d] for d in devices]
 
     def device_error(self, device: int, error: BaseException) -> BaseException:
         """What a device's failure is reported as (the error itself here; a
