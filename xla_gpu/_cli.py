@@ -570,6 +570,8 @@ def compile_summary(exe, seconds: float) -> str:
     """One line: what a compile made and where its time went."""
     t = exe.timings
     counts = getattr(exe, "kernel_counts", None)
+    kernel_stages = [f"{key} {_seconds(t[key])}"
+                     for key in ("emit", "pipeline", "llvm", "ptx", "cubin") if key in t]
     if counts:
         made = (f"{counts['kernels']} kernels ({counts['compiled']} compiled, "
                 f"{counts['cached']} from the cache)")
@@ -577,14 +579,10 @@ def compile_summary(exe, seconds: float) -> str:
                   ("buffer assignment", "buffer_assignment"),
                   ("kernels and thunks", "thunks+kernels")]
         parts = [f"{label} {_seconds(t[key])}" for label, key in stages if key in t]
-        kernel_stages = [f"{key} {_seconds(t[key])}"
-                         for key in ("emit", "pipeline", "llvm", "ptx", "cubin") if key in t]
         text = f"compiled in {_seconds(seconds)}: {made}; " + ", ".join(parts)
         if kernel_stages:
             text += " (per kernel, summed over threads: " + ", ".join(kernel_stages) + ")"
         return text
-    kernel_stages = [f"{key} {_seconds(t[key])}"
-                     for key in ("emit", "pipeline", "llvm", "ptx", "cubin") if key in t]
     if not kernel_stages:
         return f"compiled in {_seconds(seconds)}: 1 kernel (from the cache)"
     return f"compiled in {_seconds(seconds)}: 1 kernel; " + ", ".join(kernel_stages)

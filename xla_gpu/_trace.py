@@ -29,7 +29,7 @@ import json
 import os
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -225,14 +225,21 @@ def _check_path(path: Any) -> None:
         raise ArgumentError(f"profile: the folder of {target} does not exist")
 
 
-@contextmanager
-def span(name: str, category: str, **args: Any) -> Iterator[None]:
+_NOTHING_TO_RECORD = nullcontext()
+
+
+def span(name: str, category: str, **args: Any):
     """Records the block as an event of the current trace (if any) on the
-    calling thread of the compile process."""
+    calling thread of the compile process. Without a trace: one shared
+    do-nothing context manager, no generator made."""
     trace = current()
     if trace is None:
-        yield
-        return
+        return _NOTHING_TO_RECORD
+    return _recorded(trace, name, category, args)
+
+
+@contextmanager
+def _recorded(trace: Trace, name: str, category: str, args: dict) -> Iterator[None]:
     start = time.perf_counter()
     try:
         yield

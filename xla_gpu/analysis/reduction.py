@@ -161,8 +161,9 @@ def reduction_shared_bytes(roots: list[HloInstruction], heroes: list[HloInstruct
     fusion the analysis gives it, with parameters of `parameter_types` (the
     vector width follows the narrowest): what the fusion passes hold to the
     budget, as XLA's FusionFitsInBudget does. Configured for the GPU (the
-    cpu target's large column reductions need none)."""
-    layout = checked_layout(roots, heroes)
+    cpu target's large column reductions need none). The caller has the
+    emitter choice's verdict already: the layout is not checked again."""
+    layout = reduction_layout(reduce_heroes(heroes)[0])
     partials = reduction_partial_bytes(heroes)
     if layout.is_row:
         # The preferred threads, whatever they take (no budget).

@@ -399,11 +399,15 @@ def transpose_shared_bytes(roots: list[HloInstruction],
     (before smaller tiles are chosen to fit the budget) for a fusion it can
     take: what the fusion passes hold to the budget, as XLA's
     FusionFitsInBudget does."""
-    plan = plan_transpose(roots, heroes)
-    dims, perm = normalized_transpose(plan.heroes[0])
-    tiling = _preferred_tiling(dims, perm, plan.heroes)
-    return plan.tiling.shared_bytes(plan.heroes) if isinstance(tiling, str) \
-        else tiling.shared_bytes(plan.heroes)
+    # The emitter choice planned it already (transpose_refusal): only the
+    # preferred tiling is worked out again, not the whole plan.
+    tiled = list({id(h): h for h in heroes if is_tiled_transpose(h)}.values())
+    dims, perm = normalized_transpose(tiled[0])
+    tiling = _preferred_tiling(dims, perm, tiled)
+    if isinstance(tiling, str):
+        raise HloError(f"internal: no tiling for a transpose fusion the analysis "
+                       f"accepted ({tiling})")
+    return tiling.shared_bytes(tiled)
 
 
 def transpose_refusal(roots: list[HloInstruction],

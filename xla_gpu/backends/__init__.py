@@ -138,8 +138,7 @@ class CudaBackend(Backend):
             return KernelBinary(lowered=cuda.lower_module(
                 module, name=name, dump_dir=dump_dir, dump_regex=dump_regex, timings=timings))
         binary = cuda.compile_module(module, arch=arch, name=name, dump_dir=dump_dir,
-                                     dump_regex=dump_regex)
-        timings.update(binary.timings)
+                                     dump_regex=dump_regex, timings=timings)
         return KernelBinary(ptx=binary.ptx, cubin=binary.cubin)
 
     def link_groups(self, kernels: list, workers: int) -> list[list]:

@@ -482,25 +482,6 @@ def _assigned_devices(build, count: int) -> list[Device]:
     return out
 
 
-def _assigned_device(build) -> Device:
-    """The device a single-device compile is for: its device assignment's
-    only entry (jax always passes one), else the first device."""
-    client = _client()
-    assignment = getattr(build, "device_assignment", None)
-    if assignment is None:
-        return client.devices[0]
-    text = str(assignment)   # DeviceAssignment{..., Computation0{<id>}}
-    found = re.search(r"Computation0\{(\d+)\}", text)
-    if found is None:
-        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: cannot read the device assignment {text}")
-    index = int(found.group(1))
-    if index >= len(client.devices):
-        raise _PjrtError(A.INVALID_ARGUMENT,
-                         f"xla_gpu: the device assignment names device {index}; this client "
-                         f"has {len(client.devices)} (set {NUM_DEVICES_ENV} for more)")
-    return client.devices[index]
-
-
 # jax.jit(..., compiler_options={...}) reaches the plugin as option
 # overrides. XLA accepts its build options and its debug flags (xla_*) and
 # refuses any other name; xla_gpu does the same (the xla_* flags tune XLA's
@@ -597,7 +578,7 @@ def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
         return _compile_partitioned(code, options, computation, build)
     # Every constant with its values (the default prints a large one as {...}).
     text = computation.as_hlo_text(print_large_constants=True)
-    device = _assigned_device(build)
+    (device,) = _assigned_devices(build, 1)
     exe = xla_gpu.compile(text, target=TARGET)
     return Executable(exe, computation, code, text, device)
 

@@ -313,19 +313,16 @@ def _is_gemm_kernel(inst: HloInstruction, max_macs: int | None = None) -> bool:
     refuses: the analysis' note says why) are opened into a gemm thunk and
     kernels for the rest."""
     from ..analysis.fusion import choose_emitter, fusion_roots
-    from ..analysis.gemm import fusion_backend_kind, is_gemm_fusion_kind
+    from ..analysis.gemm import fusion_backend_kind, is_gemm_fusion_kind, multiply_adds
     if not is_gemm_fusion_kind(fusion_backend_kind(inst)):
         return False
-    if max_macs is not None:
-        from ..analysis.gemm import dot_hero, multiply_adds
-        from ..analysis.fusion import fusion_roots as roots_of
-        dot = dot_hero(roots_of(inst.attrs["calls"]))
-        if dot is not None and multiply_adds(dot) > max_macs:
-            return False
     try:
-        return choose_emitter(fusion_roots(inst.attrs["calls"])).kind == "gemm"
+        choice = choose_emitter(fusion_roots(inst.attrs["calls"]))
     except XlaGpuError:
         return False
+    if choice.kind != "gemm":
+        return False
+    return max_macs is None or multiply_adds(choice.heroes[0]) <= max_macs   # the dot
 
 
 def _is_handler_call(inst: HloInstruction) -> bool:

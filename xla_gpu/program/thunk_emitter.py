@@ -592,11 +592,12 @@ def _reduction_kind(inst: HloInstruction, collective: HloInstruction) -> str:
     comp = collective.attrs.get("to_apply")
     if not isinstance(comp, HloComputation) or comp.root is None:
         raise inst.error(f"'{collective.opcode}' needs to_apply=<computation>")
-    root, params = comp.root, comp.parameters
-    if len(params) == 2 and root.opcode in _REDUCTIONS and len(root.operands) == 2 and \
-            sorted(id(o) for o in root.operands) == sorted(id(p) for p in params) and \
-            all(not p.shape.is_tuple and p.shape.rank == 0 for p in params):
-        return _REDUCTIONS[root.opcode]
+    from ..hlo.interpreter.reductions import simple_binary
+    root = comp.root
+    etype = None if root.shape.is_tuple else root.shape.element_type
+    op = simple_binary(comp, etype) if etype is not None else None
+    if op in _REDUCTIONS:
+        return _REDUCTIONS[op]
     raise inst.unsupported(f"the reducer '{comp.name}' (root {root.opcode}) is not one "
                            "of add, multiply, maximum, minimum, and, or of its two "
                            "parameters")

@@ -30,7 +30,7 @@ from ..errors import DeadlineExceededError
 from ..hlo.collectives import CollectiveError, CollectiveTimeoutError
 from ..hlo.interpreter.devices import Session
 
-__all__ = ["Communicator", "DeviceEndpoint", "CollectiveError", "CollectiveTimeoutError",
+__all__ = ["DeviceRun", "Communicator", "DeviceEndpoint", "CollectiveError", "CollectiveTimeoutError",
            "DEFAULT_TIMEOUT"]
 
 # Seconds a device waits at a collective for its peers by default.
@@ -68,6 +68,17 @@ class DeviceEndpoint:
         takes the contributions in group order and returns the shares in
         group order; the last device to arrive runs it."""
         return self.communicator.meet(self, thunk, group, contribution, compute)
+
+
+class DeviceRun:
+    """One device of a many-device run: its side of the rendezvous, its
+    buffer pool, and what its execution counted."""
+
+    def __init__(self, communicator, device: int, pool):
+        self.communicator = communicator
+        self.endpoint = communicator.endpoints[device]
+        self.pool = pool
+        self.stats: dict[str, int] = {}
 
 
 class Communicator(Session):

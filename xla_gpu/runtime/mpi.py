@@ -55,7 +55,7 @@ from ..errors import ArgumentError
 from ..hlo.collectives import CollectiveError, CollectiveTimeoutError
 from ..hlo.interpreter.devices import _Failure
 from .collective_thunks import AllReduceThunk
-from .communicator import DEFAULT_TIMEOUT, Communicator, describe_devices
+from .communicator import DEFAULT_TIMEOUT, Communicator, DeviceRun, describe_devices
 
 __all__ = ["run_ranks", "MpiCommunicator", "mpi_available", "INSTALL_HINT"]
 
@@ -431,18 +431,6 @@ class MpiCommunicator(Communicator):
         return self.run_devices(run_device, what, devices=self.local)
 
 
-class _DeviceRun:
-    """One device of this rank, as `ProgramExecutable._run_cpu` takes it:
-    its side of the rendezvous, its buffer pool, what its execution
-    counted."""
-
-    def __init__(self, communicator: MpiCommunicator, device: int, pool):
-        self.communicator = communicator
-        self.endpoint = communicator.endpoints[device]
-        self.pool = pool
-        self.stats: dict[str, int] = {}
-
-
 def run_ranks(exe, device_args: Sequence[Sequence[Any]], *,
               timeout: float | None = None) -> list[tuple]:
     """Runs this rank's devices of `exe` (a cpu-target ProgramExecutable
@@ -495,7 +483,7 @@ def run_ranks(exe, device_args: Sequence[Sequence[Any]], *,
     run = transport.begin_run()
     communicator = MpiCommunicator(exe.num_replicas, exe.num_partitions, float(timeout),
                                    transport, run)
-    runs = {d: _DeviceRun(communicator, d, exe._pool_of_device(d)) for d in local}
+    runs = {d: DeviceRun(communicator, d, exe._pool_of_device(d)) for d in local}
     # Built once, before the devices' threads race to build them.
     exe._launcher_table()
     exe._native_program()

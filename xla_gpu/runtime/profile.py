@@ -98,16 +98,14 @@ class RunProfiler:
         self._add(f"{loop.name} iteration {index}", "while_iteration", start,
                   time.perf_counter(), {"kind": "while_iteration", "iteration": index})
 
-    def run(self, thunks, ctx) -> float:
-        """Executes `thunks` on `ctx` as one recorded run; returns its
-        seconds (host wall time)."""
+    def run(self, thunks, ctx) -> None:
+        """Executes `thunks` on `ctx` as one recorded run."""
         start = time.perf_counter()
         for thunk in thunks:
             self.execute(thunk, ctx)
         end = time.perf_counter()
         self._add(f"run {self.program}", "run", start, end, {"kind": "run",
                                                                "thunks": len(thunks)})
-        return end - start
 
     # -- cuda: GPU-side times from events on the stream ----------------------
 

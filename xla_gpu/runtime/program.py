@@ -435,17 +435,15 @@ class ProgramExecutable:
                 "device (runs of global arrays come with the SPMD partitioner)")
         trace = current_trace()
         if profile is None and trace is None:
-            if self._has_tokens:
-                return self._with_tokens(self._run_arrays(
-                    self._arrays_only(args), stream, device_outputs, timeout))
-            return self._run_arrays(args, stream, device_outputs, timeout)
+            return self._run_leaves(args, stream, device_outputs, timeout, None)
         with trace_file(profile) as own:
-            return self._run_profiled(args, stream, device_outputs, timeout,
-                                      own if own is not None else trace)
+            from .profile import RunProfiler
+            profiler = RunProfiler(own if own is not None else trace, self.name, self.target)
+            return self._run_leaves(args, stream, device_outputs, timeout, profiler)
 
-    def _run_profiled(self, args, stream, device_outputs, timeout, trace) -> tuple:
-        from .profile import RunProfiler
-        profiler = RunProfiler(trace, self.name, self.target)
+    def _run_leaves(self, args, stream, device_outputs, timeout, profiler) -> tuple:
+        """`run` on the arguments, token parameters taken out and token
+        outputs put back."""
         if self._has_tokens:
             return self._with_tokens(self._run_arrays(
                 self._arrays_only(args), stream, device_outputs, timeout, profiler))
@@ -518,7 +516,7 @@ class ProgramExecutable:
             return self._cpu_run_plan
 
     def _run_cpu(self, values: Sequence[Any], deadline_ns: int | None = None,
-                 profiler=None, device: "_DeviceRun | None" = None) -> tuple:
+                 profiler=None, device=None) -> tuple:
         """One execution on the host; `values` are the parameter leaves,
         checked. With the native executor and no Python thunk, only the
         allocations' addresses are needed, not numpy views of them. A
@@ -698,10 +696,10 @@ class ProgramExecutable:
             return pool
 
     def _run_devices(self, values: list[list[Any]], timeout: float, trace) -> list[tuple]:
-        from .communicator import Communicator
+        from .communicator import Communicator, DeviceRun
         n = self.num_devices
         communicator = Communicator(self.num_replicas, self.num_partitions, timeout)
-        runs = [_DeviceRun(communicator, d, self._pool_of_device(d)) for d in range(n)]
+        runs = [DeviceRun(communicator, d, self._pool_of_device(d)) for d in range(n)]
         profilers = [None] * n
         if trace is not None:
             from .profile import RunProfiler
@@ -933,17 +931,6 @@ def _debug_fill() -> int | None:
     if not 0 <= byte <= 255:
         raise ArgumentError(f"XLA_GPU_DEBUG_FILL must be a byte value, got {value!r}")
     return byte
-
-
-class _DeviceRun:
-    """One device of a many-device run: its side of the rendezvous, its
-    buffer pool, and what its execution counted."""
-
-    def __init__(self, communicator, device: int, pool: HostBufferPool):
-        self.communicator = communicator
-        self.endpoint = communicator.endpoints[device]
-        self.pool = pool
-        self.stats: dict[str, int] = {}
 
 
 class _CpuRunPlan:
