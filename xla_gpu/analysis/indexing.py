@@ -92,10 +92,13 @@ def delinearize(linear, shape: Sequence[int]) -> list:
     `linear` is an AffineExpr; a str gives text (tests, debugging)."""
     if isinstance(linear, str):
         return _delinearize_text(linear, shape)
-    out, stride = [], prod(shape)
+    # A zero-sized dimension counts as size 1 here: the shape has no
+    # elements, so the caller's bounds constraint already excludes every
+    # index and only the strides must stay defined.
+    out, stride = [], prod(max(size, 1) for size in shape)
     for i, size in enumerate(shape):
-        stride //= size
-        if size == 1:
+        stride //= max(size, 1)
+        if size <= 1:
             out.append(const(0))
             continue
         expr = linear if stride == 1 else floordiv(linear, stride)
@@ -173,10 +176,13 @@ def linear_expr(names: Sequence[str], shape: Sequence[int]) -> str:
 
 
 def _delinearize_text(linear: str, shape: Sequence[int]) -> list[str]:
-    out, stride = [], prod(shape)
+    # A zero-sized dimension counts as size 1 here: the shape has no
+    # elements, so the caller's bounds constraint already excludes every
+    # index and only the strides must stay defined.
+    out, stride = [], prod(max(size, 1) for size in shape)
     for i, size in enumerate(shape):
-        stride //= size
-        if size == 1:
+        stride //= max(size, 1)
+        if size <= 1:
             out.append("0")
             continue
         expr = f"({linear})" if stride == 1 else f"({linear}) floordiv {stride}"

@@ -10,7 +10,7 @@ are broadcast).
 from __future__ import annotations
 
 __all__ = ["UNARY_ELEMENTWISE", "BINARY_ELEMENTWISE", "TERNARY_ELEMENTWISE",
-           "ELEMENTWISE", "ELEMENTWISE_OPCODES", "FLOAT_MATH", "FIXED_ARITY",
+           "ELEMENTWISE", "ELEMENTWISE_OPCODES", "HLO_OPCODES", "FLOAT_MATH", "FIXED_ARITY",
            "MIN_ARITY", "SAME_TYPE_ELEMENTWISE", "F8_TYPES", "F4_TYPES",
            "MINIFLOAT_TYPES", "SMALL_FLOAT_TYPES", "SUB_BYTE_INT_TYPES", "is_f8",
            "is_minifloat"]
@@ -48,6 +48,24 @@ tan erf popcnt count-leading-zeros copy reduce-precision add subtract multiply
 divide remainder maximum minimum power atan2 and or xor shift-left
 shift-right-arithmetic shift-right-logical clamp acos acosh asin asinh atanh cosh
 sinh mulhi
+""".split())
+
+# Every opcode HLO text may name: XLA's opcode list plus the elementwise
+# extensions above. The parser rejects any other, as XLA's does; an op the
+# compiler cannot handle yet fails later, with the instruction named.
+HLO_OPCODES = ELEMENTWISE_OPCODES | frozenset("""
+add-dependency after-all all-gather all-gather-done all-gather-start all-reduce
+all-reduce-done all-reduce-start all-to-all async-done async-start async-update
+batch-norm-grad batch-norm-inference batch-norm-training bitcast broadcast call
+cholesky collective-broadcast collective-permute collective-permute-done
+collective-permute-start concatenate conditional constant convolution copy-done
+copy-start custom-call domain dot dynamic-reshape dynamic-slice
+dynamic-update-slice fft fusion gather get-dimension-size get-tuple-element
+infeed iota opt-barrier optimization-barrier outfeed pad parameter partition-id
+ragged-all-to-all ragged-dot recv recv-done reduce reduce-scatter reduce-window
+replica-id reshape reverse rng rng-bit-generator rng-get-and-update-state
+scaled-dot scatter select-and-scatter send send-done set-dimension-size slice
+sort stochastic-convert topk transpose triangular-solve tuple while
 """.split())
 
 # Operand counts of the fixed-arity opcodes.

@@ -46,7 +46,7 @@ import numpy as np
 from .._input import check_hlo_text, decode_hlo_text
 from .module import (HloComputation, HloInstruction, HloModule,
                      HloParseError, Location)
-from .opcodes import FIXED_ARITY, MIN_ARITY
+from .opcodes import FIXED_ARITY, HLO_OPCODES, MIN_ARITY
 from .literals import MAX_NESTING, LiteralParsing
 from .shape import ELEMENT_TYPES, Shape, bit_width
 from .verifier import VerificationError, compatible as _compatible, verify_instruction
@@ -655,6 +655,8 @@ class _Parser(LiteralParsing):
         if self.pos >= self.n or self.text[self.pos] not in _IDENT_START:
             self.error(f"expected an opcode, found {self.describe()}")
         opcode = self.ident("an opcode")
+        if opcode not in HLO_OPCODES:
+            self.error(f"unknown opcode '{opcode}'", opcode_pos)
         inst = HloInstruction(name=name, opcode=opcode, shape=shape,
                               location=Location(*self.location(name_pos)))
         self.inst_pos[id(inst)] = name_pos
