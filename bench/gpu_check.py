@@ -28,6 +28,9 @@ and prints one line per case:
   unload          modules unloaded when their kernel is collected
   fft             a whole program of FFT / IFFT / RFFT / IRFFT thunks in c64
                   and c128 (cuFFT, inverses scaled by cuBLAS) against numpy
+  gemm            GEMM fusions on tensor cores (mma.sync: f16, bf16, s8 -> s32,
+                  the seed's s8 x bf16 at full size, odd sizes) against the
+                  interpreter
 The kernel table: emitter, launch, result, time (CUDA events) and
 bandwidth as a fraction of a device-to-device copy in the same run.
 Exit status: 0 when everything ran and matched; 1 on any failure; 2 when
@@ -149,8 +152,68 @@ ENTRY main {{
 """
 
 
+def _gemm(lhs: str, rhs: str, out: str, dims: str, config: str | None = None,
+          epilogue: bool = False) -> str:
+    """One __triton_gemm fusion `out = dot(lhs, rhs)` (shapes as HLO
+    text, e.g. "bf16[200,72]"); `config` "bm,bn,bk,warps" or the heuristic
+    table; `epilogue`: the seed's `-(d * 0.125)` on the dot."""
+    out_type = out.split("[")[0]
+    if config:
+        bm, bn, bk, warps = config.split(",")
+        tiling = (f',"triton_gemm_config":{{"block_m":"{bm}","block_n":"{bn}",'
+                  f'"block_k":"{bk}","split_k":"1","num_stages":"1","num_warps":"{warps}"}}')
+    else:
+        tiling = ""
+    root = "ROOT d" if not epilogue else "d"
+    tail = "" if not epilogue else f"""
+  c = {out_type}[] constant(0.125)
+  cb = {out} broadcast(c), dimensions={{}}
+  m = {out} multiply(d, cb)
+  ROOT n = {out} negate(m)"""
+    return f"""HloModule m
+gemm {{
+  p0 = {lhs} parameter(0)
+  p1 = {rhs} parameter(1)
+  {root} = {out} dot(p0, p1), {dims}{tail}
+}}
+ENTRY main {{
+  a = {lhs} parameter(0)
+  b = {rhs} parameter(1)
+  ROOT f = {out} fusion(a, b), kind=kCustom, calls=gemm,
+    backend_config={{"fusion_backend_config":{{"kind":"__triton_gemm"{tiling}}}}}
+}}
+"""
+
+
+_PLAIN = "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+
+# The GEMM emitter's tensor-core kernels (mma.sync: 16-bit floats into
+# f32, s8 into s32), odd sizes everywhere (partial tiles: zero-filled
+# loads, predicated stores), checked by case_gemm against the interpreter.
+GEMMS = {
+    "gemm_bf16": _gemm("bf16[200,72]", "bf16[72,136]", "f32[200,136]", _PLAIN),
+    "gemm_f16": _gemm("f16[77,100]", "f16[100,45]", "f16[77,45]", _PLAIN, "32,32,32,4"),
+    "gemm_s8_s32": _gemm("s8[100,96]", "s8[96,72]", "s32[100,72]", _PLAIN, "64,64,64,4"),
+    "gemm_bf16_batch_lhs_t": _gemm(
+        "bf16[3,50,70]", "bf16[3,50,90]", "f32[3,70,90]",
+        "lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, "
+        "rhs_contracting_dims={1}", "32,64,16,4"),
+    "gemm_bf16_8_warps": _gemm("bf16[300,260]", "bf16[270,260]", "bf16[300,270]",
+                               "lhs_contracting_dims={1}, rhs_contracting_dims={1}",
+                               "128,128,32,8", epilogue=True),
+    "gemm_small": _gemm("bf16[5,7]", "bf16[7,3]", "f32[5,3]", _PLAIN),
+    "gemm_s8_u8_f32": _gemm("s8[64,96]", "u8[96,40]", "f32[64,40]", _PLAIN, "32,32,32,4"),
+}
+# The seed's example as its GEMM fusion: s8 converted to bf16 in the lhs
+# tile's prologue, -(a @ b * 0.125) at full size.
+GEMMS["gemm_seed_s8_bf16"] = _gemm("bf16[1024,512]", "bf16[512,2048]", "bf16[1024,2048]",
+                                   _PLAIN, epilogue=True).replace(
+    "  p0 = bf16[1024,512] parameter(0)\n",
+    "  p = s8[1024,512] parameter(0)\n  p0 = bf16[1024,512] convert(p)\n").replace(
+    "  a = bf16[1024,512] parameter(0)", "  a = s8[1024,512] parameter(0)")
+
 CUDA_PATH = {"multiply": MULTIPLY, "sqrt": SQRT, "scatter_f16": _scatter_add("f16"),
-             "scatter_bf16": _scatter_add("bf16")}
+             "scatter_bf16": _scatter_add("bf16"), **GEMMS}
 # An arch whose cubin an H100/H200 (sm_90) cannot load (SASS runs only on
 # its own major version).
 OTHER_ARCH = "sm_80"
@@ -172,7 +235,9 @@ def _prepare_cuda_path(out: Path, arch: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     index: dict = {"arch": arch, "kernels": {}, "compile_errors": {}}
     for name, text in CUDA_PATH.items():
-        exe = xla_gpu.compile(text, target="cuda", arch=arch, cache=False)
+        # A GEMM fusion alone (its module would be a program of one thunk).
+        exe = xla_gpu.compile(text, target="cuda", arch=arch, cache=False,
+                              fusion="f" if name in GEMMS else None)
         exe.save(out / name)
         entry = {"cubin": exe.cubin is not None}
         resources = codegen.kernel_resources(exe.ptx, arch)
@@ -289,8 +354,9 @@ class Kernels:
                 self._cache[name] = runtime.load(self.directory / name, trusted=True)
             else:
                 import xla_gpu
-                self._cache[name] = xla_gpu.compile(self.hlo_text(name), target="cpu",
-                                                    cache=False)
+                self._cache[name] = xla_gpu.compile(
+                    self.hlo_text(name), target="cpu", cache=False,
+                    fusion="f" if name in GEMMS else None)
         return self._cache[name]
 
     def files(self, name: str):
@@ -751,11 +817,47 @@ def case_fft(k: Kernels) -> str:
     return "; ".join(errors) + f" ({program.stats.get('ffts', 0)} fft thunks)"
 
 
+def case_gemm(k: Kernels) -> str:
+    """The GEMM fusions of GEMMS (tensor cores on cuda) against the
+    interpreter, on the harness's inputs."""
+    from xla_gpu.hlo.numerics import tolerance_type
+    notes, failures = [], []
+    for name in GEMMS:   # all of them, then every failure in one line
+        if name not in k.index["kernels"]:
+            failures.append(f"{name} was not prepared")
+            continue
+        text = k.hlo_text(name)
+        module = hlo.parse_module(text, source=name)
+        inputs = random_inputs(module.entry, seed=3)
+        kernel = k.get(name)
+        if kernel.spec.emitter != "gemm":
+            failures.append(f"{name}: emitter {kernel.spec.emitter}")
+        (got,) = kernel.run(*inputs)
+        (want,) = hlo.evaluate(module, *inputs)
+        dtype = module.entry.root.shape.element_type
+        mismatch = compare(np.asarray(got), np.asarray(want), dtype, 0,
+                           tolerance_type(module.entry, dtype), True)
+        if mismatch is not None:
+            failures.append(f"{name}: {mismatch}")
+        notes.append(name[len("gemm_"):])
+    _expect(not failures, "; ".join(failures))
+    mma = sum("mma.sync" in (k.directory / n / "kernel.ptx").read_text()
+              for n in GEMMS if (k.directory / n / "kernel.ptx").exists())
+    speed = ""
+    if k.target == "cuda":   # the seed's GEMM: 2 * 1024 * 512 * 2048 flops
+        module = hlo.parse_module(k.hlo_text("gemm_seed_s8_bf16"))
+        seconds = k.get("gemm_seed_s8_bf16").time(*random_inputs(module.entry, seed=3),
+                                                  iterations=20, warmup=3)
+        tflops = 2 * 1024 * 512 * 2048 / seconds / 1e12
+        speed = f"; seed {seconds * 1e6:.0f} us, {tflops:.1f} TFLOP/s"
+    return f"{', '.join(notes)} match ({mma} of {len(GEMMS)} PTX with mma.sync){speed}"
+
+
 CASES = [("ptx", case_ptx), ("compile_limits", case_compile_limits),
          ("cubin_fallback", case_cubin_fallback), ("sqrt", case_sqrt),
          ("atomics16", case_atomics16), ("threads", case_threads), ("stream", case_stream),
          ("dlpack", case_dlpack), ("launch_limits", case_launch_limits),
-         ("unload", case_unload), ("fft", case_fft),
+         ("unload", case_unload), ("fft", case_fft), ("gemm", case_gemm),
          # Last: if the misaligned read were not caught, its sticky error
          # would fail every case after it.
          ("misaligned", case_misaligned)]

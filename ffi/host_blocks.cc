@@ -7,12 +7,19 @@
 // queue, a lock, a futex wake of a sleeping thread, a future), which on a
 // 2-core machine ate most of the gain on 100-500 us kernels.
 //
-// `XlaGpuHostRunBlocks` splits [0, blocks) into `parts` equal ranges: the
-// calling thread runs the first, pool workers the others. Workers wait for
-// the next job spinning for a while (kernels come back to back in a program
-// or a benchmark loop) and then sleep on a condition variable. One job at a
-// time: a caller that finds the pool busy (another Python thread's kernel)
-// runs its whole grid itself rather than queueing behind it.
+// `XlaGpuHostRunBlocks` splits [0, blocks) into kChunksPerPart chunks for
+// each of its `parts` threads (the caller and pool workers), which each
+// thread claims one after another from a shared counter until none is
+// left. On cores shared with other processes a worker may be descheduled,
+// or still asleep, when the job is posted: with equal fixed ranges the
+// caller then spun until that worker got a core back and ran its whole
+// range; with chunks the running threads take over what it has not
+// claimed, and the caller waits at most for the chunks a worker holds.
+// Workers wait for the next job spinning for a while (kernels come back to
+// back in a program or a benchmark loop) and then sleep on a condition
+// variable. One job at a time: a caller that finds the pool busy (another
+// Python thread's kernel) runs its whole grid itself rather than queueing
+// behind it.
 //
 // The kernel's arguments are passed as they are to `k_host_blocks`, whose C
 // signature has one pointer per argument: calls are instantiated for up to
@@ -51,6 +58,16 @@ constexpr int kPollsPerClockRead = 64;
 // The low bits of the pool's generation word hold the job's part count.
 constexpr int kPartBits = 8;
 constexpr uint64_t kPartMask = (uint64_t{1} << kPartBits) - 1;
+// Chunks of a job per thread taking part: enough that a thread that lost
+// its core holds back little, few enough that claiming stays negligible.
+constexpr int64_t kChunksPerPart = 4;
+// The claim word: the job's tag (24 bits), its chunk count and the next
+// unclaimed chunk (20 bits each), so that whether a claim is valid is known
+// without reading the job.
+constexpr int kFieldBits = 20;
+constexpr uint64_t kFieldMask = (uint64_t{1} << kFieldBits) - 1;
+constexpr int kTagShift = 2 * kFieldBits;
+constexpr uint64_t kTagMask = (uint64_t{1} << (64 - kTagShift)) - 1;
 
 using BlocksCall = void (*)(void *fn, void *const *args, int64_t first, int64_t end);
 
@@ -87,6 +104,7 @@ struct Job {
   void *const *args = nullptr;
   int64_t blocks = 0;
   int64_t parts = 0;
+  int64_t chunks = 0;
 };
 
 class BlockPool {
@@ -98,34 +116,54 @@ class BlockPool {
   // (exit ends them; joining them in a static destructor could deadlock).
   int64_t workers() const { return static_cast<int64_t>(threads_.size()); }
 
-  // Runs `job` split into job.parts ranges, the first on this thread.
-  // False when the pool is busy with another caller's job.
+  // Runs `job` split into job.chunks ranges that this thread and up to
+  // job.parts - 1 workers claim. False when the pool is busy with another
+  // caller's job.
   bool run(const Job &job) {
     std::unique_lock<std::mutex> submit(submit_, std::try_to_lock);
     if (!submit.owns_lock()) return false;
-    // Only the workers that run a part read job_, and the next job is
-    // written after they all finished: no worker reads it while it changes.
+    // A worker reads job_ only after claiming one of its chunks under this
+    // job's tag, and the caller returns (and may write the next job) only
+    // after every chunk was claimed and no worker is still inside: no
+    // worker reads job_ while it changes.
     job_ = job;
-    remaining_.store(job.parts - 1, std::memory_order_relaxed);
-    // The job's number of parts travels in the low bits of the generation,
-    // so that a worker with no part never touches job_.
     uint64_t next = ((generation_.load(std::memory_order_relaxed) >> kPartBits) + 1)
                     << kPartBits;
+    const uint64_t tag = (next >> kPartBits) & kTagMask;
+    claims_.store((tag << kTagShift) | (static_cast<uint64_t>(job.chunks) << kFieldBits),
+                  std::memory_order_seq_cst);
+    // The job's number of parts travels in the low bits of the generation,
+    // so that a worker with no part never touches job_.
     generation_.store(next | static_cast<uint64_t>(job.parts), std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(sleep_);
       wake_.notify_all();
     }
-    runPart(job, 0);
-    while (remaining_.load(std::memory_order_acquire) > 0) cpuRelax();
+    runChunks(tag);
+    while (inside_.load(std::memory_order_acquire) > 0) cpuRelax();
     return true;
   }
 
  private:
-  static void runPart(const Job &job, int64_t part) {
-    int64_t first = job.blocks * part / job.parts;
-    int64_t end = job.blocks * (part + 1) / job.parts;
-    if (first < end) job.call(job.fn, job.args, first, end);
+  // Claims and runs chunks of the job tagged `tag` until none is left (or
+  // the claim word carries another tag: that job is over). job_ is read
+  // only while holding one of its chunks, when its caller cannot return.
+  void runChunks(uint64_t tag) {
+    uint64_t word = claims_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((word >> kTagShift) != tag) return;
+      const uint64_t chunk = word & kFieldMask;
+      const uint64_t chunks = (word >> kFieldBits) & kFieldMask;
+      if (chunk >= chunks) return;
+      if (!claims_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
+                                         std::memory_order_acquire))
+        continue;
+      const Job &job = job_;
+      const int64_t first = job.blocks * static_cast<int64_t>(chunk) / job.chunks;
+      const int64_t end = job.blocks * (static_cast<int64_t>(chunk) + 1) / job.chunks;
+      if (first < end) job.call(job.fn, job.args, first, end);
+      word = claims_.load(std::memory_order_acquire);
+    }
   }
 
   void work(int64_t index) {
@@ -151,8 +189,13 @@ class BlockPool {
       }
       seen = now;
       if (index < static_cast<int64_t>(now & kPartMask)) {
-        runPart(job_, index);
-        remaining_.fetch_sub(1, std::memory_order_acq_rel);
+        inside_.fetch_add(1, std::memory_order_seq_cst);
+        // A job posted since is taken on the next turn of the loop; this
+        // one's chunks are claimed under its tag, so a worker arriving
+        // after its caller returned claims none.
+        if (generation_.load(std::memory_order_seq_cst) == now)
+          runChunks((now >> kPartBits) & kTagMask);
+        inside_.fetch_sub(1, std::memory_order_acq_rel);
       }
     }
   }
@@ -162,7 +205,8 @@ class BlockPool {
   std::mutex sleep_;
   std::condition_variable wake_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int64_t> remaining_{0};
+  std::atomic<uint64_t> claims_{0};
+  std::atomic<int64_t> inside_{0};
   std::atomic<int64_t> sleepers_{0};
   Job job_;
 };
@@ -197,9 +241,10 @@ BlockPool &pool() {
 }  // namespace xla_gpu_host
 
 // Runs blocks [0, blocks) of the kernel whose `k_host_blocks` entry is
-// `blocks_fn` on `args` (nargs pointers), in `parts` ranges on this thread
-// and the pool's (parts is capped at the pool's size + 1; a busy pool, or
-// parts <= 1, runs them all here). Returns 0, 1 when the kernel has more
+// `blocks_fn` on `args` (nargs pointers) on this thread and up to parts - 1
+// of the pool's, which claim kChunksPerPart chunks a thread (parts is
+// capped at the pool's size + 1; a busy pool, or parts <= 1, runs them all
+// here). Returns 0, 1 when the kernel has more
 // than kMaxArgs arguments (nothing ran), 2 for a negative count.
 XLA_GPU_HOST_EXPORT int64_t XlaGpuHostRunBlocks(void *blocks_fn, void *const *args,
                                                 int64_t nargs, int64_t blocks,
@@ -207,10 +252,11 @@ XLA_GPU_HOST_EXPORT int64_t XlaGpuHostRunBlocks(void *blocks_fn, void *const *ar
   using namespace xla_gpu_host;
   if (nargs < 0 || blocks < 0 || blocks_fn == nullptr) return kBadRange;
   if (nargs > kMaxArgs) return kTooManyArguments;
-  Job job{kCalls[static_cast<size_t>(nargs)], blocks_fn, args, blocks, 1};
+  Job job{kCalls[static_cast<size_t>(nargs)], blocks_fn, args, blocks, 1, 1};
   if (parts > 1 && blocks > 1) {
     BlockPool &workers = pool();
     job.parts = std::min({parts, workers.workers() + 1, blocks});
+    job.chunks = std::min(job.parts * kChunksPerPart, blocks);
     if (workers.run(job)) return kRan;
     job.parts = 1;
   }

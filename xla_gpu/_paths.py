@@ -73,6 +73,13 @@ def cache_dir() -> Path:
     return Path(base) / "xla_gpu"
 
 
+def autotune_enabled() -> bool:
+    """True when XLA_GPU_AUTOTUNE=1: GEMM fusions get the tile config that
+    ran fastest (`program.autotune`); unset or 0: the heuristic table."""
+    return os.environ.get("XLA_GPU_AUTOTUNE", "0").strip().lower() not in \
+        ("", "0", "false", "no", "off")
+
+
 def gemm_fusion_enabled() -> bool:
     """False when XLA_GPU_GEMM_FUSION=0: dots with prologues or epilogues
     stay gemm thunks instead of GEMM fusions."""

@@ -374,6 +374,32 @@ class DiskCache:
             return program
         return self._get(key, b"program:" + key.encode(), load)
 
+    def get_autotune(self, key: str, from_json):
+        """The GEMM autotuning result stored under `key` by `put_autotune`,
+        made by `from_json(dict)` (an object whose `key` is `key`), or None
+        (as `get`). The caller brings the reader: the cache knows its
+        entries, not the autotuner that wrote them."""
+        import json
+
+        from .errors import ArtifactError
+        from .runtime.artifact import read_artifact
+
+        def load(entry: Path, digest: str):
+            data, _ = read_artifact(entry, digest, required="autotune.json",
+                                    allowed=lambda name: name == "autotune.json")
+            try:
+                result = from_json(json.loads(data["autotune.json"]))
+            except (KeyError, ValueError, TypeError) as e:
+                raise ArtifactError(f"not an autotuning result: {e}") from None
+            if getattr(result, "key", None) != key:
+                raise ArtifactError("the entry is not what its key names")
+            return result
+        return self._get(key, b"autotune:" + key.encode(), load)
+
+    def put_autotune(self, key: str, result) -> None:
+        """Stores an autotuning result (an object with `save(dir)`)."""
+        self._put(key, result, b"autotune:" + key.encode())
+
     def _get(self, key: str, bound: bytes, load):
         """`load(entry, digest)` of the entry under `key` once its signature
         (over its digests and `bound`) checks out; `digest` pins the

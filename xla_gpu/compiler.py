@@ -89,7 +89,13 @@ def compile(hlo_text: str | os.PathLike, *, target: str = "auto", arch: str = "s
     default the module header's `num_partitions=` / `replica_count=` (1
     without); a count the header states must agree. A program on more
     than one device is one ProgramExecutable for all of them, run with
-    `run_partitioned` (one argument list per device)."""
+    `run_partitioned` (one argument list per device). A module still in
+    global shapes with sharding annotations (jax's text before XLA's
+    partitioner: `sharding=` attributes, Shardy's or GSPMD's annotation
+    custom calls) compiled with num_partitions > 1 goes through xla_gpu's
+    SPMD partitioner (`xla_gpu.hlo.passes.spmd`) first: the result, a
+    `program.spmd.PartitionedProgram`, runs on global arrays with `run`
+    (jax.jit's semantics) and on per-device ones with `run_partitioned`."""
     if unknown:
         raise ArgumentError(f"compile() got an unexpected keyword argument "
                             f"'{next(iter(unknown))}'")
@@ -232,10 +238,12 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     # A device other than the default is part of the keys (the launch
     # configuration depends on it).
     device_key = () if device is None else (repr(device),)
-    from ._paths import gemm_fusion_enabled
-    # XLA_GPU_GEMM_FUSION changes what a program compiles to: part of the key.
+    from ._paths import autotune_enabled, gemm_fusion_enabled
+    # XLA_GPU_GEMM_FUSION and XLA_GPU_AUTOTUNE change what a program
+    # compiles to: part of the key.
     options = repr(sorted((program_options or {}).items()) +
-                   [("gemm_fusion", gemm_fusion_enabled())])
+                   [("gemm_fusion", gemm_fusion_enabled())] +
+                   ([("autotune", True)] if autotune_enabled() else []))
     # The text as given (with its options): a repeated compile skips parsing.
     raw_key = compile_cache.make_key("raw", text, target, arch, fusion or "", identity,
                                      options, *device_key)
@@ -265,6 +273,11 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     with span("parse HLO", "compile"):
         module = hlo.parse_module(text, source=source)
     program_options = dict(program_options or {})
+    if fusion is None and (program_options.get("num_partitions") or 1) > 1:
+        from .hlo.passes.spmd import needs_partitioning
+        if needs_partitioning(module):   # jax's annotated text: ours partitions it
+            return _compile_spmd(module, source, target, arch, cache, dump_dir,
+                                 dump_regex, program_options)
     replicas, partitions = _device_counts(module, source,
                                           program_options.pop("num_replicas", None),
                                           program_options.pop("num_partitions", None))
@@ -274,9 +287,12 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
         if device is not None:
             raise ArgumentError("device= applies to single fusions; whole programs are "
                                 "configured for the default device")
+        from .program.autotune import autotuner
         program = compile_program(module, text=text, target=target, arch=arch,
                                   cache=cache, dump_dir=dump_dir, dump_regex=dump_regex,
                                   num_replicas=replicas, num_partitions=partitions,
+                                  autotune=autotuner(target, arch, cache=cache,
+                                                     dump_dir=dump_dir),
                                   **program_options)
         if use_cache:
             with span("store in the compile cache", "compile"):
@@ -296,3 +312,26 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
         disk.remember_text(raw_key, key)
         kernel_compiler.memory.put(raw_key, exe)
     return exe
+
+
+def _compile_spmd(module, source: str, target: str, arch: str, cache: bool, dump_dir,
+                  dump_regex: str, program_options: dict):
+    """An annotated module (global shapes, shardings) partitioned by
+    xla_gpu's SPMD partitioner, its per-device text compiled as any SPMD
+    program, wrapped to take and give global arrays."""
+    from .hlo.passes.spmd import needs_partitioning, partition_module
+    from .hlo.printer import module_to_text
+    from .program.spmd import PartitionedProgram
+    partitions = program_options.pop("num_partitions")
+    if (program_options.pop("num_replicas", None) or 1) != 1 or module.replica_count != 1:
+        raise ArgumentError(f"{source}: the SPMD partitioner takes num_partitions only "
+                            "(one replica)")
+    with span("SPMD partitioner", "compile"):
+        result = partition_module(module, partitions)
+        if needs_partitioning(result.module):
+            raise CompileError(f"{source}: the SPMD partitioner left sharding "
+                               "annotations in the per-device module")
+        text = module_to_text(result.module)
+    program = _compile(text, source, target, arch, None, cache, dump_dir, dump_regex,
+                       dict(program_options, num_partitions=partitions))
+    return PartitionedProgram(program, result, text)

@@ -364,7 +364,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
         binary = backend.compile(kernel.module, name=kernel.name, arch=arch,
                                  threads=spec.threads, blocks=spec.blocks, timings=timings,
                                  dump_dir=dump_dir, dump_regex=dump_regex,
-                                 lower_only=lower_only)
+                                 lower_only=lower_only, emitter=kernel.emitter)
     except mlir_ir.MLIRError as e:
         raise CompileError(f"fusion '{fusion.name}': the {target} pipeline failed: {e}") from None
     except CompileError as e:   # code generation (PTX, the cubin, launch limits)

@@ -28,7 +28,7 @@ launch grid is the same, fewer threads idle).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 
 from ..errors import HloError
@@ -40,7 +40,8 @@ from .shared_memory import static_shared_budget
 __all__ = ["GemmTiling", "GemmPlan", "DotDims", "dot_dims", "dot_hero", "gemm_refusal",
            "default_tiling", "plan_gemm", "fusion_backend_kind", "triton_gemm_tiling",
            "TRITON_GEMM_KINDS", "accumulator_type", "is_gemm_fusion_kind",
-           "HOST_UNROLLED_K_STEPS", "HOST_SHARED_MAX_MACS", "multiply_adds"]
+           "HOST_UNROLLED_K_STEPS", "HOST_SHARED_MAX_MACS", "multiply_adds", "MmaPlan",
+           "mma_operand_type"]
 
 # XLA:GPU's fusion kinds whose body is one GEMM for its Triton emitter.
 TRITON_GEMM_KINDS = ("__triton_gemm", "__triton_nested_gemm_fusion")
@@ -380,6 +381,80 @@ def _storage_type(operand_type: str, result_type: str) -> str:
     return result_type
 
 
+# Tensor-core instruction shapes (m, n, k) of `mma.sync` by the operand type
+# the tiles hold: 16-bit floats accumulate in f32, s8 in s32.
+MMA_SHAPES = {"f16": (16, 8, 16), "bf16": (16, 8, 16), "s8": (16, 8, 32)}
+
+
+def mma_operand_type(lhs_type: str, rhs_type: str, result_type: str) -> str | None:
+    """The type both operand tiles hold for `mma.sync`, None when the dot
+    cannot use it with the scalar path's numerics: a 16-bit float T with
+    the other operand T or an 8-bit integer (exact in T) and a result of T
+    or f32 (every operand value is then exact in the result type, and the
+    scalar path's products are the same f32 products), two 8-bit integers
+    into a float (through bf16, or f16 for an f16 result), or
+    s8 x s8 -> s32."""
+    if lhs_type == rhs_type == "s8" and result_type == "s32":
+        return "s8"
+    halves = {t for t in (lhs_type, rhs_type) if t in ("f16", "bf16")}
+    if not halves and result_type in ("f16", "bf16", "f32"):
+        # 8-bit integers into a float: exact in either 16-bit float.
+        halves = {"f16" if result_type == "f16" else "bf16"}
+    if len(halves) != 1:
+        return None
+    (half,) = halves
+    if not all(t in (half, "s8", "u8") for t in (lhs_type, rhs_type)):
+        return None
+    return half if result_type in (half, "f32") else None
+
+
+@dataclass(frozen=True)
+class MmaPlan:
+    """The block's tile product on tensor cores (cuda): `warps_m` x
+    `warps_n` warps, each computing `tiles_m` x `tiles_n` instruction
+    tiles of m x n (its warp tile) per step of k; the operand tiles are
+    free-major ([free, block_k + pad]: k contiguous, so that a fragment
+    register's elements are adjacent)."""
+    operand_type: str                 # f16, bf16 or s8 (both tiles)
+    m: int
+    n: int
+    k: int
+    warps_m: int
+    warps_n: int
+    tiles_m: int
+    tiles_n: int
+
+
+def _mma_pad(storage: str) -> int:
+    """Elements added to each row of a free-major tile: 16 bytes, so that
+    a row is 16-byte aligned and its stride in 4-byte words is 4 mod 8
+    (block_k of at least 32 bytes): the 8 rows that a fragment load's
+    lane groups read start in different banks, their 4 lanes' words next
+    to each other: no bank conflicts."""
+    return 16 // max(bit_width(storage) // 8, 1)
+
+
+def _mma_warps(warps: int, bm: int, bn: int, m: int, n: int) -> tuple[int, int] | None:
+    """(warps along m, warps along n) dividing the block tile into warp
+    tiles of whole instruction tiles, using as many of `warps` as that
+    allows (halving them until it does), warp tiles as square as they
+    get; None when not even one warp fits."""
+    while warps >= 1:
+        best = None
+        wm = 1
+        while wm <= warps:
+            wn = warps // wm
+            if wm * wn == warps and bm % (wm * m) == 0 and bn % (wn * n) == 0:
+                cost = (abs((bm // wm) - (bn // wn)), -wn)
+                if best is None or cost < best[0]:
+                    best = (cost, wm, wn)
+            wm *= 2
+        if best is not None:
+            return best[1], best[2]
+        warps //= 2
+    return None
+
+
 def _pad(storage: str) -> int:
     """Elements added to each row of a tile (k-major) so that threads
     writing along k hit different banks."""
@@ -414,6 +489,9 @@ class GemmPlan:
     # loads and FMAs along n vectorize) rather than threads_x apart.
     contiguous_columns: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # The tile product on tensor cores (cuda, 16- and 8-bit operands):
+    # free-major operand tiles, the accumulators in mma fragments.
+    mma: MmaPlan | None = None
 
     @property
     def blocks(self) -> int:
@@ -422,11 +500,16 @@ class GemmPlan:
     @property
     def lhs_tile(self) -> tuple[int, int]:
         """[block_k, block_m + pad]: k-major, so that the threads of a warp
-        read consecutive rows of one k."""
+        read consecutive rows of one k; with mma [block_m, block_k + pad]
+        (a fragment register's elements are adjacent along k)."""
+        if self.mma is not None:
+            return (self.block_m, self.block_k + _mma_pad(self.lhs_storage))
         return (self.block_k, self.block_m + _pad(self.lhs_storage))
 
     @property
     def rhs_tile(self) -> tuple[int, int]:
+        if self.mma is not None:
+            return (self.block_n, self.block_k + _mma_pad(self.rhs_storage))
         return (self.block_k, self.block_n + _pad(self.rhs_storage))
 
     @property
@@ -469,11 +552,15 @@ def _minor_dim(shape) -> int | None:
 
 
 def plan_gemm(dot: HloInstruction, tiling: GemmTiling | None = None,
-              host: bool = False, staging: str | None = None) -> GemmPlan:
+              host: bool = False, staging: str | None = None,
+              tensor_cores: bool | None = None) -> GemmPlan:
     """The kernel's configuration for `dot`: `tiling` (the fusion's
     triton_gemm_config) or the heuristic table; `host` when the cpu target
     emulates the grid (see HOST_SHARED_MAX_MACS). `staging`
-    forces "shared" or "registers" (tests)."""
+    forces "shared" or "registers" (tests). `tensor_cores`: None uses mma
+    where the types allow it on a GPU (not on the host), True also on the
+    host (its warps' mma emulated lane by lane: tests of the fragment
+    layouts), False never."""
     dims = dot_dims(dot)
     notes: list[str] = []
     tiling = tiling or default_tiling(dims)
@@ -513,10 +600,55 @@ def plan_gemm(dot: HloInstruction, tiling: GemmTiling | None = None,
                           HOST_ROW_WIDTH if host and staging == "registers" else 0)
     lhs_minor = _minor_dim(dot.operands[0].shape)
     rhs_minor = _minor_dim(dot.operands[1].shape)
-    return GemmPlan(
+    plan = GemmPlan(
         dims, tiling, bm, bn, bk, threads, tx, ty, bm // ty, bn // tx,
         max(-(-dims.M // bm), 1), max(-(-dims.N // bn), 1),
         k_steps, t, accumulator_type(t), lhs_s, rhs_s,
         lhs_minor in dims.lhs_contracting, rhs_minor in dims.rhs_contracting,
         staging, host and staging == "shared", host and staging == "registers",
         tuple(notes))
+    if tensor_cores is False or (host and not tensor_cores) or staging != "shared" \
+            or dims.K == 0:
+        # The host emulates no warp-wide instruction: its FMAs vectorize.
+        return plan
+    return _with_mma(plan, lhs_t, rhs_t, budget) or plan
+
+
+def _with_mma(plan: GemmPlan, lhs_t: str, rhs_t: str, budget: int) -> GemmPlan | None:
+    """`plan` with its tile product on tensor cores (mma.sync), None when
+    the types or the tiles do not allow it. The output tile grows to one
+    instruction tile where the dims are smaller (the grid is the same: such
+    a dim has one tile), block_k to the instruction's k, and shrinks back
+    to fit the shared memory."""
+    operand = mma_operand_type(lhs_t, rhs_t, plan.result_type)
+    if operand is None or plan.accumulator != ("s32" if operand == "s8" else "f32"):
+        return None
+    tiling, dims = plan.tiling, plan.dims
+    m, n, k = MMA_SHAPES[operand]
+    bm, bn = max(plan.block_m, m), max(plan.block_n, n)
+    if -(-dims.M // bm) != plan.tiles_m or -(-dims.N // bn) != plan.tiles_n:
+        return None   # a configured tile under one instruction tile
+    bk = max(plan.block_k, k)
+    pad = _mma_pad(operand)
+    size = max(bit_width(operand) // 8, 1)
+    while bk > k and (bm + bn) * (bk + pad) * size > budget:
+        bk //= 2
+    if (bm + bn) * (bk + pad) * size > budget:
+        return None
+    warps = _mma_warps(tiling.num_warps, bm, bn, m, n)
+    if warps is None:
+        return None
+    warps_m, warps_n = warps
+    mma = MmaPlan(operand, m, n, k, warps_m, warps_n, bm // (warps_m * m),
+                  bn // (warps_n * n))
+    notes = plan.notes + (f"tensor cores: mma.sync m{m}n{n}k{k} on {operand}, "
+                          f"{warps_m}x{warps_n} warps of {mma.tiles_m}x{mma.tiles_n} "
+                          f"instruction tiles",)
+    # Each lane holds 2 rows x 2 columns of every instruction tile's
+    # accumulators: rows g and g + 8 of it, columns 2t and 2t + 1.
+    return replace(plan, block_m=bm, block_n=bn, block_k=bk,
+                   threads=warps_m * warps_n * WARP_SIZE,
+                   threads_x=warps_n * 4, threads_y=warps_m * 8,
+                   tile_m=2 * mma.tiles_m, tile_n=2 * mma.tiles_n,
+                   k_steps=-(-dims.K // bk), lhs_storage=operand, rhs_storage=operand,
+                   notes=notes, mma=mma)

@@ -93,11 +93,14 @@ class Backend(ABC):
     @abstractmethod
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
-                dump_regex: str = ".*", lower_only: bool = False) -> KernelBinary:
+                dump_regex: str = ".*", lower_only: bool = False,
+                emitter: str = "") -> KernelBinary:
         """The emitted kernel `module` (entry `name`, launched with `threads`
         per block and `blocks`) through the stages and into an image for
-        `arch`; `timings` gets seconds per step. Raises mlir.ir.MLIRError
-        when a pass fails and a CompileError when code generation does."""
+        `arch`; `timings` gets seconds per step. `emitter`: the emitter
+        that emitted it ("" when not known), where a backend tunes its code
+        generation by it. Raises mlir.ir.MLIRError when a pass fails and a
+        CompileError when code generation does."""
 
     def link_groups(self, kernels: list, workers: int) -> list[list]:
         """`kernels` (lowered by `compile(..., lower_only=True)`) split into
@@ -131,7 +134,8 @@ class CudaBackend(Backend):
 
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
-                dump_regex: str = ".*", lower_only: bool = False) -> KernelBinary:
+                dump_regex: str = ".*", lower_only: bool = False,
+                emitter: str = "") -> KernelBinary:
         from . import cuda
         if lower_only:
             # A program links its kernels into one binary later.
@@ -166,7 +170,8 @@ class CpuBackend(Backend):
 
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
-                dump_regex: str = ".*", lower_only: bool = False) -> KernelBinary:
+                dump_regex: str = ".*", lower_only: bool = False,
+                emitter: str = "") -> KernelBinary:
         # The host code is generated once, as a shared object that both this
         # process (ctypes) and the cache / saved artifacts load; the JIT
         # stands in only where no linker is installed. (`lower_only` is
@@ -182,7 +187,9 @@ class CpuBackend(Backend):
         start = time.perf_counter()
         binary = KernelBinary(host_mlir=str(module))
         try:
-            binary.host_library = cpu.shared_object(module, name)
+            binary.host_library = cpu.shared_object(
+                module, name,
+                unroll_loops=cpu.unrolls_loops(emitter, binary.host_mlir.count("\n")))
         except cpu.HostCompileError as e:
             binary.notes.append(f"no host shared object ({e}): the kernel runs in the JIT "
                                 "and is not cached on disk")

@@ -336,16 +336,51 @@ def _engine_api():
         return None
 
 
-def _object_code(module_op, symbol: str, opt_level: int) -> bytes:
+def _object_code(module_op, symbol: str, opt_level: int, *,
+                 unroll_loops: bool = True) -> bytes:
     """The ELF object of LLVM-dialect `module_op` (a builtin.module, left as
     it is): the code MLIR's ExecutionEngine makes of it (position
     independent, for this machine's CPU, `opt_level`'s LLVM pipeline),
     made by LLVM's C API without the JIT around it where it can
-    (`_llvm_object`), else by the engine (`_engine_object`, which looks
-    `symbol` up to compile)."""
+    (`_llvm_object`; `unroll_loops=False` leaves LLVM's loop unrollers
+    out), else by the engine (`_engine_object`, which looks `symbol` up to
+    compile, and always unrolls)."""
     if _llvm_api() is None:
         return _engine_object(module_op, symbol, opt_level)
-    return _llvm_object(module_op, opt_level)
+    return _llvm_object(module_op, opt_level, unroll_loops=unroll_loops)
+
+
+# Whether LLVM's loop unrollers (full and partial) run on a kernel's host
+# code, by the emitter that emitted it. The grid emulation wraps every
+# kernel in loops with small constant trip counts (threads of a block, a
+# thread's elements, a tile's rows): in the kernels of the reduction and
+# transpose emitters (the most of a training step's LLVM time) the
+# unrollers made LLVM's optimization and code generation take 1.6-1.9
+# times as long, for run times within the measurements' noise. The
+# loop-like emitters' kernels are cheap to compile either way and run up
+# to twice as fast unrolled (an LSTM step's slices and updates), as do the
+# tiled GEMM emitter's inner products. A GEMM kernel whose host module is
+# larger than HOST_LOOP_UNROLLING_MAX_LINES (a long fused prologue or
+# epilogue, which the unrollers copy with the tile loops) is not unrolled
+# either: DP-SGD's per-example logits (2,100 lines) took 4 times the LLVM
+# time unrolled. Unrolling changes no result: without fast-math flags
+# LLVM keeps every float operation and its order.
+HOST_LOOP_UNROLLING = False
+HOST_LOOP_UNROLLING_EMITTERS = frozenset({"gemm", "loop", "concatenate", "input_slices",
+                                          "in_place_dynamic_update_slice"})
+HOST_LOOP_UNROLLING_MAX_LINES = 1200
+
+
+def unrolls_loops(emitter: str = "", host_lines: int = 0) -> bool:
+    """Whether the host code of a kernel from `emitter` ("" when not
+    known: a kernel compiled from MLIR text), whose LLVM-dialect module
+    prints as `host_lines` lines, goes through LLVM's loop unrollers
+    (`HOST_LOOP_UNROLLING`)."""
+    if HOST_LOOP_UNROLLING or not emitter:
+        return True
+    if emitter == "gemm":
+        return host_lines <= HOST_LOOP_UNROLLING_MAX_LINES
+    return emitter in HOST_LOOP_UNROLLING_EMITTERS
 
 
 # Compiler-rt helpers LLVM's code generation may call for some float
@@ -496,13 +531,14 @@ def _llvm_api() -> _LlvmApi | None:
         return None
 
 
-def _llvm_object(module_op, opt_level: int) -> bytes:
+def _llvm_object(module_op, opt_level: int, *, unroll_loops: bool = True) -> bytes:
     """`_object_code` through LLVM's C API: what the ExecutionEngine does
     to a module (translation, the host's triple and data layout, LLVM's
     default<O`opt_level`> pipeline tuned as MLIR's optimizing transformer
     tunes it, then codegen by the target machine it makes), without the
     JIT session, its packed wrappers and its in-memory linking: the same
-    machine code for the module's own functions, in less time."""
+    machine code for the module's own functions, in less time. Without
+    `unroll_loops` LLVM's loop unrollers stay out (the vectorizers run)."""
     from .. import _pass_runner
     from .._native import to_handle
     api = _llvm_api()
@@ -520,8 +556,8 @@ def _llvm_object(module_op, opt_level: int) -> bytes:
         api.LLVMSetModuleDataLayout(module, layout)
         api.LLVMDisposeTargetData(layout)
         options = api.LLVMCreatePassBuilderOptions()
-        for setter in (api.LLVMPassBuilderOptionsSetLoopUnrolling,
-                       api.LLVMPassBuilderOptionsSetLoopInterleaving,
+        api.LLVMPassBuilderOptionsSetLoopUnrolling(options, int(unroll_loops))
+        for setter in (api.LLVMPassBuilderOptionsSetLoopInterleaving,
                        api.LLVMPassBuilderOptionsSetLoopVectorization,
                        api.LLVMPassBuilderOptionsSetSLPVectorization):
             setter(options, 1)
@@ -766,13 +802,14 @@ def _link(obj: bytes, driver: str) -> bytes:
 
 
 def shared_object(module: _ir.Module, name: str = "main", *,
-                  opt_level: int = 3) -> bytes:
+                  opt_level: int = 3, unroll_loops: bool | None = None) -> bytes:
     """The cpu-pipeline output `module` (LLVM dialect, after
     `pipeline.run(module, target="cpu")`) as an ELF shared object exporting
     `<name>_host(void **args)` and `<name>_host_blocks(...)`; libm is a
     dependency. Compiled for this machine's CPU (the JIT's target); linked
     with the system C compiler driver's linker (cc). The module is left as
-    it was."""
+    it was. `unroll_loops`: whether LLVM's loop unrollers run (None: they
+    do, as the ExecutionEngine runs them; see `unrolls_loops`)."""
     if _find(module, "llvm.func", f"{name}_host") is None:
         raise ValueError(f"no llvm.func @{name}_host: run the cpu pipeline first")
     linker = _linker()
@@ -787,4 +824,7 @@ def shared_object(module: _ir.Module, name: str = "main", *,
                 op.attributes["sym_name"]).value.startswith("_mlir_ciface_"):
             op.operation.erase()
     _one_body(copy, name)
-    return _link(_object_code(copy, f"{name}_host", opt_level), linker)
+    if unroll_loops is None:
+        unroll_loops = unrolls_loops()
+    return _link(_object_code(copy, f"{name}_host", opt_level, unroll_loops=unroll_loops),
+                 linker)

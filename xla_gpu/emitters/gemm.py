@@ -28,6 +28,22 @@ elements of one k (padded rows: the loads along k write different banks).
 Operand tiles hold the operand's own elements (s8, bf16...) where they are
 plain bytes, converted to the accumulator when read.
 
+Tensor cores (cuda; `analysis.gemm.MmaPlan`): for f16/bf16 operands (or
+an 8-bit integer one converted to them by the tile loads: the seed's s8 x
+bf16) accumulating in f32, and s8 x s8 -> s32, the tile product is warp-wide
+`nvvm.mma.sync` (m16n8k16, m16n8k32 for s8; row.col): the block's warps
+split its tile into warp tiles of whole instruction tiles, the operand
+tiles are free-major and 1-d (row * (block_k + 16 bytes) + k: a fragment
+register's elements adjacent, one 32-bit shared load each, the 8 rows a
+load reads in 8 different bank groups), and each lane's accumulators sit
+where PTX's fragment layout puts them (rows lane / 4 and + 8, columns
+2 * (lane % 4) and + 1 of every instruction tile), which the epilogue
+writes as it writes the scalar path's register tile. The host has no
+warp-wide instruction: with `tensor_cores=True` (tests) it runs the same
+kernel with each mma computed lane by lane from the registers the other
+lanes loaded, found through the documented layouts, so that the cpu
+target checks the fragment loads' index arithmetic and packing.
+
 On the cpu target (grid emulation) barriers must stay at the top level of
 the kernel: small GEMMs (`analysis.gemm.HOST_SHARED_MAX_MACS`) run the
 GPU's code with the k loop unrolled, step by step; larger ones have each
@@ -46,12 +62,12 @@ from __future__ import annotations
 
 
 from mlir import ir
-from mlir.dialects import arith, math, scf, tensor
+from mlir.dialects import arith, llvm, math, nvvm, scf, tensor, vector
 
 from ..analysis.gemm import GemmPlan, GemmTiling, plan_gemm
 from ..analysis.indexing import const, delinearize, dim, floordiv, indexing_map, linearize, sym
 from ..dialects import xla_gpu
-from ..hlo.shape import is_float
+from ..hlo.shape import bit_width as bit_width_of, is_float
 from .base import KernelEmitter, LaunchDims
 from .elemental import FunctionEmitter, convert
 from .types import element_type, scalar_attr
@@ -86,13 +102,18 @@ class GemmEmitter(KernelEmitter):
 
     name = "gemm"
 
-    def __init__(self, fusion, staging: str | None = None):
+    def __init__(self, fusion, staging: str | None = None,
+                 tensor_cores: bool | None = None):
         super().__init__(fusion)
         self.dot = fusion.heroes[0]
         tiling = fusion.config if isinstance(fusion.config, GemmTiling) else None
         device = getattr(fusion, "device", None)
         host = bool(device is not None and device.host_emulation)
-        self.plan: GemmPlan = plan_gemm(self.dot, tiling, host=host, staging=staging)
+        self.plan: GemmPlan = plan_gemm(self.dot, tiling, host=host, staging=staging,
+                                        tensor_cores=tensor_cores)
+        # The host runs no warp-wide instruction: each lane computes its
+        # mma results from the registers the other lanes loaded.
+        self._emulate_mma = host
         self.notes.extend(self.plan.notes)
         self._prologue = _prologue_members(self.dot)
         self._operands = [o for o in self.dot.operands
@@ -159,6 +180,21 @@ class GemmEmitter(KernelEmitter):
     def emit_entry(self, params, outputs, thread_id, block_id):
         p = self.plan
         self._thread_id, self._block_id = thread_id, block_id
+        if p.mma is not None:
+            self._mma_positions(thread_id)
+        else:
+            self._thread_grid_positions(thread_id)
+        accs = [_zero(p.accumulator)] * (p.tile_m * p.tile_n)
+        if p.dims.K > 0:
+            if p.staging == "shared":
+                accs = self._staged(params, accs)
+            else:
+                accs = self._direct(params, accs)
+        return self._write(params, outputs, accs)
+
+    def _thread_grid_positions(self, thread_id):
+        """The thread's rows and columns of the block tile (module text)."""
+        p = self.plan
         ty, tx = xla_gpu.build_apply_indexing(self.index_map(indexing_map(
             [("th_x", p.threads)], [], [floordiv(dim(0), p.threads_x),
                                         dim(0) % p.threads_x])), [thread_id])
@@ -171,19 +207,15 @@ class GemmEmitter(KernelEmitter):
         else:
             self._cols = [arith.addi(tx, _index(j * p.threads_x)) if j else tx
                           for j in range(p.tile_n)]
-        accs = [_zero(p.accumulator)] * (p.tile_m * p.tile_n)
-        if p.dims.K > 0:
-            if p.staging == "shared":
-                accs = self._staged(params, accs)
-            else:
-                accs = self._direct(params, accs)
-        return self._write(params, outputs, accs)
 
     # shared-memory staging -------------------------------------------------------------
     def _staged(self, params, accs):
         p = self.plan
+        # mma's tiles are 1-d (row * stride + k): a fragment register is
+        # one 32-bit vector read of them.
         tiles = [xla_gpu.AllocateSharedOp(ir.RankedTensorType.get(
-            list(shape), element_type(storage))).result
+            list(shape) if p.mma is None else [shape[0] * shape[1]],
+            element_type(storage))).result
             for shape, storage in ((p.lhs_tile, p.lhs_storage), (p.rhs_tile, p.rhs_storage))]
         if p.unrolled:
             for kt in range(p.k_steps):
@@ -227,10 +259,12 @@ class GemmEmitter(KernelEmitter):
         free = r if tile_index is None else tile_index * free_block + r
         k = dim(2) * p.block_k + c
         constraints = [] if steps * p.threads == elements else [(e, 0, elements - 1)]
+        # mma's tiles: free-major and 1-d, the tile position linearized.
+        position = c if p.mma is None else r * (p.block_k + self._mma_pad(operand)) + c
         loop_map = self.index_map(indexing_map(
             [("th_x", p.threads), ("bl_x", p.blocks), ("kt", p.k_steps)],
             [("s", steps)] if steps > 1 else [],
-            [c, r, batch if batch is not None else const(0), free, k], constraints))
+            [position, r, batch if batch is not None else const(0), free, k], constraints))
         loop = xla_gpu.build_loop(loop_map, [self._thread_id, self._block_id, kt], [tile])
         block = loop.region.blocks[0]
         nsym = 1 if steps > 1 else 0
@@ -253,7 +287,9 @@ class GemmEmitter(KernelEmitter):
             if inside:
                 ok = inside[0] if len(inside) == 1 else arith.andi(*inside)
                 value = arith.select(ok, value, _zero(storage))
-            xla_gpu.YieldOp([tensor.insert(value, it, [c_v, r_v])])
+            # mma's tiles are free-major (k contiguous), the others k-major.
+            at = [c_v] if p.mma is not None else [c_v, r_v]
+            xla_gpu.YieldOp([tensor.insert(value, it, at)])
         return loop.results[0]
 
     def _clamp(self, value, size: int):
@@ -274,6 +310,8 @@ class GemmEmitter(KernelEmitter):
 
     def _multiply_tiles(self, a_tile, b_tile, accs):
         p = self.plan
+        if p.mma is not None:
+            return self._multiply_tiles_mma(a_tile, b_tile, accs)
         loop = scf.ForOp(_index(0), _index(p.block_k), _index(1), list(accs))
         with ir.InsertionPoint(loop.body):
             kk = loop.induction_variable
@@ -285,6 +323,217 @@ class GemmEmitter(KernelEmitter):
             scf.YieldOp([self._fma(carried[i * p.tile_n + j], a[i], b[j])
                          for i in range(p.tile_m) for j in range(p.tile_n)])
         return list(loop.results)
+
+    # tensor cores (cuda) ------------------------------------------------------------------
+    def _mma_positions(self, thread_id):
+        """The lane's rows and columns of the block tile (its accumulators)
+        and the k offset of its fragment registers. PTX ISA, "Matrix
+        Fragments for mma.m16n8k16 / m16n8k32": with groupID = lane / 4 and
+        threadID_in_group = lane % 4, accumulator c_i of an instruction
+        tile is at row groupID (+8 for i >= 2), column 2 * threadID_in_group
+        + (i & 1); a multiplicand register holds the elements at k =
+        threadID_in_group * (elements per register) + e (+ half the
+        instruction's k for the upper registers)."""
+        mma = self.plan.mma
+        row0, col0, k0 = self._lane_positions(thread_id)
+        # Row 2 * i + h: instruction tile i, half h; column 2 * j + e: tile
+        # j, element e (the order _write and the accumulators share).
+        self._rows = [arith.addi(row0, _index(i * mma.m + h * 8)) if i or h else row0
+                      for i in range(mma.tiles_m) for h in range(2)]
+        self._cols = [arith.addi(col0, _index(j * mma.n + e)) if j or e else col0
+                      for j in range(mma.tiles_n) for e in range(2)]
+        self._fragment_k = k0
+
+    def _lane_positions(self, thread_id):
+        """(row groupID, column 2 * threadID_in_group, k threadID_in_group *
+        elements per register) of thread `thread_id`'s lane in its warp's
+        first instruction tile, as block tile coordinates."""
+        p = self.plan
+        mma = p.mma
+        per_register = 32 // bit_width_of(mma.operand_type)
+        lane = dim(0) % 32
+        warp = floordiv(dim(0), 32)
+        group, in_group = floordiv(lane, 4), lane % 4
+        return xla_gpu.build_apply_indexing(self.index_map(indexing_map(
+            [("th_x", p.threads)], [],
+            [floordiv(warp, mma.warps_n) * (mma.tiles_m * mma.m) + group,
+             (warp % mma.warps_n) * (mma.tiles_n * mma.n) + in_group * 2,
+             in_group * per_register])), [thread_id])
+
+    def _b_columns(self, thread_id):
+        """Column groupID of each of the warp's B instruction tiles, for
+        thread `thread_id`'s lane."""
+        p = self.plan
+        mma = p.mma
+        (lane_group,) = xla_gpu.build_apply_indexing(self.index_map(indexing_map(
+            [("th_x", p.threads)], [],
+            [(floordiv(dim(0), 32) % mma.warps_n) * (mma.tiles_n * mma.n) +
+             floordiv(dim(0) % 32, 4)])), [thread_id])
+        return [arith.addi(lane_group, _index(j * mma.n)) if j else lane_group
+                for j in range(mma.tiles_n)]
+
+    def _fragments(self, a_tile, b_tile, thread_id, kk, rows=None, cols=None):
+        """(A registers per instruction tile along m, B registers per tile
+        along n) that thread `thread_id`'s lane loads for the step of k at
+        `kk`: A's register r holds row groupID (+8 for odd r) at k offset
+        (r >= 2) * k / 2; B's register r column groupID at k offset r * k / 2."""
+        mma = self.plan.mma
+        if rows is None:
+            row0, _, k0 = self._lane_positions(thread_id)
+            rows = [arith.addi(row0, _index(i * mma.m)) if i else row0
+                    for i in range(mma.tiles_m)]
+        else:
+            k0 = self._fragment_k
+        cols = cols if cols is not None else self._b_columns(thread_id)
+        k = arith.addi(kk, k0)
+        k_upper = arith.addi(k, _index(mma.k // 2))
+        a_frags = []
+        for row in rows:
+            row8 = arith.addi(row, _index(8))
+            a_frags.append([self._fragment_register(a_tile, r, kq, 0)
+                            for r, kq in ((row, k), (row8, k), (row, k_upper),
+                                          (row8, k_upper))])
+        b_frags = [[self._fragment_register(b_tile, col, kq, 1) for kq in (k, k_upper)]
+                   for col in cols]
+        return a_frags, b_frags
+
+    def _mma_pad(self, operand: int) -> int:
+        """The row stride of an mma tile less block_k."""
+        p = self.plan
+        return (p.lhs_tile if operand == 0 else p.rhs_tile)[1] - p.block_k
+
+    def _fragment_register(self, tile, row, k, operand: int):
+        """One 32-bit multiplicand register: the elements of operand
+        `operand`'s tile at row `row`, k, k + 1, ... (lowest k in the lowest
+        bits, as PTX packs them), one 4-byte aligned vector read (rows are
+        16-byte multiples, k a multiple of the elements per register): two
+        f16 as a vector<2xf16>, else an i32."""
+        mma = self.plan.mma
+        per_register = 32 // bit_width_of(mma.operand_type)
+        element = element_type(mma.operand_type)
+        stride = self.plan.block_k + self._mma_pad(operand)
+        (at,) = xla_gpu.build_apply_indexing(self.index_map(indexing_map(
+            [("row", self.plan.block_m if operand == 0 else self.plan.block_n),
+             ("k", self.plan.block_k)], [], [dim(0) * stride + dim(1)])), [row, k])
+        pair = vector.transfer_read(
+            ir.VectorType.get([per_register], element), tile, [at],
+            ir.AffineMapAttr.get(ir.AffineMap.get_minor_identity(1, 1)),
+            arith.constant(element, scalar_attr(mma.operand_type, 0)), [True])
+        if mma.operand_type == "f16":
+            return pair
+        i32 = ir.IntegerType.get_signless(32)
+        word = vector.bitcast(ir.VectorType.get([1], i32), pair)
+        return vector.extract(word, [], [0])
+
+    def _multiply_tiles_mma(self, a_tile, b_tile, accs):
+        """acc += a_tile x b_tile with mma.sync, one instruction k at a
+        time: per warp, its tiles_m x tiles_n instruction tiles. Fragment
+        registers (PTX ISA, m16n8k16 / m16n8k32, row.col): A's register r
+        holds row groupID (+8 for odd r) at k offset (r >= 2) * k / 2; B's
+        register r column groupID at k offset r * k / 2."""
+        p = self.plan
+        mma = p.mma
+        a_rows = self._rows[0::2]     # row groupID of each instruction tile
+        b_cols = self._b_columns(self._thread_id)
+        loop = scf.ForOp(_index(0), _index(p.block_k), _index(mma.k), list(accs))
+        with ir.InsertionPoint(loop.body):
+            kk = loop.induction_variable
+            if self._emulate_mma:
+                scf.YieldOp(self._emulated_step(a_tile, b_tile, kk, list(loop.inner_iter_args)))
+                return list(loop.results)
+            a_frags, b_frags = self._fragments(a_tile, b_tile, self._thread_id, kk,
+                                               a_rows, b_cols)
+            carried = list(loop.inner_iter_args)
+            width = 2 * mma.tiles_n
+            updated = list(carried)
+            for i in range(mma.tiles_m):
+                for j in range(mma.tiles_n):
+                    slots = [(2 * i + h) * width + 2 * j + e for h in range(2)
+                             for e in range(2)]
+                    results = self._mma_sync(a_frags[i], b_frags[j],
+                                             [carried[s] for s in slots])
+                    for s, v in zip(slots, results):
+                        updated[s] = v
+            scf.YieldOp(updated)
+        return list(loop.results)
+
+    def _register_part(self, register, part: int):
+        """Element `part` (0: the lowest bits) of a fragment register, in
+        the accumulator type."""
+        mma = self.plan.mma
+        if mma.operand_type == "f16":
+            value = vector.extract(register, [], [part])
+        else:
+            width = bit_width_of(mma.operand_type)
+            i32 = ir.IntegerType.get_signless(32)
+            bits = arith.shrui(register, arith.constant(i32, part * width)) if part else register
+            value = arith.trunci(ir.IntegerType.get_signless(width), bits)
+            if mma.operand_type != "s8":
+                value = arith.bitcast(element_type(mma.operand_type), value)
+        return self._to_accumulator(value, mma.operand_type)
+
+    def _emulated_step(self, a_tile, b_tile, kk, accs):
+        """One step of k of every instruction tile, as the warp's mma.sync
+        computes it, for the host: the lane's accumulator (row, column)
+        gathers row's A elements and column's B elements from the
+        registers of the lanes that hold them as PTX documents the
+        layouts, each such lane's registers loaded as that lane loads
+        them (`_fragments` at its thread id). A's element (row groupID
+        (+8), k) is in lane 4 * groupID + (k % half) / per_register,
+        register (row >= 8) + 2 * (k >= half), part k % per_register;
+        B's element (k, column c) in lane 4 * c + (k % half) /
+        per_register, register k >= half, same part."""
+        p = self.plan
+        mma = p.mma
+        per_register = 32 // bit_width_of(mma.operand_type)
+        width = 2 * mma.tiles_n
+        updated = list(accs)
+        # The lanes of this lane's group (A: its rows) and of the groups
+        # of its two columns (B), by threadID_in_group.
+        holders_a, holders_b = [], []
+        for t in range(4):
+            (th,) = xla_gpu.build_apply_indexing(self.index_map(indexing_map(
+                [("th_x", p.threads)], [], [floordiv(dim(0), 4) * 4 + t])), [self._thread_id])
+            holders_a.append(self._fragments(a_tile, b_tile, th, kk)[0])
+            holders_b.append([])
+            for e in range(2):
+                (th,) = xla_gpu.build_apply_indexing(self.index_map(indexing_map(
+                    [("th_x", p.threads)], [],
+                    [floordiv(dim(0), 32) * 32 + (dim(0) % 4) * 8 + e * 4 + t])),
+                    [self._thread_id])
+                holders_b[t].append(self._fragments(a_tile, b_tile, th, kk)[1])
+        for i in range(mma.tiles_m):
+            for j in range(mma.tiles_n):
+                for h in range(2):
+                    for e in range(2):
+                        slot = (2 * i + h) * width + 2 * j + e
+                        acc = updated[slot]
+                        for t in range(4):
+                            for q in range(2):
+                                a_reg = holders_a[t][i][h + 2 * q]
+                                b_reg = holders_b[t][e][j][q]
+                                for part in range(per_register):
+                                    acc = self._fma(acc, self._register_part(a_reg, part),
+                                                    self._register_part(b_reg, part))
+                        updated[slot] = acc
+        return updated
+
+    def _mma_sync(self, a, b, c):
+        """One warp-wide nvvm.mma.sync (row.col): its four results."""
+        mma = self.plan.mma
+        acc_type = element_type(self.plan.accumulator)
+        struct = ir.Type.parse("!llvm.struct<(" + ", ".join([str(acc_type)] * 4) + ")>")
+        attrs = {}
+        if mma.operand_type == "s8":
+            attrs["intOverflowBehavior"] = ir.Attribute.parse("#nvvm.mma_int_overflow<wrapped>")
+        op = nvvm.MmaOp(
+            struct, ir.Attribute.parse(f"#nvvm.shape<m = {mma.m}, n = {mma.n}, k = {mma.k}>"),
+            ir.Attribute.parse("#nvvm.mma_layout<row>"),
+            ir.Attribute.parse("#nvvm.mma_layout<col>"), a, b, c,
+            multiplicandAPtxType=ir.Attribute.parse(f"#nvvm.mma_type<{mma.operand_type}>"),
+            multiplicandBPtxType=ir.Attribute.parse(f"#nvvm.mma_type<{mma.operand_type}>"),
+            **attrs)
+        return [llvm.extractvalue(acc_type, op.result, [i]) for i in range(4)]
 
     # direct reads (host, long k) -------------------------------------------------------
     def _direct(self, params, accs):

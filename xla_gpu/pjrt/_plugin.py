@@ -584,10 +584,75 @@ def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
 
 
 # jax hands over the program with its sharding annotations (Shardy's), not
-# partitioned: until xla_gpu has an SPMD partitioner of its own, XLA's
-# (jaxlib's cpu client, with as many devices) makes the per-device program,
-# which xla_gpu then compiles and runs on every device (run_partitioned).
+# partitioned: xla_gpu's SPMD partitioner (xla_gpu.hlo.passes.spmd) makes the
+# per-device program, which xla_gpu then compiles and runs on every device
+# (run_partitioned). Where ours refuses (replicas, partly manual shard_maps,
+# shardings it would change), XLA's (jaxlib's cpu client, with as many
+# devices) makes it instead; XLA_GPU_SPMD_PARTITIONER=xla always asks XLA's.
 _PARTITIONERS: dict[int, object] = {}
+# Which partitioner made each program compiled here: {"xla_gpu": n, "xla": m}.
+partitioner_counts: dict[str, int] = {"xla_gpu": 0, "xla": 0}
+
+
+def _partition_ourselves(computation, partitions: int) -> tuple[str, bytes] | None:
+    """The per-device HLO text and its StableHLO bytecode (what jax reads
+    the shardings back from) made by xla_gpu's partitioner; None where it
+    refuses the program or would cut a parameter otherwise than jax does."""
+    from jax._src.lib import _jax
+    import jaxlib._hlo as hlo
+    from ..errors import XlaGpuError
+    from ..hlo import parse_module
+    from ..hlo.passes.spmd import sharding_of
+    from ..hlo.passes.spmd.placement import same_placement
+    from ..hlo.passes.spmd.partitioner import partition_module
+    from ..hlo.printer import module_to_text
+    try:
+        module = parse_module(computation.as_hlo_text(print_large_constants=True))
+        stated = [sharding_of(p, partitions) for p in module.entry.parameters]
+        result = partition_module(module, partitions)
+    except XlaGpuError as exc:
+        logger.debug("xla_gpu: our SPMD partitioner refused the program: %s", exc)
+        return None
+    for i, (want, got, shape) in enumerate(zip(stated, result.parameter_shardings,
+                                                result.parameter_shapes)):
+        if want is None or want.kind not in ("tiled", "replicated", "maximal") or \
+                shape.is_tuple or not same_placement(
+                    want if want.kind == "tiled" else got, got, shape.rank, partitions):
+            logger.debug("xla_gpu: parameter %d's sharding %s is not kept by our SPMD "
+                         "partitioner", i, want)
+            return None
+    root = result.module.entry.root
+    outs = result.output_shardings
+    root.attrs["sharding"] = str(outs[0]) if not root.shape.is_tuple else \
+        "{" + ", ".join(str(s) for s in outs) + "}"
+    text = module_to_text(result.module)
+    try:
+        proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+        partitioned = _with_spmd_shardings(
+            bytes(_jax.mlir.hlo_to_stablehlo(proto)), root.attrs["sharding"],
+            [str(p) for p in result.parameter_shardings])
+    except Exception as exc:  # noqa: BLE001 - XLA's parser's own message
+        logger.debug("xla_gpu: our per-device program does not read back into XLA: %s", exc)
+        return None
+    return text, partitioned
+
+
+def _with_spmd_shardings(code: bytes, outputs: str, parameters: list[str]) -> bytes:
+    """The program's bytecode with the module attributes jax reads its
+    executables' shardings from (XLA's partitioner sets them in the module's
+    config, which HLO text does not carry)."""
+    import io
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+    with mlir.make_ir_context():
+        module = ir.Module.parse(code)
+        attributes = module.operation.attributes
+        attributes["mhlo.spmd_output_sharding"] = ir.StringAttr.get(outputs)
+        attributes["mhlo.spmd_parameters_shardings"] = ir.ArrayAttr.get(
+            [ir.StringAttr.get(p) for p in parameters])
+        out = io.BytesIO()
+        module.operation.write_bytecode(out)
+        return out.getvalue()
 
 
 def _xla_partitioner(count: int):
@@ -607,6 +672,14 @@ def _compile_partitioned(code: bytes, options: bytes, computation, build) -> Exe
     replicas, partitions = build.num_replicas, build.num_partitions
     count = replicas * partitions
     devices = _assigned_devices(build, count)
+    if replicas == 1 and os.environ.get("XLA_GPU_SPMD_PARTITIONER", "").lower() != "xla":
+        ours = _partition_ourselves(computation, partitions)
+        if ours is not None:
+            text, partitioned = ours
+            exe = xla_gpu.compile(text, target=TARGET, num_partitions=partitions)
+            partitioner_counts["xla_gpu"] += 1
+            return Executable(exe, computation, code, text, devices[0], devices, partitioned)
+    partitioner_counts["xla"] += 1
     partitioner = _xla_partitioner(len(_client().devices))
     try:
         loaded = partitioner.compile_and_load(

@@ -37,12 +37,15 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
                     command_buffers: bool = True, memory_limit: int | None = None,
                     dump_dir: str | os.PathLike | None = None, dump_regex: str = ".*",
                     fallback_unfused: bool = False, num_replicas: int | None = None,
-                    num_partitions: int | None = None) -> ProgramExecutable:
+                    num_partitions: int | None = None,
+                    autotune=None) -> ProgramExecutable:
     """Compiles the ENTRY computation of `module` into a ProgramExecutable
     for `target` ("cpu" or "cuda"; resolve "auto" before). See the
     package docstring; `fallback_unfused`: `prepare_module`'s.
     num_replicas x num_partitions: the devices the program runs on (one
-    SPMD program for all of them; default the module header's)."""
+    SPMD program for all of them; default the module header's).
+    `autotune(module) -> notes`: `prepare_module`'s (the API passes
+    `program.autotune.autotuner`'s when XLA_GPU_AUTOTUNE is on)."""
     if num_replicas is None:
         num_replicas = module.replica_count
     if num_partitions is None:
@@ -60,7 +63,8 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
     prepared, notes = prepare_module(module, optimize=optimize, dump_dir=dump_dir,
                                      emulates_grid=backends.get(target).emulates_grid,
                                      dump_regex=dump_regex,
-                                     fallback_unfused=fallback_unfused)
+                                     fallback_unfused=fallback_unfused,
+                                     autotune=autotune)
     timings["prepare"] = time.perf_counter() - t0
     complete("prepare (HLO passes)", "compile", t0)
     hlo_text = module_to_text(prepared)

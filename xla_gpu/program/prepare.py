@@ -44,8 +44,18 @@ THUNK_OPCODES = frozenset({
     "all-gather-done", "collective-permute-start", "collective-permute-done",
     "async-start", "async-update", "async-done",
 })
+# The cpu target, a module the HLO pass pipeline fuses: dots of at most
+# this many multiply-adds become GEMM kernels (grid-emulated), larger ones
+# a gemm thunk (BLAS, as runtime.host_blas runs it) with kernels for what
+# was fused around them. The
+# emulated kernel runs a 256x128x128 product (4M) in ~1.5 ms where BLAS
+# takes ~0.15; on bench/models.py's training steps, a 2^16-2^19 bound ran
+# the scanned transformer 3x and the LSTM 1.5x faster than 2^22
+# (analysis.gemm.HOST_SHARED_MAX_MACS, which still bounds the GEMM fusions
+# XLA itself formed, whose tiling it chose).
+HOST_GEMM_KERNEL_MAX_MACS = 1 << 19
 _GEMM_FUSION_KINDS = ("__ynn_fusion", "__triton_gemm", "__triton_nested_gemm_fusion",
-                      "__onednn_fusion", "__cublas_fusion")
+                      "__onednn_fusion", "__cublas_fusion", "__cublas")
 
 
 def is_whole_program(module: HloModule) -> bool:
@@ -351,7 +361,8 @@ def reachable_computations(entry: HloComputation) -> list[HloComputation]:
 def prepare_module(module: HloModule, *, optimize: bool | None = None,
                    dump_dir: str | os.PathLike | None = None, dump_regex: str = ".*",
                    fallback_unfused: bool = False,
-                   emulates_grid: bool = False) -> tuple[HloModule, list[str]]:
+                   emulates_grid: bool = False,
+                   autotune=None) -> tuple[HloModule, list[str]]:
     """The module as the thunk emitter takes it, and notes on how it got
     there. `optimize`: None (default) runs the HLO pass pipeline on modules
     without fusions; True always; False never (each op its own fusion).
@@ -360,9 +371,12 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     `fallback_unfused` the module is compiled without the pipeline instead,
     each op its own fusion (`xla_gpu.compile` reads its default from
     XLA_GPU_UNFUSED_FALLBACK). `emulates_grid` (the cpu target): only small
-    GEMMs become GEMM kernels (HOST_SHARED_MAX_MACS multiply-adds; the
-    emulated kernel is slower than BLAS past that), larger ones a gemm
-    thunk with kernels for the rest, XLA's own GEMM fusions included."""
+    GEMMs become GEMM kernels (HOST_GEMM_KERNEL_MAX_MACS multiply-adds
+    where the pipeline fuses, HOST_SHARED_MAX_MACS for XLA's own GEMM
+    fusions; the emulated kernel is slower than BLAS past that), larger
+    ones a gemm thunk with kernels for the rest.
+    `autotune(module) -> notes`: tunes the GEMM fusions the pipeline
+    formed (`program.autotune`), before their split-k rewrite."""
     from ..hlo.passes import loop_state_ordering
     from ..hlo.passes.copy_insertion import CopyInsertion
     notes: list[str] = []
@@ -371,7 +385,7 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
                       for i in c.instructions)
     run_passes = (not has_fusions) if optimize is None else optimize
     from ..analysis.gemm import HOST_SHARED_MAX_MACS
-    max_macs = HOST_SHARED_MAX_MACS if emulates_grid else None
+    max_macs = HOST_GEMM_KERNEL_MAX_MACS if emulates_grid else None
     optimized = False
     if run_passes:
         from ..hlo.passes import optimize as optimize_hlo
@@ -385,6 +399,8 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
                 raise _pass_failure(e) from e
             notes.append(f"{_pass_failure(e)}: each op is its own fusion "
                          "(fallback_unfused)")
+    if optimized and autotune is not None:
+        notes.extend(autotune(module))
     if not optimized:
         # Without the pipeline, still no sharding annotation reaches the
         # thunks (one device: each is its operand), and loops read their
@@ -394,14 +410,15 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     # Top-k too long for one kernel -> sort + slice; stable sorts of several
     # kernels get their tie-break index as an operand (a buffer); large
     # convolutions become im2col + gemm.
-    module, op_notes = rewrite_for_op_kernels(module)
+    module, op_notes = rewrite_for_op_kernels(module, emulates_grid)
     notes.extend(op_notes)
     # XLA's __triton_gemm fusions: nested operand fusions inlined, split_k
     # partial sums given their reduction kernel.
     from ..hlo.passes.gemm_fusion import prepare_gemm_fusions
     module, gemm_notes = prepare_gemm_fusions(module)
     notes.extend(gemm_notes)
-    builder = _ModuleBuilder(module, max_macs)
+    builder = _ModuleBuilder(module, max_macs if optimized or max_macs is None
+                             else HOST_SHARED_MAX_MACS)
     prepared = builder.build()
     if builder.wrapped:
         notes.append(f"{builder.wrapped} op(s) outside fusions wrapped in their own fusion")
@@ -452,12 +469,14 @@ def _pass_failure(error: Exception) -> XlaGpuError:
     return CompileError(f"{where} failed: {type(error).__name__}: {error}")
 
 
-def rewrite_for_op_kernels(module: HloModule) -> tuple[HloModule, list[str]]:
+def rewrite_for_op_kernels(module: HloModule, emulates_grid: bool = False
+                           ) -> tuple[HloModule, list[str]]:
     """The HLO rewrites the sort, top-k and convolution kernels need before
     buffer assignment: top-k ops too long for one kernel decomposed into
     sort + slices (TopkDecomposer), stable sorts of several kernels given
     their tie-break index as an operand (StableSortExpander), large
-    convolutions lowered to im2col + gemm (ConvolutionLowering). Returns the
+    convolutions lowered to im2col + gemm (ConvolutionLowering; on the cpu
+    target, `emulates_grid`, nearly all of them). Returns the
     module (a rewritten copy when anything changed; `module` itself is never
     modified) and notes."""
     from ..analysis.sort import fits_one_kernel, is_topk, needs_index_operand
@@ -476,7 +495,7 @@ def rewrite_for_op_kernels(module: HloModule) -> tuple[HloModule, list[str]]:
                         continue   # reported by the thunk emitter, naming it
                 elif needs_index_operand(inst):
                     return True
-                elif inst.opcode == "convolution" and lowers_to_gemm(inst):
+                elif inst.opcode == "convolution" and lowers_to_gemm(inst, emulates_grid):
                     return True
         return False
 
@@ -492,5 +511,5 @@ def rewrite_for_op_kernels(module: HloModule) -> tuple[HloModule, list[str]]:
     if stable:
         notes.append(f"{stable} stable sort(s) of several kernels given an iota "
                      "tie-break operand")
-    ConvolutionLowering().run(module)
+    ConvolutionLowering(emulates_grid).run(module)
     return module, notes

@@ -36,6 +36,7 @@ from ..errors import CudaError, CudaUnavailableError, HloError
 from ..hlo.cublas import EPILOGUES as CUBLAS_EPILOGUES
 from ..hlo.cublas import activation
 from .buffers import ArrayRef, BufferSlice
+from .host_blas import blas_matmul, restore_blas_threads, single_threaded_blas
 from .libraries import candidate_libraries
 
 __all__ = ["GemmConfig", "run_gemm", "gemm_reference", "EPILOGUES", "cublaslt_library",
@@ -220,29 +221,47 @@ def _is_plain_product(config: GemmConfig) -> bool:
         CUBLAS_EPILOGUES[config.epilogue].activation is None
 
 
-def _matmul_into_output(ctx, config: GemmConfig) -> bool:
-    """The plain product written straight into a row-major output that no
-    operand overlaps (no conversions, no temporary result); False when the
-    general path must run."""
+def _product_views(ctx, config: GemmConfig) -> tuple | None:
+    """The plain product's operands as [batch, m, k] and [batch, k, n]
+    views and its row-major output as [batch, m, n], where the product can
+    be written straight into the output (no conversions, no temporary
+    result, no operand overlapping it); None when the general path must
+    run."""
+    if not _is_plain_product(config):
+        return None
     out = ctx.array(config.out)
     if not out.flags.c_contiguous:
-        return False
+        return None
     a, b = _as_matrices(config, ctx.array(config.lhs), ctx.array(config.rhs))
     if np.may_share_memory(out, a) or np.may_share_memory(out, b):
-        return False
+        return None
     batch, m, n, _ = config.bmnk
-    np.matmul(a, b, out=out.reshape(batch, m, n))
-    return True
+    return a, b, out.reshape(batch, m, n)
+
+
+_NOT_PREPARED = object()
 
 
 def _run_numpy(ctx, config: GemmConfig) -> None:
-    if _is_plain_product(config) and _matmul_into_output(ctx, config):
+    # The views are made once a run: a gemm in a loop body runs on the same
+    # buffers every iteration.
+    views = ctx.host_views.get(id(config), _NOT_PREPARED)
+    if views is _NOT_PREPARED:
+        views = ctx.host_views[id(config)] = _product_views(ctx, config)
+    if views is not None:
+        # BLAS on one thread, split over helper threads (runtime.host_blas).
+        blas_matmul(*views)
         return
     c = ctx.array(config.c) if config.c is not None else None
     bias = ctx.array(config.bias) if config.bias is not None else None
     if c is not None:
         c = c.copy()   # may be the output's own buffer
-    result = gemm_reference(config, ctx.array(config.lhs), ctx.array(config.rhs), c, bias)
+    single = single_threaded_blas()
+    try:
+        result = gemm_reference(config, ctx.array(config.lhs), ctx.array(config.rhs), c, bias)
+    finally:
+        if single:
+            restore_blas_threads()
     ctx.array(config.out)[...] = result
 
 

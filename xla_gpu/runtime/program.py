@@ -432,7 +432,8 @@ class ProgramExecutable:
                 f"program '{self.name}' runs on {self.num_devices} devices "
                 f"({self.num_replicas} replica(s) x {self.num_partitions} partition(s)): "
                 "run it with run_partitioned(per_device_args), one argument list per "
-                "device (runs of global arrays come with the SPMD partitioner)")
+                "device; global arrays go to a program compiled from annotated (unpartitioned) "
+                "HLO, which xla_gpu's SPMD partitioner splits")
         trace = current_trace()
         if profile is None and trace is None:
             return self._run_leaves(args, stream, device_outputs, timeout, None)

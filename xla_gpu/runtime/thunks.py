@@ -79,6 +79,10 @@ class ExecutionContext:
         # The native executor's control block while it runs this context
         # (host_executor), so that `cancel` reaches a loop running there.
         self.native_control: Any = None
+        # cpu: what a thunk prepared from this run's buffers, which stay
+        # put for the run (a gemm's operand views, built once for all the
+        # iterations of a loop), keyed by the thunk's config's id.
+        self.host_views: dict[int, Any] = {}
         if bases is not None:
             # The buffers' addresses, known to the caller.
             self._bases = list(bases)

@@ -210,3 +210,82 @@ ENTRY e {{
     cached = xla_gpu.compile(text.format(n="b"), target="cpu")
     assert "1 from the cache" in " ".join(cached.notes)
     assert not {"emit", "pipeline", "llvm"} & set(cached.timings), cached.timings
+
+
+LOOP = """HloModule m
+fused {
+  p = f32[64,96] parameter(0)
+  t = f32[64,96] tanh(p)
+  ROOT m = f32[64,96] multiply(t, p)
+}
+ENTRY e {
+  p = f32[64,96] parameter(0)
+  ROOT f = f32[64,96] fusion(p), kind=kLoop, calls=fused
+}
+"""
+
+DOT = """HloModule m
+fused {
+  a = f32[16,32] parameter(0)
+  b = f32[32,24] parameter(1)
+  d = f32[16,24] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[16,24] tanh(d)
+}
+ENTRY e {
+  a = f32[16,32] parameter(0)
+  b = f32[32,24] parameter(1)
+  ROOT f = f32[16,24] fusion(a, b), kind=kCustom, calls=fused, backend_config={"fusion_backend_config":{"kind":"__triton_gemm","triton_gemm_config":{"block_m":"16","block_n":"16","block_k":"16","split_k":"1","num_stages":"1","num_warps":"4"}}}
+}
+"""
+
+
+@pytest.mark.parametrize("text, emitter, unrolled", [
+    (ROW_SUM, "reduction", False), (LOOP, "loop", True), (DOT, "gemm", True)],
+    ids=["reduction", "loop", "gemm"])
+def test_llvm_unrolls_the_host_loops_by_emitter(text, emitter, unrolled):
+    # LLVM's unrollers on the grid emulation's small constant loops cost
+    # more compile time than they bring at run time in reductions and
+    # transposes, not in loop kernels or the tiled GEMM emitter's inner
+    # products: a kernel's shared object holds the code of LLVM's
+    # pipeline with or without them, by its emitter.
+    from xla_gpu import ir, pipeline
+    if cpu._llvm_api() is None:
+        pytest.skip("LLVM's C API is not in the bindings' library")
+    exe = xla_gpu.compile(text, target="cpu", fusion="fused", cache=False)
+    if exe.host_library is None:
+        pytest.skip("no linker: the kernel runs in the JIT")
+    assert exe.spec.emitter == emitter
+    module = mlir_ir.Module.parse(exe.emitted_mlir, ir.Context())
+    pipeline.run(module, target="cpu", threads=exe.spec.threads, blocks=exe.spec.blocks)
+    copy = module.operation.clone()
+    cpu._one_body(copy, exe.spec.name)
+    body = f"{exe.spec.name}_host_blocks"
+    with_unrolling = len(_function_bytes(cpu._llvm_object(copy, 3))[body])
+    without = len(_function_bytes(cpu._llvm_object(copy, 3, unroll_loops=False))[body])
+    assert with_unrolling != without       # the unrollers change this kernel's code
+    assert _symbol_sizes(exe.host_library)[body] == (with_unrolling if unrolled else without)
+
+
+def test_a_gemm_kernel_too_large_to_unroll_is_not_unrolled(monkeypatch):
+    # A GEMM kernel whose host module is over the size limit (a long fused
+    # prologue or epilogue, which the unrollers would copy with the tile
+    # loops) gets the code of the pipeline without the unrollers.
+    from xla_gpu import ir, pipeline
+    if cpu._llvm_api() is None:
+        pytest.skip("LLVM's C API is not in the bindings' library")
+    exe = xla_gpu.compile(DOT, target="cpu", fusion="fused", cache=False)
+    if exe.host_library is None:
+        pytest.skip("no linker: the kernel runs in the JIT")
+    module = mlir_ir.Module.parse(exe.emitted_mlir, ir.Context())
+    pipeline.run(module, target="cpu", threads=exe.spec.threads, blocks=exe.spec.blocks)
+    lines = str(module).count("\n")
+    assert cpu.unrolls_loops("gemm", lines)
+    monkeypatch.setattr(cpu, "HOST_LOOP_UNROLLING_MAX_LINES", lines - 1)
+    assert not cpu.unrolls_loops("gemm", lines)
+    smaller = xla_gpu.compile(DOT, target="cpu", fusion="fused", cache=False)
+    copy = module.operation.clone()
+    cpu._one_body(copy, exe.spec.name)
+    body = f"{exe.spec.name}_host_blocks"
+    without = len(_function_bytes(cpu._llvm_object(copy, 3, unroll_loops=False))[body])
+    assert _symbol_sizes(smaller.host_library)[body] == without
+    assert _symbol_sizes(exe.host_library)[body] != without

@@ -179,7 +179,7 @@ ENTRY e {{
 def test_complex_convolution_lowered_to_im2col_and_a_gemm(monkeypatch):
     """A large complex convolution becomes im2col + a complex gemm."""
     from xla_gpu.hlo.passes import convolution_lowering
-    monkeypatch.setattr(convolution_lowering, "DIRECT_CONVOLUTION_MACS", 0)
+    monkeypatch.setattr(convolution_lowering, "HOST_DIRECT_CONVOLUTION_MACS", 0)
     text = """HloModule m
 ENTRY e {
   x = c64[2,6,6,3] parameter(0)

@@ -111,6 +111,36 @@ def test_convolution_lowering_makes_im2col_and_a_gemm(monkeypatch):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+# A filter gradient as jax writes it: the window (the image, 12x12) larger
+# than the output (the kernel, 3x3).
+FILTER_GRADIENT = """HloModule m
+ENTRY e {
+  x = f32[8,12,12,16] parameter(0)
+  g = f32[8,12,12,32] parameter(1)
+  ROOT c = f32[3,3,16,32] convolution(x, g), window={size=12x12 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf
+}
+"""
+
+
+def test_convolution_lowering_on_the_host_and_of_a_filter_gradient():
+    """On the cpu target (emulates_grid) a convolution far below the
+    direct-kernel threshold is lowered too; a filter gradient's patches
+    are gathered one slice per output position (9), not per window
+    position (144, each a compare for every element of the patch kernel)."""
+    module = hlo.parse_module(FILTER_GRADIENT)
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(p.shape.dims).astype(np.float32)
+            for p in module.entry.parameters]
+    (expected,) = hlo.evaluate(module, *args)
+    assert not ConvolutionLowering().run(module)
+    assert ConvolutionLowering(emulates_grid=True).run(module)
+    pieces = [len(i.operands) for c in module.computations for i in c.instructions
+              if i.opcode == "concatenate"]
+    assert pieces == [9]
+    (got,) = hlo.evaluate(module, *args)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
 LOOP = """HloModule m
 cond {
   p = (f32[8], f32[8], s32[]) parameter(0)

@@ -361,8 +361,40 @@ ENTRY e {
 """
 
 
+# Filter gradients: a window larger than the output (patches gathered per
+# output position), the input stored batch-minor (f01b, patches in its own
+# order on the cpu target) or not, with strides, one-sided padding, rhs
+# dilation and reversal, feature groups; last, a batch-minor input with a
+# small window (patches per window position) and lhs dilation.
+CONV_FILTER_GRADIENTS = ["""HloModule m
+ENTRY e {
+  x = f32[3,6,7,4]{3,2,1,0} parameter(0)
+  g = f32[3,5,6,5]{3,2,1,0} parameter(1)
+  ROOT c = f32[2,3,4,5]{3,2,1,0} convolution(x, g), window={size=5x6 stride=2x1 pad=1_1x0_1 rhs_reversal=1x1}, dim_labels=f01b_i01o->01bf
+}
+""", """HloModule m
+ENTRY e {
+  x = f32[3,6,7,4]{3,2,1,0} parameter(0)
+  k = f32[3,2,3,5]{3,2,1,0} parameter(1)
+  ROOT c = f32[4,3,13,5]{3,2,1,0} convolution(x, k), window={size=2x3 stride=2x1 pad=1_0x0_2 lhs_dilate=1x2 rhs_dilate=2x1 rhs_reversal=1x1}, dim_labels=f01b_i01o->b01f
+}
+""", """HloModule m
+ENTRY e {
+  x = f32[4,6,7,3]{3,2,1,0} parameter(0)
+  g = f32[4,6,7,5]{3,2,1,0} parameter(1)
+  ROOT c = f32[3,3,3,5]{3,2,1,0} convolution(x, g), window={size=6x7 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf
+}
+""", """HloModule m
+ENTRY e {
+  x = f32[2,7,6,4]{3,2,1,0} parameter(0)
+  k = f32[3,4,2,6]{3,2,1,0} parameter(1)
+  ROOT c = f32[2,2,4,6]{3,2,1,0} convolution(x, k), window={size=3x4 stride=2x1 pad=0_1x1_0 rhs_dilate=2x1 rhs_reversal=1x1}, dim_labels=b01f_01io->b01f, feature_group_count=2
+}
+"""]
+
+
 @pytest.mark.parametrize("text", [
-    CONV,
+    CONV, *CONV_FILTER_GRADIENTS,
     CONV.replace("f32[4,2,3,2]", "f32[4,4,3,2]").replace(", feature_group_count=2", ""),
     # batch groups (a filter gradient) with lhs dilation and window reversal
     """HloModule m
@@ -378,7 +410,8 @@ def test_convolution_thunk(text, large, monkeypatch):
     """A large convolution is im2col + gemm (here: any, by lowering the
     threshold), a small one one direct kernel with no temporaries."""
     from xla_gpu.hlo.passes import convolution_lowering
-    monkeypatch.setattr(convolution_lowering, "DIRECT_CONVOLUTION_MACS", 0 if large else 1 << 62)
+    monkeypatch.setattr(convolution_lowering, "HOST_DIRECT_CONVOLUTION_MACS",
+                        0 if large else 1 << 62)
     module = hlo.parse_module(text)
     rng = np.random.default_rng(6)
     args = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in module.entry.parameters]

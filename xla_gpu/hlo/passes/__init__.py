@@ -27,6 +27,7 @@ from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
 from .optimization_barrier_expander import OptimizationBarrierExpander
 from .select_and_scatter_expander import SelectAndScatterExpander
 from .rng_bit_generator_expander import RngBitGeneratorExpander
+from .layout_assignment import LayoutAssignment
 from .custom_call_layouts import CustomCallLayouts
 from .layout_normalization import LayoutNormalization
 from .dot_canonicalization import DotCanonicalization
@@ -50,7 +51,7 @@ __all__ = [
     "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer",
     "OptimizationBarrierExpander",
     "SelectAndScatterExpander", "RngBitGeneratorExpander",
-    "CustomCallLayouts", "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
+    "LayoutAssignment", "CustomCallLayouts", "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
     "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
     "fused_cost", "kernel_time", "GemmFusion", "PriorityFusion", "MultiOutputFusion",
     "FusionWrapper", "RenameFusions", "CopyInsertion",

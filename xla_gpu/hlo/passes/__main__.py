@@ -1,9 +1,11 @@
 """`python -m xla_gpu.hlo.passes FILE [--dump-dir DIR] [--dump-regex RE]
-[--verify] [--no-metadata] [--quiet]`: optimizes an HLO module (a file, or
+[--verify] [--no-metadata] [--quiet] [--num-partitions N]`: optimizes an HLO module (a file, or
 - for stdin, read with xla_gpu's input bounds) and prints the result (XLA's
 after_optimizations text), with a summary line on stderr (pass runs, the
 slowest passes, instructions before and after). Exit status 2 with a
-one-line message on any error, 130 on Ctrl-C."""
+one-line message on any error, 130 on Ctrl-C. With --num-partitions N it
+instead partitions an annotated module (jax's text with shardings) for N
+devices with xla_gpu's SPMD partitioner and prints the per-device module."""
 
 from __future__ import annotations
 
@@ -41,11 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verify", action="store_true", help="verify after every pass")
     parser.add_argument("--no-metadata", action="store_true", help="omit metadata={...}")
     parser.add_argument("--quiet", action="store_true", help="no summary line on stderr")
+    parser.add_argument("--num-partitions", type=int, default=None, metavar="N",
+                        help="instead: partition the annotated module for N devices "
+                             "(xla_gpu's SPMD partitioner) and print the per-device module")
     args = parser.parse_args(argv)
     try:
         _check_regex("--dump-regex", args.dump_regex)
         text, source = _read_text(args.file, hlo_text=True)
         module = parse_module(text, source=source)
+        if args.num_partitions is not None:
+            return _partition(module, args.num_partitions, not args.no_metadata, args.quiet)
         context, start = PassContext(), time.perf_counter()
         result = optimize(module, args.dump_dir, args.dump_regex, args.verify, context)
         seconds = time.perf_counter() - start
@@ -60,6 +67,21 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(module_to_text(result, metadata=not args.no_metadata))
     if not args.quiet:
         _error(f"{PROG}: {pass_summary(context, seconds, module, result)}")
+    return 0
+
+
+def _partition(module, num_partitions: int, metadata: bool, quiet: bool) -> int:
+    """--num-partitions: the per-device module and its notes (what was
+    computed whole on every device)."""
+    from .spmd import partition_module
+    if num_partitions < 1:
+        _error(f"error: --num-partitions must be positive, got {num_partitions}")
+        return 2
+    result = partition_module(module, num_partitions)
+    sys.stdout.write(module_to_text(result.module, metadata=metadata))
+    if not quiet:
+        for note in result.notes:
+            _error(f"{PROG}: note: {note}")
     return 0
 
 

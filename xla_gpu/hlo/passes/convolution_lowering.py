@@ -23,6 +23,17 @@ interpreter): out[n, o, p] = sum over window w and the group's input
 features c of padded_dilated_input[n, c, p * stride + w * rhs_dilation] *
 kernel[o, c, w].
 
+The patches are gathered as one strided slice per window position, or,
+when the output has fewer positions than the window (a filter gradient,
+whose window spans the image), one window-sized slice per output
+position, so that the im2col kernel compares each element against few
+concatenated pieces. On the cpu target (`emulates_grid`) nearly every
+convolution is lowered (HOST_DIRECT_CONVOLUTION_MACS), and an input stored
+batch-minor (jax's filter gradients, f01b) is gathered in its own order as
+[C, window..., out..., N] against the kernel as [I, window..., O]: the gemm
+contracts the major dimensions (BLAS takes the transposed operand as it
+is) and writes [out..., N, O], which is the filter gradient's 01bf layout.
+
 The new instructions carry metadata op_type "xla_gpu.convolution" and the
 convolution's name, so that thunk emission groups their thunks into one
 convolution thunk.
@@ -43,31 +54,41 @@ from .pipeline import HloPass
 from .util import program_computations
 
 __all__ = ["ConvolutionLowering", "lower_convolution", "lowers_to_gemm",
-           "CONVOLUTION_OP_TYPE", "DIRECT_CONVOLUTION_MACS"]
+           "CONVOLUTION_OP_TYPE", "DIRECT_CONVOLUTION_MACS", "HOST_DIRECT_CONVOLUTION_MACS"]
 
 CONVOLUTION_OP_TYPE = "xla_gpu.convolution"
 # Multiply-adds below which a convolution runs as one direct kernel (no
 # temporaries, as XLA's cuDNN call) rather than im2col + gemm (a patch matrix
 # of input elements x window in temporary memory, but the gemm's speed).
 DIRECT_CONVOLUTION_MACS = 1 << 24
+# The same threshold where the grid is emulated on the host (the cpu
+# target): there the direct kernel runs a thread's whole window serially
+# at well under a multiply-add a nanosecond, 20-50x slower than BLAS on the
+# patch matrix, so only tiny convolutions stay direct.
+HOST_DIRECT_CONVOLUTION_MACS = 1 << 16
 
 
 class ConvolutionLowering(HloPass):
     """Lowers every convolution of the program's sequential computations
     (the ENTRY, loop bodies and conditions, branches, called computations)
-    that `lowers_to_gemm` to im2col + gemm; fusion bodies are left alone."""
+    that `lowers_to_gemm` to im2col + gemm; fusion bodies are left alone.
+    `emulates_grid`: for the cpu target (HOST_DIRECT_CONVOLUTION_MACS)."""
     name = "convolution-lowering"
+
+    def __init__(self, emulates_grid: bool = False):
+        self.emulates_grid = emulates_grid
 
     def run(self, module: HloModule) -> bool:
         changed = False
         for comp in program_computations(module):
             for conv in list(comp.instructions):
                 if conv.opcode != "convolution" or conv.parent is not comp or \
-                        not lowers_to_gemm(conv):
+                        not lowers_to_gemm(conv, self.emulates_grid):
                     continue
                 created, result, computations = lower_convolution(
                     conv, *conv.operands, unique=module.unique_name,
-                    unique_comp=module.unique_computation_name)
+                    unique_comp=module.unique_computation_name,
+                    batch_minor_patches=self.emulates_grid)
                 for computation in computations:
                     module.add_computation(computation, before=comp, unique=False)
                 for inst in created:
@@ -77,16 +98,17 @@ class ConvolutionLowering(HloPass):
         return changed
 
 
-def lowers_to_gemm(inst: HloInstruction) -> bool:
+def lowers_to_gemm(inst: HloInstruction, emulates_grid: bool = False) -> bool:
     """Whether an HLO convolution becomes im2col + gemm: large ones, where
-    the gemm's throughput pays for the patch matrix."""
+    the gemm's throughput pays for the patch matrix (`emulates_grid`: on
+    the cpu target, where that is nearly all)."""
     lhs, rhs = inst.operands
     geom = conv_geometry(inst, lhs.shape.dims, rhs.shape.dims, inst.shape.dims)
     window = 1
     for size in geom.size:
         window *= size
     macs = inst.shape.num_elements * window * geom.group_features
-    return macs >= DIRECT_CONVOLUTION_MACS
+    return macs >= (HOST_DIRECT_CONVOLUTION_MACS if emulates_grid else DIRECT_CONVOLUTION_MACS)
 
 
 class _Body:
@@ -134,10 +156,15 @@ class _Body:
 
 
 def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruction,
-                      unique: Callable[[str], str], unique_comp: Callable[[str], str]
+                      unique: Callable[[str], str], unique_comp: Callable[[str], str],
+                      batch_minor_patches: bool = False
                       ) -> tuple[list[HloInstruction], HloInstruction, list[HloComputation]]:
     """The instructions replacing `conv` (reading `lhs` and `rhs`), the one
-    holding its value, and the fused computations they call."""
+    holding its value, and the fused computations they call.
+    `batch_minor_patches` (the cpu target, whose gemm takes either operand
+    order): an input stored batch-minor (a filter gradient) is gathered
+    into patches [C, window..., out..., N] in its own order, and the gemm
+    contracts their major dimensions."""
     geom = conv_geometry(conv, lhs.shape.dims, rhs.shape.dims, conv.shape.dims)
     if geom.groups > 1 and geom.batch_groups > 1:
         raise conv.unsupported("feature_group_count and batch_group_count both above 1")
@@ -155,14 +182,16 @@ def lower_convolution(conv: HloInstruction, lhs: HloInstruction, rhs: HloInstruc
         entry.append(inst)
         return inst
 
-    body, root = _im2col(conv, lhs.shape, geom)
+    batch_minor = batch_minor_patches and _reads_batch_minor(lhs.shape, geom)
+    body, root = _im2col(conv, lhs.shape, geom, batch_minor)
     patches = fusion("im2col", body, root, [lhs])
-    body, root = _filter(rhs.shape, geom)
+    body, root = _filter(rhs.shape, geom, batch_minor)
     kernel = rhs if root.opcode == "parameter" and rhs.shape.is_row_major else \
         fusion("filter", body, root, [rhs])
-    dot = _gemm(conv, patches, kernel, geom, unique(f"{conv.name}.gemm"), metadata)
+    dot = _gemm(conv, patches, kernel, geom, unique(f"{conv.name}.gemm"), metadata,
+                batch_minor)
     entry.append(dot)
-    body, root = _output(dot.shape, conv.shape, geom)
+    body, root = _output(dot.shape, conv.shape, geom, batch_minor)
     if root is None:
         return entry, dot, computations
     return entry, fusion("output", body, root, [dot]), computations
@@ -174,48 +203,47 @@ def _grouped(geom: ConvolutionGeometry) -> int:
     return geom.groups if geom.groups > 1 else geom.batch_groups
 
 
-def _im2col(conv: HloInstruction, lhs_shape: Shape, geom: ConvolutionGeometry
-            ) -> tuple[_Body, HloInstruction]:
+def _reads_batch_minor(lhs_shape: Shape, geom: ConvolutionGeometry) -> bool:
+    """Whether the input's batch dimension is stored inside its feature
+    dimension (and no groups split either), where patches in the input's
+    own order read it contiguously: jax's filter gradients (f01b), whose
+    [N, out..., window..., C] patches stride across the whole input."""
+    (lb, lf, _), minor_to_major = geom.lhs, list(lhs_shape.minor_to_major)
+    if geom.groups > 1 or geom.batch_groups > 1:
+        return False
+    return minor_to_major.index(lb) < minor_to_major.index(lf)
+
+
+def _im2col(conv: HloInstruction, lhs_shape: Shape, geom: ConvolutionGeometry,
+            batch_minor: bool = False) -> tuple[_Body, HloInstruction]:
     """Step 1: the input's patches [N, out..., window..., C] (feature
     groups: [G, N, out..., window..., C / G]; batch groups: [B, N / B, out...,
-    window..., C])."""
+    window..., C]); `batch_minor` (no groups): [C, window..., out..., N]
+    instead, for an input whose batch is its minor dimension (a filter
+    gradient as jax writes it), read in its own order."""
     (lb, lf, lsp), nsp = geom.lhs, len(geom.size)
     n, c, size = geom.batch, geom.features, geom.size
     out_sp = list(geom.out_spatial)
     body = _Body()
     x = body.parameter(0, lhs_shape)
-    x = body.transpose(x, [lb] + list(lsp) + [lf])                 # [N, S..., C]
+    outer, inner = (lf, lb) if batch_minor else (lb, lf)
+    x = body.transpose(x, [outer] + list(lsp) + [inner])         # [N|C, S..., C|N]
     lt = x.shape.element_type
     lo = [max(p, 0) for p in geom.pad_lo]
     hi = [max(p, 0) for p in geom.pad_hi]
     crop = [max(-p, 0) for p in geom.pad_lo]
     if any(lo) or any(hi) or any(d > 1 for d in geom.lhs_dilation):
-        dims = [n] + [(s - 1) * dl + 1 + a + b if s else a + b
-                      for s, dl, a, b in zip(geom.in_spatial, geom.lhs_dilation, lo, hi)] + [c]
+        dims = [x.shape.dims[0]] + \
+            [(s - 1) * dl + 1 + a + b if s else a + b
+             for s, dl, a, b in zip(geom.in_spatial, geom.lhs_dilation, lo, hi)] + \
+            [x.shape.dims[-1]]
         config = [(0, 0, 0)] + [(a, b, dl - 1)
                                 for a, b, dl in zip(lo, hi, geom.lhs_dilation)] + [(0, 0, 0)]
         x = body.add("pad", Shape(lt, tuple(dims)), [x, body.zero(lt)], padding=config)
-    padded = x.shape.dims
-    slices = []
-    for kk in itertools.product(*[range(s) for s in size]):
-        bounds = [(0, n, 1)]
-        for d in range(nsp):
-            w = size[d] - 1 - kk[d] if geom.reversal[d] else kk[d]
-            start = crop[d] + w * geom.rhs_dilation[d]
-            limit = start + (out_sp[d] - 1) * geom.stride[d] + 1 if out_sp[d] else start
-            if limit > padded[1 + d] or start < 0:
-                raise conv.error(f"window position {list(kk)} reads outside the padded "
-                                 f"input (spatial dimension {d})")
-            bounds.append((start, limit, geom.stride[d]))
-        bounds.append((0, c, 1))
-        piece = body.add("slice", Shape(lt, tuple([n] + out_sp + [c])), [x], slice=bounds)
-        slices.append(body.reshape(piece, [n] + out_sp + [1, c]))
-    if len(slices) == 1:
-        patches = slices[0]
-    else:
-        patches = body.add("concatenate",
-                           Shape(lt, tuple([n] + out_sp + [math.prod(size), c])),
-                           slices, dimensions=(1 + nsp,))
+    by_output = 0 < math.prod(out_sp) < math.prod(size)
+    patches = _patch_pieces(conv, body, x, geom, crop, by_output, window_first=batch_minor)
+    if batch_minor:
+        return body, body.reshape(patches, [c] + list(size) + out_sp + [n])
     patches = body.reshape(patches, [n] + out_sp + list(size) + [c])
     if geom.groups > 1:
         groups = geom.groups
@@ -229,12 +257,75 @@ def _im2col(conv: HloInstruction, lhs_shape: Shape, geom: ConvolutionGeometry
     return body, patches
 
 
-def _filter(rhs_shape: Shape, geom: ConvolutionGeometry) -> tuple[_Body, HloInstruction]:
+def _patch_pieces(conv: HloInstruction, body: _Body, x: HloInstruction,
+                  geom: ConvolutionGeometry, crop: list[int], by_output: bool,
+                  window_first: bool) -> HloInstruction:
+    """The patches of the padded input x = [A, S..., B] as [A, out...,
+    prod(window), B] (window_first: [A, prod(window), out..., B]) when
+    gathered per window position: one slice strided by the convolution's
+    stride each, few pieces when the window is small (a forward or
+    input-gradient convolution). `by_output`: per output position instead,
+    one window-sized slice (strided by the rhs dilation) each, as [A,
+    prod(out), window..., B] (window_first: [A, window..., prod(out), B]):
+    few pieces when the output is small and the window large (a filter
+    gradient, whose window spans the image). Every element of the patch
+    kernel compares its index against each piece, so the smaller count
+    wins."""
+    nsp, size, out_sp = len(geom.size), geom.size, list(geom.out_spatial)
+    a, b = x.shape.dims[0], x.shape.dims[-1]
+    padded, lt = x.shape.dims, x.shape.element_type
+    # The positions one piece per element of, and the extent of each piece.
+    positions, extent = (out_sp, list(size)) if by_output else (list(size), out_sp)
+    reversed_dims = tuple(1 + d for d in range(nsp)
+                          if by_output and geom.reversal[d] and size[d] > 1)
+    pieces = []
+    for at in itertools.product(*[range(s) for s in positions]):
+        bounds = [(0, a, 1)]
+        for d in range(nsp):
+            if by_output:
+                start = crop[d] + at[d] * geom.stride[d]
+                step = geom.rhs_dilation[d]
+            else:
+                w = size[d] - 1 - at[d] if geom.reversal[d] else at[d]
+                start = crop[d] + w * geom.rhs_dilation[d]
+                step = geom.stride[d]
+            limit = start + (extent[d] - 1) * step + 1 if extent[d] else start
+            if limit > padded[1 + d] or start < 0:
+                what = "output" if by_output else "window"
+                raise conv.error(f"{what} position {list(at)} reads outside the padded "
+                                 f"input (spatial dimension {d})")
+            bounds.append((start, limit, step))
+        bounds.append((0, b, 1))
+        piece_shape = Shape(lt, tuple([a] + extent + [b]))
+        piece = body.add("slice", piece_shape, [x], slice=bounds)
+        if reversed_dims:
+            # rhs_reversal: window position w of the patch reads the
+            # input at the mirrored position.
+            piece = body.add("reverse", piece_shape, [piece], dimensions=reversed_dims)
+        # The pieces' own axis: first of the spatial ones when it stands
+        # for the window (positions) in a window_first order, or for the
+        # output positions in the other; last otherwise.
+        pieces_first = window_first != by_output
+        axis = 1 if pieces_first else 1 + nsp
+        dims = [a] + extent + [b]
+        pieces.append(body.reshape(piece, dims[:axis] + [1] + dims[axis:]))
+    if len(pieces) == 1:
+        return pieces[0]
+    dims = list(pieces[0].shape.dims)
+    dims[axis] = len(pieces)
+    return body.add("concatenate", Shape(lt, tuple(dims)), pieces, dimensions=(axis,))
+
+
+def _filter(rhs_shape: Shape, geom: ConvolutionGeometry, batch_minor: bool = False
+            ) -> tuple[_Body, HloInstruction]:
     """Step 2: the kernel as [window..., I, O] (grouped: [G, window..., I,
-    O / G]); the root is the parameter itself when no relayout is needed."""
+    O / G]; batch_minor: [I, window..., O]); the root is the parameter
+    itself when no relayout is needed."""
     (ro, ri, rsp), nsp = geom.rhs, len(geom.size)
     body = _Body()
     w = body.parameter(0, rhs_shape)
+    if batch_minor:
+        return body, body.transpose(w, [ri] + list(rsp) + [ro])
     w = body.transpose(w, list(rsp) + [ri, ro])
     g = _grouped(geom)
     if g > 1:
@@ -244,12 +335,18 @@ def _filter(rhs_shape: Shape, geom: ConvolutionGeometry) -> tuple[_Body, HloInst
 
 
 def _gemm(conv: HloInstruction, patches: HloInstruction, kernel: HloInstruction,
-          geom: ConvolutionGeometry, name: str, metadata: dict) -> HloInstruction:
+          geom: ConvolutionGeometry, name: str, metadata: dict,
+          batch_minor: bool = False) -> HloInstruction:
     """Step 3: the dot contracting the patches' (window..., C) with the
-    kernel's (window..., I), batched over the groups."""
+    kernel's (window..., I), batched over the groups (batch_minor: (C,
+    window...) with (I, window...), giving [out..., N, O])."""
     nsp, out_sp = len(geom.size), list(geom.out_spatial)
     g = _grouped(geom)
-    if g > 1:
+    if batch_minor:
+        contracting = tuple(range(0, nsp + 1))
+        dot_dims = out_sp + [geom.batch, geom.out_features]
+        attrs = dict(lhs_contracting_dims=contracting, rhs_contracting_dims=contracting)
+    elif g > 1:
         batch_n = geom.batch if geom.groups > 1 else geom.batch // geom.batch_groups
         lhs_contracting = tuple(range(2 + nsp, 3 + 2 * nsp))
         rhs_contracting = tuple(range(1, 2 + nsp))
@@ -260,14 +357,16 @@ def _gemm(conv: HloInstruction, patches: HloInstruction, kernel: HloInstruction,
         rhs_contracting = tuple(range(0, nsp + 1))
         dot_dims = [geom.batch] + out_sp + [geom.out_features]
         attrs = {}
-    attrs.update(lhs_contracting_dims=lhs_contracting, rhs_contracting_dims=rhs_contracting,
-                 metadata=dict(metadata))
+    if not batch_minor:
+        attrs.update(lhs_contracting_dims=lhs_contracting,
+                     rhs_contracting_dims=rhs_contracting)
+    attrs["metadata"] = dict(metadata)
     return HloInstruction(name, "dot", Shape(conv.shape.element_type, tuple(dot_dims)),
                           [patches, kernel], attrs, None, None, conv.location)
 
 
-def _output(dot_shape: Shape, out_shape: Shape, geom: ConvolutionGeometry
-            ) -> tuple[_Body, HloInstruction | None]:
+def _output(dot_shape: Shape, out_shape: Shape, geom: ConvolutionGeometry,
+            batch_minor: bool = False) -> tuple[_Body, HloInstruction | None]:
     """Step 4: the product in the output's dimension order and layout; the
     root is None when the product already is the output (a bitcast)."""
     (ob, of, osp), nsp = geom.out, len(geom.size)
@@ -277,10 +376,12 @@ def _output(dot_shape: Shape, out_shape: Shape, geom: ConvolutionGeometry
         # [G, N, out..., Og] -> [N, out..., G, Og] -> [N, out..., O]
         r = body.transpose(r, list(range(1, 2 + nsp)) + [0, 2 + nsp])
         r = body.reshape(r, [geom.out_batch] + list(geom.out_spatial) + [geom.out_features])
-    canonical_of = {ob: 0, of: nsp + 1}
+    # Where the product holds each output dimension: [N, out..., O], or
+    # (batch_minor) [out..., N, O].
+    position_of = {ob: nsp if batch_minor else 0, of: nsp + 1}
     for d in range(nsp):
-        canonical_of[osp[d]] = 1 + d
-    r = body.transpose(r, [canonical_of[j] for j in range(out_shape.rank)])
+        position_of[osp[d]] = d if batch_minor else 1 + d
+    r = body.transpose(r, [position_of[j] for j in range(out_shape.rank)])
     if r.opcode == "parameter":
         if out_shape.is_row_major:
             return body, None

@@ -247,11 +247,19 @@ def _inline_into(body: HloComputation, source: HloInstruction,
                  values: list[HloInstruction]) -> HloInstruction:
     """Clones `source` (a plain instruction or a fusion, whose operands are
     `values` in `body`) into `body`; returns the value of its result."""
-    detached = body.module is None  # a trial body: names do not matter
+    # A trial body (no module): names do not matter, and the clones are
+    # made here with operands already in it, so they are appended without
+    # add_instruction's checks and naming (the fusion passes build tens of
+    # thousands of trial instructions).
+    if body.module is None:
+        def add(inst: HloInstruction) -> HloInstruction:
+            return _append_to_trial(body, inst)
+    else:
+        add = body.add_instruction
     if source.opcode != "fusion":
         clone = source.clone_with(values)
         clone.attrs.pop(CONTROL_PREDECESSORS, None)
-        return body.add_instruction(clone, keep_name=detached)
+        return add(clone)
     inner = source.attrs["calls"]
     local: dict[int, HloInstruction] = {}
     for inst in inner.instructions:
@@ -260,8 +268,24 @@ def _inline_into(body: HloComputation, source: HloInstruction,
             continue
         clone = inst.clone_with([local[id(o)] for o in inst.operands])
         clone.attrs.pop(CONTROL_PREDECESSORS, None)
-        local[id(inst)] = body.add_instruction(clone, keep_name=detached)
+        local[id(inst)] = add(clone)
     return local[id(inner.root)]
+
+
+def _append_to_trial(body: HloComputation, inst: HloInstruction) -> HloInstruction:
+    """What `body.add_instruction(inst, keep_name=True)` does for a trial
+    body and a detached clone without control predecessors whose operands
+    are in `body`: `inst` becomes a user of each of its distinct operands,
+    in operand order, and the last instruction."""
+    inst.parent = body
+    inst.users = []
+    linked: set[int] = set()
+    for op in inst.operands:
+        if id(op) not in linked:
+            linked.add(id(op))
+            op.users.append(inst)
+    body._instructions.append(inst)
+    return inst
 
 
 def _operand_values(fusion: HloInstruction, operands: list[HloInstruction]) -> list[HloInstruction]:

@@ -14,6 +14,11 @@ in memory order. Concretely:
   pair;
 * a copy that changed the layout becomes that transpose (a copy to the same
   layout is dropped);
+* an elementwise instruction whose operands all have its (non-default)
+  layout computes on the physical shape: each operand read through a
+  bitcast to its memory order (scalar broadcasts broadcast again), the
+  result bitcast back to the layout; no transpose at all, as in XLA (layout
+  assignment gives elementwise chains their operands' layout);
 * reshapes become bitcasts (with default layouts every reshape keeps the
   memory order), and so do transposes that only move size-1 dimensions.
 
@@ -29,8 +34,9 @@ from __future__ import annotations
 from ..module import HloComputation, HloInstruction
 from ..shape import Shape
 from .custom_call_layouts import is_handler_call
+from .layout_assignment import is_layout_agnostic
 from .pipeline import ComputationPass
-from .util import default_layout, with_default_layout
+from .util import default_layout, is_elementwise, with_default_layout
 
 __all__ = ["LayoutNormalization", "transpose_is_bitcast"]
 
@@ -53,6 +59,19 @@ def _has_default_layout(shape: Shape) -> bool:
 def _physical(shape: Shape) -> Shape:
     """The shape whose row-major order is `shape`'s memory order."""
     return with_default_layout(shape.physical_shape())
+
+
+def _computes_physically(inst: HloInstruction) -> bool:
+    """An elementwise instruction with a non-default layout that every
+    operand shares (scalar broadcasts read alike in any layout)."""
+    if inst.opcode == "copy" or not is_elementwise(inst) or inst.shape.is_tuple or \
+            _has_default_layout(inst.shape):
+        return False
+    layout = inst.shape.minor_to_major
+    return all(is_layout_agnostic(op) or
+               (not op.shape.is_tuple and op.shape.rank == inst.shape.rank and
+                op.shape.minor_to_major == layout)
+               for op in inst.operands)
 
 
 def transpose_is_bitcast(inst: HloInstruction) -> bool:
@@ -87,24 +106,68 @@ class LayoutNormalization(ComputationPass):
                               dimensions=major_to_minor)
         return comp.add("bitcast", target, [transposed])
 
+    def _physical_elementwise(self, comp: HloComputation, inst: HloInstruction,
+                              on_physical_shape: set[int]) -> HloInstruction:
+        """`inst` computed on its physical shape; returns the bitcast back
+        to its layout that replaces it."""
+        target = _physical(inst.shape)
+        operands = []
+        for op in inst.operands:
+            if is_layout_agnostic(op) and op.opcode == "broadcast":
+                # (its own shape may be normalized already: the result's
+                # physical dimensions, its element type)
+                shape = with_default_layout(Shape(op.shape.element_type, target.dims))
+                operands.append(comp.add("broadcast", shape, [op.operands[0]], dimensions=()))
+            elif is_layout_agnostic(op):   # a scalar constant of a rank-0 op
+                operands.append(op)
+            else:
+                operands.append(comp.add("bitcast", _physical(op.shape), [op]))
+        computed = comp.add_instruction(inst.clone_with(operands, shape=target),
+                                        name=inst.name)
+        back = comp.add("bitcast", inst.shape, [computed])
+        logical_users = [u for u in inst.users
+                         if not _reads_buffer(u) and id(u) not in on_physical_shape]
+        inst.replace_all_uses_with(back)
+        if inst is comp.root:
+            comp.set_root(back)
+        comp.remove_instruction(inst)
+        if logical_users:
+            logical = self._to_logical(comp, back)
+            back.replace_all_uses_with(logical, users=logical_users)
+        return back
+
     def _normalize_layouts(self, comp: HloComputation) -> bool:
         changed = False
+        # Elementwise instructions that compute on the physical shape read
+        # their operands' buffers (through a bitcast), like bitcasts do.
+        on_physical_shape = {id(inst) for inst in comp.instructions
+                             if _computes_physically(inst)}
+
+        def computes(user: HloInstruction, operand: HloInstruction) -> bool:
+            if _reads_buffer(user):
+                return False
+            return id(user) not in on_physical_shape or is_layout_agnostic(operand)
+
         for inst in list(comp.instructions):
             shape = inst.shape
             if shape.is_tuple or _has_default_layout(shape):
+                continue
+            if id(inst) in on_physical_shape:
+                self._physical_elementwise(comp, inst, on_physical_shape)
+                changed = True
                 continue
             if inst.opcode == "bitcast":
                 # The bitcast keeps its layout; users that compute read its
                 # logical value in the default layout (tuples and bitcasts
                 # pass the buffer on as it is).
-                users = [u for u in inst.users if not _reads_buffer(u)]
+                users = [u for u in inst.users if computes(u, inst)]
                 if users or inst is comp.root:
                     logical = self._to_logical(comp, inst)
                     inst.replace_all_uses_with(logical, users=users)
                     changed = True
                 continue
             if inst.opcode in ("parameter", "get-tuple-element") or is_handler_call(inst):
-                users = [u for u in inst.users if not _reads_buffer(u)]
+                users = [u for u in inst.users if computes(u, inst)]
                 if users:
                     logical = self._to_logical(comp, inst)
                     inst.replace_all_uses_with(logical, users=users)
@@ -114,7 +177,7 @@ class LayoutNormalization(ComputationPass):
             # computation's result see the old physical order.
             old_shape = inst.shape
             inst.shape = with_default_layout(old_shape)
-            readers = [u for u in inst.users if _reads_buffer(u)]
+            readers = [u for u in inst.users if not computes(u, inst)]
             if readers or inst is comp.root:
                 physical = self._to_physical(comp, inst, old_shape)
                 inst.replace_all_uses_with(physical, users=readers)

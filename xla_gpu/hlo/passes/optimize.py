@@ -9,6 +9,8 @@
     cholesky and triangular-solve as loops (no solver library here)
   simplification (fixed point): algebraic simplifier, tuple
     simplifier, constant folding, DCE; CSE
+  layout assignment (entry layouts, dot operand layouts, propagation,
+    copies at conflicts)
   custom-call layouts (operands relayouted to what handlers read)
   layout normalization (transposes explicit, free reshapes as bitcasts)
   dot canonicalization (gemm-ready dots)
@@ -37,6 +39,7 @@ from .dot_canonicalization import DotCanonicalization
 from .fusion_wrapper import FusionWrapper
 from .gemm_fusion import GemmFusion
 from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
+from .layout_assignment import LayoutAssignment
 from .layout_normalization import LayoutNormalization
 from .linalg_expanders import CholeskyExpander, TriangularSolveExpander
 from .multi_output_fusion import MultiOutputFusion
@@ -79,6 +82,7 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None
         CholeskyExpander(),
         TriangularSolveExpander(),
         _simplification("simplification"),
+        LayoutAssignment(),
         CustomCallLayouts(),
         LayoutNormalization(),
         DotCanonicalization(),

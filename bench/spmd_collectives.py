@@ -1,0 +1,139 @@
+"""The collectives of each stored SPMD program (tests/python/data/spmd):
+XLA's partitioned text beside xla_gpu's partitioner's output for jax's
+annotated text, by kind and count. Prints a markdown table (the one in
+CONFORMANCE.md, "SPMD partitioner vs XLA's").
+
+    python bench/spmd_collectives.py          # the stored programs
+    python bench/spmd_collectives.py --jax    # also dots and reshards made
+                                              # now with jax (XLA:CPU, 8 devices)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from xla_gpu.hlo import parse_module  # noqa: E402
+from xla_gpu.hlo.passes.spmd import partition_module  # noqa: E402
+
+DATA = ROOT / "tests" / "python" / "data" / "spmd"
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def collectives(module) -> Counter:
+    """Kind -> count over every computation (async starts as their kind;
+    a combined (tuple) all-reduce counts once per value it reduces)."""
+    out: Counter = Counter()
+    for comp in module.computations:
+        for inst in comp.instructions:
+            kind = inst.opcode.removesuffix("-start")
+            if kind in KINDS:
+                values = len(inst.operands) if kind == "all-reduce" else 1
+                out[kind] += values
+    return out
+
+
+def describe(counts: Counter) -> str:
+    return ", ".join(f"{counts[k]} {k}" for k in KINDS if counts[k]) or "none"
+
+
+def rows():
+    for pre in sorted(DATA.glob("*.pre.hlo")):
+        name = pre.name.removesuffix(".pre.hlo")
+        xla = collectives(parse_module((DATA / f"{name}.partitioned.hlo").read_text()))
+        ours = collectives(partition_module(parse_module(pre.read_text()), 8).module)
+        yield name, xla, ours
+
+
+def table(all_rows) -> None:
+    print("| program | XLA's partitioned text | xla_gpu's partitioner | same |")
+    print("|---|---|---|---|")
+    same_total = 0
+    for name, xla, ours in all_rows:
+        same = xla == ours
+        same_total += same
+        print(f"| {name} | {describe(xla)} | {describe(ours)} | {'yes' if same else 'no'} |")
+    print(f"\n{same_total} of {len(all_rows)} programs use the same collectives.")
+
+
+def jax_rows():
+    """Dots and reshards jitted now on 8 XLA:CPU devices: XLA's compiled
+    text beside ours for the same lowered text."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   " --xla_force_host_platform_device_count=8").strip()
+    import warnings
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    warnings.simplefilter("ignore")
+    rng = np.random.default_rng(0)
+
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    line, grid = ((8,), ("x",)), ((2, 4), ("a", "b"))
+    cases = [
+        ("dot, lhs cuts k", lambda a, b: a @ b, [P(None, "x"), P()], line, None,
+         normal(4, 16), normal(16, 8)),
+        ("dot, rhs cuts k", lambda a, b: a @ b, [P(), P("x")], line, None,
+         normal(4, 16), normal(16, 8)),
+        ("dot, m and n cut", lambda a, b: a @ b, [P("x"), P(None, "x")], line, None,
+         normal(16, 4), normal(4, 16)),
+        ("dot, m and n cut, result by n", lambda a, b: a @ b, [P("x"), P(None, "x")], line,
+         P(None, "x"), normal(16, 4), normal(4, 16)),
+        ("dot, k cut, result by m", lambda a, b: a @ b, [P(None, "x"), P("x")], line,
+         P("x"), normal(16, 16), normal(16, 8)),
+        ("dot, k cut, result by n", lambda a, b: a @ b, [P(None, "x"), P("x")], line,
+         P(None, "x"), normal(16, 16), normal(16, 8)),
+        ("batched dot", lambda a, b: jnp.einsum("bij,bjk->bik", a, b), [P("x"), P("x")],
+         line, None, normal(8, 4, 6), normal(8, 6, 3)),
+        ("batched dot, rhs by n", lambda a, b: jnp.einsum("bij,bjk->bik", a, b),
+         [P("x"), P(None, None, "x")], line, None, normal(8, 4, 6), normal(8, 6, 16)),
+        ("2-D mesh dot, k alike", lambda a, b: a @ b, [P("a", "b"), P("b", None)], grid,
+         None, normal(8, 16), normal(16, 8)),
+        ("2-D mesh dot, k on other axes", lambda a, b: a @ b, [P("a", "b"), P("a", None)],
+         grid, None, normal(8, 16), normal(16, 8)),
+        ("2-D mesh dot, result by both", lambda a, b: a @ b, [P("a", None), P(None, "b")],
+         grid, P("a", "b"), normal(8, 16), normal(16, 8)),
+        ("MLP gradient", jax.grad(lambda w, a: jnp.sum(jnp.tanh(a @ w) ** 2)),
+         [P(None, "x"), P("x")], line, None, normal(8, 16), normal(16, 8)),
+        ("rows to columns", lambda a: a * 2, [P("x")], line, P(None, "x"), normal(16, 8)),
+        ("2-D mesh, axes swapped", lambda a: a * 2, [P("a", "b")], grid, P("b", "a"),
+         normal(8, 8)),
+        ("loop over cut rows", lambda a: jax.lax.fori_loop(
+            0, 3, lambda i, c: c * 1.5 + c.sum(0), a), [P("x")], line, None, normal(16, 8)),
+        ("embedding lookup", lambda t, i: t[i] * 2, [P(), P("x")], line, None,
+         normal(10, 4), (np.arange(16, dtype=np.int32).reshape(8, 2) * 3) % 10),
+        ("convolution, batch cut", lambda a, w: jax.lax.conv_general_dilated(
+            a, w, (1,), "SAME"), [P("x"), P()], line, None, normal(8, 2, 10), normal(3, 2, 3)),
+    ]
+    for name, f, specs, (shape, axes), out, *args in cases:
+        mesh = Mesh(np.array(jax.devices()).reshape(shape), axes)
+        placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, specs)]
+        jitted = jax.jit(f) if out is None else \
+            jax.jit(f, out_shardings=NamedSharding(mesh, out))
+        lowered = jitted.lower(*placed)
+        xla = collectives(parse_module(lowered.compile().as_text()))
+        ours = collectives(partition_module(parse_module(lowered.as_text(dialect="hlo")),
+                                            8).module)
+        yield name, xla, ours
+
+
+def main() -> int:
+    table(list(rows()))
+    if "--jax" in sys.argv[1:]:
+        print()
+        table(list(jax_rows()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,428 @@
+"""xla_gpu's SPMD partitioner: jax's annotated programs (tests/python/data/
+spmd, made by make_spmd_cases.py there) partitioned for 8 devices and run
+by the reference interpreter against jax's outputs; XLA's choice of
+collectives; reshards, reduce-scatter, fall-backs and refusals."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xla_gpu.errors import HloError, UnsupportedError
+from xla_gpu.hlo import evaluate_devices, parse_module
+from xla_gpu.hlo.passes.__main__ import main as passes_main
+from xla_gpu.hlo.passes.spmd import (SpmdFallbackWarning, assemble, needs_partitioning,
+                                     partition_module, partition_text, split)
+from xla_gpu.hlo.printer import module_to_text
+
+SPMD = Path(__file__).resolve().parents[1] / "data" / "spmd"
+CASES = sorted(p.name.removesuffix(".pre.hlo") for p in SPMD.glob("*.pre.hlo"))
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+               "collective-permute")
+
+
+def _globals(npz, kind: str) -> list[np.ndarray]:
+    count = sum(1 for k in npz.files if k.startswith(f"{kind}_") and "_dev" not in k)
+    return [npz[f"{kind}_{i}"] for i in range(count)]
+
+
+def _run_partitioned(text: str, n: int, args):
+    """Partitions `text`, runs it on n devices in the interpreter (after a
+    round trip through the printed text), returns the global outputs and
+    the partition result."""
+    result = partition_module(parse_module(text), n)
+    module = parse_module(module_to_text(result.module))
+    per_parameter = [split(np.asarray(a), s, n)
+                     for a, s in zip(args, result.parameter_shardings)]
+    outs = evaluate_devices(module, [[p[d] for p in per_parameter] for d in range(n)],
+                            num_partitions=n)
+    return [assemble([outs[d][i] for d in range(n)], s, shape.dims, None)
+            for i, (s, shape) in enumerate(zip(result.output_shardings,
+                                               result.output_shapes))], result
+
+
+def _collectives(module) -> Counter:
+    out: Counter = Counter()
+    for comp in module.computations:
+        for inst in comp.instructions:
+            kind = inst.opcode.removesuffix("-start")
+            if kind in COLLECTIVES:
+                # XLA combines all-reduces into one of a tuple: count values.
+                out[kind] += len(inst.operands) if kind == "all-reduce" else 1
+    return out
+
+
+def test_all_stored_cases_are_here():
+    assert len(CASES) == 15
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_jax_program_partitioned_matches_jax(name):
+    npz = np.load(SPMD / f"{name}.npz")
+    assert int(npz["num_partitions"]) == 8
+    got, result = _run_partitioned((SPMD / f"{name}.pre.hlo").read_text(), 8,
+                                   _globals(npz, "in"))
+    want = _globals(npz, "out")
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, f"output {i}"
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"output {i}")
+    assert result.notes == []      # nothing fell back to whole computation
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_same_collectives_as_xla(name):
+    ours = partition_module(parse_module((SPMD / f"{name}.pre.hlo").read_text()), 8)
+    xla = parse_module((SPMD / f"{name}.partitioned.hlo").read_text())
+    assert _collectives(ours.module) == _collectives(xla)
+
+
+def test_per_device_shapes_and_parameter_shardings():
+    result = partition_module(parse_module((SPMD / "fsdp_mlp.pre.hlo").read_text()), 8)
+    params = sorted(result.module.entry.parameters, key=lambda p: p.parameter_number)
+    assert [p.shape.dims for p in params] == [(1, 16), (2, 8), (2, 8)]
+    assert result.module.num_partitions == 8
+    assert [str(s) for s in result.parameter_shardings] == ["{devices=[8,1]<=[8]}"] * 3
+    assert [s.dims for s in result.output_shapes] == [(16, 8)]
+
+
+def test_needs_partitioning_only_before_the_partitioner():
+    for name in CASES:
+        assert needs_partitioning(parse_module((SPMD / f"{name}.pre.hlo").read_text()))
+        assert not needs_partitioning(
+            parse_module((SPMD / f"{name}.partitioned.hlo").read_text()))
+    assert not needs_partitioning(parse_module(
+        "HloModule m\nENTRY e {\n  ROOT p = f32[4] parameter(0)\n}"))
+
+
+_MOVE_CUT = """
+HloModule m
+ENTRY e {
+  x = f32[16,32] parameter(0), sharding={devices=[8,1]<=[8]}
+  n = f32[16,32] negate(x)
+  ROOT c = f32[16,32] custom-call(n), custom_call_target="Sharding", sharding={devices=[1,8]<=[8]}
+}"""
+
+
+def test_a_cut_moving_to_another_dim_is_one_all_to_all():
+    x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    (got,), result = _run_partitioned(_MOVE_CUT, 8, [x])
+    np.testing.assert_array_equal(got, -x)
+    assert _collectives(result.module) == Counter({"all-to-all": 1})
+    assert str(result.output_shardings[0]) == "{devices=[1,8]<=[8]}"
+
+
+def test_a_cut_moving_over_other_devices_gathers_and_slices():
+    text = _MOVE_CUT.replace("sharding={devices=[1,8]<=[8]}",
+                             "sharding={devices=[1,8]7,6,5,4,3,2,1,0}")
+    x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
+    (got,), result = _run_partitioned(text, 8, [x])
+    np.testing.assert_array_equal(got, -x)
+    kinds = _collectives(result.module)
+    assert kinds["all-to-all"] == 0 and kinds["all-gather"] == 1
+    assert "dynamic-slice" in module_to_text(result.module)
+
+
+def test_contracting_cut_with_a_cut_result_is_a_reduce_scatter():
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={devices=[1,8]<=[8]}
+  w = f32[16,8] parameter(1), sharding={devices=[8,1]<=[8]}
+  d = f32[8,8] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT c = f32[8,8] custom-call(d), custom_call_target="Sharding", sharding={devices=[8,1]<=[8]}
+}"""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    (got,), result = _run_partitioned(text, 8, [x, w])
+    np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-5)
+    assert _collectives(result.module) == Counter({"reduce-scatter": 1})
+
+
+@pytest.mark.parametrize("m, k, n, lhs, rhs, result, want", [
+    # One operand cuts the contracting dim, the other is whole: partial
+    # sums and an all-reduce, or the cut operand gathered, whichever moves
+    # less (as XLA picks: made with jax 0.10.2's XLA:CPU for these sizes).
+    (4, 16, 8, "{devices=[1,8]<=[8]}", "{replicated}", "{replicated}", {"all-reduce": 1}),
+    (4, 16, 8, "{replicated}", "{devices=[8,1]<=[8]}", "{replicated}", {"all-reduce": 1}),
+    (8, 64, 8, "{replicated}", "{devices=[8,1]<=[8]}", "{replicated}", {"all-reduce": 1}),
+    (16, 16, 16, "{devices=[1,8]<=[8]}", "{replicated}", "{replicated}", {"all-gather": 1}),
+    (64, 16, 8, "{replicated}", "{devices=[8,1]<=[8]}", "{replicated}", {"all-gather": 1}),
+    # Rows and columns cut over the same devices: the operand whose cut
+    # the result does not keep is gathered (never cut one way, then moved).
+    (16, 4, 16, "{devices=[8,1]<=[8]}", "{devices=[1,8]<=[8]}", "{devices=[1,8]<=[8]}",
+     {"all-gather": 1}),
+    (16, 4, 16, "{devices=[8,1]<=[8]}", "{devices=[1,8]<=[8]}", "{devices=[8,1]<=[8]}",
+     {"all-gather": 1}),
+])
+def test_dots_make_xlas_choice_of_collectives(m, k, n, lhs, rhs, result, want):
+    text = f"""
+HloModule m
+ENTRY e {{
+  x = f32[{m},{k}] parameter(0), sharding={lhs}
+  w = f32[{k},{n}] parameter(1), sharding={rhs}
+  ROOT d = f32[{m},{n}] dot(x, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, sharding={result}
+}}"""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    (got,), partitioned = _run_partitioned(text, 8, [x, w])
+    np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
+    assert _collectives(partitioned.module) == Counter(want)
+
+
+def test_a_batch_dot_keeps_its_batch_cut():
+    text = """
+HloModule m
+ENTRY e {
+  a = f32[8,4,6] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  b = f32[8,6,5] parameter(1), sharding={devices=[4,1,1]<=[4]}
+  ROOT d = f32[8,4,5] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}, sharding={devices=[4,1,1]<=[4]}
+}"""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((8, 4, 6)).astype(np.float32)
+    b = rng.standard_normal((8, 6, 5)).astype(np.float32)
+    (got,), result = _run_partitioned(text, 4, [a, b])
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+    assert _collectives(result.module) == Counter()
+
+
+def test_an_op_it_cannot_cut_runs_whole_with_a_note():
+    text = """
+HloModule m
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[4,16] parameter(0), sharding={devices=[1,4]<=[4]}
+  ROOT s = f32[4,16] sort(x), dimensions={1}, to_apply=lt, sharding={devices=[1,4]<=[4]}
+}"""
+    x = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
+    with pytest.warns(SpmdFallbackWarning, match="'s': sort is not partitioned"):
+        (got,), result = _run_partitioned(text, 4, [x])
+    np.testing.assert_array_equal(got, np.sort(x, axis=1))
+    assert any("'s'" in note and "sort" in note for note in result.notes)
+    assert _collectives(result.module)["all-gather"] == 1
+
+
+def test_an_unread_parameter_stays_in_the_signature():
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[16,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  unread = f32[16,4] parameter(1), sharding={devices=[8,1]<=[8]}
+  ROOT n = f32[16,4] negate(x)
+}"""
+    x = np.arange(64, dtype=np.float32).reshape(16, 4)
+    (got,), result = _run_partitioned(text, 8, [x, x])
+    np.testing.assert_array_equal(got, -x)
+    assert len(result.module.entry.parameters) == 2
+
+
+def test_uneven_shardings_are_computed_whole():
+    text = """
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[6,5] parameter(0), sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(0)
+  ROOT r = f32[5] reduce(x, z), dimensions={0}, to_apply=add
+}"""
+    x = np.arange(30, dtype=np.float32).reshape(6, 5)
+    with pytest.warns(SpmdFallbackWarning, match="'x'.*does not cut f32.6,5. evenly"):
+        (got,), result = _run_partitioned(text, 4, [x])
+    np.testing.assert_allclose(got, x.sum(axis=0))
+    assert result.parameter_shardings[0].is_replicated
+
+
+_LOOP = """
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+cond {
+  p = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  c = f32[16,8] get-tuple-element(p), index=1
+  z = f32[] constant(0)
+  s = f32[REDUCED] reduce(c, z), dimensions={DIM}, to_apply=add
+  sb = f32[16,8] broadcast(s), dimensions={KEPT}
+  h = f32[] constant(0.5)
+  hb = f32[16,8] broadcast(h), dimensions={}
+  c2 = f32[16,8] multiply(c, hb)
+  c3 = f32[16,8] add(c2, sb)
+  ROOT t = (s32[], f32[16,8]) tuple(j, c3)
+}
+ENTRY e {
+  x = f32[16,8] parameter(0), sharding={devices=[8,1]<=[8]}
+  zero = s32[] constant(0)
+  init = (s32[], f32[16,8]) tuple(zero, x)
+  w = (s32[], f32[16,8]) while(init), condition=cond, body=body
+  ROOT r = f32[16,8] get-tuple-element(w), index=1, sharding={devices=[8,1]<=[8]}
+}"""
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_loop_keeps_its_state_cut(dim):
+    text = _LOOP.replace("REDUCED", "8" if dim == 0 else "16").replace(
+        "DIM", str(dim)).replace("KEPT", str(1 - dim))
+    x = np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32)
+    (got,), result = _run_partitioned(text, 8, [x])
+    want = x
+    for _ in range(3):
+        want = want * 0.5 + np.expand_dims(want.sum(axis=dim), dim)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert result.notes == []
+    body = next(c for c in result.module.computations if c.name.startswith("body"))
+    assert body.parameters[0].shape.tuple_shapes[1].dims == (2, 8)
+    # Summing over the cut rows needs the other devices' rows: one
+    # all-reduce per iteration; along the whole columns, none.
+    assert _collectives(result.module) == (Counter({"all-reduce": 1}) if dim == 0
+                                           else Counter())
+
+
+@pytest.mark.parametrize("branch", [0, 1, 5])
+def test_conditional_branches_are_partitioned(branch):
+    text = """
+HloModule m
+double {
+  p = f32[16,8] parameter(0)
+  two = f32[] constant(2)
+  b = f32[16,8] broadcast(two), dimensions={}
+  ROOT m = f32[16,8] multiply(p, b)
+}
+flip {
+  p = f32[16,8] parameter(0)
+  ROOT r = f32[16,8] reverse(p), dimensions={0}
+}
+ENTRY e {
+  x = f32[16,8] parameter(0), sharding={devices=[8,1]<=[8]}
+  k = s32[] parameter(1), sharding={replicated}
+  ROOT c = f32[16,8] conditional(k, x, x), branch_computations={double, flip}, sharding={devices=[8,1]<=[8]}
+}"""
+    x = np.arange(128, dtype=np.float32).reshape(16, 8)
+    (got,), result = _run_partitioned(text, 8, [x, np.int32(branch)])
+    np.testing.assert_array_equal(got, 2 * x if branch == 0 else x[::-1])
+    branches = [c for c in result.module.computations if c.name.endswith("_spmd")
+                and not c.is_entry]
+    assert sorted(c.parameters[0].shape.dims for c in branches) == [(2, 8), (2, 8)]
+    # Reversing the cut rows needs them whole (then this device's rows).
+    assert _collectives(result.module) == Counter({"all-gather": 1})
+
+
+def test_gather_with_cut_indices_is_index_parallel():
+    text = """
+HloModule m
+ENTRY e {
+  t = f32[10,4] parameter(0), sharding={replicated}
+  i = s32[8,2] parameter(1), sharding={devices=[8,1]<=[8]}
+  r = s32[8,2,1] reshape(i)
+  g = f32[8,2,4] gather(t, r), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,4}
+  two = f32[] constant(2)
+  b = f32[8,2,4] broadcast(two), dimensions={}
+  ROOT m = f32[8,2,4] multiply(g, b)
+}"""
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    indices = (np.arange(16, dtype=np.int32).reshape(8, 2) * 3) % 10
+    (got,), result = _run_partitioned(text, 8, [table, indices])
+    np.testing.assert_array_equal(got, table[indices] * 2)
+    assert _collectives(result.module) == Counter() and result.notes == []
+    assert str(result.output_shardings[0]) == "{devices=[8,1,1]<=[8]}"
+
+
+def test_convolution_with_a_cut_batch_is_batch_parallel():
+    text = """
+HloModule m
+ENTRY e {
+  a = f32[8,2,10] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  w = f32[3,2,3] parameter(1), sharding={replicated}
+  ROOT c = f32[8,3,10] convolution(a, w), window={size=3 pad=1_1}, dim_labels=bf0_oi0->bf0
+}"""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((8, 2, 10)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3)).astype(np.float32)
+    (got,), result = _run_partitioned(text, 4, [a, w])
+    padded = np.pad(a, ((0, 0), (0, 0), (1, 1)))
+    want = np.stack([np.einsum("bik,oik->bo", padded[:, :, t:t + 3], w) for t in range(10)],
+                    axis=-1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert _collectives(result.module) == Counter() and result.notes == []
+    assert str(result.output_shardings[0]) == "{devices=[4,1,1]<=[4]}"
+
+
+def test_gspmd_manual_region_is_kept_as_per_device_code():
+    text = """
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[16,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  s = f32[16,4] custom-call(x), custom_call_target="Sharding", sharding={devices=[8,1]<=[8]}
+  l = f32[2,4] custom-call(s), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  two = f32[] constant(2), sharding={manual}
+  t = f32[2,4] broadcast(two), dimensions={}, sharding={manual}
+  r = f32[2,4] all-reduce(l), replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, channel_id=1, to_apply=add
+  p = f32[2,4] multiply(r, t), sharding={manual}
+  m = f32[2,4] custom-call(p), custom_call_target="Sharding", sharding={manual}
+  ROOT g = f32[16,4] custom-call(m), custom_call_target="SPMDShardToFullShape", sharding={devices=[8,1]<=[8]}
+}"""
+    x = np.arange(64, dtype=np.float32).reshape(16, 4)
+    (got,), result = _run_partitioned(text, 8, [x])
+    np.testing.assert_array_equal(got, np.tile(2 * x.reshape(8, 2, 4).sum(axis=0), (8, 1)))
+    assert _collectives(result.module) == Counter({"all-reduce": 1})
+    assert "custom-call" not in module_to_text(result.module)
+    assert needs_partitioning(parse_module(text))
+
+
+def test_partly_manual_shardings_are_refused_naming_the_instruction():
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[8,4] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dims={manual}}
+  ROOT n = f32[8,4] negate(x)
+}"""
+    with pytest.raises(UnsupportedError, match="'x'.*partly manual"):
+        partition_module(parse_module(text), 8)
+
+
+def test_a_bad_sharding_in_a_module_names_the_instruction():
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[8,4] parameter(0), sharding={devices=[2,2]0,1,2,3}
+  ROOT n = f32[8,4] negate(x), sharding={devices=[4]<=[4]}
+}"""
+    with pytest.raises(HloError, match="instruction 'n'.*tiles 1 dimensions"):
+        partition_module(parse_module(text), 4)
+
+
+def test_partitioned_text_from_the_passes_cli(tmp_path, capsys):
+    source = SPMD / "megatron_mlp.pre.hlo"
+    assert passes_main([str(source), "--num-partitions", "8", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert printed == partition_text(source.read_text(), 8)
+    assert "all-reduce(" in printed and "num_partitions=8" in printed
+    assert passes_main([str(source), "--num-partitions", "0"]) == 2

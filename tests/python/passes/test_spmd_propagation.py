@@ -1,0 +1,113 @@
+"""Sharding propagation: what each value of the entry gets from the
+shardings the module states."""
+
+from __future__ import annotations
+
+from xla_gpu.hlo import parse_module
+from xla_gpu.hlo.passes.spmd import parse_sharding, propagate, sharding_of
+
+ROWS8 = "{devices=[8,1]<=[8]}"
+COLS8 = "{devices=[1,8]<=[8]}"
+
+
+def _shardings(text: str, n: int = 8) -> dict[str, str]:
+    module = parse_module(text)
+    entry = module.entry
+    order = entry.instructions
+    fixed = {id(i): sharding_of(i, n) for i in order if sharding_of(i, n) is not None}
+    out = propagate(entry, fixed, n, order)
+    return {i.name: str(out[id(i)]) for i in order}
+
+
+def test_elementwise_forward_and_broadcast_backward():
+    got = _shardings(f"""
+HloModule m
+ENTRY e {{
+  x = f32[16,8] parameter(0), sharding={ROWS8}
+  c = f32[] constant(2)
+  b = f32[16,8] broadcast(c), dimensions={{}}
+  v = f32[8] parameter(1), sharding={{replicated}}
+  bv = f32[16,8] broadcast(v), dimensions={{1}}
+  m = f32[16,8] multiply(x, b)
+  ROOT a = f32[16,8] add(m, bv)
+}}""")
+    assert got["m"] == ROWS8 and got["a"] == ROWS8
+    # The broadcasts are cut as their user is (each device builds its rows).
+    assert got["b"] == ROWS8 and got["bv"] == ROWS8
+    assert got["c"] == "{replicated}" and got["v"] == "{replicated}"
+
+
+def test_transpose_reshape_and_reduce():
+    got = _shardings(f"""
+HloModule m
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY e {{
+  x = f32[16,8] parameter(0), sharding={ROWS8}
+  t = f32[8,16] transpose(x), dimensions={{1,0}}
+  r = f32[8,16,1] reshape(t)
+  z = f32[] constant(0)
+  s = f32[8] reduce(t, z), dimensions={{1}}, to_apply=add
+  ROOT out = (f32[8,16,1], f32[8]) tuple(r, s)
+}}""")
+    assert got["t"] == COLS8
+    assert got["r"] == "{devices=[1,8,1]<=[8]}"
+    # Summing over the cut dim leaves the same value on every device.
+    assert got["s"] == "{replicated}"
+
+
+def test_dot_merges_batch_and_free_dims_of_both_operands():
+    got = _shardings("""
+HloModule m
+ENTRY e {
+  x = f32[4,8] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  w = f32[8,16] parameter(1), sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  ROOT d = f32[4,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}""")
+    assert parse_sharding(got["d"]) == parse_sharding("{devices=[2,4]<=[8]}")
+
+
+def test_dot_over_a_cut_contracting_dim_is_replicated():
+    got = _shardings(f"""
+HloModule m
+ENTRY e {{
+  x = f32[4,16] parameter(0), sharding={COLS8}
+  w = f32[16,8] parameter(1), sharding={ROWS8}
+  ROOT d = f32[4,8] dot(x, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}""")
+    assert got["d"] == "{replicated}"
+
+
+def test_touched_dims_lose_their_cut_and_unknown_ops_are_replicated():
+    got = _shardings(f"""
+HloModule m
+lt {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}}
+ENTRY e {{
+  x = f32[16,16] parameter(0), sharding={{devices=[2,4]<=[8]}}
+  s = f32[16,8] slice(x), slice={{[0:16], [0:8]}}
+  k = f32[16,16] sort(x), dimensions={{1}}, to_apply=lt
+  ROOT out = (f32[16,8], f32[16,16]) tuple(s, k)
+}}""")
+    assert parse_sharding(got["s"]) == parse_sharding(
+        "{devices=[2,1,4]<=[8] last_tile_dim_replicate}")
+    assert got["k"] == "{replicated}"
+
+
+def test_stated_shardings_win_and_uneven_ones_become_replicated():
+    got = _shardings(f"""
+HloModule m
+ENTRY e {{
+  x = f32[16,8] parameter(0), sharding={ROWS8}
+  n = f32[16,8] negate(x), sharding={COLS8}
+  y = f32[6,8] parameter(1), sharding={ROWS8}
+  ROOT out = (f32[16,8], f32[6,8]) tuple(n, y)
+}}""")
+    assert got["n"] == COLS8
+    assert got["y"] == "{replicated}"    # 6 rows do not split 8 ways

@@ -1,0 +1,190 @@
+"""jax.jit of sharded programs on a mesh of xla_gpu devices, partitioned by
+xla_gpu's own SPMD partitioner (jaxlib's only where ours refuses), against
+jax's cpu backend on as many host devices."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_pjrt import run_jax
+
+pytest.importorskip("jax")
+
+
+def test_named_sharding_programs_use_our_partitioner():
+    out = run_jax("""
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from xla_gpu.pjrt import _plugin
+        res = {}
+        rng = np.random.default_rng(0)
+
+        def normal(*shape):
+            return rng.standard_normal(shape).astype(np.float32)
+
+        def both(name, make, specs, out_spec, *args):
+            outs = []
+            for platform in ("xla_gpu", "cpu"):
+                mesh = Mesh(np.array(jax.devices(platform)), ("x",))
+                placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, specs)]
+                f = make(mesh)
+                jitted = jax.jit(f) if out_spec is None else \\
+                    jax.jit(f, out_shardings=NamedSharding(mesh, out_spec))
+                got = jitted(*placed)
+                outs.append([np.asarray(o) for o in jax.tree.leaves(got)])
+                if platform == "xla_gpu":
+                    res[name + " specs"] = [list(o.sharding.spec) for o in jax.tree.leaves(got)]
+            res[name] = all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(*outs))
+
+        both("megatron", lambda mesh: lambda x, w1, w2: jax.nn.gelu(x @ w1) @ w2,
+             [P(), P(None, "x"), P("x", None)], P(), normal(4, 8), normal(8, 16), normal(16, 8))
+        both("fsdp", lambda mesh: lambda w1, w2, x: jnp.tanh(x @ w1) @ w2, [P("x", None)] * 3,
+             P("x", None), normal(8, 16), normal(16, 8), normal(16, 8))
+        both("softmax", lambda mesh: lambda x: (jax.nn.softmax(x, axis=1), jnp.sum(x, axis=1)),
+             [P(None, "x")], None, normal(4, 16))
+        both("psum", lambda mesh: jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh,
+                                                in_specs=(P("x"),), out_specs=P()),
+             [P("x")], None, normal(8, 4))
+        res["counts"] = dict(_plugin.partitioner_counts)
+        print(json.dumps(res))
+    """, platforms="xla_gpu,cpu", extra_env={
+        "XLA_GPU_NUM_DEVICES": "4",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    for name in ("megatron", "fsdp", "softmax", "psum"):
+        assert out[name] is True, (name, out)
+    assert out["fsdp specs"] == [["x", None]]
+    assert out["counts"] == {"xla_gpu": 4, "xla": 0}, out
+
+
+def test_shard_map_over_some_axes_pmap_and_refusals():
+    """A shard_map manual over one of two mesh axes runs through ours (the
+    body is whole along the other), as does pmap; a program ours refuses
+    (GSPMD's partly manual sharding) is left to XLA's partitioner."""
+    out = run_jax("""
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from xla_gpu.pjrt import _plugin
+        res = {}
+        mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+        f = jax.shard_map(lambda v: jax.lax.psum(v, "a"), mesh=mesh, in_specs=(P("a"),),
+                          out_specs=P(), axis_names={"a"})
+        x = np.arange(16, dtype=np.float32).reshape(4, 4)
+        got = jax.jit(f)(jax.device_put(x, NamedSharding(mesh, P("a"))))
+        res["partial"] = bool(np.allclose(np.asarray(got), x[:2] + x[2:]))
+        res["after partial"] = dict(_plugin.partitioner_counts)
+        y = np.arange(8, dtype=np.float32).reshape(4, 2)
+        got = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(y)
+        res["pmap"] = bool(np.allclose(np.asarray(got), np.broadcast_to(y.sum(0), (4, 2))))
+        res["counts"] = dict(_plugin.partitioner_counts)
+        import jaxlib._hlo as hlo
+        from jax._src.lib import xla_client
+        manual = "sharding={devices=[2,1,4]<=[8] last_tile_dims={manual}}"
+        text = (f"HloModule m\\nENTRY e {{\\n  x = f32[8,4] parameter(0), {manual}\\n"
+                f"  ROOT n = f32[8,4] negate(x), {manual}\\n}}")
+        proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+        res["refused"] = _plugin._partition_ourselves(xla_client.XlaComputation(proto), 8) is None
+        print(json.dumps(res))
+    """, extra_env={"XLA_GPU_NUM_DEVICES": "4"})
+    assert out["partial"] and out["pmap"], out
+    assert out["after partial"] == {"xla_gpu": 1, "xla": 0}, out
+    assert out["counts"] == {"xla_gpu": 2, "xla": 0}, out
+    assert out["refused"] is True
+
+
+def test_many_ops_on_sharded_values_match_jax_cpu():
+    """Data movement, reductions, control flow, gathers / scatters, dots of
+    every cut and 2-D meshes on 8 xla_gpu devices through our partitioner,
+    each against jax's cpu backend on 8 host devices."""
+    out = run_jax("""
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from xla_gpu.pjrt import _plugin
+        res = {}
+        rng = np.random.default_rng(0)
+
+        def normal(*s):
+            return rng.standard_normal(s).astype(np.float32)
+
+        def both(name, f, specs, *args, shape=(8,), axes=("x",), out=None):
+            outs = []
+            try:
+                for platform in ("xla_gpu", "cpu"):
+                    mesh = Mesh(np.array(jax.devices(platform)).reshape(shape), axes)
+                    placed = [jax.device_put(a, NamedSharding(mesh, s))
+                              for a, s in zip(args, specs)]
+                    j = jax.jit(f) if out is None else \\
+                        jax.jit(f, out_shardings=NamedSharding(mesh, out))
+                    got = j(*placed)
+                    outs.append([np.asarray(o) for o in jax.tree.leaves(got)])
+                res[name] = all(a.shape == b.shape and np.allclose(a, b, rtol=1e-4, atol=1e-4)
+                                for a, b in zip(*outs))
+            except Exception as e:
+                res[name] = "ERR " + str(e)[:300]
+        x = normal(16, 8)
+        both("transpose", lambda a: a.T * 2, [P("x")], x)
+        both("reshape_split", lambda a: a.reshape(16, 2, 4).sum(-1), [P("x")], x)
+        both("reshape_merge", lambda a: a.reshape(128), [P("x")], x)
+        both("reshape_cols", lambda a: a.reshape(8, 16), [P(None, "x")], x)
+        both("concat", lambda a: jnp.concatenate([a, a * 2], axis=0), [P("x")], x)
+        both("concat1", lambda a: jnp.concatenate([a, a * 2], axis=1), [P("x")], x)
+        both("slice", lambda a: a[3:11, 1:5], [P("x")], x)
+        both("pad", lambda a: jnp.pad(a, ((1, 2), (0, 3))), [P("x")], x)
+        both("rev", lambda a: a[::-1], [P("x")], x)
+        both("cumsum0", lambda a: jnp.cumsum(a, 0), [P("x")], x)
+        both("argmax", lambda a: jnp.argmax(a, axis=0), [P("x")], x)
+        both("argmax1", lambda a: jnp.argmax(a, axis=1), [P("x")], x)
+        both("max_all", lambda a: jnp.max(a), [P("x")], x)
+        both("mean", lambda a: jnp.mean(a, axis=0), [P("x")], x)
+        both("sort", lambda a: jnp.sort(a, axis=0), [P("x")], x)
+        both("take", lambda a, i: a[i], [P("x"), P()], x, np.array([3, 0, 15, 7], np.int32))
+        both("embed", lambda t, i: t[i] * 2, [P(), P("x")], normal(10, 4),
+             (np.arange(16, dtype=np.int32).reshape(8, 2) * 3) % 10)
+        both("scatter", lambda a: a.at[2, 3].add(10.0), [P("x")], x)
+        both("dyn_slice", lambda a, i: jax.lax.dynamic_slice(a, (i, 0), (4, 8)), [P("x"), P()],
+             x, np.int32(5))
+        both("dus", lambda a, i: jax.lax.dynamic_update_slice(a, jnp.ones((4, 8)), (i, 0)),
+             [P("x"), P()], x, np.int32(5))
+        both("where", lambda a: jnp.where(a > 0, a, 0.0), [P("x")], x)
+        both("iota", lambda a: a + jnp.arange(16.0)[:, None], [P("x")], x)
+        both("fori", lambda a: jax.lax.fori_loop(0, 3, lambda i, c: c * 1.5 + 1, a), [P("x")], x)
+        both("cond", lambda a, p: jax.lax.cond(p > 0, lambda v: v * 2, lambda v: v - 1, a),
+             [P("x"), P()], x, np.float32(1))
+        both("einsum_batch", lambda a, b: jnp.einsum("bij,bjk->bik", a, b), [P("x"), P("x")],
+             normal(8, 4, 6), normal(8, 6, 3))
+        both("einsum_mixed", lambda a, b: jnp.einsum("bij,bjk->bik", a, b), [P("x"),
+             P(None, None, "x")], normal(8, 4, 6), normal(8, 6, 16))
+        both("dot_k_lhs_only", lambda a, b: a @ b, [P(None, "x"), P()], normal(4, 16),
+             normal(16, 8))
+        both("dot_k_rhs_only", lambda a, b: a @ b, [P(), P("x")], normal(4, 16), normal(16, 8))
+        both("dot_mn", lambda a, b: a @ b, [P("x"), P(None, "x")], normal(16, 4), normal(4, 16))
+        both("outer_sharded", lambda a, b: a @ b, [P("x"), P(None, "x")], normal(16, 4),
+             normal(4, 16), out=P(None, "x"))
+        both("mesh2d_ew", lambda a: jnp.sin(a) + a.T.T, [P("a", "b")], normal(8, 8),
+             shape=(2, 4), axes=("a", "b"))
+        both("mesh2d_dot", lambda a, b: a @ b, [P("a", "b"), P("b", None)], normal(8, 16),
+             normal(16, 8), shape=(2, 4), axes=("a", "b"))
+        both("mesh2d_dot2", lambda a, b: a @ b, [P("a", "b"), P("a", None)], normal(8, 16),
+             normal(16, 8), shape=(2, 4), axes=("a", "b"))
+        both("mesh2d_reshard", lambda a: a * 2, [P("a", "b")], normal(8, 8), shape=(2, 4),
+             axes=("a", "b"), out=P("b", "a"))
+        both("mesh2d_reduce", lambda a: a.sum(0), [P(("a", "b"))], normal(16, 8), shape=(2, 4),
+             axes=("a", "b"))
+        both("conv", lambda a, w: jax.lax.conv_general_dilated(a, w, (1,), "SAME"), [P("x"),
+             P()], normal(8, 2, 10), normal(3, 2, 3))
+        both("softmax_ce", lambda l, y: -jnp.mean(jnp.sum(jax.nn.log_softmax(l) * y, -1)),
+             [P("x"), P("x")], normal(16, 5), normal(16, 5))
+        both("grad_mlp", jax.grad(lambda w, a: jnp.sum(jnp.tanh(a @ w) ** 2)), [P(None, "x"),
+             P("x")], normal(8, 16), normal(16, 8))
+        both("bcast_in_dim", lambda a, b: a[:, None, :] * b[None, :, None], [P("x"), P("x")],
+             normal(16, 8), normal(8))
+        both("int_ops", lambda a: (a * 3) // 2 % 5, [P("x")],
+             rng.integers(0, 100, (16, 8)).astype(np.int32))
+        both("bool_reduce", lambda a: jnp.any(a > 1.0, axis=0), [P("x")], x)
+        both("rng", lambda k: jax.random.normal(k, (16, 8)), [P()],
+             jax.random.key_data(jax.random.key(0)))
+        res["counts"] = dict(_plugin.partitioner_counts)
+        print(json.dumps(res))
+    """, platforms="xla_gpu,cpu", extra_env={
+        "XLA_GPU_NUM_DEVICES": "8",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+    counts = out.pop("counts")
+    wrong = {name: value for name, value in out.items() if value is not True}
+    assert not wrong, wrong
+    assert len(out) == 42 and counts == {"xla_gpu": 42, "xla": 0}, counts

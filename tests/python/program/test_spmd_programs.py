@@ -1,0 +1,122 @@
+"""jax's annotated SPMD programs (tests/python/data/spmd) compiled by
+`xla_gpu.compile(text, num_partitions=8)` through xla_gpu's own SPMD
+partitioner on the cpu target's emulated devices, run on global arrays
+(jax.jit's semantics) and matched against jax's outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xla_gpu
+from xla_gpu.errors import ArgumentError, HloError
+from xla_gpu.program.spmd import PartitionedProgram
+
+SPMD = Path(__file__).resolve().parents[1] / "data" / "spmd"
+CASES = sorted(p.name.removesuffix(".pre.hlo") for p in SPMD.glob("*.pre.hlo"))
+
+
+def _globals(npz, kind: str) -> list[np.ndarray]:
+    count = sum(1 for k in npz.files if k.startswith(f"{kind}_") and "_dev" not in k)
+    return [npz[f"{kind}_{i}"] for i in range(count)]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_compiled_partitioned_program_matches_jax(name):
+    npz = np.load(SPMD / f"{name}.npz")
+    exe = xla_gpu.compile(str(SPMD / f"{name}.pre.hlo"), num_partitions=8, target="cpu")
+    assert isinstance(exe, PartitionedProgram)
+    assert exe.num_partitions == 8 and exe.partition_notes == []
+    got = exe.run(*_globals(npz, "in"))
+    want = _globals(npz, "out")
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"output {i}")
+
+
+def test_per_device_runs_and_the_partitioned_text():
+    npz = np.load(SPMD / "megatron_mlp.npz")
+    exe = xla_gpu.compile(str(SPMD / "megatron_mlp.pre.hlo"), num_partitions=8,
+                          target="cpu")
+    assert "all-reduce(" in exe.partitioned_hlo
+    per_device = exe.split_arguments(_globals(npz, "in"))
+    assert [a.shape for a in per_device[3]] == [(4, 8), (8, 2), (2, 8)]
+    outs = exe.run_partitioned(per_device)
+    for d in range(8):   # the result is replicated: every device has all of it
+        np.testing.assert_allclose(outs[d][0], npz["out_0"], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ArgumentError, match="takes 3 arguments, got 1"):
+        exe.run(npz["in_0"])
+    with pytest.raises(ArgumentError, match=r"argument 1: expected global shape \(8, 16\)"):
+        exe.run(npz["in_0"], npz["in_0"], npz["in_2"])
+
+
+def test_shardings_for_more_devices_than_partitions_are_refused():
+    with pytest.raises(HloError, match=r"instruction 'x\.1'.*outside 0\.\.3"):
+        xla_gpu.compile(str(SPMD / "fsdp_mlp.pre.hlo"), num_partitions=4, target="cpu")
+    with pytest.raises(ArgumentError, match="num_partitions only"):
+        xla_gpu.compile(str(SPMD / "fsdp_mlp.pre.hlo"), num_partitions=8, num_replicas=2,
+                        target="cpu")
+
+
+def test_xla_partitioned_text_still_runs_per_device():
+    npz = np.load(SPMD / "psum.npz")
+    exe = xla_gpu.compile(str(SPMD / "psum.partitioned.hlo"), num_partitions=8,
+                          target="cpu")
+    assert not isinstance(exe, PartitionedProgram)
+    outs = exe.run_partitioned([[npz[f"in_0_dev{d}"], npz[f"in_1_dev{d}"]]
+                                for d in range(8)])
+    np.testing.assert_allclose(outs[5][0], npz["out_0_dev5"], rtol=1e-5)
+
+
+def test_reshards_and_loops_compiled():
+    """A cut moving between dims (an all-to-all), a dot summed by a
+    reduce-scatter, and a loop over a cut state, compiled for the cpu
+    target's devices."""
+    text = """
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+cond {
+  p = (s32[], f32[16,32]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(2)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[16,32]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  c = f32[16,32] get-tuple-element(p), index=1
+  e = f32[16,32] exponential(c)
+  ROOT t = (s32[], f32[16,32]) tuple(j, e)
+}
+ENTRY e {
+  x = f32[16,32] parameter(0), sharding={devices=[8,1]<=[8]}
+  w = f32[32,16] parameter(1), sharding={devices=[8,1]<=[8]}
+  n = f32[16,32] negate(x)
+  moved = f32[16,32] custom-call(n), custom_call_target="Sharding", sharding={devices=[1,8]<=[8]}
+  d = f32[16,16] dot(moved, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  dr = f32[16,16] custom-call(d), custom_call_target="Sharding", sharding={devices=[8,1]<=[8]}
+  zero = s32[] constant(0)
+  init = (s32[], f32[16,32]) tuple(zero, x)
+  loop = (s32[], f32[16,32]) while(init), condition=cond, body=body
+  l = f32[16,32] get-tuple-element(loop), index=1
+  ROOT out = (f32[16,32], f32[16,16], f32[16,32]) tuple(moved, dr, l)
+}"""
+    exe = xla_gpu.compile(text, num_partitions=8, target="cpu")
+    for kind in ("all-to-all(", "reduce-scatter(", "while("):
+        assert kind in exe.partitioned_hlo, kind
+    assert "all-gather" not in exe.partitioned_hlo
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((16, 32)) * 0.1).astype(np.float32)
+    w = rng.standard_normal((32, 16)).astype(np.float32)
+    moved, dr, looped = exe.run(x, w)
+    np.testing.assert_array_equal(moved, -x)
+    np.testing.assert_allclose(dr, -x @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(looped, np.exp(np.exp(x)), rtol=1e-5)

@@ -1,0 +1,99 @@
+"""shard_map regions: the code between GlobalToLocalShape /
+SPMDFullToShardShape and LocalToGlobalShape / SPMDShardToFullShape is per
+device already. Its inputs are cut to the region's shardings, its
+instructions copied as they are, its outputs read back as chunks of the
+stated shardings."""
+
+from __future__ import annotations
+
+from ...module import HloInstruction
+from ...shape import Shape
+from .propagation import MANUAL_ENTRY_TARGETS
+from .sharding import HloSharding, ShardingError, parse_sdy_shardings, sharding_of
+
+__all__ = ["ManualRegions", "annotation_target", "all_replicated"]
+
+
+def annotation_target(inst: HloInstruction) -> str | None:
+    """A custom call's target (None for other instructions)."""
+    if inst.opcode != "custom-call":
+        return None
+    target = inst.attrs.get("custom_call_target")
+    return target if isinstance(target, str) else None
+
+
+def all_replicated(s: HloSharding) -> bool:
+    if s.is_tuple:
+        return all(all_replicated(e) for e in s.elements)
+    return s.is_replicated
+
+
+class ManualRegions:
+    """A base of the partitioner (uses its emitter and values)."""
+
+    def emit_manual(self, inst, s):
+        target = annotation_target(inst)
+        if target in MANUAL_ENTRY_TARGETS:
+            return self.emit_manual_entry(inst)
+        operands = []
+        for o in inst.operands:
+            new, os_ = self.values[id(o)]
+            if not self.manual.get(id(o)) and not all_replicated(os_):
+                new = self.reshard(new, os_, self.replicated_like(o), o.shape)
+            operands.append(new)
+        copy = inst.clone_with(operands)
+        copy.attrs.pop("sharding", None)
+        if inst.opcode == "parameter":
+            raise inst.unsupported("a parameter inside a manual region")
+        return self.comp.add_instruction(copy, name=inst.name), s
+
+    def emit_manual_entry(self, inst):
+        target = annotation_target(inst)
+        if target == "SPMDFullToShardShape":
+            operand = inst.operands[0]
+            want = self.shardings[id(operand)]
+            new = self.value(operand, want)
+            if new.shape.dims != inst.shape.dims:
+                raise inst.error(f"the local shape {inst.shape} is not the chunk "
+                                 f"{new.shape} of sharding {want}")
+            return new, HloSharding.manual()
+        raw = (inst.attrs.get("frontend_attributes") or {}).get("xla.sdy.in_shardings")
+        if not isinstance(raw, str):
+            raise ShardingError(f"instruction '{inst.name}': {target} without "
+                                "xla.sdy.in_shardings")
+        wants = parse_sdy_shardings(raw, self.module.attrs, f"instruction '{inst.name}'")
+        if len(wants) != len(inst.operands):
+            raise ShardingError(f"instruction '{inst.name}': {len(wants)} in_shardings for "
+                                f"{len(inst.operands)} operands")
+        locals_ = [self.value(o, w) for o, w in zip(inst.operands, wants)]
+        shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
+        for new, shape in zip(locals_, shapes):
+            if new.shape.dims != shape.dims:
+                raise inst.error(f"the local shape {shape} is not the chunk {new.shape} of "
+                                 "its in_sharding")
+        if inst.shape.is_tuple:
+            out = self.add("tuple", Shape(tuple_shapes=tuple(x.shape for x in locals_)), locals_)
+            return out, HloSharding.tuple_of([HloSharding.manual()] * len(locals_))
+        return locals_[0], HloSharding.manual()
+
+    def emit_manual_exit(self, inst, s: HloSharding):
+        """The local values read back as chunks of the stated shardings."""
+        operands = [self.values[id(o)][0] for o in inst.operands]
+        if annotation_target(inst) == "SPMDShardToFullShape":
+            full = sharding_of(inst, self.n)
+            full = full if full is not None else HloSharding.replicated()
+            if full.kind == "tiled" and not full.is_even_for(inst.shape.dims):
+                raise inst.unsupported(f"sharding {full} does not divide {inst.shape} evenly")
+            return operands[0], full
+        outs = list(s.elements) if s.is_tuple else [s]
+        shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else (inst.shape,)
+        for o, sub, element in zip(operands, shapes, outs):
+            if o.shape.dims != element.local_dims(sub.dims):
+                raise inst.error(f"local value {o.shape} is not a chunk of {sub} under {element}")
+        if inst.shape.is_tuple:
+            out = self.add("tuple", Shape(tuple_shapes=tuple(o.shape for o in operands)),
+                           operands)
+            return out, HloSharding.tuple_of(outs)
+        return operands[0], outs[0]
+
+

@@ -1,0 +1,587 @@
+"""The SPMD partitioner: an annotated module (global shapes, `sharding=`
+attributes, Shardy's or GSPMD's annotation custom calls) becomes the one
+program every device runs on its chunk of each value, with the collectives
+that move chunks between devices (as XLA's SpmdPartitioner, simplified).
+
+    result = partition_module(module, num_partitions=8)
+    result.module                 # per-device module (num_partitions=8)
+    result.parameter_shardings    # per entry parameter, its sharding
+    result.output_shardings       # per output leaf
+    result.notes                  # what was computed whole, and why (also
+                                  # a SpmdFallbackWarning)
+
+How each op is partitioned (S: the sharding propagation gave its result):
+
+  parameter, constant, iota        the device's chunk (a constant / iota is
+                                   made whole, then sliced)
+  elementwise, copy                operands resharded to S, then local
+  broadcast, transpose, reshape    the operand resharded to S carried back
+                                   through the op, then local (a reshape
+                                   that moves a cut dim is done whole)
+  slice, pad, concatenate, reverse, reduce-window, dynamic-slice,
+  dynamic-update-slice             the dims the op touches made whole, the
+                                   others stay cut; local
+  gather                           index-parallel: the indices cut as the
+                                   result's batch dims, the operand whole
+  convolution                      batch-parallel: the input cut along its
+                                   batch as the result is, the kernel whole
+  reduce                           local over the chunk, then an all-reduce
+                                   over the devices that hold the reduced
+                                   dims' chunks
+  dot                              the cheapest of: operands resharded to
+                                   S's batch / free dims (no collective on
+                                   the result); or, when both operands cut
+                                   a contracting dim alike, a partial dot
+                                   per device and an all-reduce of the
+                                   partial sums (a reduce-scatter where S
+                                   cuts the result over the same devices)
+  while                            body and condition partitioned for the
+                                   state cut as its initial value is (the
+                                   body's result resharded to it)
+  conditional                      each branch partitioned for its
+                                   operand's cut, its result resharded to
+                                   the conditional's sharding
+  shard_map bodies                 kept as they are (already per device);
+                                   their inputs are cut to the body's
+                                   shardings, their outputs read back as
+                                   chunks of the stated sharding
+  sharding constraints             a reshard
+  anything else                    operands made whole (all-gather), the op
+                                   run whole on every device (a note and a
+                                   warning say which; never a wrong result)
+
+Refused (UnsupportedError / ShardingError naming the instruction): partly
+manual GSPMD shardings (`last_tile_dims={manual}`), a manual sharding
+outside a shard_map region, shardings that cannot be read. Shardy's
+shard_map over some mesh axes only is kept as per-device code whole along
+the other axes (correct: those axes are replicas inside the body).
+
+Resharding: dims cut differently are all-gathered along the tile
+assignment's groups, then the target's chunk is taken with a dynamic-slice
+at offsets read from a table by partition-id; a cut moving from one dim to
+another over the same devices is one all-to-all.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+from ....errors import UnsupportedError
+from ...module import HloComputation, HloInstruction, HloModule
+from ...opcodes import ELEMENTWISE
+from ...shape import Shape
+from ..call_inliner import inline_call
+from ..sharding_annotations import ShardingAnnotationRemover, is_sharding_annotation
+from ..util import has_side_effect
+from .dot import DotPartitioning
+from .manual import ManualRegions, annotation_target
+from .placement import groups_along, replicate_dims
+from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_TARGETS,
+                          convolution_batch_dims, gather_batch_dims, permute_sharding,
+                          propagate, remap_sharding, reshape_dim_map, touched_dims)
+from .reshard import Emitter
+from .sharding import HloSharding, ShardingError, parse_sdy_shardings, sharding_of
+
+__all__ = ["partition_module", "PartitionResult", "needs_partitioning",
+           "CONSTRAINT_TARGETS", "SpmdFallbackWarning"]
+
+_DROPPED_TARGETS = frozenset({"xla.sdy.PropagationBarrier"})
+_LOCAL_DATA_MOVEMENT = frozenset({"slice", "pad", "concatenate", "reduce-window",
+                                  "dynamic-slice", "dynamic-update-slice", "reverse"})
+
+
+@dataclass
+class PartitionResult:
+    module: HloModule
+    num_partitions: int
+    parameter_shardings: list[HloSharding]
+    output_shardings: list[HloSharding]            # per output leaf
+    parameter_shapes: list[Shape]                  # global
+    output_shapes: list[Shape]                     # global, per leaf
+    notes: list[str] = field(default_factory=list)
+
+
+def needs_partitioning(module: HloModule) -> bool:
+    """True for a module still in global shapes with sharding annotations:
+    Shardy's / GSPMD's annotation custom calls, or `sharding=` attributes
+    that cut something while the header states no `num_partitions` (XLA's
+    partitioned output always states it)."""
+    stated = module.attrs.get("num_partitions") is not None
+    for comp in module.computations:
+        for inst in comp.instructions:
+            target = annotation_target(inst)
+            if target is not None and (target in CONSTRAINT_TARGETS or
+                                       target in MANUAL_ENTRY_TARGETS or
+                                       target.startswith("xla.sdy.")):
+                return True
+            raw = inst.attrs.get("sharding")
+            if not stated and isinstance(raw, str) and "devices=" in raw:
+                return True
+    return False
+
+
+class _Partitioner(Emitter, DotPartitioning, ManualRegions):
+    def __init__(self, module: HloModule, n: int):
+        self.module, self.n = module, n
+        self.notes: list[str] = []
+        self.channel = 0
+        self.reducers: dict[str, HloComputation] = {}
+        # The computation being partitioned (see partition_computation).
+        self.comp: HloComputation | None = None
+        self.values: dict[int, tuple[HloInstruction, HloSharding]] = {}
+        self.shardings: dict[int, HloSharding] = {}
+        self.manual: dict[int, bool] = {}
+        self._pid: HloInstruction | None = None
+        self._tables: dict = {}
+
+    # ---------------------------------------------------------- set up
+
+    def inline_calls(self, comp: HloComputation) -> None:
+        """Inlines every call of `comp` except shard_map bodies (their code
+        is per device already and stays a call)."""
+        changed = True
+        while changed:
+            changed = False
+            manual = self.mark_manual(comp)
+            for inst in list(comp.instructions):
+                if inst.opcode == "call" and inst.parent is comp and \
+                        not manual.get(id(inst)):
+                    inline_call(inst)
+                    changed = True
+
+    def mark_manual(self, comp: HloComputation) -> dict[int, bool]:
+        """id -> True for the instructions of `comp` inside shard_map regions."""
+        manual: dict[int, bool] = {}
+        for inst in comp.instructions:
+            target = annotation_target(inst)
+            if target in MANUAL_ENTRY_TARGETS:
+                manual[id(inst)] = True
+            elif target in MANUAL_EXIT_TARGETS:
+                manual[id(inst)] = False
+            else:
+                # (GSPMD also marks a region's constants {manual})
+                manual[id(inst)] = any(manual.get(id(o)) for o in inst.operands) or \
+                    str(inst.attrs.get("sharding", "")).replace(" ", "") == "{manual}"
+        return manual
+
+    def stated_shardings(self, order) -> dict[int, HloSharding]:
+        fixed: dict[int, HloSharding] = {}
+        for inst in order:
+            target = annotation_target(inst)
+            s = sharding_of(inst, self.n)
+            if target in ("xla.sdy.FuncResultSharding",) and s is None:
+                raw = (inst.attrs.get("frontend_attributes") or {}).get("xla.sdy.sharding")
+                if isinstance(raw, str):
+                    s = parse_sdy_shardings(raw, self.module.attrs,
+                                            f"instruction '{inst.name}'")[0]
+            if target in MANUAL_EXIT_TARGETS and target.startswith("xla.sdy."):
+                raw = (inst.attrs.get("frontend_attributes") or {}).get("xla.sdy.out_shardings")
+                if not isinstance(raw, str):
+                    raise ShardingError(f"instruction '{inst.name}': {target} without "
+                                        "xla.sdy.out_shardings")
+                outs = parse_sdy_shardings(raw, self.module.attrs, f"instruction '{inst.name}'")
+                s = outs[0] if not inst.shape.is_tuple else HloSharding.tuple_of(outs)
+            if self.manual.get(id(inst)):
+                s = HloSharding.tuple_of([HloSharding.manual()] * len(inst.shape.tuple_shapes)) \
+                    if inst.shape.is_tuple else HloSharding.manual()
+            if s is not None:
+                if s.has_manual_subgroup:
+                    raise inst.unsupported(f"sharding {s} is partly manual (a shard_map over "
+                                           "some mesh axes only): not partitioned by xla_gpu")
+                if s.is_manual and not self.manual.get(id(inst)):
+                    raise inst.unsupported("a manual sharding outside a shard_map region")
+                fixed[id(inst)] = s
+        return fixed
+
+    # ---------------------------------------------------------- the ops
+
+    def value(self, old: HloInstruction, want: HloSharding | None = None) -> HloInstruction:
+        new, s = self.values[id(old)]
+        if want is None:
+            return new
+        return self.reshard(new, s, want, old.shape)
+
+    def partition(self) -> PartitionResult:
+        module = self.module
+        entry = module.entry
+        self.inline_calls(entry)
+        new, root_sharding, params = self.partition_computation(
+            entry, entry.name + "_spmd", {}, None, report_uneven=True)
+        # Swap the entry.
+        index = module.computations.index(entry)
+        module.computations[index] = new
+        new.is_entry = True
+        entry.is_entry = False
+        module.attrs.pop("entry_computation_layout", None)
+        module.attrs["num_partitions"] = str(self.n)
+        module.remove_unreachable_computations()
+        # Annotations left in called computations (a reducer's, a loop
+        # body's) mean nothing per device: removed as on one device.
+        ShardingAnnotationRemover().run(module)
+        leaves = _leaves(entry.root.shape, root_sharding)
+        return PartitionResult(module, self.n, params,
+                               [s for _, s in leaves],
+                               [p.shape for p in entry.parameters],
+                               [shape for shape, _ in leaves], self.notes)
+
+    def partition_computation(self, comp: HloComputation, name: str,
+                              overrides: dict[int, HloSharding],
+                              root_sharding: HloSharding | None,
+                              report_uneven: bool = False):
+        """The per-device copy of `comp` (not yet in the module), the
+        sharding of its root and of its parameters. `overrides`: shardings
+        that win over the stated ones (a loop body's state); `root_sharding`:
+        the one its root must have."""
+        saved = (self.comp, self.values, self._pid, self._tables, self.shardings,
+                 self.manual)
+        try:
+            self.manual = self.mark_manual(comp)
+            order = comp.instructions
+            fixed = self.stated_shardings(order)
+            fixed.update(overrides)
+            self.shardings = propagate(comp, fixed, self.n, order)
+            for inst in order:
+                stated = fixed.get(id(inst))
+                if report_uneven and stated is not None and stated.is_tiled and \
+                        not self.shardings[id(inst)].is_tiled:
+                    self.notes.append(f"'{inst.name}': sharding {stated} does not cut "
+                                      f"{inst.shape} evenly over {self.n} devices: "
+                                      "replicated")
+                if self.manual.get(id(inst)) and not inst.shape.is_tuple:
+                    self.shardings[id(inst)] = HloSharding.manual()
+            self.comp = HloComputation(self.module.unique_computation_name(name))
+            # Names unique in the module (XLA's parser wants them so).
+            self.comp.module = self.module
+            self._pid = None
+            self._tables = {}
+            self.values = {}
+            live = _live(comp)   # only what the root reads is partitioned
+            for inst in order:
+                if id(inst) in live:
+                    self.values[id(inst)] = self.emit(inst, self.shardings[id(inst)])
+            root, root_s = self.values[id(comp.root)]
+            if root_sharding is not None:
+                root = self.reshard(root, root_s, root_sharding, comp.root.shape)
+                root_s = root_sharding
+            self.comp.set_root(root)
+            # shard_map bodies are per-device code now: inlined (their calls'
+            # names and attributes are Shardy's round-trip form, which XLA's
+            # importer would read as a manual computation still to partition).
+            for inst in list(self.comp.instructions):
+                if inst.opcode == "call" and inst.parent is self.comp:
+                    inline_call(inst)
+            for inst in self.comp.instructions:
+                attrs = inst.attrs.get("frontend_attributes")
+                if isinstance(attrs, dict) and attrs.get("inlineable") == "false":
+                    del attrs["inlineable"]
+            params = [self.shardings[id(p)] for p in comp.parameters]
+            return self.comp, root_s, params
+        finally:
+            (self.comp, self.values, self._pid, self._tables, self.shardings,
+             self.manual) = saved
+
+    def emit_conditional(self, inst, s: HloSharding):
+        """Each branch partitioned for its operand's cut, its result
+        resharded to the conditional's sharding; the predicate / branch
+        index whole on every device."""
+        if "branch_computations" in inst.attrs:
+            keys = None
+            branches = list(inst.attrs["branch_computations"])
+        else:
+            keys = ("true_computation", "false_computation")
+            branches = [inst.attrs[k] for k in keys]
+        selector = self.value(inst.operands[0], HloSharding.replicated())
+        operands = [self.values[id(o)] for o in inst.operands[1:]]
+        if _has_manual(s) or any(_has_manual(os_) for _, os_ in operands) or \
+                any(any(self.mark_manual(b).values()) for b in branches):
+            return self.whole(inst, "a conditional over manual values")
+        new_branches = []
+        try:
+            for branch, (_, os_) in zip(branches, operands):
+                self.inline_calls(branch)
+                new, _, _ = self.partition_computation(
+                    branch, branch.name + "_spmd",
+                    {id(branch.parameters[0]): os_, id(branch.root): s}, s)
+                new_branches.append(new)
+        except UnsupportedError as e:
+            return self.whole(inst, f"a conditional whose branch is not partitioned ({e})")
+        for c in new_branches:
+            c.module = None
+            self.module.add_computation(c, unique=False)
+        copy = inst.clone_with([selector] + [new for new, _ in operands],
+                               shape=self.local_shape(inst.shape, s))
+        if keys is None:
+            copy.attrs["branch_computations"] = new_branches
+        else:
+            for key, new in zip(keys, new_branches):
+                copy.attrs[key] = new
+        copy.attrs.pop("sharding", None)
+        return self.comp.add_instruction(copy, name=inst.name), s
+
+    def emit_while(self, inst, s: HloSharding):
+        """A loop partitioned with its state cut as its initial value is:
+        body and condition partitioned for that state, the body's result
+        resharded to it."""
+        init, state = self.values[id(inst.operands[0])]
+        body, cond = inst.attrs["body"], inst.attrs["condition"]
+        if _has_manual(state) or any(any(self.mark_manual(c).values()) for c in (body, cond)):
+            return self.whole(inst, "a while loop over manual values")
+        for c in (body, cond):
+            self.inline_calls(c)
+        try:
+            new_body, _, _ = self.partition_computation(
+                body, body.name + "_spmd", {id(body.parameters[0]): state,
+                                            id(body.root): state}, state)
+            new_cond, _, _ = self.partition_computation(
+                cond, cond.name + "_spmd",
+                {id(cond.parameters[0]): state, id(cond.root): HloSharding.replicated()},
+                HloSharding.replicated())
+        except UnsupportedError as e:
+            return self.whole(inst, f"a while loop whose body is not partitioned ({e})")
+        for c in (new_cond, new_body):
+            c.module = None
+            self.module.add_computation(c, unique=False)
+        copy = inst.clone_with([init], shape=self.local_shape(inst.shape, state))
+        copy.attrs["body"], copy.attrs["condition"] = new_body, new_cond
+        copy.attrs.pop("sharding", None)
+        new = self.comp.add_instruction(copy, name=inst.name)
+        return new, state
+
+    def emit(self, inst: HloInstruction, s: HloSharding):
+        op = inst.opcode
+        target = annotation_target(inst)
+        if self.manual.get(id(inst)):
+            return self.emit_manual(inst, s)
+        if target in MANUAL_EXIT_TARGETS:
+            return self.emit_manual_exit(inst, s)
+        if op == "parameter":
+            new = self.add("parameter", self.local_shape(inst.shape, s))
+            new.parameter_number = inst.parameter_number
+            new.name = self.comp.unique_name(inst.name)
+            if not s.is_tuple:
+                new.attrs["sharding"] = str(s)
+            return new, s
+        if target in CONSTRAINT_TARGETS or target in _DROPPED_TARGETS:
+            return self.value(inst.operands[0], s), s
+        if op in ("constant", "iota"):
+            whole = self.add_clone(inst, [], inst.shape)
+            return self.slice_to(whole, HloSharding.replicated(), s, inst.shape), s
+        if inst.shape.is_tuple and op in ("tuple",):
+            elements = s.elements if s.is_tuple else [HloSharding.replicated()] * len(inst.operands)
+            parts = [self.value(o, e) for o, e in zip(inst.operands, elements)]
+            return self.add("tuple", Shape(tuple_shapes=tuple(p.shape for p in parts)),
+                            parts), HloSharding.tuple_of(elements)
+        if op == "get-tuple-element":
+            new, ts = self.values[id(inst.operands[0])]
+            element = ts.elements[inst.attrs["index"]] if ts.is_tuple else HloSharding.replicated()
+            got = self.add("get-tuple-element", new.shape.tuple_shapes[inst.attrs["index"]],
+                           [new], index=inst.attrs["index"])
+            return self.reshard(got, element, s, inst.shape), s
+        if op == "while":
+            return self.emit_while(inst, s)
+        if op == "conditional":
+            return self.emit_conditional(inst, s)
+        if s.is_tuple or inst.shape.is_tuple:
+            return self.whole(inst, f"{op} with a tuple result")
+        if (op in ELEMENTWISE or op == "copy") and \
+                all(o.shape.dims == inst.shape.dims for o in inst.operands):
+            return self.local(inst, s, [s] * len(inst.operands))
+        if op == "broadcast":
+            dims = list(inst.attrs["dimensions"])
+            want = replicate_dims(s, inst.shape.rank,
+                                  [i for i in range(inst.shape.rank) if i not in dims], keep=dims)
+            return self.local(inst, s, [want])
+        if op == "transpose":
+            perm = list(inst.attrs["dimensions"])
+            inverse = [perm.index(i) for i in range(len(perm))]
+            return self.local(inst, s, [permute_sharding(s, inverse)])
+        if op == "reshape":
+            return self.emit_reshape(inst, s)
+        if op == "reduce":
+            return self.emit_reduce(inst, s)
+        if op == "dot":
+            return self.emit_dot(inst, s)
+        if op in _LOCAL_DATA_MOVEMENT:
+            return self.emit_data_movement(inst, s)
+        if op == "gather":
+            return self.emit_gather(inst, s)
+        if op == "convolution" and s.kind == "tiled":
+            return self.emit_convolution(inst, s)
+        return self.whole(inst, f"{op} is not partitioned")
+
+    def add_clone(self, inst, operands, shape) -> HloInstruction:
+        copy = inst.clone_with(operands, shape=shape)
+        copy.attrs.pop("sharding", None)
+        return self.comp.add_instruction(copy, name=inst.name)
+
+    def local(self, inst, s: HloSharding, wants):
+        operands = [self.value(o, w) for o, w in zip(inst.operands, wants)]
+        return self.add_clone(inst, operands, self.local_shape(inst.shape, s)), s
+
+    def whole(self, inst, why: str):
+        """The op run whole on every device (its operands gathered)."""
+        operands = [self.value(o, self.replicated_like(o)) for o in inst.operands]
+        new = self.add_clone(inst, operands, inst.shape)
+        rep = self.replicated_like(inst)
+        self.notes.append(f"'{inst.name}': {why}: computed whole on every device")
+        s = self.shardings[id(inst)]
+        if inst.shape.is_tuple:
+            return new, rep
+        return self.slice_to(new, HloSharding.replicated(), s, inst.shape), s
+
+    def replicated_like(self, inst) -> HloSharding:
+        if inst.shape.is_tuple:
+            return HloSharding.tuple_of([HloSharding.replicated()] * len(inst.shape.tuple_shapes))
+        return HloSharding.replicated()
+
+    def emit_reshape(self, inst, s: HloSharding):
+        src = inst.operands[0].shape.dims
+        rank = inst.shape.rank
+        if s.kind == "tiled":
+            mapping = reshape_dim_map(src, inst.shape.dims)
+            back = remap_sharding(s, {j: i for i, j in mapping.items()}, rank, len(src))
+            if back is not None:
+                return self.local(inst, s, [back])
+        rep = HloSharding.replicated()
+        new = self.add_clone(inst, [self.value(inst.operands[0], rep)], inst.shape)
+        return self.slice_to(new, rep, s, inst.shape), s
+
+    def emit_data_movement(self, inst, s: HloSharding):
+        rank = inst.shape.rank
+        touched = touched_dims(inst)
+        if touched is None:
+            return self.whole(inst, f"{inst.opcode} is not partitioned")
+        inner = replicate_dims(s, rank, sorted(touched), keep=list(range(rank)))
+        wants = [inner if o.shape.rank == rank else HloSharding.replicated()
+                 for o in inst.operands]
+        if inst.opcode == "reduce-window":
+            wants = [inner, HloSharding.replicated()]
+        new, _ = self.local(inst, inner, wants)
+        if inst.opcode == "dynamic-slice":
+            new.attrs["dynamic_slice_sizes"] = tuple(new.shape.dims)
+        if inst.opcode == "slice":
+            new.attrs["slice"] = [(0, new.shape.dims[i], 1) if i not in touched else t
+                                  for i, t in enumerate(inst.attrs["slice"])]
+        return self.reshard(new, inner, s, inst.shape), s
+
+    def emit_gather(self, inst, s: HloSharding):
+        """Index-parallel: the indices cut as the result's batch dims are,
+        the operand whole; each device gathers its own indices' slices."""
+        mapping = gather_batch_dims(inst)
+        rank = inst.shape.rank
+        if mapping is None or s.kind != "tiled":
+            return self.whole(inst, "gather is not partitioned") if s.kind == "tiled" else \
+                self.local(inst, s, [HloSharding.replicated()] * 2)
+        counts = s.counts(rank)
+        cut = [d for d in range(rank) if counts[d] > 1]
+        back = {out: index for index, out in mapping.items()}
+        if any(d not in back for d in cut):
+            return self.whole(inst, "gather cut along its slices")
+        indices = inst.operands[1].shape
+        want = remap_sharding(s, back, rank, indices.rank)
+        if want is None:
+            return self.whole(inst, "gather is not partitioned")
+        return self.local(inst, s, [HloSharding.replicated(), want])
+
+    def emit_convolution(self, inst, s: HloSharding):
+        """Batch-parallel: the input cut along its batch as the result is,
+        the kernel whole."""
+        batch = convolution_batch_dims(inst)
+        rank = inst.shape.rank
+        counts = s.counts(rank)
+        if batch is None or any(c > 1 for d, c in enumerate(counts) if d != batch[1]):
+            return self.whole(inst, "convolution cut along other dims than its batch")
+        lhs_rank = inst.operands[0].shape.rank
+        want = remap_sharding(s, {batch[1]: batch[0]}, rank, lhs_rank)
+        return self.local(inst, s, [want, HloSharding.replicated()])
+
+    def emit_reduce(self, inst, s: HloSharding):
+        if inst.shape.is_tuple:
+            return self.whole(inst, "a variadic reduce")
+        operand = inst.operands[0]
+        x, os_ = self.values[id(operand)]
+        rank = operand.shape.rank
+        dims = list(inst.attrs["dimensions"])
+        if os_.is_manual or os_.has_manual_subgroup:
+            return self.whole(inst, "reduce of a manual value")
+        kind = _reducer_kind(inst.attrs["to_apply"])
+        init = self.value(inst.operands[1], HloSharding.replicated())
+        cut = [d for d in dims if os_.counts(rank)[d] > 1]
+        if cut and kind is None:
+            x = self.reshard(x, os_, replicate_dims(os_, rank, cut, keep=list(range(rank))),
+                             operand.shape)
+            os_ = replicate_dims(os_, rank, cut, keep=list(range(rank)))
+            cut = []
+        result_s = replicate_dims(os_, rank, dims)
+        local_dims = tuple(n for i, n in enumerate(x.shape.dims) if i not in dims)
+        new = self.add_clone(inst, [x, init], inst.shape.with_dims(local_dims))
+        if cut:
+            new = self.all_reduce_with(new, groups_along(os_, rank, cut), kind,
+                                       inst.attrs["to_apply"])
+        return self.reshard(new, result_s, s, inst.shape), s
+
+    def all_reduce_with(self, x, groups, kind, computation):
+        return self.add("all-reduce", x.shape, [x], replica_groups=self.groups_text(groups),
+                        use_global_device_ids=True, channel_id=self.next_channel(),
+                        to_apply=computation)
+
+def _live(comp: HloComputation) -> set[int]:
+    """The instructions the root reads, the parameters (the signature
+    stays) and side effects; sharding annotations are not side effects
+    here, whatever they declare."""
+    seen: set[int] = set()
+    stack = [comp.root] + list(comp.parameters) + \
+        [i for i in comp.instructions if has_side_effect(i) and not is_sharding_annotation(i)]
+    while stack:
+        inst = stack.pop()
+        if id(inst) not in seen:
+            seen.add(id(inst))
+            stack.extend(inst.operands)
+    return seen
+
+
+def _has_manual(s: HloSharding) -> bool:
+    if s.is_tuple:
+        return any(_has_manual(e) for e in s.elements)
+    return s.is_manual or s.has_manual_subgroup
+
+
+def _reducer_kind(comp: HloComputation) -> str | None:
+    """The all-reduce a reduction's combiner can run as: its own
+    computation when it is one commutative binary op of its parameters."""
+    root = comp.root
+    if len(comp.parameters) == 2 and root.opcode in ("add", "multiply", "maximum", "minimum",
+                                                      "and", "or", "xor") and \
+            {id(o) for o in root.operands} == {id(p) for p in comp.parameters}:
+        return root.opcode
+    return None
+
+
+def _leaves(shape: Shape, s: HloSharding) -> list[tuple[Shape, HloSharding]]:
+    if shape.is_tuple:
+        elements = s.elements if s.is_tuple else \
+            [HloSharding.replicated()] * len(shape.tuple_shapes)
+        return [leaf for sub, e in zip(shape.tuple_shapes, elements) for leaf in _leaves(sub, e)]
+    return [(shape, s)]
+
+
+class SpmdFallbackWarning(UserWarning):
+    """Ops the partitioner computed whole on every device (correct, but
+    every device does all the work and the operands are all-gathered)."""
+
+
+def partition_module(module: HloModule, num_partitions: int) -> PartitionResult:
+    """Partitions `module` (changed in place: its entry becomes the
+    per-device one) for `num_partitions` devices. UnsupportedError /
+    ShardingError (HloError subclasses, naming the instruction) for what
+    it refuses; a SpmdFallbackWarning names the ops it computed whole."""
+    if num_partitions < 1:
+        raise ShardingError(f"num_partitions must be positive, got {num_partitions}")
+    result = _Partitioner(module, num_partitions).partition()
+    if result.notes:
+        shown = "; ".join(result.notes[:5])
+        more = f" (and {len(result.notes) - 5} more)" if len(result.notes) > 5 else ""
+        warnings.warn(f"SPMD partitioner, module '{module.name}': {shown}{more}",
+                      SpmdFallbackWarning, stacklevel=2)
+    return result

@@ -1,0 +1,398 @@
+"""Sharding propagation, a simplified form of XLA's ShardingPropagation:
+every value of the entry computation gets a sharding, from the ones the
+module states (parameters, results, sharding constraints) through the ops
+around them.
+
+Rules (`forward`: a result's sharding from its operands'; `backward`: an
+operand's from its user's):
+
+  elementwise        forward: the operands' shardings merged (two tilings
+                     of different dims become one tiling of both when the
+                     devices allow, else the one with more tiles);
+                     backward: the same sharding
+  broadcast          the operand's dims keep their tiling; new dims are
+                     unsharded (forward; a broadcast of an uncut value takes
+                     its user's sharding instead); backward drops the new dims
+  transpose          the tiling permuted, both ways
+  reshape            dims that keep their size and position in the
+                     row-major order keep their tiling, both ways
+  reduce             the kept dims' tiling (the reduced dims' tiles become
+                     replicas) forward only
+  dot                batch and free dims from each operand, merged (none
+                     cut, or the two conflicting in the first round: the
+                     users' sharding)
+  sharding constraints   backward: their sharding
+  slice, pad, concatenate, reduce-window, dynamic-slice,
+  dynamic-update-slice, reverse   the untouched dims keep their tiling
+                     (forward); touched dims are unsharded
+  tuple / get-tuple-element       the elements' shardings
+  gather             the indices' batch dims' cut, forward
+  convolution        the input's batch cut, forward
+  while              its initial state's (the body and condition are
+                     partitioned for it)
+  anything else      replicated (the partitioner computes it whole on every
+                     device)
+
+Passes run forward then backward, twice; each only fills values without a
+sharding, so what the module states always wins. The manual regions of
+shard_map (between GlobalToLocalShape / SPMDFullToShardShape and
+LocalToGlobalShape / SPMDShardToFullShape) are marked manual. Shardings
+that do not divide a value evenly are replicated (see placement.normalize).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ...module import HloComputation, HloInstruction
+from ...opcodes import ELEMENTWISE
+from .placement import device_coords, from_coords, normalize, replicate_dims, tile_count
+from .sharding import HloSharding
+
+__all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map", "merge",
+           "permute_sharding", "remap_sharding", "gather_batch_dims",
+           "convolution_batch_dims",
+           "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS"]
+
+MANUAL_ENTRY_TARGETS = frozenset({"xla.sdy.GlobalToLocalShape", "SPMDFullToShardShape"})
+MANUAL_EXIT_TARGETS = frozenset({"xla.sdy.LocalToGlobalShape", "SPMDShardToFullShape"})
+
+CONSTRAINT_TARGETS = frozenset({"Sharding", "xla.sdy.FuncResultSharding"})
+_DIM_PRESERVING = frozenset({"slice", "pad", "concatenate", "reduce-window",
+                             "dynamic-slice", "dynamic-update-slice", "reverse"})
+
+
+def touched_dims(inst: HloInstruction) -> set[int] | None:
+    """The dims a data-movement op changes (its other dims are copied
+    element for element, so a tiling of them carries through); None for
+    ops this does not describe."""
+    op = inst.opcode
+    shape = inst.operands[0].shape if inst.operands else inst.shape
+    if op == "slice":
+        return {i for i, (start, limit, stride) in enumerate(inst.attrs["slice"])
+                if (start, limit, stride) != (0, shape.dims[i], 1)}
+    if op == "pad":
+        return {i for i, p in enumerate(inst.attrs["padding"]) if tuple(p) != (0, 0, 0)}
+    if op == "concatenate":
+        return {inst.attrs["dimensions"][0]}
+    if op == "reverse":
+        return set(inst.attrs["dimensions"])
+    if op == "dynamic-slice":
+        return {i for i, n in enumerate(inst.attrs["dynamic_slice_sizes"])
+                if n != shape.dims[i]}
+    if op == "dynamic-update-slice":
+        update = inst.operands[1].shape
+        return {i for i in range(shape.rank) if update.dims[i] != shape.dims[i]}
+    if op == "reduce-window":
+        if len(inst.operands) != 2:
+            return None
+        window = inst.attrs.get("window") or {}
+        out = set()
+        for i in range(shape.rank):
+            for key, trivial in (("size", 1), ("stride", 1), ("lhs_dilate", 1),
+                                 ("rhs_dilate", 1)):
+                values = window.get(key)
+                if values is not None and values[i] != trivial:
+                    out.add(i)
+            pads = window.get("pad")
+            if pads is not None and tuple(pads[i]) != (0, 0):
+                out.add(i)
+        return out
+    return None
+
+
+def reshape_dim_map(source: Sequence[int], target: Sequence[int]) -> dict[int, int]:
+    """Source dim -> target dim for the dims a reshape keeps whole: the same
+    size, with equal products of the dims before them (size-1 dims ignored)."""
+    out = {}
+    before_s = 1
+    prefix_t = {}
+    p = 1
+    for j, n in enumerate(target):
+        prefix_t.setdefault((p, n), j)
+        p *= n
+    for i, n in enumerate(source):
+        j = prefix_t.get((before_s, n))
+        if j is not None and n > 1:
+            out[i] = j
+        before_s *= n
+    return out
+
+
+def gather_batch_dims(inst: HloInstruction) -> dict[int, int] | None:
+    """A gather's indices dim -> its result dim, for the indices' batch
+    dims (all but index_vector_dim): a cut of them carries through, each
+    device gathering its indices' rows from the whole operand. None for
+    gathers with operand batching dims."""
+    a = inst.attrs
+    if a.get("operand_batching_dims") or a.get("start_indices_batching_dims"):
+        return None
+    indices_rank = inst.operands[1].shape.rank
+    vector = a.get("index_vector_dim", indices_rank)
+    batch_in = [d for d in range(indices_rank) if d != vector]
+    offset = set(a.get("offset_dims", ()))
+    batch_out = [d for d in range(inst.shape.rank) if d not in offset]
+    if len(batch_in) != len(batch_out):
+        return None
+    return dict(zip(batch_in, batch_out))
+
+
+def convolution_batch_dims(inst: HloInstruction) -> tuple[int, int] | None:
+    """(input batch dim, result batch dim) of a convolution whose batch
+    can be cut (no feature or batch groups); None otherwise."""
+    if inst.attrs.get("feature_group_count", 1) != 1 or \
+            inst.attrs.get("batch_group_count", 1) != 1:
+        return None
+    labels = inst.attrs.get("dim_labels")
+    if not isinstance(labels, str) or "->" not in labels or "_" not in labels:
+        return None
+    operands, result = labels.split("->")
+    lhs = operands.split("_")[0]
+    if lhs.count("b") != 1 or result.count("b") != 1:
+        return None
+    return lhs.index("b"), result.index("b")
+
+
+def merge(a: HloSharding, b: HloSharding, rank: int, n: int) -> HloSharding | None:
+    """One tiling with both `a`'s and `b`'s cuts (None when they conflict)."""
+    if a.kind != "tiled":
+        return b if b.kind in ("tiled", "replicated") else None
+    if b.kind != "tiled":
+        return a if b.kind == "replicated" else None
+    if a.has_manual_subgroup or b.has_manual_subgroup:
+        return None
+    ca, cb = a.counts(rank), b.counts(rank)
+    xa, xb = device_coords(a, rank, n), device_coords(b, rank, n)
+    counts = []
+    for i in range(rank):
+        if ca[i] > 1 and cb[i] > 1:
+            if ca[i] != cb[i] or any(xa[d][i] != xb[d][i] for d in range(n)):
+                return None
+        counts.append(max(ca[i], cb[i]))
+
+    def coords(d: int) -> list[int]:
+        return [xa[d][i] if ca[i] > 1 else xb[d][i] for i in range(rank)]
+    return from_coords(counts, coords, list(a.devices))
+
+
+def _best(shardings: list[HloSharding], rank: int, n: int) -> HloSharding | None:
+    tiled = [s for s in shardings if s.kind == "tiled"]
+    if not tiled:
+        return shardings[0] if shardings else None
+    out = tiled[0]
+    for s in tiled[1:]:
+        merged = merge(out, s, rank, n)
+        if merged is not None:
+            out = merged
+        elif tile_count(s, rank) > tile_count(out, rank):
+            out = s
+    return out
+
+
+def _broadcast_forward(inst, s: HloSharding) -> HloSharding | None:
+    if s.kind != "tiled" or s.has_manual_subgroup:
+        return None
+    dims = inst.attrs["dimensions"]
+    out_rank = inst.shape.rank
+    if list(dims) != sorted(dims):
+        return None
+    array = s.array()
+    op_rank = s.rank
+    shape = [1] * out_rank
+    for j, d in enumerate(dims):
+        shape[d] = array.shape[j]
+    return HloSharding.tiled(array.reshape(shape + list(array.shape[op_rank:])),
+                             s.subgroups)
+
+
+def permute_sharding(s: HloSharding, perm: Sequence[int]) -> HloSharding:
+    """Result dim i is operand dim perm[i]."""
+    if s.kind != "tiled":
+        return s
+    array = s.array()
+    rank = s.rank
+    return HloSharding.tiled(array.transpose(list(perm) + list(range(rank, array.ndim))),
+                             s.subgroups)
+
+
+def remap_sharding(s: HloSharding, mapping: dict[int, int], src_rank: int,
+           dst_rank: int) -> HloSharding | None:
+    """A tiling of src dims carried to dst dims by `mapping` (unmapped
+    sharded dims: None)."""
+    if s.kind != "tiled":
+        return s
+    counts = s.counts(src_rank)
+    if any(c > 1 and i not in mapping for i, c in enumerate(counts)):
+        return None
+    array = s.array()
+    sharded = [i for i, c in enumerate(counts) if c > 1]
+    order = sorted(sharded, key=lambda i: mapping[i])
+    others = [i for i in range(src_rank) if i not in sharded]
+    moved = array.transpose(order + others + list(range(src_rank, array.ndim)))
+    shape = [1] * dst_rank
+    for i in sharded:
+        shape[mapping[i]] = counts[i]
+    return HloSharding.tiled(moved.reshape(shape + list(array.shape[src_rank:])),
+                             s.subgroups)
+
+
+def _dot_forward(inst, lhs: HloSharding | None, rhs: HloSharding | None,
+                 n: int, defer: bool = False) -> HloSharding | None:
+    """The result's sharding from the operands' batch and free dims; with
+    `defer`, None where the two operands' cuts conflict (the users then
+    choose, as a result constraint would)."""
+    a = inst.attrs
+    lb, rb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
+    lc, rc = list(a.get("lhs_contracting_dims", ())), list(a.get("rhs_contracting_dims", ()))
+    lr, rr = inst.operands[0].shape.rank, inst.operands[1].shape.rank
+    lf = [i for i in range(lr) if i not in lb and i not in lc]
+    rf = [i for i in range(rr) if i not in rb and i not in rc]
+    out_rank = inst.shape.rank
+    candidates = []
+    for s, batch, free, offset, rank in ((lhs, lb, lf, len(lb), lr),
+                                         (rhs, rb, rf, len(lb) + len(lf), rr)):
+        if s is None or s.kind != "tiled":
+            continue
+        mapping = {d: k for k, d in enumerate(batch)}
+        mapping.update({d: offset + k for k, d in enumerate(free)})
+        contracting = [i for i in range(rank) if i not in mapping]
+        keep = sorted(mapping, key=lambda i: mapping[i])
+        dropped = replicate_dims(s, rank, contracting, keep=keep)
+        out = remap_sharding(dropped, {k: mapping[d] for k, d in enumerate(keep)},
+                     len(keep), out_rank)
+        if out is not None:
+            candidates.append(out)
+    if defer and len(candidates) == 2 and merge(*candidates, out_rank, n) is None:
+        return None
+    return _best(candidates, out_rank, n)
+
+
+class _Propagation:
+    def __init__(self, comp: HloComputation, fixed: dict[int, HloSharding], n: int):
+        self.comp, self.n = comp, n
+        self.fixed = fixed
+        self.out: dict[int, HloSharding] = dict(fixed)
+        self.first_round = True
+
+    def get(self, inst: HloInstruction) -> HloSharding | None:
+        return self.out.get(id(inst))
+
+    def forward(self, inst: HloInstruction) -> HloSharding | None:
+        op = inst.opcode
+        ops = [self.get(o) for o in inst.operands]
+        rank = inst.shape.rank if not inst.shape.is_tuple else 0
+        if op in ELEMENTWISE and not inst.shape.is_tuple:
+            same = [s for o, s in zip(inst.operands, ops)
+                    if s is not None and o.shape.dims == inst.shape.dims]
+            return _best(same, rank, self.n)
+        if op == "broadcast" and ops[0] is not None and ops[0].kind == "tiled":
+            # (a broadcast of a whole value is left to its users: each
+            # device then builds only its chunk)
+            return _broadcast_forward(inst, ops[0])
+        if op == "transpose" and ops[0] is not None:
+            return permute_sharding(ops[0], inst.attrs["dimensions"])
+        if op == "reshape" and ops[0] is not None:
+            src = inst.operands[0].shape.dims
+            return remap_sharding(ops[0], reshape_dim_map(src, inst.shape.dims), len(src), rank)
+        if op == "reduce" and ops[0] is not None and not inst.shape.is_tuple:
+            operand_rank = inst.operands[0].shape.rank
+            return replicate_dims(ops[0], operand_rank, inst.attrs["dimensions"])
+        if op == "dot":
+            # (a dot whose operands cut no batch or free dim is left to its
+            # users: a cut result can then take a reduce-scatter)
+            out = _dot_forward(inst, ops[0], ops[1], self.n, defer=self.first_round)
+            return out if out is not None and out.kind == "tiled" else None
+        if op in _DIM_PRESERVING and ops[0] is not None:
+            touched = touched_dims(inst)
+            if touched is None:
+                return None
+            return replicate_dims(ops[0], rank, sorted(touched), keep=list(range(rank)))
+        if op == "get-tuple-element" and ops[0] is not None and ops[0].is_tuple:
+            return ops[0].elements[inst.attrs["index"]]
+        if op == "tuple" and any(s is not None for s in ops):
+            return HloSharding.tuple_of([HloSharding.replicated() if s is None else s
+                                         for s in ops])
+        if op == "copy" and ops[0] is not None:
+            return ops[0]
+        if op == "gather" and ops[1] is not None and ops[1].kind == "tiled":
+            mapping = gather_batch_dims(inst)
+            if mapping is not None:
+                return remap_sharding(ops[1], mapping, inst.operands[1].shape.rank, rank)
+            return None
+        if op == "convolution" and ops[0] is not None and ops[0].kind == "tiled":
+            batch = convolution_batch_dims(inst)
+            if batch is None:
+                return None
+            return remap_sharding(ops[0], {batch[0]: batch[1]}, inst.operands[0].shape.rank,
+                                  rank)
+        if op == "while" and ops[0] is not None:
+            return ops[0]     # the loop keeps its state cut as it starts
+        return None
+
+    def backward(self, user: HloInstruction, s: HloSharding) -> dict[int, HloSharding]:
+        """Operand index -> a sharding the user's `s` suggests for it."""
+        op = user.opcode
+        if s.is_tuple or s.is_manual:
+            return {}
+        if op in ELEMENTWISE or op == "copy" or (
+                op == "custom-call" and user.attrs.get("custom_call_target") in
+                CONSTRAINT_TARGETS and len(user.operands) == 1):
+            return {i: s for i, o in enumerate(user.operands)
+                    if o.shape.dims == user.shape.dims}
+        if op == "broadcast" and s.kind == "tiled":
+            dims = list(user.attrs["dimensions"])
+            return {0: replicate_dims(s, user.shape.rank,
+                                      [i for i in range(user.shape.rank) if i not in dims],
+                                      keep=dims)}
+        if op == "transpose" and s.kind == "tiled":
+            perm = list(user.attrs["dimensions"])
+            inverse = [perm.index(i) for i in range(len(perm))]
+            return {0: permute_sharding(s, inverse)}
+        if op == "reshape":
+            src = user.operands[0].shape.dims
+            mapping = reshape_dim_map(src, user.shape.dims)
+            back = remap_sharding(s, {j: i for i, j in mapping.items()}, user.shape.rank, len(src))
+            return {0: back} if back is not None else {}
+        return {}
+
+    def run(self, order: list[HloInstruction]) -> dict[int, HloSharding]:
+        for round_ in range(2):
+            self.first_round = round_ == 0
+            for inst in order:
+                if id(inst) not in self.out:
+                    s = self.forward(inst)
+                    if s is not None:
+                        self.out[id(inst)] = s
+            for inst in reversed(order):
+                s = self.get(inst)
+                if s is None:
+                    continue
+                for i, suggestion in self.backward(inst, s).items():
+                    operand = inst.operands[i]
+                    if id(operand) not in self.out and operand.opcode != "parameter":
+                        self.out[id(operand)] = suggestion
+        return self.out
+
+
+def propagate(comp: HloComputation, fixed: dict[int, HloSharding],
+              num_devices: int, order: list[HloInstruction]) -> dict[int, HloSharding]:
+    """id(instruction) -> its sharding, for every instruction of `order`
+    (the computation's instructions, operands first); `fixed`: the ones the
+    module states. Non-tuple shardings come back normalized."""
+    out = _Propagation(comp, fixed, num_devices).run(order)
+    result = {}
+    for inst in order:
+        s = out.get(id(inst))
+        result[id(inst)] = _normal(s, inst.shape, num_devices)
+    return result
+
+
+def _normal(s: HloSharding | None, shape, n: int) -> HloSharding:
+    if shape.is_tuple:
+        elements = s.elements if s is not None and s.is_tuple and \
+            len(s.elements) == len(shape.tuple_shapes) else [None] * len(shape.tuple_shapes)
+        return HloSharding.tuple_of([_normal(e, sub, n)
+                                     for e, sub in zip(elements, shape.tuple_shapes)])
+    if s is not None and s.is_tuple:
+        return HloSharding.replicated()
+    return normalize(s, shape.dims, n)

@@ -1,0 +1,220 @@
+"""Emitting per-device code: the collectives, partition-id tables, and
+resharding a value from one sharding to another (all-gathers along the
+tile assignment's groups, then a dynamic-slice at offsets read by
+partition-id; one all-to-all where a cut moves to another dim over the
+same devices). A base of the partitioner: `self.comp` is the computation
+being built, `self.n` the device count."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....errors import UnsupportedError
+from ...module import HloComputation, HloInstruction
+from ...shape import Shape
+from .placement import device_coords, groups_along, replicate_dims, same_placement
+from .sharding import HloSharding
+
+__all__ = ["Emitter"]
+
+
+class Emitter:
+    """A base of the partitioner: `self.comp` is the computation being
+    built, `self.n` the device count, `self.channel` the last channel id
+    given, `self.reducers` the reducer computations made (one per kind and
+    element type)."""
+
+    def add(self, opcode: str, shape: Shape, operands=(), **attrs) -> HloInstruction:
+        return self.comp.add_instruction(HloInstruction.create(opcode, shape, operands,
+                                                               **attrs))
+
+    def next_channel(self) -> str:
+        self.channel += 1
+        return str(self.channel)
+
+    @staticmethod
+    def groups_text(groups) -> str:
+        return "{" + ",".join("{" + ",".join(str(d) for d in g) + "}" for g in groups) + "}"
+
+    def partition_id(self) -> HloInstruction:
+        if self._pid is None:
+            pid = self.add("partition-id", Shape("u32", ()))
+            self._pid = self.add("convert", Shape("s32", ()), [pid])
+        return self._pid
+
+    def table_value(self, values: list[int]) -> HloInstruction:
+        """values[partition-id] as an s32 scalar."""
+        if len(set(values)) == 1:
+            return self.scalar(values[0])
+        key = tuple(values)
+        hit = self._tables.get(key)
+        if hit is not None:
+            return hit
+        table = self.comp.add_instruction(HloInstruction.create_constant(
+            np.array(values, dtype=np.int32), Shape("s32", (len(values),), (0,))))
+        picked = self.add("dynamic-slice", Shape("s32", (1,), (0,)), [table, self.partition_id()],
+                          dynamic_slice_sizes=(1,))
+        value = self.add("reshape", Shape("s32", ()), [picked])
+        self._tables[key] = value
+        return value
+
+    def scalar(self, value: int) -> HloInstruction:
+        return self.comp.add_instruction(HloInstruction.create_constant(
+            np.array(value, dtype=np.int32), Shape("s32", ())))
+
+    def reducer(self, element_type: str, kind: str = "add") -> HloComputation:
+        key = f"{kind}.{element_type}"
+        comp = self.reducers.get(key)
+        if comp is None:
+            scalar = Shape(element_type, ())
+            name = self.module.unique_computation_name(f"spmd_{kind}_{element_type}")
+            comp = HloComputation(name)
+            x = comp.add_instruction(HloInstruction.create_parameter(0, scalar, "x"))
+            y = comp.add_instruction(HloInstruction.create_parameter(1, scalar, "y"))
+            op = kind if element_type != "pred" else "or"
+            comp.set_root(comp.add_instruction(HloInstruction.create(op, scalar, [x, y])))
+            self.module.add_computation(comp)
+            self.reducers[key] = comp
+        return comp
+
+    def local_shape(self, shape: Shape, s: HloSharding) -> Shape:
+        if shape.is_tuple:
+            return Shape(tuple_shapes=tuple(
+                self.local_shape(sub, e if s.is_tuple else HloSharding.replicated())
+                for sub, e in zip(shape.tuple_shapes, s.elements or
+                                  [HloSharding.replicated()] * len(shape.tuple_shapes))))
+        return shape.with_dims(s.local_dims(shape.dims))
+
+    def all_gather(self, x: HloInstruction, dim: int, groups) -> HloInstruction:
+        dims = list(x.shape.dims)
+        dims[dim] *= len(groups[0])
+        return self.add("all-gather", x.shape.with_dims(tuple(dims)), [x],
+                        dimensions=(dim,), replica_groups=self.groups_text(groups),
+                        use_global_device_ids=True, channel_id=self.next_channel())
+
+    def all_reduce(self, x: HloInstruction, groups, kind: str = "add") -> HloInstruction:
+        return self.add("all-reduce", x.shape, [x], replica_groups=self.groups_text(groups),
+                        use_global_device_ids=True, channel_id=self.next_channel(),
+                        to_apply=self.reducer(x.shape.element_type, kind))
+
+    def reduce_scatter(self, x: HloInstruction, dim: int, groups) -> HloInstruction:
+        dims = list(x.shape.dims)
+        dims[dim] //= len(groups[0])
+        return self.add("reduce-scatter", x.shape.with_dims(tuple(dims)), [x],
+                        dimensions=(dim,), replica_groups=self.groups_text(groups),
+                        use_global_device_ids=True, channel_id=self.next_channel(),
+                        to_apply=self.reducer(x.shape.element_type))
+
+    # ---------------------------------------------------------- resharding
+
+    def reshard(self, x: HloInstruction, source: HloSharding, target: HloSharding,
+                global_shape: Shape) -> HloInstruction:
+        """x (source's chunk of a value of global_shape) as target's chunk."""
+        if global_shape.is_tuple:
+            if source == target:
+                return x
+            parts = []
+            for i, sub in enumerate(global_shape.tuple_shapes):
+                element = self.add("get-tuple-element", x.shape.tuple_shapes[i], [x], index=i)
+                parts.append(self.reshard(element, source.elements[i], target.elements[i], sub))
+            return self.add("tuple", Shape(tuple_shapes=tuple(p.shape for p in parts)), parts)
+        rank, n = global_shape.rank, self.n
+        if same_placement(source, target, rank, n):
+            return x
+        if source.is_manual or target.is_manual:
+            raise UnsupportedError(f"cannot reshard between manual and {target} shardings")
+        moved = self.try_all_to_all(x, source, target, global_shape)
+        if moved is not None:
+            return moved
+        current = source
+        if source.kind == "tiled":
+            sc, tc = source.counts(rank), target.counts(rank)
+            xs = device_coords(source, rank, n)
+            xt = device_coords(target, rank, n)
+            for dim in range(rank):
+                if sc[dim] == 1:
+                    continue
+                if sc[dim] == tc[dim] and all(xs[d][dim] == xt[d][dim] for d in range(n)):
+                    continue
+                x = self.all_gather(x, dim, groups_along(current, rank, [dim]))
+                current = replicate_dims(current, rank, [dim], keep=list(range(rank)))
+        return self.slice_to(x, current, target, global_shape)
+
+    def slice_to(self, x, current: HloSharding, target: HloSharding, global_shape: Shape):
+        """Cuts target's chunk out of x where current holds a dim whole."""
+        rank, n = global_shape.rank, self.n
+        if target.kind != "tiled":
+            return x
+        cc, tc = current.counts(rank), target.counts(rank)
+        xt = device_coords(target, rank, n)
+        local = list(x.shape.dims)
+        offsets = []
+        cut = False
+        for dim in range(rank):
+            if cc[dim] == 1 and tc[dim] > 1:
+                size = global_shape.dims[dim] // tc[dim]
+                local[dim] = size
+                offsets.append(self.table_value([xt[d][dim] * size for d in range(n)]))
+                cut = True
+            else:
+                offsets.append(self.scalar(0))
+        if not cut:
+            return x
+        return self.add("dynamic-slice", x.shape.with_dims(tuple(local)), [x, *offsets],
+                        dynamic_slice_sizes=tuple(local))
+
+    def try_all_to_all(self, x, source: HloSharding, target: HloSharding, global_shape):
+        """One all-to-all when the cut moves from dim a to dim b over the
+        same device groups (everything else equal)."""
+        rank, n = global_shape.rank, self.n
+        if source.kind != "tiled" or target.kind != "tiled":
+            return None
+        sc, tc = source.counts(rank), target.counts(rank)
+        a = [i for i in range(rank) if sc[i] > 1 and tc[i] == 1]
+        b = [i for i in range(rank) if tc[i] > 1 and sc[i] == 1]
+        if len(a) != 1 or len(b) != 1 or sc[a[0]] != tc[b[0]]:
+            return None
+        a, b = a[0], b[0]
+        xs, xt = device_coords(source, rank, n), device_coords(target, rank, n)
+        if any(xs[d][i] != xt[d][i] for d in range(n) for i in range(rank) if i not in (a, b)):
+            return None
+        if any(xs[d][a] != xt[d][b] for d in range(n)):
+            return None
+        k = sc[a]
+        groups = groups_along(source, rank, [a])
+        if any(sorted(g) != sorted(t) for g, t in zip(groups, groups_along(target, rank, [b]))):
+            return None
+        # Split b into [k, b/k] (chunk j goes to the group's j-th device),
+        # exchange on the new dim, then put the received chunks of a back
+        # in order: [k, a/k] -> a.
+        dims = list(x.shape.dims)
+        split = dims[:b] + [k, dims[b] // k] + dims[b + 1:]
+        y = self.add("reshape", x.shape.with_dims(tuple(split)), [x])
+        y = self.add("all-to-all", y.shape, [y], dimensions=(b,),
+                     replica_groups=self.groups_text(groups), channel_id=self.next_channel())
+        # y dims: the split dim b now indexes the sender (its chunk of a).
+        a_pos = a if a < b else a + 1
+        order = [i for i in range(len(split)) if i != b]
+        order.insert(order.index(a_pos), b)
+        moved_dims = tuple(split[i] for i in order)
+        y = self.add("transpose", x.shape.with_dims(moved_dims), [y],
+                     dimensions=tuple(order))
+        final = list(global_shape.dims)
+        final = [global_shape.dims[i] if i == a else
+                 (global_shape.dims[i] // k if i == b else x.shape.dims[i])
+                 for i in range(rank)]
+        return self.add("reshape", x.shape.with_dims(tuple(final)), [y])
+
+    def only_slices(self, have: HloSharding, want: HloSharding, rank: int) -> bool:
+        """Whether resharding `have` to `want` needs no collective: every
+        dim `have` cuts, `want` cuts the same way (the rest is a slice)."""
+        if have.kind != "tiled":
+            return not want.is_manual
+        if want.kind != "tiled":
+            return False
+        hc, wc = have.counts(rank), want.counts(rank)
+        hx, wx = device_coords(have, rank, self.n), device_coords(want, rank, self.n)
+        return all(hc[i] == 1 or (hc[i] == wc[i] and
+                                  all(hx[d][i] == wx[d][i] for d in range(self.n)))
+                   for i in range(rank))
+

@@ -1,0 +1,225 @@
+"""How numpy's BLAS runs a cpu-target gemm: on one thread, large products
+split into panels that the caller and helper threads claim one by one.
+
+OpenBLAS splits every product above about 2^18 multiply-adds statically
+over all its threads and waits for the slowest. On a host whose cores are
+shared (other processes, or the run's own kernels on the native pool), a
+thread that is not scheduled stalls the whole product: measured on two
+shared cores, 2-4x slower than one thread for products of 8M-500M
+multiply-adds, and its idle threads keep spinning afterwards.
+
+So `blas_matmul` runs BLAS on one thread (restoring the process's setting
+afterwards, so a caller's own numpy is untouched), and splits a product of
+at least HOST_BLAS_SPLIT_MACS multiply-adds into row (or batch) panels:
+the calling thread and `helper_threads()` helpers each claim the next
+panel until none is left, so a helper that has no core runs none and
+holds back nobody, and an idle machine still gets every core (numpy
+releases the GIL inside matmul). Only OpenBLAS (numpy's wheels bundle it)
+is controlled; with another BLAS, or none found, products run as numpy
+runs them.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import os
+import queue
+import re
+import threading
+
+import numpy as np
+
+__all__ = ["HOST_BLAS_SPLIT_MACS", "blas_matmul", "single_threaded_blas",
+           "restore_blas_threads", "openblas_threads", "helper_threads"]
+
+# Products of at least this many multiply-adds (about half a millisecond on
+# one core) are split into panels for the helper threads: past the ~50 us
+# a helper takes to wake.
+HOST_BLAS_SPLIT_MACS = 1 << 24
+# Panels per thread taking part: a thread without a core holds back at
+# most one, and each stays a BLAS-sized product.
+_PANELS_PER_THREAD = 4
+_MIN_PANEL_ROWS = 32
+
+_SET_NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+              "openblas_set_num_threads64_", "openblas_set_num_threads")
+_lock = threading.Lock()
+# Products in flight on one thread, per process: the setting is restored
+# when the last one ends (products of several host threads overlap).
+_single = 0
+_saved = 0
+
+
+@functools.lru_cache(maxsize=None)
+def openblas_threads():
+    """(set, get) of the OpenBLAS numpy loaded, or None when numpy uses
+    another BLAS or it cannot be found."""
+    import numpy  # noqa: F401  (loads its BLAS)
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return None
+    paths = sorted({m for m in re.findall(r"(/\S*openblas\S*\.so\S*)", maps)})
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _SET_NAMES:
+            setter = getattr(lib, name, None)
+            getter = getattr(lib, name.replace("set_", "get_"), None)
+            if setter is not None and getter is not None:
+                setter.argtypes, setter.restype = [ctypes.c_int], None
+                getter.argtypes, getter.restype = [], ctypes.c_int
+                return setter, getter
+    return None
+
+
+def single_threaded_blas() -> bool:
+    """Before a product: drops numpy's BLAS to one thread. Returns whether
+    it could (OpenBLAS); then `restore_blas_threads()` must follow the
+    product."""
+    global _single, _saved
+    control = openblas_threads()
+    if control is None:
+        return False
+    setter, getter = control
+    with _lock:
+        if _single == 0:
+            _saved = getter()
+            if _saved > 1:
+                setter(1)
+        _single += 1
+    return True
+
+
+def restore_blas_threads() -> None:
+    """Ends a `single_threaded_blas` product: the last one in flight gives
+    BLAS its threads back."""
+    global _single
+    with _lock:
+        _single -= 1
+        if _single == 0 and _saved > 1:
+            openblas_threads()[0](_saved)
+
+
+def helper_threads() -> int:
+    """Threads besides the caller that take panels of a split product: the
+    cores this process may run on, less one (at most 7)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(0, min(cores, 8) - 1)
+
+
+class _Split:
+    """One split product: panels claimed in order by whoever comes."""
+
+    def __init__(self, run_panel, panels: int):
+        self.run_panel, self.panels = run_panel, panels
+        self.next = itertools.count()
+        self.lock = threading.Condition()
+        self.helpers_inside = 0
+        self.closed = False
+        self.error: BaseException | None = None
+
+    def work(self) -> None:
+        while True:
+            panel = next(self.next)      # atomic under the GIL
+            if panel >= self.panels:
+                return
+            self.run_panel(panel)
+
+    def help(self) -> None:
+        """A helper's turn: nothing when the caller already finished."""
+        with self.lock:
+            if self.closed:
+                return
+            self.helpers_inside += 1
+        try:
+            self.work()
+        except BaseException as e:   # noqa: BLE001  (re-raised by the caller)
+            self.error = e
+        finally:
+            with self.lock:
+                self.helpers_inside -= 1
+                self.lock.notify_all()
+
+    def finish(self) -> None:
+        """The caller, after its own panels: waits for the panels helpers
+        hold, never for a helper that has not started."""
+        with self.lock:
+            self.closed = True
+            while self.helpers_inside:
+                self.lock.wait()
+        if self.error is not None:
+            raise self.error
+
+
+_helpers: list[queue.SimpleQueue] = []
+_helpers_lock = threading.Lock()
+_helpers_pid = 0
+
+
+def _helper_queues() -> list[queue.SimpleQueue]:
+    """The helper threads' job queues, started on first use (again in a
+    forked child, which has none of its parent's threads)."""
+    global _helpers, _helpers_pid
+    with _helpers_lock:
+        if _helpers_pid != os.getpid():
+            _helpers, _helpers_pid = [], os.getpid()
+            for n in range(helper_threads()):
+                jobs: queue.SimpleQueue = queue.SimpleQueue()
+                threading.Thread(target=_helper_loop, args=(jobs,), daemon=True,
+                                 name=f"xla_gpu BLAS helper {n}").start()
+                _helpers.append(jobs)
+        return _helpers
+
+
+def _helper_loop(jobs: queue.SimpleQueue) -> None:
+    while True:
+        jobs.get().help()
+
+
+def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """out[...] = a @ b for a [batch, m, k], b [batch, k, n] and out
+    [batch, m, n] (numpy arrays that do not overlap `out`), BLAS on one
+    thread, split over the helper threads when large."""
+    if not single_threaded_blas():
+        np.matmul(a, b, out=out)
+        return
+    try:
+        batch, m, k = a.shape
+        n = b.shape[-1]
+        helpers = _helper_queues() if batch * m * n * k >= HOST_BLAS_SPLIT_MACS else []
+        wanted = (len(helpers) + 1) * _PANELS_PER_THREAD
+        if helpers and batch >= wanted:
+            # Whole batch entries per panel.
+            bounds = [batch * p // wanted for p in range(wanted + 1)]
+
+            def run_panel(p: int) -> None:
+                lo, hi = bounds[p], bounds[p + 1]
+                np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi])
+        elif helpers and batch == 1 and m >= 2 * _MIN_PANEL_ROWS:
+            panels = min(wanted, m // _MIN_PANEL_ROWS)
+            bounds = [m * p // panels for p in range(panels + 1)]
+            wanted = panels
+
+            def run_panel(p: int) -> None:
+                lo, hi = bounds[p], bounds[p + 1]
+                np.matmul(a[0, lo:hi], b[0], out=out[0, lo:hi])
+        else:
+            np.matmul(a, b, out=out)
+            return
+        split = _Split(run_panel, wanted)
+        for jobs in helpers:
+            jobs.put(split)
+        try:
+            split.work()
+        finally:
+            split.finish()
+    finally:
+        restore_blas_threads()
