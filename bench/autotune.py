@@ -18,9 +18,8 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 
-import numpy as np
+from benchlib import median_seconds
 
 CASES = {
     "f32 64x128x32 + tanh": ("f32[64,128]", "f32[128,32]", "f32[64,32]", "tanh", None),
@@ -45,28 +44,6 @@ ENTRY e {{
 """
 
 
-def _inputs(text: str, rng) -> list[np.ndarray]:
-    from xla_gpu import hlo
-    out = []
-    for p in hlo.parse_module(text).entry.parameters:
-        if p.shape.element_type == "s8":
-            out.append(rng.integers(-8, 8, p.shape.dims).astype(np.int8))
-        else:
-            out.append(rng.standard_normal(p.shape.dims).astype(np.float32))
-    return out
-
-
-def _median_ms(exe, args, runs: int) -> float:
-    for _ in range(3):
-        exe.run(*args)
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        exe.run(*args)
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=8)
@@ -75,10 +52,10 @@ def main() -> None:
     os.environ.setdefault("XLA_GPU_CACHE_DIR", tempfile.mkdtemp(prefix="xla_gpu_bench_"))
     import xla_gpu
     from xla_gpu import hlo
+    from xla_gpu.hlo.numerics import random_inputs
     from xla_gpu.hlo.passes import optimize
     from xla_gpu.program import autotune
 
-    rng = np.random.default_rng(0)
     print("| case | candidate | us |")
     print("|---|---|---|")
     summary = []
@@ -93,7 +70,7 @@ def main() -> None:
             mark = " (chosen)" if tiling == result.tiling else ""
             value = "rejected" if seconds is None else f"{seconds * 1e6:.1f}"
             print(f"| {name} | {label}{mark} | {value} |")
-        inputs = _inputs(text, rng)
+        inputs = random_inputs(hlo.parse_module(text).entry)
         os.environ["XLA_GPU_AUTOTUNE"] = "0"
         plain = xla_gpu.compile(text, target="cpu", cache=False)
         os.environ["XLA_GPU_AUTOTUNE"] = "1"
@@ -101,8 +78,10 @@ def main() -> None:
         os.environ.pop("XLA_GPU_AUTOTUNE")
         a, b = [], []
         for _ in range(3):   # alternate: the host is shared
-            a.append(_median_ms(plain, inputs, args.runs // 3 or 1))
-            b.append(_median_ms(tuned, inputs, args.runs // 3 or 1))
+            a.append(1e3 * median_seconds(lambda: plain.run(*inputs), args.runs // 3 or 1,
+                                          warmup=3))
+            b.append(1e3 * median_seconds(lambda: tuned.run(*inputs), args.runs // 3 or 1,
+                                          warmup=3))
         summary.append((name, statistics.median(a), statistics.median(b)))
     print()
     print("| case | heuristic table ms | autotuned ms |")

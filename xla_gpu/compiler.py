@@ -239,11 +239,12 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     # configuration depends on it).
     device_key = () if device is None else (repr(device),)
     from ._paths import autotune_enabled, gemm_fusion_enabled
+    tuning = autotune_enabled()
     # XLA_GPU_GEMM_FUSION and XLA_GPU_AUTOTUNE change what a program
     # compiles to: part of the key.
     options = repr(sorted((program_options or {}).items()) +
                    [("gemm_fusion", gemm_fusion_enabled())] +
-                   ([("autotune", True)] if autotune_enabled() else []))
+                   ([("autotune", True)] if tuning else []))
     # The text as given (with its options): a repeated compile skips parsing.
     raw_key = compile_cache.make_key("raw", text, target, arch, fusion or "", identity,
                                      options, *device_key)
@@ -287,13 +288,14 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
         if device is not None:
             raise ArgumentError("device= applies to single fusions; whole programs are "
                                 "configured for the default device")
-        from .program.autotune import autotuner
+        tune = None
+        if tuning:   # off (the default): nothing imported, nothing run
+            from .program.autotune import autotuner
+            tune = autotuner(target, arch, cache=cache, dump_dir=dump_dir)
         program = compile_program(module, text=text, target=target, arch=arch,
                                   cache=cache, dump_dir=dump_dir, dump_regex=dump_regex,
                                   num_replicas=replicas, num_partitions=partitions,
-                                  autotune=autotuner(target, arch, cache=cache,
-                                                     dump_dir=dump_dir),
-                                  **program_options)
+                                  autotune=tune, **program_options)
         if use_cache:
             with span("store in the compile cache", "compile"):
                 disk.put_program(raw_key, program)

@@ -416,13 +416,22 @@ class MmaPlan:
     free-major ([free, block_k + pad]: k contiguous, so that a fragment
     register's elements are adjacent)."""
     operand_type: str                 # f16, bf16 or s8 (both tiles)
-    m: int
-    n: int
-    k: int
     warps_m: int
     warps_n: int
     tiles_m: int
     tiles_n: int
+
+    @property
+    def m(self) -> int:
+        return MMA_SHAPES[self.operand_type][0]
+
+    @property
+    def n(self) -> int:
+        return MMA_SHAPES[self.operand_type][1]
+
+    @property
+    def k(self) -> int:
+        return MMA_SHAPES[self.operand_type][2]
 
 
 def _mma_pad(storage: str) -> int:
@@ -639,8 +648,7 @@ def _with_mma(plan: GemmPlan, lhs_t: str, rhs_t: str, budget: int) -> GemmPlan |
     if warps is None:
         return None
     warps_m, warps_n = warps
-    mma = MmaPlan(operand, m, n, k, warps_m, warps_n, bm // (warps_m * m),
-                  bn // (warps_n * n))
+    mma = MmaPlan(operand, warps_m, warps_n, bm // (warps_m * m), bn // (warps_n * n))
     notes = plan.notes + (f"tensor cores: mma.sync m{m}n{n}k{k} on {operand}, "
                           f"{warps_m}x{warps_n} warps of {mma.tiles_m}x{mma.tiles_n} "
                           f"instruction tiles",)

@@ -260,7 +260,7 @@ class GemmEmitter(KernelEmitter):
         k = dim(2) * p.block_k + c
         constraints = [] if steps * p.threads == elements else [(e, 0, elements - 1)]
         # mma's tiles: free-major and 1-d, the tile position linearized.
-        position = c if p.mma is None else r * (p.block_k + self._mma_pad(operand)) + c
+        position = c if p.mma is None else r * self._mma_row_stride(operand) + c
         loop_map = self.index_map(indexing_map(
             [("th_x", p.threads), ("bl_x", p.blocks), ("kt", p.k_steps)],
             [("s", steps)] if steps > 1 else [],
@@ -397,10 +397,11 @@ class GemmEmitter(KernelEmitter):
                    for col in cols]
         return a_frags, b_frags
 
-    def _mma_pad(self, operand: int) -> int:
-        """The row stride of an mma tile less block_k."""
+    def _mma_row_stride(self, operand: int) -> int:
+        """The elements from one row of operand `operand`'s 1-d mma tile to
+        the next (block_k and its pad)."""
         p = self.plan
-        return (p.lhs_tile if operand == 0 else p.rhs_tile)[1] - p.block_k
+        return (p.lhs_tile if operand == 0 else p.rhs_tile)[1]
 
     def _fragment_register(self, tile, row, k, operand: int):
         """One 32-bit multiplicand register: the elements of operand
@@ -411,7 +412,7 @@ class GemmEmitter(KernelEmitter):
         mma = self.plan.mma
         per_register = 32 // bit_width_of(mma.operand_type)
         element = element_type(mma.operand_type)
-        stride = self.plan.block_k + self._mma_pad(operand)
+        stride = self._mma_row_stride(operand)
         (at,) = xla_gpu.build_apply_indexing(self.index_map(indexing_map(
             [("row", self.plan.block_m if operand == 0 else self.plan.block_n),
              ("k", self.plan.block_k)], [], [dim(0) * stride + dim(1)])), [row, k])
@@ -433,8 +434,9 @@ class GemmEmitter(KernelEmitter):
         register r column groupID at k offset r * k / 2."""
         p = self.plan
         mma = p.mma
-        a_rows = self._rows[0::2]     # row groupID of each instruction tile
-        b_cols = self._b_columns(self._thread_id)
+        if not self._emulate_mma:
+            a_rows = self._rows[0::2]     # row groupID of each instruction tile
+            b_cols = self._b_columns(self._thread_id)
         loop = scf.ForOp(_index(0), _index(p.block_k), _index(mma.k), list(accs))
         with ir.InsertionPoint(loop.body):
             kk = loop.induction_variable

@@ -183,6 +183,12 @@ def parse_replica_groups(text: Any) -> tuple[tuple[int, ...], ...]:
     return groups
 
 
+def replica_groups_text(groups: Sequence[Sequence[int]]) -> str:
+    """The explicit `{{0,1},{2,3}}` form of `groups` (parse_replica_groups
+    reads it back)."""
+    return "{" + ",".join("{" + ",".join(str(int(i)) for i in g) + "}" for g in groups) + "}"
+
+
 class _MeshText:
     """A cursor over the mesh form's text, for error messages that quote it."""
 

@@ -141,6 +141,25 @@ def parse_shape_list(text: str, source: str = "<shapes>") -> tuple[Shape, ...]:
     return tuple(shapes)
 
 
+def parse_program_shape(text: str, source: str = "<program shape>"
+                        ) -> tuple[tuple[Shape, ...], Shape]:
+    """Parses `(parameter shapes)->result shape`, braced or not (the module
+    header's `entry_computation_layout={...}`), as (parameters, result).
+    Raises `HloParseError`."""
+    parser = _Parser(text, source)
+    braced = parser.accept("{")
+    parser.expect("(", "to open the parameter shapes")
+    params = parser.comma_list(")", "the parameter shapes", parser.shape)
+    parser.expect("->", "before the result shape")
+    result = parser.shape()
+    if braced:
+        parser.expect("}", "to close the program shape")
+    parser.skip()
+    if parser.pos != parser.n:
+        parser.error(f"unexpected {parser.describe()} after the program shape")
+    return tuple(params), result
+
+
 class _PendingRef:
     """A computation reference, resolved when every computation is known."""
     __slots__ = ("names", "pos", "is_list")

@@ -602,9 +602,8 @@ def _partition_ourselves(computation, partitions: int) -> tuple[str, bytes] | No
     import jaxlib._hlo as hlo
     from ..errors import XlaGpuError
     from ..hlo import parse_module
-    from ..hlo.passes.spmd import sharding_of
+    from ..hlo.passes.spmd import HloSharding, partition_module, sharding_of
     from ..hlo.passes.spmd.placement import same_placement
-    from ..hlo.passes.spmd.partitioner import partition_module
     from ..hlo.printer import module_to_text
     try:
         module = parse_module(computation.as_hlo_text(print_large_constants=True))
@@ -623,8 +622,8 @@ def _partition_ourselves(computation, partitions: int) -> tuple[str, bytes] | No
             return None
     root = result.module.entry.root
     outs = result.output_shardings
-    root.attrs["sharding"] = str(outs[0]) if not root.shape.is_tuple else \
-        "{" + ", ".join(str(s) for s in outs) + "}"
+    root.attrs["sharding"] = str(outs[0] if not root.shape.is_tuple else
+                                 HloSharding.tuple_of(outs))
     text = module_to_text(result.module)
     try:
         proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()

@@ -50,6 +50,7 @@ from ..analysis.gemm import (GemmTiling, default_tiling, dot_dims, is_gemm_fusio
 from ..errors import XlaGpuError
 from ..hlo.fingerprint import fingerprint
 from ..hlo.module import HloComputation, HloInstruction, HloModule
+from ..hlo.numerics import compare, random_inputs, tolerance_type
 from ..hlo.passes.gemm_fusion import gemm_backend_config
 
 __all__ = ["autotune_enabled", "autotuner", "candidate_tilings", "autotune_gemm_fusions",
@@ -80,6 +81,14 @@ def _config_json(tiling: GemmTiling | None) -> dict:
     if tiling is None:
         return {"gemm": {"algorithm": -1}}
     return {"triton": {k: int(v) for k, v in tiling.to_json().items()}}
+
+
+def _backend_config(tiling: GemmTiling | None) -> str:
+    """A GEMM fusion's backend_config for a configuration (None: the
+    library's gemm)."""
+    if tiling is None:
+        return json.dumps({"fusion_backend_config": {"kind": LIBRARY_KIND}})
+    return gemm_backend_config(tiling)
 
 
 def _config_from_json(data: dict) -> GemmTiling | None:
@@ -113,9 +122,7 @@ class AutotuneResult:
 
     def backend_config(self) -> str:
         """The fusion's backend_config for this choice."""
-        if self.tiling is None:
-            return json.dumps({"fusion_backend_config": {"kind": LIBRARY_KIND}})
-        return gemm_backend_config(self.tiling)
+        return _backend_config(self.tiling)
 
     def to_json(self) -> dict:
         result = _config_json(self.tiling)
@@ -199,21 +206,6 @@ def candidate_tilings(dot: HloInstruction, limit: int = 8) -> list[GemmTiling]:
 
 # ------------------------------------------------------------- measuring
 
-def _random_operands(params: list[HloInstruction], seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for p in params:
-        shape = p.shape
-        dtype = shape.dtype
-        if shape.element_type == "pred":
-            out.append(rng.integers(0, 2, shape.dims).astype(bool))
-        elif np.issubdtype(dtype, np.integer):
-            out.append(rng.integers(-4, 5, shape.dims).astype(dtype))
-        else:
-            out.append(rng.standard_normal(shape.dims).astype(np.float32).astype(dtype))
-    return out
-
-
 class _Candidate:
     """One configuration of a fusion as the program compiler runs it: a
     one-fusion program with that backend config (split_k > 1: the
@@ -257,19 +249,6 @@ class _Candidate:
                                 for _ in range(repeats)]))
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    if a.shape != b.shape:
-        return False
-    if np.issubdtype(a.dtype, np.integer) or a.dtype == bool:
-        return bool(np.array_equal(a, b))
-    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    scale = max(float(np.max(np.abs(y))) if y.size else 0.0, 1.0)
-    # Tiles change the summation order: f32 sums of K products differ by
-    # a few ulps of the largest partial sum; half types by more.
-    tolerance = 1e-4 if a.dtype.itemsize >= 4 else 2e-2
-    return bool(np.all(np.abs(x - y) <= tolerance * scale))
-
-
 def _device_name(target: str) -> str:
     device = backends.get(target).default_device
     return getattr(device, "name", None) or repr(device)
@@ -299,7 +278,11 @@ def tune_fusion(fusion: HloInstruction, target: str, arch: str = "sm_90", *,
             return AutotuneResult(fusion.name, key, known.device, known.tiling, known.seconds,
                                   "cache", known.candidates, known.rejected)
     dot = choose_emitter(fusion_roots(body)).heroes[0]
-    operands = _random_operands(body.parameters, seed=len(body.instructions))
+    operands = random_inputs(body, seed=len(body.instructions))
+    # Tiles change the summation order: results are compared relative to
+    # their scale, with the tolerance of the least precise type computed in.
+    element_type = body.root.shape.leaves()[0].element_type   # results[0]
+    tolerance_of = tolerance_type(body, element_type)
     candidates, rejected = [], {}
     reference = None
     # The library's gemm (the gemm thunk: cuBLASLt on cuda, BLAS on cpu)
@@ -307,10 +290,9 @@ def tune_fusion(fusion: HloInstruction, target: str, arch: str = "sm_90", *,
     options: list[GemmTiling | None] = [*candidate_tilings(dot, limit), None]
     for tiling in options:
         label = json.dumps(_config_json(tiling), sort_keys=True)
-        config = gemm_backend_config(tiling) if tiling is not None else \
-            json.dumps({"fusion_backend_config": {"kind": LIBRARY_KIND}})
         try:
-            kernels = _Candidate(body, fusion.name, config, target, arch, cache)
+            kernels = _Candidate(body, fusion.name, _backend_config(tiling), target, arch,
+                                 cache)
             result = kernels.run(operands)
         except XlaGpuError as e:
             rejected[label] = f"{type(e).__name__}: {e}"
@@ -318,7 +300,8 @@ def tune_fusion(fusion: HloInstruction, target: str, arch: str = "sm_90", *,
             continue
         if reference is None:
             reference = result    # the heuristic table's configuration
-        elif not _same(result, reference):
+        elif compare(result, reference, element_type, tolerance_of=tolerance_of,
+                     scale_relative=True) is not None:
             rejected[label] = "computed another result than the heuristic configuration"
             candidates.append((tiling, None))
             continue

@@ -417,8 +417,10 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     from ..hlo.passes.gemm_fusion import prepare_gemm_fusions
     module, gemm_notes = prepare_gemm_fusions(module)
     notes.extend(gemm_notes)
-    builder = _ModuleBuilder(module, max_macs if optimized or max_macs is None
-                             else HOST_SHARED_MAX_MACS)
+    # The GEMM kernels' bound: the pipeline's where it fused, else (XLA's
+    # own GEMM fusions on the cpu target) the emulated kernel's.
+    builder = _ModuleBuilder(module, HOST_SHARED_MAX_MACS if emulates_grid and not optimized
+                             else max_macs)
     prepared = builder.build()
     if builder.wrapped:
         notes.append(f"{builder.wrapped} op(s) outside fusions wrapped in their own fusion")

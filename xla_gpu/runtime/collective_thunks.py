@@ -191,8 +191,7 @@ class CollectiveThunk(Thunk):
                    hlo_opcode=str(d.get("hlo_opcode", "")), **cls._kind_arguments(d))
 
     def describe(self) -> str:
-        groups = "{" + ",".join("{" + ",".join(map(str, g)) + "}"
-                                for g in self.replica_groups) + "}"
+        groups = C.replica_groups_text(self.replica_groups)
         extra = self.describe_kind()
         return (f"{self.kind} {self.name} ({', '.join(r.describe() for r in self.operands)})"
                 f" -> ({', '.join(r.describe() for r in self.results)}) "

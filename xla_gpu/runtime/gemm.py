@@ -36,7 +36,8 @@ from ..errors import CudaError, CudaUnavailableError, HloError
 from ..hlo.cublas import EPILOGUES as CUBLAS_EPILOGUES
 from ..hlo.cublas import activation
 from .buffers import ArrayRef, BufferSlice
-from .host_blas import blas_matmul, restore_blas_threads, single_threaded_blas
+from .host_blas import (OPENBLAS_ONE_THREAD_MACS, blas_matmul, restore_blas_threads,
+                        single_threaded_blas)
 from .libraries import candidate_libraries
 
 __all__ = ["GemmConfig", "run_gemm", "gemm_reference", "EPILOGUES", "cublaslt_library",
@@ -256,7 +257,8 @@ def _run_numpy(ctx, config: GemmConfig) -> None:
     bias = ctx.array(config.bias) if config.bias is not None else None
     if c is not None:
         c = c.copy()   # may be the output's own buffer
-    single = single_threaded_blas()
+    _, m, n, k = config.bmnk
+    single = m * n * k > OPENBLAS_ONE_THREAD_MACS and single_threaded_blas()
     try:
         result = gemm_reference(config, ctx.array(config.lhs), ctx.array(config.rhs), c, bias)
     finally:

@@ -30,8 +30,16 @@ import threading
 
 import numpy as np
 
-__all__ = ["HOST_BLAS_SPLIT_MACS", "blas_matmul", "single_threaded_blas",
-           "restore_blas_threads", "openblas_threads", "helper_threads"]
+__all__ = ["HOST_BLAS_SPLIT_MACS", "OPENBLAS_ONE_THREAD_MACS", "blas_matmul",
+           "single_threaded_blas", "restore_blas_threads", "openblas_threads",
+           "helper_threads"]
+
+# OpenBLAS runs a product of at most this many multiply-adds (m * n * k of
+# one matrix product: numpy calls it per batch entry) on one thread
+# whatever its setting (interface/gemm.c: 65536 x GEMM_MULTITHREAD_THRESHOLD
+# of 4), so such products skip the setting's get and set (about 1 us, as
+# long as a 32x32 product itself).
+OPENBLAS_ONE_THREAD_MACS = 1 << 18
 
 # Products of at least this many multiply-adds (about half a millisecond on
 # one core) are split into panels for the helper threads: past the ~50 us
@@ -188,7 +196,8 @@ def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out[...] = a @ b for a [batch, m, k], b [batch, k, n] and out
     [batch, m, n] (numpy arrays that do not overlap `out`), BLAS on one
     thread, split over the helper threads when large."""
-    if not single_threaded_blas():
+    if a.shape[-2] * a.shape[-1] * b.shape[-1] <= OPENBLAS_ONE_THREAD_MACS or \
+            not single_threaded_blas():
         np.matmul(a, b, out=out)
         return
     try:

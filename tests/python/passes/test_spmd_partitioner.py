@@ -6,42 +6,20 @@ collectives; reshards, reduce-scatter, fall-backs and refusals."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from xla_gpu.errors import HloError, UnsupportedError
-from xla_gpu.hlo import evaluate_devices, parse_module
+from xla_gpu.hlo import parse_module
 from xla_gpu.hlo.passes.__main__ import main as passes_main
-from xla_gpu.hlo.passes.spmd import (SpmdFallbackWarning, assemble, needs_partitioning,
-                                     partition_module, partition_text, split)
+from xla_gpu.hlo.passes.spmd import (SpmdFallbackWarning, needs_partitioning,
+                                     partition_module, partition_text)
 from xla_gpu.hlo.printer import module_to_text
+from spmd_cases import CASES, MODULE_WITH_ADD, SPMD, global_arrays, run_partitioned
 
-SPMD = Path(__file__).resolve().parents[1] / "data" / "spmd"
-CASES = sorted(p.name.removesuffix(".pre.hlo") for p in SPMD.glob("*.pre.hlo"))
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                "collective-permute")
-
-
-def _globals(npz, kind: str) -> list[np.ndarray]:
-    count = sum(1 for k in npz.files if k.startswith(f"{kind}_") and "_dev" not in k)
-    return [npz[f"{kind}_{i}"] for i in range(count)]
-
-
-def _run_partitioned(text: str, n: int, args):
-    """Partitions `text`, runs it on n devices in the interpreter (after a
-    round trip through the printed text), returns the global outputs and
-    the partition result."""
-    result = partition_module(parse_module(text), n)
-    module = parse_module(module_to_text(result.module))
-    per_parameter = [split(np.asarray(a), s, n)
-                     for a, s in zip(args, result.parameter_shardings)]
-    outs = evaluate_devices(module, [[p[d] for p in per_parameter] for d in range(n)],
-                            num_partitions=n)
-    return [assemble([outs[d][i] for d in range(n)], s, shape.dims, None)
-            for i, (s, shape) in enumerate(zip(result.output_shardings,
-                                               result.output_shapes))], result
 
 
 def _collectives(module) -> Counter:
@@ -63,9 +41,9 @@ def test_all_stored_cases_are_here():
 def test_jax_program_partitioned_matches_jax(name):
     npz = np.load(SPMD / f"{name}.npz")
     assert int(npz["num_partitions"]) == 8
-    got, result = _run_partitioned((SPMD / f"{name}.pre.hlo").read_text(), 8,
-                                   _globals(npz, "in"))
-    want = _globals(npz, "out")
+    got, result = run_partitioned((SPMD / f"{name}.pre.hlo").read_text(), 8,
+                                   global_arrays(npz, "in"))
+    want = global_arrays(npz, "out")
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, f"output {i}"
@@ -109,7 +87,7 @@ ENTRY e {
 
 def test_a_cut_moving_to_another_dim_is_one_all_to_all():
     x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
-    (got,), result = _run_partitioned(_MOVE_CUT, 8, [x])
+    (got,), result = run_partitioned(_MOVE_CUT, 8, [x])
     np.testing.assert_array_equal(got, -x)
     assert _collectives(result.module) == Counter({"all-to-all": 1})
     assert str(result.output_shardings[0]) == "{devices=[1,8]<=[8]}"
@@ -119,7 +97,7 @@ def test_a_cut_moving_over_other_devices_gathers_and_slices():
     text = _MOVE_CUT.replace("sharding={devices=[1,8]<=[8]}",
                              "sharding={devices=[1,8]7,6,5,4,3,2,1,0}")
     x = np.arange(16 * 32, dtype=np.float32).reshape(16, 32)
-    (got,), result = _run_partitioned(text, 8, [x])
+    (got,), result = run_partitioned(text, 8, [x])
     np.testing.assert_array_equal(got, -x)
     kinds = _collectives(result.module)
     assert kinds["all-to-all"] == 0 and kinds["all-gather"] == 1
@@ -138,7 +116,7 @@ ENTRY e {
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 16)).astype(np.float32)
     w = rng.standard_normal((16, 8)).astype(np.float32)
-    (got,), result = _run_partitioned(text, 8, [x, w])
+    (got,), result = run_partitioned(text, 8, [x, w])
     np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-5)
     assert _collectives(result.module) == Counter({"reduce-scatter": 1})
 
@@ -170,7 +148,7 @@ ENTRY e {{
     rng = np.random.default_rng(6)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
-    (got,), partitioned = _run_partitioned(text, 8, [x, w])
+    (got,), partitioned = run_partitioned(text, 8, [x, w])
     np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
     assert _collectives(partitioned.module) == Counter(want)
 
@@ -186,7 +164,7 @@ ENTRY e {
     rng = np.random.default_rng(1)
     a = rng.standard_normal((8, 4, 6)).astype(np.float32)
     b = rng.standard_normal((8, 6, 5)).astype(np.float32)
-    (got,), result = _run_partitioned(text, 4, [a, b])
+    (got,), result = run_partitioned(text, 4, [a, b])
     np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
     assert _collectives(result.module) == Counter()
 
@@ -205,7 +183,7 @@ ENTRY e {
 }"""
     x = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
     with pytest.warns(SpmdFallbackWarning, match="'s': sort is not partitioned"):
-        (got,), result = _run_partitioned(text, 4, [x])
+        (got,), result = run_partitioned(text, 4, [x])
     np.testing.assert_array_equal(got, np.sort(x, axis=1))
     assert any("'s'" in note and "sort" in note for note in result.notes)
     assert _collectives(result.module)["all-gather"] == 1
@@ -220,39 +198,25 @@ ENTRY e {
   ROOT n = f32[16,4] negate(x)
 }"""
     x = np.arange(64, dtype=np.float32).reshape(16, 4)
-    (got,), result = _run_partitioned(text, 8, [x, x])
+    (got,), result = run_partitioned(text, 8, [x, x])
     np.testing.assert_array_equal(got, -x)
     assert len(result.module.entry.parameters) == 2
 
 
 def test_uneven_shardings_are_computed_whole():
-    text = """
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
+    text = MODULE_WITH_ADD + """ENTRY e {
   x = f32[6,5] parameter(0), sharding={devices=[4,1]<=[4]}
   z = f32[] constant(0)
   ROOT r = f32[5] reduce(x, z), dimensions={0}, to_apply=add
 }"""
     x = np.arange(30, dtype=np.float32).reshape(6, 5)
     with pytest.warns(SpmdFallbackWarning, match="'x'.*does not cut f32.6,5. evenly"):
-        (got,), result = _run_partitioned(text, 4, [x])
+        (got,), result = run_partitioned(text, 4, [x])
     np.testing.assert_allclose(got, x.sum(axis=0))
     assert result.parameter_shardings[0].is_replicated
 
 
-_LOOP = """
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-cond {
+_LOOP = MODULE_WITH_ADD + """cond {
   p = (s32[], f32[16,8]) parameter(0)
   i = s32[] get-tuple-element(p), index=0
   n = s32[] constant(3)
@@ -287,7 +251,7 @@ def test_a_loop_keeps_its_state_cut(dim):
     text = _LOOP.replace("REDUCED", "8" if dim == 0 else "16").replace(
         "DIM", str(dim)).replace("KEPT", str(1 - dim))
     x = np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32)
-    (got,), result = _run_partitioned(text, 8, [x])
+    (got,), result = run_partitioned(text, 8, [x])
     want = x
     for _ in range(3):
         want = want * 0.5 + np.expand_dims(want.sum(axis=dim), dim)
@@ -321,7 +285,7 @@ ENTRY e {
   ROOT c = f32[16,8] conditional(k, x, x), branch_computations={double, flip}, sharding={devices=[8,1]<=[8]}
 }"""
     x = np.arange(128, dtype=np.float32).reshape(16, 8)
-    (got,), result = _run_partitioned(text, 8, [x, np.int32(branch)])
+    (got,), result = run_partitioned(text, 8, [x, np.int32(branch)])
     np.testing.assert_array_equal(got, 2 * x if branch == 0 else x[::-1])
     branches = [c for c in result.module.computations if c.name.endswith("_spmd")
                 and not c.is_entry]
@@ -344,7 +308,7 @@ ENTRY e {
 }"""
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
     indices = (np.arange(16, dtype=np.int32).reshape(8, 2) * 3) % 10
-    (got,), result = _run_partitioned(text, 8, [table, indices])
+    (got,), result = run_partitioned(text, 8, [table, indices])
     np.testing.assert_array_equal(got, table[indices] * 2)
     assert _collectives(result.module) == Counter() and result.notes == []
     assert str(result.output_shardings[0]) == "{devices=[8,1,1]<=[8]}"
@@ -361,7 +325,7 @@ ENTRY e {
     rng = np.random.default_rng(5)
     a = rng.standard_normal((8, 2, 10)).astype(np.float32)
     w = rng.standard_normal((3, 2, 3)).astype(np.float32)
-    (got,), result = _run_partitioned(text, 4, [a, w])
+    (got,), result = run_partitioned(text, 4, [a, w])
     padded = np.pad(a, ((0, 0), (0, 0), (1, 1)))
     want = np.stack([np.einsum("bik,oik->bo", padded[:, :, t:t + 3], w) for t in range(10)],
                     axis=-1)
@@ -371,14 +335,7 @@ ENTRY e {
 
 
 def test_gspmd_manual_region_is_kept_as_per_device_code():
-    text = """
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
+    text = MODULE_WITH_ADD + """ENTRY e {
   x = f32[16,4] parameter(0), sharding={devices=[8,1]<=[8]}
   s = f32[16,4] custom-call(x), custom_call_target="Sharding", sharding={devices=[8,1]<=[8]}
   l = f32[2,4] custom-call(s), custom_call_target="SPMDFullToShardShape", sharding={manual}
@@ -390,7 +347,7 @@ ENTRY e {
   ROOT g = f32[16,4] custom-call(m), custom_call_target="SPMDShardToFullShape", sharding={devices=[8,1]<=[8]}
 }"""
     x = np.arange(64, dtype=np.float32).reshape(16, 4)
-    (got,), result = _run_partitioned(text, 8, [x])
+    (got,), result = run_partitioned(text, 8, [x])
     np.testing.assert_array_equal(got, np.tile(2 * x.reshape(8, 2, 4).sum(axis=0), (8, 1)))
     assert _collectives(result.module) == Counter({"all-reduce": 1})
     assert "custom-call" not in module_to_text(result.module)

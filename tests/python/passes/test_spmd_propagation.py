@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from xla_gpu.hlo import parse_module
 from xla_gpu.hlo.passes.spmd import parse_sharding, propagate, sharding_of
+from spmd_cases import MODULE_WITH_ADD
 
 ROWS8 = "{devices=[8,1]<=[8]}"
 COLS8 = "{devices=[1,8]<=[8]}"
@@ -38,14 +39,7 @@ ENTRY e {{
 
 
 def test_transpose_reshape_and_reduce():
-    got = _shardings(f"""
-HloModule m
-add {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}}
-ENTRY e {{
+    got = _shardings(MODULE_WITH_ADD + f"""ENTRY e {{
   x = f32[16,8] parameter(0), sharding={ROWS8}
   t = f32[8,16] transpose(x), dimensions={{1,0}}
   r = f32[8,16,1] reshape(t)

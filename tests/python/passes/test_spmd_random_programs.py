@@ -11,10 +11,10 @@ import warnings
 import numpy as np
 import pytest
 
-from xla_gpu.hlo import evaluate, evaluate_devices, parse_module
+from xla_gpu.hlo import evaluate, parse_module
 from xla_gpu.hlo.passes.sharding_annotations import ShardingAnnotationRemover
-from xla_gpu.hlo.passes.spmd import SpmdFallbackWarning, assemble, partition_module, split
-from xla_gpu.hlo.printer import module_to_text
+from xla_gpu.hlo.passes.spmd import SpmdFallbackWarning
+from spmd_cases import run_partitioned
 
 SHARDINGS = [
     "{replicated}", "{devices=[8,1]<=[8]}", "{devices=[1,8]<=[8]}", "{devices=[2,4]<=[8]}",
@@ -95,12 +95,7 @@ def test_random_program_matches_one_device(seed):
     want = evaluate(single, *args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SpmdFallbackWarning)
-        result = partition_module(parse_module(text), 8)
-    module = parse_module(module_to_text(result.module))
-    per_parameter = [split(a, s, 8) for a, s in zip(args, result.parameter_shardings)]
-    outs = evaluate_devices(module, [[p[d] for p in per_parameter] for d in range(8)],
-                            num_partitions=8)
-    for i, (s, shape) in enumerate(zip(result.output_shardings, result.output_shapes)):
-        got = assemble([outs[d][i] for d in range(8)], s, shape.dims, None)
-        np.testing.assert_allclose(got, want[i], rtol=1e-3, atol=1e-3,
+        got, _ = run_partitioned(text, 8, args)
+    for i, g in enumerate(got):
+        np.testing.assert_allclose(g, want[i], rtol=1e-3, atol=1e-3,
                                    err_msg=f"output {i} of\n{text}")

@@ -3,7 +3,7 @@ the candidates, the deterministic default (XLA_GPU_AUTOTUNE unset or 0),
 real timing of the compiled candidates, the winner written into the
 fusion and kept in memory and in the compile cache, the results dump, and
 a whole program compiled with autotuning that still matches the
-interpreter. (cuda timing goes through the same code with CUDA events; it
+interpreter. (cuda timing goes through the same code, wall clock; it
 is not run here.)"""
 
 from __future__ import annotations

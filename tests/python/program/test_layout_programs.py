@@ -15,6 +15,7 @@ import xla_gpu
 from xla_gpu import hlo
 from xla_gpu.hlo.interpreter import evaluate
 from xla_gpu.hlo.passes.layout_assignment import entry_computation_layout
+from xla_gpu.hlo.shape import default_layout
 
 DATA = Path(__file__).parents[1] / "data" / "layout"
 CASES = sorted(p.name.split(".")[0] for p in DATA.glob("*.pre.hlo"))
@@ -26,6 +27,11 @@ def _arrays(data, kind: str) -> list[np.ndarray]:
         out.append(data[f"{kind}_{i}"])
         i += 1
     return out
+
+
+def _layouts(refs) -> list[tuple[int, ...]]:
+    """Each buffer's layout (minor-to-major), the default when it has none."""
+    return [tuple(r.layout) if r.layout else default_layout(len(r.dims)) for r in refs]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -49,7 +55,5 @@ def test_compiles_and_matches_jax(name):
     # The executable's buffers are in the caller's layouts.
     params, result = entry_computation_layout(hlo.parse_module(text))
     for refs, shape in zip(exe.parameters, params):
-        assert [r.layout or tuple(range(len(r.dims) - 1, -1, -1)) for r in refs] == \
-            [leaf.minor_to_major for leaf in shape.leaves()]
-    assert [r.layout or tuple(range(len(r.dims) - 1, -1, -1)) for r in exe.outputs] == \
-        [leaf.minor_to_major for leaf in result.leaves()]
+        assert _layouts(refs) == [leaf.minor_to_major for leaf in shape.leaves()]
+    assert _layouts(exe.outputs) == [leaf.minor_to_major for leaf in result.leaves()]

@@ -5,23 +5,13 @@ partitioner on the cpu target's emulated devices, run on global arrays
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import xla_gpu
 from xla_gpu.errors import ArgumentError, HloError
 from xla_gpu.program.spmd import PartitionedProgram
-
-SPMD = Path(__file__).resolve().parents[1] / "data" / "spmd"
-CASES = sorted(p.name.removesuffix(".pre.hlo") for p in SPMD.glob("*.pre.hlo"))
-
-
-def _globals(npz, kind: str) -> list[np.ndarray]:
-    count = sum(1 for k in npz.files if k.startswith(f"{kind}_") and "_dev" not in k)
-    return [npz[f"{kind}_{i}"] for i in range(count)]
-
+from spmd_cases import CASES, MODULE_WITH_ADD, SPMD, global_arrays
 
 @pytest.mark.parametrize("name", CASES)
 def test_compiled_partitioned_program_matches_jax(name):
@@ -29,8 +19,8 @@ def test_compiled_partitioned_program_matches_jax(name):
     exe = xla_gpu.compile(str(SPMD / f"{name}.pre.hlo"), num_partitions=8, target="cpu")
     assert isinstance(exe, PartitionedProgram)
     assert exe.num_partitions == 8 and exe.partition_notes == []
-    got = exe.run(*_globals(npz, "in"))
-    want = _globals(npz, "out")
+    got = exe.run(*global_arrays(npz, "in"))
+    want = global_arrays(npz, "out")
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"output {i}")
@@ -41,7 +31,7 @@ def test_per_device_runs_and_the_partitioned_text():
     exe = xla_gpu.compile(str(SPMD / "megatron_mlp.pre.hlo"), num_partitions=8,
                           target="cpu")
     assert "all-reduce(" in exe.partitioned_hlo
-    per_device = exe.split_arguments(_globals(npz, "in"))
+    per_device = exe.split_arguments(global_arrays(npz, "in"))
     assert [a.shape for a in per_device[3]] == [(4, 8), (8, 2), (2, 8)]
     outs = exe.run_partitioned(per_device)
     for d in range(8):   # the result is replicated: every device has all of it
@@ -74,14 +64,7 @@ def test_reshards_and_loops_compiled():
     """A cut moving between dims (an all-to-all), a dot summed by a
     reduce-scatter, and a loop over a cut state, compiled for the cpu
     target's devices."""
-    text = """
-HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-cond {
+    text = MODULE_WITH_ADD + """cond {
   p = (s32[], f32[16,32]) parameter(0)
   i = s32[] get-tuple-element(p), index=0
   n = s32[] constant(2)

@@ -278,6 +278,12 @@ def _patch_pieces(conv: HloInstruction, body: _Body, x: HloInstruction,
     positions, extent = (out_sp, list(size)) if by_output else (list(size), out_sp)
     reversed_dims = tuple(1 + d for d in range(nsp)
                           if by_output and geom.reversal[d] and size[d] > 1)
+    # The pieces' own axis: first of the spatial ones when it stands for
+    # the window (positions) in a window_first order, or for the output
+    # positions in the other; last otherwise.
+    axis = 1 if window_first != by_output else 1 + nsp
+    piece_dims = [a] + extent + [b]
+    piece_shape = Shape(lt, tuple(piece_dims))
     pieces = []
     for at in itertools.product(*[range(s) for s in positions]):
         bounds = [(0, a, 1)]
@@ -296,19 +302,12 @@ def _patch_pieces(conv: HloInstruction, body: _Body, x: HloInstruction,
                                  f"input (spatial dimension {d})")
             bounds.append((start, limit, step))
         bounds.append((0, b, 1))
-        piece_shape = Shape(lt, tuple([a] + extent + [b]))
         piece = body.add("slice", piece_shape, [x], slice=bounds)
         if reversed_dims:
             # rhs_reversal: window position w of the patch reads the
             # input at the mirrored position.
             piece = body.add("reverse", piece_shape, [piece], dimensions=reversed_dims)
-        # The pieces' own axis: first of the spatial ones when it stands
-        # for the window (positions) in a window_first order, or for the
-        # output positions in the other; last otherwise.
-        pieces_first = window_first != by_output
-        axis = 1 if pieces_first else 1 + nsp
-        dims = [a] + extent + [b]
-        pieces.append(body.reshape(piece, dims[:axis] + [1] + dims[axis:]))
+        pieces.append(body.reshape(piece, piece_dims[:axis] + [1] + piece_dims[axis:]))
     if len(pieces) == 1:
         return pieces[0]
     dims = list(pieces[0].shape.dims)
@@ -343,9 +342,9 @@ def _gemm(conv: HloInstruction, patches: HloInstruction, kernel: HloInstruction,
     nsp, out_sp = len(geom.size), list(geom.out_spatial)
     g = _grouped(geom)
     if batch_minor:
-        contracting = tuple(range(0, nsp + 1))
+        lhs_contracting = rhs_contracting = tuple(range(0, nsp + 1))
         dot_dims = out_sp + [geom.batch, geom.out_features]
-        attrs = dict(lhs_contracting_dims=contracting, rhs_contracting_dims=contracting)
+        attrs = {}
     elif g > 1:
         batch_n = geom.batch if geom.groups > 1 else geom.batch // geom.batch_groups
         lhs_contracting = tuple(range(2 + nsp, 3 + 2 * nsp))
@@ -357,10 +356,8 @@ def _gemm(conv: HloInstruction, patches: HloInstruction, kernel: HloInstruction,
         rhs_contracting = tuple(range(0, nsp + 1))
         dot_dims = [geom.batch] + out_sp + [geom.out_features]
         attrs = {}
-    if not batch_minor:
-        attrs.update(lhs_contracting_dims=lhs_contracting,
-                     rhs_contracting_dims=rhs_contracting)
-    attrs["metadata"] = dict(metadata)
+    attrs.update(lhs_contracting_dims=lhs_contracting, rhs_contracting_dims=rhs_contracting,
+                 metadata=dict(metadata))
     return HloInstruction(name, "dot", Shape(conv.shape.element_type, tuple(dot_dims)),
                           [patches, kernel], attrs, None, None, conv.location)
 

@@ -40,12 +40,10 @@ from ..shape import Shape, default_layout, same_shape
 from .control_flow_layouts import convert_layout
 from .custom_call_layouts import is_handler_call
 from .pipeline import HloPass
-from .util import program_computations
+from .util import is_elementwise, program_computations
 
 __all__ = ["LayoutAssignment", "entry_computation_layout", "dot_operand_layout",
            "is_layout_agnostic"]
-
-_ELEMENTWISE_SKIP = frozenset({"copy", "bitcast", "map"})
 
 
 def entry_computation_layout(module: HloModule) -> tuple[list[Shape], Shape] | None:
@@ -54,34 +52,13 @@ def entry_computation_layout(module: HloModule) -> tuple[list[Shape], Shape] | N
     raw = module.attrs.get("entry_computation_layout")
     if raw is None:
         return None
-    from ..parser import parse_shape_list
-    text = str(raw).strip()
-    if text.startswith("{") and text.endswith("}"):
-        text = text[1:-1].strip()
-    params_text, arrow, result_text = _split_arrow(text)
-    if not arrow or not params_text.startswith("(") or not params_text.endswith(")"):
-        raise HloError(f"module '{module.name}': malformed entry_computation_layout "
-                       f"{raw!r}: expected '{{(parameter shapes)->result shape}}'")
+    from ..parser import parse_program_shape
     try:
-        params = parse_shape_list("{" + params_text[1:-1] + "}", "entry_computation_layout")
-        (result,) = parse_shape_list("{" + result_text + "}", "entry_computation_layout")
+        params, result = parse_program_shape(str(raw), "entry_computation_layout")
     except (HloParseError, ValueError) as e:
         raise HloError(f"module '{module.name}': malformed entry_computation_layout "
                        f"{raw!r}: {e}") from None
     return list(params), result
-
-
-def _split_arrow(text: str) -> tuple[str, bool, str]:
-    """`(a, b)->r` split at the top-level arrow."""
-    depth = 0
-    for i, c in enumerate(text):
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif depth == 0 and text.startswith("->", i):
-            return text[:i].strip(), True, text[i + 2:].strip()
-    return text, False, ""
 
 
 # ------------------------------------------------------------------ dots
@@ -161,8 +138,9 @@ def is_layout_agnostic(inst: HloInstruction) -> bool:
 
 
 def _is_elementwise(inst: HloInstruction) -> bool:
-    from ..fusions import ELEMENTWISE_OPCODES
-    if inst.opcode not in ELEMENTWISE_OPCODES or inst.opcode in _ELEMENTWISE_SKIP:
+    """Elementwise on operands of its own rank (what takes a layout from its
+    operands or users); copies convert layouts and maps are left alone."""
+    if not is_elementwise(inst) or inst.opcode in ("copy", "map"):
         return False
     if inst.shape.is_tuple or inst.shape.element_type == "token":
         return False
@@ -191,20 +169,17 @@ class LayoutAssignment(HloPass):
     def run(self, module: HloModule) -> bool:
         module.link()
         self.copies = 0
-        changed = self._entry_parameters(module)
-        changed |= self._entry_result_producers(module)
+        layout = entry_computation_layout(module)
+        changed = layout is not None and self._entry_parameters(module, layout[0])
+        changed |= layout is not None and self._entry_result_producers(module, layout[1])
         for comp in program_computations(module):
             changed |= self._assign(comp)
-        changed |= self._entry_result(module)
+        changed |= layout is not None and self._entry_result(module, layout[1])
         return changed
 
     # ------------------------------------------------------- the ENTRY
 
-    def _entry_parameters(self, module: HloModule) -> bool:
-        layout = entry_computation_layout(module)
-        if layout is None:
-            return False
-        params, _ = layout
+    def _entry_parameters(self, module: HloModule, params: list[Shape]) -> bool:
         entry = module.entry
         if len(params) != len(entry.parameters):
             raise HloError(f"module '{module.name}': entry_computation_layout lists "
@@ -250,13 +225,9 @@ class LayoutAssignment(HloPass):
                 back = self._convert(comp, inst, declared)
             user.replace_uses_of(inst, back)
 
-    def _entry_result_producers(self, module: HloModule) -> bool:
+    def _entry_result_producers(self, module: HloModule, result: Shape) -> bool:
         """Elementwise instructions that only the ENTRY's result reads are
         computed in the result's layout (no copy after them)."""
-        layout = entry_computation_layout(module)
-        if layout is None:
-            return False
-        _, result = layout
         root = module.entry.root
         if not same_shape(root.shape, result, layouts=False):
             return False   # reported by _entry_result
@@ -281,11 +252,7 @@ class LayoutAssignment(HloPass):
             root.shape = Shape("", (), None, tuple(op.shape for op in root.operands))
         return changed
 
-    def _entry_result(self, module: HloModule) -> bool:
-        layout = entry_computation_layout(module)
-        if layout is None:
-            return False
-        _, result = layout
+    def _entry_result(self, module: HloModule, result: Shape) -> bool:
         entry = module.entry
         root = entry.root
         if not same_shape(root.shape, result, layouts=False):

@@ -14,12 +14,8 @@ __all__ = ["split", "assemble"]
 
 
 def _chunk_slices(s: HloSharding, dims: Sequence[int], coords) -> tuple[slice, ...]:
-    counts = s.counts(len(dims))
-    out = []
-    for n, c, i in zip(dims, counts, coords):
-        size = -(-n // c)
-        out.append(slice(i * size, min(n, (i + 1) * size)))
-    return tuple(out)
+    return tuple(slice(i * size, min(n, (i + 1) * size))
+                 for n, size, i in zip(dims, s.local_dims(dims), coords))
 
 
 def split(array: np.ndarray, s: HloSharding, num_devices: int) -> list[np.ndarray]:

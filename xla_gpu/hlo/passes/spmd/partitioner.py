@@ -68,6 +68,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from ....errors import UnsupportedError
+from ...interpreter.reductions import simple_binary
 from ...module import HloComputation, HloInstruction, HloModule
 from ...opcodes import ELEMENTWISE
 from ...shape import Shape
@@ -505,7 +506,7 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
         dims = list(inst.attrs["dimensions"])
         if os_.is_manual or os_.has_manual_subgroup:
             return self.whole(inst, "reduce of a manual value")
-        kind = _reducer_kind(inst.attrs["to_apply"])
+        kind = _reducer_kind(inst.attrs["to_apply"], operand.shape.element_type)
         init = self.value(inst.operands[1], HloSharding.replicated())
         cut = [d for d in dims if os_.counts(rank)[d] > 1]
         if cut and kind is None:
@@ -517,14 +518,10 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
         local_dims = tuple(n for i, n in enumerate(x.shape.dims) if i not in dims)
         new = self.add_clone(inst, [x, init], inst.shape.with_dims(local_dims))
         if cut:
-            new = self.all_reduce_with(new, groups_along(os_, rank, cut), kind,
-                                       inst.attrs["to_apply"])
+            new = self.all_reduce(new, groups_along(os_, rank, cut),
+                                  to_apply=inst.attrs["to_apply"])
         return self.reshard(new, result_s, s, inst.shape), s
 
-    def all_reduce_with(self, x, groups, kind, computation):
-        return self.add("all-reduce", x.shape, [x], replica_groups=self.groups_text(groups),
-                        use_global_device_ids=True, channel_id=self.next_channel(),
-                        to_apply=computation)
 
 def _live(comp: HloComputation) -> set[int]:
     """The instructions the root reads, the parameters (the signature
@@ -547,15 +544,11 @@ def _has_manual(s: HloSharding) -> bool:
     return s.is_manual or s.has_manual_subgroup
 
 
-def _reducer_kind(comp: HloComputation) -> str | None:
+def _reducer_kind(comp: HloComputation, element_type: str) -> str | None:
     """The all-reduce a reduction's combiner can run as: its own
     computation when it is one commutative binary op of its parameters."""
-    root = comp.root
-    if len(comp.parameters) == 2 and root.opcode in ("add", "multiply", "maximum", "minimum",
-                                                      "and", "or", "xor") and \
-            {id(o) for o in root.operands} == {id(p) for p in comp.parameters}:
-        return root.opcode
-    return None
+    kind = simple_binary(comp, element_type)
+    return None if kind == "assign" else kind
 
 
 def _leaves(shape: Shape, s: HloSharding) -> list[tuple[Shape, HloSharding]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import UnsupportedError
+from ...collectives import replica_groups_text
 from ...module import HloComputation, HloInstruction
 from ...shape import Shape
 from .placement import device_coords, groups_along, replicate_dims, same_placement
@@ -31,10 +32,6 @@ class Emitter:
     def next_channel(self) -> str:
         self.channel += 1
         return str(self.channel)
-
-    @staticmethod
-    def groups_text(groups) -> str:
-        return "{" + ",".join("{" + ",".join(str(d) for d in g) + "}" for g in groups) + "}"
 
     def partition_id(self) -> HloInstruction:
         if self._pid is None:
@@ -89,19 +86,21 @@ class Emitter:
         dims = list(x.shape.dims)
         dims[dim] *= len(groups[0])
         return self.add("all-gather", x.shape.with_dims(tuple(dims)), [x],
-                        dimensions=(dim,), replica_groups=self.groups_text(groups),
+                        dimensions=(dim,), replica_groups=replica_groups_text(groups),
                         use_global_device_ids=True, channel_id=self.next_channel())
 
-    def all_reduce(self, x: HloInstruction, groups, kind: str = "add") -> HloInstruction:
-        return self.add("all-reduce", x.shape, [x], replica_groups=self.groups_text(groups),
+    def all_reduce(self, x: HloInstruction, groups, kind: str = "add",
+                   to_apply: HloComputation | None = None) -> HloInstruction:
+        """`to_apply`: the reducer (default: one of `kind` made here)."""
+        return self.add("all-reduce", x.shape, [x], replica_groups=replica_groups_text(groups),
                         use_global_device_ids=True, channel_id=self.next_channel(),
-                        to_apply=self.reducer(x.shape.element_type, kind))
+                        to_apply=to_apply or self.reducer(x.shape.element_type, kind))
 
     def reduce_scatter(self, x: HloInstruction, dim: int, groups) -> HloInstruction:
         dims = list(x.shape.dims)
         dims[dim] //= len(groups[0])
         return self.add("reduce-scatter", x.shape.with_dims(tuple(dims)), [x],
-                        dimensions=(dim,), replica_groups=self.groups_text(groups),
+                        dimensions=(dim,), replica_groups=replica_groups_text(groups),
                         use_global_device_ids=True, channel_id=self.next_channel(),
                         to_apply=self.reducer(x.shape.element_type))
 
@@ -191,7 +190,7 @@ class Emitter:
         split = dims[:b] + [k, dims[b] // k] + dims[b + 1:]
         y = self.add("reshape", x.shape.with_dims(tuple(split)), [x])
         y = self.add("all-to-all", y.shape, [y], dimensions=(b,),
-                     replica_groups=self.groups_text(groups), channel_id=self.next_channel())
+                     replica_groups=replica_groups_text(groups), channel_id=self.next_channel())
         # y dims: the split dim b now indexes the sender (its chunk of a).
         a_pos = a if a < b else a + 1
         order = [i for i in range(len(split)) if i != b]

@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ...collectives import iota_replica_groups
 from ...module import HloError, HloInstruction
 
 __all__ = ["HloSharding", "ShardingError", "parse_sharding", "sharding_of",
@@ -131,21 +132,6 @@ class HloSharding:
         if self.kind != "tiled":
             return (1,) * rank
         return self.dims[:self.rank]
-
-    def num_devices(self) -> int:
-        return len(self.devices) if self.kind == "tiled" else 0
-
-    def coords(self, device: int) -> tuple[int, ...]:
-        """Which chunk of each value dimension `device` holds."""
-        if self.kind != "tiled":
-            return ()
-        where = np.argwhere(self.array() == device)
-        if where.size == 0:
-            raise ShardingError(f"sharding {self} does not name device {device}")
-        return tuple(int(i) for i in where[0][:self.rank])
-
-    def chunk(self, size: int, count: int) -> int:
-        return -(-size // count)
 
     def local_dims(self, dims: Sequence[int]) -> tuple[int, ...]:
         """The shape of one device's chunk of a value of `dims`."""
@@ -307,16 +293,11 @@ class _Reader:
                         perm = _ints(iota.group(2)) if iota.group(2) is not None else None
                     except ValueError:
                         raise self.fail("iota dims must be integers") from None
-                    total = math.prod(reshape)
-                    if any(n < 1 for n in reshape):
-                        raise self.fail("iota dims must be positive")
-                    array = np.arange(total).reshape(reshape)
-                    if perm is not None:
-                        if sorted(perm) != list(range(len(reshape))):
-                            raise self.fail(f"T({iota.group(2)}) is not a permutation of "
-                                            f"{len(reshape)} dims")
-                        array = array.transpose(perm)
-                    devices = [int(d) for d in array.reshape(-1)]
+                    try:   # the iota form replica groups share: one group of all
+                        devices = list(iota_replica_groups(1, math.prod(reshape), reshape,
+                                                           perm)[0])
+                    except HloError as e:
+                        raise self.fail(str(e)) from None
                 else:
                     m = re.compile(r"\s*-?\d+(\s*,\s*-?\d+)*").match(self.text, self.pos)
                     if not m:

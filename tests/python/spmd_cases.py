@@ -1,0 +1,48 @@
+"""What the SPMD tests share: jax's annotated programs (tests/python/data/
+spmd, with their global inputs and outputs), a partitioned run in the
+interpreter on global arrays, and the f32 `add` reducer their HLO texts use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from xla_gpu.hlo import evaluate_devices, parse_module
+from xla_gpu.hlo.passes.spmd import assemble, partition_module, split
+from xla_gpu.hlo.printer import module_to_text
+
+SPMD = Path(__file__).resolve().parent / "data" / "spmd"
+CASES = sorted(p.name.removesuffix(".pre.hlo") for p in SPMD.glob("*.pre.hlo"))
+
+# The header and reducer an annotated test module starts with.
+MODULE_WITH_ADD = """
+HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def global_arrays(npz, kind: str) -> list[np.ndarray]:
+    """A case's global inputs (kind "in") or outputs ("out"), in order (not
+    the per-device `_devN` ones)."""
+    count = sum(1 for k in npz.files if k.startswith(f"{kind}_") and "_dev" not in k)
+    return [npz[f"{kind}_{i}"] for i in range(count)]
+
+
+def run_partitioned(text: str, n: int, args):
+    """Partitions `text`, runs it on n devices in the interpreter (after a
+    round trip through the printed text), returns the global outputs and
+    the partition result."""
+    result = partition_module(parse_module(text), n)
+    module = parse_module(module_to_text(result.module))
+    per_parameter = [split(np.asarray(a), s, n)
+                     for a, s in zip(args, result.parameter_shardings)]
+    outs = evaluate_devices(module, [[p[d] for p in per_parameter] for d in range(n)],
+                            num_partitions=n)
+    return [assemble([outs[d][i] for d in range(n)], s, shape.dims, None)
+            for i, (s, shape) in enumerate(zip(result.output_shardings,
+                                               result.output_shapes))], result
