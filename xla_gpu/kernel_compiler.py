@@ -270,7 +270,7 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
                    disk=None, start: float | None = None) -> "Executable":
     """The kernel of `fusion` for `target` ("cpu" or "cuda") and `arch`,
     from the cache when it holds it. `device`: the GPU the launch
-    configuration follows (default: the target's backend's `default_device`);
+    configuration follows (default: the target's backend's `device_for(arch)`);
     `key`: `kernel_key`'s for this fusion when the caller has it; `text`:
     the HLO saved with the kernel (default: the fusion computation's);
     `dump_dir`: the IR after each pass matching `dump_regex`, and the PTX
@@ -281,7 +281,7 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
     default: this call); one from a cache has none of its own."""
     if start is None:
         start = time.perf_counter()
-    fusion.device = device if device is not None else backends.get(target).default_device
+    fusion.device = device if device is not None else backends.get(target).device_for(arch)
     use_cache = cache and dump_dir is None
     if key is None:
         key = kernel_key(fusion.computation, target, arch, device=fusion.device,

@@ -384,6 +384,8 @@ def _storage_type(operand_type: str, result_type: str) -> str:
 # Tensor-core instruction shapes (m, n, k) of `mma.sync` by the operand type
 # the tiles hold: 16-bit floats accumulate in f32, s8 in s32.
 MMA_SHAPES = {"f16": (16, 8, 16), "bf16": (16, 8, 16), "s8": (16, 8, 32)}
+# All three shapes are sm_80's (Turing has only m16n8k8 for f16).
+MMA_MIN_COMPUTE_CAPABILITY = 80
 
 
 def mma_operand_type(lhs_type: str, rhs_type: str, result_type: str) -> str | None:
@@ -562,14 +564,17 @@ def _minor_dim(shape) -> int | None:
 
 def plan_gemm(dot: HloInstruction, tiling: GemmTiling | None = None,
               host: bool = False, staging: str | None = None,
-              tensor_cores: bool | None = None) -> GemmPlan:
+              tensor_cores: bool | None = None,
+              compute_capability: int = 90) -> GemmPlan:
     """The kernel's configuration for `dot`: `tiling` (the fusion's
     triton_gemm_config) or the heuristic table; `host` when the cpu target
     emulates the grid (see HOST_SHARED_MAX_MACS). `staging`
     forces "shared" or "registers" (tests). `tensor_cores`: None uses mma
     where the types allow it on a GPU (not on the host), True also on the
     host (its warps' mma emulated lane by lane: tests of the fragment
-    layouts), False never."""
+    layouts), False never. `compute_capability` (the device's, 90 for
+    sm_90): below 80 the tile product stays on FMAs (the m16n8k16 and bf16
+    forms of mma.sync need sm_80)."""
     dims = dot_dims(dot)
     notes: list[str] = []
     tiling = tiling or default_tiling(dims)
@@ -620,6 +625,10 @@ def plan_gemm(dot: HloInstruction, tiling: GemmTiling | None = None,
             or dims.K == 0:
         # The host emulates no warp-wide instruction: its FMAs vectorize.
         return plan
+    if compute_capability < MMA_MIN_COMPUTE_CAPABILITY:
+        return replace(plan, notes=plan.notes + (
+            f"no tensor cores: mma.sync's forms need compute capability "
+            f"{MMA_MIN_COMPUTE_CAPABILITY} or more, the device has {compute_capability}",))
     return _with_mma(plan, lhs_t, rhs_t, budget) or plan
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._trace import complete
 from ..errors import ArgumentError
-from ..runtime.device import H200, HOST_EMULATION, DeviceDescription
+from ..runtime.device import H200, HOST_EMULATION, DeviceDescription, for_arch
 from . import identity
 
 __all__ = ["Backend", "CudaBackend", "CpuBackend", "KernelBinary", "TARGETS", "get"]
@@ -68,6 +68,11 @@ class Backend(ABC):
     # whose plans are checked when the program is compiled.
     calls_vendor_libraries: bool
     default_device: DeviceDescription
+
+    def device_for(self, arch: str) -> DeviceDescription:
+        """What kernels compiled for `arch` are configured for when the
+        caller names no device."""
+        return self.default_device
 
     def stages(self, *, threads: int | None = None,
                blocks: int | None = None) -> tuple:
@@ -127,6 +132,11 @@ class CudaBackend(Backend):
     links_kernels = True
     calls_vendor_libraries = True
     default_device = H200
+
+    def device_for(self, arch: str) -> DeviceDescription:
+        # An older arch lacks instructions the H200's kernels use (bf16
+        # mma.sync needs sm_80) and has less shared memory per block.
+        return for_arch(arch)
 
     def compiler_identity(self) -> str:
         # ptxas, nvJitLink, libdevice and cuda-python's install, by file.

@@ -60,7 +60,7 @@ from mlir.execution_engine import ExecutionEngine
 from .. import ir as _xla_ir
 from .. import pipeline as _pipeline
 
-__all__ = ["compile_module", "HostKernel", "shared_object", "HostCompileError"]
+__all__ = ["compile_module", "JitKernel", "shared_object", "HostCompileError"]
 
 
 class HostCompileError(RuntimeError):
@@ -73,7 +73,7 @@ _POOL_LOCK = threading.Lock()
 
 
 def _worker_pool() -> ThreadPoolExecutor:
-    """The threads that run block ranges of `HostKernel.run(workers=N)`,
+    """The threads that run block ranges of `JitKernel.run(workers=N)`,
     made once per process (one per core; the JIT-compiled code runs
     without the GIL)."""
     global _POOL
@@ -130,8 +130,10 @@ def _find(module: _ir.Module, op_name: str, symbol: str) -> _ir.Operation | None
 
 
 @dataclass
-class HostKernel:
-    """A kernel compiled for the host. `run(buffers)` runs the whole grid."""
+class JitKernel:
+    """A kernel JIT-compiled in this process by MLIR's ExecutionEngine (the
+    in-process form; programs and saved kernels load shared objects through
+    `xla_gpu.runtime.HostKernel`). `run(buffers)` runs the whole grid."""
     entry: str
     threads: int
     blocks: int
@@ -206,7 +208,7 @@ def compile_module(module_or_text: _ir.Module | str, *, entry: str = "main",
                    context: _ir.Context | None = None, opt_level: int = 3,
                    shared_libs: Sequence[str] = (),
                    dump_dir: str | Path | None = None,
-                   timings: dict[str, float] | None = None) -> HostKernel:
+                   timings: dict[str, float] | None = None) -> JitKernel:
     """Compiles the emitted kernel `entry` of `module_or_text` (an
     mlir.ir.Module, left unchanged, or its text) for the host. `threads` per
     block and `blocks` are the launch dimensions (None: from the xla.range
@@ -249,7 +251,7 @@ def compile_module(module_or_text: _ir.Module | str, *, entry: str = "main",
     if not grid or not blocks_fn:
         raise HostCompileError(f"the JIT has no @{entry}_host (unresolved symbols?)")
     seconds = time.perf_counter() - start
-    return HostKernel(entry=entry, threads=threads, blocks=blocks,
+    return JitKernel(entry=entry, threads=threads, blocks=blocks,
                       num_args=num_args, arg_nbytes=arg_nbytes, engine=engine,
                       llvm_ir=llvm_ir, compile_seconds=seconds,
                       _grid=_PACKED(grid), _blocks_fn=_PACKED(blocks_fn))
@@ -257,8 +259,8 @@ def compile_module(module_or_text: _ir.Module | str, *, entry: str = "main",
 
 def from_lowered(llvm_text: str, *, entry: str = "main",
                  context: _ir.Context | None = None, opt_level: int = 3,
-                 shared_libs: Sequence[str] = ()) -> HostKernel:
-    """JIT-compiles `HostKernel.llvm_ir` again (a compile-cache hit: no
+                 shared_libs: Sequence[str] = ()) -> JitKernel:
+    """JIT-compiles `JitKernel.llvm_ir` again (a compile-cache hit: no
     emission and no pipeline, only the ExecutionEngine)."""
     context = context or _xla_ir.Context()
     module = _ir.Module.parse(llvm_text, context)
@@ -278,7 +280,7 @@ def from_lowered(llvm_text: str, *, entry: str = "main",
     blocks_fn = engine.raw_lookup(f"_mlir_ciface_{entry}_host_blocks")
     if not grid or not blocks_fn:
         raise HostCompileError(f"the JIT has no @{entry}_host (unresolved symbols?)")
-    return HostKernel(entry=entry, threads=threads, blocks=blocks, num_args=num_args,
+    return JitKernel(entry=entry, threads=threads, blocks=blocks, num_args=num_args,
                       arg_nbytes=None, engine=engine, llvm_ir=llvm_text,
                       compile_seconds=time.perf_counter() - start,
                       _grid=_PACKED(grid), _blocks_fn=_PACKED(blocks_fn))

@@ -109,8 +109,10 @@ class GemmEmitter(KernelEmitter):
         tiling = fusion.config if isinstance(fusion.config, GemmTiling) else None
         device = getattr(fusion, "device", None)
         host = bool(device is not None and device.host_emulation)
+        capability = device.compute_capability if device is not None else 90
         self.plan: GemmPlan = plan_gemm(self.dot, tiling, host=host, staging=staging,
-                                        tensor_cores=tensor_cores)
+                                        tensor_cores=tensor_cores,
+                                        compute_capability=capability)
         # The host runs no warp-wide instruction: each lane computes its
         # mma results from the registers the other lanes loaded.
         self._emulate_mma = host

@@ -4,10 +4,7 @@ Where the library comes from, first hit wins:
   1. `XLA_GPU_FFI_LIBRARY`: an explicit path (how a machine without a C++
      compiler runs handlers with a library built elsewhere);
   2. the installed one: `xla_gpu/_native/lib/libXlaGpuFfi.so`, built by the
-     package's CMake project;
-  3. built from `ffi/xla_gpu_ffi.cc` of a source checkout with the system
-     C++ compiler, once, into a private directory of the xla_gpu cache
-     (`XLA_GPU_CACHE_DIR`), keyed by the source's hash.
+     package's CMake project (the only build recipe: `pip install .`).
 
 It is loaded with RTLD_GLOBAL so that handler libraries that register
 themselves when loaded (`XLA_FFI_REGISTER_HANDLER(XLA_FFI_GetApi(), ...)`)
@@ -18,11 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
@@ -32,9 +25,6 @@ __all__ = ["lib", "library_path", "BufferDesc", "ERROR_CAPACITY", "FfiUnavailabl
 
 LIBRARY_NAME = "libXlaGpuFfi.so"
 ERROR_CAPACITY = 8192
-_SOURCE_DIR = Path(__file__).resolve().parents[2] / "ffi"
-_SOURCES = ("xla_gpu_ffi.cc", "host_executor.cc", "host_blocks.cc", "xla_gpu_ffi_abi.h",
-            "exports.map")
 _lock = threading.Lock()
 
 
@@ -54,58 +44,20 @@ def _installed() -> Path | None:
     return path if path.is_file() else None
 
 
-def _build_from_source() -> Path:
-    """Compiles the library from a source checkout into the cache."""
-    if not all((_SOURCE_DIR / name).is_file() for name in _SOURCES):
-        raise FfiUnavailableError(
-            f"{LIBRARY_NAME} is not installed (reinstall xla_gpu: pip install .) and "
-            f"its sources are not next to the package ({_SOURCE_DIR}); or point "
-            "XLA_GPU_FFI_LIBRARY at a built copy")
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or \
-        shutil.which("clang++")
-    if compiler is None:
-        raise FfiUnavailableError(
-            f"{LIBRARY_NAME} is not installed and no C++ compiler is on PATH to build "
-            "it from ffi/; install xla_gpu (pip install .) or set XLA_GPU_FFI_LIBRARY")
-    h = hashlib.sha256()
-    for name in _SOURCES:
-        h.update(name.encode() + b"\0" + (_SOURCE_DIR / name).read_bytes())
-    h.update(compiler.encode())
-    from .._paths import cache_dir
-    root = cache_dir() / "ffi-runtime"
-    target = root / h.hexdigest()[:24] / LIBRARY_NAME
-    if target.is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
-    try:
-        out = work / LIBRARY_NAME
-        command = [compiler, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-                   "-fno-exceptions", f"-Wl,--version-script={_SOURCE_DIR / 'exports.map'}",
-                   *(str(_SOURCE_DIR / name) for name in _SOURCES if name.endswith(".cc")),
-                   "-o", str(out), "-ldl", "-pthread"]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise FfiUnavailableError(f"building {LIBRARY_NAME} failed: {e}") from e
-        if done.returncode != 0:
-            raise FfiUnavailableError(f"building {LIBRARY_NAME} failed:\n{done.stderr[-4000:]}")
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.replace(out, target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
-
-
 def library_path() -> Path:
-    """The library this process uses (building it if it has to)."""
+    """The library this process uses."""
     explicit = os.environ.get("XLA_GPU_FFI_LIBRARY")
     if explicit:
         path = Path(explicit)
         if not path.is_file():
             raise FfiUnavailableError(f"XLA_GPU_FFI_LIBRARY={explicit} is not a file")
         return path
-    return _installed() or _build_from_source()
+    installed = _installed()
+    if installed is None:
+        raise FfiUnavailableError(
+            f"{LIBRARY_NAME} is not installed (reinstall xla_gpu: pip install .); or point "
+            "XLA_GPU_FFI_LIBRARY at a built copy")
+    return installed
 
 
 def _declare(handle, name: str, restype, *argtypes) -> None:

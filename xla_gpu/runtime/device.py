@@ -59,6 +59,9 @@ class DeviceDescription:
     # Kernels run by the cpu target's grid emulation, not by a GPU: the
     # emitters may choose what suits a host's SIMD lanes where it differs.
     host_emulation: bool = False
+    # Major * 10 + minor (90 for sm_90): which instructions the emitters may
+    # choose (mma.sync's m16n8k16 and bf16 forms need 80 or more).
+    compute_capability: int = 90
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -83,7 +86,8 @@ class DeviceDescription:
 H200 = DeviceDescription("NVIDIA H200", core_count=132, threads_per_core_limit=2048)
 # sm_86: 99 KiB of shared memory per block with opt-in.
 RTX_A6000 = DeviceDescription("NVIDIA RTX A6000", core_count=84, threads_per_core_limit=1536,
-                              shared_memory_per_block_optin=99 * 1024)
+                              shared_memory_per_block_optin=99 * 1024,
+                              compute_capability=86)
 DEFAULT_DEVICE = H200
 # The cpu target's: the H200 with no limit on resident threads (the host
 # emulation runs any number of them as loop iterations). A loop fusion is
@@ -117,15 +121,18 @@ _SHARED_OPTIN = {70: 96 * 1024, 72: 48 * 1024, 75: 64 * 1024, 80: 163 * 1024,
 
 def for_arch(arch: str) -> DeviceDescription:
     """The description of a GPU of `arch` ("sm_XX") as far as code
-    generation knows it: the H200's, with the arch's opt-in shared memory
-    per block (the one launch limit that differs between the archs ptxas
-    compiles for). The H200 itself for sm_90 and for an unknown arch."""
+    generation knows it: the H200's, with the arch's compute capability
+    and opt-in shared memory per block (what differs between the archs
+    ptxas compiles for, as far as the emitters and launch checks care).
+    The H200 itself for sm_90 and for an unknown arch."""
     digits = "".join(c for c in arch[3:] if c.isdigit()) if arch.startswith("sm_") else ""
-    optin = _SHARED_OPTIN.get(int(digits)) if digits else None
-    if optin is None or optin == H200.shared_memory_per_block_optin:
+    capability = int(digits) if digits else None
+    optin = _SHARED_OPTIN.get(capability) if capability is not None else None
+    if optin is None or capability == H200.compute_capability:
         return H200
     return dataclasses.replace(H200, name=f"NVIDIA H200 with {arch}'s launch limits",
-                               shared_memory_per_block_optin=optin)
+                               shared_memory_per_block_optin=optin,
+                               compute_capability=capability)
 
 
 def registers_per_block(registers_per_thread: int, threads: int) -> int:

@@ -44,9 +44,9 @@ ENTRY e {{
 """
 
 
-def _gemm_ptx(text: str) -> str:
-    """The PTX of the program's one GEMM kernel, compiled for sm_90."""
-    exe = xla_gpu.compile(text, target="cuda", arch="sm_90", cache=False)
+def _gemm_ptx(text: str, arch: str = "sm_90") -> str:
+    """The PTX of the program's one GEMM kernel, compiled for `arch`."""
+    exe = xla_gpu.compile(text, target="cuda", arch=arch, cache=False)
     kernels = [t for t in walk(exe.thunks) if t.kind == "kernel"]
     assert len(kernels) == 1, exe.thunk_sequence_text()
     kernel = exe.kernels[kernels[0].kernel]
@@ -99,3 +99,20 @@ def test_f32_and_f64_gemms_keep_the_scalar_product():
     # operands (no tf32 rounding, as XLA's default precision) stay FMAs.
     ptx = _gemm_ptx(_gemm("f32[64,48]", "f32[48,64]", "f32[64,64]"))
     assert "mma.sync" not in ptx and "fma.rn.f32" in ptx
+
+
+def test_archs_before_ampere_keep_the_scalar_product():
+    # mma.sync's m16n8k16 (f16, bf16) and m16n8k32 (s8) forms are sm_80's:
+    # for sm_75 the same fusions compile to FMAs, and ptxas takes the PTX.
+    for lhs, rhs, out in (("f16[64,48]", "f16[48,64]", "f16[64,64]"),
+                          ("s8[64,64]", "s8[64,64]", "s32[64,64]")):
+        ptx = _gemm_ptx(_gemm(lhs, rhs, out), arch="sm_75")
+        assert "mma.sync" not in ptx
+        assert ".target sm_75" in ptx
+        if codegen.find_ptxas() is not None:
+            assert codegen.kernel_resources(ptx, "sm_75", use_ptxas=True)
+
+
+def test_ampere_gets_tensor_cores():
+    ptx = _gemm_ptx(_gemm("bf16[64,48]", "bf16[48,64]", "bf16[64,64]"), arch="sm_80")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
