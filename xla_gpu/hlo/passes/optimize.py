@@ -17,7 +17,10 @@
   reduction rewrites: dimension grouping, splitting, tree reductions
   simplification again
   GemmFusion (dots with prologues / epilogues as __triton_gemm fusions)
-  PriorityFusion, multi-output fusion, CSE, DCE
+  PriorityFusion, multi-output fusion
+  collective combiners (independent all-gathers, reduce-scatters and
+    all-reduces of one kind as one variadic collective)
+  CSE, DCE
   fusion wrapper (every unfused kernel op in its own fusion), XLA's names
   copy insertion
 """
@@ -29,6 +32,7 @@ import os
 from ..module import HloModule
 from .algebraic_simplifier import AlgebraicSimplifier
 from .call_inliner import CallInliner
+from .collective_combiners import AllGatherCombiner, AllReduceCombiner, ReduceScatterCombiner
 from .constant_folding import HloConstantFolding
 from .control_flow_layouts import ControlFlowLayouts
 from .copy_insertion import CopyInsertion
@@ -94,6 +98,9 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None
         GemmFusion(max_multiply_adds=gemm_fusion_max_multiply_adds),
         PriorityFusion(),
         MultiOutputFusion(),
+        AllGatherCombiner(),
+        ReduceScatterCombiner(),
+        AllReduceCombiner(),
         HloCSE(),
         HloDCE(),
         FusionWrapper(),
