@@ -125,6 +125,30 @@ def jax_rows():
         ours = collectives(partition_module(parse_module(lowered.as_text(dialect="hlo")),
                                             8).module)
         yield name, xla, ours
+    # Uneven cuts (jax places only even chunks: whole arguments, cut inside
+    # by sharding constraints), on 4 devices: 10 rows are chunks of 3.
+    mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+
+    def cut(v, *spec):
+        return jax.lax.with_sharding_constraint(v, NamedSharding(mesh, P(*spec)))
+    uneven = [
+        ("uneven: sum over cut rows", lambda x: jnp.exp(cut(x, "x")).sum(0), normal(10, 8)),
+        ("uneven: dot over a cut k", lambda x, w: jnp.exp(cut(x, None, "x")) @
+         jnp.exp(cut(w, "x")), normal(6, 10), normal(10, 4)),
+        ("uneven: dot over k, result by rows", lambda x, w: cut(
+            cut(x, None, "x") @ cut(w, "x"), "x") * 2, normal(6, 16), normal(16, 4)),
+        ("uneven: rows to columns", lambda x: cut(-cut(x, "x"), None, "x") * 2,
+         normal(10, 7)),
+        ("uneven: elementwise, transpose, sum", lambda x, y: jnp.exp(cut(x, "x") * y).T.sum(1),
+         normal(10, 6), normal(10, 6)),
+    ]
+    for name, f, *args in uneven:
+        placed = [jax.device_put(a, NamedSharding(mesh, P())) for a in args]
+        lowered = jax.jit(f).lower(*placed)
+        xla = collectives(parse_module(lowered.compile().as_text()))
+        ours = collectives(partition_module(parse_module(lowered.as_text(dialect="hlo")),
+                                            4).module)
+        yield name, xla, ours
 
 
 def main() -> int:

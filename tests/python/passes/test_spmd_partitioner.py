@@ -203,7 +203,7 @@ ENTRY e {
     assert len(result.module.entry.parameters) == 2
 
 
-def test_uneven_shardings_are_computed_whole():
+def test_uneven_parameters_are_passed_whole_and_cut_padded():
     text = MODULE_WITH_ADD + """ENTRY e {
   x = f32[6,5] parameter(0), sharding={devices=[4,1]<=[4]}
   z = f32[] constant(0)
@@ -214,6 +214,9 @@ def test_uneven_shardings_are_computed_whole():
         (got,), result = run_partitioned(text, 4, [x])
     np.testing.assert_allclose(got, x.sum(axis=0))
     assert result.parameter_shardings[0].is_replicated
+    # Inside, chunks of ceil(6 / 4) = 2 rows, summed by one all-reduce.
+    assert "f32[2,5]" in module_to_text(result.module)
+    assert _collectives(result.module) == Counter({"all-reduce": 1})
 
 
 _LOOP = MODULE_WITH_ADD + """cond {

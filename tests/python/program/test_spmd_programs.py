@@ -103,3 +103,31 @@ ENTRY e {
     np.testing.assert_array_equal(moved, -x)
     np.testing.assert_allclose(dr, -x @ w, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(looped, np.exp(np.exp(x)), rtol=1e-5)
+
+
+def test_uneven_cuts_compiled_on_padded_chunks():
+    """A cut that does not divide its dim (10 rows over 4 devices: chunks
+    of 3, the last one 1 row and 2 of padding) through a reduction and a
+    dot contracting over it, compiled for the cpu target's devices."""
+    text = MODULE_WITH_ADD + """ENTRY e {
+  x = f32[10,8] parameter(0)
+  w = f32[10,6] parameter(1)
+  a = f32[10,8] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  b = f32[10,6] custom-call(w), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  e = f32[10,8] exponential(a)
+  z = f32[] constant(0)
+  s = f32[8] reduce(e, z), dimensions={0}, to_apply=add
+  d = f32[8,6] dot(e, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ROOT out = (f32[8], f32[8,6]) tuple(s, d)
+}"""
+    exe = xla_gpu.compile(text, num_partitions=4, target="cpu")
+    assert exe.partition_notes == []
+    for piece in ("f32[3,8]", "f32[3,6]", "all-reduce("):
+        assert piece in exe.partitioned_hlo, piece
+    assert "all-gather" not in exe.partitioned_hlo
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((10, 8)).astype(np.float32)
+    w = rng.standard_normal((10, 6)).astype(np.float32)
+    s, d = exe.run(x, w)
+    np.testing.assert_allclose(s, np.exp(x).sum(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(d, np.exp(x).T @ w, rtol=1e-4, atol=1e-4)

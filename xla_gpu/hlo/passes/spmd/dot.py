@@ -136,6 +136,11 @@ class DotPartitioning:
         if reduction is None:
             return self.add_clone(inst, [x, y], self.local_shape(inst.shape, s)), s
         partial, groups = reduction
+        # Contracting over an uneven cut: the padding of both operands made
+        # zero, or it would be summed into real results (both, not one:
+        # padding may hold an inf or NaN, and 0 * inf is NaN).
+        x = self.mask_padding(x, lw, lhs.shape, lc)
+        y = self.mask_padding(y, rw, rhs.shape, rc)
         local = self.add_clone(inst, [x, y], self.local_shape(inst.shape, partial))
         scattered = self.try_reduce_scatter(local, partial, s, groups, inst.shape)
         if scattered is not None:
@@ -163,5 +168,8 @@ class DotPartitioning:
                     return None
                 if any(xt[d][i] != xp[d][i] for i in range(rank) if i != dim):
                     return None
-        return self.reduce_scatter(x, dim, groups)
+        # (an uneven cut: the partial sums padded to whole chunks first)
+        padded = list(x.shape.dims)
+        padded[dim] = -(-padded[dim] // len(groups[0])) * len(groups[0])
+        return self.reduce_scatter(self.pad_high(x, padded), dim, groups)
 

@@ -25,9 +25,10 @@ How each op is partitioned (S: the sharding propagation gave its result):
                                    result's batch dims, the operand whole
   convolution                      batch-parallel: the input cut along its
                                    batch as the result is, the kernel whole
-  reduce                           local over the chunk, then an all-reduce
-                                   over the devices that hold the reduced
-                                   dims' chunks
+  reduce                           local over the chunk (its padding
+                                   masked to the init value), then an
+                                   all-reduce over the devices that hold
+                                   the reduced dims' chunks
   dot                              the cheapest of: operands resharded to
                                    S's batch / free dims (no collective on
                                    the result); or, when both operands cut
@@ -60,6 +61,18 @@ Resharding: dims cut differently are all-gathered along the tile
 assignment's groups, then the target's chunk is taken with a dynamic-slice
 at offsets read from a table by partition-id; a cut moving from one dim to
 another over the same devices is one all-to-all.
+
+Uneven cuts (a dim of 10 over 4 devices) are padded as XLA's are: chunks
+of ceil(10 / 4) = 3, the last device's 1 row and 2 of padding (see
+reshard). Ops that map elements (elementwise, broadcast, transpose, a
+reshape keeping the cut dim) run on padded chunks as they are; a reduce
+over a padded dim first replaces the padding by its init value, a dot
+contracting over one zeroes both operands' padding, and the ops that move
+data along a dim (slice, pad, concatenate, reverse, reduce-window...) have
+that dim made whole first, as for even cuts, so padding never moves into
+real positions. The entry's parameters and results whose stated sharding
+is uneven are passed whole (replicated; jax places only even chunks),
+each device cutting its padded chunk from a parameter (a note says so).
 """
 
 from __future__ import annotations
@@ -135,6 +148,9 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
         self.manual: dict[int, bool] = {}
         self._pid: HloInstruction | None = None
         self._tables: dict = {}
+        # Partitioning the entry computation itself (its parameters and
+        # result are what the caller passes and gets back).
+        self.at_entry = False
 
     # ---------------------------------------------------------- set up
 
@@ -208,7 +224,7 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
         entry = module.entry
         self.inline_calls(entry)
         new, root_sharding, params = self.partition_computation(
-            entry, entry.name + "_spmd", {}, None, report_uneven=True)
+            entry, entry.name + "_spmd", {}, None, entry=True)
         # Swap the entry.
         index = module.computations.index(entry)
         module.computations[index] = new
@@ -229,14 +245,16 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
     def partition_computation(self, comp: HloComputation, name: str,
                               overrides: dict[int, HloSharding],
                               root_sharding: HloSharding | None,
-                              report_uneven: bool = False):
+                              entry: bool = False):
         """The per-device copy of `comp` (not yet in the module), the
         sharding of its root and of its parameters. `overrides`: shardings
         that win over the stated ones (a loop body's state); `root_sharding`:
-        the one its root must have."""
+        the one its root must have; `entry`: the module's entry (whose
+        unevenly cut parameters and results are passed whole)."""
         saved = (self.comp, self.values, self._pid, self._tables, self.shardings,
-                 self.manual)
+                 self.manual, self.at_entry)
         try:
+            self.at_entry = entry
             self.manual = self.mark_manual(comp)
             order = comp.instructions
             fixed = self.stated_shardings(order)
@@ -244,11 +262,10 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
             self.shardings = propagate(comp, fixed, self.n, order)
             for inst in order:
                 stated = fixed.get(id(inst))
-                if report_uneven and stated is not None and stated.is_tiled and \
+                if entry and stated is not None and stated.is_tiled and \
                         not self.shardings[id(inst)].is_tiled:
-                    self.notes.append(f"'{inst.name}': sharding {stated} does not cut "
-                                      f"{inst.shape} evenly over {self.n} devices: "
-                                      "replicated")
+                    self.notes.append(f"'{inst.name}': sharding {stated} does not place a "
+                                      f"chunk on each of the {self.n} devices: replicated")
                 if self.manual.get(id(inst)) and not inst.shape.is_tuple:
                     self.shardings[id(inst)] = HloSharding.manual()
             self.comp = HloComputation(self.module.unique_computation_name(name))
@@ -262,6 +279,18 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
                 if id(inst) in live:
                     self.values[id(inst)] = self.emit(inst, self.shardings[id(inst)])
             root, root_s = self.values[id(comp.root)]
+            if entry and root_sharding is None:
+                root_sharding = _passed_whole(root_s, comp.root.shape)
+                for i, ((shape, s), (_, out)) in enumerate(zip(
+                        _leaves(comp.root.shape, root_s),
+                        _leaves(comp.root.shape, root_sharding))):
+                    if s != out:
+                        which = f"output {i}" if comp.root.shape.is_tuple else "the result"
+                        self.notes.append(
+                            f"'{comp.root.name}': {which}'s sharding {s} does not cut "
+                            f"{shape} evenly over {self.n} devices: padded chunks inside "
+                            "the program, but an entry result is returned whole "
+                            "(replicated, all-gathered) as jax cannot take uneven chunks")
             if root_sharding is not None:
                 root = self.reshard(root, root_s, root_sharding, comp.root.shape)
                 root_s = root_sharding
@@ -277,10 +306,12 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
                 if isinstance(attrs, dict) and attrs.get("inlineable") == "false":
                     del attrs["inlineable"]
             params = [self.shardings[id(p)] for p in comp.parameters]
+            if entry:
+                params = [_passed_whole(s, p.shape) for s, p in zip(params, comp.parameters)]
             return self.comp, root_s, params
         finally:
             (self.comp, self.values, self._pid, self._tables, self.shardings,
-             self.manual) = saved
+             self.manual, self.at_entry) = saved
 
     def emit_conditional(self, inst, s: HloSharding):
         """Each branch partitioned for its operand's cut, its result
@@ -357,11 +388,19 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
         if target in MANUAL_EXIT_TARGETS:
             return self.emit_manual_exit(inst, s)
         if op == "parameter":
-            new = self.add("parameter", self.local_shape(inst.shape, s))
+            given = _passed_whole(s, inst.shape) if self.at_entry else s
+            new = self.add("parameter", self.local_shape(inst.shape, given))
             new.parameter_number = inst.parameter_number
             new.name = self.comp.unique_name(inst.name)
-            if not s.is_tuple:
-                new.attrs["sharding"] = str(s)
+            if not given.is_tuple:
+                new.attrs["sharding"] = str(given)
+            if given != s:
+                self.notes.append(
+                    f"'{inst.name}': sharding {s} does not cut {inst.shape} evenly over "
+                    f"{self.n} devices: an entry parameter is passed whole (replicated, "
+                    "as jax cannot place uneven chunks); each device cuts its padded "
+                    "chunk from it")
+                return self.reshard(new, given, s, inst.shape), s
             return new, s
         if target in CONSTRAINT_TARGETS or target in _DROPPED_TARGETS:
             return self.value(inst.operands[0], s), s
@@ -514,6 +553,9 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
                              operand.shape)
             os_ = replicate_dims(os_, rank, cut, keep=list(range(rank)))
             cut = []
+        # The padding of an uneven cut of a reduced dim becomes the init
+        # value (the combiner's identity), or it would join the result.
+        x = self.mask_padding(x, os_, operand.shape, cut, init)
         result_s = replicate_dims(os_, rank, dims)
         local_dims = tuple(n for i, n in enumerate(x.shape.dims) if i not in dims)
         new = self.add_clone(inst, [x, init], inst.shape.with_dims(local_dims))
@@ -536,6 +578,19 @@ def _live(comp: HloComputation) -> set[int]:
             seen.add(id(inst))
             stack.extend(inst.operands)
     return seen
+
+
+def _passed_whole(s: HloSharding, shape: Shape) -> HloSharding:
+    """The sharding an entry parameter or result is passed with: replicated
+    where `s` cuts it unevenly (jax places only even chunks), else `s`."""
+    if shape.is_tuple:
+        if not s.is_tuple:
+            return s
+        return HloSharding.tuple_of([_passed_whole(e, sub)
+                                     for e, sub in zip(s.elements, shape.tuple_shapes)])
+    if s.is_tiled and not s.is_even_for(shape.dims):
+        return HloSharding.replicated()
+    return s
 
 
 def _has_manual(s: HloSharding) -> bool:

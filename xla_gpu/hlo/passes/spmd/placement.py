@@ -23,15 +23,14 @@ def normalize(sharding: HloSharding | None, dims: Sequence[int],
               num_devices: int) -> HloSharding:
     """The sharding the partitioner uses for a value of `dims`: maximal and
     missing ones are replicated (every device computes the value), and a
-    tiling that does not divide the value evenly, or that does not cover
-    all `num_devices` devices, is replicated too (never wrong, only
-    slower)."""
+    tiling that does not cover all `num_devices` devices is replicated too
+    (never wrong, only slower). A tiling that does not divide the value
+    evenly stays: its chunks are padded (see reshard)."""
     if sharding is None or sharding.kind in ("maximal", "replicated"):
         return HloSharding.replicated()
     if sharding.kind != "tiled":
         return sharding
-    if sorted(sharding.devices) != list(range(num_devices)) or \
-            not sharding.is_even_for(dims):
+    if sorted(sharding.devices) != list(range(num_devices)):
         return HloSharding.replicated()
     return sharding
 

@@ -37,7 +37,8 @@ Passes run forward then backward, twice; each only fills values without a
 sharding, so what the module states always wins. The manual regions of
 shard_map (between GlobalToLocalShape / SPMDFullToShardShape and
 LocalToGlobalShape / SPMDShardToFullShape) are marked manual. Shardings
-that do not divide a value evenly are replicated (see placement.normalize).
+that do not divide a value evenly stay: the partitioner pads their chunks
+(see reshard).
 """
 
 from __future__ import annotations

@@ -3,7 +3,16 @@ resharding a value from one sharding to another (all-gathers along the
 tile assignment's groups, then a dynamic-slice at offsets read by
 partition-id; one all-to-all where a cut moves to another dim over the
 same devices). A base of the partitioner: `self.comp` is the computation
-being built, `self.n` the device count."""
+being built, `self.n` the device count.
+
+Uneven cuts (as XLA's): a dim of n cut c ways is held in chunks of
+ceil(n / c) by every device, the last chunks partly (or wholly) padding.
+A value holds its true size along the dims it does not cut and the padded
+chunk along the ones it cuts: cutting pads the whole value to c * ceil(n /
+c) before the dynamic-slice (which would clamp the last chunk's offset
+otherwise), and gathering slices the padding off again. What the padding
+holds is unspecified (any value): the ops that would read it into real
+results mask it first (`mask_padding`)."""
 
 from __future__ import annotations
 
@@ -24,6 +33,10 @@ class Emitter:
     built, `self.n` the device count, `self.channel` the last channel id
     given, `self.reducers` the reducer computations made (one per kind and
     element type)."""
+
+    # What a floating-point value's padding is made of (any value is
+    # correct; tests set NaN so that padding read into a result shows).
+    padding_value = 0.0
 
     def add(self, opcode: str, shape: Shape, operands=(), **attrs) -> HloInstruction:
         return self.comp.add_instruction(HloInstruction.create(opcode, shape, operands,
@@ -136,6 +149,7 @@ class Emitter:
                 if sc[dim] == tc[dim] and all(xs[d][dim] == xt[d][dim] for d in range(n)):
                     continue
                 x = self.all_gather(x, dim, groups_along(current, rank, [dim]))
+                x = self.slice_dim(x, dim, global_shape.dims[dim])
                 current = replicate_dims(current, rank, [dim], keep=list(range(rank)))
         return self.slice_to(x, current, target, global_shape)
 
@@ -147,20 +161,85 @@ class Emitter:
         cc, tc = current.counts(rank), target.counts(rank)
         xt = device_coords(target, rank, n)
         local = list(x.shape.dims)
+        padded = list(x.shape.dims)
         offsets = []
         cut = False
         for dim in range(rank):
             if cc[dim] == 1 and tc[dim] > 1:
-                size = global_shape.dims[dim] // tc[dim]
+                size = -(-global_shape.dims[dim] // tc[dim])
                 local[dim] = size
+                padded[dim] = size * tc[dim]
                 offsets.append(self.table_value([xt[d][dim] * size for d in range(n)]))
                 cut = True
             else:
                 offsets.append(self.scalar(0))
         if not cut:
             return x
+        x = self.pad_high(x, padded)
         return self.add("dynamic-slice", x.shape.with_dims(tuple(local)), [x, *offsets],
                         dynamic_slice_sizes=tuple(local))
+
+    # ---------------------------------------------------------- padding
+
+    def zero(self, element_type: str) -> HloInstruction:
+        shape = Shape(element_type, ())
+        return self.comp.add_instruction(HloInstruction.create_constant(
+            np.zeros((), shape.dtype), shape))
+
+    def pad_high(self, x: HloInstruction, dims) -> HloInstruction:
+        """x grown to `dims` at the high end of each dim (with
+        `padding_value`, zero by default: any value would do)."""
+        if tuple(dims) == tuple(x.shape.dims):
+            return x
+        config = [(0, int(want) - have, 0) for have, want in zip(x.shape.dims, dims)]
+        shape = Shape(x.shape.element_type, ())
+        if self.padding_value != 0 and np.issubdtype(shape.dtype, np.floating):
+            fill = self.comp.add_instruction(HloInstruction.create_constant(
+                np.array(self.padding_value, shape.dtype), shape))
+        else:
+            fill = self.zero(shape.element_type)
+        return self.add("pad", x.shape.with_dims(tuple(dims)), [x, fill], padding=config)
+
+    def slice_dim(self, x: HloInstruction, dim: int, size: int) -> HloInstruction:
+        """The first `size` elements of x along `dim` (padding cut off)."""
+        if x.shape.dims[dim] == size:
+            return x
+        dims = list(x.shape.dims)
+        dims[dim] = size
+        return self.add("slice", x.shape.with_dims(tuple(dims)), [x],
+                        slice=[(0, n, 1) for n in dims])
+
+    def mask_padding(self, x: HloInstruction, s: HloSharding, global_shape: Shape,
+                     dims, value: HloInstruction | None = None) -> HloInstruction:
+        """x (s's chunk of a value of global_shape) with the padding along
+        `dims` replaced by the scalar `value` (a reduction's identity; zero
+        by default, for a dot's contracting dims): select(index < the real
+        elements of this device's chunk, x, value)."""
+        rank, n = global_shape.rank, self.n
+        counts = s.counts(rank)
+        dims = [d for d in dims if counts[d] > 1 and global_shape.dims[d] % counts[d]]
+        if not dims:
+            return x
+        coords = device_coords(s, rank, n)
+        local = tuple(x.shape.dims)
+        mask = None
+        for dim in dims:
+            size = local[dim]
+            # Real elements of this device's chunk: the chunks before it
+            # take size each, the rest of the dim is real (0 past the end).
+            real = [max(0, min(size, global_shape.dims[dim] - coords[d][dim] * size))
+                    for d in range(n)]
+            index = self.add("iota", Shape("s32", local), iota_dimension=dim)
+            limit = self.add("broadcast", Shape("s32", local), [self.table_value(real)],
+                             dimensions=())
+            inside = self.add("compare", Shape("pred", local), [index, limit],
+                              direction="LT")
+            mask = inside if mask is None else \
+                self.add("and", Shape("pred", local), [mask, inside])
+        if value is None:
+            value = self.zero(x.shape.element_type)
+        fill = self.add("broadcast", x.shape.with_dims(local), [value], dimensions=())
+        return self.add("select", x.shape.with_dims(local), [mask, x, fill])
 
     def try_all_to_all(self, x, source: HloSharding, target: HloSharding, global_shape):
         """One all-to-all when the cut moves from dim a to dim b over the
@@ -186,6 +265,11 @@ class Emitter:
         # Split b into [k, b/k] (chunk j goes to the group's j-th device),
         # exchange on the new dim, then put the received chunks of a back
         # in order: [k, a/k] -> a.
+        # (an uneven b is padded to k chunks first; an uneven a comes back
+        # as k padded chunks, the padding then sliced off)
+        padded = list(x.shape.dims)
+        padded[b] = -(-padded[b] // k) * k
+        x = self.pad_high(x, padded)
         dims = list(x.shape.dims)
         split = dims[:b] + [k, dims[b] // k] + dims[b + 1:]
         y = self.add("reshape", x.shape.with_dims(tuple(split)), [x])
@@ -198,11 +282,11 @@ class Emitter:
         moved_dims = tuple(split[i] for i in order)
         y = self.add("transpose", x.shape.with_dims(moved_dims), [y],
                      dimensions=tuple(order))
-        final = list(global_shape.dims)
-        final = [global_shape.dims[i] if i == a else
-                 (global_shape.dims[i] // k if i == b else x.shape.dims[i])
+        final = [x.shape.dims[i] * k if i == a else
+                 (x.shape.dims[i] // k if i == b else x.shape.dims[i])
                  for i in range(rank)]
-        return self.add("reshape", x.shape.with_dims(tuple(final)), [y])
+        y = self.add("reshape", x.shape.with_dims(tuple(final)), [y])
+        return self.slice_dim(y, a, global_shape.dims[a])
 
     def only_slices(self, have: HloSharding, want: HloSharding, rank: int) -> bool:
         """Whether resharding `have` to `want` needs no collective: every
