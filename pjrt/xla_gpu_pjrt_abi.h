@@ -1073,6 +1073,44 @@ typedef struct PJRT_Api {
 #undef XLA_GPU_PJRT_SLOT_FIELD_
 } PJRT_Api;
 
+/* ------------------------------------------- xla_gpu's handle blocks --- */
+
+/* Not PJRT: xla_gpu's own. Every handle the plugin hands out points at one
+ * of these blocks, which the Python object behind the handle owns and fills
+ * once, when it is made (a buffer's or an executable's facts never change
+ * afterwards). libXlaGpuPjrt.so answers the getters jax calls on every
+ * execute from the block without entering Python, after checking that the
+ * handle is live (in the plugin's handle map) and of the right kind; any
+ * other handle goes to the Python slot, which reports the error. The first
+ * word is the vtable pointer PJRT_Error and PJRT_Memory start with. */
+typedef enum {
+  XLA_GPU_PJRT_HANDLE_OTHER = 0,
+  XLA_GPU_PJRT_HANDLE_BUFFER = 1,
+  XLA_GPU_PJRT_HANDLE_EXECUTABLE = 2, /* a PJRT_LoadedExecutable or its PJRT_Executable */
+  XLA_GPU_PJRT_HANDLE_MEMORY = 3
+} XlaGpuPjrt_HandleKind;
+
+typedef struct XlaGpuPjrt_Handle {
+  const void *vtable;
+  uint64_t kind; /* XlaGpuPjrt_HandleKind */
+  /* Buffers. */
+  PJRT_Device *device;
+  PJRT_Memory *memory;
+  const int64_t *dims;
+  size_t num_dims;
+  size_t on_device_size;
+  int64_t type; /* PJRT_Buffer_Type */
+  uint64_t deleted; /* PJRT_Buffer_Delete or a donation consumed it */
+  uint64_t on_cpu; /* PJRT_Buffer_IsOnCpu */
+  /* Executables. */
+  size_t num_replicas;
+  size_t num_partitions;
+  size_t num_outputs;
+  /* Memories: the memory kind. */
+  const char *memory_kind;
+  size_t memory_kind_size;
+} XlaGpuPjrt_Handle;
+
 /* ------------------------------------------------- the layout, pinned --- */
 
 /* Sizes and offsets as measured against jaxlib 0.10.2 (x86-64). */
@@ -1277,6 +1315,9 @@ XLA_GPU_PJRT_PASSED(PJRT_Buffer_ReadyEvent_Args, event, 32);
 XLA_GPU_PJRT_PASSED(PJRT_Buffer_IncreaseExternalReferenceCount_Args, buffer, 24);
 XLA_GPU_PJRT_PASSED(PJRT_Buffer_DecreaseExternalReferenceCount_Args, buffer, 24);
 XLA_GPU_PJRT_PASSED(PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args, device_memory_ptr, 32);
+
+XLA_GPU_PJRT_SIZEOF(XlaGpuPjrt_Handle, 120);
+XLA_GPU_PJRT_AT(XlaGpuPjrt_Handle, memory_kind_size, 112);
 
 #undef XLA_GPU_PJRT_SIZEOF
 #undef XLA_GPU_PJRT_AT

@@ -88,6 +88,7 @@ def _register() -> None:
         wrapped = lib.XlaGpuPjrtWrapApi(table, *hooks)
         if not wrapped:
             raise RuntimeError(f"{path}: XlaGpuPjrtWrapApi refused the PJRT table")
+        _enable_fast_paths(lib)
         lib.XlaGpuPjrtSetApi(wrapped)
         xla_bridge.register_plugin(PLATFORM, priority=_priority(), library_path=path)
     else:
@@ -101,6 +102,36 @@ def _register() -> None:
                                    c_api=capsule_new(table, b"pjrt_c_api", None))
     _registered = True
     _enable_jax_features()
+
+
+def _enable_fast_paths(lib) -> None:
+    """Lets the library answer the per-execute getters itself (see
+    pjrt/xla_gpu_pjrt.c); without it (a library of an older build, a
+    Python without the functions) every slot goes to Python, as before."""
+    import ctypes
+
+    from ._plugin import fast_path_handles, use_memory_user_data
+
+    enable = getattr(lib, "XlaGpuPjrtEnableFastPaths", None)
+    py = ctypes.pythonapi
+    # Py_IsFinalizing is public from Python 3.13; 3.11 and 3.12 export it
+    # with a leading underscore.
+    finalizing = getattr(py, "Py_IsFinalizing", None) or getattr(py, "_Py_IsFinalizing", None)
+    if enable is None or finalizing is None:
+        return
+    enable.argtypes = [ctypes.c_void_p] * 7
+    enable.restype = ctypes.c_int
+    hooks = [ctypes.cast(f, ctypes.c_void_p).value for f in
+             (py.PyLong_FromVoidPtr, py.PyDict_GetItem, py.PyDict_DelItem, py.Py_DecRef,
+              finalizing)]
+    if enable(*fast_path_handles(), *hooks) != 0:
+        logger.debug("xla_gpu: the PJRT library's fast paths are off")
+        return
+    get_data = getattr(lib, "XlaGpuPjrtMemoryGetUserData", None)
+    set_data = getattr(lib, "XlaGpuPjrtMemorySetUserData", None)
+    if get_data is not None and set_data is not None:
+        use_memory_user_data(ctypes.cast(get_data, ctypes.c_void_p).value,
+                             ctypes.cast(set_data, ctypes.c_void_p).value)
 
 
 def _enable_jax_features() -> None:

@@ -233,6 +233,16 @@ MEMORY_VTABLE = _struct(
 ERROR = _struct("PJRT_Error", 8, vtable=0)
 MEMORY = _struct("PJRT_Memory", 8, vtable=0)
 
+# xla_gpu's own handle block (not PJRT): what every handle the plugin hands
+# out points at. libXlaGpuPjrt.so answers the per-execute getters from it
+# (pjrt/xla_gpu_pjrt_abi.h says why).
+HANDLE_KIND = _enum("XlaGpuPjrt_HandleKind", "XLA_GPU_PJRT_HANDLE_", OTHER=0, BUFFER=1,
+                    EXECUTABLE=2, MEMORY=3)
+HANDLE = _struct("XlaGpuPjrt_Handle", 120, vtable=0, kind=8, device=16, memory=24, dims=32,
+                 num_dims=40, on_device_size=48, type=56, deleted=64, on_cpu=72,
+                 num_replicas=80, num_partitions=88, num_outputs=96, memory_kind=104,
+                 memory_kind_size=112)
+
 # ----------------------------------------------------------------------------- argument structs
 # Errors.
 ERROR_DESTROY = _args("Error_Destroy", 24, error=16)

@@ -1,15 +1,23 @@
 """The PJRT C API table, implemented in Python over xla_gpu (cpu target).
 
 jaxlib calls the slots from any thread (compiles run on its own worker
-threads with the GIL released); ctypes takes the GIL on entry. Handle maps
-are shared state, so every change to them holds `_lock`; runs and compiles
-happen outside it, so several threads can dispatch at once.
+threads with the GIL released); ctypes takes the GIL on entry. The handle
+map is shared state: single insertions and removals are atomic under the
+GIL (libXlaGpuPjrt.so's Buffer_Destroy removes buffers from C), compound
+changes hold `_lock`; runs and compiles happen outside it, so several
+threads can dispatch at once.
+
+Every handle points at a block (A.HANDLE) the object fills when it is made:
+libXlaGpuPjrt.so answers the getters jax calls on every execute (executable
+counts, a buffer's device, memory, type and dimensions) from it without
+entering Python, and finished work is handed out as one shared, always
+ready event (`_READY_EVENT`) whose slots never enter Python either.
 
 Every slot catches every Python exception and returns it as a PJRT_Error:
 jax raises it as a Python exception, the process never crashes on our side.
 Slots xla_gpu does not implement answer "unimplemented: PJRT_<name> ...".
 Execution is synchronous: outputs exist when Execute returns, so every event
-is born ready (with the run's error, if any).
+is born ready (the shared ready one, or one carrying an error).
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import hashlib
 import logging
 import os
 import re
+import struct
 import sys
 import threading
 
@@ -50,24 +59,35 @@ def _keep_alive(obj):
     return obj
 
 
-# What jaxlib holds for every handle: the vtable pointer and a spare word.
-_HandleBlock = A.u64 * 2
+# What jaxlib holds for every handle: an A.HANDLE block (the vtable pointer,
+# the kind, the facts libXlaGpuPjrt.so answers getters from).
+_HandleBlock = A.u64 * (A.HANDLE.size // 8)
+# Word index of each A.HANDLE field.
+_W = {name: offset // 8 for name, offset in A.HANDLE.fields.items()}
+_W_DEVICE, _W_MEMORY, _W_DIMS, _W_NUM_DIMS = _W["device"], _W["memory"], _W["dims"], _W["num_dims"]
+_W_SIZE, _W_TYPE, _W_DELETED = _W["on_device_size"], _W["type"], _W["deleted"]
+assert [_W["vtable"], _W["kind"], _W_DEVICE, _W_MEMORY, _W_DIMS, _W_NUM_DIMS, _W_SIZE,
+        _W_TYPE, _W_DELETED, _W["on_cpu"]] == list(range(10))
+# Filling a block word by word through ctypes costs a microsecond per
+# buffer; struct writes the leading words at once.
+_pack_head = struct.Struct("=2Q").pack_into               # vtable, kind
+_pack_buffer_head = struct.Struct("=7Qq2Q").pack_into    # vtable ... on_cpu
 
 
 class _Handle:
     """A plugin object with a stable C address (what jaxlib holds). The
-    first word is a vtable pointer for PJRT_Error and PJRT_Memory."""
+    first word is a vtable pointer for PJRT_Error and PJRT_Memory, the
+    second the kind of handle (A.HANDLE_KIND)."""
 
-    def __init__(self, vtable: int = 0):
-        # The vtable pointer is the first field of PJRT_Error / PJRT_Memory.
-        self._block = _HandleBlock(vtable, 0)
-        self.addr = C.addressof(self._block)
-        with _lock:
-            _objects[self.addr] = self
+    def __init__(self, vtable: int = 0, kind: int = 0):
+        self._block = block = _HandleBlock()
+        if vtable or kind:
+            _pack_head(block, 0, vtable, kind)
+        self.addr = C.addressof(block)
+        _objects[self.addr] = self   # atomic under the GIL
 
     def release(self) -> None:
-        with _lock:
-            _objects.pop(self.addr, None)
+        _objects.pop(self.addr, None)
 
 
 def _get(addr: int, kind: type, what: str):
@@ -162,10 +182,21 @@ class Event(_Handle):
         return self.error.copy().addr if self.error else 0
 
 
+# The event of all finished work without an error, shared: jaxlib destroys
+# each event it is given, and destroying this one does nothing, so one
+# object serves every execute and transfer (no allocation per call).
+_READY_EVENT = Event()
+
+
 # ----------------------------------------------------------------------------- devices
+_MEMORY_KIND = _keep_alive(A.CString(MEMORY_KIND))
+
+
 class Memory(_Handle):
     def __init__(self, index: int):
-        super().__init__(C.addressof(_MEMORY_VTABLE))
+        super().__init__(C.addressof(_MEMORY_VTABLE), A.HANDLE_KIND.MEMORY)
+        self._block[_W["memory_kind"]] = _MEMORY_KIND.addr
+        self._block[_W["memory_kind_size"]] = _MEMORY_KIND.size
         self.index = index
         self.user_data: dict[int, tuple[int, int]] = {}
         self.text = A.CString(f"XlaGpuMemory(id={index}, kind={MEMORY_KIND})")
@@ -252,22 +283,66 @@ def _client() -> Client:
 
 
 # ----------------------------------------------------------------------------- buffers
+_KIND_BUFFER = A.HANDLE_KIND.BUFFER
+# cpu target: buffers are host memory (np.asarray is zero-copy).
+_ON_CPU = 1 if TARGET == "cpu" else 0
+# Dimensions and minor-to-major arrays by shape, shared by every buffer of
+# that shape (jaxlib only reads them); bounded, as shapes are unbounded.
+_SHAPE_ARRAYS: dict[tuple, tuple] = {}
+_SHAPE_ARRAYS_MAX = 4096
+
+
+def _shape_arrays(shape: tuple) -> tuple:
+    """(dims, minor_to_major) int64 arrays of `shape`, and the address of dims."""
+    arrays = _SHAPE_ARRAYS.get(shape)
+    if arrays is None:
+        n = max(1, len(shape))
+        dims = (A.i64 * n)(*shape)
+        arrays = (dims, (A.i64 * n)(*reversed(range(len(shape)))), C.addressof(dims))
+        if len(_SHAPE_ARRAYS) >= _SHAPE_ARRAYS_MAX:
+            _SHAPE_ARRAYS.clear()
+        _SHAPE_ARRAYS[shape] = arrays
+    return arrays
+
+
 class Buffer(_Handle):
-    def __init__(self, array: np.ndarray, device: Device):
-        super().__init__()
+    # Until a buffer changes them (set on the instance then).
+    external_refs = 0
+    deleted = False
+
+    def __init__(self, array: np.ndarray, device: Device, code: int | None = None):
+        """`code`: the array's PJRT type where the caller knows it."""
+        # Made on every execute: the block is filled in one write, not
+        # through _Handle.__init__.
+        if code is None:
+            code = A.DTYPE_CODES.get(array.dtype)
+            if code is None:
+                raise _PjrtError(A.UNIMPLEMENTED,
+                                 f"xla_gpu: no PJRT buffer type for dtype {array.dtype}")
+        shape = array.shape
+        self.dims, self.minor_to_major, dims_addr = _shape_arrays(shape)
+        self.nbytes = nbytes = array.nbytes
+        self._block = block = _HandleBlock()
+        _pack_buffer_head(block, 0, 0, _KIND_BUFFER, device.addr, device.memory.addr, dims_addr,
+                          len(shape), nbytes, code, 0, _ON_CPU)
         self.array: np.ndarray | None = array
         self.device = device
         self.dtype = array.dtype
-        self.code = A.DTYPE_CODES.get(array.dtype)
-        if self.code is None:
-            raise _PjrtError(A.UNIMPLEMENTED, f"xla_gpu: no PJRT buffer type for dtype {array.dtype}")
-        self.shape = array.shape
-        self.nbytes = array.nbytes
-        n = max(1, array.ndim)
-        self.dims = (A.i64 * n)(*array.shape)
-        self.minor_to_major = (A.i64 * n)(*reversed(range(array.ndim)))
-        self.external_refs = 0
-        self.deleted = False
+        self.code = code
+        self.shape = shape
+        self.addr = addr = C.addressof(block)
+        _objects[addr] = self   # atomic under the GIL
+
+    def mark_deleted(self) -> None:
+        """Deleted (Buffer_Delete, or consumed by a donation); the array goes
+        where no numpy view still reads it (the caller decides)."""
+        self.deleted = True
+        self._block[_W_DELETED] = 1
+
+    def set_type(self, code: int, nbytes: int) -> None:
+        """Another PJRT type and size than the array's (a token)."""
+        self.code, self.nbytes = code, nbytes
+        self._block[_W_TYPE], self._block[_W_SIZE] = code, nbytes
 
     def live_array(self, what: str) -> np.ndarray:
         if self.deleted or self.array is None:
@@ -279,7 +354,7 @@ def _token_buffer(device: Device) -> Buffer:
     """A token result: PJRT type TOKEN, no dimensions, no bytes (a program
     ignores what it is given for a token parameter)."""
     buf = Buffer(np.zeros((), np.uint8), device)
-    buf.code, buf.nbytes = A.BUFFER_TYPE["TOKEN"], 0
+    buf.set_type(A.BUFFER_TYPE["TOKEN"], 0)
     return buf
 
 
@@ -304,7 +379,7 @@ class Executable(_Handle):
 
     def __init__(self, exe, computation, mlir_code: bytes, hlo_text: str, device: Device,
                  devices: list[Device] | None = None, partitioned_program: bytes | None = None):
-        super().__init__()
+        super().__init__(0, A.HANDLE_KIND.EXECUTABLE)
         self.exe = exe
         # The devices it runs on, device d of the program (replica d //
         # num_partitions, partition d % num_partitions) on devices[d] (its
@@ -364,6 +439,15 @@ class Executable(_Handle):
         self.fingerprint = A.CString(hashlib.sha256(f"{TARGET}\n{text}".encode()).hexdigest())
         self._optimized: tuple[bytes, A.CString] | None = None
         self._cost: A.NamedValues | None = None
+        self.name_text = computation.name()
+        # Per output, what Execute makes its buffer from: (is a token, the
+        # dtype, the dimensions, the PJRT type).
+        self.out_plan = [(t, d, dims, code) for t, d, dims, code in zip(
+            self.out_tokens, self.out_dtypes, self.out_dims, self.out_types)]
+        for handle in (self, self.view):   # what libXlaGpuPjrt.so answers from
+            handle._block[_W["num_replicas"]] = self.num_replicas
+            handle._block[_W["num_partitions"]] = self.num_partitions
+            handle._block[_W["num_outputs"]] = self.num_outputs
 
     def optimized_program(self) -> tuple[bytes, A.CString]:
         """Our optimized module as StableHLO bytecode (format "mlir"): jaxlib
@@ -404,7 +488,7 @@ _IMPORTER_UNSAFE = re.compile(r",\s*algorithm=[\w]+")
 
 class _ExecutableView(_Handle):
     def __init__(self, loaded: Executable):
-        super().__init__()
+        super().__init__(0, A.HANDLE_KIND.EXECUTABLE)
         self.loaded = loaded
 
 
@@ -834,7 +918,7 @@ def Plugin_Attributes(a):
 @slot
 def Event_Destroy(a):
     ev = _objects.get(rd(a, A.EVENT_DESTROY.event))
-    if isinstance(ev, Event):
+    if isinstance(ev, Event) and ev is not _READY_EVENT:   # the shared one stays
         ev.release()
 
 
@@ -1005,9 +1089,8 @@ def Client_BufferFromHostBuffer(a):
         device = c.devices[0]
     array = _host_array(rd(a, f.data), dtype, dims, strides)
     # The data is copied: the host buffer is free again as soon as we return.
-    done = Event()
     buf = Buffer(array, device)
-    wr(a, f.done_with_host_buffer, done.addr)
+    wr(a, f.done_with_host_buffer, _READY_EVENT.addr)
     wr(a, f.buffer, buf.addr)
 
 
@@ -1098,9 +1181,6 @@ def Device_GetAttributes(a):
 @slot
 def Memory_Id(a):
     wr_i32(a, A.MEMORY_ID.id, _get(rd(a, A.MEMORY_ID.memory), Memory, "PJRT_Memory_Id").index)
-
-
-_MEMORY_KIND = _keep_alive(A.CString(MEMORY_KIND))
 
 
 @slot
@@ -1363,23 +1443,40 @@ def LoadedExecutable_IsDeleted(a):
             _executable(rd(a, f.executable), "PJRT_LoadedExecutable_IsDeleted").deleted)
 
 
+# The words of PJRT_LoadedExecutable_Execute_Args, read in one go.
+_ExecuteArgs = A.u64 * (A.EXECUTE.size // 8)
+_X = {name: offset // 8 for name, offset in A.EXECUTE.fields.items()}
+_X_EXECUTABLE, _X_OPTIONS, _X_ARGUMENT_LISTS = _X["executable"], _X["options"], _X["argument_lists"]
+_X_NUM_DEVICES, _X_NUM_ARGS, _X_OUTPUT_LISTS = _X["num_devices"], _X["num_args"], _X["output_lists"]
+_X_EVENTS, _X_EXECUTE_DEVICE = _X["device_complete_events"], _X["execute_device"]
+_u64_at = A.u64.from_address
+
+
 @slot
 def LoadedExecutable_Execute(a):
-    f = A.EXECUTE
-    e = _executable(rd(a, f.executable), "PJRT_LoadedExecutable_Execute")
+    # The path of every jitted call: what does not change between calls
+    # (names, output dtypes and dimensions, their shape arrays) was worked
+    # out when the executable was made.
+    w = _ExecuteArgs.from_address(a)
+    e = _executable(w[_X_EXECUTABLE], "PJRT_LoadedExecutable_Execute")
     if e.deleted:
-        raise _PjrtError(A.FAILED_PRECONDITION, f"xla_gpu: executable '{e.name.buf.value.decode()}' "
+        raise _PjrtError(A.FAILED_PRECONDITION, f"xla_gpu: executable '{e.name_text}' "
                          "was deleted")
-    num_devices, num_args = rd(a, f.num_devices), rd(a, f.num_args)
+    num_devices, num_args = w[_X_NUM_DEVICES], w[_X_NUM_ARGS]
     if len(e.devices) > 1 or num_devices != 1:
         _execute_partitioned(a, e, num_devices, num_args)
         return
     device = e.device
-    if rd(a, f.execute_device):   # a portable executable, run where asked
-        device = _get(rd(a, f.execute_device), Device, "PJRT_LoadedExecutable_Execute device")
-    name = e.name.buf.value.decode()
-    arg_bufs = _argument_buffers(a, 0, num_args, device, name, "")
-    args = [buf.live_array(f"argument {i} of '{name}'") for i, buf in enumerate(arg_bufs)]
+    if w[_X_EXECUTE_DEVICE]:   # a portable executable, run where asked
+        device = _get(w[_X_EXECUTE_DEVICE], Device, "PJRT_LoadedExecutable_Execute device")
+    name = e.name_text
+    arg_bufs = _argument_buffers(w[_X_ARGUMENT_LISTS], 0, num_args, device, name, "")
+    args = []
+    for i, buf in enumerate(arg_bufs):
+        array = buf.array
+        if array is None or buf.deleted:
+            buf.live_array(f"argument {i} of '{name}'")   # raises
+        args.append(array)
     if e.donated:
         _refuse_double_donation(e, arg_bufs, name)
     try:
@@ -1389,42 +1486,60 @@ def LoadedExecutable_Execute(a):
     if len(outs) != e.num_outputs:
         raise _PjrtError(A.INTERNAL, f"xla_gpu run: {len(outs)} outputs, expected {e.num_outputs}")
     if e.donated:
-        o = A.EXECUTE_OPTIONS
-        options = rd(a, f.options)
-        keep = (set(A.rd_i64s(rd(options, o.non_donatable_input_indices),
-                              rd(options, o.num_non_donatable_input_indices)))
-                if options else set())
-        with _lock:
-            for p in e.donated - keep:
-                buf = arg_bufs[p] if p < num_args else None
-                # The run read a copy; a donated input is consumed as on XLA
-                # (unless a numpy view still reads it: then it stays).
-                if buf is not None and buf.external_refs == 0:
-                    buf.deleted = True
-                    buf.array = None
-    out_list = rd(rd(a, f.output_lists), 0)   # device 0's list
-    for j, out in enumerate(outs):
-        if e.out_tokens[j]:
-            wr(out_list, A.POINTER * j, _token_buffer(device).addr)
+        _consume_donated(e, arg_bufs, num_args, w[_X_OPTIONS])
+    _write_outputs(e, outs, _u64_at(w[_X_OUTPUT_LISTS]).value, device)   # device 0's list
+    if w[_X_EVENTS]:
+        _u64_at(w[_X_EVENTS]).value = _READY_EVENT.addr   # device 0's event
+
+
+def _consume_donated(e: Executable, arg_bufs: list, num_args: int, options: int) -> None:
+    """Marks the donated arguments deleted after a run, except those jaxlib
+    lists as not donatable this time."""
+    o = A.EXECUTE_OPTIONS
+    keep = (set(A.rd_i64s(rd(options, o.non_donatable_input_indices),
+                          rd(options, o.num_non_donatable_input_indices)))
+            if options else set())
+    with _lock:
+        for p in e.donated - keep:
+            buf = arg_bufs[p] if p < num_args else None
+            # The run read a copy; a donated input is consumed as on XLA
+            # (unless a numpy view still reads it: then it stays).
+            if buf is not None and buf.external_refs == 0:
+                buf.mark_deleted()
+                buf.array = None
+
+
+def _write_outputs(e: Executable, outs, out_list: int, device: Device) -> None:
+    """One Buffer per output of a run, written to jaxlib's output list."""
+    if not outs:
+        return
+    slots = (A.u64 * len(outs)).from_address(out_list)
+    for j, (out, (token, dtype, dims, code)) in enumerate(zip(outs, e.out_plan)):
+        if token:
+            slots[j] = _token_buffer(device).addr
             continue
         array = np.ascontiguousarray(out)
-        if array.dtype != e.out_dtypes[j]:
-            array = array.astype(e.out_dtypes[j])
-        wr(out_list, A.POINTER * j, Buffer(array.reshape(e.out_dims[j]), device).addr)
-    if rd(a, f.device_complete_events):
-        wr(rd(a, f.device_complete_events), 0, Event().addr)   # device 0's event
+        if array.dtype is not dtype and array.dtype != dtype:
+            array = array.astype(dtype)
+        if array.shape != dims:
+            array = array.reshape(dims)
+        slots[j] = Buffer(array, device, code).addr
 
 
-def _argument_buffers(a, list_index: int, num_args: int, device, name: str,
+def _argument_buffers(arg_lists: int, list_index: int, num_args: int, device, name: str,
                       where: str) -> list:
-    """The Buffers of Execute's argument list `list_index`, each checked to
-    live on `device` (the executable's device for that list)."""
-    f = A.EXECUTE
-    arg_list = rd(rd(a, f.argument_lists), A.POINTER * list_index)
+    """The Buffers of Execute's argument list `list_index` (`arg_lists`: the
+    argument_lists pointer), each checked to live on `device` (the
+    executable's device for that list)."""
+    if not num_args:
+        return []
+    arg_list = _u64_at(arg_lists + A.POINTER * list_index).value
     bufs = []
-    for i in range(num_args):
-        buf = _get(rd(arg_list, A.POINTER * i), Buffer,
-                   f"PJRT_LoadedExecutable_Execute argument {i}{where}")
+    get = _objects.get
+    for i, addr in enumerate((A.u64 * num_args).from_address(arg_list)):
+        buf = get(addr)
+        if buf.__class__ is not Buffer:
+            buf = _get(addr, Buffer, f"PJRT_LoadedExecutable_Execute argument {i}{where}")
         if buf.device is not device:
             raise _PjrtError(A.INVALID_ARGUMENT,
                              f"xla_gpu: argument {i}{where} of '{name}' is on device "
@@ -1438,7 +1553,7 @@ def _execute_partitioned(a, e: Executable, num_devices: int, num_args: int) -> N
     output_lists[d] are device d's (its shards), one run on them all
     (run_partitioned)."""
     f = A.EXECUTE
-    name = e.name.buf.value.decode()
+    name = e.name_text
     if num_devices != len(e.devices):
         raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: '{name}' runs on {len(e.devices)} "
                          f"devices, Execute passed {num_devices} argument lists")
@@ -1447,7 +1562,8 @@ def _execute_partitioned(a, e: Executable, num_devices: int, num_args: int) -> N
                          "of several devices are not supported")
     per_device = []
     for d, device in enumerate(e.devices):
-        bufs = _argument_buffers(a, d, num_args, device, name, f" of device {d}")
+        bufs = _argument_buffers(rd(a, f.argument_lists), d, num_args, device, name,
+                                 f" of device {d}")
         per_device.append([buf.live_array(f"argument {i} of '{name}'")
                            for i, buf in enumerate(bufs)])
     try:
@@ -1455,17 +1571,9 @@ def _execute_partitioned(a, e: Executable, num_devices: int, num_args: int) -> N
     except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
         raise _PjrtError(_error_code_of(exc), f"xla_gpu run: {type(exc).__name__}: {exc}") from exc
     for d, device in enumerate(e.devices):
-        out_list = rd(rd(a, f.output_lists), A.POINTER * d)
-        for j, out in enumerate(outs[d]):
-            if e.out_tokens[j]:
-                wr(out_list, A.POINTER * j, _token_buffer(device).addr)
-                continue
-            array = np.ascontiguousarray(out)
-            if array.dtype != e.out_dtypes[j]:
-                array = array.astype(e.out_dtypes[j])
-            wr(out_list, A.POINTER * j, Buffer(array.reshape(e.out_dims[j]), device).addr)
+        _write_outputs(e, outs[d], rd(rd(a, f.output_lists), A.POINTER * d), device)
         if rd(a, f.device_complete_events):
-            wr(rd(a, f.device_complete_events), A.POINTER * d, Event().addr)
+            wr(rd(a, f.device_complete_events), A.POINTER * d, _READY_EVENT.addr)
 
 
 def _refuse_double_donation(e: Executable, arg_bufs: list, name: str) -> None:
@@ -1553,7 +1661,7 @@ def Buffer_Memory(a):
 def Buffer_Delete(a):
     b = _buffer(a, A.BUFFER_DELETE.buffer, "PJRT_Buffer_Delete")
     with _lock:
-        b.deleted = True
+        b.mark_deleted()
         if b.external_refs == 0:   # a numpy view still reading it keeps it
             b.array = None
 
@@ -1566,15 +1674,15 @@ def Buffer_IsDeleted(a):
 
 @slot
 def Buffer_IsOnCpu(a):
-    # cpu target: buffers are host memory (np.asarray is zero-copy)
-    wr_bool(a, A.BUFFER_IS_ON_CPU.is_on_cpu, True)
+    wr_bool(a, A.BUFFER_IS_ON_CPU.is_on_cpu, bool(_ON_CPU))
 
 
 @slot
 def Buffer_ReadyEvent(a):
     b = _buffer(a, A.BUFFER_READY_EVENT.buffer, "PJRT_Buffer_ReadyEvent")
-    err = Error(A.FAILED_PRECONDITION, "xla_gpu: the buffer was deleted") if b.deleted else None
-    wr(a, A.BUFFER_READY_EVENT.event, Event(err).addr)
+    event = (Event(Error(A.FAILED_PRECONDITION, "xla_gpu: the buffer was deleted"))
+             if b.deleted else _READY_EVENT)
+    wr(a, A.BUFFER_READY_EVENT.event, event.addr)
 
 
 def _dense_layout(layout: int, ndim: int) -> bool:
@@ -1603,7 +1711,7 @@ def Buffer_ToHostBuffer(a):
         raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: host buffer of {rd(a, f.dst_size)} bytes "
                          f"for a {array.nbytes}-byte array")
     C.memmove(dst, array.ctypes.data, array.nbytes)
-    wr(a, f.event, Event().addr)
+    wr(a, f.event, _READY_EVENT.addr)
 
 
 def _copy_to(b: Buffer, device: Device) -> Buffer:
@@ -1722,6 +1830,21 @@ def _make_slot(name: str, finalizing=sys.is_finalizing, base_exception=BaseExcep
         return None
 
     return A.SLOT_FN(call)
+
+
+def use_memory_user_data(get_user_data: int, set_user_data: int) -> None:
+    """Points the PJRT_Memory vtable at the library's user-data functions
+    (jaxlib reads its data back on every execute: kept in C, that read does
+    not enter Python). Only before jax has loaded the plugin: data set
+    through the Python functions would not be found there."""
+    wr(C.addressof(_MEMORY_VTABLE), A.MEMORY_VTABLE.get_user_data, get_user_data)
+    wr(C.addressof(_MEMORY_VTABLE), A.MEMORY_VTABLE.set_user_data, set_user_data)
+
+
+def fast_path_handles() -> tuple[int, int]:
+    """What libXlaGpuPjrt.so's fast paths read: the handle map (a dict, as a
+    PyObject*) and the shared ready event's handle."""
+    return id(_objects), _READY_EVENT.addr
 
 
 _TABLE = None
