@@ -28,6 +28,10 @@ and prints one line per case:
   unload          modules unloaded when their kernel is collected
   fft             a whole program of FFT / IFFT / RFFT / IRFFT thunks in c64
                   and c128 (cuFFT, inverses scaled by cuBLAS) against numpy
+  nccl            collectives through NCCL: a one-device program with every
+                  collective (a one-rank clique) against the interpreter;
+                  2 devices on one GPU refused (one rank per GPU), on 2 GPUs
+                  run where there are 2
   gemm            GEMM fusions on tensor cores (mma.sync: f16, bf16, s8 -> s32,
                   the seed's s8 x bf16 at full size, odd sizes) against the
                   interpreter
@@ -221,6 +225,50 @@ OTHER_ARCH = "sm_80"
 
 # -- prepare (needs the compiler) ------------------------------------------------------
 
+# The collectives through NCCL (case_nccl). One device: every collective on
+# a one-rank clique (the gathers, scatters and all-to-all along dimension 1
+# go through scratch in strided copies), the device ids. Two partitions:
+# refused on one GPU (NCCL's rule: one rank per GPU), run on two.
+NCCL_ONE = """HloModule nccl_one, num_partitions=1
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+addc { a = c64[] parameter(0)  b = c64[] parameter(1)  ROOT s = c64[] add(a, b) }
+maxb { a = bf16[] parameter(0)  b = bf16[] parameter(1)  ROOT m = bf16[] maximum(a, b) }
+orp { a = pred[] parameter(0)  b = pred[] parameter(1)  ROOT o = pred[] or(a, b) }
+mins { a = s32[] parameter(0)  b = s32[] parameter(1)  ROOT m = s32[] minimum(a, b) }
+ENTRY main {
+  x = f32[64,48] parameter(0)
+  c = c64[16] parameter(1)
+  h = bf16[32] parameter(2)
+  b = pred[24] parameter(3)
+  i = s32[6,10] parameter(4)
+  ar = f32[64,48] all-reduce(x), replica_groups={{0}}, to_apply=add, channel_id=1
+  arc = c64[16] all-reduce(c), replica_groups={{0}}, to_apply=addc, channel_id=2
+  arh = bf16[32] all-reduce(h), replica_groups={{0}}, to_apply=maxb, channel_id=3
+  arb = pred[24] all-reduce(b), replica_groups={{0}}, to_apply=orp, channel_id=4
+  ag0 = f32[64,48] all-gather(x), replica_groups={{0}}, dimensions={0}, channel_id=5
+  ag1 = s32[6,10] all-gather(i), replica_groups={{0}}, dimensions={1}, channel_id=6
+  rs1 = s32[6,10] reduce-scatter(i), replica_groups={{0}}, dimensions={1}, to_apply=mins, channel_id=7
+  a2a = s32[6,10] all-to-all(i), replica_groups={{0}}, dimensions={1}, channel_id=8
+  cp = f32[64,48] collective-permute(x), source_target_pairs={{0,0}}, channel_id=9
+  cz = s32[6,10] collective-permute(i), source_target_pairs={}, channel_id=10
+  bc = c64[16] collective-broadcast(c), replica_groups={{0}}, channel_id=11
+  pid = u32[] partition-id()
+  rid = u32[] replica-id()
+  ROOT t = (f32[64,48], c64[16], bf16[32], pred[24], f32[64,48], s32[6,10], s32[6,10], s32[6,10], f32[64,48], s32[6,10], c64[16], u32[], u32[]) tuple(ar, arc, arh, arb, ag0, ag1, rs1, a2a, cp, cz, bc, pid, rid)
+}
+"""
+NCCL_TWO = """HloModule nccl_two, num_partitions=2
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY main {
+  x = f32[8,4] parameter(0)
+  ar = f32[8,4] all-reduce(x), replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add, channel_id=1
+  ag = f32[8,8] all-gather(x), replica_groups={{0,1}}, use_global_device_ids=true, dimensions={1}, channel_id=2
+  cp = f32[8,4] collective-permute(x), source_target_pairs={{0,1},{1,0}}, channel_id=3
+  pid = u32[] partition-id()
+  ROOT t = (f32[8,4], f32[8,8], f32[8,4], u32[]) tuple(ar, ag, cp, pid)
+}
+"""
+
 
 def _fusions(module) -> list[str | None]:
     if not any(c.is_entry for c in module.computations):
@@ -261,6 +309,13 @@ def _prepare_cuda_path(out: Path, arch: str) -> dict:
         index["fft_program"] = "fft_program"
     except Exception as e:  # reported by case_fft
         index["fft_program_error"] = f"{type(e).__name__}: {e}".splitlines()[0]
+    for name, text in (("nccl_one", NCCL_ONE), ("nccl_two", NCCL_TWO)):
+        try:
+            xla_gpu.compile(text, target="cuda", arch=arch, cache=False).save(out / name)
+            index.setdefault("nccl", {})[name] = name
+        except Exception as e:  # reported by case_nccl
+            index.setdefault("nccl_errors", {})[name] = \
+                f"{type(e).__name__}: {e}".splitlines()[0]
     try:
         xla_gpu.compile(_huge_grid(), target="cuda", arch=arch, cache=False)
         index["compile_errors"]["huge_grid"] = None
@@ -853,11 +908,89 @@ def case_gemm(k: Kernels) -> str:
     return f"{', '.join(notes)} match ({mma} of {len(GEMMS)} PTX with mma.sync){speed}"
 
 
+def _nccl_program(k: Kernels, name: str, text: str):
+    if k.target == "cuda":
+        if name not in k.index.get("nccl", {}):
+            raise CaseFailure(f"{name} not prepared: "
+                              f"{k.index.get('nccl_errors', {}).get(name, 'missing')}")
+        from xla_gpu import runtime
+        return runtime.load(k.directory / name, trusted=True)
+    import xla_gpu
+    return xla_gpu.compile(text, target="cpu", cache=False)
+
+
+def _nccl_mismatches(module, got_per_device, want_per_device) -> list[str]:
+    """The outputs (by the root tuple's operand names) that differ bit for
+    bit from the interpreter's."""
+    names = [o.name for o in module.entry.root.operands]
+    bad = []
+    for d, (got, want) in enumerate(zip(got_per_device, want_per_device)):
+        for name, g, w in zip(names, got, want):
+            w = np.asarray(w)
+            if np.asarray(g, dtype=w.dtype).tobytes() != w.tobytes():
+                bad.append(f"device {d} {name}")
+    return bad
+
+
+def case_nccl(k: Kernels) -> str:
+    """NCCL on the cuda target: every collective of a one-device program
+    (a one-rank clique) against the interpreter, twice (the second run
+    reuses the clique and the scratch); two devices on one GPU refused
+    (NCCL's rule), on two GPUs run. On cpu: the same programs on emulated
+    devices (the harness itself)."""
+    notes = []
+    if k.target == "cuda":
+        from xla_gpu.runtime import nccl
+        notes.append("NCCL %d.%d.%d" % nccl.nccl_version())   # a missing library fails here
+    one = _nccl_program(k, "nccl_one", NCCL_ONE)
+    module = hlo.parse_module(NCCL_ONE)
+    args = random_inputs(module.entry, seed=5)
+    (want,) = hlo.evaluate_devices(module, [args])
+    for attempt in range(2):
+        got = one.run(*args)
+        bad = _nccl_mismatches(module, [got], [want])
+        _expect(not bad, f"one rank, run {attempt + 1}: {', '.join(bad)} differ from the "
+                         "interpreter")
+    notes.append(f"1 rank: {len(got)} outputs match ({one.stats.get('collectives', 0)} "
+                 "collectives)")
+    two = _nccl_program(k, "nccl_two", NCCL_TWO)
+    module2 = hlo.parse_module(NCCL_TWO)
+    args2 = [random_inputs(module2.entry, seed=d) for d in range(2)]
+    want2 = hlo.evaluate_devices(module2, args2)
+    gpus = 2
+    if k.target == "cuda":
+        from xla_gpu.runtime.cuda import device_count
+        gpus = device_count()
+    if gpus < 2:
+        from xla_gpu.runtime.nccl import NcclError
+        try:
+            two.run_partitioned(args2)
+        except NcclError as e:
+            _expect("2 ranks on one GPU" in str(e), f"refused, but not as NCCL's rule: {e}")
+            notes.append("2 ranks on one GPU refused (NCCL allows one rank per GPU)")
+        else:
+            raise CaseFailure("2 devices on one GPU ran: NCCL's one-rank-per-GPU rule was "
+                              "not applied")
+    else:
+        from xla_gpu.errors import UnsupportedError
+        try:
+            got2 = two.run_partitioned(args2)
+        except UnsupportedError as e:   # not implemented: said, not failed
+            notes.append(f"{gpus} GPUs: not run ({str(e)[:80]})")
+        else:
+            bad = _nccl_mismatches(module2, got2, want2)
+            _expect(not bad, f"2 devices: {', '.join(bad)} differ from the interpreter")
+            notes.append("2 emulated devices match" if k.target == "cpu" else
+                         f"2 devices on {gpus} GPUs match")
+    return "; ".join(notes)
+
+
 CASES = [("ptx", case_ptx), ("compile_limits", case_compile_limits),
          ("cubin_fallback", case_cubin_fallback), ("sqrt", case_sqrt),
          ("atomics16", case_atomics16), ("threads", case_threads), ("stream", case_stream),
          ("dlpack", case_dlpack), ("launch_limits", case_launch_limits),
          ("unload", case_unload), ("fft", case_fft), ("gemm", case_gemm),
+         ("nccl", case_nccl),
          # Last: if the misaligned read were not caught, its sticky error
          # would fail every case after it.
          ("misaligned", case_misaligned)]

@@ -200,7 +200,6 @@ class ThunkEmitter:
         """The thunk of `collective` (an `opcode` collective: `inst` itself,
         or the collective an async start `inst` wraps) reading `operands`'
         leaves and writing `inst`'s leaves under `result_index`."""
-        self._check_target(inst)
         a = collective.attrs
         if opcode == "collective-permute" and "slice_sizes" in a:
             raise inst.unsupported("the in-place collective-permute (input, output and "
@@ -255,16 +254,22 @@ class ThunkEmitter:
                              f"{len(results)} results")
         if len(results) != len(refs) and opcode != "all-to-all":
             raise inst.error(f"{len(refs)} operands but {len(results)} results")
-        return _COLLECTIVE_THUNKS[opcode](
+        thunk = _COLLECTIVE_THUNKS[opcode](
             inst.name, operands=refs, results=results, replica_groups=[list(g) for g in groups],
             mode=mode.value, channel_id=C.channel_id(collective), hlo_opcode=inst.opcode,
             **kwargs)
+        self._check_target(inst, thunk)
+        return thunk
 
-    def _check_target(self, inst: HloInstruction) -> None:
-        if self.backend.calls_vendor_libraries:
-            raise inst.unsupported(f"collectives and device ids on the {self.target} "
-                                   "target (NCCL) are not supported yet; the cpu target "
-                                   "runs them on emulated devices")
+    def _check_target(self, inst: HloInstruction, thunk: CollectiveThunk | None = None) -> None:
+        """The cuda target runs collectives with NCCL: one NCCL cannot run
+        over its buffers as laid out is refused here (device ids need
+        nothing)."""
+        if self.backend.calls_vendor_libraries and thunk is not None:
+            reason = thunk.nccl_refusal()
+            if reason:
+                raise inst.unsupported(f"on the {self.target} target (NCCL): {reason}; the "
+                                       "cpu target runs it on emulated devices")
 
     def emit_async_start(self, inst: HloInstruction) -> CollectiveThunk:
         """An async-start wrapping a collective: the collective's thunk

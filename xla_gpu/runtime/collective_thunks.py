@@ -10,6 +10,15 @@ share into its results. Which devices meet, and what each receives, is
 `xla_gpu.hlo.collectives` (the reference semantics the interpreter uses
 too). On one device (`collectives` None) the group is the device itself.
 
+On the cuda target a collective runs with NCCL (`runtime.nccl`) on the
+execution's stream, over device buffers: `nccl_ops` says what this rank
+does (all-reduce, reduce-scatter and all-gather of the flat buffers,
+grouped sends and receives for all-to-all and collective-permute, a
+broadcast from the group's first member), `nccl_refusal` what NCCL cannot
+do with the buffers as laid out (the thunk emitter refuses those at
+compile time). replica-id / partition-id write the device's id with a
+memset.
+
 The thunks are plain data like the others (`to_dict` / `thunk_from_dict`;
 this module registers their kinds). They are never recorded into command
 buffers and run as Python callbacks of the native executor.
@@ -23,8 +32,10 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from ..hlo import collectives as C
-from ..errors import HloError
+from ..errors import HloError, UnsupportedError
+from . import nccl
 from .buffers import ArrayRef
+from .nccl import NcclOp
 from .thunks import ExecutionContext, Thunk, ThunkError, _register
 
 __all__ = ["CollectiveThunk", "AllReduceThunk", "AllGatherThunk", "ReduceScatterThunk",
@@ -74,6 +85,52 @@ def _groups_from(data) -> list[list[int]]:
     return [[int(i) for i in group] for group in data]
 
 
+# -- the cuda target: what NCCL can do with the buffers as laid out
+
+
+def _same_order(a: ArrayRef, b: ArrayRef, what: str) -> str | None:
+    """Why NCCL, which moves elements in physical order, cannot turn
+    operand `a` into result `b` (None: same element type and layout)."""
+    if a.element_type != b.element_type:
+        return f"{what} is {b.element_type}, its operand {a.element_type}"
+    if a.major_to_minor != b.major_to_minor:
+        return (f"{what}'s layout (major to minor {list(b.major_to_minor)}) differs from its "
+                f"operand's ({list(a.major_to_minor)}); NCCL moves elements in memory order")
+    return None
+
+
+def _dimension_refusal(ref: ArrayRef, dim: int, what: str) -> str | None:
+    if not 0 <= dim < len(ref.dims):
+        return f"dimension {dim} is not one of {what}'s {len(ref.dims)}"
+    return None
+
+
+def _rows(ref: ArrayRef, dim: int) -> tuple[int, int]:
+    """`ref`'s bytes as rows around `dim`: (the product of the dimensions
+    more major than `dim` in its layout, the bytes of one row). One row:
+    the blocks along `dim` are runs of memory, as NCCL gathers and
+    scatters them; more: each block is a column of rows (copied through a
+    scratch buffer)."""
+    order = ref.major_to_minor
+    rows = 1
+    for d in order[:order.index(dim)]:
+        rows *= ref.dims[d]
+    return rows, (ref.nbytes // rows if rows else 0)
+
+
+# Scratch pieces start this many bytes apart (NCCL's and the copies'
+# alignment).
+_SCRATCH_ALIGN = 256
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+
+
+def _first(*reasons: str | None) -> str | None:
+    return next((r for r in reasons if r), None)
+
+
 @dataclass
 class CollectiveThunk(Thunk):
     """What every collective has: its operands (array leaves, in order), its
@@ -92,6 +149,8 @@ class CollectiveThunk(Thunk):
     # device -> (the global ids it meets in group order, the ids the
     # instruction names them by): worked out on the first run.
     _participants: dict = field(default_factory=dict, repr=False, compare=False)
+    # cuda: device -> the scratch buffer (a DeviceArray) its NCCL steps use.
+    _scratch: dict = field(default_factory=dict, repr=False, compare=False)
 
     # -- what the subclasses define
     def compute(self, entries: list[list[np.ndarray]], ids: tuple[int, ...]
@@ -137,7 +196,70 @@ class CollectiveThunk(Thunk):
                                         R, P)
         return group, group
 
+    # -- the cuda target
+    def nccl_refusal(self) -> str | None:
+        """Why NCCL cannot run this collective over its buffers as laid out
+        (None: it can); the thunk emitter refuses such a collective on cuda."""
+        for k, (a, b) in enumerate(zip(self.operands, self.results)):
+            reason = _same_order(a, b, f"result {k}")
+            if reason:
+                return reason
+        return None
+
+    def nccl_ops(self, pointer: Callable[[ArrayRef], int], rank: int, ranks: int,
+                 ids: tuple[int, ...], scratch: int = 0) -> list[NcclOp]:
+        """What rank `rank` of `ranks` does, in order (`pointer`: a ref's
+        device address; `ids`: the participants' ids as the instruction
+        names them, in group order; `scratch`: the address of
+        `nccl_scratch_bytes(ranks)` bytes of device memory)."""
+        raise NotImplementedError
+
+    def nccl_scratch_bytes(self, ranks: int) -> int:
+        """Device memory the NCCL steps need besides the buffers."""
+        return 0
+
+    def _check_sizes(self, ranks: int, operand_factor: int, result_factor: int) -> None:
+        """Each operand's bytes x operand_factor equal its result's x
+        result_factor (a gather's result holds `ranks` operands)."""
+        for a, b in zip(self.operands, self.results):
+            if a.nbytes * operand_factor != b.nbytes * result_factor:
+                raise self.error(f"operand {a.describe()} and result {b.describe()} do not "
+                                 f"fit a group of {ranks}")
+
+    def execute_nccl(self, ctx: ExecutionContext) -> None:
+        """The collective on the cuda target: NCCL over this device's
+        buffers, on the context's stream (device d runs on GPU d)."""
+        reason = self.nccl_refusal()
+        if reason:
+            raise self.error(f"NCCL cannot run it: {reason}")
+        endpoint = getattr(ctx, "collectives", None)
+        if endpoint is None:
+            group, ids, device = (0,), (0,), 0
+        else:
+            (group, ids), device = self.participants(endpoint), endpoint.device
+        rank = group.index(device)
+        ops = self.nccl_ops(lambda ref: ctx.pointer(ref.slice), rank, len(group), ids,
+                            self._scratch_for(device, self.nccl_scratch_bytes(len(group))))
+        comm = nccl.communicator(group, rank)
+        nccl.run_ops(comm, int(ctx.stream or 0), ops,
+                     f"{self.hlo_opcode or self.opcode} '{self.name}'")
+        ctx.stats["collectives"] += 1
+
+    def _scratch_for(self, device: int, size: int) -> int:
+        """The address of `size` bytes of scratch for `device`, kept with
+        the thunk between runs (0 when none is needed)."""
+        if size == 0:
+            return 0
+        held = self._scratch.get(device)
+        if held is None or held.nbytes < size:
+            from .cuda import DeviceArray
+            held = self._scratch[device] = DeviceArray((size,), np.uint8)
+        return held.ptr
+
     def execute(self, ctx: ExecutionContext) -> None:
+        if ctx.target == "cuda":
+            self.execute_nccl(ctx)
+            return
         endpoint = getattr(ctx, "collectives", None)
         # Views of this device's operands: every participant waits at the
         # rendezvous until the shares are computed, so nothing writes them
@@ -231,6 +353,14 @@ class _ReducingThunk(CollectiveThunk):
     def describe_kind(self) -> str:
         return f"reduction={self.reduction}"
 
+    def _reduction_refusal(self) -> str | None:
+        for ref in self.operands:
+            try:
+                nccl.reduction_call(ref.element_type, self.reduction)
+            except UnsupportedError as e:
+                return str(e)
+        return None
+
 
 # An all-reduce of at least this many bytes per device is computed by all
 # its participants at once, each reducing a slice of it (below, the last
@@ -262,7 +392,22 @@ class AllReduceThunk(_ReducingThunk):
     def compute(self, entries, ids):
         return C.all_reduce(entries, self.combines())
 
+    def nccl_refusal(self):
+        return _first(self._reduction_refusal(), super().nccl_refusal())
+
+    def nccl_ops(self, pointer, rank, ranks, ids, scratch=0):
+        self._check_sizes(ranks, 1, 1)
+        ops = []
+        for a, b in zip(self.operands, self.results):
+            dtype, op, per = nccl.reduction_call(a.element_type, self.reduction)
+            ops.append(NcclOp("all_reduce", pointer(a), pointer(b), a.num_elements * per,
+                              dtype, op))
+        return ops
+
     def execute(self, ctx: ExecutionContext) -> None:
+        if ctx.target == "cuda":
+            self.execute_nccl(ctx)
+            return
         endpoint = getattr(ctx, "collectives", None)
         if endpoint is None or not self._in_slices():
             super().execute(ctx)
@@ -321,6 +466,29 @@ class ReduceScatterThunk(_ReducingThunk):
     def compute(self, entries, ids):
         return C.reduce_scatter(entries, self.dimension, self.combines())
 
+    def nccl_refusal(self):
+        return _first(self._reduction_refusal(), super().nccl_refusal(),
+                      *(_dimension_refusal(a, self.dimension, f"operand {k}")
+                        for k, a in enumerate(self.operands)))
+
+    def nccl_scratch_bytes(self, ranks):
+        return sum(_aligned(a.nbytes) for a in self.operands if _rows(a, self.dimension)[0] > 1)
+
+    def nccl_ops(self, pointer, rank, ranks, ids, scratch=0):
+        self._check_sizes(ranks, 1, ranks)
+        copies, calls = [], []
+        for a, b in zip(self.operands, self.results):
+            dtype, op, per = nccl.reduction_call(a.element_type, self.reduction)
+            send = pointer(a)
+            rows, row = _rows(a, self.dimension)
+            if rows > 1 and a.nbytes:
+                # rank r's block is a column of rows: made one run first
+                copies += nccl.split_blocks(send, scratch, rows, row // ranks, ranks)
+                send, scratch = scratch, scratch + _aligned(a.nbytes)
+            calls.append(NcclOp("reduce_scatter", send, pointer(b), b.num_elements * per,
+                                dtype, op))
+        return copies + calls
+
     def _more_fields(self):
         return {"dimension": self.dimension}
 
@@ -342,6 +510,27 @@ class AllGatherThunk(CollectiveThunk):
 
     def compute(self, entries, ids):
         return C.all_gather(entries, self.dimension)
+
+    def nccl_refusal(self):
+        return _first(super().nccl_refusal(),
+                      *(_dimension_refusal(b, self.dimension, f"result {k}")
+                        for k, b in enumerate(self.results)))
+
+    def nccl_scratch_bytes(self, ranks):
+        return sum(_aligned(b.nbytes) for b in self.results if _rows(b, self.dimension)[0] > 1)
+
+    def nccl_ops(self, pointer, rank, ranks, ids, scratch=0):
+        self._check_sizes(ranks, ranks, 1)
+        calls, copies = [], []
+        for a, b in zip(self.operands, self.results):
+            recv = pointer(b)
+            rows, row = _rows(b, self.dimension)
+            if rows > 1 and b.nbytes:
+                # gathered as runs, then each rank's run made a column of rows
+                copies += nccl.gather_blocks(scratch, recv, rows, row // ranks, ranks)
+                recv, scratch = scratch, scratch + _aligned(b.nbytes)
+            calls.append(NcclOp("all_gather", pointer(a), recv, a.nbytes, nccl.movement_type()))
+        return calls + copies
 
     def _kind_fields(self):
         return {"dimension": self.dimension}
@@ -370,6 +559,60 @@ class AllToAllThunk(CollectiveThunk):
         if any(len(e) != 1 for e in entries):
             raise HloError("all-to-all with dimensions={d} takes one operand")
         return [[r] for r in C.all_to_all([e[0] for e in entries], self.dimension)]
+
+    def nccl_refusal(self):
+        if self.dimension is None:
+            return super().nccl_refusal()
+        if len(self.operands) != 1 or len(self.results) != 1:
+            return "an all-to-all with dimensions={d} takes one operand"
+        return _first(super().nccl_refusal(),
+                      _dimension_refusal(self.operands[0], self.dimension, "the operand"))
+
+    def _array_rows(self) -> tuple[int, int]:
+        return _rows(self.operands[0], self.dimension)
+
+    def nccl_scratch_bytes(self, ranks):
+        if self.dimension is None or self._array_rows()[0] <= 1:
+            return 0
+        return 2 * _aligned(self.operands[0].nbytes)
+
+    def nccl_ops(self, pointer, rank, ranks, ids, scratch=0):
+        byte = nccl.movement_type()
+        before, after = [], []
+        if self.dimension is None:
+            # Operand i goes to participant i; result i comes from it.
+            if len(self.operands) != ranks:
+                raise self.error(f"the tuple all-to-all has {len(self.operands)} operands "
+                                 f"for a group of {ranks}")
+            pieces = [(pointer(a), pointer(b), a.nbytes, b.nbytes)
+                      for a, b in zip(self.operands, self.results)]
+        else:
+            a, b = self.operands[0], self.results[0]
+            self._check_sizes(ranks, 1, 1)
+            rows, row = self._array_rows()
+            if row % ranks:
+                raise self.error(f"{a.describe()} does not split into {ranks} blocks")
+            chunk = a.nbytes // ranks
+            send, recv = pointer(a), pointer(b)
+            if rows > 1 and a.nbytes:
+                # Block p is a column of rows: sent from, received into scratch.
+                send, recv = scratch, scratch + _aligned(a.nbytes)
+                before = nccl.split_blocks(pointer(a), send, rows, row // ranks, ranks)
+                after = nccl.gather_blocks(recv, pointer(b), rows, row // ranks, ranks)
+            pieces = [(send + p * chunk, recv + p * chunk, chunk, chunk) for p in range(ranks)]
+        # The block this rank keeps is copied before the one group of every
+        # send and receive (a local step would split the group).
+        own, calls = [], []
+        for peer, (send, recv, out_bytes, in_bytes) in enumerate(pieces):
+            if peer == rank:
+                if out_bytes != in_bytes:
+                    raise self.error(f"block {peer}: {out_bytes} bytes sent into "
+                                     f"{in_bytes}")
+                own.append(NcclOp("copy", send, recv, out_bytes))
+                continue
+            calls.append(NcclOp("send", send=send, count=out_bytes, datatype=byte, peer=peer))
+            calls.append(NcclOp("recv", recv=recv, count=in_bytes, datatype=byte, peer=peer))
+        return before + own + calls + after
 
     def _kind_fields(self):
         return {"dimension": self.dimension}
@@ -403,6 +646,29 @@ class CollectivePermuteThunk(CollectiveThunk):
     def compute(self, entries, ids):
         return C.collective_permute(entries, ids, self.pairs)
 
+    def nccl_ops(self, pointer, rank, ranks, ids, scratch=0):
+        self._check_sizes(ranks, 1, 1)
+        byte = nccl.movement_type()
+        me = ids[rank]
+        local, calls = [], []      # local steps first: one group of NCCL calls
+        sources = [s for s, t in self.pairs if t == me]
+        for _, target in ((s, t) for s, t in self.pairs if s == me):
+            peer = ids.index(target)
+            for a, b in zip(self.operands, self.results):
+                if peer == rank:
+                    local.append(NcclOp("copy", pointer(a), pointer(b), a.nbytes))
+                else:
+                    calls.append(NcclOp("send", send=pointer(a), count=a.nbytes,
+                                        datatype=byte, peer=peer))
+        if not sources:     # nobody sends here: zeros
+            local += [NcclOp("zero", recv=pointer(b), count=b.nbytes) for b in self.results]
+        for source in sources:
+            peer = ids.index(source)
+            if peer != rank:
+                calls += [NcclOp("recv", recv=pointer(b), count=b.nbytes, datatype=byte,
+                                 peer=peer) for b in self.results]
+        return local + calls
+
     def _kind_fields(self):
         return {"pairs": [list(p) for p in self.pairs]}
 
@@ -430,6 +696,12 @@ class CollectiveBroadcastThunk(CollectiveThunk):
     def compute(self, entries, ids):
         return C.collective_broadcast(entries)
 
+    def nccl_ops(self, pointer, rank, ranks, ids, scratch=0):
+        self._check_sizes(ranks, 1, 1)
+        # The root is the group's first member (rank 0 of its clique).
+        return [NcclOp("broadcast", pointer(a), pointer(b), a.nbytes, nccl.movement_type(),
+                       peer=0) for a, b in zip(self.operands, self.results)]
+
 
 @_register
 @dataclass
@@ -443,6 +715,9 @@ class DeviceIdThunk(Thunk):
         endpoint = getattr(ctx, "collectives", None)
         value = 0 if endpoint is None else (
             endpoint.replica_id if self.which == "replica" else endpoint.partition_id)
+        if ctx.target == "cuda":    # a u32 written on the stream
+            ctx.memset(self.result.slice, int(value), 4, 1)
+            return
         ctx.array(self.result)[...] = value
 
     def buffer_uses(self):

@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._trace import current as current_trace, trace_file
-from ..errors import ArgumentError, ArtifactError, ResourceError
+from ..errors import ArgumentError, ArtifactError, ResourceError, UnsupportedError
 from .buffers import Allocation, token_value
 from .spec import HostBufferPool, KernelSpec, _address, aligned_zeros
 from . import collective_thunks  # noqa: F401  (registers the collectives' thunk kinds)
@@ -626,7 +626,12 @@ class ProgramExecutable:
         `communicator="mpi"` (under `mpiexec -n K`): this process runs the
         devices d with d % K == its rank, the collectives across ranks go
         through MPI (`runtime.mpi.run_ranks`); `per_device_args` may then
-        hold this rank's devices' arguments only; returns theirs."""
+        hold this rank's devices' arguments only; returns theirs.
+
+        On the cuda target: one device per GPU, collectives through NCCL.
+        A one-device program runs as `run` does (a one-rank clique); more
+        devices than GPUs are refused (NCCL allows one rank per GPU:
+        NcclError), N devices on N GPUs are not run yet (UnsupportedError)."""
         if unknown:
             raise ArgumentError(f"run_partitioned() got an unexpected keyword argument "
                                 f"'{next(iter(unknown))}'")
@@ -646,9 +651,6 @@ class ProgramExecutable:
                 not math.isfinite(timeout) or timeout <= 0:
             raise ArgumentError(f"run_partitioned: timeout must be a positive number of "
                                 f"seconds, got {timeout!r}")
-        if self.target != "cpu":
-            raise ArgumentError(f"run_partitioned runs the cpu target's emulated devices; "
-                                f"program '{self.name}' was compiled for {self.target}")
         n = self.num_devices
         devices = describe_devices(self.num_replicas, self.num_partitions)
         if isinstance(per_device_args, (str, bytes, np.ndarray)) or \
@@ -657,6 +659,8 @@ class ProgramExecutable:
                 type(per_device_args).__name__
             raise ArgumentError(f"run_partitioned: program '{self.name}' runs on {devices}: "
                                 f"it takes {n} argument lists (one per device), got {got}")
+        if self.target == "cuda":
+            return self._run_partitioned_cuda(per_device_args, profile)
         values = []
         for d, args in enumerate(per_device_args):
             if isinstance(args, (str, bytes, np.ndarray)) or not isinstance(args, Sequence):
@@ -670,6 +674,34 @@ class ProgramExecutable:
         with trace_file(profile) as own:
             trace = own if own is not None else current_trace()
             return self._run_devices(values, float(timeout), trace)
+
+    def _run_partitioned_cuda(self, per_device_args, profile) -> list[tuple]:
+        """run_partitioned on the cuda target: one device per GPU (device d
+        on GPU d), collectives through NCCL. One device runs as `run` does
+        (a one-rank NCCL clique). More devices than GPUs would put several
+        NCCL ranks on one GPU, which NCCL refuses (NcclError, before
+        anything runs)."""
+        n = self.num_devices
+        args = per_device_args[0]
+        if n == 1:
+            if isinstance(args, (str, bytes, np.ndarray)) or not isinstance(args, Sequence):
+                raise ArgumentError(f"run_partitioned: device 0: expected a list of "
+                                    f"arguments, got {type(args).__name__}")
+            return [self.run(*args, profile=profile)]
+        from .cuda import device_count
+        from .nccl import check_one_rank_per_gpu
+        gpus = device_count()
+        if gpus == 0:
+            from ..errors import CudaUnavailableError
+            raise CudaUnavailableError(f"program '{self.name}' runs on {n} devices of the "
+                                       "cuda target, one per GPU, but there is no GPU")
+        check_one_rank_per_gpu([d % gpus for d in range(n)],
+                               f"program '{self.name}' runs on {n} devices but this machine "
+                               f"has {gpus} GPU(s): ")
+        raise UnsupportedError(
+            f"run_partitioned on the cuda target over {n} GPUs: the cuda runtime runs on GPU "
+            "0 only (per-GPU contexts, device buffers and kernel modules are not "
+            "implemented yet); NCCL cliques over several GPUs are (runtime.nccl)")
 
     def _checked_leaves(self, args: Sequence[Any]) -> list[Any]:
         """The array leaves of one device's arguments, checked."""

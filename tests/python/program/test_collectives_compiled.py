@@ -654,6 +654,17 @@ def test_cli_runs_a_stored_case_on_its_devices(capsys):
         capsys.readouterr().err
 
 
-def test_collectives_on_the_cuda_target_are_refused_naming_the_instruction():
-    with pytest.raises(UnsupportedError, match="'a'.*cuda target \\(NCCL\\)"):
-        xla_gpu.compile(PSUM, target="cuda")
+def test_collectives_nccl_cannot_run_are_refused_on_cuda_naming_the_instruction():
+    # NCCL has no 16-bit integers to add (the f32 all-reduce compiles).
+    text = module_text("""
+ENTRY e {
+  x = s16[2,3] parameter(0)
+  ROOT a = s16[2,3] all-reduce(x), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add16
+}""", extra="""add16 {
+  a = s16[] parameter(0)
+  b = s16[] parameter(1)
+  ROOT s = s16[] add(a, b)
+}""")
+    with pytest.raises(UnsupportedError, match="'a'.*cuda target \\(NCCL\\).*over s16"):
+        xla_gpu.compile(text, target="cuda")
+    xla_gpu.compile(PSUM, target="cuda")

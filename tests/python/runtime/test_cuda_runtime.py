@@ -627,10 +627,11 @@ def test_gpu_check_cuda_path_runs_on_the_cpu_target(tmp_path, capsys):
     index = gpu_check._prepare_cuda_path(tmp_path / "cuda_path", "sm_90")
     assert set(index["kernels"]) == set(gpu_check.CUDA_PATH)
     assert "exceeds CUDA's limit" in index["compile_errors"]["huge_grid"]
+    assert set(index["nccl"]) == {"nccl_one", "nccl_two"}   # compiled for cuda
     assert gpu_check.run_cuda_path(tmp_path / "cuda_path", "cpu") == 0
     lines = capsys.readouterr().out.splitlines()
     status = {line.split()[0]: line.split()[1] for line in lines if line.startswith("  ")}
     assert status == {"ptx": "ok", "compile_limits": "ok", "cubin_fallback": "skip",
                       "sqrt": "ok", "atomics16": "ok", "threads": "ok", "stream": "skip",
                       "dlpack": "ok", "launch_limits": "ok", "unload": "skip",
-                      "misaligned": "ok", "fft": "ok", "gemm": "ok"}
+                      "misaligned": "ok", "fft": "ok", "gemm": "ok", "nccl": "ok"}
