@@ -390,8 +390,11 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     if run_passes:
         from ..hlo.passes import optimize as optimize_hlo
         try:
+            # cuBLASLt epilogues on cuda; on the cpu target the elementwise
+            # kernel after the BLAS product beats numpy doing it in the thunk.
             module = optimize_hlo(module, dump_dir=dump_dir, dump_regex=dump_regex,
-                                  gemm_fusion_max_multiply_adds=max_macs)
+                                  gemm_fusion_max_multiply_adds=max_macs,
+                                  gemm_epilogues=not emulates_grid)
             notes.append("optimized by xla_gpu.hlo.passes")
             optimized = True
         except Exception as e:   # noqa: BLE001 - re-raised, or the opt-out

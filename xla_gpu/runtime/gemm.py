@@ -222,13 +222,24 @@ def _is_plain_product(config: GemmConfig) -> bool:
         CUBLAS_EPILOGUES[config.epilogue].activation is None
 
 
+def _has_direct_epilogue(config: GemmConfig) -> bool:
+    """An f32 / f64 product in the operands' own type whose epilogue
+    (real alpha, beta * c, bias, activation) numpy can apply in place on
+    the product in that type: the reference's arithmetic, in its order."""
+    t = config.out.element_type
+    return t in ("f32", "f64") and config.lhs.element_type == t and \
+        config.rhs.element_type == t and complex(config.alpha).imag == 0 and \
+        (config.c is None or config.c.element_type == t) and \
+        (config.bias is None or config.bias.element_type == t)
+
+
 def _product_views(ctx, config: GemmConfig) -> tuple | None:
-    """The plain product's operands as [batch, m, k] and [batch, k, n]
-    views and its row-major output as [batch, m, n], where the product can
-    be written straight into the output (no conversions, no temporary
-    result, no operand overlapping it); None when the general path must
-    run."""
-    if not _is_plain_product(config):
+    """The product's operands as [batch, m, k] and [batch, k, n] views and
+    its row-major output as [batch, m, n], where the product can be written
+    straight into the output (no conversions, no operand overlapping it;
+    a plain product, or one with a direct epilogue applied after it in
+    place); None when the general path must run."""
+    if not (_is_plain_product(config) or _has_direct_epilogue(config)):
         return None
     out = ctx.array(config.out)
     if not out.flags.c_contiguous:
@@ -250,8 +261,11 @@ def _run_numpy(ctx, config: GemmConfig) -> None:
     if views is _NOT_PREPARED:
         views = ctx.host_views[id(config)] = _product_views(ctx, config)
     if views is not None:
-        # BLAS on one thread, split over helper threads (runtime.host_blas).
-        blas_matmul(*views)
+        if _is_plain_product(config):
+            # BLAS on one thread, split over helper threads (runtime.host_blas).
+            blas_matmul(*views)
+        else:
+            _run_with_epilogue(ctx, config, views)
         return
     c = ctx.array(config.c) if config.c is not None else None
     bias = ctx.array(config.bias) if config.bias is not None else None
@@ -265,6 +279,98 @@ def _run_numpy(ctx, config: GemmConfig) -> None:
         if single:
             restore_blas_threads()
     ctx.array(config.out)[...] = result
+
+
+def _run_with_epilogue(ctx, config: GemmConfig, views: tuple) -> None:
+    """The product into the output and its epilogue in place on it: alpha,
+    beta * c, the bias, the activation, in gemm_reference's order and type
+    (f32 GELU: see `_activation_in_place`), with no temporary result and no
+    separate pass over the output: each panel of a split product takes its
+    epilogue on the thread that computed it."""
+    a, b, out3 = views
+    batch, m, n, _ = config.bmnk
+    c = None
+    if config.c is not None and config.beta:
+        c = ctx.array(config.c)
+        if np.may_share_memory(c, out3):
+            c = c.copy()   # the output's own buffer: the product overwrites it
+        c = c.reshape(batch, m, n)
+    bias = ctx.array(config.bias) if config.bias is not None else None
+    dtype = out3.dtype.type
+    alpha = complex(config.alpha).real
+    beta = dtype(config.beta)
+    name = CUBLAS_EPILOGUES[config.epilogue].activation
+    # A bias over the columns (the rhs free dimensions) is one row added to
+    # every row of the [batch, m, n] output; others broadcast over the
+    # output's logical shape, after the whole product.
+    row = bias.reshape(n) if bias is not None and bias.size == n else None
+
+    def epilogue(index) -> None:
+        # In row blocks of about _EPILOGUE_BLOCK elements: each op of the
+        # epilogue is a pass over the block, which stays in the core's cache
+        # (a pass over the whole panel would go to memory every time).
+        rows = out3[index].reshape(-1, n)
+        c_rows = c[index].reshape(-1, n) if c is not None else None
+        step = max(1, _EPILOGUE_BLOCK // max(n, 1))
+        scratch = np.empty((min(step, len(rows)), n), out3.dtype) \
+            if name is not None and name != "relu" else None
+        for lo in range(0, len(rows), step):
+            part = rows[lo:lo + step]
+            if alpha != 1:
+                np.multiply(part, dtype(alpha), out=part)
+            if c_rows is not None:
+                addend = c_rows[lo:lo + step]
+                np.add(part, addend if beta == 1 else addend * beta, out=part)
+            if row is not None:
+                np.add(part, row, out=part)
+            if name is not None:
+                _activation_in_place(part, name,
+                                     None if scratch is None else scratch[:len(part)])
+
+    if bias is not None and row is None:
+        blas_matmul(a, b, out3)
+        out = out3.reshape(config.out.dims)
+        if alpha != 1:
+            np.multiply(out, dtype(alpha), out=out)
+        if c is not None:
+            np.add(out, c.reshape(out.shape) * beta, out=out)
+        np.add(out, bias, out=out)
+        if name is not None:
+            out[...] = activation(out, name)
+        return
+    blas_matmul(a, b, out3, after=epilogue)
+
+
+# Elements of the output one step of the in-place epilogue works on (f32:
+# 256 KiB, within a core's L2).
+_EPILOGUE_BLOCK = 1 << 16
+
+
+def _activation_in_place(x: np.ndarray, name: str, scratch: np.ndarray | None = None) -> None:
+    """`x[...] = activation(x, name)` with one temporary: the operations
+    of `hlo.cublas.activation` in its order, in x's type (cuBLASLt's f32
+    epilogue; `activation`'s GELU promotes f32 to f64 through its numpy
+    constant, so an f32 GELU here is within an ulp of it, not equal)."""
+    dtype = x.dtype.type
+    if name == "relu":
+        np.maximum(x, dtype(0), out=x)
+    elif name == "gelu":
+        t = np.multiply(x, x, out=scratch)
+        t *= x
+        t *= dtype(0.044715)
+        t += x
+        t *= dtype(np.sqrt(2 / np.pi))
+        np.tanh(t, out=t)
+        t += dtype(1)
+        x *= dtype(0.5)
+        x *= t
+    elif name == "silu":
+        t = np.negative(x, out=scratch)
+        np.exp(t, out=t)
+        t += dtype(1)
+        x /= t
+    else:
+        x[...] = activation(x, name)
 
 
 def run_gemm(ctx, config: GemmConfig) -> None:

@@ -192,13 +192,19 @@ def _helper_loop(jobs: queue.SimpleQueue) -> None:
         jobs.get().help()
 
 
-def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, after=None) -> None:
     """out[...] = a @ b for a [batch, m, k], b [batch, k, n] and out
     [batch, m, n] (numpy arrays that do not overlap `out`), BLAS on one
-    thread, split over the helper threads when large."""
+    thread, split over the helper threads when large. `after(index)` runs
+    on each finished part `out[index]` (the whole, or one panel on the
+    thread that computed it, while the panel is still in its cache): a GEMM
+    epilogue."""
+    whole = (slice(None),)
     if a.shape[-2] * a.shape[-1] * b.shape[-1] <= OPENBLAS_ONE_THREAD_MACS or \
             not single_threaded_blas():
         np.matmul(a, b, out=out)
+        if after is not None:
+            after(whole)
         return
     try:
         batch, m, k = a.shape
@@ -212,6 +218,8 @@ def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             def run_panel(p: int) -> None:
                 lo, hi = bounds[p], bounds[p + 1]
                 np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi])
+                if after is not None:
+                    after((slice(lo, hi),))
         elif helpers and batch == 1 and m >= 2 * _MIN_PANEL_ROWS:
             panels = min(wanted, m // _MIN_PANEL_ROWS)
             bounds = [m * p // panels for p in range(panels + 1)]
@@ -220,8 +228,12 @@ def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             def run_panel(p: int) -> None:
                 lo, hi = bounds[p], bounds[p + 1]
                 np.matmul(a[0, lo:hi], b[0], out=out[0, lo:hi])
+                if after is not None:
+                    after((0, slice(lo, hi)))
         else:
             np.matmul(a, b, out=out)
+            if after is not None:
+                after(whole)
             return
         split = _Split(run_panel, wanted)
         for jobs in helpers:

@@ -35,6 +35,7 @@ from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
                                  TreeReductionRewriter)
 from .cost_model import NodeCost, fused_cost, kernel_time, node_cost
 from .gemm_fusion import GemmFusion
+from .gemm_rewriter import GemmRewriter
 from .priority_fusion import PriorityFusion
 from .multi_output_fusion import MultiOutputFusion
 from .fusion_wrapper import FusionWrapper
@@ -53,6 +54,6 @@ __all__ = [
     "SelectAndScatterExpander", "RngBitGeneratorExpander",
     "LayoutAssignment", "CustomCallLayouts", "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
     "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
-    "fused_cost", "kernel_time", "GemmFusion", "PriorityFusion", "MultiOutputFusion",
+    "fused_cost", "kernel_time", "GemmFusion", "GemmRewriter", "PriorityFusion", "MultiOutputFusion",
     "FusionWrapper", "RenameFusions", "CopyInsertion",
 ]

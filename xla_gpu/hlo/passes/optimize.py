@@ -17,6 +17,9 @@
   reduction rewrites: dimension grouping, splitting, tree reductions
   simplification again
   GemmFusion (dots with prologues / epilogues as __triton_gemm fusions)
+  GemmRewriter (the dots GemmFusion left to the library: a bias, beta * C,
+    ReLU / GELU after them as a __cublas$lt$matmul epilogue; not on the
+    cpu target, `gemm_epilogues`)
   PriorityFusion, multi-output fusion
   collective combiners (independent all-gathers, reduce-scatters and
     all-reduces of one kind as one variadic collective)
@@ -42,6 +45,7 @@ from .dce import HloDCE
 from .dot_canonicalization import DotCanonicalization
 from .fusion_wrapper import FusionWrapper
 from .gemm_fusion import GemmFusion
+from .gemm_rewriter import GemmRewriter
 from .gather_scatter_normalizer import BatchedGatherScatterNormalizer
 from .layout_assignment import LayoutAssignment
 from .layout_normalization import LayoutNormalization
@@ -70,11 +74,14 @@ def _simplification(name: str) -> HloPassPipeline:
     ])
 
 
-def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None
-                          ) -> HloPassPipeline:
+def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None,
+                          gemm_epilogues: bool = True) -> HloPassPipeline:
     """XLA:GPU's pipeline; `gemm_fusion_max_multiply_adds`: dots larger than
     that stay gemm thunks instead of GEMM fusions (the cpu target's
-    emulated GEMM kernel is slower than BLAS past small sizes)."""
+    emulated GEMM kernel is slower than BLAS past small sizes);
+    `gemm_epilogues=False` leaves GemmRewriter out (the cpu target: its
+    compiled elementwise kernel after the BLAS product is faster than numpy
+    applying the epilogue in the gemm thunk)."""
     return HloPassPipeline("optimization", [
         ShardingAnnotationRemover(),
         ControlFlowLayouts(),
@@ -96,6 +103,7 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None
         _simplification("post-layout-simplification"),
         LayoutNormalization(),
         GemmFusion(max_multiply_adds=gemm_fusion_max_multiply_adds),
+        *([GemmRewriter()] if gemm_epilogues else []),
         PriorityFusion(),
         MultiOutputFusion(),
         AllGatherCombiner(),
@@ -113,20 +121,22 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None
 def optimize(module: HloModule, dump_dir: str | os.PathLike | None = None,
              dump_regex: str = ".*", verify: bool = False,
              context: PassContext | None = None,
-             gemm_fusion_max_multiply_adds: int | None = None) -> HloModule:
+             gemm_fusion_max_multiply_adds: int | None = None,
+             gemm_epilogues: bool = True) -> HloModule:
     """The optimized copy of `module` (the argument is left as it is).
     With `dump_dir`: before_optimizations.txt, NN.<pass>.txt after each
     pass matching `dump_regex` that changed the module, and
     after_optimizations.txt. `verify` runs the verifier after every pass
     that changed the module. A `context` given collects per-pass
     statistics (runs that changed the module, seconds).
-    `gemm_fusion_max_multiply_adds`: see `optimization_pipeline`."""
+    `gemm_fusion_max_multiply_adds`, `gemm_epilogues`: see
+    `optimization_pipeline`."""
     dump = DumpOptions(str(dump_dir) if dump_dir is not None else None, dump_regex)
     dump.write("before_optimizations.txt", module)
     result = module.clone()
     if context is None:
         context = PassContext()
     context.dump, context.verify = dump, verify
-    optimization_pipeline(gemm_fusion_max_multiply_adds).run(result, context)
+    optimization_pipeline(gemm_fusion_max_multiply_adds, gemm_epilogues).run(result, context)
     dump.write("after_optimizations.txt", result)
     return result
