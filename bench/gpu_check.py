@@ -35,6 +35,11 @@ and prints one line per case:
   gemm            GEMM fusions on tensor cores (mma.sync: f16, bf16, s8 -> s32,
                   the seed's s8 x bf16 at full size, odd sizes) against the
                   interpreter
+  plugin          jax through the PJRT plugin on the cuda target
+                  (XLA_GPU_PJRT_TARGET=cuda, in a child process): a jitted
+                  function, round trips, donation and optax training steps
+                  of a tiny model against jax's cpu backend; skipped where
+                  jax 0.10.x, the compiler (MLIR) or optax is missing
 The kernel table: emitter, launch, result, time (CUDA events) and
 bandwidth as a fraction of a device-to-device copy in the same run.
 Exit status: 0 when everything ran and matched; 1 on any failure; 2 when
@@ -985,12 +990,136 @@ def case_nccl(k: Kernels) -> str:
     return "; ".join(notes)
 
 
+# The plugin case's child: prints one "PLUGIN_RESULT {json}" line, with
+# "skip" where what it needs is missing (the plugin compiles at jit time,
+# so it needs the compiler as well as jax).
+PLUGIN_SCRIPT = r"""
+import json, sys
+
+
+def report(**fields):
+    print("PLUGIN_RESULT " + json.dumps(fields), flush=True)
+    sys.exit(0)
+
+
+try:
+    import jax, jaxlib
+except ImportError as e:
+    report(skip=f"jax not installed ({e})")
+if not jaxlib.__version__.startswith("0.10."):
+    report(skip=f"jaxlib {jaxlib.__version__} installed; the plugin speaks jaxlib 0.10.x's "
+                "PJRT C API")
+try:
+    import mlir.ir  # noqa: F401
+except ImportError as e:
+    report(skip=f"the compiler is not installed (MLIR Python bindings: {e}); the plugin "
+                "compiles at jit time")
+try:
+    import optax
+except ImportError:
+    optax = None
+import numpy as np
+import jax.numpy as jnp
+import xla_gpu.pjrt
+from xla_gpu.pjrt import _plugin as P
+
+xla_gpu.pjrt.initialize()   # a bare source tree has no entry point
+dev, cpu = jax.devices("xla_gpu")[0], jax.devices("cpu")[0]
+out = {"target": P.TARGET, "why": P.TARGET_REASON, "kind": dev.device_kind}
+rng = np.random.default_rng(0)
+a = rng.standard_normal((64, 32)).astype(np.float32)
+b = rng.standard_normal((32, 16)).astype(np.float32)
+f = jax.jit(lambda a, b: jax.nn.gelu(a @ b).sum(axis=0) + a.mean())
+got = np.asarray(f(jax.device_put(a, dev), jax.device_put(b, dev)))
+want = np.asarray(f(jax.device_put(a, cpu), jax.device_put(b, cpu)))
+out["jit_error"] = float(np.max(np.abs(got - want)) / max(1.0, float(np.max(np.abs(want)))))
+h = jnp.asarray(rng.standard_normal((5, 7)).astype(np.float16), device=dev)
+out["round_trip"] = bool(np.asarray(h).tobytes() == np.asarray(jax.device_put(h, cpu)).tobytes())
+add = jax.jit(lambda x, y: x + y, donate_argnums=0)
+x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+z = add(x, x * 0 + 2)
+out["donation"] = bool(x.is_deleted() and np.asarray(z).tolist() == [2.0, 3.0, 4.0, 5.0])
+
+
+def train(device, steps=5):
+    with jax.default_device(device):
+        w1, w2 = np.random.default_rng(1).standard_normal((2, 16, 16)).astype(np.float32)
+        params = {"w1": jnp.asarray(w1 * 0.3), "w2": jnp.asarray(w2 * 0.3)}
+        data = np.random.default_rng(2).standard_normal((32, 16)).astype(np.float32)
+        xs, ys = jnp.asarray(data), jnp.asarray(np.sin(data))
+        opt = optax.adam(1e-2)
+        state = opt.init(params)
+
+        @jax.jit
+        def step(params, state):
+            def loss(p):
+                return jnp.mean((jnp.tanh(xs @ p["w1"]) @ p["w2"] - ys) ** 2)
+            value, grads = jax.value_and_grad(loss)(params)
+            updates, state = opt.update(grads, state, params)
+            return optax.apply_updates(params, updates), state, value
+
+        losses = []
+        for _ in range(steps):
+            params, state, value = step(params, state)
+            losses.append(float(value))
+        return losses
+
+
+if optax is not None:
+    out["losses_cpu"], out["losses"] = train(cpu), train(dev)
+report(**out)
+"""
+PLUGIN_TIMEOUT = 240
+
+
+def case_plugin(k: Kernels) -> str:
+    """jax through the PJRT plugin in a child process, on the target of
+    this run (cuda: XLA_GPU_PJRT_TARGET=cuda), against jax's cpu."""
+    import xla_gpu
+    package_root = str(Path(xla_gpu.__file__).resolve().parent.parent)
+    env = dict(os.environ, JAX_PLATFORMS="xla_gpu,cpu", XLA_GPU_PJRT_TARGET=k.target,
+               PYTHONSAFEPATH="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [package_root,
+                                                        os.environ.get("PYTHONPATH")])))
+    try:
+        child = subprocess.run([sys.executable, "-c", PLUGIN_SCRIPT], capture_output=True,
+                               text=True, env=env, timeout=PLUGIN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise CaseFailure(f"the jax child process timed out after {PLUGIN_TIMEOUT} s") from None
+    lines = [line for line in child.stdout.splitlines() if line.startswith("PLUGIN_RESULT ")]
+    if not lines:
+        tail = [line for line in child.stderr.splitlines() if line.strip()]
+        raise CaseFailure(f"the jax child process exited {child.returncode}: "
+                          f"{tail[-1][:200] if tail else 'no output'}")
+    result = json.loads(lines[-1][len("PLUGIN_RESULT "):])
+    if "skip" in result:
+        raise Skip(result["skip"])
+    _expect(result["target"] == k.target, f"the plugin chose {result['target']} "
+                                          f"({result['why']}), not {k.target}")
+    _expect(result["jit_error"] < 1e-4, f"jitted function differs from jax cpu by "
+                                        f"{result['jit_error']:.2e} (relative)")
+    _expect(result["round_trip"], "an f16 array did not come back bit-exact")
+    _expect(result["donation"], "a donated argument was not consumed, or the sum was wrong")
+    notes = [result["kind"], f"jit within {result['jit_error']:.1e} of jax cpu",
+             "round trip and donation ok"]
+    if "losses" in result:
+        cpu, ours = result["losses_cpu"], result["losses"]
+        worst = max(abs(a - b) / max(1.0, abs(a)) for a, b in zip(cpu, ours))
+        _expect(worst <= 1e-3, f"training losses differ from jax cpu: {ours} vs {cpu}")
+        _expect(ours[-1] < ours[0], f"the loss did not fall: {ours}")
+        notes.append(f"{len(ours)} optax steps match jax cpu (loss {ours[0]:.3f} -> "
+                     f"{ours[-1]:.3f})")
+    else:
+        notes.append("training not run (no optax)")
+    return "; ".join(notes)
+
+
 CASES = [("ptx", case_ptx), ("compile_limits", case_compile_limits),
          ("cubin_fallback", case_cubin_fallback), ("sqrt", case_sqrt),
          ("atomics16", case_atomics16), ("threads", case_threads), ("stream", case_stream),
          ("dlpack", case_dlpack), ("launch_limits", case_launch_limits),
          ("unload", case_unload), ("fft", case_fft), ("gemm", case_gemm),
-         ("nccl", case_nccl),
+         ("nccl", case_nccl), ("plugin", case_plugin),
          # Last: if the misaligned read were not caught, its sticky error
          # would fail every case after it.
          ("misaligned", case_misaligned)]

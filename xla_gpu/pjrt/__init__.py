@@ -2,9 +2,9 @@
 
 jax finds this module through the `jax_plugins` entry point (pyproject.toml)
 and calls `initialize()` the first time it looks for backends. That builds
-the PJRT C API table (`_plugin`, Python over `xla_gpu.compile(...,
-target="cpu")`), stores it in libXlaGpuPjrt.so (whose `GetPjrtApi` jax's
-loader calls) and registers the library with jax. Then
+the PJRT C API table (`_plugin`, Python over `xla_gpu.compile`), stores
+it in libXlaGpuPjrt.so (whose `GetPjrtApi` jax's loader calls) and
+registers the library with jax. Then
 
     JAX_PLATFORMS=xla_gpu python -c "import jax; print(jax.devices())"
 
@@ -12,11 +12,13 @@ runs unchanged jax programs through xla_gpu. This is the top layer of the
 package: nothing else in xla_gpu imports it, and importing it imports
 neither jax nor the compiler (`initialize()` does, lazily).
 
-Scope: the cpu target (the cuda target where a GPU is usable comes later),
-one device or XLA_GPU_NUM_DEVICES=N of them (single-device programs each),
-synchronous execution, jaxlib 0.10.x (PJRT C API 0.112, declared in
-pjrt/xla_gpu_pjrt_abi.h). Donation, jax's persistent compilation cache and
-cpu's LAPACK lowerings are switched on for "xla_gpu" by
+Scope: the target XLA_GPU_PJRT_TARGET=cpu|cuda|auto names (auto: cuda where
+a GPU and a cubin compiler are usable, else cpu; chosen when jax makes the
+client). cpu: one device or XLA_GPU_NUM_DEVICES=N of them; cuda: one
+device, GPU 0, buffers in device memory. Synchronous execution, jaxlib
+0.10.x (PJRT C API 0.112, declared in pjrt/xla_gpu_pjrt_abi.h). Donation,
+jax's persistent compilation cache and cpu's LAPACK lowerings are switched
+on for "xla_gpu" by
 `_enable_jax_features` (private jax tables, patched only on jax 0.10.x).
 Not yet: programs over several devices (refused with an error), Python
 callbacks (jax allows them only on its own platforms).

@@ -38,8 +38,14 @@ from ._abi import rd, rd_i32, wr, wr_bool, wr_i32
 logger = logging.getLogger(__name__)
 
 PLATFORM = "xla_gpu"
+# The client's target, chosen when the client is made (resolve_target):
+# "cpu" (host memory, the grid emulated) or "cuda" (device memory on GPU 0).
 TARGET = "cpu"
 MEMORY_KIND = "device"
+# XLA_GPU_PJRT_TARGET=cpu|cuda|auto (default auto: cuda where a GPU and a
+# cubin compiler are usable, else cpu).
+TARGET_ENV = "XLA_GPU_PJRT_TARGET"
+TARGET_REASON = ""
 
 _lock = threading.RLock()
 _objects: dict[int, object] = {}   # handle address -> Python object
@@ -238,7 +244,14 @@ class DeviceDescription(_Handle):
     def __init__(self, device: Device):
         super().__init__()
         self.device = device
-        self.kind = A.CString(f"xla_gpu ({TARGET} target)")
+        self.attributes: A.NamedValues | None = None
+        if _CUDA is None:
+            self.kind = A.CString(f"xla_gpu ({TARGET} target)")
+        else:
+            self.kind = A.CString(f"{_CUDA.name} (xla_gpu cuda target)")
+            # As jax's cuda plugin reports them (device.compute_capability).
+            self.attributes = A.NamedValues([("compute_capability", _CUDA.compute_capability),
+                                             ("core_count", _CUDA.core_count)])
         self.text = A.CString(f"XlaGpuDevice(id={device.index}, target={TARGET})")
 
 
@@ -274,18 +287,148 @@ def num_devices_from_env() -> int:
     return count
 
 
+def _cuda_problem() -> str | None:
+    """Why the cuda target cannot run here; None when it can (a GPU the
+    driver opens, and a cubin compiler for the kernels)."""
+    from ..runtime import cuda
+    if not cuda.cuda_available():
+        try:
+            cuda._primary_context()
+        except Exception as exc:  # noqa: BLE001 - its message is the reason
+            return f"no usable GPU ({exc})"
+        return "no usable GPU"
+    try:
+        from ..backends.cuda.codegen import cubin_compiler
+        compiler = cubin_compiler()
+    except Exception as exc:  # noqa: BLE001 - a bad XLA_GPU_CUBIN_COMPILER, say
+        return f"the cuda backend's toolchain is unusable ({type(exc).__name__}: {exc})"
+    if compiler is None:
+        return "no cubin compiler (neither nvJitLink nor ptxas was found)"
+    return None
+
+
+def resolve_target() -> tuple[str, str]:
+    """(target, why) from XLA_GPU_PJRT_TARGET: cpu, cuda or auto (the
+    default: cuda where it can run, else cpu). A forced cuda that cannot
+    run is an error naming why (the client is not made)."""
+    raw = os.environ.get(TARGET_ENV, "")
+    choice = raw.strip().lower() or "auto"
+    if choice not in ("auto", "cpu", "cuda"):
+        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: {TARGET_ENV}={raw!r} is not one of "
+                         "cpu, cuda, auto")
+    if choice == "cpu":
+        return "cpu", f"{TARGET_ENV}=cpu"
+    problem = _cuda_problem()
+    if choice == "cuda":
+        if problem:
+            raise _PjrtError(A.FAILED_PRECONDITION, f"xla_gpu: {TARGET_ENV}=cuda, but the "
+                             f"cuda target cannot run here: {problem}")
+        return "cuda", f"{TARGET_ENV}=cuda"
+    if problem:
+        return "cpu", f"auto: {problem}"
+    return "cuda", "auto: a usable GPU and a cubin compiler"
+
+
+class _CudaMemory:
+    """The cuda target's memory: device arrays (xla_gpu.runtime.cuda's
+    DeviceArray) on GPU 0, the runtime's device. Every transfer and run
+    goes on one stream of the plugin and is synchronized before the slot
+    returns, so outputs exist when Execute returns and every event is
+    born ready, as on the cpu target."""
+
+    def __init__(self):
+        from ..runtime import cuda
+        self._cuda = cuda
+        self.DeviceArray = cuda.DeviceArray
+        attribute = cuda._device_attribute
+        major = attribute("COMPUTE_CAPABILITY_MAJOR")
+        minor = attribute("COMPUTE_CAPABILITY_MINOR")
+        self.arch = f"sm_{major}{minor}"
+        self.compute_capability = f"{major}.{minor}"
+        self.core_count = attribute("MULTIPROCESSOR_COUNT")
+        with cuda.current_context():
+            cu = cuda._driver()
+            name = cuda._check("cuDeviceGetName", cu.cuDeviceGetName(256, cuda._device))
+            self.stream = int(cuda._check("cuStreamCreate", cu.cuStreamCreate(0)))
+        name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+        self.name = name.split("\0", 1)[0].strip() or f"CUDA device 0 ({self.arch})"
+        self.compile_options = {"target": "cuda", "arch": self.arch}
+
+    def sync(self) -> None:
+        cuda = self._cuda
+        with cuda.current_context():
+            cuda._check("cuStreamSynchronize", cuda._driver().cuStreamSynchronize(self.stream))
+
+    def upload(self, array: np.ndarray):
+        out = self.DeviceArray.from_host(array, self.stream)
+        self.sync()   # the host buffer is free again when the slot returns
+        return out
+
+    def download(self, payload) -> np.ndarray:
+        if isinstance(payload, np.ndarray):   # a token's placeholder
+            return payload
+        return payload.to_host(self.stream)   # synchronizes
+
+    def copy(self, payload):
+        if isinstance(payload, np.ndarray):
+            return payload.copy()
+        out = self.DeviceArray(payload.shape, payload.dtype, payload.nbytes)
+        out.copy_from_device(payload.ptr, self.stream)
+        self.sync()
+        return out
+
+    def pointer(self, payload) -> int:
+        return payload.ctypes.data if isinstance(payload, np.ndarray) else payload.ptr
+
+    def run(self, exe, args) -> tuple:
+        # run() synchronizes the stream before it returns.
+        return exe.run(*args, stream=self.stream, device_outputs=True)
+
+
+def _make_cuda_memory() -> _CudaMemory:
+    from ..errors import XlaGpuError
+    try:
+        return _CudaMemory()
+    except XlaGpuError as exc:
+        raise _PjrtError(A.FAILED_PRECONDITION, f"xla_gpu: the cuda target could not open "
+                         f"GPU 0: {exc}") from exc
+
+
+# The cuda target's memory (None on the cpu target), set with the client.
+_CUDA: _CudaMemory | None = None
+
+
+def _compile_options() -> dict:
+    """xla_gpu.compile's target (and arch) for this client."""
+    return _CUDA.compile_options if _CUDA is not None else {"target": TARGET}
+
+
 def _client() -> Client:
-    global _CLIENT
+    global _CLIENT, TARGET, TARGET_REASON, _CUDA, _ON_CPU
     with _lock:
         if _CLIENT is None:
-            _CLIENT = Client(num_devices_from_env())
+            target, reason = resolve_target()
+            count = num_devices_from_env()
+            memory = None
+            if target == "cuda":
+                memory = _make_cuda_memory()
+                if count != 1:
+                    # The runtime runs on GPU 0 (its primary context) only.
+                    logger.warning("xla_gpu: the cuda target has one device (GPU 0); "
+                                   "%s=%d is ignored", NUM_DEVICES_ENV, count)
+                count = 1
+            TARGET, TARGET_REASON, _CUDA = target, reason, memory
+            _ON_CPU = 0 if memory is not None else 1
+            logger.info("xla_gpu: PJRT target %s (%s)", target, reason)
+            _CLIENT = Client(count)
         return _CLIENT
 
 
 # ----------------------------------------------------------------------------- buffers
 _KIND_BUFFER = A.HANDLE_KIND.BUFFER
-# cpu target: buffers are host memory (np.asarray is zero-copy).
-_ON_CPU = 1 if TARGET == "cpu" else 0
+# cpu target: buffers are host memory (np.asarray is zero-copy); cuda:
+# device memory (0, set with the client).
+_ON_CPU = 1
 # Dimensions and minor-to-major arrays by shape, shared by every buffer of
 # that shape (jaxlib only reads them); bounded, as shapes are unbounded.
 _SHAPE_ARRAYS: dict[tuple, tuple] = {}
@@ -310,8 +453,10 @@ class Buffer(_Handle):
     external_refs = 0
     deleted = False
 
-    def __init__(self, array: np.ndarray, device: Device, code: int | None = None):
-        """`code`: the array's PJRT type where the caller knows it."""
+    def __init__(self, array, device: Device, code: int | None = None):
+        """`array`: a numpy array (cpu target) or a device array (cuda:
+        shape, dtype, nbytes, ptr). `code`: the array's PJRT type where the
+        caller knows it."""
         # Made on every execute: the block is filled in one write, not
         # through _Handle.__init__.
         if code is None:
@@ -663,7 +808,7 @@ def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
     # Every constant with its values (the default prints a large one as {...}).
     text = computation.as_hlo_text(print_large_constants=True)
     (device,) = _assigned_devices(build, 1)
-    exe = xla_gpu.compile(text, target=TARGET)
+    exe = xla_gpu.compile(text, **_compile_options())
     return Executable(exe, computation, code, text, device)
 
 
@@ -759,7 +904,7 @@ def _compile_partitioned(code: bytes, options: bytes, computation, build) -> Exe
         ours = _partition_ourselves(computation, partitions)
         if ours is not None:
             text, partitioned = ours
-            exe = xla_gpu.compile(text, target=TARGET, num_partitions=partitions)
+            exe = xla_gpu.compile(text, num_partitions=partitions, **_compile_options())
             partitioner_counts["xla_gpu"] += 1
             return Executable(exe, computation, code, text, devices[0], devices, partitioned)
     partitioner_counts["xla"] += 1
@@ -777,8 +922,8 @@ def _compile_partitioned(code: bytes, options: bytes, computation, build) -> Exe
     printing.print_large_constants = True
     text = module.to_string(printing)
     partitioned = bytes(_jax.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto()))
-    exe = xla_gpu.compile(text, target=TARGET, num_replicas=replicas,
-                          num_partitions=partitions)
+    exe = xla_gpu.compile(text, num_replicas=replicas, num_partitions=partitions,
+                          **_compile_options())
     return Executable(exe, computation, code, text, devices[0], devices, partitioned)
 
 
@@ -847,7 +992,7 @@ def _deserialize(blob: bytes) -> Executable:
     computation = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False,
                                                              return_tuple=False)
     import xla_gpu
-    return Executable(xla_gpu.compile(text, target=TARGET), computation, code, text,
+    return Executable(xla_gpu.compile(text, **_compile_options()), computation, code, text,
                       devices[index])
 
 
@@ -964,17 +1109,19 @@ _PLATFORM_NAME = _keep_alive(A.CString(PLATFORM))
 
 
 def _platform_version() -> A.CString:
-    # Part of jax's persistent-cache key. Never contains "cuda": jax's test
-    # utilities read that word as "running on CUDA".
+    # Part of jax's persistent-cache key (so the target and GPU arch are in
+    # it). Never contains "cuda": jax's test utilities read that word as
+    # "running on CUDA" (jax's own cuda plugin).
     from importlib.metadata import PackageNotFoundError, version
     try:
         v = version("xla_gpu")
     except PackageNotFoundError:
         v = "unknown"
-    return A.CString(f"xla_gpu {v} ({TARGET} target)")
+    where = f"{TARGET} target" if _CUDA is None else f"GPU target, {_CUDA.arch}"
+    return A.CString(f"xla_gpu {v} ({where})")
 
 
-_PLATFORM_VERSION = _keep_alive(_platform_version())
+_PLATFORM_VERSION: A.CString | None = None   # made after the client (its target)
 
 
 @slot
@@ -990,6 +1137,11 @@ def Client_ProcessIndex(a):
 
 @slot
 def Client_PlatformVersion(a):
+    global _PLATFORM_VERSION
+    with _lock:
+        if _PLATFORM_VERSION is None:
+            _client()
+            _PLATFORM_VERSION = _keep_alive(_platform_version())
     wr(a, A.CLIENT_PLATFORM_VERSION.platform_version, _PLATFORM_VERSION.addr)
     wr(a, A.CLIENT_PLATFORM_VERSION.platform_version_size, _PLATFORM_VERSION.size)
 
@@ -1089,7 +1241,7 @@ def Client_BufferFromHostBuffer(a):
         device = c.devices[0]
     array = _host_array(rd(a, f.data), dtype, dims, strides)
     # The data is copied: the host buffer is free again as soon as we return.
-    buf = Buffer(array, device)
+    buf = Buffer(array, device) if _CUDA is None else Buffer(_CUDA.upload(array), device, code)
     wr(a, f.done_with_host_buffer, _READY_EVENT.addr)
     wr(a, f.buffer, buf.addr)
 
@@ -1108,8 +1260,10 @@ def DeviceDescription_ProcessIndex(a):
 
 @slot
 def DeviceDescription_Attributes(a):
-    wr(a, A.DEVICE_DESCRIPTION_ATTRIBUTES.num_attributes, 0)
-    wr(a, A.DEVICE_DESCRIPTION_ATTRIBUTES.attributes, 0)
+    f = A.DEVICE_DESCRIPTION_ATTRIBUTES
+    d = _get(rd(a, f.device_description), DeviceDescription, "PJRT_DeviceDescription_Attributes")
+    wr(a, f.num_attributes, d.attributes.count if d.attributes else 0)
+    wr(a, f.attributes, d.attributes.addr if d.attributes else 0)
 
 
 @slot
@@ -1172,8 +1326,9 @@ _NO_ATTRIBUTES_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
 @slot
 def Device_GetAttributes(a):
     f = A.DEVICE_GET_ATTRIBUTES
-    wr(a, f.attributes, 0)
-    wr(a, f.num_attributes, 0)
+    d = _get(rd(a, f.device), Device, "PJRT_Device_GetAttributes").description
+    wr(a, f.attributes, d.attributes.addr if d.attributes else 0)
+    wr(a, f.num_attributes, d.attributes.count if d.attributes else 0)
     wr(a, f.device_attributes, 0)
     wr(a, f.attributes_deleter, C.cast(_NO_ATTRIBUTES_DELETER, C.c_void_p).value)
 
@@ -1480,7 +1635,7 @@ def LoadedExecutable_Execute(a):
     if e.donated:
         _refuse_double_donation(e, arg_bufs, name)
     try:
-        outs = e.exe.run(*args)
+        outs = e.exe.run(*args) if _CUDA is None else _CUDA.run(e.exe, args)
     except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
         raise _PjrtError(_error_code_of(exc), f"xla_gpu run: {type(exc).__name__}: {exc}") from exc
     if len(outs) != e.num_outputs:
@@ -1517,6 +1672,12 @@ def _write_outputs(e: Executable, outs, out_list: int, device: Device) -> None:
     for j, (out, (token, dtype, dims, code)) in enumerate(zip(outs, e.out_plan)):
         if token:
             slots[j] = _token_buffer(device).addr
+            continue
+        if _CUDA is not None:   # a device array of the output's shape
+            if tuple(out.shape) != dims:
+                raise _PjrtError(A.INTERNAL, f"xla_gpu run: output {j} has shape "
+                                 f"{list(out.shape)}, expected {list(dims)}")
+            slots[j] = Buffer(out, device, code).addr
             continue
         array = np.ascontiguousarray(out)
         if array.dtype is not dtype and array.dtype != dtype:
@@ -1701,9 +1862,14 @@ def Buffer_ToHostBuffer(a):
     f = A.BUFFER_TO_HOST_BUFFER
     b = _buffer(a, f.src, "PJRT_Buffer_ToHostBuffer")
     array = b.live_array("PJRT_Buffer_ToHostBuffer")
-    if not _dense_layout(rd(a, f.host_layout), array.ndim):
+    if not _dense_layout(rd(a, f.host_layout), len(b.shape)):
         raise _PjrtError(A.UNIMPLEMENTED, "xla_gpu: only dense major-to-minor host layouts")
     dst = rd(a, f.dst)
+    if _CUDA is not None:
+        if not dst:   # the size alone: no copy
+            wr(a, f.dst_size, _host_nbytes(b))
+            return None
+        array = _device_to_host(b, array)
     if not dst:
         wr(a, f.dst_size, array.nbytes)
         return None
@@ -1714,7 +1880,30 @@ def Buffer_ToHostBuffer(a):
     wr(a, f.event, _READY_EVENT.addr)
 
 
+def _host_nbytes(b: Buffer) -> int:
+    """The bytes of `b` in host memory (its PJRT type's numpy dtype)."""
+    dtype = A.BUFFER_TYPES.get(b.code)
+    if dtype is None:
+        return b.nbytes
+    count = 1
+    for d in b.shape:
+        count *= d
+    return count * np.dtype(dtype).itemsize
+
+
+def _device_to_host(b: Buffer, payload) -> np.ndarray:
+    """A device buffer's contents on the host, in its PJRT type's dtype
+    (sub-byte integers are kept a byte each, as numpy's ml_dtypes do)."""
+    host = _CUDA.download(payload)
+    dtype = A.BUFFER_TYPES.get(b.code)
+    if dtype is not None and host.dtype != dtype:
+        host = host.astype(dtype)
+    return host
+
+
 def _copy_to(b: Buffer, device: Device) -> Buffer:
+    if _CUDA is not None:   # one device: a copy in device memory
+        return Buffer(_CUDA.copy(b.live_array("copy")), device, b.code)
     return Buffer(b.live_array("copy").copy(), device)
 
 
@@ -1739,7 +1928,9 @@ def Buffer_UnsafePointer(a):
     # Also Buffer_OpaqueDeviceMemoryDataPointer (same layout).
     f = A.BUFFER_UNSAFE_POINTER
     b = _buffer(a, f.buffer, "PJRT_Buffer_UnsafePointer")
-    wr(a, f.buffer_pointer, b.live_array("UnsafePointer").ctypes.data)
+    array = b.live_array("UnsafePointer")
+    # cuda: the device address (as jax's cuda plugin gives it).
+    wr(a, f.buffer_pointer, array.ctypes.data if _CUDA is None else _CUDA.pointer(array))
 
 
 IMPL["Buffer_OpaqueDeviceMemoryDataPointer"] = Buffer_UnsafePointer
