@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -399,6 +399,45 @@ class HloComputation:
         control predecessors, the current order kept where it is valid."""
         insts = self._instructions
         self._unordered = False
+        control = self.has_control_edges()
+        # The passes mark a computation after every rewrite, but most of it
+        # is still in order (a fusion pass moves a handful of instructions
+        # per rewrite). The result is `post_order(insts, self._order_deps(),
+        # refuse_cycle)`, without its per-instruction stack work where it
+        # is not needed: an instruction whose dependencies are all placed
+        # is placed as it comes; from any other, the same depth-first walk
+        # runs over what is not placed yet (the walk skips what is done).
+        # Without control edges the dependencies are the operands (one
+        # outside the computation is never placed: the walk drops it).
+        placed: set[int] = set()
+        order: list[HloInstruction] = []
+        deps = self._order_deps() if control else None
+        ready_deps = deps if control else attrgetter("operands")
+
+        def unplaced_deps(inst: HloInstruction) -> list[HloInstruction]:
+            return [d for d in deps(inst) if id(d) not in placed]
+
+        def refuse_cycle(inst: HloInstruction) -> None:
+            raise inst.error("cycle in the instruction graph")
+
+        for inst in insts:
+            if id(inst) in placed:
+                continue
+            if placed.issuperset(map(id, ready_deps(inst))):
+                placed.add(id(inst))
+                order.append(inst)
+                continue
+            if deps is None:
+                deps = self._order_deps()
+            walked = post_order([inst], unplaced_deps, refuse_cycle)
+            placed.update(map(id, walked))
+            order.extend(walked)
+        self._instructions = order
+
+    def _order_deps(self) -> Callable[[HloInstruction], list[HloInstruction]]:
+        """What an instruction waits for in `_restore_order`: its operands
+        and control predecessors in this computation."""
+        insts = self._instructions
         members = {id(i) for i in insts}
         if self.has_control_edges():
             by_name = {i.name: i for i in insts}
@@ -410,11 +449,7 @@ class HloComputation:
         else:
             def deps(inst: HloInstruction) -> list[HloInstruction]:
                 return [d for d in inst.operands if id(d) in members]
-
-        def refuse_cycle(inst: HloInstruction) -> None:
-            raise inst.error("cycle in the instruction graph")
-
-        self._instructions = post_order(insts, deps, refuse_cycle)
+        return deps
 
     # ----------------------------------------------------------- mutation
 
@@ -706,8 +741,14 @@ class HloModule:
         anchor = before
         if anchor is None:
             anchor = next((c for c in self.computations if c.is_entry), None)
-        if anchor is not None and anchor in self.computations:
-            self.computations.insert(self.computations.index(anchor), comp)
+        # One search of the list, not two (the fusion passes add a
+        # computation per fusion they build, to modules of thousands).
+        try:
+            position = self.computations.index(anchor) if anchor is not None else None
+        except ValueError:
+            position = None
+        if position is not None:
+            self.computations.insert(position, comp)
         else:
             self.computations.append(comp)
         return comp

@@ -61,7 +61,10 @@ def kernel_time(bytes_accessed: float, flops: float, launches: int = 1) -> float
 
 
 def _elements(inst: HloInstruction) -> int:
-    return sum(prod(leaf.dims) for leaf in inst.shape.leaves())
+    shape = inst.shape
+    if not shape.is_tuple:   # the common case, without building the leaves
+        return prod(shape.dims)
+    return sum(prod(leaf.dims) for leaf in shape.leaves())
 
 
 def _computation_flops(comp: HloComputation, cache: dict) -> float:

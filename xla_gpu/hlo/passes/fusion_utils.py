@@ -14,6 +14,7 @@ whose users read it through `get-tuple-element`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from math import prod
 from typing import Callable
 
@@ -252,8 +253,7 @@ def _inline_into(body: HloComputation, source: HloInstruction,
     # add_instruction's checks and naming (the fusion passes build tens of
     # thousands of trial instructions).
     if body.module is None:
-        def add(inst: HloInstruction) -> HloInstruction:
-            return _append_to_trial(body, inst)
+        add = partial(_append_to_trial, body)
     else:
         add = body.add_instruction
     if source.opcode != "fusion":

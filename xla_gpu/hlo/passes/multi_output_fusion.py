@@ -28,27 +28,51 @@ __all__ = ["MultiOutputFusion", "ReachabilityMap"]
 
 
 class ReachabilityMap:
-    """For each instruction, the set of instructions it depends on
-    (itself included; operands and control predecessors), as bitsets."""
+    """For each instruction of a computation's order, the set of
+    instructions it depends on (itself included; operands and control
+    predecessors), as bitsets over the positions in that order.
 
-    def __init__(self, comp: HloComputation):
-        insts = comp.instructions
-        self.index = {id(i): k for k, i in enumerate(insts)}
-        by_name = {i.name: i for i in insts}
-        self.ancestors: list[int] = [0] * len(insts)
-        for k, inst in enumerate(insts):
+    A row depends only on the instructions before it, so after a rewrite
+    that left the first `unchanged` instructions of the order as they were
+    (`reorder`), only the rows after them are built again, and only when a
+    question needs them."""
+
+    def __init__(self, order: list[HloInstruction]):
+        self._order = order
+        self._position: dict[int, int] = {}
+        self._ancestors: list[int] = []
+
+    def reorder(self, order: list[HloInstruction], unchanged: int) -> None:
+        """The computation's new order, whose first `unchanged`
+        instructions (and what they depend on) are as before."""
+        self._order = order
+        del self._ancestors[unchanged:]
+
+    def _build(self) -> None:
+        order, position, ancestors = self._order, self._position, self._ancestors
+        by_name: dict[str, HloInstruction] | None = None
+        for k in range(len(ancestors), len(order)):
+            inst = order[k]
+            position[id(inst)] = k
             bits = 1 << k
             for o in inst.operands:
-                bits |= self.ancestors[self.index[id(o)]]
-            for name in inst.attrs.get(CONTROL_PREDECESSORS) or ():
-                pred = by_name.get(name)
-                if pred is not None:
-                    bits |= self.ancestors[self.index[id(pred)]]
-            self.ancestors[k] = bits
+                bits |= ancestors[position[id(o)]]
+            preds = inst.attrs.get(CONTROL_PREDECESSORS)
+            if preds:
+                if by_name is None:
+                    by_name = {i.name: i for i in order}
+                for name in preds:
+                    pred = by_name.get(name)
+                    if pred is not None:
+                        bits |= ancestors[position[id(pred)]]
+            ancestors.append(bits)
 
     def depends(self, a: HloInstruction, b: HloInstruction) -> bool:
         """Whether `a` (transitively) reads `b`."""
-        return bool(self.ancestors[self.index[id(a)]] >> self.index[id(b)] & 1)
+        if len(self._ancestors) < len(self._order):
+            self._build()
+        position = self._position
+        return bool(self._ancestors[position[id(a)]] >> position[id(b)] & 1)
 
 
 _NOT_CANDIDATES = frozenset({"parameter", "constant", "tuple", "get-tuple-element",
@@ -122,6 +146,11 @@ class MultiOutputFusion(FusionPass):
         # other fusions' bodies alone. The objects are kept alive so that
         # their ids are not reused.
         self._refused: dict[tuple[int, int], tuple] = {}
+        # The order the last round scanned (kept alive with it, so that
+        # identity tells its instructions apart from later ones) and the
+        # reachability of its instructions.
+        self._scanned: list[HloInstruction] = []
+        self._reach = ReachabilityMap([])
         changed = False
         while self._one_merge(comp):
             changed = True
@@ -145,15 +174,37 @@ class MultiOutputFusion(FusionPass):
     def _one_merge(self, comp: HloComputation) -> bool:
         """Finds and performs one merge (producer-consumer first, then
         siblings); False when none is left."""
-        reach = ReachabilityMap(comp)
         insts = comp.instructions
+        # A merge rewrites its two fusions, their users and the users'
+        # control successors, all after the earlier of the two in the
+        # order, and gives the operands of the two a new user in place of
+        # them. The instructions before the first place where the order
+        # changed are thus as the last round saw them, as is everything
+        # their candidate pairs depend on: what they read, how many users
+        # their producers have besides them, and the reachability among
+        # them. The last round found none of those consumers mergeable
+        # (it stopped at a later one, or at none), so neither does this
+        # one.
+        unchanged = _common_prefix(self._scanned, insts)
+        self._scanned = list(insts)   # the computation mutates its own list
+        reach = self._reach
+        reach.reorder(insts, unchanged)
+        classified: dict[int, bool] = {}
+
+        def mergeable(inst: HloInstruction) -> bool:
+            # Nothing changes until the merge that ends the round.
+            flag = classified.get(id(inst))
+            if flag is None:
+                flag = classified[id(inst)] = _is_mergeable_fusion(inst)
+            return flag
+
         # Producer-consumer: a fusion with other users fused into a
         # consumer fusion as an extra output.
-        for consumer in insts:
-            if not _is_mergeable_fusion(consumer):
+        for consumer in insts[unchanged:]:
+            if not mergeable(consumer):
                 continue
             for producer in dict.fromkeys(consumer.operands):
-                if not _is_mergeable_fusion(producer) or producer.shape.is_tuple:
+                if not mergeable(producer) or producer.shape.is_tuple:
                     continue
                 others = [u for u in producer.users if u is not consumer]
                 if not others:
@@ -174,7 +225,7 @@ class MultiOutputFusion(FusionPass):
                 continue
             if shared.opcode == "constant" or byte_size(shared.shape) < 64:
                 continue
-            users = [u for u in dict.fromkeys(shared.users) if _is_mergeable_fusion(u)]
+            users = [u for u in dict.fromkeys(shared.users) if mergeable(u)]
             for i, a in enumerate(users):
                 for b in users[i + 1:]:
                     key = (id(a), id(b))
@@ -187,3 +238,12 @@ class MultiOutputFusion(FusionPass):
                     self._merge(a, b)
                     return True
         return False
+
+
+def _common_prefix(before: list[HloInstruction], after: list[HloInstruction]) -> int:
+    """How many leading instructions two orders share."""
+    n = min(len(before), len(after))
+    k = 0
+    while k < n and before[k] is after[k]:
+        k += 1
+    return k
