@@ -56,10 +56,13 @@ def _float_text(value: float, dtype: np.dtype) -> str:
     if value == 0:
         return "-0" if math.copysign(1.0, value) < 0 else "0"
     target = np.array(value, dtype=dtype)
-    for digits in range(1, 18):
-        text = f"{value:.{digits}g}"
-        if np.array(float(text), dtype=np.float64).astype(dtype) == target:
-            return text
+    # A short text of a value near the type's largest rounds past it: inf,
+    # not a match (and no overflow warning for the caller to see).
+    with np.errstate(over="ignore"):
+        for digits in range(1, 18):
+            text = f"{value:.{digits}g}"
+            if np.array(float(text), dtype=np.float64).astype(dtype) == target:
+                return text
     return repr(float(value))
 
 

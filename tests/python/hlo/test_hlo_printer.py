@@ -309,3 +309,17 @@ def test_cycles_are_reported():
     a.replace_operand_with(0, m)
     with pytest.raises(HloError, match="cycle"):
         entry.instructions
+
+
+def test_the_largest_finite_values_print_without_an_overflow_warning():
+    import warnings
+
+    import numpy as np
+
+    from xla_gpu.hlo.printer import _float_text
+    for dtype in (np.float16, np.float32):
+        big = float(np.finfo(dtype).max)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            text = _float_text(big, np.dtype(dtype))
+        assert np.array(float(text)).astype(dtype) == np.finfo(dtype).max
