@@ -240,6 +240,7 @@ def compile_module(module_or_text: _ir.Module | str, *, entry: str = "main",
         arg_nbytes = None
     llvm_ir = str(module)
     _one_body(module, entry)
+    _inline_element_functions(module, entry)
 
     start = time.perf_counter()
     engine = ExecutionEngine(module, opt_level=opt_level,
@@ -273,6 +274,7 @@ def from_lowered(llvm_text: str, *, entry: str = "main",
     threads = _ir.IntegerAttr(host.attributes["xla.threads_per_block"]).value
     blocks = _ir.IntegerAttr(host.attributes["xla.blocks"]).value
     _one_body(module, entry)
+    _inline_element_functions(module, entry)
     start = time.perf_counter()
     engine = ExecutionEngine(module, opt_level=opt_level, shared_libs=list(shared_libs),
                              enable_object_dump=False)
@@ -301,6 +303,120 @@ def _one_body(module, entry: str) -> None:
         if op.operation.name == "llvm.func" and \
                 _ir.StringAttr(op.attributes["sym_name"]).value in names:
             op.attributes["no_inline"] = _ir.UnitAttr.get(op.operation.context)
+
+
+# A kernel's element functions (the partitioned fusion's subgraphs with more
+# than one caller: MLIR's inliner inlines only those with one) are called
+# from inside the emulated thread loops. A call there keeps LLVM's loop
+# vectorizer off the loop, and LLVM's own inliner declines most of them
+# (many arguments, a body past its threshold): a GroupNorm backward's
+# column reduction, whose input fuses an average-pool backward
+# (pad + reduce-window + select), ran one scalar call per element, 30x
+# slower than inlined and vectorized. So they are inlined always, up to
+# this many LLVM operations for a function with all its callees inlined
+# (counted as a tree: a shared callee counts at each call; past the
+# budget a function stays a call and LLVM decides, as before). No fast-math
+# flag is added: every float operation stays, in its order; only the
+# `contract` multiply-adds of the host's polynomial math
+# (xla-approximate-host-math) may fuse differently once vectorized (an ulp
+# or so, within the target's tolerances).
+HOST_INLINE_MAX_OPS = 4000
+
+
+def _inline_element_functions(module, entry: str) -> None:
+    """Marks the element functions of host module `module` (every defined
+    function but the grid's entries @<entry>_host*, and the C-interface
+    wrappers) `always_inline` with internal linkage (dropped once
+    inlined), in place, when their fully inlined size is within
+    HOST_INLINE_MAX_OPS; their loads and stores join the thread loops'
+    access groups. See HOST_INLINE_MAX_OPS."""
+    functions: dict[str, object] = {}
+    for op in module.body.operations:
+        if op.operation.name != "llvm.func":
+            continue
+        name = _ir.StringAttr(op.attributes["sym_name"]).value
+        if name.startswith((f"{entry}_host", "_mlir_ciface_")) or not op.regions[0].blocks:
+            continue
+        linkage = str(op.attributes["linkage"]) if "linkage" in op.attributes else ""
+        if "no_inline" in op.attributes or not any(
+                kind in linkage for kind in ("external", "internal", "private")) and linkage:
+            continue      # weak and other linkages: another object may define it
+        functions[name] = op
+    if not functions:
+        return
+    own: dict[str, int] = {}
+    calls: dict[str, list[str]] = {}
+    for name, op in functions.items():
+        count, callees = 0, []
+
+        def visit(inner, callees=callees):
+            nonlocal count
+            count += 1
+            if inner.name == "llvm.call" and "callee" in inner.attributes:
+                callees.append(_ir.FlatSymbolRefAttr(inner.attributes["callee"]).value)
+            return _ir.WalkResult.ADVANCE
+
+        op.operation.walk(visit)
+        own[name], calls[name] = count, callees
+    sizes: dict[str, float] = {}
+
+    def size(name: str, active: frozenset = frozenset()) -> float:
+        if name in sizes:
+            return sizes[name]
+        if name in active:            # recursion: never inlined always
+            return math.inf
+        total = float(own[name])
+        for callee in calls[name]:
+            if callee in own:
+                total += size(callee, active | {name})
+            if total > HOST_INLINE_MAX_OPS:
+                break
+        sizes[name] = total
+        return total
+
+    context = module.operation.context
+    internal = _ir.Attribute.parse("#llvm.linkage<internal>", context)
+    inlined = [op for name, op in functions.items() if size(name) <= HOST_INLINE_MAX_OPS]
+    if not inlined:
+        return
+    for op in inlined:
+        op.attributes["always_inline"] = _ir.UnitAttr.get(context)
+        op.attributes["linkage"] = internal
+    # The emulated thread loops are marked parallel (xla-emulate-grid: every
+    # load and store in them joins the loop's access group, which the loop's
+    # annotation names), but a function's loads and stores inlined into one
+    # have no group: LLVM then falls back on run-time overlap checks, which
+    # fail on the kernels' computed addresses ("cannot identify array
+    # bounds"), and the loop stays scalar (an LSTM cell's gates). So their
+    # loads and stores join every group of the module's loops: in the loop
+    # a copy is inlined into, it is one of that loop's threads' accesses
+    # (what the grid emulation marks), and a group names no other loop.
+    groups: dict[str, object] = {}
+    for op in module.body.operations:
+        if op.operation.name != "llvm.func":
+            continue
+
+        def collect(inner):
+            if inner.name in ("llvm.load", "llvm.store") and "access_groups" in inner.attributes:
+                for group in _ir.ArrayAttr(inner.attributes["access_groups"]):
+                    groups.setdefault(str(group), group)
+            return _ir.WalkResult.ADVANCE
+
+        op.operation.walk(collect)
+    if not groups:
+        return
+
+    def join(inner):
+        if inner.name in ("llvm.load", "llvm.store"):
+            own = list(_ir.ArrayAttr(inner.attributes["access_groups"])) \
+                if "access_groups" in inner.attributes else []
+            names = {str(g) for g in own}
+            own += [g for key, g in groups.items() if key not in names]
+            inner.attributes["access_groups"] = _ir.ArrayAttr.get(own, context)
+        return _ir.WalkResult.ADVANCE
+
+    for op in inlined:
+        op.operation.walk(join)
 
 
 # -- the ExecutionEngine through MLIR's C API -------------------------------------
@@ -826,6 +942,7 @@ def shared_object(module: _ir.Module, name: str = "main", *,
                 op.attributes["sym_name"]).value.startswith("_mlir_ciface_"):
             op.operation.erase()
     _one_body(copy, name)
+    _inline_element_functions(copy, name)
     if unroll_loops is None:
         unroll_loops = unrolls_loops()
     return _link(_object_code(copy, f"{name}_host", opt_level, unroll_loops=unroll_loops),

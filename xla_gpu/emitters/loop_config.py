@@ -104,6 +104,22 @@ def _host_row_threads(shape_dims: Sequence[int], threads: int) -> int:
         return threads
     if 32 <= minor <= 1024:
         return minor
+    if minor < 32:
+        # Short rows: a block of whole rows, the fewest minor dimensions
+        # whose elements make at least 32 threads. A block of 128 that cuts
+        # them makes an index's power-of-two remainder (`(i / 27) % 32`)
+        # wrap inside the thread loop, which the grid emulation then keeps
+        # scalar (see xla-emulate-grid): an im2col over 3 channels and a
+        # 3x3 window ([n, h, w, 3, 3, 3], blocks of 32 * 27) ran twice as
+        # long in blocks of 128.
+        block = 1
+        for d in reversed(shape_dims):
+            block *= d
+            if block >= 32:
+                break
+        if 32 <= block <= 1024 and block < n:
+            return block
+        return threads
     # A long row: the largest divisor of it that is a block.
     return next((t for t in range(1024, THREADS_PER_BLOCK - 1, -1) if minor % t == 0), threads)
 

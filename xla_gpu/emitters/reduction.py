@@ -862,9 +862,20 @@ class ThreadPerColumnReductionEmitter(ReductionEmitter):
 
     THREADS = 128
 
+    # Blocks of at least this many threads when one that divides K is
+    # taken (below, the power of two at least K with idle threads).
+    MIN_EXACT_THREADS = 32
+
     def _configure(self) -> None:
         lay = self.layout
-        self.threads = min(self.THREADS, _pow2_at_least(lay.K))
+        # A block size that divides K, so that every thread has a column:
+        # with idle threads the emulated thread loop carries their guard
+        # around each accumulation, and LLVM leaves it scalar (a GroupNorm
+        # backward's sum over 96 channels in one block of 128 ran 4x
+        # longer than in one of 96).
+        exact = next((t for t in range(min(self.THREADS, lay.K), self.MIN_EXACT_THREADS - 1, -1)
+                      if lay.K % t == 0), None)
+        self.threads = exact or min(self.THREADS, _pow2_at_least(lay.K))
         self.blocks = -(-lay.K // self.threads)
         self.steps = lay.R
 
