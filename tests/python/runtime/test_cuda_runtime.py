@@ -634,4 +634,5 @@ def test_gpu_check_cuda_path_runs_on_the_cpu_target(tmp_path, capsys):
     assert status == {"ptx": "ok", "compile_limits": "ok", "cubin_fallback": "skip",
                       "sqrt": "ok", "atomics16": "ok", "threads": "ok", "stream": "skip",
                       "dlpack": "ok", "launch_limits": "ok", "unload": "skip",
-                      "misaligned": "ok", "fft": "ok", "gemm": "ok", "nccl": "ok"}
+                      "misaligned": "ok", "fft": "ok", "gemm": "ok", "nccl": "ok",
+                      "plugin": "ok"}
