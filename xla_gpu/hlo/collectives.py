@@ -413,6 +413,21 @@ def _parse_int_list_list(text: str, what: str) -> tuple[tuple[int, ...], ...]:
 
 # -------------------------------------------------------------------- modes
 
+def collective_dimension(inst, opcode: str | None = None) -> int | None:
+    """The one dimension an all-gather, reduce-scatter or array all-to-all
+    works along (`dimensions={d}`; an all-gather may say
+    `all_gather_dimension=d`), None when it names none or several.
+    `opcode`: the collective's (an async start's wrapped one)."""
+    opcode = opcode or _base_opcode(inst.opcode)
+    dims = inst.attrs.get("dimensions")
+    if dims is None and opcode == "all-gather":
+        dims = inst.attrs.get("all_gather_dimension")
+        dims = (dims,) if isinstance(dims, int) else dims
+    if not isinstance(dims, tuple) or len(dims) != 1:
+        return None
+    return int(dims[0])
+
+
 def channel_id(inst) -> int | None:
     """The instruction's channel_id, None without one."""
     raw = inst.attrs.get("channel_id")

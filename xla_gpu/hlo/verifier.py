@@ -585,13 +585,9 @@ def _results_shape(inst, results, shape=None):
 
 
 def _collective_dimension(inst, operands):
-    dims = inst.attrs.get("dimensions")
-    if dims is None and inst.opcode.startswith("all-gather"):
-        dims = inst.attrs.get("all_gather_dimension")
-        dims = (dims,) if isinstance(dims, int) else dims
-    if not isinstance(dims, tuple) or len(dims) != 1:
+    d = _collectives.collective_dimension(inst)
+    if d is None:
         _fail(inst, f"'{inst.opcode}' needs dimensions={{d}} (one dimension)")
-    d = dims[0]
     for o in operands:
         if not 0 <= d < o.rank:
             _fail(inst, f"dimensions={{{d}}} is not a dimension of the operand {o}")

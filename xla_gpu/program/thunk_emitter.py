@@ -239,13 +239,10 @@ class ThunkEmitter:
             kwargs["reduction"] = _reduction_kind(inst, collective)
         if opcode in ("all-gather", "reduce-scatter") or \
                 (opcode == "all-to-all" and "dimensions" in a):
-            dims = a.get("dimensions")
-            if dims is None and opcode == "all-gather":
-                dims = a.get("all_gather_dimension")
-                dims = (dims,) if isinstance(dims, int) else dims
-            if not isinstance(dims, tuple) or len(dims) != 1:
+            dim = C.collective_dimension(collective, opcode)
+            if dim is None:
                 raise inst.error(f"{opcode} needs dimensions={{d}}")
-            kwargs["dimension"] = int(dims[0])
+            kwargs["dimension"] = dim
             if opcode == "all-to-all" and len(refs) != 1:
                 raise inst.unsupported("an all-to-all with dimensions={d} and several "
                                        "operands")

@@ -36,13 +36,10 @@ def _combine(ev, inst) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
 
 
 def _dimension(inst, opcode: str) -> int:
-    dims = inst.attrs.get("dimensions")
-    if dims is None and opcode == "all-gather":
-        dims = inst.attrs.get("all_gather_dimension")
-        dims = (dims,) if isinstance(dims, int) else dims
-    if not isinstance(dims, tuple) or len(dims) != 1:
+    d = C.collective_dimension(inst, opcode)
+    if d is None:
         raise HloError(f"'{opcode}' needs dimensions={{d}}")
-    return dims[0]
+    return d
 
 
 def _participants(ev, inst, opcode: str) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -147,22 +147,12 @@ class AllReduceCombiner(_CollectiveCombiner):
         return None if kind is None else (kind, inst.shape.element_type)
 
 
-def _dimension(inst: HloInstruction) -> int | None:
-    dims = inst.attrs.get("dimensions")
-    if dims is None:
-        dims = inst.attrs.get("all_gather_dimension")
-        dims = (dims,) if isinstance(dims, int) else dims
-    if not isinstance(dims, tuple) or len(dims) != 1:
-        return None
-    return int(dims[0])
-
-
 class AllGatherCombiner(_CollectiveCombiner):
     name = "all-gather-combiner"
     opcode = "all-gather"
 
     def operation_key(self, inst):
-        dim = _dimension(inst)
+        dim = C.collective_dimension(inst)
         return None if dim is None else (dim,)
 
 
@@ -171,7 +161,7 @@ class ReduceScatterCombiner(_CollectiveCombiner):
     opcode = "reduce-scatter"
 
     def operation_key(self, inst):
-        kind, dim = _reduction(inst), _dimension(inst)
+        kind, dim = _reduction(inst), C.collective_dimension(inst)
         if kind is None or dim is None:
             return None
         return (kind, inst.shape.element_type, dim)
