@@ -5,7 +5,6 @@ them needs a GPU (and the nccl extra): those tests skip without one."""
 
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -20,7 +19,17 @@ from xla_gpu.runtime.buffers import ArrayRef, BufferSlice
 from xla_gpu.runtime.program import load_program
 from xla_gpu.runtime.thunks import walk
 
-HAS_WHEEL = importlib.util.find_spec("nvidia.nccl") is not None
+
+
+def _nccl_loads() -> bool:
+    try:
+        nccl.nccl_library()
+    except nccl.NcclUnavailableError:
+        return False
+    return True
+
+
+HAS_WHEEL = _nccl_loads()
 needs_wheel = pytest.mark.skipif(not HAS_WHEEL, reason="the nccl extra (nvidia-nccl-cu13) "
                                  "is not installed")
 HAS_GPU = runtime.cuda_available()
