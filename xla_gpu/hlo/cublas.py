@@ -101,14 +101,38 @@ def cublas_gemm(inst: HloInstruction) -> CublasGemm:
 
 
 def activation(x: np.ndarray, name: str | None) -> np.ndarray:
-    """An epilogue's activation as cuBLASLt computes it (GELU: the tanh
-    approximation); `x` itself for None."""
+    """An epilogue's activation as cuBLASLt computes it, in x's type (GELU:
+    the tanh approximation); `x` itself for None."""
+    if name not in ("relu", "gelu", "silu"):
+        return x
+    result = np.array(x, copy=True)
+    apply_activation(result, name)
+    return result
+
+
+def apply_activation(x: np.ndarray, name: str | None,
+                     scratch: np.ndarray | None = None) -> None:
+    """`activation` in place on x, in x's type (constants too: cuBLASLt's
+    f32 epilogue stays in f32), with at most one temporary (`scratch`, of
+    x's shape and type, when given). A GEMM's epilogue applies it to each
+    block of the product while that block is in cache."""
+    dtype = x.dtype.type
     if name == "relu":
-        return np.maximum(x, 0)
-    if name == "gelu":
-        # x^3 as the products jax's GELU lowers to (numpy's float power is
-        # another rounding, and slow).
-        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * (x * x * x))))
-    if name == "silu":
-        return x / (1 + np.exp(-x))
-    return x
+        np.maximum(x, dtype(0), out=x)
+    elif name == "gelu":
+        # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x^3 as the
+        # products jax's GELU lowers to (a float power is another rounding).
+        t = np.multiply(x, x, out=scratch)
+        t *= x
+        t *= dtype(0.044715)
+        t += x
+        t *= dtype(np.sqrt(2 / np.pi))
+        np.tanh(t, out=t)
+        t += dtype(1)
+        x *= dtype(0.5)
+        x *= t
+    elif name == "silu":
+        t = np.negative(x, out=scratch)
+        np.exp(t, out=t)
+        t += dtype(1)
+        x /= t

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import CudaError, CudaUnavailableError, HloError
 from ..hlo.cublas import EPILOGUES as CUBLAS_EPILOGUES
-from ..hlo.cublas import activation
+from ..hlo.cublas import activation, apply_activation
 from .buffers import ArrayRef, BufferSlice
 from .host_blas import (OPENBLAS_ONE_THREAD_MACS, blas_matmul, restore_blas_threads,
                         single_threaded_blas)
@@ -283,8 +283,8 @@ def _run_numpy(ctx, config: GemmConfig) -> None:
 
 def _run_with_epilogue(ctx, config: GemmConfig, views: tuple) -> None:
     """The product into the output and its epilogue in place on it: alpha,
-    beta * c, the bias, the activation, in gemm_reference's order and type
-    (f32 GELU: see `_activation_in_place`), with no temporary result and no
+    beta * c, the bias, the activation, in gemm_reference's order and type,
+    with no temporary result and no
     separate pass over the output: each panel of a split product takes its
     epilogue on the thread that computed it."""
     a, b, out3 = views
@@ -324,8 +324,8 @@ def _run_with_epilogue(ctx, config: GemmConfig, views: tuple) -> None:
             if row is not None:
                 np.add(part, row, out=part)
             if name is not None:
-                _activation_in_place(part, name,
-                                     None if scratch is None else scratch[:len(part)])
+                apply_activation(part, name,
+                                 None if scratch is None else scratch[:len(part)])
 
     if bias is not None and row is None:
         blas_matmul(a, b, out3)
@@ -336,7 +336,7 @@ def _run_with_epilogue(ctx, config: GemmConfig, views: tuple) -> None:
             np.add(out, c.reshape(out.shape) * beta, out=out)
         np.add(out, bias, out=out)
         if name is not None:
-            out[...] = activation(out, name)
+            apply_activation(out, name)
         return
     blas_matmul(a, b, out3, after=epilogue)
 
@@ -344,33 +344,6 @@ def _run_with_epilogue(ctx, config: GemmConfig, views: tuple) -> None:
 # Elements of the output one step of the in-place epilogue works on (f32:
 # 256 KiB, within a core's L2).
 _EPILOGUE_BLOCK = 1 << 16
-
-
-def _activation_in_place(x: np.ndarray, name: str, scratch: np.ndarray | None = None) -> None:
-    """`x[...] = activation(x, name)` with one temporary: the operations
-    of `hlo.cublas.activation` in its order, in x's type (cuBLASLt's f32
-    epilogue; `activation`'s GELU promotes f32 to f64 through its numpy
-    constant, so an f32 GELU here is within an ulp of it, not equal)."""
-    dtype = x.dtype.type
-    if name == "relu":
-        np.maximum(x, dtype(0), out=x)
-    elif name == "gelu":
-        t = np.multiply(x, x, out=scratch)
-        t *= x
-        t *= dtype(0.044715)
-        t += x
-        t *= dtype(np.sqrt(2 / np.pi))
-        np.tanh(t, out=t)
-        t += dtype(1)
-        x *= dtype(0.5)
-        x *= t
-    elif name == "silu":
-        t = np.negative(x, out=scratch)
-        np.exp(t, out=t)
-        t += dtype(1)
-        x /= t
-    else:
-        x[...] = activation(x, name)
 
 
 def run_gemm(ctx, config: GemmConfig) -> None:
