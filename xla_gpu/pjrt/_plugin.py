@@ -340,12 +340,11 @@ class _CudaMemory:
         from ..runtime import cuda
         self._cuda = cuda
         self.DeviceArray = cuda.DeviceArray
-        attribute = cuda._device_attribute
-        major = attribute("COMPUTE_CAPABILITY_MAJOR")
-        minor = attribute("COMPUTE_CAPABILITY_MINOR")
+        device = cuda.device_description()
+        major, minor = divmod(device.compute_capability, 10)
         self.arch = f"sm_{major}{minor}"
         self.compute_capability = f"{major}.{minor}"
-        self.core_count = attribute("MULTIPROCESSOR_COUNT")
+        self.core_count = device.core_count
         with cuda.current_context():
             cu = cuda._driver()
             name = cuda._check("cuDeviceGetName", cu.cuDeviceGetName(256, cuda._device))

@@ -245,7 +245,8 @@ def device_description() -> DeviceDescription:
         shared_memory_per_block=_device_attribute("MAX_SHARED_MEMORY_PER_BLOCK"),
         shared_memory_per_block_optin=_device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
         registers_per_block_limit=_device_attribute("MAX_REGISTERS_PER_BLOCK"),
-        registers_per_core_limit=_device_attribute("MAX_REGISTERS_PER_MULTIPROCESSOR"))
+        registers_per_core_limit=_device_attribute("MAX_REGISTERS_PER_MULTIPROCESSOR"),
+        compute_capability=10 * major + minor)
 
 
 # -- memory -----------------------------------------------------------------------

@@ -42,7 +42,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._trace import current as current_trace, trace_file
-from ..errors import ArgumentError, ArtifactError, ResourceError, UnsupportedError
+from ..errors import (ArgumentError, ArtifactError, CudaUnavailableError, ResourceError,
+                      UnsupportedError)
 from .buffers import Allocation, token_value
 from .spec import HostBufferPool, KernelSpec, _address, aligned_zeros
 from . import collective_thunks  # noqa: F401  (registers the collectives' thunk kinds)
@@ -692,7 +693,6 @@ class ProgramExecutable:
         from .nccl import check_one_rank_per_gpu
         gpus = device_count()
         if gpus == 0:
-            from ..errors import CudaUnavailableError
             raise CudaUnavailableError(f"program '{self.name}' runs on {n} devices of the "
                                        "cuda target, one per GPU, but there is no GPU")
         check_one_rank_per_gpu([d % gpus for d in range(n)],

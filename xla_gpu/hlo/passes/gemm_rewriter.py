@@ -35,7 +35,7 @@ import json
 
 import numpy as np
 
-from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
+from ..module import HloComputation, HloInstruction
 from .pipeline import ComputationPass
 from .util import is_effective_scalar
 
@@ -54,15 +54,6 @@ _SQRT_2_OVER_PI = float(np.sqrt(2 / np.pi))
 _READ_ONLY_ADDENDS = frozenset({"parameter", "constant", "get-tuple-element", "bitcast"})
 
 
-def _has_control(inst: HloInstruction) -> bool:
-    if inst.attrs.get(CONTROL_PREDECESSORS):
-        return True
-    try:
-        return bool(inst.control_successors())
-    except Exception:   # noqa: BLE001 - an unlinked instruction has none
-        return False
-
-
 def _free_dims(rank: int, batch, contracting) -> tuple[int, ...]:
     used = set(batch) | set(contracting)
     return tuple(d for d in range(rank) if d not in used)
@@ -71,7 +62,7 @@ def _free_dims(rank: int, batch, contracting) -> tuple[int, ...]:
 def _dot_supported(dot: HloInstruction) -> bool:
     """A dot cuBLASLt can run with an epilogue: an array of a float type
     the epilogues take, operands of one type (or 16-bit ones into f32)."""
-    if dot.shape.is_tuple or "sparsity" in dot.attrs or _has_control(dot):
+    if dot.shape.is_tuple or "sparsity" in dot.attrs or dot.has_control_dependencies():
         return False
     t = dot.shape.element_type
     if t not in _EPILOGUE_TYPES or len(dot.operands) != 2:
@@ -87,7 +78,7 @@ def _single_user(inst: HloInstruction, comp: HloComputation) -> HloInstruction |
     if len(inst.users) != 1 or inst is comp.root:
         return None
     user = inst.users[0]
-    if user.parent is not comp or _has_control(user) or user.shape.is_tuple:
+    if user.parent is not comp or user.has_control_dependencies() or user.shape.is_tuple:
         return None
     return user
 
@@ -109,7 +100,7 @@ def _other_operand(inst: HloInstruction, value: HloInstruction) -> HloInstructio
 def _scalar_value(inst: HloInstruction) -> float | None:
     """The value of a broadcast scalar constant (or a constant whose
     elements are all one value); None otherwise."""
-    if _has_control(inst):
+    if inst.has_control_dependencies():
         return None
     if inst.opcode == "broadcast" and len(inst.operands) == 1:
         inst = inst.operands[0]
@@ -162,7 +153,7 @@ def _bias_vector(m: _Match, add: HloInstruction, other: HloInstruction) -> HloIn
     """`v` when `other` is broadcast(v) along the output's column dimension
     as cuBLASLt's bias runs."""
     dot = m.dot
-    if other.opcode != "broadcast" or len(other.operands) != 1 or _has_control(other):
+    if other.opcode != "broadcast" or len(other.operands) != 1 or other.has_control_dependencies():
         return None
     vector = other.operands[0]
     a = dot.attrs
@@ -194,7 +185,8 @@ def _match_add(m: _Match, add: HloInstruction, comp: HloComputation) -> bool:
             m.absorbed += [add, other]
             return True
     if m.c is None and other.opcode != "broadcast" and _same_array(other.shape, m.dot.shape) \
-            and len(other.users) == 1 and other.parent is comp and not _has_control(other):
+            and len(other.users) == 1 and other.parent is comp \
+            and not other.has_control_dependencies():
         m.c = other
         m.absorbed.append(add)
         return True
@@ -211,7 +203,7 @@ def _factors(node: HloInstruction, x: HloInstruction, top: bool,
     """The leaves of the multiply tree at `node` (x is always a leaf; an
     inner multiply is opened only when its one user is the tree);
     None when an inner multiply has other users."""
-    if node is x or node.opcode != "multiply" or _has_control(node):
+    if node is x or node.opcode != "multiply" or node.has_control_dependencies():
         return [node]
     if not top and len(node.users) != 1:
         return [node]
