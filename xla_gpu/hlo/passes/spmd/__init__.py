@@ -8,7 +8,8 @@ runs, with the collectives between them.
   propagation   shardings for every value (XLA's ShardingPropagation, simplified)
   partitioner   the per-device module (XLA's SpmdPartitioner, simplified),
                 with reshard (collectives, resharding), dot (XLA's
-                dot_handler, simplified) and manual (shard_map regions)
+                dot_handler, simplified), halo (windows along a cut dim:
+                halo exchange) and manual (shard_map regions)
   arrays        global arrays <-> per-device chunks
 
     from xla_gpu.hlo.passes.spmd import partition_module

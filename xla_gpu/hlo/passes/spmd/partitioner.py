@@ -17,14 +17,27 @@ How each op is partitioned (S: the sharding propagation gave its result):
   elementwise, copy                operands resharded to S, then local
   broadcast, transpose, reshape    the operand resharded to S carried back
                                    through the op, then local (a reshape
-                                   that moves a cut dim is done whole)
-  slice, pad, concatenate, reverse, reduce-window, dynamic-slice,
-  dynamic-update-slice             the dims the op touches made whole, the
+                                   splitting or merging a cut dim keeps
+                                   its chunks when the cut goes to the
+                                   major factors, as XLA's ReshapeSharding;
+                                   any other reshape of a cut dim is done
+                                   whole)
+  slice, pad, reduce-window        along a cut dim: halo exchange (halo):
+                                   two collective-permutes bring the
+                                   neighbours' edge elements, each device
+                                   dynamic-slices its window and masks
+                                   what lies outside the operand; a
+                                   window reaching past a neighbour's
+                                   chunk is done as below
+  concatenate, reverse, dynamic-slice, dynamic-update-slice
+                                   the dims the op touches made whole, the
                                    others stay cut; local
   gather                           index-parallel: the indices cut as the
                                    result's batch dims, the operand whole
-  convolution                      batch-parallel: the input cut along its
-                                   batch as the result is, the kernel whole
+  convolution                      the input cut along its batch and its
+                                   spatial dims as the result is (a
+                                   spatial cut by halo exchange), the
+                                   kernel whole
   reduce                           local over the chunk (its padding
                                    masked to the init value), then an
                                    all-reduce over the devices that hold
@@ -57,22 +70,27 @@ outside a shard_map region, shardings that cannot be read. Shardy's
 shard_map over some mesh axes only is kept as per-device code whole along
 the other axes (correct: those axes are replicas inside the body).
 
-Resharding: dims cut differently are all-gathered along the tile
-assignment's groups, then the target's chunk is taken with a dynamic-slice
-at offsets read from a table by partition-id; a cut moving from one dim to
-another over the same devices is one all-to-all.
+Resharding: where each target chunk lies inside a source chunk (the same
+cut over devices in another order, or a cut moving to a mesh axis of more
+devices), one collective-permute and a local dynamic-slice; a cut moving
+from one dim to another over the same devices is one all-to-all (on a 2-D
+mesh, an all-to-all then a collective-permute where the devices end up in
+another order); otherwise dims cut differently are all-gathered along the
+tile assignment's groups, then the target's chunk is taken with a
+dynamic-slice at offsets read from a table by partition-id.
 
 Uneven cuts (a dim of 10 over 4 devices) are padded as XLA's are: chunks
 of ceil(10 / 4) = 3, the last device's 1 row and 2 of padding (see
 reshard). Ops that map elements (elementwise, broadcast, transpose, a
 reshape keeping the cut dim) run on padded chunks as they are; a reduce
 over a padded dim first replaces the padding by its init value, a dot
-contracting over one zeroes both operands' padding, and the ops that move
-data along a dim (slice, pad, concatenate, reverse, reduce-window...) have
-that dim made whole first, as for even cuts, so padding never moves into
-real positions. The entry's parameters and results whose stated sharding
-is uneven are passed whole (replicated; jax places only even chunks),
-each device cutting its padded chunk from a parameter (a note says so).
+contracting over one zeroes both operands' padding, a halo exchange masks
+the window positions past the operand's end, and the other ops that move
+data along a dim (concatenate, reverse...) have that dim made whole first,
+as for even cuts, so padding never moves into real positions. The entry's
+parameters and results whose stated sharding is uneven are passed whole
+(replicated; jax places only even chunks), each device cutting its padded
+chunk from a parameter (a note says so).
 """
 
 from __future__ import annotations
@@ -89,11 +107,12 @@ from ..call_inliner import inline_call
 from ..sharding_annotations import ShardingAnnotationRemover, is_sharding_annotation
 from ..util import has_side_effect
 from .dot import DotPartitioning
+from .halo import WindowedOps, convolution_spatial_cuts, windowed_dims
 from .manual import ManualRegions, annotation_target
-from .placement import groups_along, replicate_dims
+from .placement import groups_along, replicate_dims, same_placement
 from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_TARGETS,
                           convolution_batch_dims, gather_batch_dims, permute_sharding,
-                          propagate, remap_sharding, reshape_dim_map, touched_dims)
+                          propagate, remap_sharding, reshape_sharding, touched_dims)
 from .reshard import Emitter
 from .sharding import HloSharding, ShardingError, parse_sdy_shardings, sharding_of
 
@@ -135,7 +154,7 @@ def needs_partitioning(module: HloModule) -> bool:
     return False
 
 
-class _Partitioner(Emitter, DotPartitioning, ManualRegions):
+class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions):
     def __init__(self, module: HloModule, n: int):
         self.module, self.n = module, n
         self.notes: list[str] = []
@@ -479,10 +498,13 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
         src = inst.operands[0].shape.dims
         rank = inst.shape.rank
         if s.kind == "tiled":
-            mapping = reshape_dim_map(src, inst.shape.dims)
-            back = remap_sharding(s, {j: i for i, j in mapping.items()}, rank, len(src))
+            # the operand's sharding whose chunks the reshape maps onto
+            # s's (a dim kept, or split / merged with its chunks whole)
+            back = reshape_sharding(s, inst.shape.dims, src)
             if back is not None:
-                return self.local(inst, s, [back])
+                again = reshape_sharding(back, src, inst.shape.dims)
+                if again is not None and same_placement(again, s, rank, self.n):
+                    return self.local(inst, s, [back])
         rep = HloSharding.replicated()
         new = self.add_clone(inst, [self.value(inst.operands[0], rep)], inst.shape)
         return self.slice_to(new, rep, s, inst.shape), s
@@ -492,7 +514,15 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
         touched = touched_dims(inst)
         if touched is None:
             return self.whole(inst, f"{inst.opcode} is not partitioned")
-        inner = replicate_dims(s, rank, sorted(touched), keep=list(range(rank)))
+        # Windowed ops keep a cut dim cut by exchanging halos with the
+        # neighbours; the other touched dims are made whole.
+        windowed = windowed_dims(inst, s.counts(rank), touched) \
+            if s.kind == "tiled" and not s.has_manual_subgroup else []
+        inner = replicate_dims(s, rank, sorted(touched - set(windowed)),
+                               keep=list(range(rank)))
+        if windowed:
+            new = self.emit_windowed(inst, windowed, inner)
+            return self.reshard(new, inner, s, inst.shape), s
         wants = [inner if o.shape.rank == rank else HloSharding.replicated()
                  for o in inst.operands]
         if inst.opcode == "reduce-window":
@@ -530,11 +560,33 @@ class _Partitioner(Emitter, DotPartitioning, ManualRegions):
         batch = convolution_batch_dims(inst)
         rank = inst.shape.rank
         counts = s.counts(rank)
-        if batch is None or any(c > 1 for d, c in enumerate(counts) if d != batch[1]):
-            return self.whole(inst, "convolution cut along other dims than its batch")
+        spatial = convolution_spatial_cuts(inst, counts) if batch is not None else None
+        if batch is None or spatial is None or \
+                any(c > 1 for d, c in enumerate(counts)
+                    if d != batch[1] and d not in spatial.values()):
+            return self.whole(inst, "convolution cut along other dims than its batch "
+                                    "and spatial dims")
         lhs_rank = inst.operands[0].shape.rank
-        want = remap_sharding(s, {batch[1]: batch[0]}, rank, lhs_rank)
-        return self.local(inst, s, [want, HloSharding.replicated()])
+        mapping = {batch[1]: batch[0]}
+        mapping.update({d_out: d_in for d_in, d_out in spatial.items()})
+        want = remap_sharding(s, mapping, rank, lhs_rank)
+        if not spatial:
+            return self.local(inst, s, [want, HloSharding.replicated()])
+        # spatial cuts: each device's input window by halo exchange, then
+        # the convolution on it with no padding left along those dims
+        x = self.window_convolution_input(inst, self.value(inst.operands[0], want), want,
+                                          spatial)
+        kernel = self.value(inst.operands[1], HloSharding.replicated())
+        new = self.add_clone(inst, [x, kernel], self.local_shape(inst.shape, s))
+        window = dict(new.attrs.get("window") or {})
+        if "pad" in window:
+            pads = [tuple(p) for p in window["pad"]]
+            lhs = inst.attrs["dim_labels"].split("_")[0]
+            for d_in in spatial:
+                pads[int(lhs[d_in])] = (0, 0)
+            window["pad"] = pads
+        new.attrs["window"] = window
+        return new, s
 
     def emit_reduce(self, inst, s: HloSharding):
         if inst.shape.is_tuple:

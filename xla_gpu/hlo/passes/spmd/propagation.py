@@ -15,7 +15,9 @@ operand's from its user's):
                      its user's sharding instead); backward drops the new dims
   transpose          the tiling permuted, both ways
   reshape            dims that keep their size and position in the
-                     row-major order keep their tiling, both ways
+                     row-major order keep their tiling, a dim split or
+                     merged keeps its chunks when the cut goes to the
+                     major factors (reshape_sharding), both ways
   reduce             the kept dims' tiling (the reduced dims' tiles become
                      replicas) forward only
   dot                batch and free dims from each operand, merged (none
@@ -24,10 +26,13 @@ operand's from its user's):
   sharding constraints   backward: their sharding
   slice, pad, concatenate, reduce-window, dynamic-slice,
   dynamic-update-slice, reverse   the untouched dims keep their tiling
-                     (forward); touched dims are unsharded
+                     (forward); touched dims are unsharded, but for a
+                     slice's, a pad's or a reduce-window's that a halo
+                     exchange reaches (halo)
   tuple / get-tuple-element       the elements' shardings
   gather             the indices' batch dims' cut, forward
-  convolution        the input's batch cut, forward
+  convolution        the input's batch cut and the spatial cuts a halo
+                     exchange reaches, forward
   while              its initial state's (the body and condition are
                      partitioned for it)
   anything else      replicated (the partitioner computes it whole on every
@@ -47,10 +52,12 @@ from typing import Sequence
 
 from ...module import HloComputation, HloInstruction
 from ...opcodes import ELEMENTWISE
+from .halo import convolution_windows, halo_reach, windowed_dims
 from .placement import device_coords, from_coords, normalize, replicate_dims, tile_count
 from .sharding import HloSharding
 
-__all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map", "merge",
+__all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map",
+           "reshape_sharding", "merge",
            "permute_sharding", "remap_sharding", "gather_batch_dims",
            "convolution_batch_dims",
            "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS"]
@@ -118,6 +125,96 @@ def reshape_dim_map(source: Sequence[int], target: Sequence[int]) -> dict[int, i
             out[i] = j
         before_s *= n
     return out
+
+
+def reshape_sharding(s: HloSharding, source: Sequence[int],
+                     target: Sequence[int]) -> HloSharding | None:
+    """A reshape's result sharding from its operand's (as XLA's
+    ReshapeSharding): dims kept whole keep their cut (padded or not); a
+    cut dim split into several keeps its chunks when its cut goes to the
+    major factors ([64] cut 8 ways -> [8,8] cut on the 8, or [4,16] cut
+    4 x 2); dims merged keep their chunks when the minor ones are cut
+    only where the major ones are cut to single elements ([8,8] cut on
+    the first 8 -> [64]). None where the chunks would not stay whole."""
+    if s.kind != "tiled":
+        return s
+    if s.has_manual_subgroup:
+        return None
+    counts = s.counts(len(source))
+    if any(n == 1 and c > 1 for n, c in zip(source, counts)):
+        return None
+    src = [(n, c) for n, c in zip(source, counts) if n != 1]
+    dst = [n for n in target if n != 1]
+    out: list[int] = []
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        if i >= len(src) or j >= len(dst):
+            return None
+        # the smallest run of dims with equal products on both sides
+        gi, gj = [src[i]], [dst[j]]
+        i, j = i + 1, j + 1
+        ps, pt = gi[0][0], gj[0]
+        while ps != pt:
+            if ps < pt:
+                if i >= len(src):
+                    return None
+                gi.append(src[i])
+                ps *= src[i][0]
+                i += 1
+            else:
+                if j >= len(dst):
+                    return None
+                gj.append(dst[j])
+                pt *= dst[j]
+                j += 1
+        cuts = [c for _, c in gi]
+        if len(gi) == 1 and len(gj) == 1:
+            out.append(cuts[0])
+            continue
+        if all(c == 1 for c in cuts):
+            out += [1] * len(gj)
+            continue
+        if any(n % c for n, c in gi):
+            return None
+        # merged: whole-element cuts of the major dims, then one cut dim,
+        # then uncut minor dims
+        cut = [k for k, c in enumerate(cuts) if c > 1]
+        first, last = cut[0], cut[-1]
+        if any(gi[k][0] != cuts[k] for k in range(first, last)):
+            return None
+        if any(gi[k][0] > 1 for k in range(first)) and first > 0:
+            return None
+        total = 1
+        for c in cuts:
+            total *= c
+        # split: the cut goes to the major target dims
+        left = total
+        for n in gj:
+            if left == 1:
+                out.append(1)
+            elif n % left == 0:
+                out.append(left)
+                left = 1
+            elif left % n == 0:
+                out.append(n)
+                left //= n
+            else:
+                return None
+        if left != 1:
+            return None
+    # the tile assignment's value dims reshape to the new counts (their
+    # order stays row major), size-1 target dims getting 1
+    array = s.array()
+    subgroups = list(array.shape[len(source):])
+    full = []
+    k = 0
+    for n in target:
+        if n == 1:
+            full.append(1)
+        else:
+            full.append(out[k])
+            k += 1
+    return HloSharding.tiled(array.reshape(full + subgroups), s.subgroups)
 
 
 def gather_batch_dims(inst: HloInstruction) -> dict[int, int] | None:
@@ -293,8 +390,7 @@ class _Propagation:
         if op == "transpose" and ops[0] is not None:
             return permute_sharding(ops[0], inst.attrs["dimensions"])
         if op == "reshape" and ops[0] is not None:
-            src = inst.operands[0].shape.dims
-            return remap_sharding(ops[0], reshape_dim_map(src, inst.shape.dims), len(src), rank)
+            return reshape_sharding(ops[0], inst.operands[0].shape.dims, inst.shape.dims)
         if op == "reduce" and ops[0] is not None and not inst.shape.is_tuple:
             operand_rank = inst.operands[0].shape.rank
             return replicate_dims(ops[0], operand_rank, inst.attrs["dimensions"])
@@ -307,7 +403,11 @@ class _Propagation:
             touched = touched_dims(inst)
             if touched is None:
                 return None
-            return replicate_dims(ops[0], rank, sorted(touched), keep=list(range(rank)))
+            # (a window along a cut dim keeps it cut: halo exchange)
+            kept = windowed_dims(inst, ops[0].counts(rank), touched) \
+                if ops[0].kind == "tiled" else []
+            return replicate_dims(ops[0], rank, sorted(touched - set(kept)),
+                                  keep=list(range(rank)))
         if op == "get-tuple-element" and ops[0] is not None and ops[0].is_tuple:
             return ops[0].elements[inst.attrs["index"]]
         if op == "tuple" and any(s is not None for s in ops):
@@ -324,8 +424,19 @@ class _Propagation:
             batch = convolution_batch_dims(inst)
             if batch is None:
                 return None
-            return remap_sharding(ops[0], {batch[0]: batch[1]}, inst.operands[0].shape.rank,
-                                  rank)
+            mapping = {batch[0]: batch[1]}
+            # (a cut spatial dim stays cut where a halo exchange reaches)
+            windows = convolution_windows(inst) or {}
+            lhs_rank = inst.operands[0].shape.rank
+            counts = ops[0].counts(lhs_rank)
+            for d_in, (d_out, window) in windows.items():
+                if counts[d_in] > 1 and halo_reach(
+                        window, inst.operands[0].shape.dims[d_in], inst.shape.dims[d_out],
+                        counts[d_in]) is not None:
+                    mapping[d_in] = d_out
+            kept = [d for d in range(lhs_rank) if d not in mapping]
+            dropped = replicate_dims(ops[0], lhs_rank, kept, keep=list(range(lhs_rank)))
+            return remap_sharding(dropped, mapping, lhs_rank, rank)
         if op == "while" and ops[0] is not None:
             return ops[0]     # the loop keeps its state cut as it starts
         return None
@@ -350,9 +461,7 @@ class _Propagation:
             inverse = [perm.index(i) for i in range(len(perm))]
             return {0: permute_sharding(s, inverse)}
         if op == "reshape":
-            src = user.operands[0].shape.dims
-            mapping = reshape_dim_map(src, user.shape.dims)
-            back = remap_sharding(s, {j: i for i, j in mapping.items()}, user.shape.rank, len(src))
+            back = reshape_sharding(s, user.shape.dims, user.operands[0].shape.dims)
             return {0: back} if back is not None else {}
         return {}
 

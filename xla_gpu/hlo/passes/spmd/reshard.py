@@ -22,7 +22,8 @@ from ....errors import UnsupportedError
 from ...collectives import replica_groups_text
 from ...module import HloComputation, HloInstruction
 from ...shape import Shape
-from .placement import device_coords, groups_along, replicate_dims, same_placement
+from .placement import (device_coords, from_coords, groups_along, replicate_dims,
+                        same_placement)
 from .sharding import HloSharding
 
 __all__ = ["Emitter"]
@@ -135,7 +136,9 @@ class Emitter:
             return x
         if source.is_manual or target.is_manual:
             raise UnsupportedError(f"cannot reshard between manual and {target} shardings")
-        moved = self.try_all_to_all(x, source, target, global_shape)
+        moved = self.try_permute(x, source, target, global_shape)
+        if moved is None:
+            moved = self.try_all_to_all(x, source, target, global_shape)
         if moved is not None:
             return moved
         current = source
@@ -241,12 +244,67 @@ class Emitter:
         fill = self.add("broadcast", x.shape.with_dims(local), [value], dimensions=())
         return self.add("select", x.shape.with_dims(local), [mask, x, fill])
 
+    def try_permute(self, x, source: HloSharding, target: HloSharding, global_shape):
+        """When every target chunk lies inside one source chunk (the target
+        cuts each dim as often as the source, or a multiple of it, the
+        chunks nesting): one collective-permute brings each device a source
+        chunk holding its target chunk (none when all hold theirs), then a
+        local dynamic-slice. Covers a cut over devices in another order and
+        a cut moving to another mesh axis of more devices."""
+        rank, n = global_shape.rank, self.n
+        if source.kind != "tiled" or target.kind != "tiled" or \
+                source.has_manual_subgroup or target.has_manual_subgroup:
+            return None
+        sc, tc = source.counts(rank), target.counts(rank)
+        if any(t % s_ for s_, t in zip(sc, tc)):
+            return None
+        dims = global_shape.dims
+        ratio = [t // s_ for s_, t in zip(sc, tc)]
+        if any(r > 1 and -(-dims[i] // sc[i]) != r * -(-dims[i] // tc[i])
+               for i, r in enumerate(ratio)):
+            return None
+        xs, xt = device_coords(source, rank, n), device_coords(target, rank, n)
+        wanted = [tuple(c // r for c, r in zip(xt[d], ratio)) for d in range(n)]
+        holders: dict[tuple, list[int]] = {}
+        for d in source.devices:
+            holders.setdefault(xs[d], []).append(d)
+        pairs = []
+        for chunk, have in holders.items():
+            need = [d for d in target.devices if wanted[d] == chunk]
+            if len(need) != len(have):
+                return None
+            keep = set(have) & set(need)
+            pairs += [(d, d) for d in keep]
+            pairs += list(zip([d for d in have if d not in keep],
+                              [d for d in need if d not in keep]))
+        if any(a != b for a, b in pairs):
+            text = "{" + ",".join(f"{{{a},{b}}}" for a, b in sorted(pairs)) + "}"
+            x = self.add("collective-permute", x.shape, [x], source_target_pairs=text,
+                         channel_id=self.next_channel())
+        if all(r == 1 for r in ratio):
+            return x
+        local = list(x.shape.dims)
+        offsets = []
+        for i, r in enumerate(ratio):
+            if r == 1:
+                offsets.append(self.scalar(0))
+                continue
+            local[i] = x.shape.dims[i] // r
+            offsets.append(self.table_value([xt[d][i] % r * local[i] for d in range(n)]))
+        return self.add("dynamic-slice", x.shape.with_dims(tuple(local)), [x, *offsets],
+                        dynamic_slice_sizes=tuple(local))
+
     def try_all_to_all(self, x, source: HloSharding, target: HloSharding, global_shape):
         """One all-to-all when the cut moves from dim a to dim b over the
-        same device groups (everything else equal)."""
+        same device groups (everything else equal); on a 2-D mesh, an
+        all-to-all that moves part of a's cut to b, then a collective-
+        permute where the devices end up holding each other's chunks."""
         rank, n = global_shape.rank, self.n
         if source.kind != "tiled" or target.kind != "tiled":
             return None
+        moved = self.try_partial_all_to_all(x, source, target, global_shape)
+        if moved is not None:
+            return moved
         sc, tc = source.counts(rank), target.counts(rank)
         a = [i for i in range(rank) if sc[i] > 1 and tc[i] == 1]
         b = [i for i in range(rank) if tc[i] > 1 and sc[i] == 1]
@@ -287,6 +345,64 @@ class Emitter:
                  for i in range(rank)]
         y = self.add("reshape", x.shape.with_dims(tuple(final)), [y])
         return self.slice_dim(y, a, global_shape.dims[a])
+
+    def try_partial_all_to_all(self, x, source: HloSharding, target: HloSharding,
+                               global_shape):
+        """Dim a cut k times more in the source, dim b k times more in the
+        target (the other dims cut as often), even chunks, over a 2-D mesh
+        (the source cuts two dims, or replicates): an all-to-all within
+        groups of k devices holding the same chunks but for a's finest
+        split, then a collective-permute to the target's devices."""
+        rank, n = global_shape.rank, self.n
+        if source.has_manual_subgroup or target.has_manual_subgroup:
+            return None
+        sc, tc = source.counts(rank), target.counts(rank)
+        a = [i for i in range(rank) if sc[i] > tc[i]]
+        b = [i for i in range(rank) if tc[i] > sc[i]]
+        if len(a) != 1 or len(b) != 1:
+            return None
+        a, b = a[0], b[0]
+        if sc[a] % tc[a] or tc[b] % sc[b] or sc[a] // tc[a] != tc[b] // sc[b]:
+            return None
+        k = sc[a] // tc[a]
+        if not source.is_even_for(global_shape.dims) or \
+                not target.is_even_for(global_shape.dims):
+            return None
+        if sum(c > 1 for c in sc) < 2 and not source.subgroups:
+            return None         # one mesh axis: the plain all-to-all's case
+        array = source.array()
+        shape = list(array.shape)
+        split = shape[:a] + [sc[a] // k, k] + shape[a + 1:]
+        grouped = array.reshape(split)
+        groups = [[int(d) for d in row] for row in
+                  np.moveaxis(grouped, a + 1, -1).reshape(-1, k)]
+        xs = device_coords(source, rank, n)
+
+        def coords(d):
+            c = list(xs[d])
+            c[a], c[b] = xs[d][a] // k, xs[d][b] * k + xs[d][a] % k
+            return c
+        middle = from_coords(tc, coords, list(source.devices))
+        if middle is None:
+            return None
+        # the exchange: b split into k pieces (piece j to the group's j-th
+        # device), the received pieces of a put back in order
+        dims = list(x.shape.dims)
+        pieces = dims[:b] + [k, dims[b] // k] + dims[b + 1:]
+        y = self.add("reshape", x.shape.with_dims(tuple(pieces)), [x])
+        y = self.add("all-to-all", y.shape, [y], dimensions=(b,),
+                     replica_groups=replica_groups_text(groups), channel_id=self.next_channel())
+        a_pos = a if a < b else a + 1
+        order = [i for i in range(len(pieces)) if i != b]
+        order.insert(order.index(a_pos), b)
+        y = self.add("transpose", x.shape.with_dims(tuple(pieces[i] for i in order)), [y],
+                     dimensions=tuple(order))
+        final = [dims[i] * k if i == a else (dims[i] // k if i == b else dims[i])
+                 for i in range(rank)]
+        y = self.add("reshape", x.shape.with_dims(tuple(final)), [y])
+        if same_placement(middle, target, rank, n):
+            return y
+        return self.try_permute(y, middle, target, global_shape)
 
     def only_slices(self, have: HloSharding, want: HloSharding, rank: int) -> bool:
         """Whether resharding `have` to `want` needs no collective: every

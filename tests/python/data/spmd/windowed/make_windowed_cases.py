@@ -1,0 +1,95 @@
+"""Makes the SPMD cases of tests/python/passes/test_spmd_windowed.py: jax
+programs whose ops read along a cut dim (slice, pad, reduce-window, a 1-D
+convolution: XLA's halo exchange), reshapes that split or merge a cut dim,
+and 2-D mesh reshards XLA does with a collective-permute. Same files as
+../make_spmd_cases.py (kept in this folder: the stored-case tests there
+count theirs):
+
+    JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
+        python tests/python/data/spmd/windowed/make_windowed_cases.py
+
+    <case>.partitioned.hlo   XLA's per-device program (compile().as_text())
+    <case>.pre.hlo           the annotated program (as_text(dialect="hlo"))
+    <case>.npz               num_partitions, jax_version, the global inputs
+                             and outputs (in_<i>, out_<i>)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_force_host_platform_device_count=8").strip()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+rng = np.random.default_rng(20261203)
+
+
+def normal(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def save_case(name, f, mesh, args, in_specs, out_spec=None):
+    in_shardings = tuple(NamedSharding(mesh, s) for s in in_specs)
+    out_sharding = None if out_spec is None else NamedSharding(mesh, out_spec)
+    jitted = jax.jit(f, in_shardings=in_shardings, out_shardings=out_sharding)
+    placed = [jax.device_put(a, s) for a, s in zip(args, in_shardings)]
+    lowered = jitted.lower(*placed)
+    outs = jax.tree.leaves(jitted(*placed))
+    data = {"num_replicas": np.int64(1), "num_partitions": np.int64(mesh.devices.size),
+            "jax_version": np.array(jax.__version__)}
+    for kind, values in (("in", placed), ("out", outs)):
+        for i, value in enumerate(values):
+            data[f"{kind}_{i}"] = np.asarray(value)
+    (HERE / f"{name}.partitioned.hlo").write_text(lowered.compile().as_text())
+    (HERE / f"{name}.pre.hlo").write_text(lowered.as_text(dialect="hlo"))
+    np.savez_compressed(HERE / f"{name}.npz", **data)
+    print(f"{name}: {len(placed)} inputs, {len(outs)} outputs")
+
+
+def main() -> int:
+    if jax.device_count() < 8:
+        print("needs 8 devices", file=sys.stderr)
+        return 1
+    line = Mesh(np.array(jax.devices()), ("x",))
+    grid = Mesh(np.array(jax.devices()).reshape(2, 4), ("a", "b"))
+    rows = [P("x")]
+    # halo exchange
+    save_case("halo_slice", lambda a: a[4:60] * 2, line, [normal(64, 4)], rows, P("x"))
+    save_case("halo_pad", lambda a: jnp.pad(a, ((4, 4), (0, 0)), constant_values=1.5),
+              line, [normal(64, 4)], rows, P("x"))
+    save_case("halo_reduce_window", lambda a: jax.lax.reduce_window(
+        a, 0.0, jax.lax.add, (3, 1), (1, 1), "SAME"), line, [normal(64, 4)], rows, P("x"))
+    save_case("halo_stencil", lambda a: jax.lax.reduce_window(
+        a[1:] - a[:-1], -jnp.inf, jax.lax.max, (4, 1), (2, 1), "VALID"),
+        line, [normal(64, 4)], rows)
+    save_case("halo_conv1d", lambda a, w: jax.lax.conv_general_dilated(a, w, (1,), "SAME"),
+              line, [normal(2, 3, 64), normal(4, 3, 3)], [P(None, None, "x"), P()],
+              P(None, None, "x"))
+    # reshapes splitting / merging a cut dim
+    save_case("reshape_split", lambda a: jnp.tanh(a.reshape(8, 8)), line, [normal(64)],
+              rows, P("x"))
+    save_case("reshape_merge", lambda a: jnp.tanh(a.reshape(64)), line, [normal(8, 8)],
+              rows, P("x"))
+    save_case("reshape_split_minor", lambda a: jnp.tanh(a.reshape(8, 4, 16)), grid,
+              [normal(8, 64)], [P(None, "a")], P(None, "a"))
+    # 2-D mesh reshards by collective-permute
+    save_case("mesh2d_device_order", lambda a: a * 2, grid, [normal(16, 8)],
+              [P(("a", "b"))], P(("b", "a")))
+    save_case("mesh2d_axis_move", lambda a: a * 2, grid, [normal(8, 8)], [P("a")], P("b"))
+    save_case("mesh2d_axes_swapped", lambda a: a * 2, grid, [normal(8, 8)], [P("a", "b")],
+              P("b", "a"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""Windowed ops along a cut dimension (XLA's halo exchange, simplified):
+slice, pad and reduce-window keep a dim cut when each device's result
+chunk reads only its own chunk of the operand and at most one chunk's
+worth from each neighbour along that dim.
+
+Output element o of such an op along the dim reads the operand elements
+[o * stride + offset, o * stride + offset + width):
+
+  slice [start:limit:stride]   width 1, offset start
+  pad low_high (no interior)   width 1, stride 1, offset -low (outside the
+                               operand: the padding value)
+  reduce-window                width size, offset -pad_low (outside the
+                               operand: the init value)
+
+A device whose result chunk is i (chunks of m) reads a window of
+(m - 1) * stride + width operand elements from i * m * stride + offset.
+Each device sends its chunk's last elements to the next device along the
+dim and its first ones to the previous (two collective-permutes, sized by
+the largest reach of any device), joins them around its chunk, and
+dynamic-slices its window out (offsets by partition-id); positions outside
+the operand (and an uneven operand's padding) become the fill value by a
+select. The op then runs locally on the window with no padding left along
+that dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...module import HloInstruction
+from ...shape import Shape
+from .placement import device_coords, groups_along
+from .sharding import HloSharding
+
+__all__ = ["Window", "window_along", "halo_reach", "windowed_dims",
+           "convolution_windows", "WindowedOps"]
+
+
+@dataclass(frozen=True)
+class Window:
+    stride: int
+    width: int
+    offset: int
+    fill: bool          # positions outside the operand read a fill value
+
+
+def window_along(inst, dim: int) -> Window | None:
+    """The window `inst` reads along `dim` (None: the op is not one of
+    these, or reads this dim in a way a window does not describe)."""
+    op = inst.opcode
+    if op == "slice":
+        start, _, stride = inst.attrs["slice"][dim]
+        return Window(stride, 1, start, False)
+    if op == "pad":
+        low, high, *rest = tuple(inst.attrs["padding"][dim]) + (0,)
+        if rest[0]:
+            return None                 # interior padding: not a window
+        return Window(1, 1, -low, True)
+    if op == "reduce-window":
+        if len(inst.operands) != 2:
+            return None
+        window = inst.attrs.get("window") or {}
+
+        def get(key, default):
+            values = window.get(key)
+            return values[dim] if values is not None else default
+        if get("lhs_dilate", 1) != 1 or get("rhs_dilate", 1) != 1:
+            return None
+        pad = window.get("pad")
+        low = tuple(pad[dim])[0] if pad is not None else 0
+        return Window(get("stride", 1), get("size", 1), -low, True)
+    return None
+
+
+@dataclass(frozen=True)
+class Reach:
+    left: int                # elements needed from the previous device
+    right: int               # from the next device
+    starts: tuple[int, ...]  # per chunk index: its window's first operand position
+    width: int               # the window every device cuts
+    masked: bool             # whether a real result reads outside the operand
+
+
+def halo_reach(window: Window, n_in: int, n_out: int, count: int) -> Reach | None:
+    """The halo sizes of `window` over a dim of n_in operand / n_out result
+    elements cut `count` ways; None when a device needs more than its
+    neighbours' chunks (more than one hop away)."""
+    k = -(-n_in // count)
+    m = -(-n_out // count)
+    width = (m - 1) * window.stride + window.width
+    left = right = 0
+    masked = False
+    starts = []
+    for i in range(count):
+        start = i * m * window.stride + window.offset
+        starts.append(start)
+        real = max(0, min(m, n_out - i * m))
+        if real == 0:
+            continue
+        hi = start + (real - 1) * window.stride + window.width
+        if start < 0 or hi > n_in:
+            masked = True
+        lo, hi = max(start, 0), min(hi, n_in)
+        if lo >= hi:
+            continue
+        left = max(left, i * k - lo)
+        right = max(right, hi - (i + 1) * k)
+    if left > k or right > k:
+        return None
+    if masked and not window.fill:
+        return None
+    return Reach(left, right, tuple(starts), width, masked)
+
+
+def windowed_dims(inst, counts, touched) -> list[int]:
+    """The touched dims of `inst` a halo exchange keeps cut (`counts`: the
+    chunks per dim of the cut asked for)."""
+    out = []
+    for d in sorted(touched):
+        if counts[d] <= 1:
+            continue
+        window = window_along(inst, d)
+        if window is None:
+            continue
+        if halo_reach(window, inst.operands[0].shape.dims[d], inst.shape.dims[d],
+                      counts[d]) is not None:
+            out.append(d)
+    return out
+
+
+def convolution_windows(inst) -> dict[int, tuple[int, Window]] | None:
+    """A convolution's input spatial dim -> (its result dim, the window it
+    reads; zeros outside the input), for the spatial dims without input
+    dilation; None for a convolution whose labels cannot be read."""
+    labels = inst.attrs.get("dim_labels")
+    if not isinstance(labels, str) or "->" not in labels or "_" not in labels:
+        return None
+    operands, result = labels.split("->")
+    lhs = operands.split("_")[0]
+    window = inst.attrs.get("window") or {}
+    out = {}
+    for k in range(sum(ch.isdigit() for ch in lhs)):
+        key = str(k)
+        if key not in lhs or key not in result:
+            return None
+
+        def get(name, default):
+            values = window.get(name)
+            return values[k] if values is not None and k < len(values) else default
+        if get("lhs_dilate", 1) != 1:
+            continue
+        pad = window.get("pad")
+        low = tuple(pad[k])[0] if pad is not None and k < len(pad) else 0
+        width = (get("size", 1) - 1) * get("rhs_dilate", 1) + 1
+        out[lhs.index(key)] = (result.index(key), Window(get("stride", 1), width, -low, True))
+    return out
+
+
+def convolution_spatial_cuts(inst, counts) -> dict[int, int] | None:
+    """Input spatial dim -> result dim for the result dims `counts` cuts
+    that are spatial and reachable by a halo exchange; None when a cut
+    result dim is neither that nor the batch."""
+    windows = convolution_windows(inst)
+    if windows is None:
+        return None
+    by_result = {d_out: (d_in, w) for d_in, (d_out, w) in windows.items()}
+    out = {}
+    for d_out, c in enumerate(counts):
+        if c <= 1 or d_out not in by_result:
+            continue
+        d_in, w = by_result[d_out]
+        if halo_reach(w, inst.operands[0].shape.dims[d_in], inst.shape.dims[d_out],
+                      c) is None:
+            return None
+        out[d_in] = d_out
+    return out
+
+
+class WindowedOps:
+    """A base of the partitioner (uses its emitter)."""
+
+    def window_chunk(self, x, s: HloSharding, operand_shape: Shape, dim: int,
+                     reach: Reach, fill) -> HloInstruction:
+        """x (s's chunk of the operand) -> each device's window along `dim`
+        (reach.width elements), positions outside the operand set to the
+        scalar `fill`."""
+        rank, n = operand_shape.rank, self.n
+        k = x.shape.dims[dim]
+        groups = groups_along(s, rank, [dim])
+        coords = [c[dim] for c in device_coords(s, rank, n)]
+        parts = []
+
+        def piece(lo, hi):
+            dims = list(x.shape.dims)
+            dims[dim] = hi - lo
+            config = [(0, size, 1) for size in x.shape.dims]
+            config[dim] = (lo, hi, 1)
+            return self.add("slice", x.shape.with_dims(tuple(dims)), [x], slice=config)
+
+        def permute(value, pairs):
+            text = "{" + ",".join(f"{{{a},{b}}}" for a, b in pairs) + "}"
+            return self.add("collective-permute", value.shape, [value],
+                            source_target_pairs=text, channel_id=self.next_channel())
+        if reach.left > 0:
+            sent = piece(k - reach.left, k)
+            parts.append(permute(sent, [(g[j], g[j + 1]) for g in groups
+                                        for j in range(len(g) - 1)]))
+        parts.append(x)
+        if reach.right > 0:
+            sent = piece(0, reach.right)
+            parts.append(permute(sent, [(g[j + 1], g[j]) for g in groups
+                                        for j in range(len(g) - 1)]))
+        ext = x
+        if len(parts) > 1:
+            dims = list(x.shape.dims)
+            dims[dim] = sum(p.shape.dims[dim] for p in parts)
+            ext = self.add("concatenate", x.shape.with_dims(tuple(dims)), parts,
+                           dimensions=(dim,))
+        # ext holds operand positions [i * k - left, i * k - left + len);
+        # every device's window, real or not, must lie inside it (a
+        # dynamic-slice would clamp the offset), so it is padded around.
+        length = ext.shape.dims[dim]
+        offsets = [reach.starts[i] - (i * k - reach.left) for i in coords]
+        low = max(0, -min(offsets))
+        high = max(0, max(o + reach.width for o in offsets) - length)
+        if low or high:
+            config = [(0, 0, 0)] * rank
+            config[dim] = (low, high, 0)
+            dims = list(ext.shape.dims)
+            dims[dim] += low + high
+            ext = self.add("pad", ext.shape.with_dims(tuple(dims)),
+                           [ext, self.zero(ext.shape.element_type)], padding=config)
+        local = list(ext.shape.dims)
+        local[dim] = reach.width
+        starts = [self.scalar(0)] * rank
+        starts[dim] = self.table_value([o + low for o in offsets])
+        win = self.add("dynamic-slice", ext.shape.with_dims(tuple(local)), [ext, *starts],
+                       dynamic_slice_sizes=tuple(local))
+        if reach.masked:
+            win = self.mask_outside(win, dim, [reach.starts[i] for i in coords],
+                                    operand_shape.dims[dim], fill)
+        return win
+
+    def mask_outside(self, x, dim: int, starts: list[int], size: int, fill):
+        """select(0 <= starts[device] + index < size, x, fill) along `dim`."""
+        local = tuple(x.shape.dims)
+        index = self.add("iota", Shape("s32", local), iota_dimension=dim)
+        base = self.add("broadcast", Shape("s32", local), [self.table_value(starts)],
+                        dimensions=())
+        pos = self.add("add", Shape("s32", local), [index, base])
+        zero = self.add("broadcast", Shape("s32", local), [self.scalar(0)], dimensions=())
+        end = self.add("broadcast", Shape("s32", local), [self.scalar(size)], dimensions=())
+        ge = self.add("compare", Shape("pred", local), [pos, zero], direction="GE")
+        lt = self.add("compare", Shape("pred", local), [pos, end], direction="LT")
+        inside = self.add("and", Shape("pred", local), [ge, lt])
+        fills = self.add("broadcast", x.shape.with_dims(local), [fill], dimensions=())
+        return self.add("select", x.shape.with_dims(local), [inside, x, fills])
+
+    def window_convolution_input(self, inst, x, want: HloSharding, cuts: dict[int, int]):
+        """The input chunk x (cut by `want`) widened to the windows its
+        result chunk reads along the spatial dims `cuts` (input dim ->
+        result dim), zeros outside the input."""
+        windows = convolution_windows(inst)
+        shape = inst.operands[0].shape
+        counts = want.counts(shape.rank)
+        zero = self.zero(shape.element_type)
+        for d_in, d_out in sorted(cuts.items()):
+            w = windows[d_in][1]
+            reach = halo_reach(w, shape.dims[d_in], inst.shape.dims[d_out], counts[d_in])
+            x = self.window_chunk(x, want, shape, d_in, reach, zero)
+        return x
+
+    def emit_windowed(self, inst, dims: list[int], inner: HloSharding) -> HloInstruction:
+        """`inst` with `dims` (cut by `inner`, the sharding it is computed
+        with) kept cut by halo exchange; its other touched dims are whole
+        in `inner`. Returns the local result (inner's chunk)."""
+        rank = inst.shape.rank
+        operand = inst.operands[0]
+        x = self.value(operand, inner)
+        fill = self.value(inst.operands[1], HloSharding.replicated()) \
+            if len(inst.operands) > 1 else None
+        counts = inner.counts(rank)
+        for d in dims:
+            window = window_along(inst, d)
+            reach = halo_reach(window, operand.shape.dims[d], inst.shape.dims[d], counts[d])
+            x = self.window_chunk(x, inner, operand.shape, d, reach, fill)
+        shape = self.local_shape(inst.shape, inner)
+        attrs = {k: v for k, v in inst.attrs.items() if k != "sharding"}
+        op = inst.opcode
+        if op == "slice":
+            config = list(inst.attrs["slice"])
+            for d in dims:
+                config[d] = (0, x.shape.dims[d], window_along(inst, d).stride)
+            attrs["slice"] = config
+            # the other dims: the untouched ones are cut (their full local
+            # size), the touched ones whole
+            for d in range(rank):
+                if d not in dims and counts[d] > 1:
+                    config[d] = (0, x.shape.dims[d], 1)
+            return self.add("slice", shape, [x], **attrs)
+        if op == "pad":
+            config = [tuple(p) for p in inst.attrs["padding"]]
+            for d in dims:
+                config[d] = (0, 0, 0)
+            if all(tuple(p)[:2] == (0, 0) and (len(p) < 3 or p[2] == 0) for p in config):
+                return x
+            attrs["padding"] = config
+            return self.add("pad", shape, [x, fill], **attrs)
+        window = {key: list(v) for key, v in (inst.attrs.get("window") or {}).items()}
+        if "pad" in window:
+            window["pad"] = [tuple(p) for p in window["pad"]]
+            for d in dims:
+                window["pad"][d] = (0, 0)
+        attrs["window"] = {key: tuple(v) if key != "pad" else v
+                           for key, v in window.items()}
+        return self.add("reduce-window", shape, [x, fill], **attrs)
