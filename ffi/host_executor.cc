@@ -24,7 +24,9 @@
 //   GEMM    7 type batch m n k (alloc off sb sr sc)*3
 //           out[b,i,j] = sum_p lhs[b,i,p] * rhs[b,p,j]; type 0 f32, 1 f64;
 //           the three operands are lhs, rhs, out with strides of batch,
-//           row and column
+//           row and column. f32 with rows of out contiguous runs in
+//           register tiles (AVX-512 or AVX2, as the host has them), the
+//           rest in a plain loop.
 //   COUNT   8 stat                            stats[stat] += 1
 //   SPLIT   9 whole blocks_fn nargs blocks parts probe runs reprobe
 //           (alloc offset)*nargs
@@ -53,10 +55,19 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #define XLA_GPU_HOST_EXPORT extern "C" __attribute__((visibility("default")))
+
+// The GEMM command's register tiles are built for x86-64 (AVX-512 and AVX2
+// variants, chosen at run time); elsewhere products take the plain loop.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define XLA_GPU_HOST_GEMM_TILES 1
+#else
+#define XLA_GPU_HOST_GEMM_TILES 0
+#endif
 
 // ffi/host_blocks.cc, in the same library.
 extern "C" int64_t XlaGpuHostRunBlocks(void *blocks_fn, void *const *args, int64_t nargs,
@@ -92,6 +103,253 @@ constexpr int64_t kOk = 0, kCallbackFailed = 1, kMalformed = 2, kInterrupted = 3
                   kDeadlineExceeded = 4;
 // How often a while loop asks the control: Ctrl-C answers within this.
 constexpr int64_t kPollIntervalNs = 1000000;
+
+// Register-tiled f32 products for the executor's GEMM command, compiled
+// twice (AVX-512 and AVX2+FMA) and picked by the host's ISA at run time.
+//
+// Every output element is one sum whose order depends only on k and the
+// vector width, never on where its tile falls (full tile or edge), so a
+// run is deterministic whatever the shape's remainders.
+
+template <typename V>
+constexpr int lanes() { return static_cast<int>(sizeof(V) / sizeof(float)); }
+
+// rhs rows contiguous (NN): an R x NV*lanes tile of out accumulates
+// lhs[i,p] (broadcast) times row p of rhs, p = 0..k-1 in order.
+template <typename V, int R, int NV>
+static inline __attribute__((always_inline)) void tileRows(int64_t k, const float *a,
+                                                           int64_t sa1, int64_t sa2,
+                                                           const float *b, int64_t sb1,
+                                                           float *c, int64_t sc1) {
+  constexpr int L = lanes<V>();
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
+  for (int64_t p = 0; p < k; ++p) {
+    const float *brow = b + p * sb1;
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], brow + v * L, sizeof(V));
+    for (int r = 0; r < R; ++r) {
+      const V x = a[r * sa1 + p * sa2] - V{};
+      for (int v = 0; v < NV; ++v) acc[r][v] += x * bv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) std::memcpy(c + r * sc1 + v * L, &acc[r][v], sizeof(V));
+}
+
+template <typename V, int MR, int NV>
+static inline __attribute__((always_inline)) void columnsRows(int64_t m, int64_t k,
+                                                              const float *a, int64_t sa1,
+                                                              int64_t sa2, const float *b,
+                                                              int64_t sb1, float *c,
+                                                              int64_t sc1) {
+  int64_t i = 0;
+  for (; i + MR <= m; i += MR)
+    tileRows<V, MR, NV>(k, a + i * sa1, sa1, sa2, b, sb1, c + i * sc1, sc1);
+  const float *ai = a + i * sa1;
+  float *ci = c + i * sc1;
+  // The remaining rows as one tile (MR is at most 6).
+  switch (m - i) {
+  case 5: if constexpr (MR > 5) tileRows<V, 5, NV>(k, ai, sa1, sa2, b, sb1, ci, sc1); break;
+  case 4: if constexpr (MR > 4) tileRows<V, 4, NV>(k, ai, sa1, sa2, b, sb1, ci, sc1); break;
+  case 3: tileRows<V, 3, NV>(k, ai, sa1, sa2, b, sb1, ci, sc1); break;
+  case 2: tileRows<V, 2, NV>(k, ai, sa1, sa2, b, sb1, ci, sc1); break;
+  case 1: tileRows<V, 1, NV>(k, ai, sa1, sa2, b, sb1, ci, sc1); break;
+  default: break;
+  }
+}
+
+// Columns [0, w) of rhs (k rows at strides sb1, sb2) as k contiguous rows
+// of `width` floats, zero past w: every row tile then reads rhs from L1
+// (rows of rhs a power of two apart fall into few L1 sets), and a
+// transposed rhs is read as a row-major one.
+template <int64_t WIDTH>
+static inline __attribute__((always_inline)) void packPanel(int64_t k, int64_t w,
+                                                            int64_t width, const float *b,
+                                                            int64_t sb1, int64_t sb2,
+                                                            float *panel) {
+  if (w < width) std::memset(panel, 0, sizeof(float) * static_cast<size_t>(k * width));
+  if (sb2 == 1 && w == WIDTH && width == WIDTH) {
+    // A whole panel: a copy of constant size per row, inlined.
+    for (int64_t p = 0; p < k; ++p)
+      std::memcpy(panel + p * WIDTH, b + p * sb1, sizeof(float) * WIDTH);
+  } else if (sb2 == 1) {
+    for (int64_t p = 0; p < k; ++p)
+      std::memcpy(panel + p * width, b + p * sb1, sizeof(float) * static_cast<size_t>(w));
+  } else {
+    for (int64_t q = 0; q < w; ++q)
+      for (int64_t p = 0; p < k; ++p) panel[p * width + q] = b[p * sb1 + q * sb2];
+  }
+}
+
+// Rows of the column tail's buffer (on the stack).
+constexpr int64_t kTailRows = 48;
+
+// out rows contiguous: panels of NV vectors of columns, outermost so that
+// a panel stays in L1 across the row tiles. A single row tile reads a
+// row-major rhs in place; otherwise each panel is packed first. The last
+// columns (fewer than a panel) run zero-padded into `tail`, then copied.
+template <typename V, int MR, int NV>
+static inline __attribute__((always_inline)) void productRows(
+    int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, const int64_t *sa,
+    const float *b, const int64_t *sb, float *c, const int64_t *sc) {
+  static_assert(NV == 2, "the column tail is one or two vectors wide");
+  constexpr int L = lanes<V>();
+  constexpr int64_t NR = NV * L;
+  const bool direct = sb[2] == 1 && m <= MR;
+  thread_local std::vector<float> panel;
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    const float *ab = a + bi * sa[0];
+    const float *bb = b + bi * sb[0];
+    float *cb = c + bi * sc[0];
+    int64_t j = 0;
+    for (; j + NR <= n; j += NR) {
+      if (direct) {
+        columnsRows<V, MR, NV>(m, k, ab, sa[1], sa[2], bb + j, sb[1], cb + j, sc[1]);
+      } else {
+        panel.resize(static_cast<size_t>(k * NR));
+        packPanel<NR>(k, NR, NR, bb + j * sb[2], sb[1], sb[2], panel.data());
+        columnsRows<V, MR, NV>(m, k, ab, sa[1], sa[2], panel.data(), NR, cb + j, sc[1]);
+      }
+    }
+    if (j < n) {
+      // The last columns, zero-padded to whole vectors, into a tile buffer
+      // of kTailRows rows at a time, whose valid columns are then copied.
+      const int64_t w = n - j, width = w <= L ? L : NR;
+      float tail[kTailRows * NR];
+      panel.resize(static_cast<size_t>(k * width));
+      packPanel<NR>(k, w, width, bb + j * sb[2], sb[1], sb[2], panel.data());
+      for (int64_t i = 0; i < m; i += kTailRows) {
+        const int64_t rows = m - i < kTailRows ? m - i : kTailRows;
+        const float *ai = ab + i * sa[1];
+        if (width == L)
+          columnsRows<V, MR, 1>(rows, k, ai, sa[1], sa[2], panel.data(), L, tail, L);
+        else
+          columnsRows<V, MR, NV>(rows, k, ai, sa[1], sa[2], panel.data(), NR, tail, NR);
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(cb + (i + r) * sc[1] + j, tail + r * width,
+                      sizeof(float) * static_cast<size_t>(w));
+      }
+    }
+  }
+}
+
+// lhs rows and rhs columns contiguous along k (NT): R x C dot products,
+// each accumulated lane-wise over whole vectors of k, summed across its
+// lanes in order, then the k remainder added in order.
+template <typename V, int R, int C>
+static inline __attribute__((always_inline)) void tileDots(int64_t k, const float *a,
+                                                           int64_t sa1, const float *b,
+                                                           int64_t sb2, float *c,
+                                                           int64_t sc1, int64_t sc2) {
+  constexpr int L = lanes<V>();
+  V acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < C; ++q) acc[r][q] = V{};
+  int64_t p = 0;
+  for (; p + L <= k; p += L) {
+    V av[R], bv[C];
+    for (int r = 0; r < R; ++r) std::memcpy(&av[r], a + r * sa1 + p, sizeof(V));
+    for (int q = 0; q < C; ++q) std::memcpy(&bv[q], b + q * sb2 + p, sizeof(V));
+    for (int r = 0; r < R; ++r)
+      for (int q = 0; q < C; ++q) acc[r][q] += av[r] * bv[q];
+  }
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < C; ++q) {
+      float s = 0;
+      for (int l = 0; l < L; ++l) s += acc[r][q][l];
+      for (int64_t t = p; t < k; ++t) s += a[r * sa1 + t] * b[q * sb2 + t];
+      c[r * sc1 + q * sc2] = s;
+    }
+}
+
+template <typename V, int R, int NC>
+static inline __attribute__((always_inline)) void rowDots(int64_t n, int64_t k,
+                                                          const float *a, int64_t sa1,
+                                                          const float *b, int64_t sb2,
+                                                          float *c, int64_t sc1,
+                                                          int64_t sc2) {
+  int64_t j = 0;
+  for (; j + NC <= n; j += NC)
+    tileDots<V, R, NC>(k, a, sa1, b + j * sb2, sb2, c + j * sc2, sc1, sc2);
+  for (; j < n; ++j) tileDots<V, R, 1>(k, a, sa1, b + j * sb2, sb2, c + j * sc2, sc1, sc2);
+}
+
+template <typename V, int MR, int NC>
+static inline __attribute__((always_inline)) void productDots(
+    int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, const int64_t *sa,
+    const float *b, const int64_t *sb, float *c, const int64_t *sc) {
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    const float *ab = a + bi * sa[0];
+    const float *bb = b + bi * sb[0];
+    float *cb = c + bi * sc[0];
+    int64_t i = 0;
+    for (; i + MR <= m; i += MR)
+      rowDots<V, MR, NC>(n, k, ab + i * sa[1], sa[1], bb, sb[2], cb + i * sc[1], sc[1], sc[2]);
+    for (; i < m; ++i)
+      rowDots<V, 1, NC>(n, k, ab + i * sa[1], sa[1], bb, sb[2], cb + i * sc[1], sc[1], sc[2]);
+  }
+}
+
+#if XLA_GPU_HOST_GEMM_TILES
+typedef float Avx512Vec __attribute__((vector_size(64)));
+typedef float Avx2Vec __attribute__((vector_size(32)));
+
+// The tiles: AVX-512 has 32 vector registers (6 x 2 accumulators, or 4 x 4
+// dot products), AVX2 16 (4 x 2, or 3 x 3).
+__attribute__((target("avx512f,avx512vl,fma"))) static void rowsAvx512(
+    int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, const int64_t *sa,
+    const float *b, const int64_t *sb, float *c, const int64_t *sc) {
+  productRows<Avx512Vec, 6, 2>(batch, m, n, k, a, sa, b, sb, c, sc);
+}
+__attribute__((target("avx512f,avx512vl,fma"))) static void dotsAvx512(
+    int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, const int64_t *sa,
+    const float *b, const int64_t *sb, float *c, const int64_t *sc) {
+  productDots<Avx512Vec, 4, 4>(batch, m, n, k, a, sa, b, sb, c, sc);
+}
+__attribute__((target("avx2,fma"))) static void rowsAvx2(
+    int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, const int64_t *sa,
+    const float *b, const int64_t *sb, float *c, const int64_t *sc) {
+  productRows<Avx2Vec, 4, 2>(batch, m, n, k, a, sa, b, sb, c, sc);
+}
+__attribute__((target("avx2,fma"))) static void dotsAvx2(
+    int64_t batch, int64_t m, int64_t n, int64_t k, const float *a, const int64_t *sa,
+    const float *b, const int64_t *sb, float *c, const int64_t *sc) {
+  productDots<Avx2Vec, 3, 3>(batch, m, n, k, a, sa, b, sb, c, sc);
+}
+#endif  // XLA_GPU_HOST_GEMM_TILES
+
+// The widest f32 vector the GEMM command's tiles use here: 16 (AVX-512),
+// 8 (AVX2 with FMA), 0 (the plain loop). XLA_GPU_HOST_GEMM_VECTOR=avx2 or
+// =none caps it (to run the narrower code on a wider host).
+int64_t detectGemmWidth() {
+  int64_t width = 0;
+#if XLA_GPU_HOST_GEMM_TILES
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
+    width = 16;
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    width = 8;
+#endif
+  if (const char *cap = std::getenv("XLA_GPU_HOST_GEMM_VECTOR")) {
+    if (std::strcmp(cap, "none") == 0) width = 0;
+    else if (std::strcmp(cap, "avx2") == 0 && width > 8) width = 8;
+  }
+  return width;
+}
+
+// The dot-product tiles pay for their sums across lanes from this k on
+// (NATIVE_GEMM_DOTS_MIN_K in host_executor.py).
+constexpr int64_t kDotsMinK = 256;
+// Longer products take the plain loop: a packed panel of rhs (k rows of two
+// vectors, kept per thread) stays within 1 MiB (NATIVE_GEMM_TILE_MAX_K).
+constexpr int64_t kTileMaxK = 8192;
+
+int64_t gemmWidth() {
+  static const int64_t width = detectGemmWidth();
+  return width;
+}
 
 using KernelFn = void (*)(void **);
 using Callback = int (*)(int64_t);
@@ -371,6 +629,22 @@ struct Machine {
     if (!address(w[6], w[7], &lhs) || !address(w[11], w[12], &rhs) ||
         !address(w[16], w[17], &out))
       return kMalformed;
+#if XLA_GPU_HOST_GEMM_TILES
+    if (type == 0 && gemmWidth() > 0 && w[20] == 1 && k <= kTileMaxK) {
+      // Rows of out contiguous: register tiles. Dot products along k where
+      // both operands are contiguous along it, k is long and the rows too
+      // few to pay for packing a transposed rhs; else row tiles.
+      const int64_t *sa = w + 8, *sb = w + 13, *sc = w + 18;
+      const bool dots = sa[2] == 1 && sb[1] == 1 && sb[2] != 1 && k >= kDotsMinK && m < 64;
+      const float *a = reinterpret_cast<const float *>(lhs);
+      const float *b = reinterpret_cast<const float *>(rhs);
+      float *c = reinterpret_cast<float *>(out);
+      if (gemmWidth() >= 16)
+        (dots ? dotsAvx512 : rowsAvx512)(batch, m, n, k, a, sa, b, sb, c, sc);
+      else
+        (dots ? dotsAvx2 : rowsAvx2)(batch, m, n, k, a, sa, b, sb, c, sc);
+    } else
+#endif
     if (type == 0)
       multiply(batch, m, n, k, reinterpret_cast<const float *>(lhs), w + 8,
                reinterpret_cast<const float *>(rhs), w + 13, reinterpret_cast<float *>(out),
@@ -385,6 +659,10 @@ struct Machine {
 
 }  // namespace
 }  // namespace xla_gpu_host
+
+// The f32 vector width of the GEMM command's tiles on this host (16, 8, or
+// 0 for the plain loop), for the encoder's choice of what products to keep.
+XLA_GPU_HOST_EXPORT int64_t XlaGpuHostGemmVectorWidth() { return xla_gpu_host::gemmWidth(); }
 
 // Runs `code[0, length)` on the allocations at `bases` (null: unused) with
 // the kernel entry points `kernels` and the SPLIT kernels' `num_probes`

@@ -8,7 +8,9 @@ the shared objects' `<name>_host(void **args)` entries (kernels big enough
 to split over host threads as SPLIT commands, which time one thread
 against block ranges on the native pool as HostKernel.launch does), copies,
 memsets, while loops and conditionals (their predicates read from host
-memory), and small f32/f64 products without epilogue as a native gemm.
+memory), and f32/f64 products without epilogue as a native gemm (small
+ones; f32 ones below host_blas' split size too where the host has
+AVX-512: register tiles as fast as BLAS there, without the callback).
 Everything else (custom calls, FFTs, larger or converting gemms, kernels
 held by the JIT) stays a Python thunk the executor calls back for, on the
 same thread, with the same ExecutionContext; its exceptions come out of
@@ -34,6 +36,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import DeadlineExceededError
+from .host_blas import HOST_BLAS_SPLIT_MACS
 from .thunks import (CommandBufferThunk, ConditionalThunk, CopyThunk, ExecutionContext,
                      GemmThunk, KernelThunk, MemsetThunk, ThunkError, Thunk, WhileThunk,
                      _SequenceThunk)
@@ -65,6 +68,21 @@ class _Control(ctypes.Structure):
 # Products at most this many multiply-adds run in the executor's own loop;
 # larger ones go to numpy's BLAS (threaded, blocked).
 NATIVE_GEMM_MAX_FLOPS = 1 << 18
+# With AVX-512 the executor's register tiles run an f32 product whose output
+# rows are contiguous as fast as OpenBLAS's AVX-512 kernels on one thread
+# (twice its AVX2 ones), and without the Python callback's 5-8 us: those
+# products run natively up to the size where runtime.host_blas splits a
+# product over threads. Not a transposed rhs with few rows and a short k
+# (packing it would cost as much as the product).
+NATIVE_GEMM_WIDE_MAX_FLOPS = HOST_BLAS_SPLIT_MACS - 1
+NATIVE_GEMM_WIDE_MIN_ROWS = 64
+# Fewer rows with operands both contiguous along k run as dot products
+# from this k on (the executor's choice, kDotsMinK in host_executor.cc).
+NATIVE_GEMM_DOTS_MIN_K = 256
+# Longer products run in the executor's plain loop (kTileMaxK), shorter
+# rows than a vector waste most of a tile: those stay numpy's.
+NATIVE_GEMM_TILE_MAX_K = 8192
+NATIVE_GEMM_WIDE_MIN_COLUMNS = 16
 # A kernel whose launcher may split its grid (HostKernel.workers > 1) runs
 # as a SPLIT command, which times one thread against block ranges on the
 # native pool as HostKernel.launch does. Where that pool is missing, kernels
@@ -178,7 +196,8 @@ def _gemm_words(config) -> list[int] | None:
     if t not in ("f32", "f64") or not _is_plain_product(config):
         return None
     batch, m, n, k = config.bmnk
-    if batch * m * n * k > NATIVE_GEMM_MAX_FLOPS:
+    macs = batch * m * n * k
+    if macs > max(NATIVE_GEMM_MAX_FLOPS, NATIVE_GEMM_WIDE_MAX_FLOPS):
         return None
     out = config.out.slice
     if out.overlaps(config.lhs.slice) or out.overlaps(config.rhs.slice):
@@ -195,7 +214,31 @@ def _gemm_words(config) -> list[int] | None:
         if any(s is None for s in strides):
             return None
         words += [ref.slice.allocation, ref.slice.offset, *strides]
+    if macs > NATIVE_GEMM_MAX_FLOPS and not _wide_native_gemm(t, m, words):
+        return None
     return words
+
+
+def native_gemm_vector_width() -> int:
+    """The f32 vector width of the executor's GEMM tiles on this host: 16
+    (AVX-512), 8 (AVX2), 0 (a plain loop, or no executor)."""
+    fn = _library_function("XlaGpuHostGemmVectorWidth", _I64)
+    return int(fn()) if fn is not None else 0
+
+
+def _wide_native_gemm(element_type: str, m: int, words: list[int]) -> bool:
+    """Whether a product above NATIVE_GEMM_MAX_FLOPS (and at most
+    NATIVE_GEMM_WIDE_MAX_FLOPS) runs natively: f32 on AVX-512 tiles, output
+    rows contiguous, rhs rows contiguous or enough rows to pack it."""
+    k = words[5]
+    lhs_column_stride, rhs_row_stride, rhs_column_stride = words[10], words[14], words[15]
+    # Dot products along k (as host_executor.cc picks them): both operands
+    # contiguous along a long k.
+    dots = lhs_column_stride == 1 and rhs_row_stride == 1 and k >= NATIVE_GEMM_DOTS_MIN_K
+    return element_type == "f32" and native_gemm_vector_width() >= 16 and \
+        words[20] == 1 and k <= NATIVE_GEMM_TILE_MAX_K and \
+        words[4] >= NATIVE_GEMM_WIDE_MIN_COLUMNS and \
+        (rhs_column_stride == 1 or m >= NATIVE_GEMM_WIDE_MIN_ROWS or dots)
 
 
 class HostProgram:

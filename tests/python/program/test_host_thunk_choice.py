@@ -133,3 +133,71 @@ def test_a_failing_panel_is_raised_by_the_caller():
             split.work()
         finally:
             split.finish()
+
+
+def _needs_helpers():
+    if host_blas.openblas_threads() is None or host_blas.helper_threads() == 0:
+        pytest.skip("products split only under OpenBLAS with a helper thread")
+
+
+@pytest.mark.parametrize("m,n,b_transposed,rows", [
+    (300, 120, False, True),     # tall: row panels re-pack the smaller b
+    (120, 300, False, False),    # wide: column panels re-pack the smaller a
+    (200, 120, True, False),     # a transposed b counts twice: columns
+    (300, 120, True, True),      # ... until the output is over twice as tall
+])
+def test_a_product_splits_across_its_longer_side(m, n, b_transposed, rows, monkeypatch):
+    """Each panel's BLAS call packs the other side's operand again: a wide
+    product splits into column panels, a tall one into row panels; the
+    panels tile the output, and the `after` callback sees each one."""
+    _needs_helpers()
+    monkeypatch.setattr(host_blas, "HOST_BLAS_SPLIT_MACS", 1)
+    rng = np.random.default_rng(4)
+    k = 70
+    a = rng.standard_normal((1, m, k)).astype(np.float32)
+    b = rng.standard_normal((1, n, k) if b_transposed else (1, k, n)).astype(np.float32)
+    if b_transposed:
+        b = b.transpose(0, 2, 1)
+    out = np.full((1, m, n), np.nan, np.float32)
+    seen = np.zeros((m, n), np.int64)
+    indices = []
+
+    def after(index):
+        indices.append(index)
+        seen[index[1:]] += 1
+
+    host_blas.blas_matmul(a, b, out, after=after)
+    np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-4)
+    assert (seen == 1).all()
+    assert len(indices) > 1 and all(len(i) == (2 if rows else 3) for i in indices), indices
+
+
+@pytest.mark.parametrize("lc,rc", [((1,), (0,)), ((0,), (0,)), ((1,), (1,)), ((0,), (1,))])
+@pytest.mark.parametrize("m,n", [(96, 160), (160, 96)])
+def test_split_products_with_an_epilogue_match_the_reference(lc, rc, m, n, monkeypatch):
+    """Every form of a 2-d dot's operands (either transposed), split into
+    row or column panels, each taking alpha, beta * C, the bias row and
+    GELU on the thread that computed it: the reference's values."""
+    from xla_gpu.runtime.buffers import BufferSlice
+    from xla_gpu.runtime.gemm import GemmConfig, gemm_reference
+    from xla_gpu.runtime.thunks import ArrayRef, ExecutionContext, GemmThunk
+    _needs_helpers()
+    monkeypatch.setattr(host_blas, "HOST_BLAS_SPLIT_MACS", 1)
+    k = 80
+    rng = np.random.default_rng(5)
+    lhs = rng.standard_normal((m, k) if lc == (1,) else (k, m)).astype(np.float32)
+    rhs = rng.standard_normal((k, n) if rc == (0,) else (n, k)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    bias = rng.standard_normal((n,)).astype(np.float32)
+    arrays, refs, offset = [lhs, rhs, c, bias, np.zeros((m, n), np.float32)], [], 0
+    for x in arrays:
+        refs.append(ArrayRef(BufferSlice(0, offset, x.nbytes), "f32", x.shape))
+        offset += x.nbytes
+    buffer = np.concatenate([x.reshape(-1).view(np.uint8) for x in arrays])
+    config = GemmConfig(refs[0], refs[1], refs[4], (), (), lc, rc, alpha=0.5, beta=2.0,
+                        c=refs[2], bias=refs[3], epilogue="BIAS_GELU")
+    ctx = ExecutionContext("cpu", [buffer], {})
+    GemmThunk("dot", config).execute(ctx)
+    want = gemm_reference(config, lhs, rhs, c, bias)
+    np.testing.assert_allclose(ctx.array(config.out), want, rtol=2e-5, atol=2e-5)
+

@@ -123,6 +123,117 @@ def test_native_gemm_layouts(lhs, rhs, out, dims, einsum, dtype, monkeypatch):
     assert native._native_program().callbacks == []   # every one native
 
 
+# Shapes around the executor's f32 tiles (6 or 4 rows, panels of two
+# vectors of columns, dot products along a long k): edge rows and columns,
+# a single row tile read in place, transposed operands packed, batches.
+_TILE_CASES = [
+    ("[13,37]{1,0}", "[37,53]{1,0}", "[13,53]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}", "mk,kn->mn"),
+    ("[5,9]{1,0}", "[9,40]{1,0}", "[5,40]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}", "mk,kn->mn"),
+    ("[8,5]{1,0}", "[5,48]{1,0}", "[8,48]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}", "mk,kn->mn"),
+    ("[100,7]{1,0}", "[7,21]{1,0}", "[100,21]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}", "mk,kn->mn"),
+    ("[2,9000]{1,0}", "[9000,3]{1,0}", "[2,3]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}", "mk,kn->mn"),
+    ("[1,300]{1,0}", "[300,7]{1,0}", "[1,7]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}", "mk,kn->mn"),
+    ("[11,300]{1,0}", "[35,300]{1,0}", "[11,35]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={1}", "mk,nk->mn"),
+    ("[70,29]{1,0}", "[45,29]{1,0}", "[70,45]{1,0}",
+     "lhs_contracting_dims={1}, rhs_contracting_dims={1}", "mk,nk->mn"),
+    ("[17,66]{1,0}", "[17,33]{0,1}", "[66,33]{1,0}",
+     "lhs_contracting_dims={0}, rhs_contracting_dims={0}", "km,kn->mn"),
+    ("[3,19,8]{2,1,0}", "[3,8,34]{2,1,0}", "[3,19,34]{2,1,0}",
+     "lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, "
+     "rhs_contracting_dims={1}", "bmk,bkn->bmn"),
+]
+_TILE_IDS = ["edge-rows-and-columns", "one-row-tile", "one-vector-tail",
+             "column-tail-in-row-chunks", "long-k-plain-loop", "single-row", "dots-along-k",
+             "transposed-rhs-packed", "transposed-lhs", "batched"]
+
+
+def _shape(s: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in s[1:s.index("]")].split(","))
+
+
+@pytest.mark.parametrize("lhs,rhs,out,dims,einsum", _TILE_CASES, ids=_TILE_IDS)
+def test_native_f32_gemm_tiles_on_edge_shapes(lhs, rhs, out, dims, einsum, monkeypatch):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(_shape(lhs)).astype(np.float32)
+    b = rng.standard_normal(_shape(rhs)).astype(np.float32)
+    native, got, python, want = _both(_dot_module(lhs, rhs, out, dims), a, b,
+                                      monkeypatch=monkeypatch)
+    expected = np.einsum(einsum, a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got[0], expected, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(got[0], want[0], rtol=2e-5, atol=2e-5)
+    assert native._native_program().callbacks == []
+
+
+_NARROWER = """
+import sys
+import numpy as np
+import xla_gpu
+from xla_gpu.runtime import host_executor
+cases = {cases!r}
+rng = np.random.default_rng(7)
+assert host_executor.native_gemm_vector_width() <= {width}
+for lhs, rhs, out, dims, einsum in cases:
+    shape = lambda s: tuple(int(d) for d in s[1:s.index("]")].split(","))
+    a = rng.standard_normal(shape(lhs)).astype(np.float32)
+    b = rng.standard_normal(shape(rhs)).astype(np.float32)
+    text = {module!r}.format(lhs=lhs, rhs=rhs, out=out, dims=dims)
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    got = exe.run(a, b)[0]
+    assert exe._native_program().callbacks == []
+    np.testing.assert_allclose(got, np.einsum(einsum, a.astype(np.float64), b.astype(np.float64)),
+                               rtol=2e-5, atol=2e-5)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("cap,width", [("avx2", 8), ("none", 0)])
+def test_narrower_gemm_tiles_give_the_same_products(cap, width):
+    """XLA_GPU_HOST_GEMM_VECTOR caps the tiles' vector width (read once per
+    process): the AVX2 tiles and the plain loop on the same edge shapes."""
+    import os
+    import subprocess
+    import sys
+    module = ("HloModule m\nENTRY e {{\n  a = f32{lhs} parameter(0)\n"
+              "  b = f32{rhs} parameter(1)\n  ROOT d = f32{out} dot(a, b), {dims}\n}}\n")
+    script = _NARROWER.format(cases=_TILE_CASES, width=width, module=module)
+    env = dict(os.environ, XLA_GPU_HOST_GEMM_VECTOR=cap)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_mid_size_f32_gemms_run_natively_where_the_host_has_avx512(monkeypatch):
+    """A 16x128 @ 128x512 product (2^20 multiply-adds, past the plain
+    loop's size) runs in the executor's AVX-512 tiles, not as a Python
+    callback to numpy's BLAS; on a host without AVX-512 it stays numpy's."""
+    text = _dot_module("[16,128]{1,0}", "[128,512]{1,0}", "[16,512]{1,0}",
+                       "lhs_contracting_dims={1}, rhs_contracting_dims={0}")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((16, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    native, got, python, want = _both(text, a, b, monkeypatch=monkeypatch)
+    np.testing.assert_allclose(got[0], want[0], rtol=2e-5, atol=2e-5)
+    callbacks = native._native_program().callbacks
+    if host_executor.native_gemm_vector_width() >= 16:
+        assert callbacks == [] and native.stats["gemms"] == 1
+    else:
+        assert [t.kind for t in callbacks] == ["gemm"]
+    # A transposed rhs with few rows and a short k would cost as much to
+    # pack as to multiply: numpy's.
+    text = _dot_module("[16,128]{1,0}", "[512,128]{1,0}", "[16,512]{1,0}",
+                       "lhs_contracting_dims={1}, rhs_contracting_dims={1}")
+    exe = xla_gpu.compile(text, target="cpu")
+    exe.run(a, rng.standard_normal((512, 128)).astype(np.float32))
+    assert [t.kind for t in exe._native_program().callbacks] == ["gemm"]
+
+
 def test_a_python_thunk_error_comes_out_and_the_next_run_recovers():
     from xla_gpu.hlo import interpreter
     calls = []
