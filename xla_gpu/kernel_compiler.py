@@ -61,7 +61,11 @@ class Executable:
     ptx: str | None = None
     cubin: bytes | None = None
     host_mlir: str | None = None            # cpu: the grid-emulating LLVM dialect
-    host_library: bytes | None = None       # cpu: the same as a shared object
+    # cpu: the host code as an object (what a program links with its other
+    # kernels) and as a shared object of its own (a single fusion's
+    # compile; made from the object when first needed: `host_code`).
+    host_object: bytes | None = None
+    host_library: bytes | None = None
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     artifact_digest: str | None = None      # set by save() and load()
@@ -118,13 +122,25 @@ class Executable:
         pipeline.run(module, passes=passes)
         return str(module)
 
+    def host_code(self) -> bytes | None:
+        """The kernel's shared object (cpu), linked from its object alone the
+        first time one is asked of a kernel a program built (which keeps
+        the object only: its program links it with the others)."""
+        if self.host_library is None and self.host_object is not None:
+            from .backends import cpu
+            try:
+                self.host_library = cpu.link_objects([self.host_object])
+            except cpu.HostCompileError as e:
+                raise CompileError(f"kernel {self.spec.name}: {e}") from None
+        return self.host_library
+
     def _load(self):
         if self._kernel is None:
             if self.spec.blocks == 0:
                 self._kernel = EmptyKernel(self.spec)
             elif not backends.get(self.target).emulates_grid:
                 self._kernel = CudaKernel(self.spec, cubin=self.cubin, ptx=self.ptx)
-            elif self.host_library is not None:
+            elif self.host_code() is not None:
                 # A shared object: no MLIR needed (a cache hit, a saved kernel).
                 self._kernel = HostKernel.from_bytes(self.spec, self.host_library)
             else:
@@ -168,6 +184,8 @@ class Executable:
             files["kernel.cubin"] = self.cubin
         if self.host_mlir is not None:
             files["kernel.host.mlir"] = self.host_mlir.encode()
+        if self.host_object is not None:
+            files["kernel.o"] = self.host_object
         if self.host_library is not None:
             files["kernel.so"] = self.host_library
         self.artifact_digest = artifact.write_artifact(directory, files)
@@ -194,7 +212,8 @@ class Executable:
             raise ArtifactError(f"{where}: a text file is not UTF-8 ({e})") from None
         artifact.validate_spec(spec, hlo_text if check_abi else None, where)
         exe = Executable(spec, hlo_text, emitted, ptx=ptx, cubin=data.get("kernel.cubin"),
-                         host_mlir=host_mlir, host_library=data.get("kernel.so"))
+                         host_mlir=host_mlir, host_object=data.get("kernel.o"),
+                         host_library=data.get("kernel.so"))
         exe.artifact_digest = digest
         return exe
 
@@ -257,6 +276,15 @@ def cached_kernel(key: str, target: str, disk=None):
 def store(key: str, exe, disk=None) -> None:
     """Keeps kernel `exe` under `key` in memory and, when `disk` is given,
     on disk. A kernel still to link (`exe.lowered`) is not kept."""
+    # A cuda kernel a program built is kept once linked, with its group's
+    # binary (in memory only: `ProgramKernels.link`). A cpu kernel a program
+    # built is kept as its object, before linking, in memory and on disk:
+    # the LLVM code generation that made it is what a cache saves (tenths
+    # of a second for a large kernel), and a hit still links with the
+    # program's other kernels into one library at the cost of a few
+    # milliseconds; the group's library would tie the entry to kernels
+    # that other programs do not have. The key names the compiler, so an
+    # object of another compiler is never taken.
     if exe.lowered is not None:
         return
     memory.put(key, exe)
@@ -274,11 +302,14 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
     `key`: `kernel_key`'s for this fusion when the caller has it; `text`:
     the HLO saved with the kernel (default: the fusion computation's);
     `dump_dir`: the IR after each pass matching `dump_regex`, and the PTX
-    (bypasses the cache). `lower_only` (cuda): a kernel not in a cache
-    stops after the pipeline (`exe.lowered`, for `backends.cuda.link`; see
-    `store`). `disk`: the DiskCache to use (default: a new one). A kernel
-    built now gets `timings["total"]`, from `start` (a perf_counter time;
-    default: this call); one from a cache has none of its own."""
+    (bypasses the cache). `lower_only`: the kernel is for a program that
+    links its kernels (`program.kernels.ProgramKernels.link`): on cuda one
+    not in a cache stops after the pipeline (`exe.lowered`, for
+    `backends.cuda.link`; see `store`), on cpu it gets its object only;
+    without it a cpu kernel has its own shared object. `disk`: the
+    DiskCache to use (default: a new one). A kernel built now gets
+    `timings["total"]`, from `start` (a perf_counter time; default: this
+    call); one from a cache has none of its own."""
     if start is None:
         start = time.perf_counter()
     fusion.device = device if device is not None else backends.get(target).device_for(arch)
@@ -291,6 +322,10 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
     if use_cache:
         exe = cached_kernel(key, target, disk)
         if exe is not None:
+            if not lower_only:
+                # A kernel a program built has an object only (cpu): a
+                # compile of it alone gives it its own shared object.
+                exe.host_code()
             if text is not None and (exe.hlo_text != text or exe.spec.fusion != fusion.name):
                 # The same kernel cached under other names (a program's
                 # fusion, another module): the caller's text and fusion go
@@ -371,6 +406,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
         raise CompileError(f"fusion '{fusion.name}': {e}") from None
     exe.ptx, exe.cubin, exe.lowered = binary.ptx, binary.cubin, binary.lowered
     exe.host_mlir, exe.host_library = binary.host_mlir, binary.host_library
+    exe.host_object = binary.host_object
     exe.notes += binary.notes
     if binary.jit is not None:
         # No shared object: the JIT's kernel runs it. (An image is loaded

@@ -38,12 +38,15 @@ __all__ = ["Backend", "CudaBackend", "CpuBackend", "KernelBinary", "TARGETS", "g
 @dataclass
 class KernelBinary:
     """What a backend makes of one emitted kernel: the image its launcher
-    loads (cuda: PTX and a cubin; cpu: the host LLVM dialect and a shared
-    object), or on cuda with `lower_only` the kernel before code generation
-    (`lowered`, a `backends.cuda.LoweredKernel` for `backends.cuda.link`)."""
+    loads (cuda: PTX and a cubin; cpu: the host LLVM dialect, its object
+    and a shared object), or with `lower_only` the kernel before linking
+    (cuda: `lowered`, a `backends.cuda.LoweredKernel` for
+    `backends.cuda.link`, before code generation; cpu: the object alone,
+    no shared object)."""
     ptx: str | None = None
     cubin: bytes | None = None
     host_mlir: str | None = None
+    host_object: bytes | None = None
     host_library: bytes | None = None
     lowered: Any = None
     # cpu where no shared object could be made (no linker): the kernel
@@ -107,11 +110,19 @@ class Backend(ABC):
         generation by it. Raises mlir.ir.MLIRError when a pass fails and a
         CompileError when code generation does."""
 
+    def link_item(self, exe) -> Any:
+        """What `link_groups` and `link` take of compiled kernel `exe` (a
+        `kernel_compiler.Executable`, built now or from a cache), None when
+        it has nothing to link. Only a backend that `links_kernels` has
+        one."""
+        return None
+
     def link_groups(self, kernels: list, workers: int) -> list[list]:
-        """`kernels` (lowered by `compile(..., lower_only=True)`) split into
-        groups that `link` makes one binary each: about the same amount of
-        code in each of up to `workers` groups. Only a backend that
-        `links_kernels` has it."""
+        """`kernels` (`link_item`s) split into groups that `link` makes one
+        binary each: about the same amount of code in each of up to
+        `workers` groups (fewer where the backend's links cost more than
+        they gain side by side), kernels whose symbols clash apart. Only a
+        backend that `links_kernels` has it."""
         raise NotImplementedError(f"the {self.name} backend does not link kernels")
 
     def link(self, group: list, context, *, arch: str) -> KernelBinary:
@@ -142,6 +153,11 @@ class CudaBackend(Backend):
         # ptxas, nvJitLink, libdevice and cuda-python's install, by file.
         return identity.cuda_identity()
 
+    def link_item(self, exe) -> Any:
+        # Only a kernel built now is still to link: a cached one has its
+        # binary (its group's).
+        return exe.lowered
+
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
                 dump_regex: str = ".*", lower_only: bool = False,
@@ -167,10 +183,13 @@ class CudaBackend(Backend):
 
 class CpuBackend(Backend):
     """The launch grid emulated on the host: host LLVM, a shared object that
-    `xla_gpu.runtime` loads with ctypes (or the JIT where no linker is)."""
+    `xla_gpu.runtime` loads with ctypes (or the JIT where no linker is).
+    A program's kernels are compiled to objects and linked into shared
+    libraries (`backends.cpu.link_objects`), a linker run per library
+    instead of one per kernel."""
     name = "cpu"
     emulates_grid = True
-    links_kernels = False
+    links_kernels = True
     calls_vendor_libraries = False
     default_device = HOST_EMULATION
 
@@ -182,10 +201,11 @@ class CpuBackend(Backend):
                 timings: dict[str, float], dump_dir: str | Path | None = None,
                 dump_regex: str = ".*", lower_only: bool = False,
                 emitter: str = "") -> KernelBinary:
-        # The host code is generated once, as a shared object that both this
-        # process (ctypes) and the cache / saved artifacts load; the JIT
-        # stands in only where no linker is installed. (`lower_only` is
-        # cuda's: host kernels are not linked together.)
+        # The host code is generated once, as an object that is linked into
+        # a shared object that both this process (ctypes) and the cache /
+        # saved artifacts load: the kernel's own (a single fusion's
+        # compile), or with `lower_only` the program's (`link`); the JIT
+        # stands in only where no linker is installed.
         from .. import pipeline
         from . import cpu
         start = time.perf_counter()
@@ -197,15 +217,42 @@ class CpuBackend(Backend):
         start = time.perf_counter()
         binary = KernelBinary(host_mlir=str(module))
         try:
-            binary.host_library = cpu.shared_object(
+            cpu.require_linker()
+            binary.host_object = cpu.host_object(
                 module, name,
                 unroll_loops=cpu.unrolls_loops(emitter, binary.host_mlir.count("\n")))
+            if not lower_only:
+                binary.host_library = cpu.link_objects([binary.host_object])
         except cpu.HostCompileError as e:
             binary.notes.append(f"no host shared object ({e}): the kernel runs in the JIT "
                                 "and is not cached on disk")
+            binary.host_object = None
             binary.jit = cpu.from_lowered(binary.host_mlir, entry=name)
         timings["llvm"] = time.perf_counter() - start
         complete("LLVM host code", "kernel-stage", start)
+        return binary
+
+    def link_item(self, exe) -> Any:
+        # Built now or cached (memory or disk), a kernel keeps its object:
+        # it joins the program's library either way.
+        if exe.host_object is None:
+            return None
+        from . import cpu
+        return cpu.HostObject.of(exe.spec.name, exe.host_object)
+
+    def link_groups(self, kernels: list, workers: int) -> list[list]:
+        from . import cpu
+        return cpu.link_groups(kernels, workers)
+
+    def link(self, group: list, context, *, arch: str) -> KernelBinary:
+        from . import cpu
+        from ..errors import CompileError
+        start = time.perf_counter()
+        try:
+            binary = KernelBinary(host_library=cpu.link_objects([k.code for k in group]))
+        except cpu.HostCompileError as e:
+            raise CompileError(str(e)) from None
+        complete("link host kernels", "kernel-stage", start)
         return binary
 
 

@@ -25,7 +25,10 @@ machine code the ExecutionEngine would make (k_host calls k_host_blocks,
 which is not inlined: the grid's body is compiled once), made by LLVM's C
 API without a JIT session and without the GIL (the kernels of a program
 compile side by side), linked by the linker the C compiler driver runs,
-called directly (the same bytes as `cc -shared ... -lm`).
+called directly (the same bytes as `cc -shared ... -lm`). A program's
+kernels are compiled to objects (`host_object`) and linked together
+(`link_groups`, `link_objects`): one linker run, one library to load, for
+many kernels.
 
 Arguments are raw pointers to the data of C-contiguous numpy arrays in the
 entry's argument order after `xla-merge-pointers` (arguments sharing an
@@ -60,7 +63,8 @@ from mlir.execution_engine import ExecutionEngine
 from .. import ir as _xla_ir
 from .. import pipeline as _pipeline
 
-__all__ = ["compile_module", "JitKernel", "shared_object", "HostCompileError"]
+__all__ = ["compile_module", "JitKernel", "shared_object", "host_object", "link_objects",
+           "link_groups", "HostObject", "HostCompileError"]
 
 
 class HostCompileError(RuntimeError):
@@ -809,9 +813,10 @@ def _link_lines(driver: str) -> dict[str, tuple[str, ...]] | None:
     return None
 
 
-def _undefined_symbols(obj: bytes) -> set[bytes] | None:
-    """The symbols the ELF64 relocatable object `obj` refers to and neither
-    it nor the linker defines; None when it cannot tell."""
+def _elf_symbols(obj: bytes) -> tuple[set[bytes], set[bytes]] | None:
+    """(the global symbols the ELF64 relocatable object `obj` defines, weak
+    ones aside; the symbols it refers to and does not define), or None
+    when it cannot tell."""
     import struct
     try:
         if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
@@ -824,20 +829,32 @@ def _undefined_symbols(obj: bytes) -> set[bytes] | None:
             offset, size, link = struct.unpack_from("<QQI", obj, shoff + i * shentsize + 24)
             return kind, offset, size, link
 
-        found: set[bytes] = set()
+        defined: set[bytes] = set()
+        undefined: set[bytes] = set()
         for i in range(shnum):
             kind, offset, size, link = section(i)
             if kind != 2:                                          # SHT_SYMTAB
                 continue
             _, strings, _, _ = section(link)
             for j in range(1, size // 24):                         # 0: the null symbol
-                name, _, _, shndx = struct.unpack_from("<IBBH", obj, offset + 24 * j)
-                if shndx != 0 or not name:                         # defined (not SHN_UNDEF)
+                name, info, _, shndx = struct.unpack_from("<IBBH", obj, offset + 24 * j)
+                if not name:
                     continue
-                found.add(obj[strings + name:obj.index(b"\0", strings + name)])
-        return found - _LINKER_SYMBOLS
+                symbol = obj[strings + name:obj.index(b"\0", strings + name)]
+                if shndx == 0:                                     # SHN_UNDEF
+                    undefined.add(symbol)
+                elif info >> 4 == 1:                               # STB_GLOBAL
+                    defined.add(symbol)
+        return defined, undefined
     except (struct.error, ValueError):
         return None
+
+
+def _undefined_symbols(obj: bytes) -> set[bytes] | None:
+    """The symbols the ELF64 relocatable object `obj` refers to and neither
+    it nor the linker defines; None when it cannot tell."""
+    symbols = _elf_symbols(obj)
+    return None if symbols is None else symbols[1] - _LINKER_SYMBOLS
 
 
 # Symbols the linker itself defines (PIC code refers to the GOT).
@@ -888,13 +905,33 @@ def _builtin_object(name: str) -> bytes | None:
     return _llvm_object(helper.operation, 3)
 
 
-def _link(obj: bytes, driver: str) -> bytes:
-    """`obj` linked into a shared object, as `driver -shared ... -lm` links
-    it, with the compiler-rt helpers it calls (_HOST_BUILTINS)."""
+def _run_linker(command: list[str]) -> subprocess.CompletedProcess:
+    """One run of the linker (every shared object is made here)."""
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def _link(objects: Sequence[bytes], driver: str) -> bytes:
+    """`objects` linked into one shared object, as `driver -shared ... -lm`
+    links them, with the compiler-rt helpers they call (_HOST_BUILTINS),
+    each helper once; one linker run."""
     with tempfile.TemporaryDirectory(prefix="xla_gpu_link_") as tmp:
-        obj_path, lib_path = os.path.join(tmp, "kernel.o"), os.path.join(tmp, "kernel.so")
-        Path(obj_path).write_bytes(obj)
-        outside = _undefined_symbols(obj)
+        lib_path = os.path.join(tmp, "kernel.so")
+        paths = []
+        outside: set[bytes] | None = set()
+        defined: set[bytes] = set()
+        for i, obj in enumerate(objects):
+            paths.append(os.path.join(tmp, f"kernel{i}.o"))
+            Path(paths[-1]).write_bytes(obj)
+            symbols = _elf_symbols(obj)
+            if symbols is None:
+                outside = None
+            elif outside is not None:
+                defined |= symbols[0]
+                outside |= symbols[1]
+        if outside is not None:
+            # Only what no object of the library defines is looked for in
+            # the system's libraries.
+            outside = outside - defined - _LINKER_SYMBOLS
         helpers = []
         for name in _HOST_BUILTINS:
             code = _builtin_object(name) if outside and name.encode() in outside else None
@@ -903,37 +940,41 @@ def _link(obj: bytes, driver: str) -> bytes:
                 Path(helpers[-1]).write_bytes(code)
                 outside = outside - {name.encode()}
         lines = _link_lines(driver)
-        commands = [[driver, "-shared", "-o", lib_path, obj_path, *helpers, "-lm"]]
+        commands = [[driver, "-shared", "-o", lib_path, *paths, *helpers, "-lm"]]
         if lines is not None:
             line = lines["full"] if outside is None else lines["bare"] if not outside \
                 else lines["libm"] if all(map(_in_libm, outside)) else lines["full"]
             command = []
             for w in line:
-                command.extend([lib_path] if w == _OUT else [obj_path, *helpers] if w == _IN
+                command.extend([lib_path] if w == _OUT else [*paths, *helpers] if w == _IN
                                else [w])
             commands.insert(0, command)
         for command in commands:
-            result = subprocess.run(command, capture_output=True, text=True)
+            result = _run_linker(command)
             if result.returncode == 0:
                 return Path(lib_path).read_bytes()
         raise HostCompileError(f"linking the host kernel failed:\n{result.stderr}")
 
 
-def shared_object(module: _ir.Module, name: str = "main", *,
-                  opt_level: int = 3, unroll_loops: bool | None = None) -> bytes:
-    """The cpu-pipeline output `module` (LLVM dialect, after
-    `pipeline.run(module, target="cpu")`) as an ELF shared object exporting
-    `<name>_host(void **args)` and `<name>_host_blocks(...)`; libm is a
-    dependency. Compiled for this machine's CPU (the JIT's target); linked
-    with the system C compiler driver's linker (cc). The module is left as
-    it was. `unroll_loops`: whether LLVM's loop unrollers run (None: they
-    do, as the ExecutionEngine runs them; see `unrolls_loops`)."""
-    if _find(module, "llvm.func", f"{name}_host") is None:
-        raise ValueError(f"no llvm.func @{name}_host: run the cpu pipeline first")
+def require_linker() -> str:
     linker = _linker()
     if linker is None:
         raise HostCompileError("a shared object needs a linker: no cc, gcc or "
                                "clang on PATH")
+    return linker
+
+
+def host_object(module: _ir.Module, name: str = "main", *,
+                opt_level: int = 3, unroll_loops: bool | None = None) -> bytes:
+    """The machine code of the cpu-pipeline output `module` (LLVM dialect,
+    after `pipeline.run(module, target="cpu")`) as an ELF relocatable
+    object defining `<name>_host(void **args)` and
+    `<name>_host_blocks(...)`, for `link_objects`. Compiled for this
+    machine's CPU (the JIT's target). The module is left as it was.
+    `unroll_loops`: whether LLVM's loop unrollers run (None: they do, as
+    the ExecutionEngine runs them; see `unrolls_loops`)."""
+    if _find(module, "llvm.func", f"{name}_host") is None:
+        raise ValueError(f"no llvm.func @{name}_host: run the cpu pipeline first")
     # A copy with the grid's body compiled once and without the JIT's C
     # interface (the shared object exports the kernel's own entries).
     copy = module.operation.clone()
@@ -945,5 +986,78 @@ def shared_object(module: _ir.Module, name: str = "main", *,
     _inline_element_functions(copy, name)
     if unroll_loops is None:
         unroll_loops = unrolls_loops()
-    return _link(_object_code(copy, f"{name}_host", opt_level, unroll_loops=unroll_loops),
-                 linker)
+    return _object_code(copy, f"{name}_host", opt_level, unroll_loops=unroll_loops)
+
+
+def link_objects(objects: Sequence[bytes]) -> bytes:
+    """Objects of `host_object` (whose global symbols must not clash:
+    `link_groups`) linked into one ELF shared object exporting every
+    kernel's entries; libm is a dependency. Linked by the system C
+    compiler driver's linker (cc), run once."""
+    return _link(objects, require_linker())
+
+
+def shared_object(module: _ir.Module, name: str = "main", *,
+                  opt_level: int = 3, unroll_loops: bool | None = None) -> bytes:
+    """The cpu-pipeline output `module` as an ELF shared object of its own
+    exporting `<name>_host(void **args)` and `<name>_host_blocks(...)`:
+    `host_object` linked alone (`link_objects`)."""
+    require_linker()
+    return link_objects([host_object(module, name, opt_level=opt_level,
+                                     unroll_loops=unroll_loops)])
+
+
+@dataclass(frozen=True)
+class HostObject:
+    """A program's kernel on its way into a shared library: its name, its
+    object (`host_object`) and the global symbols that object defines (no
+    two kernels of one library may define the same)."""
+    name: str
+    code: bytes = field(repr=False)
+    symbols: frozenset
+
+    @staticmethod
+    def of(name: str, code: bytes) -> "HostObject":
+        found = _elf_symbols(code)
+        # Unreadable: it may define anything, so it clashes with any kernel
+        # named alike (its entries are named after it).
+        symbols = frozenset(found[0]) if found is not None else \
+            frozenset({f"{name}_host".encode(), f"{name}_host_blocks".encode()})
+        return HostObject(name, code, symbols)
+
+
+# The objects of one library: splitting a program's kernels into more
+# libraries lets their links run side by side, but each link costs a
+# process start and a pass over the system's libraries however little it
+# links (~5-13 ms of CPU; the 80 kernels of a GPT training step, 0.24 MB
+# of objects, link in ~50 ms as one library, ~85 ms as two, ~1 s one by
+# one). A library takes about this many bytes of objects before another
+# one is started.
+HOST_LINK_GROUP_BYTES = 2 << 20
+
+
+def link_groups(objects: Sequence[HostObject], parts: int = 1) -> list[list[HostObject]]:
+    """`objects` split into groups that `link_objects` links one library
+    each: at most `parts` groups (more only where kernels' symbols clash:
+    such kernels go to different groups), no more than their size asks
+    (HOST_LINK_GROUP_BYTES), of about the same size, so that they link
+    side by side in about the same time. Objects keep their order within
+    a group."""
+    total = sum(len(o.code) for o in objects)
+    parts = max(1, min(parts, -(-total // HOST_LINK_GROUP_BYTES)))
+    members: list[list[int]] = []
+    names: list[set] = []
+    sizes: list[int] = []
+    for i in sorted(range(len(objects)), key=lambda i: -len(objects[i].code)):
+        obj = objects[i]
+        fits = [g for g in range(len(members)) if names[g].isdisjoint(obj.symbols)]
+        if len(members) < parts or not fits:
+            members.append([])
+            names.append(set())
+            sizes.append(0)
+            fits = [len(members) - 1]
+        g = min(fits, key=sizes.__getitem__)
+        members[g].append(i)
+        names[g] |= obj.symbols
+        sizes[g] += len(obj.code)
+    return [[objects[i] for i in sorted(group)] for group in members]

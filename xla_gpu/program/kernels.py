@@ -1,8 +1,9 @@
 """A program's kernels: its fusions compiled through the kernel compiler
 (`xla_gpu.kernel_compiler`: one key recipe, one cache), several at a time
 on a pool of host threads, plus the sort, top-k and convolution kernels the
-thunk emitter adds; on cuda, the kernels this compile built are linked
-into shared PTX modules and cubins.
+thunk emitter adds; the kernels are linked into shared binaries: on cuda
+those this compile built, into shared PTX modules and cubins; on cpu every
+kernel's object (built now or cached), into shared libraries.
 
 A fusion's kernel is compiled from a copy of its computation that reads
 and writes row-major physical buffers through bitcasts
@@ -106,10 +107,11 @@ class ProgramKernels:
         # (`STAGES`; on several threads: the sum may exceed the wall time).
         self.stages: dict[str, float] = {}
         self._since = time.perf_counter()
-        # cuda: kernels built this compile go into one binary (`link`);
-        # until then their images have no code.
+        # Kernels go into shared binaries (`link`); until then the images
+        # of those built by this compile have no code.
         self.link_kernels = self.backend.links_kernels and LINK_KERNELS
-        self._unlinked: list[tuple[KernelImage, Any, str]] = []
+        # (image, executable, key, what the backend links of it).
+        self._unlinked: list[tuple[KernelImage, Any, str, Any]] = []
         # Per fusion instruction: (kernel computation, key).
         self._kernels_of: dict[int, tuple[HloComputation, str]] = {}
         # Key -> a Future of `_build` or a cached kernel (prefetch).
@@ -230,37 +232,49 @@ class ProgramKernels:
                     self.stages[stage] = self.stages.get(stage, 0.0) + exe.timings[stage]
 
     def _add_image(self, key: str, exe) -> KernelImage:
-        """The program's image of kernel `exe` under `key`; one still to
-        link (`exe.lowered`) gets its code from `link`."""
+        """The program's image of kernel `exe` under `key`; one to link
+        (the backend's `link_item`) gets its code from `link`."""
         image = KernelImage(exe.spec, ptx=exe.ptx, cubin=exe.cubin,
                             host_library=exe.host_library)
-        if self.backend.emulates_grid and exe.host_library is None:
+        item = self.backend.link_item(exe) if self.link_kernels else None
+        if item is not None:
+            self._unlinked.append((image, exe, key, item))
+        elif self.backend.emulates_grid and exe.host_code() is None:
             image.jit = getattr(exe._load(), "host", None)
-        if exe.lowered is not None:
-            self._unlinked.append((image, exe, key))
+        else:
+            image.host_library = exe.host_library
         self.images[key] = image
         return image
 
     def link(self) -> None:
-        """Links the kernels built by this compile into PTX modules and
-        cubins that their images share: one per compile thread, compiled
-        side by side, each holding about the same amount of code (more
-        only where kernel names clash). The linked kernels stay in this
-        process' memory cache; they are not written to the disk cache,
-        where each entry would carry a whole group's binary."""
+        """Links the program's kernels into binaries that their images
+        share: on cuda the kernels built by this compile, into PTX modules
+        and cubins, one per compile thread, compiled side by side, each
+        holding about the same amount of code; on cpu every kernel's
+        object into shared libraries, as few as their size allows
+        (`backends.cpu.link_groups`). More groups only where kernel names
+        clash. Linked cuda kernels stay in this process' memory cache;
+        they are not written to the disk cache, where each entry would
+        carry a whole group's binary (cpu kernels were cached as their
+        objects when built: `kernel_compiler.store`)."""
         if not self._unlinked:
             return
         backend = self.backend
         # Two kernels may share a name (then they go to different groups).
-        owner = {id(exe.lowered): (image, exe, key) for image, exe, key in self._unlinked}
+        owner = {id(item): (image, exe, key) for image, exe, key, item in self._unlinked}
         workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
-        groups = backend.link_groups([exe.lowered for _, exe, _ in self._unlinked], workers)
+        groups = backend.link_groups([item for *_, item in self._unlinked], workers)
         link = carry(functools.partial(_link_group, backend=backend, arch=self.arch))
         binaries = _compile_pool(workers).map(link, groups) if len(groups) > 1 else \
             map(link, groups)
         for group, binary in zip(groups, binaries):
             for kernel in group:
                 image, exe, key = owner[id(kernel)]
+                if binary.host_library is not None:
+                    # cpu: the images share the library; the kernel cached
+                    # keeps its object.
+                    image.host_library = binary.host_library
+                    continue
                 image.ptx = exe.ptx = binary.ptx
                 image.cubin = exe.cubin = binary.cubin
                 exe.lowered = None
@@ -307,7 +321,8 @@ def _link_group(group, backend, arch: str):
     kernels), in this thread's MLIR context; a failure names the group's
     kernels."""
     try:
-        with span(f"link {len(group)} kernels", "kernel"):
+        # Its own category: a "kernel" span is one kernel's compile.
+        with span(f"link {len(group)} kernels", "link"):
             return backend.link(group, kernel_compiler.thread_context(), arch=arch)
     except CompileError as e:
         names = ", ".join(kernel.name for kernel in group)
@@ -320,8 +335,9 @@ def _link_group(group, backend, arch: str):
 STAGES = ("emit", "pipeline", "llvm", "ptx", "cubin")
 # Host threads that compile a program's kernels side by side.
 PREFETCH_THREADS = 8
-# cuda: a program's kernels share one PTX module and cubin (False: one
-# binary per kernel, as a single fusion's compile makes).
+# A program's kernels share binaries (cuda: PTX modules and cubins; cpu:
+# shared libraries) (False: one binary per kernel, as a single fusion's
+# compile makes).
 LINK_KERNELS = True
 _pool_lock = threading.Lock()
 _pool: Any = None

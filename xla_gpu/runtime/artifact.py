@@ -43,7 +43,7 @@ __all__ = ["ARTIFACT_FILES", "MAX_FILE_BYTES", "read_artifact", "write_artifact"
            "digest_of", "validate_spec", "check_load_arguments"]
 
 ARTIFACT_FILES = ("kernel.json", "fusion.hlo", "emitted.mlir", "kernel.ptx",
-                  "kernel.cubin", "kernel.host.mlir", "kernel.so")
+                  "kernel.cubin", "kernel.host.mlir", "kernel.o", "kernel.so")
 MAX_FILE_BYTES = 1 << 30
 _MAX_MANIFEST_BYTES = 1 << 16
 # CUDA's limits on a launch (x dimension of the grid; threads per block).

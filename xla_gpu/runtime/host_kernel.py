@@ -20,7 +20,23 @@ from ..errors import ArtifactError
 from .memory import check_host_memory
 from .spec import KernelSpec
 
-__all__ = ["HostKernel", "check_output_memory"]
+__all__ = ["HostKernel", "check_output_memory", "load_library"]
+
+
+def load_library(library: bytes, what: str) -> ctypes.CDLL:
+    """Loads a shared object held in memory (already verified): written to
+    a private temporary file, loaded, and unlinked (the mapping stays).
+    ArtifactError naming `what` when it does not load."""
+    fd, path = tempfile.mkstemp(prefix="xla_gpu_", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(library)
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            raise ArtifactError(f"{what}: the host kernel does not load: {e}") from None
+    finally:
+        os.unlink(path)
 
 
 class HostKernel:
@@ -50,9 +66,11 @@ class HostKernel:
     _pool: ThreadPoolExecutor | None = None
     _pool_lock = threading.Lock()
 
-    def __init__(self, spec: KernelSpec, library: str | Path):
+    def __init__(self, spec: KernelSpec, library: str | Path | ctypes.CDLL):
+        """`library`: the shared object's path, or the library loaded (the
+        kernels of a program linked into one share it)."""
         self.spec = spec
-        self._lib = ctypes.CDLL(str(library))
+        self._lib = library if isinstance(library, ctypes.CDLL) else ctypes.CDLL(str(library))
         self._entry = getattr(self._lib, f"{spec.name}_host")
         self._entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         self._entry.restype = None
@@ -82,17 +100,16 @@ class HostKernel:
         """Loads a shared object held in memory (already verified): written
         to a private temporary file, loaded, and unlinked (the mapping
         stays)."""
-        fd, path = tempfile.mkstemp(prefix="xla_gpu_", suffix=".so")
+        return HostKernel.in_library(spec, load_library(library, spec.name))
+
+    @staticmethod
+    def in_library(spec: KernelSpec, library: ctypes.CDLL) -> "HostKernel":
+        """The kernel `spec.name` of loaded `library`; ArtifactError when the
+        library lacks its entry."""
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(library)
-            try:
-                return HostKernel(spec, path)
-            except (OSError, AttributeError) as e:
-                raise ArtifactError(f"{spec.name}: the host kernel does not load: {e}") \
-                    from None
-        finally:
-            os.unlink(path)
+            return HostKernel(spec, library)
+        except AttributeError as e:
+            raise ArtifactError(f"{spec.name}: the host kernel does not load: {e}") from None
 
     def launch(self, pointers: Sequence[int], stream=None) -> None:
         """Runs the grid on raw buffer pointers (the kernel's arguments)."""

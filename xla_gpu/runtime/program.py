@@ -20,7 +20,8 @@ output leaves are returned (numpy arrays, or DeviceArrays on cuda with
 
 A program directory holds `program.json` (allocations, parameters,
 outputs, thunks, kernel table, texts' file names), one folder per kernel
-under `kernels/` (as `Executable.save` writes a kernel), `constants.npz`,
+under `kernels/` (as `Executable.save` writes a kernel; the code that
+several kernels share, once under `binaries/`), `constants.npz`,
 `optimized.hlo`, `buffer-assignment.txt`, and `digests.json`.
 """
 
@@ -54,9 +55,10 @@ __all__ = ["ProgramExecutable", "KernelImage", "MemoryAnalysis", "load_program",
            "PROGRAM_FORMAT", "host_memory_bytes"]
 
 # 2: kernels linked into one binary store it once (binaries/<n>.cubin|ptx,
-# "binaries" in program.json); this runtime reads 1 and 2.
-PROGRAM_FORMAT = 2
-_READ_FORMATS = (1, 2)
+# "binaries" in program.json); 3: so do cpu kernels linked into one shared
+# object (binaries/<n>.so). This runtime reads 1 to 3.
+PROGRAM_FORMAT = 3
+_READ_FORMATS = (1, 2, 3)
 _ALIGNMENT = 64
 # Devices of one run at most (each is a thread of this process).
 MAX_DEVICES = 4096
@@ -97,9 +99,10 @@ class MemoryAnalysis:
 @dataclass
 class KernelImage:
     """One compiled kernel: its spec and code (cubin/PTX on cuda, a host
-    shared object on cpu). `jit` is an in-process fallback launcher for a
-    cpu kernel that could not be linked into a shared object (never
-    saved: such a program cannot be saved)."""
+    shared object on cpu, which may hold other kernels of the program:
+    it has the `<name>_host` entries of `spec.name`). `jit` is an
+    in-process fallback launcher for a cpu kernel that could not be linked
+    into a shared object (never saved: such a program cannot be saved)."""
     spec: KernelSpec
     ptx: str | None = None
     cubin: bytes | None = None
@@ -110,14 +113,15 @@ class KernelImage:
     def code_size(self) -> int:
         return sum(len(x) for x in (self.ptx or "", self.cubin or b"", self.host_library or b""))
 
-    def shared_binary(self) -> tuple[int, int] | None:
-        """Which PTX / cubin this kernel holds (None without either):
-        kernels linked into one binary hold the same objects (`link` gives
-        each image its group's, `load_program` each kernel its file's), so
-        their identities tell the binaries apart without hashing them."""
-        if self.ptx is None and self.cubin is None:
+    def shared_binary(self) -> tuple[int, int, int] | None:
+        """Which PTX / cubin / host shared object this kernel holds (None
+        without any): kernels linked into one binary hold the same objects
+        (`link` gives each image its group's, `load_program` each kernel
+        its file's), so their identities tell the binaries apart without
+        hashing them."""
+        if self.ptx is None and self.cubin is None and self.host_library is None:
             return None
-        return id(self.ptx), id(self.cubin)
+        return id(self.ptx), id(self.cubin), id(self.host_library)
 
 
 def host_memory_bytes() -> int:
@@ -288,7 +292,8 @@ class ProgramExecutable:
     def _launcher_table(self) -> dict:
         if self._launchers is None:
             table = {}
-            modules: dict[tuple[int, int], Any] = {}
+            modules: dict[tuple[int, int, int], Any] = {}
+            libraries: dict[int, Any] = {}
             for kid, image in self.kernels.items():
                 if self.target == "cuda":
                     # Kernels linked into one binary share its loaded module.
@@ -299,10 +304,16 @@ class ProgramExecutable:
                                                      what=f"kernel '{image.spec.name}'")
                     table[kid] = _CudaLauncher(image, modules[binary])
                 elif image.host_library is not None:
-                    # Times one host thread against block ranges on several
-                    # and keeps the faster (a short kernel loses by splitting).
-                    from .host_kernel import HostKernel
-                    table[kid] = HostKernel.from_bytes(image.spec, image.host_library)
+                    # Kernels linked into one shared object share it, loaded
+                    # once. Each times one host thread against block ranges
+                    # on several and keeps the faster (a short kernel loses
+                    # by splitting).
+                    from .host_kernel import HostKernel, load_library
+                    library = libraries.get(id(image.host_library))
+                    if library is None:
+                        library = libraries[id(image.host_library)] = load_library(
+                            image.host_library, f"kernel '{image.spec.name}'")
+                    table[kid] = HostKernel.in_library(image.spec, library)
                 elif image.jit is not None:
                     table[kid] = _JitLauncher(image.jit)
                 else:
@@ -924,6 +935,8 @@ class ProgramExecutable:
                     files[f"binaries/{number}.ptx"] = image.ptx.encode()
                 if image.cubin is not None:
                     files[f"binaries/{number}.cubin"] = image.cubin
+                if image.host_library is not None:
+                    files[f"binaries/{number}.so"] = image.host_library
                 continue
             if image.ptx is not None:
                 files[base + "kernel.ptx"] = image.ptx.encode()
@@ -1142,7 +1155,7 @@ def _program_file(name: str) -> bool:
     parts = name.split("/")
     return name in _PROGRAM_FILES or (
         len(parts) == 3 and parts[0] == "kernels" and parts[2] in _KERNEL_FILES) or (
-        re.fullmatch(r"binaries/\d{1,6}\.(ptx|cubin)", name) is not None)
+        re.fullmatch(r"binaries/\d{1,6}\.(ptx|cubin|so)", name) is not None)
 
 
 def load_program(directory: str | os.PathLike, *, expected_digest: str | None = None,
@@ -1180,13 +1193,16 @@ def load_program(directory: str | os.PathLike, *, expected_digest: str | None = 
             spec = KernelSpec.from_json(data[base + "kernel.json"].decode())
             if kid in binaries:
                 stem = f"binaries/{binaries[kid]}"
-                if stem + ".ptx" not in data and stem + ".cubin" not in data:
+                if not any(stem + suffix in data for suffix in (".ptx", ".cubin", ".so")):
                     raise ArtifactError(f"{directory}: kernel {kid} names {stem}, which "
-                                        "holds no .ptx or .cubin")
+                                        "holds no .ptx, .cubin or .so")
                 if stem + ".ptx" in data and stem not in ptx_texts:
                     ptx_texts[stem] = data[stem + ".ptx"].decode()
+                # The kernels of one binary share its bytes (read once):
+                # the runtime loads it once.
                 kernels[kid] = KernelImage(spec, ptx=ptx_texts.get(stem),
-                                           cubin=data.get(stem + ".cubin"))
+                                           cubin=data.get(stem + ".cubin"),
+                                           host_library=data.get(stem + ".so"))
                 continue
             kernels[kid] = KernelImage(
                 spec, ptx=data[base + "kernel.ptx"].decode() if base + "kernel.ptx" in data

@@ -179,7 +179,7 @@ def test_the_linker_makes_what_the_driver_makes(ctx, tmp_path, kind):
     (tmp_path / "k.o").write_bytes(obj)
     subprocess.run([driver, "-shared", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.o"),
                     "-lm"], check=True, capture_output=True)
-    assert cpu._link(obj, driver) == (tmp_path / "k.so").read_bytes()
+    assert cpu._link([obj], driver) == (tmp_path / "k.so").read_bytes()
 
 
 def test_what_decides_the_libraries_a_kernel_links_with():
