@@ -308,11 +308,16 @@ def _run_with_epilogue(ctx, config: GemmConfig, views: tuple) -> None:
     def epilogue(index) -> None:
         # In row blocks of about _EPILOGUE_BLOCK elements: each op of the
         # epilogue is a pass over the block, which stays in the core's cache
-        # (a pass over the whole panel would go to memory every time).
-        rows = out3[index].reshape(-1, n)
-        c_rows = c[index].reshape(-1, n) if c is not None else None
-        step = max(1, _EPILOGUE_BLOCK // max(n, 1))
-        scratch = np.empty((min(step, len(rows)), n), out3.dtype) \
+        # (a pass over the whole panel would go to memory every time). A
+        # column panel (0, :, lo:hi) is a strided [m, hi - lo] block and
+        # takes its part of the bias row.
+        block = out3[index]
+        width = block.shape[-1]
+        rows = block.reshape(-1, width)
+        c_rows = c[index].reshape(-1, width) if c is not None else None
+        bias_row = row[index[2]] if row is not None and len(index) == 3 else row
+        step = max(1, _EPILOGUE_BLOCK // max(width, 1))
+        scratch = np.empty((min(step, len(rows)), width), out3.dtype) \
             if name is not None and name != "relu" else None
         for lo in range(0, len(rows), step):
             part = rows[lo:lo + step]
@@ -321,8 +326,8 @@ def _run_with_epilogue(ctx, config: GemmConfig, views: tuple) -> None:
             if c_rows is not None:
                 addend = c_rows[lo:lo + step]
                 np.add(part, addend if beta == 1 else addend * beta, out=part)
-            if row is not None:
-                np.add(part, row, out=part)
+            if bias_row is not None:
+                np.add(part, bias_row, out=part)
             if name is not None:
                 apply_activation(part, name,
                                  None if scratch is None else scratch[:len(part)])

@@ -10,13 +10,19 @@ multiply-adds, and its idle threads keep spinning afterwards.
 
 So `blas_matmul` runs BLAS on one thread (restoring the process's setting
 afterwards, so a caller's own numpy is untouched), and splits a product of
-at least HOST_BLAS_SPLIT_MACS multiply-adds into row (or batch) panels:
+at least HOST_BLAS_SPLIT_MACS multiply-adds into batch panels, or row or
+column panels across the longer side of the output (each panel's BLAS
+call packs the other operand again, so that one should be the smaller):
 the calling thread and `helper_threads()` helpers each claim the next
 panel until none is left, so a helper that has no core runs none and
 holds back nobody, and an idle machine still gets every core (numpy
 releases the GIL inside matmul). Only OpenBLAS (numpy's wheels bundle it)
 is controlled; with another BLAS, or none found, products run as numpy
 runs them.
+
+Which kernels OpenBLAS runs is its own choice (or `OPENBLAS_CORETYPE`'s):
+on a CPU with AVX-512, its AVX2 "Haswell" kernels do half the f32
+multiply-adds per cycle of its "SkylakeX" ones.
 """
 from __future__ import annotations
 
@@ -46,9 +52,12 @@ OPENBLAS_ONE_THREAD_MACS = 1 << 18
 # a helper takes to wake.
 HOST_BLAS_SPLIT_MACS = 1 << 24
 # Panels per thread taking part: a thread without a core holds back at
-# most one, and each stays a BLAS-sized product.
-_PANELS_PER_THREAD = 4
-_MIN_PANEL_ROWS = 32
+# most one, and each stays a BLAS-sized product (each panel's call packs
+# one operand again: 8 panels of 2 threads cost 10-20% over one call on
+# AVX2 kernels, up to 2x on AVX-512 ones; 4 panels 3-10%).
+_PANELS_PER_THREAD = 2
+# Rows or columns of the output per panel, at least.
+_MIN_PANEL = 32
 
 _SET_NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
               "openblas_set_num_threads64_", "openblas_set_num_threads")
@@ -192,13 +201,30 @@ def _helper_loop(jobs: queue.SimpleQueue) -> None:
         jobs.get().help()
 
 
+def _panel_side(a: np.ndarray, b: np.ndarray) -> bool | None:
+    """How to split a [1, m, k] x [1, k, n] product: True for row panels,
+    False for column panels, None when the side is too short for two.
+
+    Row panels pack all of b again per panel, column panels all of a:
+    panels across the longer side of the output re-pack the smaller
+    operand (and keep a long side for BLAS's blocking). A transposed b
+    packs slower (measured: its row panels cost up to 1.3x a column split
+    on AVX-512 kernels), so it counts twice."""
+    m, n = a.shape[-2], b.shape[-1]
+    rows = m > n * (2 if b.strides[-2] < b.strides[-1] else 1)
+    if (m if rows else n) < 2 * _MIN_PANEL:
+        return None
+    return rows
+
+
 def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, after=None) -> None:
     """out[...] = a @ b for a [batch, m, k], b [batch, k, n] and out
     [batch, m, n] (numpy arrays that do not overlap `out`), BLAS on one
     thread, split over the helper threads when large. `after(index)` runs
-    on each finished part `out[index]` (the whole, or one panel on the
-    thread that computed it, while the panel is still in its cache): a GEMM
-    epilogue."""
+    on each finished part `out[index]` (the whole, a batch or row panel
+    `(lo:hi,)` / `(0, lo:hi)`, or a column panel `(0, :, lo:hi)`, on the
+    thread that computed it, while the panel is still in its cache): a
+    GEMM epilogue."""
     whole = (slice(None),)
     if a.shape[-2] * a.shape[-1] * b.shape[-1] <= OPENBLAS_ONE_THREAD_MACS or \
             not single_threaded_blas():
@@ -220,16 +246,20 @@ def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, after=None) -> No
                 np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi])
                 if after is not None:
                     after((slice(lo, hi),))
-        elif helpers and batch == 1 and m >= 2 * _MIN_PANEL_ROWS:
-            panels = min(wanted, m // _MIN_PANEL_ROWS)
-            bounds = [m * p // panels for p in range(panels + 1)]
-            wanted = panels
+        elif helpers and batch == 1 and (rows := _panel_side(a, b)) is not None:
+            side = m if rows else n
+            wanted = min(wanted, side // _MIN_PANEL)
+            bounds = [side * p // wanted for p in range(wanted + 1)]
 
             def run_panel(p: int) -> None:
-                lo, hi = bounds[p], bounds[p + 1]
-                np.matmul(a[0, lo:hi], b[0], out=out[0, lo:hi])
+                part = slice(bounds[p], bounds[p + 1])
+                index = (0, part) if rows else (0, slice(None), part)
+                if rows:
+                    np.matmul(a[0, part], b[0], out=out[index])
+                else:
+                    np.matmul(a[0], b[0, :, part], out=out[index])
                 if after is not None:
-                    after((0, slice(lo, hi)))
+                    after(index)
         else:
             np.matmul(a, b, out=out)
             if after is not None:
