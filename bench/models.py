@@ -17,7 +17,10 @@ Per model: the HLO lines of jax's pre-optimization text, then
   param err   the new parameters' largest difference, relative to the
               largest parameter
 
-and the geometric means of the ratios. Sizes: --size small (default; what
+and the geometric means of the ratios, after a line naming the kernels of
+numpy's OpenBLAS (the cpu target's larger products run on it; an
+environment that forces an older family with OPENBLAS_CORETYPE slows them).
+Sizes: --size small (default; what
 the issue's table measured) or --size large (for a GPU machine).
 
     python bench/models.py [--only gpt,convnet] [--repeat 5] [--no-cuda]
@@ -282,6 +285,12 @@ def main() -> None:
                                       "mlp_train_step.hlo")).read(), target="cpu",
                     cache=False)
     names = [n for n in MODELS if not args.only or n in args.only.split(",")]
+    # The cpu target's products run on numpy's BLAS: which kernels it runs
+    # (OPENBLAS_CORETYPE forces a family; an older one halves f32 speed on
+    # AVX-512 hosts) decides its gemm times. XLA:CPU does not use it.
+    from xla_gpu.runtime.host_blas import openblas_core
+    print(f"numpy's BLAS: {'OpenBLAS ' + openblas_core() if openblas_core() else 'not OpenBLAS'}"
+          f" (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})\n")
     print("| model | HLO lines | kernels | compile (s) | XLA:CPU compile (s) | ratio | "
           "run (ms) | XLA:CPU run (ms) | ratio | cuda compile | loss err | param err |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")

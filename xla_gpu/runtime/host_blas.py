@@ -37,7 +37,7 @@ import threading
 import numpy as np
 
 __all__ = ["HOST_BLAS_SPLIT_MACS", "OPENBLAS_ONE_THREAD_MACS", "blas_matmul",
-           "single_threaded_blas", "restore_blas_threads", "openblas_threads",
+           "single_threaded_blas", "restore_blas_threads", "openblas_threads", "openblas_core",
            "helper_threads"]
 
 # OpenBLAS runs a product of at most this many multiply-adds (m * n * k of
@@ -69,21 +69,29 @@ _saved = 0
 
 
 @functools.lru_cache(maxsize=None)
-def openblas_threads():
-    """(set, get) of the OpenBLAS numpy loaded, or None when numpy uses
-    another BLAS or it cannot be found."""
+def _openblas_libraries() -> tuple:
+    """The OpenBLAS libraries numpy loaded (CDLLs), none when numpy uses
+    another BLAS or they cannot be found."""
     import numpy  # noqa: F401  (loads its BLAS)
     try:
         with open("/proc/self/maps") as f:
             maps = f.read()
     except OSError:
-        return None
-    paths = sorted({m for m in re.findall(r"(/\S*openblas\S*\.so\S*)", maps)})
-    for path in paths:
+        return ()
+    libraries = []
+    for path in sorted({m for m in re.findall(r"(/\S*openblas\S*\.so\S*)", maps)}):
         try:
-            lib = ctypes.CDLL(path)
+            libraries.append(ctypes.CDLL(path))
         except OSError:
             continue
+    return tuple(libraries)
+
+
+@functools.lru_cache(maxsize=None)
+def openblas_threads():
+    """(set, get) of the OpenBLAS numpy loaded, or None when numpy uses
+    another BLAS or it cannot be found."""
+    for lib in _openblas_libraries():
         for name in _SET_NAMES:
             setter = getattr(lib, name, None)
             getter = getattr(lib, name.replace("set_", "get_"), None)
@@ -91,6 +99,20 @@ def openblas_threads():
                 setter.argtypes, setter.restype = [ctypes.c_int], None
                 getter.argtypes, getter.restype = [], ctypes.c_int
                 return setter, getter
+    return None
+
+
+def openblas_core() -> str | None:
+    """The kernel family numpy's OpenBLAS runs on this host ("SkylakeX",
+    "Haswell", ...: what OPENBLAS_CORETYPE forces, or its own choice), for
+    benchmarks to print; None without OpenBLAS."""
+    for lib in _openblas_libraries():
+        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
+                     "openblas_get_corename64_", "openblas_get_corename"):
+            getter = getattr(lib, name, None)
+            if getter is not None:
+                getter.argtypes, getter.restype = [], ctypes.c_char_p
+                return (getter() or b"").decode(errors="replace")
     return None
 
 
