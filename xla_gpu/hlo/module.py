@@ -264,10 +264,17 @@ class NameUniquer:
     takes the next free number of its root otherwise."""
 
     def __init__(self, used: Iterable[str] = ()):
-        self.used: set[str] = set()
-        self.next_id: dict[str, int] = {}
-        for name in used:
-            self.reserve(name)
+        # `reserve` of each name, inlined: a module's table is built from all
+        # its instruction names after every pass that links the module.
+        self.used: set[str] = set(used)
+        next_id: dict[str, int] = {}
+        self.next_id = next_id
+        for name in self.used:
+            root, dot, digits = name.rpartition(".")
+            if dot and root and digits.isdigit() and digits.isascii():
+                k = int(digits)
+                if k >= next_id.get(root, 0):
+                    next_id[root] = k + 1
 
     def reserve(self, name: str) -> None:
         self.used.add(name)
@@ -315,6 +322,10 @@ class HloComputation:
         self._unordered = False
         self._control_edges: bool | None = None   # unknown until asked
 
+    # How many leading instructions `_restore_order` may keep as they are
+    # without looking (see `_keep_order_before`); any other change resets it.
+    _valid_prefix = 0
+
     def __repr__(self) -> str:
         return f"HloComputation({self.name!r}, {len(self._instructions)} instructions)"
 
@@ -344,6 +355,7 @@ class HloComputation:
     def instructions(self, value: list[HloInstruction]) -> None:
         self._instructions = value
         self._unordered = True
+        self._valid_prefix = 0
         self._control_edges = None
 
     @property
@@ -393,12 +405,24 @@ class HloComputation:
 
     def _mark_unordered(self) -> None:
         self._unordered = True
+        self._valid_prefix = 0
+
+    def _keep_order_before(self, count: int) -> None:
+        """Tells the next `_restore_order` (of a computation marked
+        unordered) that the first `count` instructions of the current list
+        are in order and read nothing after them: a rewrite that changed
+        only what comes later says so, and the sort starts there (its result
+        is the same: such instructions are placed as they come). Any other
+        change before the sort (a mark, a removal) drops this."""
+        if self._unordered:
+            self._valid_prefix = count
 
     def _restore_order(self) -> None:
         """Stable topological sort: each instruction after its operands and
         control predecessors, the current order kept where it is valid."""
         insts = self._instructions
         self._unordered = False
+        start, self._valid_prefix = self._valid_prefix, 0
         control = self.has_control_edges()
         # The passes mark a computation after every rewrite, but most of it
         # is still in order (a fusion pass moves a handful of instructions
@@ -409,8 +433,8 @@ class HloComputation:
         # runs over what is not placed yet (the walk skips what is done).
         # Without control edges the dependencies are the operands (one
         # outside the computation is never placed: the walk drops it).
-        placed: set[int] = set()
-        order: list[HloInstruction] = []
+        placed: set[int] = set(map(id, insts[:start]))
+        order: list[HloInstruction] = insts[:start]
         deps = self._order_deps() if control else None
         ready_deps = deps if control else attrgetter("operands")
 
@@ -420,7 +444,7 @@ class HloComputation:
         def refuse_cycle(inst: HloInstruction) -> None:
             raise inst.error("cycle in the instruction graph")
 
-        for inst in insts:
+        for inst in insts[start:] if start else insts:
             if id(inst) in placed:
                 continue
             if placed.issuperset(map(id, ready_deps(inst))):
@@ -492,6 +516,7 @@ class HloComputation:
         self._instructions.append(inst)
         if inst.attrs.get(CONTROL_PREDECESSORS):
             self._unordered = True
+            self._valid_prefix = 0
             self._control_edges = True
         return inst
 
@@ -517,6 +542,7 @@ class HloComputation:
         doomed = list(doomed)
         if not doomed:
             return
+        self._valid_prefix = 0
         ids = {id(i) for i in doomed}
         for inst in doomed:
             if inst.parent is not self:
@@ -569,12 +595,33 @@ class HloComputation:
         """Removes every instruction that the root does not need and that
         `keep(inst)` does not protect (parameters are always kept).
         Returns how many were removed."""
+        if self._all_used():
+            return 0
         starts = [self.root] if self.root is not None else []
         starts += [i for i in self._instructions if i.opcode == "parameter" or keep(i)]
         live = {id(i) for i in reachable(starts, attrgetter("operands"))}
         dead = [i for i in self._instructions if id(i) not in live]
         self.remove_instructions(dead)
         return len(dead)
+
+    def _all_used(self) -> bool:
+        """Whether every instruction but the root has a user here: then
+        each one's chain of users ends at the root (the graph is acyclic),
+        so nothing is dead, and the walk from the root can be skipped (DCE
+        runs over every fusion body, nearly all of them without dead code)."""
+        root = self.root
+        if root is None:
+            return False
+        for inst in self._instructions:
+            users = inst.users
+            if not users:
+                if inst is not root:
+                    return False
+                continue
+            for user in users:
+                if user.parent is not self:
+                    return False
+        return True
 
     def rename(self, inst: HloInstruction, new_name: str) -> None:
         """Renames `inst`, updating the control predecessors that name it."""

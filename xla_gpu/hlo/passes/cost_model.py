@@ -27,7 +27,7 @@ from ..module import HloComputation, HloInstruction
 from .util import byte_size
 
 __all__ = ["HBM_BANDWIDTH", "PEAK_FLOPS", "LAUNCH_OVERHEAD", "NodeCost",
-           "node_cost", "fused_cost", "kernel_time", "is_kernel"]
+           "node_cost", "fused_cost", "fused_time", "kernel_time", "is_kernel"]
 
 HBM_BANDWIDTH = 4.8e12      # bytes/s (H200)
 PEAK_FLOPS = 6.0e13         # f32 non-tensor-core flop/s
@@ -90,6 +90,14 @@ def _op_flops(inst: HloInstruction) -> float:
     return 1.0
 
 
+# _op_flops by opcode (1.0 for the others).
+_OP_FLOPS = {**{op: 0.0 for op in _FREE}, **{op: 8.0 for op in _TRANSCENDENTAL},
+             **{op: 4.0 for op in _EXPENSIVE}, **{op: 2.0 for op in _DOUBLE_WIDTH}}
+# The ops `_evaluations` counts with rules of their own.
+_COUNTED_APART = frozenset({"reduce", "reduce-window", "dot", "concatenate", "dynamic-slice",
+                            "gather", "dynamic-update-slice", "scatter", "pad", "tuple"})
+
+
 @dataclass
 class NodeCost:
     """One kernel: flops, bytes written, and per operand the bytes it reads
@@ -117,12 +125,32 @@ def _evaluations(roots: list[HloInstruction], order: list[HloInstruction],
     """How many times each instruction is evaluated when the roots are
     computed once per output element, and the total flops."""
     count: dict[int, float] = {id(r): float(_elements(r)) for r in roots}
+    get = count.get
     flops = 0.0
     for inst in reversed(order):
-        e = count.get(id(inst), 0.0)
+        e = get(id(inst), 0.0)
         if e == 0.0:
             continue
         op = inst.opcode
+        if op not in _COUNTED_APART:
+            # The common case (elementwise ops, broadcasts, bitcasts...):
+            # what the branches below end with, without their tests.
+            flops += e * _OP_FLOPS.get(op, 1.0)
+            operands = inst.operands
+            if op in ELEMENTWISE_OPCODES:
+                dims = inst.shape.dims
+                for o in (dict.fromkeys(operands) if len(operands) > 1 else operands):
+                    key = id(o)
+                    if o.shape.dims == dims:
+                        c = get(key, 0.0)
+                        count[key] = e if e > c else c
+                    else:
+                        count[key] = get(key, 0.0) + e
+            else:
+                for o in (dict.fromkeys(operands) if len(operands) > 1 else operands):
+                    key = id(o)
+                    count[key] = get(key, 0.0) + e
+            continue
         out = max(1, _elements(inst))
         if op == "reduce":
             n = len(inst.operands) // 2
@@ -237,6 +265,29 @@ def node_cost(inst: HloInstruction, reducer_cache: dict | None = None) -> NodeCo
         inside = o.opcode == "constant" and n == 1
         read.append(0.0 if inside else byte_size(o.shape) * min(1.0, u))
     return NodeCost(flops, written, read, util)
+
+
+def fused_time(producer: HloInstruction, producer_cost: NodeCost,
+               consumer: HloInstruction, consumer_cost: NodeCost) -> float:
+    """`fused_cost(...).time` without building the NodeCost (the priority
+    fusion pass asks this for every candidate pair): the same sums in the
+    same order, so the same float."""
+    index = next(k for k, o in enumerate(consumer.operands) if o is producer)
+    u = consumer_cost.utilization[index]
+    flops = consumer_cost.flops + u * producer_cost.flops
+    reads: dict[int, float] = {}
+    operand_bytes = consumer_cost.operand_bytes
+    for k, o in enumerate(consumer.operands):
+        if k != index:
+            reads[id(o)] = operand_bytes[k]
+    utilization = producer_cost.utilization
+    for k, o in enumerate(producer.operands):
+        if o.opcode == "constant" and prod(o.shape.dims) <= 1:
+            continue
+        b = byte_size(o.shape) * min(1.0, u * utilization[k])
+        key = id(o)
+        reads[key] = max(reads.get(key, 0.0), b)
+    return kernel_time(sum(list(reads.values())) + consumer_cost.bytes_written, flops)
 
 
 def fused_cost(producer: HloInstruction, producer_cost: NodeCost,

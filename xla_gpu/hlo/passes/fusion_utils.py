@@ -14,7 +14,6 @@ whose users read it through `get-tuple-element`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from math import prod
 from typing import Callable
 
@@ -23,6 +22,8 @@ from ...analysis.reduction import heroes_read_elsewhere, reduction_shared_bytes
 from ...analysis.shared_memory import static_shared_budget
 from ...analysis.transpose import transpose_shared_bytes
 from ..fusions import ELEMENTWISE_OPCODES
+from ..graph import post_order
+from ..opcodes import ELEMENTWISE
 from ..in_place import in_place_outputs
 from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
                       HloModule)
@@ -32,7 +33,7 @@ from .util import is_effective_scalar
 __all__ = ["FUSIBLE_OPCODES", "create_fusion", "fuse_producer", "absorb_consumer",
            "merge_fusions", "build_merged_body",
            "fusion_roots", "body_acceptable", "BodyInfo", "is_fusible",
-           "fusion_kind_for", "hero_names"]
+           "fusion_kind_for", "hero_names", "release_trial"]
 
 # Ops the fusion emitters compute (elementally or as heroes).
 FUSIBLE_OPCODES = ELEMENTWISE_OPCODES | frozenset({
@@ -111,6 +112,11 @@ def body_acceptable(body: HloComputation) -> BodyInfo:
 
     (Multi-output fusion adds XLA's shape rules for several roots.)"""
     root = body.root
+    if _plain_loop_body(body):
+        # No hero of another emitter and nothing any emitter would refuse:
+        # the analysis below would choose the loop emitter with the root as
+        # its hero. Most bodies the fusion passes ask about are these.
+        return BodyInfo("loop", [root], True)
     if root.opcode == "tuple" and any(r.shape.is_tuple for r in root.operands):
         return BodyInfo("loop", [], False, "nested tuple outputs")
     if root.opcode != "tuple" and root.shape.is_tuple and not gives_several_outputs(root):
@@ -141,6 +147,28 @@ def body_acceptable(body: HloComputation) -> BodyInfo:
             _check_shared_memory(info, "transpose", transpose_shared_bytes(choice.roots,
                                                                            choice.heroes))
     return info
+
+
+# Ops whose bodies the loop emitter takes whatever their mix: elementwise
+# ops (not `map`, which calls a computation), bitcasts, broadcasts,
+# reshapes, and the parameters and constants they read. None is a hero
+# (reduce, transpose, concatenate, scatter, dot), a slice, or an in-place
+# update.
+_PLAIN_LOOP_OPCODES = ELEMENTWISE | frozenset({"bitcast", "broadcast", "reshape",
+                                                "parameter", "constant"})
+
+
+def _plain_loop_body(body: HloComputation) -> bool:
+    """Whether `body` has one array output computed by `_PLAIN_LOOP_OPCODES`
+    alone."""
+    root = body.root
+    if root is None or root.shape.is_tuple or root.opcode in ("parameter", "constant"):
+        return False
+    plain = _PLAIN_LOOP_OPCODES
+    for inst in body._instructions:
+        if inst.opcode not in plain:
+            return False
+    return True
 
 
 # A reduce that is not a hero is evaluated elementally where it is read: a
@@ -253,15 +281,23 @@ def _inline_into(body: HloComputation, source: HloInstruction,
     # add_instruction's checks and naming (the fusion passes build tens of
     # thousands of trial instructions).
     if body.module is None:
-        add = partial(_append_to_trial, body)
-    else:
-        add = body.add_instruction
+        if source.opcode != "fusion":
+            return _trial_clone(body, source, list(values))
+        inner = source.attrs["calls"]
+        local: dict[int, HloInstruction] = {}
+        for inst in inner.instructions:
+            if inst.opcode == "parameter":
+                local[id(inst)] = values[inst.parameter_number]
+            else:
+                local[id(inst)] = _trial_clone(body, inst, [local[id(o)] for o in inst.operands])
+        return local[id(inner.root)]
+    add = body.add_instruction
     if source.opcode != "fusion":
         clone = source.clone_with(values)
         clone.attrs.pop(CONTROL_PREDECESSORS, None)
         return add(clone)
     inner = source.attrs["calls"]
-    local: dict[int, HloInstruction] = {}
+    local = {}
     for inst in inner.instructions:
         if inst.opcode == "parameter":
             local[id(inst)] = values[inst.parameter_number]
@@ -272,20 +308,43 @@ def _inline_into(body: HloComputation, source: HloInstruction,
     return local[id(inner.root)]
 
 
-def _append_to_trial(body: HloComputation, inst: HloInstruction) -> HloInstruction:
-    """What `body.add_instruction(inst, keep_name=True)` does for a trial
-    body and a detached clone without control predecessors whose operands
-    are in `body`: `inst` becomes a user of each of its distinct operands,
-    in operand order, and the last instruction."""
-    inst.parent = body
-    inst.users = []
-    linked: set[int] = set()
-    for op in inst.operands:
-        if id(op) not in linked:
-            linked.add(id(op))
-            op.users.append(inst)
+def _trial_clone(body: HloComputation, source: HloInstruction,
+                 operands: list[HloInstruction]) -> HloInstruction:
+    """`_append_to_trial(body, source.clone_with(operands))` without
+    control predecessors, built without the dataclass constructor (the
+    trial bodies are most of the instructions the fusion passes create)."""
+    attrs = dict(source.attrs)
+    attrs.pop(CONTROL_PREDECESSORS, None)
+    inst = object.__new__(HloInstruction)
+    inst.__dict__.update(name=source.name, opcode=source.opcode, shape=source.shape,
+                         operands=operands, attrs=attrs, literal=source.literal,
+                         parameter_number=source.parameter_number,
+                         location=source.location, users=[], parent=body)
+    if len(operands) == 1:
+        operands[0].users.append(inst)
+    else:
+        linked: set[int] = set()
+        for op in operands:
+            if id(op) not in linked:
+                linked.add(id(op))
+                op.users.append(inst)
     body._instructions.append(inst)
     return inst
+
+
+def release_trial(body: HloComputation) -> None:
+    """Unlinks a trial body once analysed: its instructions point at each
+    other (operands, users, parent), so without this each trial would stay
+    in memory until the cyclic garbage collector found it, and the fusion
+    passes build thousands (whose collection rescans the whole module each
+    time). What the analysis returned (a BodyInfo's heroes) stays readable
+    as detached instructions."""
+    for inst in body._instructions:
+        inst.operands = []
+        inst.users = []
+        inst.parent = None
+    body._instructions = []
+    body.root = None
 
 
 def _operand_values(fusion: HloInstruction, operands: list[HloInstruction]) -> list[HloInstruction]:
@@ -334,12 +393,45 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> None:
     removes it when it has none)."""
     index = next(k for k, o in enumerate(fusion.operands) if o is producer)
     body = fusion.attrs["calls"]
+    was_ordered = not body._unordered and not body.has_control_edges()
+    start = len(body._instructions)
     values = _operand_values(fusion, list(producer.operands))
     result = _inline_into(body, producer, values)
+    added = body._instructions[start:]
     param = body.parameter(index)
     param.replace_all_uses_with(result)
     _remove_fusion_operand(fusion, index)
     fusion.parent._mark_unordered()
+    if was_ordered:
+        _order_fused_producer(body, added, result)
+
+
+def _order_fused_producer(body: HloComputation, added: list[HloInstruction],
+                          result: HloInstruction) -> None:
+    """Puts `body` (in order before `fuse_producer` appended `added`, the
+    producer's instructions ending at `result`, and made the removed
+    parameter's readers read `result`) in the order its sort
+    (`_restore_order`) would give, without the sort's walk over every
+    instruction: what precedes the first reader stays, the sort's
+    depth-first walk from that reader places what it needs, and everything
+    after is then placed as it comes (its operands are all placed by then).
+    Left to the sort when the case is not that one."""
+    insts = body._instructions
+    added_ids = {id(a) for a in added}
+    if id(result) not in added_ids:
+        return
+    positions = [insts.index(u) for u in result.users if id(u) not in added_ids]
+    if not positions:
+        return
+    k = min(positions)
+    placed = set(map(id, insts[:k]))
+    members = set(map(id, insts))
+    walked = post_order([insts[k]], lambda i: [d for d in i.operands
+                                               if id(d) in members and id(d) not in placed])
+    placed.update(map(id, walked))
+    body._instructions = insts[:k] + walked + [i for i in insts[k + 1:] if id(i) not in placed]
+    body._unordered = False
+    body._valid_prefix = 0
 
 
 def absorb_consumer(fusion: HloInstruction, consumer: HloInstruction) -> HloInstruction:

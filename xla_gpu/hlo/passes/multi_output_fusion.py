@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
 from .fusion_utils import (body_acceptable, build_merged_body, create_fusion,
-                           fusion_kind_for, fusion_roots, is_fusible, merge_fusions)
+                           fusion_kind_for, fusion_roots, is_fusible, merge_fusions,
+                           release_trial)
 from .priority_fusion import FusionPass
 from .util import byte_size, is_effective_scalar
 
@@ -114,6 +115,14 @@ def _trial(first: HloInstruction, second: HloInstruction) -> HloComputation:
     return body
 
 
+def _merge_acceptable(first: HloInstruction, second: HloInstruction) -> bool:
+    """`_shapes_compatible` of the trial merged body (released after)."""
+    body = _trial(first, second)
+    ok = _shapes_compatible(body)
+    release_trial(body)
+    return ok
+
+
 def _shapes_compatible(body: HloComputation) -> bool:
     """The emitter takes the merged body (`body_acceptable`) and its roots
     share one loop shape (XLA's ShapesCompatibleForMultiOutputFusion): the
@@ -151,6 +160,10 @@ class MultiOutputFusion(FusionPass):
         # reachability of its instructions.
         self._scanned: list[HloInstruction] = []
         self._reach = ReachabilityMap([])
+        # Per shared operand, its users (in order) when a round last found
+        # every pair of the mergeable ones refused: the same users again
+        # mean the same pairs, all still refused.
+        self._siblings_refused: dict[int, tuple[HloInstruction, list[HloInstruction]]] = {}
         changed = False
         while self._one_merge(comp):
             changed = True
@@ -164,12 +177,21 @@ class MultiOutputFusion(FusionPass):
             operands + outputs <= self.max_operands
 
     def _merge(self, first: HloInstruction, second: HloInstruction) -> None:
+        comp = first.parent
+        # The round sorted the computation and nothing changed since: the
+        # merge rewrites the two, what reads them (after them) and removes
+        # them, and appends the rest, so the instructions before both stay
+        # in order for the next round's sort.
+        insts = comp._instructions
+        unchanged = min(insts.index(first), insts.index(second)) \
+            if not comp._unordered else 0
         if first.opcode != "fusion":
             first = create_fusion(first)
         if second.opcode != "fusion":
             second = create_fusion(second)
         fusion = merge_fusions(first, second)
         fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
+        comp._keep_order_before(unchanged)
 
     def _one_merge(self, comp: HloComputation) -> bool:
         """Finds and performs one merge (producer-consumer first, then
@@ -214,7 +236,7 @@ class MultiOutputFusion(FusionPass):
                     continue
                 if any(reach.depends(o, producer) for o in consumer.operands
                        if o is not producer) or not self._fits(producer, consumer) or \
-                        not _shapes_compatible(_trial(producer, consumer)):
+                        not _merge_acceptable(producer, consumer):
                     self._refused[key] = (producer, consumer)
                     continue
                 self._merge(producer, consumer)
@@ -225,18 +247,28 @@ class MultiOutputFusion(FusionPass):
                 continue
             if shared.opcode == "constant" or byte_size(shared.shape) < 64:
                 continue
-            users = [u for u in dict.fromkeys(shared.users) if mergeable(u)]
+            readers = shared.users
+            seen = self._siblings_refused.get(id(shared))
+            if seen is not None and seen[0] is shared and len(seen[1]) == len(readers) and \
+                    all(x is y for x, y in zip(seen[1], readers)):
+                continue
+            users = [u for u in dict.fromkeys(readers) if mergeable(u)]
             for i, a in enumerate(users):
                 for b in users[i + 1:]:
                     key = (id(a), id(b))
                     if key in self._refused:
                         continue
                     if reach.depends(a, b) or reach.depends(b, a) or \
-                            not self._fits(a, b) or not _shapes_compatible(_trial(a, b)):
+                            not self._fits(a, b) or not _merge_acceptable(a, b):
                         self._refused[key] = (a, b)
                         continue
                     self._merge(a, b)
                     return True
+            # Whether an array-shaped instruction is mergeable does not
+            # change while it exists (a tuple-shaped fusion's depends on its
+            # readers), so these readers give the same, refused, pairs.
+            if not any(u.shape.is_tuple for u in readers):
+                self._siblings_refused[id(shared)] = (shared, list(readers))
         return False
 
 

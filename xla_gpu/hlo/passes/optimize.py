@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 from ..module import HloModule
@@ -137,6 +138,17 @@ def optimize(module: HloModule, dump_dir: str | os.PathLike | None = None,
     if context is None:
         context = PassContext()
     context.dump, context.verify = dump, verify
-    optimization_pipeline(gemm_fusion_max_multiply_adds, gemm_epilogues).run(result, context)
+    # The cyclic garbage collector is paused while the pipeline runs: each
+    # of its full collections walks every instruction of the module (their
+    # operand and user lists point at each other), and the passes allocate
+    # enough to trigger several. The fusion passes unlink their trial bodies
+    # themselves, so little cyclic garbage is left for after.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        optimization_pipeline(gemm_fusion_max_multiply_adds, gemm_epilogues).run(result, context)
+    finally:
+        if collecting:
+            gc.enable()
     dump.write("after_optimizations.txt", result)
     return result

@@ -26,10 +26,11 @@ from __future__ import annotations
 import heapq
 
 from ..module import HloComputation, HloInstruction
-from .cost_model import NodeCost, fused_cost, node_cost
+from ..opcodes import ELEMENTWISE
+from .cost_model import NodeCost, fused_time, node_cost
 from .fusion_utils import (BodyInfo, _inline_into, absorb_consumer,
                            body_acceptable, create_fusion, fuse_producer,
-                           fusion_kind_for, is_fusible)
+                           fusion_kind_for, is_fusible, release_trial)
 from .pipeline import ComputationPass
 from .util import is_effective_scalar
 
@@ -41,10 +42,21 @@ MAX_OPERANDS_AND_OUTPUTS = 96
 _LOOPLIKE = ("loop", "concatenate", "input_slices")
 
 
+# Lone instructions the loop emitter takes, whatever their operands: no
+# hero of another emitter (reduce, transpose, concatenate, scatter, dot,
+# slices, in-place update) and nothing it could refuse. Most instructions a
+# fusion pass sees are these; the answer needs no trial body.
+_LONE_LOOP_OPCODES = ELEMENTWISE | frozenset({"bitcast", "broadcast", "reshape"})
+
+
 def single_instruction_info(inst: HloInstruction) -> BodyInfo:
     """The emitter a lone instruction would get as its own fusion."""
+    if inst.opcode in _LONE_LOOP_OPCODES and not inst.shape.is_tuple:
+        return BodyInfo("loop", [inst], True)
     scratch = _scratch_body(inst, None)
-    return body_acceptable(scratch)
+    info = body_acceptable(scratch)
+    release_trial(scratch)
+    return info
 
 
 def _scratch_body(consumer: HloInstruction, producer: HloInstruction | None) -> HloComputation:
@@ -108,6 +120,9 @@ class _PriorityFusionRun:
         # consumer), the legality and fused time computed at those versions.
         self.node_version: dict[int, int] = {}
         self.pairs: dict[tuple[int, int], tuple] = {}
+        # Per (producer, consumer), the trial body's BodyInfo and what it
+        # was built from (see `_fused_info`).
+        self.trials: dict[tuple[int, int], tuple] = {}
 
     # -- caches ---------------------------------------------------------
     def cost(self, inst: HloInstruction) -> NodeCost:
@@ -148,8 +163,8 @@ class _PriorityFusionRun:
         if hit is not None and hit[0] == vp and hit[1] == vc:
             return hit[2], hit[3]
         ok = self.can_fuse(producer, consumer)
-        time = fused_cost(producer, self.cost(producer), consumer,
-                          self.cost(consumer)).time if ok else 0.0
+        time = fused_time(producer, self.cost(producer), consumer,
+                          self.cost(consumer)) if ok else 0.0
         self.pairs[key] = (vp, vc, ok, time)
         return ok, time
 
@@ -196,14 +211,45 @@ class _PriorityFusionRun:
             # Reduction epilogue fusion: only into the single user.
             if len(producer.users) != 1:
                 return False
-        trial = body_acceptable(_scratch_body(consumer, producer))
+        scratch = _scratch_body(consumer, producer)
+        trial = body_acceptable(scratch)
+        release_trial(scratch)
         if not trial.ok:
             return False
         if p_info.kind == "reduction" and trial.kind != "reduction":
             return False
         if c_info.kind not in _LOOPLIKE and trial.kind != c_info.kind:
             return False  # the consumer's emitter must stay (in-place DUS...)
+        self.trials[(id(producer), id(consumer))] = (
+            producer, consumer, self.node_version.get(id(producer), 0),
+            self.node_version.get(id(consumer), 0), list(producer.operands),
+            list(consumer.operands), trial)
         return True
+
+    def _fused_info(self, producer: HloInstruction, consumer: HloInstruction) -> BodyInfo | None:
+        """The BodyInfo of the trial body `can_fuse` built for fusing
+        `producer` into `consumer` as they are now, None when there is none.
+        The fusion about to be built is the trial's graph (instructions in
+        another order, other parameter numbers and names, which the emitter
+        choice does not read) when both are unchanged since (same versions,
+        same operands) and no operand is a scalar constant (the trial
+        clones those in; a fusion keeps one it writes in place as a
+        parameter): its BodyInfo is the trial's, without analysing the
+        body again."""
+        entry = self.trials.pop((id(producer), id(consumer)), None)
+        if entry is None:
+            return None
+        p, c, vp, vc, p_operands, c_operands, trial = entry
+        if p is not producer or c is not consumer or \
+                vp != self.node_version.get(id(producer), 0) or \
+                vc != self.node_version.get(id(consumer), 0):
+            return None
+        for now, then in ((producer.operands, p_operands), (consumer.operands, c_operands)):
+            if len(now) != len(then) or any(a is not b for a, b in zip(now, then)):
+                return None
+            if any(o.opcode == "constant" and is_effective_scalar(o.shape) for o in now):
+                return None
+        return trial
 
     @staticmethod
     def _has_reduce(inst: HloInstruction) -> bool:
@@ -277,6 +323,7 @@ class _PriorityFusionRun:
         touched: list[HloInstruction] = []
         for consumer in consumers:
             position = self.order.get(id(consumer), 0)
+            known = self._fused_info(producer, consumer)
             if consumer.opcode != "fusion":
                 self.forget(consumer)
                 self.version[id(consumer)] = self.version.get(id(consumer), 0) + 1
@@ -284,6 +331,8 @@ class _PriorityFusionRun:
             fuse_producer(consumer, producer)
             self.forget(consumer)
             self.order[id(consumer)] = position
+            if known is not None:
+                self.infos[id(consumer)] = known
             info = self.info(consumer)
             consumer.attrs["kind"] = fusion_kind_for(info)
             touched.append(consumer)
@@ -303,12 +352,15 @@ class _PriorityFusionRun:
         """Fuses a large producer fusion into its only consumer by cloning
         the consumer into the producer's body (see absorb_consumer)."""
         position = self.order.get(id(consumer), 0)
+        known = self._fused_info(producer, consumer)
         self.version[id(consumer)] = self.version.get(id(consumer), 0) + 1
         self.alive.pop(id(consumer), None)
         self.forget(consumer)
         fusion = absorb_consumer(producer, consumer)
         self.forget(fusion)
         self.order[id(fusion)] = position
+        if known is not None:
+            self.infos[id(fusion)] = known
         fusion.attrs["kind"] = fusion_kind_for(self.info(fusion))
         for inst in dict.fromkeys([fusion, *fusion.operands]):
             if inst.parent is self.comp:
