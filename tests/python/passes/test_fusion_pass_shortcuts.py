@@ -208,3 +208,38 @@ def test_optimize_pauses_and_restores_the_collector(monkeypatch):
         assert not gc.isenabled()   # a caller's own setting is kept
     finally:
         gc.enable()
+
+
+def test_overlapping_pipelines_leave_the_garbage_collector_on():
+    """Two pipelines on two threads, the second starting before the first
+    ends and ending after it: the collector stays paused while either runs
+    (a per-call save and restore turns it back on under the second) and is
+    on again after both."""
+    import gc
+    import threading
+
+    from xla_gpu.hlo.passes.optimize import cyclic_gc_paused
+    assert gc.isenabled()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with cyclic_gc_paused():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with cyclic_gc_paused():
+            second_in.set()
+            first_out.wait(10)
+            seen["while_second_runs"] = gc.isenabled()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {"while_second_runs": False}
+    assert gc.isenabled()

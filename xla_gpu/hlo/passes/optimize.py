@@ -30,8 +30,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import threading
 
 from ..module import HloModule
 from .algebraic_simplifier import AlgebraicSimplifier
@@ -138,17 +140,37 @@ def optimize(module: HloModule, dump_dir: str | os.PathLike | None = None,
     if context is None:
         context = PassContext()
     context.dump, context.verify = dump, verify
-    # The cyclic garbage collector is paused while the pipeline runs: each
-    # of its full collections walks every instruction of the module (their
-    # operand and user lists point at each other), and the passes allocate
-    # enough to trigger several. The fusion passes unlink their trial bodies
-    # themselves, so little cyclic garbage is left for after.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with cyclic_gc_paused():
         optimization_pipeline(gemm_fusion_max_multiply_adds, gemm_epilogues).run(result, context)
-    finally:
-        if collecting:
-            gc.enable()
     dump.write("after_optimizations.txt", result)
     return result
+
+
+_gc_lock = threading.Lock()
+_gc_pauses = 0             # pipelines running now, on any thread
+_gc_was_enabled = False    # the setting the first of them found
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused():
+    """Pauses Python's cyclic garbage collector while the pipeline runs:
+    each of its full collections walks every instruction of the module
+    (their operand and user lists point at each other), and the passes
+    allocate enough to trigger several (a quarter to a third of the
+    passes' time on a training step). The fusion passes unlink their trial
+    bodies themselves, so little cyclic garbage is left for after. Counted
+    across threads (the PJRT plugin compiles on several): the last
+    pipeline to finish restores the setting the first one found."""
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
