@@ -42,10 +42,18 @@ size divides a warp, one block walks a K0 index's [R, K1] slab linearly;
 the partials meet in a `shared_rows` x K1 tile and a shuffle over
 `shared_rows` lanes finishes each column.
 
+Host variants (the cpu target's grid emulation, `_for_host`): a thread per
+kept column (`ThreadPerColumnReductionEmitter`: SIMD across columns, a
+concatenate along them read per operand, one operand per block) and a
+thread per short row (`ThreadPerRowReductionEmitter`), with no shared tile
+and no shuffle, from HOST_SMALL_MIN_ELEMENTS input elements on.
+
 Every variant writes its results with `xla_gpu.predicated_insert`.
 """
 
 from __future__ import annotations
+
+from math import gcd
 
 from mlir import ir
 from mlir.dialects import arith, func, scf, tensor, vector
@@ -68,7 +76,7 @@ from .base import WARP_SIZE, KernelEmitter, LaunchDims
 
 __all__ = ["ReductionEmitter", "RowReductionEmitter", "MultiRowReductionEmitter",
            "ColumnReductionEmitter", "SmallColumnReductionEmitter",
-           "ThreadPerColumnReductionEmitter", "reduction_emitter"]
+           "ThreadPerColumnReductionEmitter", "ThreadPerRowReductionEmitter", "reduction_emitter"]
 
 # vector.extract / vector.insert at a position given by a value.
 _DYNAMIC = ir.ShapedType.get_dynamic_size()
@@ -110,7 +118,8 @@ def reduction_emitter(fusion) -> "ReductionEmitter":
     """The variant XLA would run (CreateReductionFusion): for kept dimensions
     below the reduced ones, the small-column emitter when the kept minor
     size divides a warp, the column emitter otherwise; for rows, multi-row
-    when a power-of-two row fits a warp's vector loads, row otherwise."""
+    when a power-of-two row fits a warp's vector loads, row otherwise; on
+    the host, a thread per column or per short row (`_for_host`)."""
     layout = checked_layout(fusion.roots, fusion.heroes)
     if not layout.is_row:
         if _thread_per_column(fusion, layout):
@@ -118,6 +127,8 @@ def reduction_emitter(fusion) -> "ReductionEmitter":
         if WARP_SIZE % layout.K1 == 0:
             return SmallColumnReductionEmitter(fusion, layout)
         return ColumnReductionEmitter(fusion, layout)
+    if _thread_per_row(fusion, layout):
+        return ThreadPerRowReductionEmitter(fusion, layout)
     if layout.R0 == 1 and _multi_row_vector(fusion, layout) is not None:
         return MultiRowReductionEmitter(fusion, layout)
     return RowReductionEmitter(fusion, layout)
@@ -125,21 +136,26 @@ def reduction_emitter(fusion) -> "ReductionEmitter":
 
 _THREADS_PER_BLOCK_TARGET = THREADS_PER_BLOCK_TARGET
 # Reductions of at least this many input elements are configured for the
-# host when the cpu target emulates the grid (below, the GPU configurations
-# run there too: they are what the cpu target's tests check on small
-# shapes).
-HOST_MIN_ELEMENTS = 1 << 16
+# host when the cpu target emulates the grid: column reductions take a
+# thread per column, rows of at most HOST_SHORT_ROW elements a thread per
+# row: an attention softmax's maxima over 1024 rows of 32 ran 2-4x faster
+# so than in the multi-row layout's emulated shuffles, an LSTM step's
+# 16x512 column sums 2x faster than through the emulated shared tile.
+# Below, the GPU configurations run there too: they are what the cpu
+# target's emitter tests check on small shapes.
+HOST_SMALL_MIN_ELEMENTS = 1 << 11
+HOST_SHORT_ROW = 128
 # Column reductions take a thread per column when the kept rows are at
 # least a SIMD register of f32 wide.
 HOST_COLUMN_MIN_K1 = 8
-# Row reductions on the host: each thread reduces at least this many
-# elements of its row, one per load; from this many elements in all (the
-# same emitter as on the GPU, with other thread counts and no vectors).
+# Longer row reductions on the host: each thread reduces at least this
+# many elements of its row, one per load; from this many elements in all
+# (the same emitter as on the GPU, with other thread counts and no vectors).
 HOST_ROW_ELEMENTS_PER_THREAD = 128
 HOST_ROW_MIN_ELEMENTS = 1 << 12
 
 
-def _for_host(fusion, layout: ReductionLayout, min_elements: int = HOST_MIN_ELEMENTS) -> bool:
+def _for_host(fusion, layout: ReductionLayout, min_elements: int) -> bool:
     """Whether to configure a reduction for the host's SIMD lanes rather
     than for a GPU. The grid emulation runs a block's threads as SIMD
     lanes: what is cheap on a GPU (a shared tile read transposed, warp
@@ -155,7 +171,18 @@ def _thread_per_column(fusion, layout: ReductionLayout) -> bool:
     """A column reduction on the host: a thread per kept element reads
     each row with contiguous vector loads and needs no exchange (on a GPU
     the 32x32 shared tile makes the loads coalesced and the threads many)."""
-    return _for_host(fusion, layout) and layout.K1 >= HOST_COLUMN_MIN_K1
+    return _for_host(fusion, layout, HOST_SMALL_MIN_ELEMENTS) and \
+        layout.K1 >= HOST_COLUMN_MIN_K1
+
+
+def _thread_per_row(fusion, layout: ReductionLayout) -> bool:
+    """Short rows on the host: a thread per row walks it in order, the
+    thread loop runs over many rows (SIMD lanes: one row each), and no
+    shuffle is emulated (the multi-row layout spends more on its emulated
+    shuffles and masked lanes than on the loads)."""
+    return _for_host(fusion, layout, HOST_SMALL_MIN_ELEMENTS) and layout.R0 == 1 and \
+        layout.R <= HOST_SHORT_ROW and \
+        layout.K >= ThreadPerColumnReductionEmitter.MIN_EXACT_THREADS
 
 
 def _input_bits(fusion) -> int | None:
@@ -438,8 +465,8 @@ class ReductionEmitter(KernelEmitter):
         side_slots = [self._output_slot(s) for s in self.side_outputs]
         side_outputs = [outputs[slot] for slot in side_slots]
         if self.num_groups == 1:
-            results = self._accumulate(params, thread_id, block_id, inits, acc_inits,
-                                       side_outputs, group=None)
+            results = self._accumulate_all(params, thread_id, block_id, inits, acc_inits,
+                                           side_outputs)
         else:
             types = [v.type for v in [*acc_inits, *side_outputs]]
             switch = scf.IndexSwitchOp(types, self._group, list(range(1, self.num_groups)))
@@ -454,6 +481,15 @@ class ReductionEmitter(KernelEmitter):
         for slot, value in zip(side_slots, side_results):
             outputs[slot] = value
         return self._finish(params, outputs, partials, inits, thread_id, block_id)
+
+    def _accumulate_all(self, params, thread_id, block_id, inits, acc_inits, side_outputs):
+        """The accumulation of every hero and side output (one group)."""
+        return self._accumulate(params, thread_id, block_id, inits, acc_inits, side_outputs,
+                                group=None)
+
+    def _side_value(self, side, params, index):
+        """A side output's value at `index` (the reduce input's shape)."""
+        return self.call_subgraph(side, params, index)[0]
 
     def _accumulate(self, params, thread_id, block_id, inits, acc_inits, side_outputs,
                     group):
@@ -500,8 +536,7 @@ class ReductionEmitter(KernelEmitter):
             written = []
             for (_, s), out in zip(sides, iters[pos:]):
                 at = self._index_in(list(s.shape.dims), None, index)
-                value = self.call_subgraph(s, params, at)[0]
-                written.append(tensor.insert(value, out, at))
+                written.append(tensor.insert(self._side_value(s, params, at), out, at))
             xla_gpu.YieldOp([*new_accs, *written])
         produced = iter(loop.results)
         partials = list(acc_inits)
@@ -876,8 +911,98 @@ class ThreadPerColumnReductionEmitter(ReductionEmitter):
         exact = next((t for t in range(min(self.THREADS, lay.K), self.MIN_EXACT_THREADS - 1, -1)
                       if lay.K % t == 0), None)
         self.threads = exact or min(self.THREADS, _pow2_at_least(lay.K))
+        self._concat, self._piece = self._piecewise_concatenate(), None
         self.blocks = -(-lay.K // self.threads)
         self.steps = lay.R
+
+    def _piecewise_concatenate(self):
+        """The concatenate along the kept minor dimension that is the one
+        hero's one input, when blocks can each take a single operand of it
+        (then `threads` divides every operand's width; None otherwise).
+
+        Computed per element, a concatenate is a chain of comparisons on
+        the column in the thread loop, around conditional loads: LLVM
+        leaves that loop scalar (an LSTM backward step's gate gradients,
+        a 16x512 concatenate summed over the batch, ran 10x longer than
+        the same operands as a loop fusion). A block's threads see one
+        operand: the block picks it (`scf.index_switch`) and its threads
+        read that operand directly, a straight-line vectorizable loop."""
+        lay = self.layout
+        if len(self.heroes) != 1 or len(self.heroes[0].operands) != 2 or \
+                self.num_groups != 1 or not lay.kept:
+            return None
+        concat = self.heroes[0].operands[0]
+        last = len(lay.dims) - 1
+        if concat.opcode != "concatenate" or concat.attrs["dimensions"][0] != last or \
+                last not in lay.kept or list(concat.shape.dims) != lay.dims or \
+                not 1 < len(concat.operands) <= 8:
+            return None
+        if any(s is not concat for s in self.side_outputs):
+            return None
+        widths = [o.shape.dims[last] for o in concat.operands]
+        common = 0
+        for w in widths:
+            common = gcd(common, w)
+        threads = next((t for t in range(min(self.THREADS, common), self.MIN_EXACT_THREADS - 1,
+                                         -1) if common % t == 0), None)
+        if threads is None:
+            return None
+        self.threads = threads
+        return concat
+
+    def is_subgraph_root(self, inst) -> bool:
+        # The concatenate's operands get functions of their own: a block
+        # calls its operand's.
+        return super().is_subgraph_root(inst) or (
+            self._concat is not None and any(inst is o for o in self._concat.operands))
+
+    def _accumulate_all(self, params, thread_id, block_id, inits, acc_inits, side_outputs):
+        concat = self._concat
+        if concat is None:
+            return super()._accumulate_all(params, thread_id, block_id, inits, acc_inits,
+                                           side_outputs)
+        # The operand of this block's columns: the number of operands that
+        # start at or before its first column (within the minor dimension).
+        width = self.layout.dims[-1]
+        starts, offset = [], 0
+        for o in concat.operands:
+            starts.append(offset)
+            offset += o.shape.dims[-1]
+        blocks_per_row = width // self.threads
+        index = ir.IndexType.get()
+        (local,) = self._ids(thread_id, block_id, [dim(1) % blocks_per_row])
+        piece = arith.constant(index, 0)
+        one, zero = arith.constant(index, 1), arith.constant(index, 0)
+        for start in starts[1:]:
+            at_or_past = arith.cmpi(arith.CmpIPredicate.uge, local,
+                                    arith.constant(index, start // self.threads))
+            piece = arith.addi(piece, arith.select(at_or_past, one, zero))
+        types = [v.type for v in [*acc_inits, *side_outputs]]
+        switch = scf.IndexSwitchOp(types, piece, list(range(1, len(starts))))
+        for n, region in enumerate(switch.regions):
+            self._piece = (concat.operands[n], starts[n])
+            with ir.InsertionPoint(region.blocks[0]):
+                scf.YieldOp(self._accumulate(params, thread_id, block_id, inits, acc_inits,
+                                             side_outputs, group=None))
+        self._piece = None
+        return list(switch.results)
+
+    def _piece_value(self, params, index):
+        operand, start = self._piece
+        moved = list(index)
+        if start:
+            moved[-1] = arith.subi(moved[-1], arith.constant(ir.IndexType.get(), start))
+        return self.value_at(operand, params, moved)
+
+    def _input_values(self, hero, params, index):
+        if self._piece is None:
+            return super()._input_values(hero, params, index)
+        return [self._piece_value(params, index)]
+
+    def _side_value(self, side, params, index):
+        if self._piece is None:
+            return super()._side_value(side, params, index)
+        return self._piece_value(params, index)
 
     def _kept(self) -> AffineExpr:
         return dim(1) * self.threads + dim(0)
@@ -891,3 +1016,9 @@ class ThreadPerColumnReductionEmitter(ReductionEmitter):
         (k,) = self._ids(thread_id, block_id, [self._kept()])
         in_range = arith.cmpi(arith.CmpIPredicate.ult, k, arith.constant(index, self.layout.K))
         return self._write(params, outputs, self._split(partials, inits), k, in_range)
+
+
+class ThreadPerRowReductionEmitter(ThreadPerColumnReductionEmitter):
+    """Short row reductions on the host: thread k accumulates row k over
+    its R elements in order (the blocks as the thread-per-column variant
+    picks them, over the K rows); no shuffle, no shared tile."""

@@ -95,9 +95,9 @@ DEFAULT_DEVICE = H200
 # and LLVM vectorizes the thread loop with plain vector loads and stores;
 # an unrolled thread's elements are strided across threads (shuffles,
 # register spills: gelu f32 took 0.96 ms instead of 0.55 on one core).
-# Large column reductions take a thread per column (see
-# emitters/reduction.py); everything else (reduction vector sizes, tiles,
-# launch limits) is the H200's.
+# Reductions of a few thousand elements or more take host layouts (a thread
+# per column, or per short row: see emitters/reduction.py); everything else
+# (reduction vector sizes, tiles, launch limits) is the H200's.
 HOST_EMULATION = DeviceDescription("NVIDIA H200 emulated on the host", core_count=132,
                                    threads_per_core_limit=2**30, host_emulation=True)
 

@@ -80,7 +80,9 @@ def test_bf16_column_sum():
 
 
 def test_small_columns_keep_the_gpu_variants_on_the_host():
-    assert _variant(_sum_module("64,64", "0", "64"), HOST_EMULATION) is ColumnReductionEmitter
+    # Below HOST_SMALL_MIN_ELEMENTS (2048) input elements, or kept rows
+    # narrower than a SIMD register.
+    assert _variant(_sum_module("16,64", "0", "64"), HOST_EMULATION) is ColumnReductionEmitter
     assert _variant(_sum_module("4096,4", "0", "4"), HOST_EMULATION) is \
         SmallColumnReductionEmitter
 
@@ -138,18 +140,19 @@ def test_variadic_side_outputs_and_epilogues(text):
 
 
 def test_row_reductions_on_the_host_take_longer_scalar_slices():
-    # Softmax's row sums over rows of 100: a warp per row, one element per
-    # load (the GPU's configuration loads 2 per thread); below 4096
-    # elements the GPU's configuration runs on the host too.
+    # Row sums over rows of 300 (longer than a thread walks alone): a warp
+    # per row, one element per load (the GPU's configuration loads 2 per
+    # thread); below 4096 elements the GPU's configuration runs on the
+    # host too.
     from xla_gpu.analysis.fusion import select_fusion
     from xla_gpu.emitters.reduction import RowReductionEmitter
-    text = _sum_module("64,100", "1", "64")
+    text = _sum_module("64,300", "1", "64")
     host = reduction_emitter(select_fusion(hlo.parse_module(text), device=HOST_EMULATION))
     gpu = reduction_emitter(select_fusion(hlo.parse_module(text), device=H200))
     assert type(host) is type(gpu) is RowReductionEmitter
     assert (host.threads_per_row, host.vector) == (32, 1)
     assert (gpu.threads_per_row, gpu.vector) == (32, 2)
-    small = reduction_emitter(select_fusion(hlo.parse_module(_sum_module("16,100", "1", "16")),
+    small = reduction_emitter(select_fusion(hlo.parse_module(_sum_module("8,300", "1", "8")),
                                             device=HOST_EMULATION))
     assert small.vector == 2
     _check(text, seed=6)

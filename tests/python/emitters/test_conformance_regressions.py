@@ -12,16 +12,19 @@ import pytest
 
 import xla_gpu
 from xla_gpu import emitters, hlo, ir
+from xla_gpu.analysis.device import H200
 from xla_gpu.analysis.fusion import select_fusion
 from xla_gpu.hlo.numerics import compare, has_reduction, random_inputs, tolerance_type
 
 
-def _run(text: str, fusion: str | None = None, seed: int = 0):
+def _run(text: str, fusion: str | None = None, seed: int = 0, device=None):
     """Compiles `text` for the cpu target, runs it on random inputs and
-    checks every output against the interpreter; returns the executable."""
+    checks every output against the interpreter; returns the executable.
+    device=H200: the GPU's launch configuration, emulated (the cpu
+    target's own picks host layouts for reductions of 2048 elements on)."""
     spec = select_fusion(hlo.parse_module(text), fusion)
     inputs = random_inputs(spec.computation, seed)
-    exe = xla_gpu.compile(text, target="cpu", fusion=fusion, cache=False)
+    exe = xla_gpu.compile(text, target="cpu", fusion=fusion, cache=False, device=device)
     got = exe.run(*inputs)
     want = hlo.evaluate(spec.computation, *inputs)
     assert len(got) == len(want) == len(spec.output_shapes)
@@ -378,7 +381,7 @@ def test_column_reductions_tile_as_xla_does(shape, out, element, variant, lanes,
     text = _reduce(shape, out, "0" if shape.count(",") == 1 else "1", element)
     emitter = emitters.emitter_for(select_fusion(hlo.parse_module(text)))
     assert type(emitter).__name__ == variant and emitter.lanes == lanes
-    exe = _run(text)
+    exe = _run(text, device=H200)
     assert f"xla_gpu.allocate_shared : tensor<{tile}>" in exe.mlir()
     assert "xla_gpu.predicated_extract" in exe.mlir()
     if lanes > 1:
@@ -390,7 +393,7 @@ def test_multi_row_reductions_follow_xlas_rule():
     # are not a power of two: the row emitter.
     four = select_fusion(hlo.parse_module(_reduce("1024,4", "1024", "1")))
     assert type(emitters.emitter_for(four)).__name__ == "MultiRowReductionEmitter"
-    exe = _run(_reduce("1024,4", "1024", "1"))
+    exe = _run(_reduce("1024,4", "1024", "1"), device=H200)
     assert re.search(r"shuffle_reduce\(.*\) to 2 ", exe.mlir())
     odd = select_fusion(hlo.parse_module(_reduce("64,24", "64", "1")))
     assert type(emitters.emitter_for(odd)).__name__ == "RowReductionEmitter"
@@ -716,7 +719,7 @@ f {{
   ROOT r = {c}[{kept}] reduce(x, zero), dimensions={{{reduced}}}, to_apply=add
 }}
 """
-    exe = _run(text)
+    exe = _run(text, device=H200)
     assert exe.spec.emitter == "reduction"
     assert "xla_gpu.shuffle_reduce" in exe.mlir()
 
