@@ -1043,21 +1043,7 @@ def link_groups(objects: Sequence[HostObject], parts: int = 1) -> list[list[Host
     (HOST_LINK_GROUP_BYTES), of about the same size, so that they link
     side by side in about the same time. Objects keep their order within
     a group."""
+    from .grouping import balanced_groups
     total = sum(len(o.code) for o in objects)
     parts = max(1, min(parts, -(-total // HOST_LINK_GROUP_BYTES)))
-    members: list[list[int]] = []
-    names: list[set] = []
-    sizes: list[int] = []
-    for i in sorted(range(len(objects)), key=lambda i: -len(objects[i].code)):
-        obj = objects[i]
-        fits = [g for g in range(len(members)) if names[g].isdisjoint(obj.symbols)]
-        if len(members) < parts or not fits:
-            members.append([])
-            names.append(set())
-            sizes.append(0)
-            fits = [len(members) - 1]
-        g = min(fits, key=sizes.__getitem__)
-        members[g].append(i)
-        names[g] |= obj.symbols
-        sizes[g] += len(obj.code)
-    return [[objects[i] for i in sorted(group)] for group in members]
+    return balanced_groups(objects, parts, lambda o: len(o.code), lambda o: o.symbols)

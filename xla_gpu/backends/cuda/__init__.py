@@ -162,19 +162,5 @@ def link_groups(kernels: Sequence[LoweredKernel], parts: int = 1) -> list[list[L
     code, largest first, so that the groups compile side by side on
     `parts` host threads in about the same time; every group's symbols
     are apart. The kernels keep their order within a group."""
-    members: list[list[int]] = []
-    names: list[set[str]] = []
-    sizes: list[int] = []
-    for i in sorted(range(len(kernels)), key=lambda i: -len(kernels[i].definitions)):
-        kernel = kernels[i]
-        fits = [g for g in range(len(members)) if names[g].isdisjoint(kernel.symbols)]
-        if len(members) < parts or not fits:
-            members.append([])
-            names.append(set())
-            sizes.append(0)
-            fits = [len(members) - 1]
-        g = min(fits, key=sizes.__getitem__)
-        members[g].append(i)
-        names[g] |= kernel.symbols
-        sizes[g] += len(kernel.definitions)
-    return [[kernels[i] for i in sorted(group)] for group in members]
+    from ..grouping import balanced_groups
+    return balanced_groups(kernels, parts, lambda k: len(k.definitions), lambda k: k.symbols)
