@@ -382,7 +382,8 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
     except mlir_ir.MLIRError as e:
         raise CompileError(f"fusion '{fusion.name}': the {kernel.emitter} emitter "
                            f"produced invalid IR: {e}") from None
-    emitted = str(kernel.module)
+    # Verified just above: the printer need not verify it again (str() does).
+    emitted = kernel.module.operation.get_asm(assume_verified=True)
     timings["emit"] = time.perf_counter() - t0
     complete("emit", "kernel-stage", t0, emitter=kernel.emitter)
     spec = KernelSpec(

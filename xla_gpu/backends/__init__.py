@@ -215,7 +215,9 @@ class CpuBackend(Backend):
         timings["pipeline"] = time.perf_counter() - start
         complete("MLIR pipeline", "kernel-stage", start)
         start = time.perf_counter()
-        binary = KernelBinary(host_mlir=str(module))
+        # pipeline.run verified its result: the printer need not verify it
+        # again (str() does).
+        binary = KernelBinary(host_mlir=module.operation.get_asm(assume_verified=True))
         try:
             cpu.require_linker()
             binary.host_object = cpu.host_object(

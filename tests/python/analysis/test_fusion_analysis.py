@@ -94,6 +94,34 @@ def test_emission_parses_no_indexing_map_text(monkeypatch):
     assert [c for c in calls if "indexing_map" in c]
 
 
+
+def test_shape_only_maps_are_built_once_per_context(monkeypatch):
+    # Emitters ask for the same broadcast / bitcast maps many times: the
+    # second ask of a shape pair reuses the first map (no new build and
+    # simplification), hands out a view of its own, and tells layouts and
+    # contexts apart.
+    from xla_gpu.analysis.indexing import output_to_input
+    builds = []
+    original = ir.IndexingMap.simplified
+    monkeypatch.setattr(ir.IndexingMap, "simplified",
+                        lambda self: builds.append(1) or original(self))
+    module = hlo.parse_module(
+        "HloModule m\nENTRY e {\n  p = f32[4,6] parameter(0)\n"
+        "  a = f32[6,4]{0,1} bitcast(p)\n  b = f32[24] bitcast(p)\n"
+        "  ROOT t = (f32[6,4]{0,1}, f32[24]) tuple(a, b)\n}\n")
+    by_name = {i.name: i for i in module.entry.instructions}
+    with ir.Context():
+        first = output_to_input(by_name["a"], 0)
+        first.dims = [ir.Variable("x", 0, 5), ir.Variable("y", 0, 3)]
+        again = output_to_input(by_name["a"], 0)
+        assert len(builds) == 1
+        assert str(again).startswith("(d0, d1) -> (d1, d0)")
+        assert str(output_to_input(by_name["b"], 0)) != str(again)
+        assert len(builds) == 2
+    with ir.Context():
+        assert str(output_to_input(by_name["a"], 0)) == str(again)
+        assert len(builds) == 3
+
 # -- the analysis decides the emitter --------------------------------------------
 
 @pytest.mark.parametrize("dims,reduced,variant", [
