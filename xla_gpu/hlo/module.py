@@ -264,17 +264,16 @@ class NameUniquer:
     takes the next free number of its root otherwise."""
 
     def __init__(self, used: Iterable[str] = ()):
-        # `reserve` of each name, inlined: a module's table is built from all
-        # its instruction names after every pass that links the module.
+        # `reserve` of each name, with the set made at once: a module's table
+        # is built from all its instruction names after every pass that
+        # links the module.
         self.used: set[str] = set(used)
         next_id: dict[str, int] = {}
         self.next_id = next_id
         for name in self.used:
-            root, dot, digits = name.rpartition(".")
-            if dot and root and digits.isdigit() and digits.isascii():
-                k = int(digits)
-                if k >= next_id.get(root, 0):
-                    next_id[root] = k + 1
+            m = _split_number(name)
+            if m and m[1] >= next_id.get(m[0], 0):
+                next_id[m[0]] = m[1] + 1
 
     def reserve(self, name: str) -> None:
         self.used.add(name)

@@ -267,26 +267,39 @@ def node_cost(inst: HloInstruction, reducer_cache: dict | None = None) -> NodeCo
     return NodeCost(flops, written, read, util)
 
 
+def _fused_reads(producer: HloInstruction, producer_cost: NodeCost, consumer: HloInstruction,
+                 consumer_cost: NodeCost, utils: dict[int, float] | None
+                 ) -> tuple[float, dict[int, float]]:
+    """(flops, bytes read per distinct operand) of `consumer` with
+    `producer` fused into it; each operand's utilization goes into `utils`
+    when given (in the same order as the reads)."""
+    index = next(k for k, o in enumerate(consumer.operands) if o is producer)
+    u = consumer_cost.utilization[index]
+    flops = consumer_cost.flops + u * producer_cost.flops
+    reads: dict[int, float] = {}
+    for k, o in enumerate(consumer.operands):
+        if k == index:
+            continue
+        reads[id(o)] = consumer_cost.operand_bytes[k]
+        if utils is not None:
+            utils[id(o)] = consumer_cost.utilization[k]
+    for k, o in enumerate(producer.operands):
+        if o.opcode == "constant" and prod(o.shape.dims) <= 1:
+            continue
+        ub = u * producer_cost.utilization[k]
+        key = id(o)
+        reads[key] = max(reads.get(key, 0.0), byte_size(o.shape) * min(1.0, ub))
+        if utils is not None:
+            utils[key] = utils.get(key, 0.0) + ub
+    return flops, reads
+
+
 def fused_time(producer: HloInstruction, producer_cost: NodeCost,
                consumer: HloInstruction, consumer_cost: NodeCost) -> float:
     """`fused_cost(...).time` without building the NodeCost (the priority
     fusion pass asks this for every candidate pair): the same sums in the
     same order, so the same float."""
-    index = next(k for k, o in enumerate(consumer.operands) if o is producer)
-    u = consumer_cost.utilization[index]
-    flops = consumer_cost.flops + u * producer_cost.flops
-    reads: dict[int, float] = {}
-    operand_bytes = consumer_cost.operand_bytes
-    for k, o in enumerate(consumer.operands):
-        if k != index:
-            reads[id(o)] = operand_bytes[k]
-    utilization = producer_cost.utilization
-    for k, o in enumerate(producer.operands):
-        if o.opcode == "constant" and prod(o.shape.dims) <= 1:
-            continue
-        b = byte_size(o.shape) * min(1.0, u * utilization[k])
-        key = id(o)
-        reads[key] = max(reads.get(key, 0.0), b)
+    flops, reads = _fused_reads(producer, producer_cost, consumer, consumer_cost, None)
     return kernel_time(sum(list(reads.values())) + consumer_cost.bytes_written, flops)
 
 
@@ -294,22 +307,7 @@ def fused_cost(producer: HloInstruction, producer_cost: NodeCost,
                consumer: HloInstruction, consumer_cost: NodeCost) -> NodeCost:
     """The cost of `consumer` with `producer` fused into it (recomputed as
     often as the consumer reads each of its elements)."""
-    index = next(k for k, o in enumerate(consumer.operands) if o is producer)
-    u = consumer_cost.utilization[index]
-    flops = consumer_cost.flops + u * producer_cost.flops
-    reads: dict[int, float] = {}
     utils: dict[int, float] = {}
-    for k, o in enumerate(consumer.operands):
-        if k == index:
-            continue
-        reads[id(o)] = consumer_cost.operand_bytes[k]
-        utils[id(o)] = consumer_cost.utilization[k]
-    for k, o in enumerate(producer.operands):
-        if o.opcode == "constant" and prod(o.shape.dims) <= 1:
-            continue
-        ub = u * producer_cost.utilization[k]
-        b = byte_size(o.shape) * min(1.0, ub)
-        reads[id(o)] = max(reads.get(id(o), 0.0), b)
-        utils[id(o)] = utils.get(id(o), 0.0) + ub
+    flops, reads = _fused_reads(producer, producer_cost, consumer, consumer_cost, utils)
     return NodeCost(flops, consumer_cost.bytes_written, list(reads.values()),
                     list(utils.values()))

@@ -281,38 +281,32 @@ def _inline_into(body: HloComputation, source: HloInstruction,
     # add_instruction's checks and naming (the fusion passes build tens of
     # thousands of trial instructions).
     if body.module is None:
-        if source.opcode != "fusion":
-            return _trial_clone(body, source, list(values))
-        inner = source.attrs["calls"]
-        local: dict[int, HloInstruction] = {}
-        for inst in inner.instructions:
-            if inst.opcode == "parameter":
-                local[id(inst)] = values[inst.parameter_number]
-            else:
-                local[id(inst)] = _trial_clone(body, inst, [local[id(o)] for o in inst.operands])
-        return local[id(inner.root)]
-    add = body.add_instruction
+        def clone(inst: HloInstruction, operands: list[HloInstruction]) -> HloInstruction:
+            return _trial_clone(body, inst, operands)
+    else:
+        def clone(inst: HloInstruction, operands: list[HloInstruction]) -> HloInstruction:
+            copy = inst.clone_with(operands)
+            copy.attrs.pop(CONTROL_PREDECESSORS, None)
+            return body.add_instruction(copy)
     if source.opcode != "fusion":
-        clone = source.clone_with(values)
-        clone.attrs.pop(CONTROL_PREDECESSORS, None)
-        return add(clone)
+        return clone(source, list(values))
     inner = source.attrs["calls"]
-    local = {}
+    local: dict[int, HloInstruction] = {}
     for inst in inner.instructions:
         if inst.opcode == "parameter":
             local[id(inst)] = values[inst.parameter_number]
-            continue
-        clone = inst.clone_with([local[id(o)] for o in inst.operands])
-        clone.attrs.pop(CONTROL_PREDECESSORS, None)
-        local[id(inst)] = add(clone)
+        else:
+            local[id(inst)] = clone(inst, [local[id(o)] for o in inst.operands])
     return local[id(inner.root)]
 
 
 def _trial_clone(body: HloComputation, source: HloInstruction,
                  operands: list[HloInstruction]) -> HloInstruction:
-    """`_append_to_trial(body, source.clone_with(operands))` without
-    control predecessors, built without the dataclass constructor (the
-    trial bodies are most of the instructions the fusion passes create)."""
+    """`source.clone_with(operands)` without control predecessors, appended
+    to trial body `body` (a user of each of its distinct operands, in
+    operand order), built without the dataclass constructor (the trial
+    bodies are most of the instructions the fusion passes create): the
+    fields are HloInstruction's, as clone_with sets them."""
     attrs = dict(source.attrs)
     attrs.pop(CONTROL_PREDECESSORS, None)
     inst = object.__new__(HloInstruction)
