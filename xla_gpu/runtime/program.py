@@ -292,28 +292,25 @@ class ProgramExecutable:
     def _launcher_table(self) -> dict:
         if self._launchers is None:
             table = {}
-            modules: dict[tuple[int, int, int], Any] = {}
-            libraries: dict[int, Any] = {}
+            # Kernels linked into one binary share it, loaded once (a cuda
+            # module, a host shared object).
+            loaded: dict[tuple[int, int, int], Any] = {}
             for kid, image in self.kernels.items():
+                binary = image.shared_binary()
+                what = f"kernel '{image.spec.name}'"
                 if self.target == "cuda":
-                    # Kernels linked into one binary share its loaded module.
                     from .cuda import CudaModule
-                    binary = image.shared_binary()
-                    if binary not in modules:
-                        modules[binary] = CudaModule(cubin=image.cubin, ptx=image.ptx,
-                                                     what=f"kernel '{image.spec.name}'")
-                    table[kid] = _CudaLauncher(image, modules[binary])
+                    if binary not in loaded:
+                        loaded[binary] = CudaModule(cubin=image.cubin, ptx=image.ptx, what=what)
+                    table[kid] = _CudaLauncher(image, loaded[binary])
                 elif image.host_library is not None:
-                    # Kernels linked into one shared object share it, loaded
-                    # once. Each times one host thread against block ranges
-                    # on several and keeps the faster (a short kernel loses
-                    # by splitting).
+                    # Each times one host thread against block ranges on
+                    # several and keeps the faster (a short kernel loses by
+                    # splitting).
                     from .host_kernel import HostKernel, load_library
-                    library = libraries.get(id(image.host_library))
-                    if library is None:
-                        library = libraries[id(image.host_library)] = load_library(
-                            image.host_library, f"kernel '{image.spec.name}'")
-                    table[kid] = HostKernel.in_library(image.spec, library)
+                    if binary not in loaded:
+                        loaded[binary] = load_library(image.host_library, what)
+                    table[kid] = HostKernel.in_library(image.spec, loaded[binary])
                 elif image.jit is not None:
                     table[kid] = _JitLauncher(image.jit)
                 else:
