@@ -908,12 +908,16 @@ class ThreadPerColumnReductionEmitter(ReductionEmitter):
         # around each accumulation, and LLVM leaves it scalar (a GroupNorm
         # backward's sum over 96 channels in one block of 128 ran 4x
         # longer than in one of 96).
-        exact = next((t for t in range(min(self.THREADS, lay.K), self.MIN_EXACT_THREADS - 1, -1)
-                      if lay.K % t == 0), None)
-        self.threads = exact or min(self.THREADS, _pow2_at_least(lay.K))
+        self.threads = self._exact_threads(lay.K) or min(self.THREADS, _pow2_at_least(lay.K))
         self._concat, self._piece = self._piecewise_concatenate(), None
         self.blocks = -(-lay.K // self.threads)
         self.steps = lay.R
+
+    def _exact_threads(self, n: int) -> int | None:
+        """The largest block size from MIN_EXACT_THREADS to THREADS that
+        divides `n` (None when none does)."""
+        return next((t for t in range(min(self.THREADS, n), self.MIN_EXACT_THREADS - 1, -1)
+                     if n % t == 0), None)
 
     def _piecewise_concatenate(self):
         """The concatenate along the kept minor dimension that is the one
@@ -939,12 +943,7 @@ class ThreadPerColumnReductionEmitter(ReductionEmitter):
             return None
         if any(s is not concat for s in self.side_outputs):
             return None
-        widths = [o.shape.dims[last] for o in concat.operands]
-        common = 0
-        for w in widths:
-            common = gcd(common, w)
-        threads = next((t for t in range(min(self.THREADS, common), self.MIN_EXACT_THREADS - 1,
-                                         -1) if common % t == 0), None)
+        threads = self._exact_threads(gcd(*(o.shape.dims[last] for o in concat.operands)))
         if threads is None:
             return None
         self.threads = threads
