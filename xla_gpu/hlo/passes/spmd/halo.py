@@ -197,19 +197,15 @@ class WindowedOps:
             config[dim] = (lo, hi, 1)
             return self.add("slice", x.shape.with_dims(tuple(dims)), [x], slice=config)
 
-        def permute(value, pairs):
-            text = "{" + ",".join(f"{{{a},{b}}}" for a, b in pairs) + "}"
-            return self.add("collective-permute", value.shape, [value],
-                            source_target_pairs=text, channel_id=self.next_channel())
         if reach.left > 0:
             sent = piece(k - reach.left, k)
-            parts.append(permute(sent, [(g[j], g[j + 1]) for g in groups
-                                        for j in range(len(g) - 1)]))
+            parts.append(self.collective_permute(sent, [(g[j], g[j + 1]) for g in groups
+                                                        for j in range(len(g) - 1)]))
         parts.append(x)
         if reach.right > 0:
             sent = piece(0, reach.right)
-            parts.append(permute(sent, [(g[j + 1], g[j]) for g in groups
-                                        for j in range(len(g) - 1)]))
+            parts.append(self.collective_permute(sent, [(g[j + 1], g[j]) for g in groups
+                                                        for j in range(len(g) - 1)]))
         ext = x
         if len(parts) > 1:
             dims = list(x.shape.dims)

@@ -47,6 +47,13 @@ class Emitter:
         self.channel += 1
         return str(self.channel)
 
+    def collective_permute(self, x: HloInstruction, pairs) -> HloInstruction:
+        """`x` sent along `pairs` ((source, target) partitions; a device no
+        pair targets receives zeros)."""
+        return self.add("collective-permute", x.shape, [x],
+                        source_target_pairs=replica_groups_text(pairs),
+                        channel_id=self.next_channel())
+
     def partition_id(self) -> HloInstruction:
         if self._pid is None:
             pid = self.add("partition-id", Shape("u32", ()))
@@ -278,9 +285,7 @@ class Emitter:
             pairs += list(zip([d for d in have if d not in keep],
                               [d for d in need if d not in keep]))
         if any(a != b for a, b in pairs):
-            text = "{" + ",".join(f"{{{a},{b}}}" for a, b in sorted(pairs)) + "}"
-            x = self.add("collective-permute", x.shape, [x], source_target_pairs=text,
-                         channel_id=self.next_channel())
+            x = self.collective_permute(x, sorted(pairs))
         if all(r == 1 for r in ratio):
             return x
         local = list(x.shape.dims)
