@@ -198,10 +198,13 @@ def test_data_movement_over_the_uneven_dim_is_done_whole():
     with pytest.warns(SpmdFallbackWarning, match="'k'"):
         result = _check(text, 8, [_normal(10, 8)])
     # exp on chunks of 3 rows by 4 columns; the column cut stays through
-    # the data movement (the rows are made whole).
+    # the data movement (the reverse and the concatenate, uneven along the
+    # rows, have the rows made whole; the window and the pad after them
+    # keep the rows cut by halo exchange).
     assert _shapes(result.module, "exponential") == [(3, 4)]
     assert (10, 4) in _shapes(result.module, "reverse")
-    assert (17, 4) in _shapes(result.module, "pad")
+    assert (15, 4) in _shapes(result.module, "concatenate")
+    assert (4, 4) in _shapes(result.module, "reduce-window")
 
 
 def test_a_loop_over_an_uneven_state():

@@ -41,6 +41,13 @@ EXPECTED = {
     "mesh2d_device_order": {"collective-permute": 1},
     "mesh2d_axis_move": {"collective-permute": 1},
     "mesh2d_axes_swapped": {"all-to-all": 1, "collective-permute": 1},
+    # other ops along a cut dim kept cut (before, each gathered the dim)
+    "move_concatenate": {"all-to-all": 3},
+    "move_reverse": {"collective-permute": 1},
+    "move_update_row": {},
+    "halo_interior_pad": {},
+    "halo_dilated_window": {"collective-permute": 2},
+    "conv_feature_cut": {"all-reduce": 1},
 }
 
 

@@ -9,8 +9,13 @@ Output element o of such an op along the dim reads the operand elements
   slice [start:limit:stride]   width 1, offset start
   pad low_high (no interior)   width 1, stride 1, offset -low (outside the
                                operand: the padding value)
-  reduce-window                width size, offset -pad_low (outside the
-                               operand: the init value)
+  pad with interior I          (interior_reach) the operand elements a
+                               result chunk covers, padded locally with I
+                               around and between them, the chunk then
+                               cut out at a per-device offset
+  reduce-window                width (size - 1) * window dilation + 1,
+                               offset -pad_low (outside the operand: the
+                               init value)
 
 A device whose result chunk is i (chunks of m) reads a window of
 (m - 1) * stride + width operand elements from i * m * stride + offset.
@@ -33,7 +38,7 @@ from .placement import device_coords, groups_along
 from .sharding import HloSharding
 
 __all__ = ["Window", "window_along", "halo_reach", "windowed_dims",
-           "convolution_windows", "WindowedOps"]
+           "convolution_windows", "convolution_reach", "WindowedOps"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,9 @@ class Window:
     width: int
     offset: int
     fill: bool          # positions outside the operand read a fill value
+    # a convolution's input dilation: operand element e at position e * base
+    # (stride, width and offset then count those positions)
+    base: int = 1
 
 
 def window_along(inst, dim: int) -> Window | None:
@@ -64,11 +72,14 @@ def window_along(inst, dim: int) -> Window | None:
         def get(key, default):
             values = window.get(key)
             return values[dim] if values is not None else default
-        if get("lhs_dilate", 1) != 1 or get("rhs_dilate", 1) != 1:
+        if get("lhs_dilate", 1) != 1:
             return None
         pad = window.get("pad")
         low = tuple(pad[dim])[0] if pad is not None else 0
-        return Window(get("stride", 1), get("size", 1), -low, True)
+        # a dilated window spans (size - 1) * dilation + 1 elements; the
+        # local op keeps its dilation and reads the same positions
+        span = (get("size", 1) - 1) * get("rhs_dilate", 1) + 1
+        return Window(get("stride", 1), span, -low, True)
     return None
 
 
@@ -112,12 +123,107 @@ def halo_reach(window: Window, n_in: int, n_out: int, count: int) -> Reach | Non
     return Reach(left, right, tuple(starts), width, masked)
 
 
+def interior_of(inst, dim: int) -> int:
+    """A pad's interior padding along `dim` (0 for other ops)."""
+    if inst.opcode != "pad":
+        return 0
+    p = tuple(inst.attrs["padding"][dim])
+    return p[2] if len(p) > 2 else 0
+
+
+def interior_reach(inst, dim: int, count: int) -> tuple[Reach, list[int]] | None:
+    """For a pad with interior padding I along a cut `dim`: the operand
+    elements each device's result chunk reads (its window, a Reach as for
+    the windows above) and, per chunk index, where the chunk starts in its
+    window once padded locally with I between, before and after its
+    elements; None when a window reaches past a neighbour.
+
+    Operand element e sits at position e * (I + 1) + low of the result;
+    result chunk i (chunks of m) covers positions [i * m, i * m + m), so it
+    reads the elements from ceil((i * m - low) / (I + 1)) on."""
+    n_in, n_out = inst.operands[0].shape.dims[dim], inst.shape.dims[dim]
+    low = tuple(inst.attrs["padding"][dim])[0]
+    step = interior_of(inst, dim) + 1
+    k, m = -(-n_in // count), -(-n_out // count)
+    starts, offsets, width = [], [], 1
+    for i in range(count):
+        first = i * m - low                      # as a dilated position
+        e_lo = -(-first // step)
+        e_hi = (first + m - 1) // step
+        starts.append(e_lo)
+        offsets.append(first - e_lo * step + step - 1)
+        width = max(width, e_hi - e_lo + 1)
+    left = right = 0
+    masked = False
+    for i in range(count):
+        if min(m, n_out - i * m) <= 0:
+            continue
+        lo, hi = starts[i], starts[i] + width
+        if lo < 0 or hi > n_in:
+            masked = True
+        lo, hi = max(lo, 0), min(hi, n_in)
+        if lo >= hi:
+            continue
+        left = max(left, i * k - lo)
+        right = max(right, hi - (i + 1) * k)
+    if left > k or right > k:
+        return None
+    return Reach(left, right, tuple(starts), width, masked), offsets
+
+
+def dilated_reach(window: Window, n_in: int, n_out: int,
+                  count: int) -> tuple[Reach, list[int], int] | None:
+    """For a convolution's input dilated by window.base along a cut dim:
+    the operand elements each result chunk reads (a Reach), and, once a
+    device pads its elements locally (base - 1 zeros before and between
+    them, `high` after), where its window of positions starts (per chunk
+    index); None when a window reaches past a neighbour."""
+    base, stride = window.base, window.stride
+    k, m = -(-n_in // count), -(-n_out // count)
+    need = (m - 1) * stride + window.width
+    starts, offsets, width = [], [], 1
+    for i in range(count):
+        first = i * m * stride + window.offset
+        e_lo = -(-first // base)
+        starts.append(e_lo)
+        offsets.append(first - e_lo * base + base - 1)
+        width = max(width, (first + need - 1) // base - e_lo + 1)
+    high = max(0, max(offsets) + need - (base - 1 + (width - 1) * base + 1))
+    left = right = 0
+    masked = False
+    for i in range(count):
+        if min(m, n_out - i * m) <= 0:
+            continue
+        lo, hi = starts[i], starts[i] + width
+        if lo < 0 or hi > n_in:
+            masked = True
+        lo, hi = max(lo, 0), min(hi, n_in)
+        if lo < hi:
+            left = max(left, i * k - lo)
+            right = max(right, hi - (i + 1) * k)
+    if left > k or right > k:
+        return None
+    return Reach(left, right, tuple(starts), width, masked), offsets, high
+
+
+def convolution_reach(window: Window, n_in: int, n_out: int, count: int):
+    """halo_reach, or dilated_reach for a dilated input (None: no halo
+    exchange reaches)."""
+    if window.base != 1:
+        return dilated_reach(window, n_in, n_out, count)
+    return halo_reach(window, n_in, n_out, count)
+
+
 def windowed_dims(inst, counts, touched) -> list[int]:
     """The touched dims of `inst` a halo exchange keeps cut (`counts`: the
     chunks per dim of the cut asked for)."""
     out = []
     for d in sorted(touched):
         if counts[d] <= 1:
+            continue
+        if interior_of(inst, d):
+            if interior_reach(inst, d, counts[d]) is not None:
+                out.append(d)
             continue
         window = window_along(inst, d)
         if window is None:
@@ -130,8 +236,8 @@ def windowed_dims(inst, counts, touched) -> list[int]:
 
 def convolution_windows(inst) -> dict[int, tuple[int, Window]] | None:
     """A convolution's input spatial dim -> (its result dim, the window it
-    reads; zeros outside the input), for the spatial dims without input
-    dilation; None for a convolution whose labels cannot be read."""
+    reads; zeros outside the input), for its spatial dims; None for a
+    convolution whose labels cannot be read."""
     labels = inst.attrs.get("dim_labels")
     if not isinstance(labels, str) or "->" not in labels or "_" not in labels:
         return None
@@ -147,12 +253,11 @@ def convolution_windows(inst) -> dict[int, tuple[int, Window]] | None:
         def get(name, default):
             values = window.get(name)
             return values[k] if values is not None and k < len(values) else default
-        if get("lhs_dilate", 1) != 1:
-            continue
         pad = window.get("pad")
         low = tuple(pad[k])[0] if pad is not None and k < len(pad) else 0
         width = (get("size", 1) - 1) * get("rhs_dilate", 1) + 1
-        out[lhs.index(key)] = (result.index(key), Window(get("stride", 1), width, -low, True))
+        out[lhs.index(key)] = (result.index(key), Window(get("stride", 1), width, -low, True,
+                                                         get("lhs_dilate", 1)))
     return out
 
 
@@ -169,8 +274,8 @@ def convolution_spatial_cuts(inst, counts) -> dict[int, int] | None:
         if c <= 1 or d_out not in by_result:
             continue
         d_in, w = by_result[d_out]
-        if halo_reach(w, inst.operands[0].shape.dims[d_in], inst.shape.dims[d_out],
-                      c) is None:
+        if convolution_reach(w, inst.operands[0].shape.dims[d_in], inst.shape.dims[d_out],
+                             c) is None:
             return None
         out[d_in] = d_out
     return out
@@ -262,8 +367,28 @@ class WindowedOps:
         zero = self.zero(shape.element_type)
         for d_in, d_out in sorted(cuts.items()):
             w = windows[d_in][1]
-            reach = halo_reach(w, shape.dims[d_in], inst.shape.dims[d_out], counts[d_in])
+            if w.base == 1:
+                reach = halo_reach(w, shape.dims[d_in], inst.shape.dims[d_out], counts[d_in])
+                x = self.window_chunk(x, want, shape, d_in, reach, zero)
+                continue
+            # a dilated input: the elements' window, spread out locally
+            # (base - 1 zeros before and between them), then each device's
+            # positions cut out; the convolution then runs undilated
+            reach, offsets, high = dilated_reach(w, shape.dims[d_in], inst.shape.dims[d_out],
+                                                 counts[d_in])
             x = self.window_chunk(x, want, shape, d_in, reach, zero)
+            config = [(0, 0, 0)] * shape.rank
+            config[d_in] = (w.base - 1, high, w.base - 1)
+            dims = list(x.shape.dims)
+            dims[d_in] = w.base - 1 + (dims[d_in] - 1) * w.base + 1 + high
+            x = self.add("pad", x.shape.with_dims(tuple(dims)), [x, zero], padding=config)
+            m = -(-inst.shape.dims[d_out] // counts[d_in])
+            dims[d_in] = (m - 1) * w.stride + w.width
+            coords = device_coords(want, shape.rank, self.n)
+            starts = [self.scalar(0)] * shape.rank
+            starts[d_in] = self.table_value([offsets[c[d_in]] for c in coords])
+            x = self.add("dynamic-slice", x.shape.with_dims(tuple(dims)), [x, *starts],
+                         dynamic_slice_sizes=tuple(dims))
         return x
 
     def emit_windowed(self, inst, dims: list[int], inner: HloSharding) -> HloInstruction:
@@ -276,9 +401,14 @@ class WindowedOps:
         fill = self.value(inst.operands[1], HloSharding.replicated()) \
             if len(inst.operands) > 1 else None
         counts = inner.counts(rank)
+        interior = {}       # dim -> per chunk index, its start after the local pad
         for d in dims:
-            window = window_along(inst, d)
-            reach = halo_reach(window, operand.shape.dims[d], inst.shape.dims[d], counts[d])
+            if interior_of(inst, d):
+                reach, interior[d] = interior_reach(inst, d, counts[d])
+            else:
+                window = window_along(inst, d)
+                reach = halo_reach(window, operand.shape.dims[d], inst.shape.dims[d],
+                                   counts[d])
             x = self.window_chunk(x, inner, operand.shape, d, reach, fill)
         shape = self.local_shape(inst.shape, inner)
         attrs = {k: v for k, v in inst.attrs.items() if k != "sharding"}
@@ -297,11 +427,27 @@ class WindowedOps:
         if op == "pad":
             config = [tuple(p) for p in inst.attrs["padding"]]
             for d in dims:
-                config[d] = (0, 0, 0)
+                # (interior I: the window's elements spread out, I of the
+                # padding value before, between and after them; each
+                # device's chunk is then cut out below)
+                gap = interior_of(inst, d)
+                config[d] = (gap, gap, gap) if d in interior else (0, 0, 0)
             if all(tuple(p)[:2] == (0, 0) and (len(p) < 3 or p[2] == 0) for p in config):
                 return x
             attrs["padding"] = config
-            return self.add("pad", shape, [x, fill], **attrs)
+            if not interior:
+                return self.add("pad", shape, [x, fill], **attrs)
+            dims_now = []
+            for d, p in enumerate(config):
+                low, high, gap = tuple(p) + (0,) * (3 - len(p))
+                size = x.shape.dims[d]
+                dims_now.append(low + high + size + max(size - 1, 0) * gap)
+            padded = self.add("pad", x.shape.with_dims(tuple(dims_now)), [x, fill], **attrs)
+            coords = device_coords(inner, rank, self.n)
+            starts = [self.table_value([interior[d][c[d]] for c in coords])
+                      if d in interior else self.scalar(0) for d in range(rank)]
+            return self.add("dynamic-slice", shape, [padded, *starts],
+                            dynamic_slice_sizes=tuple(shape.dims))
         window = {key: list(v) for key, v in (inst.attrs.get("window") or {}).items()}
         if "pad" in window:
             window["pad"] = [tuple(p) for p in window["pad"]]

@@ -29,15 +29,27 @@ How each op is partitioned (S: the sharding propagation gave its result):
                                    what lies outside the operand; a
                                    window reaching past a neighbour's
                                    chunk is done as below
-  concatenate, reverse, dynamic-slice, dynamic-update-slice
+  concatenate, reverse, dynamic-update-slice
+                                   along a cut dim (moves): a concatenate
+                                   moves the cut to another dim and back
+                                   (all-to-alls); a reverse takes the
+                                   mirrored chunks (a collective-permute);
+                                   an update inside one chunk is written
+                                   where its offset falls (no collective);
+                                   otherwise as below
+  dynamic-slice (and the above otherwise)
                                    the dims the op touches made whole, the
-                                   others stay cut; local
+                                   others stay cut; local (as XLA's: a
+                                   dynamic-slice along a cut dim gathers it)
   gather                           index-parallel: the indices cut as the
                                    result's batch dims, the operand whole
   convolution                      the input cut along its batch and its
                                    spatial dims as the result is (a
                                    spatial cut by halo exchange), the
-                                   kernel whole
+                                   kernel whole; an input cut along its
+                                   features only: the kernel cut alike, a
+                                   partial convolution per device and an
+                                   all-reduce (as a dot's contracting dim)
   reduce                           local over the chunk (its padding
                                    masked to the init value), then an
                                    all-reduce over the devices that hold
@@ -73,11 +85,17 @@ the other axes (correct: those axes are replicas inside the body).
 Resharding: where each target chunk lies inside a source chunk (the same
 cut over devices in another order, or a cut moving to a mesh axis of more
 devices), one collective-permute and a local dynamic-slice; a cut moving
-from one dim to another over the same devices is one all-to-all (on a 2-D
-mesh, an all-to-all then a collective-permute where the devices end up in
-another order); otherwise dims cut differently are all-gathered along the
-tile assignment's groups, then the target's chunk is taken with a
-dynamic-slice at offsets read from a table by partition-id.
+from one dim to another is one all-to-all (then a collective-permute
+where the target holds the chunks on other devices, as XLA's); otherwise
+dims cut differently are all-gathered along the tile assignment's
+groups, then the target's chunk is taken with a dynamic-slice at offsets
+read from a table by partition-id.
+
+Replicas x partitions (a module whose header states replica_count > 1):
+every replica runs the same per-device program on its own data; the
+collectives with global device ids (all-reduce, all-gather,
+reduce-scatter) list each replica's devices in groups of their own, the
+all-to-alls and collective-permutes name partitions (within a replica).
 
 Uneven cuts (a dim of 10 over 4 devices) are padded as XLA's are: chunks
 of ceil(10 / 4) = 3, the last device's 1 row and 2 of padding (see
@@ -109,6 +127,7 @@ from ..util import has_side_effect
 from .dot import DotPartitioning
 from .halo import WindowedOps, convolution_spatial_cuts, windowed_dims
 from .manual import ManualRegions, annotation_target
+from .moves import DataMovementOps
 from .placement import groups_along, replicate_dims, same_placement
 from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_TARGETS,
                           convolution_batch_dims, gather_batch_dims, permute_sharding,
@@ -122,6 +141,10 @@ __all__ = ["partition_module", "PartitionResult", "needs_partitioning",
 _DROPPED_TARGETS = frozenset({"xla.sdy.PropagationBarrier"})
 _LOCAL_DATA_MOVEMENT = frozenset({"slice", "pad", "concatenate", "reduce-window",
                                   "dynamic-slice", "dynamic-update-slice", "reverse"})
+# Ops that can keep a cut dim cut (moves); where they cannot, the dims
+# they touch are made whole (emit_data_movement).
+_MOVES_ALONG_CUTS = {"concatenate": "emit_concatenate", "reverse": "emit_reverse",
+                     "dynamic-update-slice": "emit_dynamic_update_slice"}
 
 
 @dataclass
@@ -154,7 +177,7 @@ def needs_partitioning(module: HloModule) -> bool:
     return False
 
 
-class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions):
+class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMovementOps):
     def __init__(self, module: HloModule, n: int):
         self.module, self.n = module, n
         self.notes: list[str] = []
@@ -461,10 +484,18 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions):
             return self.emit_reduce(inst, s)
         if op == "dot":
             return self.emit_dot(inst, s)
+        if op in _MOVES_ALONG_CUTS:
+            done = getattr(self, _MOVES_ALONG_CUTS[op])(inst, s)
+            if done is not None:
+                return done
         if op in _LOCAL_DATA_MOVEMENT:
             return self.emit_data_movement(inst, s)
         if op == "gather":
             return self.emit_gather(inst, s)
+        if op == "convolution":
+            done = self.emit_convolution_over_features(inst, s)
+            if done is not None:
+                return done
         if op == "convolution" and s.kind == "tiled":
             return self.emit_convolution(inst, s)
         return self.whole(inst, f"{op} is not partitioned")
@@ -579,14 +610,56 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions):
         kernel = self.value(inst.operands[1], HloSharding.replicated())
         new = self.add_clone(inst, [x, kernel], self.local_shape(inst.shape, s))
         window = dict(new.attrs.get("window") or {})
+        lhs = inst.attrs["dim_labels"].split("_")[0]
         if "pad" in window:
             pads = [tuple(p) for p in window["pad"]]
-            lhs = inst.attrs["dim_labels"].split("_")[0]
             for d_in in spatial:
                 pads[int(lhs[d_in])] = (0, 0)
             window["pad"] = pads
+        if "lhs_dilate" in window:
+            # (a dilated input was spread out with its window)
+            dilate = list(window["lhs_dilate"])
+            for d_in in spatial:
+                dilate[int(lhs[d_in])] = 1
+            window["lhs_dilate"] = tuple(dilate)
         new.attrs["window"] = window
         return new, s
+
+    def emit_convolution_over_features(self, inst, s: HloSharding):
+        """An input cut along its feature dim (the convolution's contracting
+        dim, as a dot's), and maybe its batch: the kernel cut alike along
+        its input features, a partial convolution per device (its batch
+        chunk), an all-reduce of the partial sums over the feature chunks
+        (XLA's, for a cut contracting dim); None otherwise."""
+        labels = inst.attrs.get("dim_labels")
+        if not isinstance(labels, str) or "->" not in labels or \
+                int(inst.attrs.get("feature_group_count", 1)) != 1 or \
+                int(inst.attrs.get("batch_group_count", 1)) != 1:
+            return None
+        operands, out_labels = labels.split("->")
+        lhs_labels, rhs_labels = operands.split("_")
+        if any(c not in labels for c in ("b", "f", "i")) or "b" not in out_labels:
+            return None
+        lhs, rhs = inst.operands
+        x, ls = self.values[id(lhs)]
+        rank = lhs.shape.rank
+        if ls.kind != "tiled" or ls.has_manual_subgroup:
+            return None
+        f, b, i = lhs_labels.index("f"), lhs_labels.index("b"), rhs_labels.index("i")
+        counts = ls.counts(rank)
+        if counts[f] == 1 or any(c > 1 for d, c in enumerate(counts) if d not in (f, b)):
+            return None
+        # (padding of an uneven feature cut would join the sums: zeroed)
+        x = self.mask_padding(x, ls, lhs.shape, [f])
+        everything = list(range(rank))
+        want = remap_sharding(replicate_dims(ls, rank, [d for d in everything if d != f],
+                                             keep=everything), {f: i}, rank, rhs.shape.rank)
+        kernel = self.mask_padding(self.value(rhs, want), want, rhs.shape, [i])
+        partial_s = remap_sharding(replicate_dims(ls, rank, [f], keep=everything),
+                                   {b: out_labels.index("b")}, rank, inst.shape.rank)
+        partial = self.add_clone(inst, [x, kernel], self.local_shape(inst.shape, partial_s))
+        summed = self.all_reduce(partial, groups_along(ls, rank, [f]))
+        return self.reshard(summed, partial_s, s, inst.shape), s
 
     def emit_reduce(self, inst, s: HloSharding):
         if inst.shape.is_tuple:

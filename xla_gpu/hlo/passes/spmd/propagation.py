@@ -52,7 +52,8 @@ from typing import Sequence
 
 from ...module import HloComputation, HloInstruction
 from ...opcodes import ELEMENTWISE
-from .halo import convolution_windows, halo_reach, windowed_dims
+from ...shape import bit_width
+from .halo import convolution_reach, convolution_windows, windowed_dims
 from .placement import device_coords, from_coords, normalize, replicate_dims, tile_count
 from .sharding import HloSharding
 
@@ -334,6 +335,10 @@ def remap_sharding(s: HloSharding, mapping: dict[int, int], src_rank: int,
                              s.subgroups)
 
 
+def _bits(inst: HloInstruction) -> int:
+    return inst.shape.num_elements * bit_width(inst.shape.element_type)
+
+
 def _dot_forward(inst, lhs: HloSharding | None, rhs: HloSharding | None,
                  n: int, defer: bool = False) -> HloSharding | None:
     """The result's sharding from the operands' batch and free dims; with
@@ -362,6 +367,10 @@ def _dot_forward(inst, lhs: HloSharding | None, rhs: HloSharding | None,
             candidates.append(out)
     if defer and len(candidates) == 2 and merge(*candidates, out_rank, n) is None:
         return None
+    if len(candidates) == 2 and _bits(inst.operands[0]) < _bits(inst.operands[1]):
+        # XLA's propagation tries the larger operand's cuts first: keeping
+        # the bigger array in place moves less data to the smaller one
+        candidates.reverse()
     return _best(candidates, out_rank, n)
 
 
@@ -399,6 +408,13 @@ class _Propagation:
             # users: a cut result can then take a reduce-scatter)
             out = _dot_forward(inst, ops[0], ops[1], self.n, defer=self.first_round)
             return out if out is not None and out.kind == "tiled" else None
+        if op in ("concatenate", "dynamic-update-slice", "reverse") and ops[0] is not None and \
+                ops[0].kind == "tiled":
+            # (XLA's: the result cut as the operand, the concatenated,
+            # updated or reversed dim too, in the same device order (as
+            # Shardy's mesh axes state it); the partitioner moves, writes
+            # or brings each device the mirrored chunk along it)
+            return ops[0]
         if op in _DIM_PRESERVING and ops[0] is not None:
             touched = touched_dims(inst)
             if touched is None:
@@ -430,7 +446,7 @@ class _Propagation:
             lhs_rank = inst.operands[0].shape.rank
             counts = ops[0].counts(lhs_rank)
             for d_in, (d_out, window) in windows.items():
-                if counts[d_in] > 1 and halo_reach(
+                if counts[d_in] > 1 and convolution_reach(
                         window, inst.operands[0].shape.dims[d_in], inst.shape.dims[d_out],
                         counts[d_in]) is not None:
                     mapping[d_in] = d_out
@@ -463,6 +479,10 @@ class _Propagation:
         if op == "reshape":
             back = reshape_sharding(s, user.shape.dims, user.operands[0].shape.dims)
             return {0: back} if back is not None else {}
+        if op == "concatenate" and s.kind == "tiled":
+            return {i: s for i in range(len(user.operands))}
+        if op in ("dynamic-update-slice", "reverse") and s.kind == "tiled":
+            return {0: s}
         return {}
 
     def run(self, order: list[HloInstruction]) -> dict[int, HloSharding]:

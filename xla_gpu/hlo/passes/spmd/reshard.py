@@ -103,17 +103,28 @@ class Emitter:
                                   [HloSharding.replicated()] * len(shape.tuple_shapes))))
         return shape.with_dims(s.local_dims(shape.dims))
 
+    def global_groups(self, groups) -> str:
+        """The replica_groups text of partition `groups` for a collective
+        with global device ids: with replicas, each replica's devices
+        (replica * partitions + partition) in groups of their own (XLA's
+        CreateReplicaGroups). The all-to-alls and collective-permutes name
+        partitions instead (cross-partition: within each replica)."""
+        replicas = self.module.replica_count
+        if replicas > 1:
+            groups = [[r * self.n + d for d in g] for r in range(replicas) for g in groups]
+        return replica_groups_text(groups)
+
     def all_gather(self, x: HloInstruction, dim: int, groups) -> HloInstruction:
         dims = list(x.shape.dims)
         dims[dim] *= len(groups[0])
         return self.add("all-gather", x.shape.with_dims(tuple(dims)), [x],
-                        dimensions=(dim,), replica_groups=replica_groups_text(groups),
+                        dimensions=(dim,), replica_groups=self.global_groups(groups),
                         use_global_device_ids=True, channel_id=self.next_channel())
 
     def all_reduce(self, x: HloInstruction, groups, kind: str = "add",
                    to_apply: HloComputation | None = None) -> HloInstruction:
         """`to_apply`: the reducer (default: one of `kind` made here)."""
-        return self.add("all-reduce", x.shape, [x], replica_groups=replica_groups_text(groups),
+        return self.add("all-reduce", x.shape, [x], replica_groups=self.global_groups(groups),
                         use_global_device_ids=True, channel_id=self.next_channel(),
                         to_apply=to_apply or self.reducer(x.shape.element_type, kind))
 
@@ -121,7 +132,7 @@ class Emitter:
         dims = list(x.shape.dims)
         dims[dim] //= len(groups[0])
         return self.add("reduce-scatter", x.shape.with_dims(tuple(dims)), [x],
-                        dimensions=(dim,), replica_groups=replica_groups_text(groups),
+                        dimensions=(dim,), replica_groups=self.global_groups(groups),
                         use_global_device_ids=True, channel_id=self.next_channel(),
                         to_apply=self.reducer(x.shape.element_type))
 
@@ -300,10 +311,11 @@ class Emitter:
                         dynamic_slice_sizes=tuple(local))
 
     def try_all_to_all(self, x, source: HloSharding, target: HloSharding, global_shape):
-        """One all-to-all when the cut moves from dim a to dim b over the
-        same device groups (everything else equal); on a 2-D mesh, an
-        all-to-all that moves part of a's cut to b, then a collective-
-        permute where the devices end up holding each other's chunks."""
+        """One all-to-all when the cut moves from dim a to dim b (everything
+        else cut as often), then a collective-permute where the target
+        holds the chunks on other devices; on a 2-D mesh, an all-to-all
+        that moves part of a's cut to b, then a collective-permute where
+        the devices end up holding each other's chunks."""
         rank, n = global_shape.rank, self.n
         if source.kind != "tiled" or target.kind != "tiled":
             return None
@@ -316,14 +328,24 @@ class Emitter:
         if len(a) != 1 or len(b) != 1 or sc[a[0]] != tc[b[0]]:
             return None
         a, b = a[0], b[0]
-        xs, xt = device_coords(source, rank, n), device_coords(target, rank, n)
-        if any(xs[d][i] != xt[d][i] for d in range(n) for i in range(rank) if i not in (a, b)):
+        if any(sc[i] != tc[i] for i in range(rank) if i not in (a, b)):
             return None
-        if any(xs[d][a] != xt[d][b] for d in range(n)):
+        # The exchange moves the cut over the source's devices (`middle`:
+        # each device's chunk of a becomes its chunk of b); where the
+        # target holds the chunks on other devices, a collective-permute
+        # then puts them in place (XLA's all-to-all, then its reorder).
+        xs = device_coords(source, rank, n)
+
+        def coords(d):
+            c = list(xs[d])
+            c[a], c[b] = 0, xs[d][a]
+            return c
+        middle = from_coords(tc, coords, list(source.devices))
+        if middle is None:
             return None
         k = sc[a]
         groups = groups_along(source, rank, [a])
-        if any(sorted(g) != sorted(t) for g, t in zip(groups, groups_along(target, rank, [b]))):
+        if any(sorted(g) != sorted(t) for g, t in zip(groups, groups_along(middle, rank, [b]))):
             return None
         # Split b into [k, b/k] (chunk j goes to the group's j-th device),
         # exchange on the new dim, then put the received chunks of a back
@@ -349,13 +371,17 @@ class Emitter:
                  (x.shape.dims[i] // k if i == b else x.shape.dims[i])
                  for i in range(rank)]
         y = self.add("reshape", x.shape.with_dims(tuple(final)), [y])
-        return self.slice_dim(y, a, global_shape.dims[a])
+        y = self.slice_dim(y, a, global_shape.dims[a])
+        if same_placement(middle, target, rank, n):
+            return y
+        return self.try_permute(y, middle, target, global_shape)
 
     def try_partial_all_to_all(self, x, source: HloSharding, target: HloSharding,
                                global_shape):
         """Dim a cut k times more in the source, dim b k times more in the
         target (the other dims cut as often), even chunks, over a 2-D mesh
-        (the source cuts two dims, or replicates): an all-to-all within
+        (the source cuts two dims, or replicates, or the target does): an
+        all-to-all within
         groups of k devices holding the same chunks but for a's finest
         split, then a collective-permute to the target's devices."""
         rank, n = global_shape.rank, self.n
@@ -373,8 +399,10 @@ class Emitter:
         if not source.is_even_for(global_shape.dims) or \
                 not target.is_even_for(global_shape.dims):
             return None
-        if sum(c > 1 for c in sc) < 2 and not source.subgroups:
+        if sum(c > 1 for c in sc) < 2 and not source.subgroups and tc[a] == 1:
             return None         # one mesh axis: the plain all-to-all's case
+        # (a cut of one dim over all devices splitting onto two dims, as a
+        # concatenate's moved cut going back, is an exchange in groups too)
         array = source.array()
         shape = list(array.shape)
         split = shape[:a] + [sc[a] // k, k] + shape[a + 1:]

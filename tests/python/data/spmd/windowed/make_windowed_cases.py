@@ -1,12 +1,14 @@
 """Makes the SPMD cases of tests/python/passes/test_spmd_windowed.py: jax
 programs whose ops read along a cut dim (slice, pad, reduce-window, a 1-D
-convolution: XLA's halo exchange), reshapes that split or merge a cut dim,
-and 2-D mesh reshards XLA does with a collective-permute. Same files as
+convolution: XLA's halo exchange; concatenate, reverse, a one-row update,
+interior padding, a dilated window, a convolution over cut features),
+reshapes that split or merge a cut dim, and 2-D mesh reshards XLA does
+with a collective-permute. Same files as
 ../make_spmd_cases.py (kept in this folder: the stored-case tests there
 count theirs):
 
     JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
-        python tests/python/data/spmd/windowed/make_windowed_cases.py
+        python tests/python/data/spmd/windowed/make_windowed_cases.py [CASE ...]
 
     <case>.partitioned.hlo   XLA's per-device program (compile().as_text())
     <case>.pre.hlo           the annotated program (as_text(dialect="hlo"))
@@ -31,6 +33,9 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+# Case names given on the command line: only those are written (the
+# inputs of every case are still drawn, in order, so each case's stay).
+ONLY = set(sys.argv[1:])
 rng = np.random.default_rng(20261203)
 
 
@@ -39,6 +44,8 @@ def normal(*shape):
 
 
 def save_case(name, f, mesh, args, in_specs, out_spec=None):
+    if ONLY and name not in ONLY:
+        return
     in_shardings = tuple(NamedSharding(mesh, s) for s in in_specs)
     out_sharding = None if out_spec is None else NamedSharding(mesh, out_spec)
     jitted = jax.jit(f, in_shardings=in_shardings, out_shardings=out_sharding)
@@ -88,6 +95,22 @@ def main() -> int:
     save_case("mesh2d_axis_move", lambda a: a * 2, grid, [normal(8, 8)], [P("a")], P("b"))
     save_case("mesh2d_axes_swapped", lambda a: a * 2, grid, [normal(8, 8)], [P("a", "b")],
               P("b", "a"))
+    # other ops along a cut dim kept cut: a concatenate moving its cut to
+    # the columns (all-to-alls), a reverse (collective-permute), a one-row
+    # update (none), interior padding and a dilated window (halo exchange),
+    # a convolution over cut input features (all-reduce)
+    save_case("move_concatenate", lambda a, b: jnp.concatenate([a, b]), line,
+              [normal(32, 16), normal(32, 16)], rows * 2, P("x"))
+    save_case("move_reverse", lambda a: a[::-1] * 2, line, [normal(64, 4)], rows, P("x"))
+    save_case("move_update_row", lambda a, v, i: jax.lax.dynamic_update_slice(a, v, (i, 0)),
+              line, [normal(64, 4), normal(1, 4), np.int32(37)], [P("x"), P(), P()], P("x"))
+    save_case("halo_interior_pad", lambda a: jax.lax.pad(a, 0.5, ((0, 1, 1), (0, 0, 0))),
+              line, [normal(64, 4)], rows, P("x"))
+    save_case("halo_dilated_window", lambda a: jax.lax.reduce_window(
+        a, 0.0, jax.lax.add, (3, 1), (1, 1), ((2, 2), (0, 0)), window_dilation=(2, 1)),
+        line, [normal(64, 4)], rows, P("x"))
+    save_case("conv_feature_cut", lambda a, w: jax.lax.conv_general_dilated(
+        a, w, (1,), "SAME"), line, [normal(2, 16, 10), normal(4, 16, 3)], [P(None, "x"), P()])
     return 0
 
 

@@ -1,0 +1,432 @@
+"""Ops along a cut dim that the partitioner keeps cut the way XLA's
+partitioner does (before these, each gathered the dim whole or ran the
+op whole): a concatenate moving its cut to another dim (all-to-alls), a
+reverse taking the mirrored chunks (one collective-permute), a
+dynamic-update-slice inside one chunk (no collective), a pad with interior
+padding and a dilated window (halo exchange), a convolution over cut input
+features (a partial convolution and an all-reduce), and a batched dot
+keeping its larger operand in place. Each runs partitioned on emulated
+devices in the reference interpreter against one device, padding made of
+NaN where cuts are uneven (padding read into a real result shows)."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from xla_gpu.hlo import evaluate, parse_module
+from xla_gpu.hlo.passes.sharding_annotations import ShardingAnnotationRemover
+from xla_gpu.hlo.passes.spmd import SpmdFallbackWarning
+from xla_gpu.hlo.passes.spmd.reshard import Emitter
+from spmd_cases import MODULE_WITH_ADD, run_partitioned
+
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+@pytest.fixture(autouse=True)
+def nan_padding(monkeypatch):
+    monkeypatch.setattr(Emitter, "padding_value", float("nan"))
+
+
+def _collectives(module) -> Counter:
+    out: Counter = Counter()
+    for comp in module.computations:
+        for inst in comp.instructions:
+            kind = inst.opcode.removesuffix("-start")
+            if kind in KINDS:
+                out[kind] += 1
+    return out
+
+
+def _one_device(text: str, args):
+    single = parse_module(text)
+    ShardingAnnotationRemover().run(single)
+    out = evaluate(single, *args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _check(text: str, n: int, args, returned_whole: bool = False):
+    """The partitioned run against one device; no op computed whole (an
+    uneven result returned whole is the only note allowed)."""
+    want = _one_device(text, args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore" if returned_whole else "error", SpmdFallbackWarning)
+        got, result = run_partitioned(text, n, args)
+    assert all("returned whole" in note for note in result.notes), result.notes
+    for i, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+    return result
+
+
+def _normal(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _shapes(module, opcode):
+    return [i.shape.dims for i in module.entry.instructions if i.opcode == opcode]
+
+
+# ------------------------------------------------------------ concatenate
+
+def test_concatenate_along_cut_rows_moves_the_cut_to_the_columns():
+    """XLA's: rows cut 8 ways move to the 16 columns (one all-to-all per
+    operand), the chunks concatenate locally, the cut moves back."""
+    text = """
+HloModule m
+ENTRY e {
+  a = f32[32,16] parameter(0), sharding={devices=[8,1]<=[8]}
+  b = f32[32,16] parameter(1), sharding={devices=[8,1]<=[8]}
+  ROOT c = f32[64,16] concatenate(a, b), dimensions={0}, sharding={devices=[8,1]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(32, 16), _normal(32, 16, seed=1)])
+    assert _collectives(result.module) == Counter({"all-to-all": 3})
+    assert _shapes(result.module, "concatenate") == [(64, 2)]
+
+
+def test_concatenate_on_a_2d_mesh_merges_the_cut_into_the_columns():
+    text = """
+HloModule m
+ENTRY e {
+  a = f32[8,16] parameter(0), sharding={devices=[2,4]<=[8]}
+  b = f32[16,16] parameter(1), sharding={devices=[2,4]<=[8]}
+  ROOT c = f32[24,16] concatenate(a, b), dimensions={0}, sharding={devices=[2,4]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(8, 16), _normal(16, 16, seed=1)])
+    kinds = _collectives(result.module)
+    assert kinds["all-gather"] == 0 and kinds["all-to-all"] == 3
+    assert _shapes(result.module, "concatenate") == [(24, 2)]
+
+
+def test_concatenate_with_no_dim_to_move_to_gathers_the_rows():
+    """4 columns cannot take a cut of 8: the rows are gathered (XLA too)."""
+    text = """
+HloModule m
+ENTRY e {
+  a = f32[32,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  b = f32[32,4] parameter(1), sharding={devices=[8,1]<=[8]}
+  ROOT c = f32[64,4] concatenate(a, b), dimensions={0}, sharding={devices=[8,1]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(32, 4), _normal(32, 4, seed=1)])
+    assert _collectives(result.module) == Counter({"all-gather": 2})
+
+
+def test_concatenate_of_uneven_rows_is_correct():
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[10,8] parameter(0)
+  a = f32[10,8] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  y = f32[6,8] parameter(1)
+  b = f32[6,8] custom-call(y), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  c = f32[16,8] concatenate(a, b), dimensions={0}
+  ROOT n = f32[16,8] negate(c), sharding={devices=[4,1]<=[4]}
+}"""
+    _check(text, 4, [_normal(10, 8), _normal(6, 8, seed=1)])
+
+
+# ------------------------------------------------------------ reverse
+
+def test_reverse_of_cut_rows_is_one_collective_permute():
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[64,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  r = f32[64,4] reverse(x), dimensions={0}
+  ROOT n = f32[64,4] negate(r)
+}"""
+    result = _check(text, 8, [_normal(64, 4)])
+    assert _collectives(result.module) == Counter({"collective-permute": 1})
+    assert _shapes(result.module, "reverse") == [(8, 4)]
+    # the result stays cut in the devices' order (as jax states it)
+    assert str(result.output_shardings[0]) == "{devices=[8,1]<=[8]}"
+
+
+def test_reverse_along_both_cut_dims_of_a_2d_mesh():
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={devices=[2,4]<=[8]}
+  ROOT r = f32[8,16] reverse(x), dimensions={0,1}, sharding={devices=[2,4]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(8, 16)])
+    assert _collectives(result.module) == Counter({"collective-permute": 1})
+
+
+def test_reverse_of_uneven_rows_gathers_them():
+    """10 rows over 4 devices: reversed, the padding would come first; the
+    rows are made whole instead."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[10,4] parameter(0)
+  c = f32[10,4] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  e = f32[10,4] exponential(c)
+  r = f32[10,4] reverse(e), dimensions={0}
+  ROOT n = f32[10,4] negate(r), sharding={devices=[4,1]<=[4]}
+}"""
+    result = _check(text, 4, [_normal(10, 4)], returned_whole=True)
+    assert _shapes(result.module, "reverse") == [(10, 4)]
+
+
+# ------------------------------------------------------------ dynamic-update-slice
+
+DUS_ROW = """
+HloModule m
+ENTRY e {
+  x = f32[64,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  u = f32[1,4] parameter(1), sharding={replicated}
+  i = s32[] parameter(2), sharding={replicated}
+  z = s32[] constant(0)
+  d = f32[64,4] dynamic-update-slice(x, u, i, z)
+  ROOT n = f32[64,4] negate(d), sharding={devices=[8,1]<=[8]}
+}"""
+
+
+@pytest.mark.parametrize("index", [0, 13, 63, 100, -5])
+def test_dynamic_update_slice_of_one_row_writes_where_it_falls(index):
+    """XLA's single-partition update: every device holds the row; the one
+    whose chunk the (clamped) offset falls in writes it; no collective."""
+    result = _check(DUS_ROW, 8, [_normal(64, 4), _normal(1, 4, seed=1), np.int32(index)])
+    assert _collectives(result.module) == Counter()
+    assert _shapes(result.module, "dynamic-update-slice") == [(8, 4)]
+
+
+def test_dynamic_update_slice_with_an_unsigned_offset_past_the_end():
+    """u32 4000000000 clamps to the last row (not a negative s32)."""
+    text = DUS_ROW.replace("i = s32[] parameter(2)", "i = u32[] parameter(2)").replace(
+        "z = s32[] constant(0)", "z = u32[] constant(0)")
+    result = _check(text, 8, [_normal(64, 4), _normal(1, 4, seed=1), np.uint32(4000000000)])
+    assert _collectives(result.module) == Counter()
+
+
+def test_dynamic_update_slice_at_a_constant_offset_inside_a_chunk():
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[64,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  u = f32[4,4] parameter(1), sharding={replicated}
+  i = s32[] constant(10)
+  z = s32[] constant(0)
+  ROOT d = f32[64,4] dynamic-update-slice(x, u, i, z), sharding={devices=[8,1]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(64, 4), _normal(4, 4, seed=1)])
+    assert _collectives(result.module) == Counter()
+
+
+def test_dynamic_update_slice_of_uneven_rows_and_cut_columns():
+    """10 rows over 2 devices by 4 column chunks; the update (one row, all
+    columns) is cut with the columns."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[10,8] parameter(0)
+  c = f32[10,8] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,2]<=[8]}
+  u = f32[1,8] parameter(1)
+  i = s64[] parameter(2)
+  z = s64[] constant(0)
+  d = f32[10,8] dynamic-update-slice(c, u, i, z)
+  ROOT n = f32[10,8] negate(d), sharding={devices=[4,2]<=[8]}
+}"""
+    for index in (9, 4, 3):
+        result = _check(text, 8, [_normal(10, 8), _normal(1, 8, seed=1), np.int64(index)],
+                        returned_whole=True)
+        assert _shapes(result.module, "dynamic-update-slice") == [(3, 4)]
+
+
+def test_dynamic_update_slice_across_chunks_gathers_the_rows():
+    """4 rows at a dynamic offset may straddle two chunks: the rows are
+    gathered (XLA too), the result cut again."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[64,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  u = f32[4,4] parameter(1), sharding={replicated}
+  i = s32[] parameter(2), sharding={replicated}
+  z = s32[] constant(0)
+  ROOT d = f32[64,4] dynamic-update-slice(x, u, i, z), sharding={devices=[8,1]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(64, 4), _normal(4, 4, seed=1), np.int32(6)])
+    assert _collectives(result.module) == Counter({"all-gather": 1})
+
+
+# ------------------------------------------------------------ dynamic-slice
+
+def test_dynamic_slice_along_a_cut_dim_gathers_it_as_xla():
+    """XLA partitions a dynamic-slice only along dims it does not slice: a
+    chunk's worth of rows at a dynamic offset gathers the rows."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[64,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  i = s32[] parameter(1), sharding={replicated}
+  z = s32[] constant(0)
+  ROOT d = f32[8,4] dynamic-slice(x, i, z), dynamic_slice_sizes={8,4}
+}"""
+    result = _check(text, 8, [_normal(64, 4), np.int32(8)])
+    assert _collectives(result.module) == Counter({"all-gather": 1})
+
+
+def test_dynamic_slice_of_uncut_rows_keeps_the_column_cut():
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[64,16] parameter(0), sharding={devices=[1,8]<=[8]}
+  i = s32[] parameter(1), sharding={replicated}
+  j = s32[] parameter(2), sharding={replicated}
+  ROOT d = f32[8,16] dynamic-slice(x, i, j), dynamic_slice_sizes={8,16}
+}"""
+    result = _check(text, 8, [_normal(64, 16), np.int32(60), np.int32(3)])
+    assert _collectives(result.module) == Counter()
+    assert _shapes(result.module, "dynamic-slice")[-1] == (8, 2)
+
+
+# ------------------------------------------------------------ interior padding
+
+@pytest.mark.parametrize("n_in,config,n,permutes", [
+    (64, (0, 1, 1), 8, 0),        # each chunk spreads into its own result chunk
+    (16, (1, 1, 2), 4, 0),
+    (64, (3, 0, 1), 8, 2),        # shifted: halos both ways
+    (16, (-1, 2, 1), 8, 1),
+    (10, (0, 0, 1), 4, None),     # uneven operand and result
+    (12, (2, 3, 3), 4, None),
+])
+def test_pad_with_interior_padding_keeps_the_cut(n_in, config, n, permutes):
+    low, high, interior = config
+    n_out = (n_in - 1) * (interior + 1) + 1 + low + high
+    text = f"""
+HloModule m
+ENTRY e {{
+  x = f32[{n_in},3] parameter(0)
+  c = f32[{n_in},3] custom-call(x), custom_call_target="Sharding", sharding={{devices=[{n},1]<=[{n}]}}
+  v = f32[] constant(7)
+  p = f32[{n_out},3] pad(c, v), padding={low}_{high}_{interior}x0_0
+  ROOT r = f32[{n_out},3] custom-call(p), custom_call_target="Sharding", sharding={{devices=[{n},1]<=[{n}]}}
+}}"""
+    result = _check(text, n, [_normal(n_in, 3)], returned_whole=True)
+    kinds = _collectives(result.module)
+    # the pad ran on chunks: the only gather is of an uneven result
+    assert kinds["all-gather"] == (0 if n_out % n == 0 else 1)
+    if permutes is not None:
+        assert kinds["collective-permute"] == permutes
+    assert all(shape[0] < n_out for shape in _shapes(result.module, "pad"))
+
+
+# ------------------------------------------------------------ dilated windows
+
+def test_dilated_window_along_cut_rows_is_a_halo_exchange():
+    text = MODULE_WITH_ADD + """ENTRY e {
+  x = f32[64,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  z = f32[] constant(0)
+  ROOT w = f32[64,4] reduce-window(x, z), window={size=3x1 pad=2_2x0_0 rhs_dilate=2x1},
+      to_apply=add, sharding={devices=[8,1]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(64, 4)])
+    assert _collectives(result.module) == Counter({"collective-permute": 2})
+    assert _shapes(result.module, "reduce-window") == [(8, 4)]
+
+
+def test_dilated_strided_window_over_uneven_rows():
+    text = MODULE_WITH_ADD + """ENTRY e {
+  x = f32[10,4] parameter(0)
+  c = f32[10,4] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  z = f32[] constant(0)
+  w = f32[5,4] reduce-window(c, z), window={size=2x1 stride=2x1 pad=1_1x0_0 rhs_dilate=3x1},
+      to_apply=add
+  ROOT n = f32[5,4] negate(w), sharding={devices=[4,1]<=[4]}
+}"""
+    result = _check(text, 4, [_normal(10, 4)], returned_whole=True)
+    assert _collectives(result.module)["collective-permute"] >= 1
+    assert (2, 4) in _shapes(result.module, "reduce-window")
+
+
+# ------------------------------------------------------------ convolution
+
+@pytest.mark.parametrize("features,n", [(16, 8), (10, 4)])
+def test_convolution_over_cut_input_features_is_a_partial_sum(features, n):
+    """The input features are the convolution's contracting dim: the
+    kernel is cut alike, each device convolves its features, one
+    all-reduce sums (XLA's); 10 features over 4 devices zero the padding."""
+    text = f"""
+HloModule m
+ENTRY e {{
+  x = f32[2,{features},10] parameter(0)
+  a = f32[2,{features},10] custom-call(x), custom_call_target="Sharding", sharding={{devices=[1,{n},1]<=[{n}]}}
+  k = f32[4,{features},3] parameter(1), sharding={{replicated}}
+  ROOT c = f32[2,4,10] convolution(a, k), window={{size=3 pad=1_1}}, dim_labels=bf0_oi0->bf0
+}}"""
+    result = _check(text, n, [_normal(2, features, 10), _normal(4, features, 3, seed=1)])
+    assert _collectives(result.module) == Counter({"all-reduce": 1})
+    assert _shapes(result.module, "convolution") == [(2, 4, 10)]
+
+
+@pytest.mark.parametrize("batch,features", [(4, 16), (3, 10)])
+def test_convolution_over_cut_batch_and_features_on_a_2d_mesh(batch, features):
+    """Batch over 2 devices, features over 4: each device convolves its
+    batch chunk's features, the partial sums are all-reduced over the 4
+    feature chunks; the result stays cut by batch."""
+    text = f"""
+HloModule m
+ENTRY e {{
+  x = f32[{batch},{features},10] parameter(0)
+  a = f32[{batch},{features},10] custom-call(x), custom_call_target="Sharding", sharding={{devices=[2,4,1]<=[8]}}
+  k = f32[4,{features},3] parameter(1), sharding={{replicated}}
+  c = f32[{batch},4,10] convolution(a, k), window={{size=3 pad=1_1}}, dim_labels=bf0_oi0->bf0
+  ROOT n = f32[{batch},4,10] negate(c)
+}}"""
+    result = _check(text, 8, [_normal(batch, features, 10), _normal(4, features, 3, seed=1)],
+                    returned_whole=True)
+    kinds = _collectives(result.module)
+    assert kinds["all-reduce"] == 1 and kinds["all-to-all"] == 0
+    assert _shapes(result.module, "convolution") == [(-(-batch // 2), 4, 10)]
+
+
+@pytest.mark.parametrize("length,n,size,stride,lo,hi,base,rhs", [
+    (64, 8, 3, 1, 1, 2, 2, 1),      # a transposed convolution
+    (16, 4, 2, 2, 3, 0, 3, 2),      # strided, dilated both ways
+    (10, 4, 3, 1, 0, 2, 2, 1),      # uneven input and result
+])
+def test_convolution_with_input_dilation_along_a_cut_length(length, n, size, stride, lo,
+                                                            hi, base, rhs):
+    """XLA's halo exchange for a dilated input: each device takes the
+    input elements its result chunk reads (a collective-permute from a
+    neighbour), spreads them out itself and convolves them undilated."""
+    out = ((length - 1) * base + 1 + lo + hi - ((size - 1) * rhs + 1)) // stride + 1
+    window = f"size={size} stride={stride} pad={lo}_{hi} lhs_dilate={base} rhs_dilate={rhs}"
+    text = f"""
+HloModule m
+ENTRY e {{
+  x = f32[2,3,{length}] parameter(0)
+  a = f32[2,3,{length}] custom-call(x), custom_call_target="Sharding", sharding={{devices=[1,1,{n}]<=[{n}]}}
+  k = f32[4,3,{size}] parameter(1)
+  c = f32[2,4,{out}] convolution(a, k), window={{{window}}}, dim_labels=bf0_oi0->bf0
+  ROOT r = f32[2,4,{out}] custom-call(c), custom_call_target="Sharding", sharding={{devices=[1,1,{n}]<=[{n}]}}
+}}"""
+    result = _check(text, n, [_normal(2, 3, length), _normal(4, 3, size, seed=1)],
+                    returned_whole=True)
+    assert _collectives(result.module)["collective-permute"] >= 1
+    # the convolution ran on each device's chunk of the result, undilated
+    convs = [i for i in result.module.entry.instructions if i.opcode == "convolution"]
+    assert [c.shape.dims for c in convs] == [(2, 4, -(-out // n))]
+    assert tuple(convs[0].attrs["window"].get("lhs_dilate", (1,))) == (1,)
+
+
+# ------------------------------------------------------------ dot propagation
+
+def test_batched_dot_keeps_the_larger_operand_in_place():
+    """lhs cut by batch, the 4x larger rhs by its free dim: the result takes
+    the rhs's cut (XLA's propagation tries the larger operand first) and
+    the lhs is gathered, instead of an all-to-all of the rhs."""
+    text = """
+HloModule m
+ENTRY e {
+  a = f32[8,4,6] parameter(0), sharding={devices=[8,1,1]<=[8]}
+  b = f32[8,6,16] parameter(1), sharding={devices=[1,1,8]<=[8]}
+  ROOT d = f32[8,4,16] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2},
+      rhs_batch_dims={0}, rhs_contracting_dims={1}
+}"""
+    result = _check(text, 8, [_normal(8, 4, 6), _normal(8, 6, 16, seed=1)])
+    assert _collectives(result.module) == Counter({"all-gather": 1})
+    assert str(result.output_shardings[0]) == "{devices=[1,1,8]<=[8]}"
