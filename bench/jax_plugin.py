@@ -3,8 +3,14 @@ compile time of a jitted function and dispatch time per call of a tiny program,
 plus a direct `exe.run` of the same program through xla_gpu.
 
     JAX_PLATFORMS=xla_gpu,cpu python bench/jax_plugin.py
+
+The per-call figures are medians over rounds that alternate between the
+backends in this one process, so that load from other processes on a shared
+machine falls on both alike; "us/call" is wall time, "cpu us" the process's
+CPU time per call (all threads), which other processes' load disturbs least.
 """
 import os
+import statistics
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "xla_gpu,cpu")
@@ -13,19 +19,22 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+ROUNDS = 7
+CALLS = 2000
 
-def per_call_us(fn, arg, n=2000):
-    fn(arg).block_until_ready()
-    t = time.perf_counter()
+
+def per_call_us(fn, arg, n=CALLS) -> tuple[float, float]:
+    """(wall, CPU) microseconds per call of `n` calls."""
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(n):
         out = fn(arg)
     jax.block_until_ready(out)
-    return (time.perf_counter() - t) / n * 1e6
+    return (time.perf_counter() - t) / n * 1e6, (time.process_time() - c) / n * 1e6
 
 
 def main():
     x = np.arange(16, dtype=np.float32)
-    rows = []
+    cases = []
     for platform in ("cpu", "xla_gpu"):
         dev = jax.devices(platform)[0]
         arg = jax.device_put(x, dev)
@@ -34,20 +43,29 @@ def main():
         t = time.perf_counter()
         f.lower(arg).compile()
         compile_ms = (time.perf_counter() - t) * 1e3
-        rows.append((platform, compile_ms, per_call_us(f, arg)))
+        f(arg).block_until_ready()
+        cases.append((platform, compile_ms, f, arg))
     import xla_gpu
     text = jax.jit(lambda v: jnp.tanh(v) * 2 + 1).lower(x).as_text(dialect="hlo")
     exe = xla_gpu.compile(text, target="cpu")
     exe.run(x)
-    n = 2000
-    t = time.perf_counter()
-    for _ in range(n):
-        exe.run(x)
-    direct = (time.perf_counter() - t) / n * 1e6
-    print(f"{'backend':<10} {'compile ms':>11} {'us/call':>9}")
-    for platform, c, d in rows:
-        print(f"{platform:<10} {c:>11.1f} {d:>9.1f}")
-    print(f"{'exe.run':<10} {'':>11} {direct:>9.1f}")
+    direct = exe.run, x
+    samples = {name: [] for name in ("cpu", "xla_gpu", "exe.run")}
+    for _ in range(ROUNDS):
+        for platform, _, f, arg in cases:
+            samples[platform].append(per_call_us(f, arg))
+        samples["exe.run"].append(per_call_us(*direct))
+
+    def medians(name):
+        return (statistics.median(w for w, _ in samples[name]),
+                statistics.median(c for _, c in samples[name]))
+
+    print(f"{'backend':<10} {'compile ms':>11} {'us/call':>9} {'cpu us':>8}")
+    for platform, c, _, _ in cases:
+        wall, cpu = medians(platform)
+        print(f"{platform:<10} {c:>11.1f} {wall:>9.1f} {cpu:>8.1f}")
+    wall, cpu = medians("exe.run")
+    print(f"{'exe.run':<10} {'':>11} {wall:>9.1f} {cpu:>8.1f}")
 
 
 if __name__ == "__main__":

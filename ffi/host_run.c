@@ -120,10 +120,16 @@ static PyObject *host_run_raise_pending(PyObject *module, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+static PyObject *host_run_call_address(PyObject *module, PyObject *unused);
+
 static PyMethodDef module_functions[] = {
     {"poll_address", host_run_poll_address, METH_NOARGS,
      "The address of an XlaGpuHostControl poll for ctypes callers: it runs Python's "
      "signal handlers and keeps what they raise for raise_pending()."},
+    {"call_address", host_run_call_address, METH_NOARGS,
+     "The address of the C entry that runs a HostRun on an array of arguments "
+     "(int (*)(HostRun *, PyObject *const *, Py_ssize_t, PyObject **, Py_ssize_t); "
+     "for the PJRT plugin's Execute)."},
     {"raise_pending", host_run_raise_pending, METH_NOARGS,
      "Raises (and forgets) what a signal handler raised during this thread's last "
      "poll; returns None when nothing did."},
@@ -518,26 +524,17 @@ static void raise_deadline_exceeded(void) {
   Py_DECREF(type);
 }
 
-static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
-  HostRun *self = (HostRun *)obj;
-  /* deadline_ns=<CLOCK_MONOTONIC ns>: the run stops with
-   * xla_gpu.errors.DeadlineExceededError once it has passed (checked
-   * between while-loop iterations); any other keyword is for Python. */
-  Control control = {poll_signals, NULL, 0};
-  if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
-    PyObject *deadline = PyDict_GetItemString(kwargs, "deadline_ns");
-    if (deadline == NULL || PyDict_Size(kwargs) != 1) Py_RETURN_NOTIMPLEMENTED;
-    if (deadline != Py_None) {
-      control.deadline_ns = PyLong_AsLongLong(deadline);
-      if (control.deadline_ns == -1 && PyErr_Occurred()) return NULL;
-    }
-  }
-  if (PyTuple_Size(args) != self->num_parameters) Py_RETURN_NOTIMPLEMENTED;
+/* One run of `self` on `args` (`nargs` of them): 0 with a new reference
+ * to every output in `results` (num_outputs of them), 1 when an argument is
+ * not what the C path reads (nothing ran, nothing set), -1 with an
+ * exception set when the run failed. */
+static int run_arrays(HostRun *self, PyObject *const *args, Py_ssize_t nargs,
+                      const Control *control, PyObject **results) {
+  if (nargs != self->num_parameters) return 1;
   for (Py_ssize_t i = 0; i < self->num_parameters; ++i)
-    if (!argument_matches(&self->parameters[i], PyTuple_GetItem(args, i)))
-      Py_RETURN_NOTIMPLEMENTED;
+    if (!argument_matches(&self->parameters[i], args[i])) return 1;
   int fill = debug_fill();
-  if (fill == -2) Py_RETURN_NOTIMPLEMENTED;
+  if (fill == -2) return 1;
 
   Py_ssize_t n = self->num_allocations;
   char *stack_bases[STACK_ALLOCATIONS];
@@ -546,8 +543,9 @@ static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) 
   char **bases = stack_bases;
   PyObject **owners = stack_owners;
   Entry *held = stack_held;
-  PyObject *results = NULL;
+  int status = -1;
   Py_ssize_t taken = 0;
+  for (Py_ssize_t i = 0; i < self->num_outputs; ++i) results[i] = NULL;
   if (n > STACK_ALLOCATIONS || self->num_pools > STACK_ALLOCATIONS) {
     bases = PyMem_Malloc(sizeof(char *) * (size_t)(n + 1));
     owners = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n + 1));
@@ -571,7 +569,7 @@ static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) 
   }
   for (Py_ssize_t i = 0; i < self->num_parameters; ++i) {
     const Parameter *p = &self->parameters[i];
-    PyObject *arg = PyTuple_GetItem(args, i);
+    PyObject *arg = args[i];
     char *data = PyArray_DATA((PyArrayObject *)arg);
     if (p->in_place) {
       bases[p->allocation] = data;
@@ -586,7 +584,7 @@ static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) 
   Py_BEGIN_ALLOW_THREADS
   rc = self->executor(self->code, self->length, bases, (int64_t)n, self->kernels,
                       self->num_kernels, self->probes, self->num_probes, NULL, counters,
-                      &error_at, &control);
+                      &error_at, control);
   Py_END_ALLOW_THREADS
   memcpy(self->counters, counters, sizeof(counters));
   if (rc == EXECUTE_INTERRUPTED && restore_pending()) goto done;
@@ -601,33 +599,176 @@ static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) 
     goto done;
   }
 
-  results = PyTuple_New(self->num_outputs);
-  if (results == NULL) goto done;
   for (Py_ssize_t i = 0; i < self->num_pools; ++i) {
     const Pool *p = &self->pools[i];
     if (p->slot >= 0) {
       Py_INCREF(held[i].typed);
-      PyTuple_SetItem(results, p->slot, held[i].typed);
+      Py_XDECREF(results[p->slot]);
+      results[p->slot] = held[i].typed;
     }
   }
   for (Py_ssize_t i = 0; i < self->num_views; ++i) {
     const View *v = &self->views[i];
     PyObject *view = make_view(v, bases[v->allocation], owners[v->allocation]);
-    if (view == NULL) {
-      Py_CLEAR(results);
+    if (view == NULL) goto done;
+    Py_XDECREF(results[v->slot]);
+    results[v->slot] = view;
+  }
+  for (Py_ssize_t i = 0; i < self->num_outputs; ++i) {
+    if (results[i] == NULL) {
+      PyErr_Format(self->error_type, "the C run path made no array for output %zd", i);
       goto done;
     }
-    PyTuple_SetItem(results, v->slot, view);
   }
+  status = 0;
 
 done:
+  if (status != 0)
+    for (Py_ssize_t i = 0; i < self->num_outputs; ++i) Py_CLEAR(results[i]);
   for (Py_ssize_t i = 0; i < taken; ++i) release_entry(&held[i]);
   if (bases != stack_bases) {
     PyMem_Free(bases);
     PyMem_Free(owners);
     PyMem_Free(held);
   }
-  return results;
+  return status;
+}
+
+static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) {
+  HostRun *self = (HostRun *)obj;
+  /* deadline_ns=<CLOCK_MONOTONIC ns>: the run stops with
+   * xla_gpu.errors.DeadlineExceededError once it has passed (checked
+   * between while-loop iterations); any other keyword is for Python. */
+  Control control = {poll_signals, NULL, 0};
+  if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
+    PyObject *deadline = PyDict_GetItemString(kwargs, "deadline_ns");
+    if (deadline == NULL || PyDict_Size(kwargs) != 1) Py_RETURN_NOTIMPLEMENTED;
+    if (deadline != Py_None) {
+      control.deadline_ns = PyLong_AsLongLong(deadline);
+      if (control.deadline_ns == -1 && PyErr_Occurred()) return NULL;
+    }
+  }
+  Py_ssize_t nargs = PyTuple_Size(args);
+  if (nargs != self->num_parameters) Py_RETURN_NOTIMPLEMENTED;
+  PyObject *stack_args[STACK_ALLOCATIONS], *stack_results[STACK_ALLOCATIONS];
+  PyObject **items = stack_args, **results = stack_results;
+  PyObject *out = NULL;
+  if (nargs > STACK_ALLOCATIONS || self->num_outputs > STACK_ALLOCATIONS) {
+    items = PyMem_Malloc(sizeof(PyObject *) * (size_t)(nargs + 1));
+    results = PyMem_Malloc(sizeof(PyObject *) * (size_t)(self->num_outputs + 1));
+    if (!items || !results) {
+      PyErr_NoMemory();
+      goto done;
+    }
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) items[i] = PyTuple_GetItem(args, i);   /* borrowed */
+  int status = run_arrays(self, items, nargs, &control, results);
+  if (status == 1) {
+    Py_INCREF(Py_NotImplemented);
+    out = Py_NotImplemented;
+  } else if (status == 0) {
+    out = PyTuple_New(self->num_outputs);
+    for (Py_ssize_t i = 0; i < self->num_outputs; ++i) {
+      if (out != NULL) PyTuple_SetItem(out, i, results[i]);   /* steals */
+      else Py_DECREF(results[i]);
+    }
+  }
+done:
+  if (items != stack_args) {
+    PyMem_Free(items);
+    PyMem_Free(results);
+  }
+  return out;
+}
+
+/* The C entry of the PJRT plugin's Execute (pjrt/xla_gpu_pjrt.c), whose
+ * address `call_address()` gives: `run` must be a HostRun; the arguments
+ * are borrowed, the `num_results` results come back as new references.
+ * 0: ran; 1: not for this path (wrong count or argument, nothing ran);
+ * -1: the run failed, its exception set. Call with the GIL held. Where a
+ * jitted call goes through here no Python object is made but the output
+ * arrays (the pool's own, most of the time). */
+static int host_run_call_c(PyObject *run, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject **results, Py_ssize_t num_results) {
+  HostRun *self = (HostRun *)run;
+  if (num_results != self->num_outputs) return 1;
+  Control control = {poll_signals, NULL, 0};
+  return run_arrays(self, args, nargs, &control, results);
+}
+
+static int c_contiguous(const Shape *shape, const npy_intp *strides, npy_intp itemsize) {
+  npy_intp expected = itemsize;
+  for (int d = shape->ndim - 1; d >= 0; --d) {
+    if (shape->dims[d] == 0) return 1;
+    if (shape->dims[d] != 1 && strides[d] != expected) return 0;
+    expected *= shape->dims[d];
+  }
+  return 1;
+}
+
+static PyObject *shape_tuple(const Shape *shape) {
+  PyObject *out = PyTuple_New(shape->ndim);
+  if (out == NULL) return NULL;
+  for (int d = 0; d < shape->ndim; ++d) {
+    PyObject *v = PyLong_FromSsize_t((Py_ssize_t)shape->dims[d]);
+    if (v == NULL) {
+      Py_DECREF(out);
+      return NULL;
+    }
+    PyTuple_SetItem(out, d, v);
+  }
+  return out;
+}
+
+/* HostRun.outputs(): per output slot (dtype, shape, C-contiguous). */
+static PyObject *host_run_outputs(PyObject *obj, PyObject *unused) {
+  (void)unused;
+  HostRun *self = (HostRun *)obj;
+  PyObject *out = PyTuple_New(self->num_outputs);
+  if (out == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < self->num_outputs; ++i) {
+    Py_INCREF(Py_None);
+    PyTuple_SetItem(out, i, Py_None);
+  }
+  for (Py_ssize_t i = 0; i < self->num_pools + self->num_views; ++i) {
+    PyArray_Descr *descr;
+    const Shape *shape;
+    Py_ssize_t slot;
+    int contiguous = 1;
+    if (i < self->num_pools) {
+      const Pool *p = &self->pools[i];
+      if (p->slot < 0) continue;
+      slot = p->slot, descr = p->descr, shape = &p->shape;
+    } else {
+      const View *v = &self->views[i - self->num_pools];
+      slot = v->slot, descr = v->descr, shape = &v->shape;
+      /* The item size through Python: numpy 1 and 2 spell it differently in C. */
+      PyObject *size = PyObject_GetAttrString((PyObject *)descr, "itemsize");
+      npy_intp itemsize = size ? (npy_intp)PyLong_AsSsize_t(size) : -1;
+      Py_XDECREF(size);
+      if (itemsize < 0) {
+        Py_DECREF(out);
+        return NULL;
+      }
+      contiguous = c_contiguous(shape, v->strides, itemsize);
+    }
+    PyObject *dims = shape_tuple(shape);
+    PyObject *item = dims ? Py_BuildValue("(OOO)", (PyObject *)descr, dims,
+                                          contiguous ? Py_True : Py_False) : NULL;
+    Py_XDECREF(dims);
+    if (item == NULL) {
+      Py_DECREF(out);
+      return NULL;
+    }
+    PyTuple_SetItem(out, slot, item);
+  }
+  return out;
+}
+
+static PyObject *host_run_call_address(PyObject *module, PyObject *unused) {
+  (void)module;
+  (void)unused;
+  return PyLong_FromVoidPtr((void *)host_run_call_c);
 }
 
 static PyObject *host_run_counters(PyObject *obj, PyObject *unused) {
@@ -648,6 +789,8 @@ static PyObject *host_run_counters(PyObject *obj, PyObject *unused) {
 static PyMethodDef host_run_methods[] = {
     {"counters", host_run_counters, METH_NOARGS,
      "The executor's counters of the last run, in XlaGpuHostExecute's order."},
+    {"outputs", host_run_outputs, METH_NOARGS,
+     "Per output: (dtype, shape, whether the array a run returns is C-contiguous)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,14 +23,18 @@
  * (XlaGpuPjrt_Handle, filled once by Python when the object is made), and
  * the one shared ready event the plugin hands out for finished work never
  * enters Python; nor does the memory user data jaxlib reads back on every
- * execute. A handle is read only after the plugin's handle map (a
+ * execute. A handle is read only after the library's live set (executables,
+ * memories and the results it made; no GIL) or the plugin's handle map (a
  * Python dict, read under the GIL) says it is live and of the right kind;
  * anything else goes to the Python slot, which answers as before (errors
- * included).
+ * included). On the cpu target Execute itself runs here too, once Python has
+ * cleared the executable (see "execute" below): the program's C run from
+ * xla_gpu.runtime._host_run, and result buffers made without Python objects.
  *
  * No CUDA, no MLIR, and no Python at link time: the few Python C API
  * functions used are handed in as pointers by the Python side.
  */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -136,15 +140,18 @@ static void py_leave(py_scope *s) {
  * NULL otherwise. Call inside py_enter/py_leave; the block stays valid
  * while the GIL is held (its owner is in the map). `key_out`, if given,
  * receives the map's key object (a new reference) on success. */
-static const XlaGpuPjrt_Handle *live_handle(const void *handle, uint64_t kind, void **key_out) {
+static const XlaGpuPjrt_Handle *live_object(const void *handle, uint64_t kind, void **key_out,
+                                             void **object_out) {
   if (!handle || g_fast.is_finalizing()) return NULL;
   void *key = g_fast.long_from_void_ptr((void *)handle);
   if (!key) return NULL;
   const XlaGpuPjrt_Handle *h = NULL;
-  if (g_fast.dict_get_item(g_fast.objects, key)) {
+  void *object = g_fast.dict_get_item(g_fast.objects, key);
+  if (object) {
     const XlaGpuPjrt_Handle *block = (const XlaGpuPjrt_Handle *)handle;
     if (block->kind == kind) h = block;
   }
+  if (h && object_out) *object_out = object;
   if (h && key_out) {
     *key_out = key;
   } else {
@@ -153,15 +160,120 @@ static const XlaGpuPjrt_Handle *live_handle(const void *handle, uint64_t kind, v
   return h;
 }
 
-/* A getter answered from the block of the handle in `field` (of `kind`),
- * or by the Python slot when that handle is not a live one of that kind. */
-#define FAST_GETTER(name, field, kind, ...)                                            \
+static const XlaGpuPjrt_Handle *live_handle(const void *handle, uint64_t kind, void **key_out) {
+  return live_object(handle, kind, key_out, NULL);
+}
+
+/* -------------------------------------------------------- the live set --- */
+
+/* Handles known live without asking Python: the executables and memories
+ * (the Python side adds and removes them, XlaGpuPjrtAddLive and
+ * XlaGpuPjrtRemoveLive) and the result buffers the library's Execute makes
+ * (added there, removed by Buffer_Destroy before the block is freed). A
+ * getter for one of these reads its block under the set's lock, without the
+ * GIL or a lookup in the Python map; any other handle goes through the map.
+ * Open addressing over addresses; 0 marks an empty slot, 1 a removed one. */
+static uintptr_t *g_live;
+static size_t g_live_capacity, g_live_used;   /* used: entries and removed slots */
+/* A spin lock, as for the memory user data: it is held for a lookup and a
+ * few reads, ten times a jitted call, where a mutex's lock and unlock cost
+ * more than the work; a thread that keeps finding it taken yields the CPU
+ * (the holder may have been preempted). */
+static atomic_flag g_live_flag = ATOMIC_FLAG_INIT;
+
+static void live_lock(void) {
+  for (unsigned spins = 0;
+       atomic_flag_test_and_set_explicit(&g_live_flag, memory_order_acquire); ++spins) {
+    if (spins >= 64) sched_yield();
+  }
+}
+
+static void live_unlock(void) {
+  atomic_flag_clear_explicit(&g_live_flag, memory_order_release);
+}
+
+static size_t live_slot(uintptr_t key, size_t capacity) {
+  key ^= key >> 17;
+  key *= (uintptr_t)0x9E3779B97F4A7C15ull;
+  return (size_t)(key >> 20) & (capacity - 1);
+}
+
+/* The slot holding `key`, or SIZE_MAX. Under the lock. */
+static size_t live_find(uintptr_t key) {
+  if (!g_live_capacity) return SIZE_MAX;
+  for (size_t i = live_slot(key, g_live_capacity);; i = (i + 1) & (g_live_capacity - 1)) {
+    if (g_live[i] == key) return i;
+    if (g_live[i] == 0) return SIZE_MAX;
+  }
+}
+
+/* Under the lock; 0, or -1 out of memory (then the handle is simply not
+ * in the set and its getters go through Python). */
+static int live_insert(uintptr_t key) {
+  if (live_find(key) != SIZE_MAX) return 0;
+  if (2 * (g_live_used + 1) > g_live_capacity) {
+    size_t count = 0;
+    for (size_t i = 0; i < g_live_capacity; ++i) count += g_live[i] > 1;
+    size_t capacity = 64;
+    while (capacity < 4 * (count + 1)) capacity *= 2;
+    uintptr_t *grown = calloc(capacity, sizeof(uintptr_t));
+    if (!grown) return -1;
+    for (size_t i = 0; i < g_live_capacity; ++i) {
+      if (g_live[i] <= 1) continue;
+      size_t j = live_slot(g_live[i], capacity);
+      while (grown[j]) j = (j + 1) & (capacity - 1);
+      grown[j] = g_live[i];
+    }
+    free(g_live);
+    g_live = grown;
+    g_live_capacity = capacity;
+    g_live_used = count;
+  }
+  size_t i = live_slot(key, g_live_capacity);
+  while (g_live[i] > 1) i = (i + 1) & (g_live_capacity - 1);
+  if (g_live[i] == 0) ++g_live_used;
+  g_live[i] = key;
+  return 0;
+}
+
+static void live_erase(uintptr_t key) {
+  size_t i = live_find(key);
+  if (i != SIZE_MAX) g_live[i] = 1;
+}
+
+XLA_GPU_PJRT_EXPORT int XlaGpuPjrtAddLive(const void *handle) {
+  if (!handle) return -1;
+  live_lock();
+  int rc = live_insert((uintptr_t)handle);
+  live_unlock();
+  return rc;
+}
+
+/* Call before the block goes (the Python side: before the object leaves
+ * its map). */
+XLA_GPU_PJRT_EXPORT void XlaGpuPjrtRemoveLive(const void *handle) {
+  live_lock();
+  live_erase((uintptr_t)handle);
+  live_unlock();
+}
+
+/* A getter answered from the block of the handle in `field` (of kind
+ * `want`): from the live set where the handle is in it, else after the
+ * Python map says it is live; by the Python slot when it is not a live one
+ * of that kind. */
+#define FAST_GETTER(name, field, want, ...)                                            \
   static void *fast_##name(void *p) {                                                 \
     PJRT_##name##_Args *args = (PJRT_##name##_Args *)p;                               \
     if (atomic_load(&g_fast_on)) {                                                    \
+      live_lock();                                                                    \
+      const XlaGpuPjrt_Handle *h = (const XlaGpuPjrt_Handle *)args->field;            \
+      if (!h || live_find((uintptr_t)h) == SIZE_MAX || h->kind != (want)) h = NULL;   \
+      if (h) { __VA_ARGS__; }                                                         \
+      live_unlock();                                                                  \
+      if (h) return NULL;                                                             \
       py_scope scope;                                                                 \
       py_enter(&scope);                                                               \
-      const XlaGpuPjrt_Handle *h = live_handle(args->field, kind, NULL);              \
+      h = live_handle(args->field, want, NULL);                                       \
       if (h) { __VA_ARGS__; }                                                         \
       py_leave(&scope);                                                               \
       if (h) return NULL;                                                             \
@@ -192,7 +304,9 @@ FAST_GETTER(Memory_Kind, memory, XLA_GPU_PJRT_HANDLE_MEMORY,
 
 /* Buffer_Destroy: drops the buffer from the plugin's map, as the Python
  * slot does (where the map held the last reference, the buffer and its
- * array go with it). */
+ * array go with it); a block the library's Execute made is freed here (no
+ * Python object reads it past its destroy: PJRT forbids any later use of
+ * the handle). */
 static void *fast_Buffer_Destroy(void *p) {
   PJRT_Buffer_Destroy_Args *args = (PJRT_Buffer_Destroy_Args *)p;
   if (atomic_load(&g_fast_on)) {
@@ -203,13 +317,165 @@ static void *fast_Buffer_Destroy(void *p) {
     if (h) {
       /* Freeing the object may run Python code (a finalizer of whatever
        * the array views); an exception it leaves is dropped in py_leave. */
+      if (h->library_owned) XlaGpuPjrtRemoveLive(h);
       g_fast.dict_del_item(g_fast.objects, key);
       g_fast.decref(key);
+      if (h->library_owned) free((void *)h);
     }
     py_leave(&scope);
     if (h) return NULL;
   }
   return call_slot(XLA_GPU_PJRT_SLOT_Buffer_Destroy, p);
+}
+
+/* --------------------------------------------------------------- execute --- */
+
+/* Execute of the cpu target, the path of every jitted call: the program's
+ * C run (xla_gpu.runtime._host_run's entry, over the executable's HostRun)
+ * on the arguments' arrays, and a block per result made here and put in
+ * the plugin's map with the result array as its value (the Python side
+ * makes a Buffer object of it only when a Python slot asks for the buffer).
+ * No Python object is made but the output arrays. Whatever this path does
+ * not handle goes to the Python slot before anything ran, which runs it
+ * and reports errors as before: an executable the Python side has not
+ * cleared for it (several devices, donated or token parameters, outputs
+ * that need converting, the cuda target), an argument that is not a live
+ * buffer with an array on the executable's device, a run inside an
+ * xla_gpu trace, or a run that failed (the Python path runs it again and
+ * reports the error with its message; a program's run has no side
+ * effects without donation). */
+typedef int (*host_run_call_fn)(void *run, void *const *args, ptrdiff_t nargs, void **results,
+                                ptrdiff_t num_results);
+
+typedef struct {
+  host_run_call_fn call;
+  int (*dict_set_item)(void *, void *, void *);   /* PyDict_SetItem */
+  void (*incref)(void *);                         /* Py_IncRef */
+  int (*context_var_get)(void *, void *, void **);   /* PyContextVar_Get */
+  void *trace_var;                                /* the active xla_gpu trace */
+  void *none;                                     /* Py_None */
+} execute_hooks;
+
+static execute_hooks g_exec;
+static _Atomic(int) g_execute_on = 0;
+
+/* Arguments and results handled without a heap array. */
+#define STACK_VALUES 32
+
+/* A result's block, its dimensions after it. */
+typedef struct {
+  XlaGpuPjrt_Handle handle;
+  int64_t dims[];
+} library_buffer;
+
+/* Inside an xla_gpu trace the Python path records the run. */
+static int tracing(void) {
+  void *value = NULL;
+  if (g_exec.context_var_get(g_exec.trace_var, NULL, &value) < 0) return 1;
+  int active = value != NULL && value != g_exec.none;
+  if (value) g_fast.decref(value);
+  return active;
+}
+
+/* 1: done, outputs written; 0: nothing done, the Python slot runs it.
+ * Inside py_enter/py_leave. */
+static int execute_here(PJRT_LoadedExecutable_Execute_Args *args) {
+  if (args->num_devices != 1 || !args->output_lists) return 0;
+  void *exe_object = NULL;
+  const XlaGpuPjrt_Handle *e =
+      live_object(args->executable, XLA_GPU_PJRT_HANDLE_EXECUTABLE, NULL, &exe_object);
+  if (!e || !e->host_run || (e->num_outputs && !e->outputs)) return 0;
+  if (args->execute_device && args->execute_device != e->device) return 0;
+  if (tracing()) return 0;
+  size_t num_args = args->num_args, num_outputs = e->num_outputs;
+  if (num_args && !args->argument_lists) return 0;
+  void *stack_arrays[STACK_VALUES], *stack_results[STACK_VALUES];
+  void **arrays = stack_arrays, **results = stack_results;
+  if (num_args > STACK_VALUES || num_outputs > STACK_VALUES) {
+    arrays = malloc(sizeof(void *) * (num_args + 1));
+    results = malloc(sizeof(void *) * (num_outputs + 1));
+    if (!arrays || !results) {
+      free(arrays);
+      free(results);
+      return 0;
+    }
+  }
+  int done = 0;
+  size_t held = 0;
+  PJRT_Buffer *const *arg_list = num_args ? args->argument_lists[0] : NULL;
+  for (; held < num_args; ++held) {
+    const XlaGpuPjrt_Handle *b = live_handle(arg_list[held], XLA_GPU_PJRT_HANDLE_BUFFER, NULL);
+    if (!b || b->deleted || !b->array || b->device != e->device) goto release;
+    arrays[held] = b->array;
+    g_exec.incref(b->array);   /* the run lets other threads go */
+  }
+  /* The executable (and so its HostRun and outputs) outlives the run. */
+  g_exec.incref(exe_object);
+  int rc = g_exec.call(e->host_run, arrays, (ptrdiff_t)num_args, results, (ptrdiff_t)num_outputs);
+  if (rc == 0) {
+    PJRT_Buffer **out_list = args->output_lists[0];
+    size_t made = 0;
+    for (; made < num_outputs; ++made) {
+      const XlaGpuPjrt_Output *o = &e->outputs[made];
+      library_buffer *b = calloc(1, sizeof(library_buffer) + sizeof(int64_t) * (o->num_dims + 1));
+      if (!b) break;
+      XlaGpuPjrt_Handle *h = &b->handle;
+      h->kind = XLA_GPU_PJRT_HANDLE_BUFFER;
+      h->device = e->device;
+      h->memory = e->memory;
+      memcpy(b->dims, o->dims, sizeof(int64_t) * o->num_dims);
+      h->dims = b->dims;
+      h->num_dims = o->num_dims;
+      h->on_device_size = o->on_device_size;
+      h->type = o->type;
+      h->on_cpu = 1;
+      h->array = results[made];   /* the map's value holds it */
+      h->library_owned = 1;
+      void *key = g_fast.long_from_void_ptr(b);
+      if (!key || g_exec.dict_set_item(g_fast.objects, key, results[made]) < 0) {
+        if (key) g_fast.decref(key);
+        free(b);
+        break;
+      }
+      g_fast.decref(key);
+      XlaGpuPjrtAddLive(b);   /* out of memory: its getters ask the map */
+      out_list[made] = (PJRT_Buffer *)b;
+    }
+    if (made == num_outputs) {
+      if (args->device_complete_events)
+        args->device_complete_events[0] = (PJRT_Event *)atomic_load(&g_ready_event);
+      done = 1;
+    } else {   /* out of memory: undone, the Python path tries */
+      for (size_t j = 0; j < made; ++j) {
+        XlaGpuPjrtRemoveLive(out_list[j]);
+        void *key = g_fast.long_from_void_ptr(out_list[j]);
+        if (key) {
+          g_fast.dict_del_item(g_fast.objects, key);
+          g_fast.decref(key);
+        }
+        free(out_list[j]);
+        out_list[j] = NULL;
+      }
+    }
+    for (size_t j = 0; j < num_outputs; ++j) g_fast.decref(results[j]);
+  }
+  g_fast.decref(exe_object);
+release:
+  for (size_t i = 0; i < held; ++i) g_fast.decref(arrays[i]);
+  if (arrays != stack_arrays) free(arrays);
+  if (results != stack_results) free(results);
+  return done;
+}
+
+static void *fast_LoadedExecutable_Execute(void *p) {
+  if (atomic_load(&g_execute_on)) {
+    py_scope scope;
+    py_enter(&scope);
+    int done = execute_here((PJRT_LoadedExecutable_Execute_Args *)p);
+    py_leave(&scope);   /* drops what a failed run raised */
+    if (done) return NULL;
+  }
+  return call_slot(XLA_GPU_PJRT_SLOT_LoadedExecutable_Execute, p);
 }
 
 /* The shared ready event: answered without the GIL. */
@@ -260,6 +526,15 @@ static void *fast_Event_OnReady(void *p) {
 static void *fast_Buffer_ReadyEvent(void *p) {
   PJRT_Buffer_ReadyEvent_Args *args = (PJRT_Buffer_ReadyEvent_Args *)p;
   if (atomic_load(&g_fast_on)) {
+    const XlaGpuPjrt_Handle *b = (const XlaGpuPjrt_Handle *)args->buffer;
+    live_lock();
+    int known = b && live_find((uintptr_t)b) != SIZE_MAX &&
+                b->kind == XLA_GPU_PJRT_HANDLE_BUFFER && !b->deleted;
+    live_unlock();
+    if (known) {
+      args->event = (PJRT_Event *)atomic_load(&g_ready_event);
+      return NULL;
+    }
     py_scope scope;
     py_enter(&scope);
     const XlaGpuPjrt_Handle *h = live_handle(args->buffer, XLA_GPU_PJRT_HANDLE_BUFFER, NULL);
@@ -290,7 +565,7 @@ static slot_fn entry_for(size_t i) {
     FAST(Buffer_UnpaddedDimensions) FAST(Buffer_OnDeviceSizeInBytes) FAST(Memory_Kind)
     FAST(Buffer_Destroy) FAST(Event_Destroy) FAST(Event_IsReady) FAST(Event_Error)
     FAST(Event_Await) FAST(Event_OnReady) FAST(Buffer_IsDeleted) FAST(Buffer_IsOnCpu)
-    FAST(Buffer_ReadyEvent) FAST(Error_Destroy)
+    FAST(Buffer_ReadyEvent) FAST(Error_Destroy) FAST(LoadedExecutable_Execute)
 #undef FAST
     default: return k_trampolines[i];
   }
@@ -316,6 +591,27 @@ XLA_GPU_PJRT_EXPORT int XlaGpuPjrtEnableFastPaths(void *objects, const void *rea
   g_fast.is_finalizing = (int (*)(void))is_finalizing;
   atomic_store(&g_ready_event, ready_event);
   atomic_store(&g_fast_on, 1);
+  return 0;
+}
+
+/* Switches the library's Execute on (after XlaGpuPjrtEnableFastPaths):
+ * `call` is xla_gpu.runtime._host_run's C entry, `trace_var` the context
+ * variable of the active xla_gpu trace, then PyDict_SetItem, Py_IncRef,
+ * PyContextVar_Get and Py_None. Returns 0, or -1 (off) when the fast
+ * paths are off or a pointer is missing. */
+XLA_GPU_PJRT_EXPORT int XlaGpuPjrtEnableExecute(void *call, void *trace_var, void *dict_set_item,
+                                                void *incref, void *context_var_get,
+                                                void *none) {
+  if (!atomic_load(&g_fast_on) || !call || !trace_var || !dict_set_item || !incref ||
+      !context_var_get || !none)
+    return -1;
+  g_exec.call = (host_run_call_fn)call;
+  g_exec.trace_var = trace_var;
+  g_exec.dict_set_item = (int (*)(void *, void *, void *))dict_set_item;
+  g_exec.incref = (void (*)(void *))incref;
+  g_exec.context_var_get = (int (*)(void *, void *, void **))context_var_get;
+  g_exec.none = none;
+  atomic_store(&g_execute_on, 1);
   return 0;
 }
 

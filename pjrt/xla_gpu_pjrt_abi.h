@@ -1078,9 +1078,12 @@ typedef struct PJRT_Api {
 /* Not PJRT: xla_gpu's own. Every handle the plugin hands out points at one
  * of these blocks, which the Python object behind the handle owns and fills
  * once, when it is made (a buffer's or an executable's facts never change
- * afterwards). libXlaGpuPjrt.so answers the getters jax calls on every
- * execute from the block without entering Python, after checking that the
- * handle is live (in the plugin's handle map) and of the right kind; any
+ * afterwards; a buffer's deletion and array, and an executable's C run
+ * path, are set later), or which the library's Execute makes for a result
+ * (library_owned: it frees the block at Buffer_Destroy). libXlaGpuPjrt.so
+ * answers the getters jax calls on every execute from the block without
+ * entering Python, after checking that the handle is live (in its live set
+ * or the plugin's handle map) and of the right kind; any
  * other handle goes to the Python slot, which reports the error. The first
  * word is the vtable pointer PJRT_Error and PJRT_Memory start with. */
 typedef enum {
@@ -1109,7 +1112,25 @@ typedef struct XlaGpuPjrt_Handle {
   /* Memories: the memory kind. */
   const char *memory_kind;
   size_t memory_kind_size;
+  /* Buffers: the payload object (a PyObject*, borrowed from the owner);
+   * NULL once the buffer's array is gone. */
+  void *array;
+  /* Executables: the cpu target's C run path (a PyObject*, borrowed: the
+   * Python executable keeps it) and its outputs' facts; NULL where Execute
+   * goes to Python. `device` and `memory` above are where it runs. */
+  void *host_run;
+  const struct XlaGpuPjrt_Output *outputs;
+  /* Buffers: made by the library's Execute; it frees the block. */
+  uint64_t library_owned;
 } XlaGpuPjrt_Handle;
+
+/* One output of an executable as the library's Execute makes its buffer. */
+typedef struct XlaGpuPjrt_Output {
+  int64_t type; /* PJRT_Buffer_Type */
+  size_t num_dims;
+  size_t on_device_size;
+  const int64_t *dims;
+} XlaGpuPjrt_Output;
 
 /* ------------------------------------------------- the layout, pinned --- */
 
@@ -1316,8 +1337,11 @@ XLA_GPU_PJRT_PASSED(PJRT_Buffer_IncreaseExternalReferenceCount_Args, buffer, 24)
 XLA_GPU_PJRT_PASSED(PJRT_Buffer_DecreaseExternalReferenceCount_Args, buffer, 24);
 XLA_GPU_PJRT_PASSED(PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args, device_memory_ptr, 32);
 
-XLA_GPU_PJRT_SIZEOF(XlaGpuPjrt_Handle, 120);
+XLA_GPU_PJRT_SIZEOF(XlaGpuPjrt_Handle, 152);
 XLA_GPU_PJRT_AT(XlaGpuPjrt_Handle, memory_kind_size, 112);
+XLA_GPU_PJRT_AT(XlaGpuPjrt_Handle, array, 120);
+XLA_GPU_PJRT_AT(XlaGpuPjrt_Handle, library_owned, 144);
+XLA_GPU_PJRT_SIZEOF(XlaGpuPjrt_Output, 32);
 
 #undef XLA_GPU_PJRT_SIZEOF
 #undef XLA_GPU_PJRT_AT

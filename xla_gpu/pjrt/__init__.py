@@ -112,6 +112,7 @@ def _enable_fast_paths(lib) -> None:
     Python without the functions) every slot goes to Python, as before."""
     import ctypes
 
+    from . import _plugin
     from ._plugin import fast_path_handles, use_memory_user_data
 
     enable = getattr(lib, "XlaGpuPjrtEnableFastPaths", None)
@@ -129,11 +130,40 @@ def _enable_fast_paths(lib) -> None:
     if enable(*fast_path_handles(), *hooks) != 0:
         logger.debug("xla_gpu: the PJRT library's fast paths are off")
         return
+    add, remove = (getattr(lib, name, None) for name in ("XlaGpuPjrtAddLive",
+                                                          "XlaGpuPjrtRemoveLive"))
+    if add is not None and remove is not None:
+        _plugin.use_live_set(ctypes.cast(add, ctypes.c_void_p).value,
+                             ctypes.cast(remove, ctypes.c_void_p).value)
     get_data = getattr(lib, "XlaGpuPjrtMemoryGetUserData", None)
     set_data = getattr(lib, "XlaGpuPjrtMemorySetUserData", None)
     if get_data is not None and set_data is not None:
         use_memory_user_data(ctypes.cast(get_data, ctypes.c_void_p).value,
                              ctypes.cast(set_data, ctypes.c_void_p).value)
+    _enable_library_execute(lib)
+
+
+def _enable_library_execute(lib) -> None:
+    """Lets the library run the cpu target's Execute itself, through the
+    runtime's C run path (see pjrt/xla_gpu_pjrt.c); without it (an older
+    build of either, XLA_GPU_PJRT_LIBRARY_EXECUTE=0) Execute runs in
+    Python, as before."""
+    import ctypes
+
+    from . import _plugin
+
+    enable = getattr(lib, "XlaGpuPjrtEnableExecute", None)
+    hooks = _plugin.execute_hooks()
+    if enable is None or hooks is None or \
+            os.environ.get("XLA_GPU_PJRT_LIBRARY_EXECUTE", "1") == "0":
+        return
+    py = ctypes.pythonapi
+    enable.argtypes = [ctypes.c_void_p] * 6
+    enable.restype = ctypes.c_int
+    functions = [ctypes.cast(f, ctypes.c_void_p).value for f in
+                 (py.PyDict_SetItem, py.Py_IncRef, py.PyContextVar_Get)]
+    if enable(*hooks, *functions, id(None)) == 0:
+        _plugin.LIBRARY_EXECUTE = True
 
 
 def _enable_jax_features() -> None:

@@ -11,7 +11,11 @@ Every handle points at a block (A.HANDLE) the object fills when it is made:
 libXlaGpuPjrt.so answers the getters jax calls on every execute (executable
 counts, a buffer's device, memory, type and dimensions) from it without
 entering Python, and finished work is handed out as one shared, always
-ready event (`_READY_EVENT`) whose slots never enter Python either.
+ready event (`_READY_EVENT`) whose slots never enter Python either. On the
+cpu target the library also runs Execute itself once an executable's first
+run here has cleared it (`_use_library_execute`); the result buffers it
+makes sit in the map as their arrays until a Python slot asks for one
+(`_adopt` makes its Buffer then).
 
 Every slot catches every Python exception and returns it as a PJRT_Error:
 jax raises it as a Python exception, the process never crashes on our side.
@@ -72,12 +76,13 @@ _HandleBlock = A.u64 * (A.HANDLE.size // 8)
 _W = {name: offset // 8 for name, offset in A.HANDLE.fields.items()}
 _W_DEVICE, _W_MEMORY, _W_DIMS, _W_NUM_DIMS = _W["device"], _W["memory"], _W["dims"], _W["num_dims"]
 _W_SIZE, _W_TYPE, _W_DELETED = _W["on_device_size"], _W["type"], _W["deleted"]
+_W_ARRAY = _W["array"]
 assert [_W["vtable"], _W["kind"], _W_DEVICE, _W_MEMORY, _W_DIMS, _W_NUM_DIMS, _W_SIZE,
-        _W_TYPE, _W_DELETED, _W["on_cpu"]] == list(range(10))
+        _W_TYPE, _W_DELETED, _W["on_cpu"]] == list(range(10)) and _W_ARRAY == 15
 # Filling a block word by word through ctypes costs a microsecond per
 # buffer; struct writes the leading words at once.
 _pack_head = struct.Struct("=2Q").pack_into               # vtable, kind
-_pack_buffer_head = struct.Struct("=7Qq2Q").pack_into    # vtable ... on_cpu
+_pack_buffer_head = struct.Struct("=7Qq8Q").pack_into    # vtable ... array
 
 
 class _Handle:
@@ -98,6 +103,8 @@ class _Handle:
 
 def _get(addr: int, kind: type, what: str):
     obj = _objects.get(addr)
+    if obj.__class__ is np.ndarray and kind is Buffer:
+        obj = _adopt(addr)
     if not isinstance(obj, kind):
         raise _PjrtError(A.INVALID_ARGUMENT, f"{what}: not a live xla_gpu {kind.__name__} handle")
     return obj
@@ -208,6 +215,7 @@ class Memory(_Handle):
         self.text = A.CString(f"XlaGpuMemory(id={index}, kind={MEMORY_KIND})")
         self.device: Device | None = None
         self.devices_array = None
+        _add_live(self.addr)   # never removed: memories live as long as the process
 
 
 def _mem_get(m, key):
@@ -468,14 +476,42 @@ class Buffer(_Handle):
         self.nbytes = nbytes = array.nbytes
         self._block = block = _HandleBlock()
         _pack_buffer_head(block, 0, 0, _KIND_BUFFER, device.addr, device.memory.addr, dims_addr,
-                          len(shape), nbytes, code, 0, _ON_CPU)
-        self.array: np.ndarray | None = array
+                          len(shape), nbytes, code, 0, _ON_CPU, 0, 0, 0, 0, 0, id(array))
+        self._array = array
         self.device = device
         self.dtype = array.dtype
         self.code = code
         self.shape = shape
         self.addr = addr = C.addressof(block)
         _objects[addr] = self   # atomic under the GIL
+
+    @classmethod
+    def adopt(cls, addr: int, array: np.ndarray) -> "Buffer":
+        """The Buffer of a result block libXlaGpuPjrt.so's Execute made (its
+        facts are in the block; the map's value is its array). The library
+        owns the block and frees it at Buffer_Destroy."""
+        self = cls.__new__(cls)
+        self._block = block = _HandleBlock.from_address(addr)
+        shape = tuple((A.i64 * block[_W_NUM_DIMS]).from_address(block[_W_DIMS]))
+        self.dims, self.minor_to_major, _ = _shape_arrays(shape)
+        self.nbytes = block[_W_SIZE]
+        self._array = array
+        self.device = _objects[block[_W_DEVICE]]
+        self.dtype = array.dtype
+        self.code = block[_W_TYPE]
+        self.shape = shape
+        self.addr = addr
+        return self
+
+    @property
+    def array(self) -> np.ndarray | None:
+        return self._array
+
+    @array.setter
+    def array(self, value) -> None:
+        # The block names the array too: the library's Execute reads it.
+        self._array = value
+        self._block[_W_ARRAY] = 0 if value is None else id(value)
 
     def mark_deleted(self) -> None:
         """Deleted (Buffer_Delete, or consumed by a donation); the array goes
@@ -492,6 +528,16 @@ class Buffer(_Handle):
         if self.deleted or self.array is None:
             raise _PjrtError(A.FAILED_PRECONDITION, f"xla_gpu: {what}: the buffer was deleted")
         return self.array
+
+
+def _adopt(addr: int):
+    """What the map holds at `addr` once a library-made result there (its
+    value is the result array) has its Buffer object."""
+    with _lock:
+        obj = _objects.get(addr)
+        if obj.__class__ is np.ndarray:
+            obj = _objects[addr] = Buffer.adopt(addr, obj)
+        return obj
 
 
 def _token_buffer(device: Device) -> Buffer:
@@ -592,6 +638,13 @@ class Executable(_Handle):
             handle._block[_W["num_replicas"]] = self.num_replicas
             handle._block[_W["num_partitions"]] = self.num_partitions
             handle._block[_W["num_outputs"]] = self.num_outputs
+        # libXlaGpuPjrt.so's Execute: decided after the first run here
+        # (_use_library_execute), when the program's C run exists.
+        self.library_checked = False
+        self.host_run = None
+        self.output_plan = None
+        _add_live(self.addr)   # the blocks are filled: getters may read them
+        _add_live(self.view.addr)
 
     def optimized_program(self) -> tuple[bytes, A.CString]:
         """Our optimized module as StableHLO bytecode (format "mlir"): jaxlib
@@ -1544,6 +1597,8 @@ def Executable_DeserializeAndLoad(a):
 def LoadedExecutable_Destroy(a):
     e = _objects.get(rd(a, A.LOADED_EXECUTABLE_DESTROY.executable))
     if isinstance(e, Executable):
+        _remove_live(e.view.addr)   # before the blocks can go
+        _remove_live(e.addr)
         e.view.release()
         e.release()
 
@@ -1586,8 +1641,10 @@ def LoadedExecutable_GetDeviceAssignment(a):
 
 @slot
 def LoadedExecutable_Delete(a):
-    _executable(rd(a, A.LOADED_EXECUTABLE_DELETE.executable),
-                "PJRT_LoadedExecutable_Delete").deleted = True
+    e = _executable(rd(a, A.LOADED_EXECUTABLE_DELETE.executable), "PJRT_LoadedExecutable_Delete")
+    with _lock:
+        e.deleted = True
+        e._block[_W["host_run"]] = 0   # Execute goes to Python, which refuses it
 
 
 @slot
@@ -1644,6 +1701,57 @@ def LoadedExecutable_Execute(a):
     _write_outputs(e, outs, _u64_at(w[_X_OUTPUT_LISTS]).value, device)   # device 0's list
     if w[_X_EVENTS]:
         _u64_at(w[_X_EVENTS]).value = _READY_EVENT.addr   # device 0's event
+    if not e.library_checked:
+        _use_library_execute(e)
+
+
+# Whether libXlaGpuPjrt.so runs Execute itself (set by xla_gpu.pjrt when it
+# switches the library's Execute on).
+LIBRARY_EXECUTE = False
+
+
+def _use_library_execute(e: Executable) -> None:
+    """Lets libXlaGpuPjrt.so run `e` from now on where it can do exactly
+    what this slot does: the cpu target, one device, no donated or token
+    parameters or results, a C run path (xla_gpu.runtime's HostRun, made
+    by the first run) whose results are already the arrays this slot would
+    hand jax (the outputs' dtypes and dimensions, C-contiguous), and no
+    XLA_GPU_PROFILE (a run inside an xla_gpu trace is left to Python by
+    the library)."""
+    with _lock:
+        if e.library_checked:
+            return
+        e.library_checked = True
+        exe = e.exe
+        run = getattr(exe, "_host_run", None)
+        if (not LIBRARY_EXECUTE or _CUDA is not None or TARGET != "cpu" or e.deleted
+                or len(e.devices) != 1 or e.donated or any(e.out_tokens) or not run
+                or getattr(exe, "_has_tokens", True) or getattr(exe, "num_devices", 1) != 1
+                or not hasattr(run, "outputs")):
+            return
+        from .._trace import _PROFILE_PATH
+        if _PROFILE_PATH is not None:
+            return
+        outputs = run.outputs()
+        if len(outputs) != e.num_outputs:
+            return
+        plan = (A.u64 * (A.OUTPUT.size // 8 * max(1, e.num_outputs)))()
+        at = C.addressof(e.out_flat_dims)
+        words = A.OUTPUT.size // 8
+        for j, (made, dtype, dims, code) in enumerate(zip(outputs, e.out_dtypes, e.out_dims,
+                                                          e.out_types)):
+            if made is None or not made[2] or made[0] != dtype or tuple(made[1]) != dims:
+                return
+            count = 1
+            for d in dims:
+                count *= d
+            plan[j * words:(j + 1) * words] = [code, len(dims), count * dtype.itemsize, at]
+            at += C.sizeof(A.i64) * len(dims)
+        e.host_run, e.output_plan = run, plan
+        block = e._block
+        block[_W_DEVICE], block[_W_MEMORY] = e.device.addr, e.device.memory.addr
+        block[_W["outputs"]] = C.addressof(plan)
+        block[_W["host_run"]] = id(run)
 
 
 def _consume_donated(e: Executable, arg_bufs: list, num_args: int, options: int) -> None:
@@ -1756,7 +1864,13 @@ def _buffer(a, field: int, what) -> Buffer:
 
 @slot
 def Buffer_Destroy(a):
-    b = _objects.get(rd(a, A.BUFFER_DESTROY.buffer))
+    addr = rd(a, A.BUFFER_DESTROY.buffer)
+    b = _objects.get(addr)
+    if b.__class__ is np.ndarray:
+        # A library-made result whose destroy did not reach the library
+        # (it answers these itself): its block is left, its array goes.
+        _objects.pop(addr, None)
+        return
     if isinstance(b, Buffer):
         b.release()
 
@@ -2022,6 +2136,25 @@ def _make_slot(name: str, finalizing=sys.is_finalizing, base_exception=BaseExcep
     return A.SLOT_FN(call)
 
 
+def _no_live_set(addr: int) -> None:
+    return None
+
+
+# libXlaGpuPjrt.so's live set (XlaGpuPjrtAddLive, XlaGpuPjrtRemoveLive):
+# executables and memories in it have their getters answered without the
+# GIL. Without the library, nothing to tell.
+_add_live = _remove_live = _no_live_set
+
+
+def use_live_set(add: int, remove: int) -> None:
+    """Tells libXlaGpuPjrt.so about every executable and memory from now on
+    (`add`, `remove`: its XlaGpuPjrtAddLive and XlaGpuPjrtRemoveLive). Only
+    before jax makes the client: one made earlier would never be added."""
+    global _add_live, _remove_live
+    _add_live = _keep_alive(C.CFUNCTYPE(C.c_int, C.c_void_p)(add))
+    _remove_live = _keep_alive(C.CFUNCTYPE(None, C.c_void_p)(remove))
+
+
 def use_memory_user_data(get_user_data: int, set_user_data: int) -> None:
     """Points the PJRT_Memory vtable at the library's user-data functions
     (jaxlib reads its data back on every execute: kept in C, that read does
@@ -2029,6 +2162,21 @@ def use_memory_user_data(get_user_data: int, set_user_data: int) -> None:
     through the Python functions would not be found there."""
     wr(C.addressof(_MEMORY_VTABLE), A.MEMORY_VTABLE.get_user_data, get_user_data)
     wr(C.addressof(_MEMORY_VTABLE), A.MEMORY_VTABLE.set_user_data, set_user_data)
+
+
+def execute_hooks() -> tuple[int, int] | None:
+    """What libXlaGpuPjrt.so's Execute calls: xla_gpu.runtime._host_run's C
+    entry and the context variable of the active xla_gpu trace (as
+    PyObject*); None where the runtime has no such entry."""
+    try:
+        from ..runtime import _host_run
+        from .. import _trace
+    except ImportError:
+        return None
+    address = getattr(_host_run, "call_address", None)
+    if address is None or not hasattr(_host_run.HostRun, "outputs"):
+        return None
+    return address(), id(_trace._active)
 
 
 def fast_path_handles() -> tuple[int, int]:

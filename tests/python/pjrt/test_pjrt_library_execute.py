@@ -1,0 +1,413 @@
+"""libXlaGpuPjrt.so's Execute (cpu target): after an executable's first run
+in Python, the library runs it through xla_gpu.runtime._host_run's C entry
+and makes the result buffers itself (blocks in the plugin's map whose value
+is the result array, given a Buffer object only when a Python slot asks).
+Everything it does not handle goes to the Python slot before anything ran;
+results, errors, deletion, donation, traces, threads and several devices
+must behave exactly as on the Python path.
+
+Each case runs in a fresh interpreter (jax's backends are process-global)
+that counts the calls reaching the Python slots.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("jax")
+
+TIMEOUT = 300
+
+PRELUDE = """
+import collections, ctypes, gc, json, sys, threading
+import numpy as np
+from xla_gpu.pjrt import _abi as A, _plugin as P
+calls = collections.Counter()
+for _name, _fn in list(P.IMPL.items()):
+    def _counted(a, _fn=_fn, _name=_name):
+        calls[_name] += 1
+        return _fn(a)
+    P.IMPL[_name] = _counted
+import jax, jax.numpy as jnp
+dev = jax.devices("xla_gpu")[0]
+lib = ctypes.CDLL(__import__("xla_gpu.pjrt").pjrt.library_path())
+lib.GetPjrtApi.restype = ctypes.c_void_p
+words = (ctypes.c_uint64 * (A.API_STRUCT_SIZE // 8)).from_address(lib.GetPjrtApi())
+
+def message(err):
+    msg = (ctypes.c_uint64 * 5)(40, 0, err)
+    A.VOID_SLOT_FN(words[5 + A.SLOTS.index("Error_Message")])(ctypes.addressof(msg))
+    return ctypes.string_at(msg[3], msg[4]).decode()
+
+def execute(exe_addr, arg_addrs, num_outputs):
+    # PJRT_LoadedExecutable_Execute through jax's table, one device.
+    arg_list = (ctypes.c_uint64 * max(1, len(arg_addrs)))(*arg_addrs)
+    lists = (ctypes.c_uint64 * 1)(ctypes.addressof(arg_list))
+    outs = (ctypes.c_uint64 * max(1, num_outputs))()
+    out_lists = (ctypes.c_uint64 * 1)(ctypes.addressof(outs))
+    events = (ctypes.c_uint64 * 1)()
+    args = (ctypes.c_uint64 * 10)(80, 0, exe_addr, 0, ctypes.addressof(lists), 1,
+                                  len(arg_addrs), ctypes.addressof(out_lists),
+                                  ctypes.addressof(events), 0)
+    err = A.SLOT_FN(words[5 + A.SLOTS.index("LoadedExecutable_Execute")])(
+        ctypes.addressof(args))
+    return message(err) if err else list(outs[:num_outputs])
+
+def library_made(addr):
+    return P._HandleBlock.from_address(addr)[P._W["library_owned"]] == 1
+
+def handle_of(array):
+    # The PJRT buffer behind a jax array (its Buffer object made if need be).
+    ptr = array.unsafe_buffer_pointer()
+    return next(a for a, o in list(P._objects.items()) if isinstance(o, P.Buffer)
+                and o.array is not None and o.array.ctypes.data == ptr)
+
+def library_handles():
+    # Result buffers the library made that no Python slot has asked for.
+    return [a for a, o in list(P._objects.items()) if o.__class__ is np.ndarray]
+
+def call(slot, *fields):
+    args = (ctypes.c_uint64 * 8)(8 * 8, 0, *fields)
+    err = A.SLOT_FN(words[5 + A.SLOTS.index(slot)])(ctypes.addressof(args))
+    return message(err) if err else list(args[3:5])
+
+def library_executable(name):
+    return next(o for o in list(P._objects.values()) if isinstance(o, P.Executable)
+                and o.host_run is not None and name in o.name_text)
+"""
+
+
+def run_counted(script: str, extra_env=None) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="xla_gpu,cpu")
+    env.update(extra_env or {})
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(script)],
+                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_results_and_result_buffers_after_the_first_run():
+    # Programs whose results are pooled arrays, views of one allocation,
+    # several outputs, scalars, zero-size, sub-byte and 16-bit types; each
+    # runs 5 times, and only the first run reaches Python.
+    out = run_counted("""
+        import ml_dtypes
+        cases = [
+            ("f32", lambda v: jnp.tanh(v) * 2 + 1, np.arange(16, dtype=np.float32) / 7),
+            ("pair", lambda v: (v + 1, v * v), np.arange(6, dtype=np.int32).reshape(2, 3)),
+            ("slice", lambda v: v[1:3], np.arange(12, dtype=np.float32).reshape(4, 3)),
+            ("transpose", lambda v: v.T, np.arange(6, dtype=np.float32).reshape(2, 3)),
+            ("scalar", lambda v: jnp.sum(v), np.arange(5, dtype=np.float64)),
+            ("empty", lambda v: v * 2, np.zeros((0, 3), np.float32)),
+            ("bool", lambda v: v > 2, np.arange(5, dtype=np.int8)),
+            ("bf16", lambda v: v * 3, np.arange(4).astype(ml_dtypes.bfloat16)),
+            ("int4", lambda v: v + 1, np.array([1, -2, 3], dtype=ml_dtypes.int4)),
+        ]
+        res = {}
+        for name, fn, host in cases:
+            x = jax.device_put(host, dev)
+            f = jax.jit(fn)
+            calls.clear()
+            # The first run is Python's, the others the library's.
+            got = [jax.tree.map(np.asarray, f(x)) for _ in range(5)]
+            want = jax.tree.map(np.asarray, jax.jit(fn, backend="cpu")(host))
+            same = all(all(np.array_equal(a, b) and a.dtype == b.dtype and a.shape == b.shape
+                           for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(got[0])))
+                       for g in got)
+            close = all(np.allclose(np.asarray(a, np.float64), np.asarray(b, np.float64))
+                        and a.dtype == b.dtype and a.shape == b.shape
+                        for a, b in zip(jax.tree.leaves(got[0]), jax.tree.leaves(want)))
+            e = [o for o in list(P._objects.values()) if isinstance(o, P.Executable)][-1]
+            res[name] = [same, close, calls["LoadedExecutable_Execute"], e.host_run is not None]
+        # A result the library made: every Python slot that asks for it
+        # gets its Buffer (made then), with the facts of the block.
+        x = jax.device_put(np.arange(6, dtype=np.float32).reshape(2, 3), dev)
+        f = jax.jit(lambda v: v * 2)
+        f(x)
+        y = f(x)
+        addr = handle_of(y)
+        res["library_made"] = library_made(addr)
+        b = P._objects[addr]
+        res["facts"] = [list(b.shape), str(b.dtype), b.nbytes, b.device is P._client().devices[0],
+                        y.on_device_size_in_bytes(), y.devices() == {dev}]
+        res["copy"] = np.asarray(jax.device_put(y, jax.devices("cpu")[0])).tolist()
+        res["chained"] = np.asarray(f(f(y))).tolist()
+        print(json.dumps(res))
+    """)
+    for name in ("f32", "pair", "slice", "transpose", "scalar", "empty", "bool", "bf16",
+                 "int4"):
+        same, close, executes, library = out[name]
+        assert same and close, name
+        # A result that needs converting (a transpose the compiler leaves
+        # strided, int4 kept a byte each) is Python's, every run; so is a
+        # run on zero-size arguments (the C run refuses them before running,
+        # and the library hands the call to Python).
+        assert library or name in ("transpose", "int4"), name
+        assert executes == (1 if library and name != "empty" else 5), (name, executes)
+    assert out["library_made"]
+    assert out["facts"] == [[2, 3], "float32", 24, True, 24, True]
+    assert out["copy"] == [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]
+    assert out["chained"] == [[0.0, 8.0, 16.0], [24.0, 32.0, 40.0]]
+
+
+def test_without_the_library_execute_every_run_is_python():
+    out = run_counted("""
+        x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        f = jax.jit(lambda v: v + 1)
+        calls.clear()
+        ys = [np.asarray(f(x)).tolist() for _ in range(5)]
+        print(json.dumps({"ys": ys, "executes": calls["LoadedExecutable_Execute"],
+                          "on": P.LIBRARY_EXECUTE}))
+    """, extra_env={"XLA_GPU_PJRT_LIBRARY_EXECUTE": "0"})
+    assert out == {"ys": [[1.0, 2.0, 3.0, 4.0]] * 5, "executes": 5, "on": False}
+
+
+def test_deleted_arguments_and_executables_get_the_python_errors():
+    out = run_counted("""
+        x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        f = jax.jit(lambda v: v + 1)
+        f(x)
+        gc.collect()
+        y = f(x)                       # made by the library
+        [y_addr] = library_handles()
+        e = library_executable("")
+        res = {"ok": len(execute(e.addr, [handle_of(x)], 1)) == 1}
+        res["y_library_made"] = library_made(y_addr)
+        calls.clear()
+        # Deleted (not destroyed: jax still holds it), as a donation or
+        # Buffer_Delete leaves it; the library reads the mark Python made.
+        call("Buffer_Delete", y_addr)
+        res["y_deleted"] = y.is_deleted()
+        res["deleted_arg"] = execute(e.addr, [y_addr], 1)
+        try:
+            f(y)
+            res["jax"] = "ran"
+        except Exception as exc:
+            res["jax"] = str(exc)
+        # Not a buffer, and an executable deleted: Python answers.
+        res["not_a_buffer"] = execute(e.addr, [e.addr], 1)
+        z = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        z_addr = handle_of(z)
+        delete = (ctypes.c_uint64 * 3)(24, 0, e.addr)
+        A.SLOT_FN(words[5 + A.SLOTS.index("LoadedExecutable_Delete")])(ctypes.addressof(delete))
+        res["deleted_executable"] = execute(e.addr, [z_addr], 1)
+        print(json.dumps(res))
+    """)
+    assert out["ok"] and out["y_library_made"] and out["y_deleted"]
+    assert out["deleted_arg"].endswith("the buffer was deleted"), out["deleted_arg"]
+    assert "deleted" in out["jax"].lower()
+    assert out["not_a_buffer"].startswith("PJRT_LoadedExecutable_Execute argument 0: not a live")
+    assert out["deleted_executable"].endswith("was deleted"), out["deleted_executable"]
+
+
+def test_an_error_in_a_cleared_executables_run_reaches_jax_with_our_message():
+    # A setting the C run cannot read (XLA_GPU_DEBUG_FILL, read on every
+    # run) hands the call to Python, which reports it as before; once the
+    # setting is good again, the library runs the calls.
+    out = run_counted("""
+        import os
+        x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        f = jax.jit(lambda v: v + 1)
+        f(x)
+        calls.clear()
+        f(x)
+        res = {"cleared": calls["LoadedExecutable_Execute"] == 0}
+        os.environ["XLA_GPU_DEBUG_FILL"] = "bogus"
+        try:
+            f(x)
+            res["error"] = "ran"
+        except Exception as exc:
+            res["error"] = [type(exc).__name__, str(exc)]
+        os.environ["XLA_GPU_DEBUG_FILL"] = "0x7"
+        calls.clear()
+        res["y"] = np.asarray(f(x)).tolist()
+        res["after"] = calls["LoadedExecutable_Execute"]
+        print(json.dumps(res))
+    """)
+    assert out["cleared"]
+    assert out["error"] == ["ValueError", "INVALID_ARGUMENT: xla_gpu run: ArgumentError: "
+                            "XLA_GPU_DEBUG_FILL must be a byte value, got 'bogus'"]
+    assert out["y"] == [1.0, 2.0, 3.0, 4.0] and out["after"] == 0
+
+
+def test_donation_stays_in_python_and_consumes_library_made_inputs():
+    out = run_counted("""
+        f = jax.jit(lambda v: v * 3, donate_argnums=0)
+        g = jax.jit(lambda v: v + 1)
+        x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        g(x)
+        a = g(x)                        # made by the library
+        res = {"a_library_made": library_made(handle_of(a))}
+        calls.clear()
+        b = f(a)
+        c = f(b)
+        res["a_deleted"] = a.is_deleted()
+        res["b_deleted"] = b.is_deleted()
+        res["c"] = np.asarray(c).tolist()
+        res["executes"] = calls["LoadedExecutable_Execute"]
+        print(json.dumps(res))
+    """)
+    assert out["a_library_made"] and out["a_deleted"] and out["b_deleted"]
+    assert out["c"] == [9.0, 18.0, 27.0, 36.0]
+    assert out["executes"] == 2
+
+
+def test_runs_inside_a_trace_are_recorded_by_python():
+    out = run_counted("""
+        import xla_gpu
+        x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        f = jax.jit(lambda v: jnp.exp(v))
+        f(x)
+        f(x)
+        calls.clear()
+        with xla_gpu.trace() as t:
+            y = f(x)
+        inside = calls["LoadedExecutable_Execute"]
+        outside = [f(x) for _ in range(3)]
+        print(json.dumps({"inside": inside, "outside": calls["LoadedExecutable_Execute"] - inside,
+                          "events": len(t.events()),
+                          "y": np.allclose(np.asarray(y), np.exp(np.arange(4)))}))
+    """)
+    assert out["inside"] == 1 and out["events"] > 0 and out["y"]
+    assert out["outside"] == 0
+
+
+def test_threads_dispatching_at_once_get_their_own_results():
+    out = run_counted("""
+        f = jax.jit(lambda v, k: jnp.tanh(v) * k + v)
+        hosts = [np.arange(64, dtype=np.float32) / (t + 1) for t in range(4)]
+        xs = [jax.device_put(h, dev) for h in hosts]
+        ks = [jax.device_put(np.float32(t + 1), dev) for t in range(4)]
+        f(xs[0], ks[0])
+        bad = []
+        def work(t):
+            want = np.tanh(hosts[t]) * (t + 1) + hosts[t]
+            for i in range(300):
+                y = f(xs[t], ks[t])
+                if i % 7 == 0:
+                    y = f(y, ks[t]) - f(y, ks[t]) + y
+                if not np.allclose(np.asarray(y), want, rtol=1e-5):
+                    bad.append((t, i))
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        calls.clear()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        print(json.dumps({"bad": bad[:5], "python_executes": calls["LoadedExecutable_Execute"]}))
+    """)
+    assert out["bad"] == []
+    # Only first runs reach Python (the arithmetic's executables, made once
+    # or a few times by racing threads), not the 1200 calls of f.
+    assert out["python_executes"] < 50
+
+
+def test_several_devices_each_run_where_their_arguments_live():
+    out = run_counted("""
+        devs = jax.devices("xla_gpu")
+        f = jax.jit(lambda v: v * 2 + 1)
+        res = {"n": len(devs)}
+        for d in devs:
+            x = jax.device_put(np.arange(3, dtype=np.float32) + d.id, d)
+            ys = [f(x) for _ in range(3)]
+            res[str(d.id)] = [np.asarray(ys[-1]).tolist(), ys[-1].devices() == {d}]
+        # An argument on device 1 handed to device 0's executable: Python's error.
+        x0 = jax.device_put(np.arange(3, dtype=np.float32), devs[0])
+        x1 = jax.device_put(np.arange(3, dtype=np.float32), devs[1])
+        g = jax.jit(lambda v: v - 1)
+        g(x0)
+        g(x0)
+        e = next(o for o in list(P._objects.values()) if isinstance(o, P.Executable)
+                 and o.host_run is not None and o.device is P._client().devices[0]
+                 and "lambda" in o.name_text and o.num_outputs == 1)
+        res["wrong_device"] = execute(e.addr, [handle_of(x1)], 1)
+        print(json.dumps(res))
+    """, extra_env={"XLA_GPU_NUM_DEVICES": "2"})
+    assert out["n"] == 2
+    assert out["0"] == [[1.0, 3.0, 5.0], True]
+    assert out["1"] == [[3.0, 5.0, 7.0], True]
+    assert "is on device 1, the executable runs it on 0" in out["wrong_device"], out
+
+
+def test_destroyed_handles_leave_the_live_set():
+    # Getters for a handle the library answers without the GIL (a result
+    # it made, an executable) go to Python once it is destroyed, which
+    # refuses it. jax still holds both: the process ends without its
+    # teardown.
+    out = run_counted("""
+        import os
+        x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        f = jax.jit(lambda v: v + 1)
+        f(x)
+        gc.collect()
+        y = f(x)
+        [y_addr] = library_handles()
+        e = library_executable("")
+        res = {"before": [call("Buffer_Device", y_addr)[0] == P._client().devices[0].addr,
+                          call("Executable_NumOutputs", e.view.addr)[0]]}
+        calls.clear()
+        call("Buffer_Destroy", y_addr)
+        res["destroy_calls"] = calls["Buffer_Destroy"]
+        res["buffer"] = call("Buffer_Device", y_addr)
+        call("LoadedExecutable_Destroy", e.addr)
+        res["executable"] = call("Executable_NumOutputs", e.view.addr)
+        print(json.dumps(res), flush=True)
+        os._exit(0)
+    """)
+    assert out["before"] == [True, 1] and out["destroy_calls"] == 0
+    assert out["buffer"] == "PJRT_Buffer_Device: not a live xla_gpu Buffer handle"
+    assert out["executable"] == "PJRT_Executable_NumOutputs: not a live xla_gpu executable handle"
+
+
+# An output in column-major layout (a strided view of its buffer), a
+# row-major one and a constant (a copy).
+TRANSPOSED = """HloModule m, entry_computation_layout={(f32[4,8]{1,0}, f32[4,8]{1,0})->\
+(f32[4,8]{1,0}, f32[4,8]{0,1}, f32[8]{0})}
+ENTRY e {
+  p = f32[4,8]{1,0} parameter(0)
+  q = f32[4,8]{1,0} parameter(1)
+  a = f32[4,8]{1,0} add(p, q)
+  t = f32[4,8]{0,1} copy(a)
+  c = f32[8]{0} constant({1,2,3,4,5,6,7,8})
+  ROOT r = (f32[4,8]{1,0}, f32[4,8]{0,1}, f32[8]{0}) tuple(a, t, c)
+}
+"""
+
+
+def test_the_runtimes_c_entry_and_what_it_says_of_its_outputs():
+    # What the plugin's Execute is built on: HostRun.outputs() says which
+    # results come back as the plugin hands them to jax (C-contiguous, of
+    # the output's dtype and shape), and the C entry runs on an array of
+    # arguments, refusing a wrong count of results before running.
+    import ctypes
+
+    import numpy as np
+
+    import xla_gpu
+    host_run = pytest.importorskip("xla_gpu.runtime._host_run")
+    exe = xla_gpu.compile(TRANSPOSED, target="cpu")
+    p = np.arange(32, dtype=np.float32).reshape(4, 8)
+    q = np.full((4, 8), 0.5, np.float32)
+    want = exe.run(p, q)
+    run = exe._host_run
+    assert isinstance(run, host_run.HostRun)
+    f32 = np.dtype(np.float32)
+    assert run.outputs() == ((f32, (4, 8), True), (f32, (4, 8), False), (f32, (8,), True))
+    args = (ctypes.py_object * 2)(p, q)
+    results = (ctypes.c_void_p * 3)()
+    # ctypes releases the GIL around a foreign call; the entry needs it.
+    entry = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_ssize_t,
+                              ctypes.c_void_p, ctypes.c_ssize_t)(host_run.call_address())
+    assert entry(run, ctypes.addressof(args), 2, ctypes.addressof(results), 2) == 1
+    assert list(results) == [None, None, None]
+    assert entry(run, ctypes.addressof(args), 1, ctypes.addressof(results), 3) == 1
+    assert entry(run, ctypes.addressof(args), 2, ctypes.addressof(results), 3) == 0
+    got = [ctypes.cast(r, ctypes.py_object).value for r in results]
+    for r in results:   # the entry's references
+        ctypes.pythonapi.Py_DecRef(ctypes.c_void_p(r))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
