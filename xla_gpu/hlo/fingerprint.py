@@ -9,6 +9,7 @@ import hashlib
 import numpy as np
 
 from .module import HloComputation, HloInstruction
+from .shape import per_shape
 
 __all__ = ["fingerprint"]
 
@@ -19,8 +20,13 @@ _IGNORED = {"metadata", "backend_config", "sharding", "frontend_attributes",
 
 
 def _shape(inst: HloInstruction) -> str:
-    return str(inst.shape.with_dims(inst.shape.dims) if not inst.shape.is_tuple
-               and inst.shape.is_row_major else inst.shape)
+    return _shape_text(inst.shape)
+
+
+@per_shape
+def _shape_text(shape) -> str:
+    return str(shape.with_dims(shape.dims) if not shape.is_tuple
+               and shape.is_row_major else shape)
 
 
 def _value(value, names: dict[int, str], seen: dict[int, str]) -> str:

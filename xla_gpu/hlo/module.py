@@ -270,10 +270,14 @@ class NameUniquer:
         self.used: set[str] = set(used)
         next_id: dict[str, int] = {}
         self.next_id = next_id
+        get = next_id.get
         for name in self.used:
-            m = _split_number(name)
-            if m and m[1] >= next_id.get(m[0], 0):
-                next_id[m[0]] = m[1] + 1
+            # `_split_number`, inlined: tens of thousands of names per pass.
+            root, dot, digits = name.rpartition(".")
+            if dot and root and digits.isdigit() and digits.isascii():
+                k = int(digits)
+                if k >= get(root, 0):
+                    next_id[root] = k + 1
 
     def reserve(self, name: str) -> None:
         self.used.add(name)
@@ -461,7 +465,7 @@ class HloComputation:
         """What an instruction waits for in `_restore_order`: its operands
         and control predecessors in this computation."""
         insts = self._instructions
-        members = {id(i) for i in insts}
+        members = set(map(id, insts))
         if self.has_control_edges():
             by_name = {i.name: i for i in insts}
 
@@ -667,9 +671,18 @@ class HloComputation:
             mapping[id(inst)] = copy
             copy.parent = new
             new._instructions.append(copy)
-            for op in copy.operands:
-                if not any(u is copy for u in op.users):
-                    op.users.append(copy)
+            # The copy is new: it is among an operand's users only when an
+            # earlier operand was that one (no scan of the users, which a
+            # value read by thousands would make quadratic).
+            operands = copy.operands
+            if len(operands) == 1:
+                operands[0].users.append(copy)
+            elif operands:
+                linked: set[int] = set()
+                for op in operands:
+                    if id(op) not in linked:
+                        linked.add(id(op))
+                        op.users.append(copy)
         for copy in new._instructions:
             preds = copy.attrs.get(CONTROL_PREDECESSORS)
             if preds:

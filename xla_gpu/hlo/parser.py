@@ -175,9 +175,11 @@ class _Parser(LiteralParsing):
         self.pos = 0
         self.source = source
         self.line_starts = [0]
-        for i, c in enumerate(text):
-            if c == "\n":
-                self.line_starts.append(i + 1)
+        # One step per line, not per character.
+        i = text.find("\n")
+        while i >= 0:
+            self.line_starts.append(i + 1)
+            i = text.find("\n", i + 1)
         self.inst_name: str | None = None
         # (instruction, key, _PendingRef)
         self.pending_refs: list[tuple[HloInstruction, str, _PendingRef]] = []
@@ -235,6 +237,9 @@ class _Parser(LiteralParsing):
         """Skips whitespace and comments (only on this line unless
         `newlines`)."""
         text, n = self.text, self.n
+        # Most calls stand on a token already.
+        if self.pos < n and text[self.pos] not in " \t\r\f\v\n/":
+            return
         while self.pos < n:
             c = text[self.pos]
             if c == "\n":

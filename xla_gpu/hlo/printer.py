@@ -21,7 +21,7 @@ import numpy as np
 
 from .module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
                      HloModule, callees_first)
-from .shape import Shape
+from .shape import Shape, per_shape
 
 __all__ = ["module_to_text", "computation_to_text", "instruction_to_text",
            "shape_to_text", "literal_to_text"]
@@ -35,6 +35,11 @@ _SECTION_ORDER = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 def shape_to_text(shape: Shape, layout: bool = True) -> str:
     """`f32[4,16]{1,0}`, `(f32[], s32[2]{0})`, `token[]`. Arrays without a
     layout print XLA's default (major-to-minor) layout; scalars none."""
+    return _shape_text(shape, layout)
+
+
+@per_shape
+def _shape_text(shape: Shape, layout: bool) -> str:
     if shape.is_tuple:
         return "(" + ", ".join(shape_to_text(s, layout) for s in shape.tuple_shapes) + ")"
     text = f"{shape.element_type}[{','.join(map(str, shape.dims))}]"

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache, wraps
 from math import prod
 
 import numpy as np
 
 __all__ = ["ELEMENT_TYPES", "Shape", "numpy_dtype", "bit_width", "is_float",
            "is_signed_int", "is_unsigned_int", "is_integral", "is_complex",
-           "default_layout", "same_shape"]
+           "default_layout", "same_shape", "per_shape"]
 
 # HLO element type name -> the numpy type, or the name of the ml_dtypes type
 # (a str). Sub-byte integers are held unpacked, one element per byte, in the
@@ -111,6 +112,23 @@ def default_layout(rank: int) -> tuple[int, ...]:
     """XLA's default layout (minor-to-major): row-major, the last dimension
     minor."""
     return tuple(range(rank - 1, -1, -1))
+
+
+def per_shape(function):
+    """`function(shape, *flags)` remembered by its arguments (bounded): the
+    passes, the printer and the kernel keys ask the same few shapes of a
+    program tens of thousands of times for their text or size. Arguments
+    that cannot be hashed (a shape built with a list for its dims) are
+    passed through without the table."""
+    remembered = lru_cache(maxsize=1 << 16)(function)
+
+    @wraps(function)
+    def call(*args):
+        try:
+            return remembered(*args)
+        except TypeError:
+            return function(*args)
+    return call
 
 
 @dataclass(frozen=True)

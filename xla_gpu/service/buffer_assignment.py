@@ -591,6 +591,10 @@ def _merge_in_place_writers(ba: BufferAssignment, buffers: "_BufferSet",
     take their operand's buffer where the schedule allows, in program
     order; the in-place ones are recorded for `in_place_operands`."""
     df, alias, live = ba.dataflow, ba.alias, ba.live_ranges
+    # The result's buffers change only with a merge: worked out again after
+    # one, not for every candidate pair (a training step has hundreds of
+    # both).
+    live_out: set | None = None
     for inst in live.flattened:
         candidates = [(k, oi, out, True) for k, oi, out in in_place_pairs(inst)]
         if ba.share_elementwise:
@@ -606,11 +610,14 @@ def _merge_in_place_writers(ba: BufferAssignment, buffers: "_BufferSet",
             operand_value = df.value_at(inst.operands[k], operand_index)
             out_value = df.value_at(inst, output_index)
             shared = alias.same_buffer(operand_value, out_value)
-            if not shared and _can_merge(operand_value, inst, out_value, buffers, df,
-                                         alias, live, slots, donated_params,
-                                         _live_out_buffers(ba)):
-                buffers.merge(operand_value, out_value)
-                shared = True
+            if not shared:
+                if live_out is None:
+                    live_out = _live_out_buffers(ba)
+                if _can_merge(operand_value, inst, out_value, buffers, df, alias, live,
+                              slots, donated_params, live_out):
+                    buffers.merge(operand_value, out_value)
+                    live_out = None
+                    shared = True
             if in_place:
                 records.append((k, operand_index, output_index, shared))
         if records:

@@ -37,12 +37,15 @@ class HloCSE(HloPass):
         changed = False
         # Fusion bodies compare by their printed text, without names.
         bodies: dict[int, str] = {}
+        # The texts of the computations the bodies call (reducers), printed
+        # once per run: thousands of reduces share a handful.
+        called: dict[int, str] = {}
         for comp in module.computations:
             for inst in comp.instructions:
                 if inst.opcode == "fusion":
                     callee = inst.attrs.get("calls")
                     if isinstance(callee, HloComputation) and id(callee) not in bodies:
-                        bodies[id(callee)] = _body_key(callee)
+                        bodies[id(callee)] = _body_key(callee, called)
         comps = program_computations(module)
         # Fusion bodies too: duplicated producers may meet in one body.
         comps += [b for c in comps for i in c.instructions if i.opcode == "fusion"
@@ -89,9 +92,19 @@ class HloCSE(HloPass):
                 tuple(id(o) for o in inst.operands), _freeze(attrs, bodies), literal)
 
 
-def _body_key(comp: HloComputation) -> str:
+def _body_key(comp: HloComputation, called: dict[int, str] | None = None) -> str:
     """The computation's text with instruction names replaced by their
-    position, so that equal bodies compare equal."""
+    position, so that equal bodies compare equal. `called`: texts of called
+    computations already printed (by id; the module does not change while
+    the keys are made)."""
+    texts = called if called is not None else {}
+
+    def text_of(c: HloComputation) -> str:
+        t = texts.get(id(c))
+        if t is None:
+            t = texts[id(c)] = computation_to_text(c, metadata=False)
+        return t
+
     index = {i.name: k for k, i in enumerate(comp.instructions)}
     lines = []
     for k, inst in enumerate(comp.instructions):
@@ -102,8 +115,8 @@ def _body_key(comp: HloComputation) -> str:
             extra = np.asarray(inst.literal).tobytes().hex()
         if inst.opcode == "parameter":
             extra = str(inst.parameter_number)
-        called = ",".join(computation_to_text(c, metadata=False) for c in inst.called_computations)
+        callees = ",".join(text_of(c) for c in inst.called_computations)
         lines.append(f"{k}:{shape_to_text(inst.shape)}:{inst.opcode}({ops}):"
                      f"{sorted((a, repr(v)) for a, v in attrs.items() if not hasattr(v, 'instructions'))}"
-                     f":{extra}:{called}:{inst is comp.root}")
+                     f":{extra}:{callees}:{inst is comp.root}")
     return "\n".join(lines)

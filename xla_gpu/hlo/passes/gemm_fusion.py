@@ -235,8 +235,11 @@ class GemmFusion(ComputationPass):
         if all(i.opcode in _DATA_MOVEMENT for i in [*prologues[0], *prologues[1], *epilogue]):
             return False   # a pure matmul: the gemm thunk's
         builder = _BodyBuilder(f"gemm_fusion_{dot.name}_computation")
-        fused = {id(i) for side in prologues for i in side}
-        order = [i for i in comp.post_order() if id(i) in fused]
+        # The full walk this replaces read `comp.instructions`, whose sort
+        # (of an earlier fusion's rewrite) must run at the same point: a
+        # later sort of more rewrites can order ties otherwise.
+        comp.instructions
+        order = _in_post_order(comp, [i for side in prologues for i in side])
         for inst in order:
             builder.clone(inst)
         builder.clone(dot)
@@ -266,9 +269,77 @@ class GemmFusion(ComputationPass):
         last.replace_with(fusion)
         _remove_dead([*reversed(epilogue[:-1]), *([dot] if epilogue else []),
                       *reversed(order)], comp)
+        _place_fusion(comp, fusion)
         if tiling.split_k > 1:
             split_k_rewrite(comp, fusion)
         return True
+
+
+def _in_post_order(comp: HloComputation, nodes: list[HloInstruction]) -> list[HloInstruction]:
+    """`nodes` (instructions of `comp`) in the order `comp.post_order()`
+    lists them, without walking the whole computation for every dot: the
+    walk from the root only enters instructions that read some of `nodes`
+    (directly or not), since what reads none of them cannot change where
+    they are placed, and it stops once all of them are placed. Falls back
+    to the full order when the root does not reach them all (dead code:
+    the rest of that order follows the instruction list)."""
+    if not nodes:
+        return []
+    wanted = {id(n) for n in nodes}
+    readers = set(wanted)
+    stack = list(nodes)
+    while stack:
+        for user in stack.pop().users:
+            if id(user) not in readers:
+                readers.add(id(user))
+                stack.append(user)
+    root = comp.root
+    order: list[HloInstruction] = []
+    if root is not None and id(root) in readers:
+        left = len(wanted)
+        done: set[int] = set()
+        walk: list[tuple[HloInstruction, bool]] = [(root, False)]
+        while walk and left:
+            node, expanded = walk.pop()
+            key = id(node)
+            if expanded:
+                done.add(key)
+                if key in wanted:
+                    order.append(node)
+                    left -= 1
+                continue
+            if key in done:
+                continue
+            walk.append((node, True))
+            operands = node.operands
+            for k in range(len(operands) - 1, -1, -1):
+                o = operands[k]
+                if id(o) in readers and id(o) not in done:
+                    walk.append((o, False))
+        if not left:
+            return order
+    return [i for i in comp.post_order() if id(i) in wanted]
+
+
+def _place_fusion(comp: HloComputation, fusion: HloInstruction) -> None:
+    """Puts the order of `comp` right after `_fuse`'s rewrite of an ordered
+    computation (the fusion appended, what it replaces removed) where the
+    sort (`comp.instructions`) would, without the sort's walk over every
+    instruction: everything else is still in order, the fusion's operands
+    all come before its first reader, so the sort moves the fusion just
+    before that reader (a fusion nobody reads stays last). Control edges
+    are left to the sort."""
+    if comp.has_control_edges():
+        return
+    insts = comp._instructions
+    if insts[-1] is not fusion:
+        return
+    if fusion.users:
+        first = min(insts.index(u) for u in fusion.users)
+        insts.pop()
+        insts.insert(first, fusion)
+    comp._unordered = False
+    comp._valid_prefix = 0
 
 
 def _remove_dead(candidates: list[HloInstruction], comp: HloComputation) -> None:

@@ -164,6 +164,7 @@ class MultiOutputFusion(FusionPass):
         # every pair of the mergeable ones refused: the same users again
         # mean the same pairs, all still refused.
         self._siblings_refused: dict[int, tuple[HloInstruction, list[HloInstruction]]] = {}
+        self._trivial: dict[int, tuple[HloInstruction, bool]] = {}
         changed = False
         while self._one_merge(comp):
             changed = True
@@ -183,14 +184,20 @@ class MultiOutputFusion(FusionPass):
         # them, and appends the rest, so the instructions before both stay
         # in order for the next round's sort.
         insts = comp._instructions
-        unchanged = min(insts.index(first), insts.index(second)) \
-            if not comp._unordered else 0
+        ordered = not comp._unordered
+        unchanged = min(insts.index(first), insts.index(second)) if ordered else 0
+        # (the list keeps those instructions alive: no new one takes an id)
+        alive = list(insts) if ordered else None
+        before = set(map(id, alive)) if ordered else None
         if first.opcode != "fusion":
             first = create_fusion(first)
         if second.opcode != "fusion":
             second = create_fusion(second)
         fusion = merge_fusions(first, second)
         fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
+        if before is not None:
+            unchanged = max(unchanged, _first_reader_of_new(comp, before))
+        del alive
         comp._keep_order_before(unchanged)
 
     def _one_merge(self, comp: HloComputation) -> bool:
@@ -228,12 +235,13 @@ class MultiOutputFusion(FusionPass):
             for producer in dict.fromkeys(consumer.operands):
                 if not mergeable(producer) or producer.shape.is_tuple:
                     continue
-                others = [u for u in producer.users if u is not consumer]
-                if not others:
-                    continue
+                # Most pairs a round meets were refused in an earlier one:
+                # asked first.
                 key = (id(producer), id(consumer))
                 if key in self._refused:
                     continue
+                if not any(u is not consumer for u in producer.users):
+                    continue   # no other user: PriorityFusion's case
                 if any(reach.depends(o, producer) for o in consumer.operands
                        if o is not producer) or not self._fits(producer, consumer) or \
                         not _merge_acceptable(producer, consumer):
@@ -242,15 +250,20 @@ class MultiOutputFusion(FusionPass):
                 self._merge(producer, consumer)
                 return True
         # Siblings: fusions reading the same non-trivial operand.
+        trivial = self._trivial
         for shared in insts:
-            if is_effective_scalar(shared.shape) or shared.shape.is_tuple:
-                continue
-            if shared.opcode == "constant" or byte_size(shared.shape) < 64:
+            # Whether an operand is trivial (its shape and opcode) does not
+            # change while it exists: asked once per instruction, not once
+            # per round.
+            known = trivial.get(id(shared))
+            if known is None or known[0] is not shared:
+                known = trivial[id(shared)] = (shared, _trivial_operand(shared))
+            if known[1]:
                 continue
             readers = shared.users
             seen = self._siblings_refused.get(id(shared))
-            if seen is not None and seen[0] is shared and len(seen[1]) == len(readers) and \
-                    all(x is y for x, y in zip(seen[1], readers)):
+            # (list equality: the same instructions, compared by identity)
+            if seen is not None and seen[0] is shared and seen[1] == readers:
                 continue
             users = [u for u in dict.fromkeys(readers) if mergeable(u)]
             for i, a in enumerate(users):
@@ -270,6 +283,38 @@ class MultiOutputFusion(FusionPass):
             if not any(u.shape.is_tuple for u in readers):
                 self._siblings_refused[id(shared)] = (shared, list(readers))
         return False
+
+
+def _first_reader_of_new(comp: HloComputation, before: set[int]) -> int:
+    """After a merge in a computation that was in order (`before`: the ids
+    of its instructions then): how many leading instructions are still in
+    order and read nothing after them. The merge appended its new
+    instructions (the fusion, its get-tuple-elements) and rewired the
+    readers of the two fusions to them; everything before the first of
+    those readers still reads only what precedes it. 0 when the list is
+    not that (new instructions elsewhere than at the end, control edges)."""
+    if comp.has_control_edges():
+        return 0
+    insts = comp._instructions
+    new = set(map(id, insts)) - before
+    k = len(insts)
+    while k > 0 and id(insts[k - 1]) in new:
+        k -= 1
+    if len(insts) - k != len(new):
+        return 0
+    first = k
+    for inst in insts[k:]:
+        for user in inst.users:
+            if id(user) not in new:
+                first = min(first, insts.index(user))
+    return first
+
+
+def _trivial_operand(shared: HloInstruction) -> bool:
+    """An operand whose readers are not merged as siblings: a scalar, a
+    tuple, a constant, or under 64 bytes."""
+    return is_effective_scalar(shared.shape) or shared.shape.is_tuple or \
+        shared.opcode == "constant" or byte_size(shared.shape) < 64
 
 
 def _common_prefix(before: list[HloInstruction], after: list[HloInstruction]) -> int:

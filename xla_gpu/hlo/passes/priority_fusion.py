@@ -203,11 +203,13 @@ class _PriorityFusionRun:
         p_info, c_info = self.info(producer), self.info(consumer)
         if not c_info.ok:
             return False
-        simple = p_info.kind in _LOOPLIKE and c_info.kind in _LOOPLIKE and \
-            not self._has_reduce(producer)
+        # The producer passed `producer_ok` (its BodyInfo is ok), and
+        # `body_acceptable` accepts a reduce only in a reduction: a producer
+        # of any other kind has none, and no body needs scanning for one.
+        simple = p_info.kind in _LOOPLIKE and c_info.kind in _LOOPLIKE
         if simple:
             return True
-        if p_info.kind == "reduction" or self._has_reduce(producer):
+        if p_info.kind == "reduction":
             # Reduction epilogue fusion: only into the single user.
             if len(producer.users) != 1:
                 return False
@@ -251,14 +253,6 @@ class _PriorityFusionRun:
                 return None
         return trial
 
-    @staticmethod
-    def _has_reduce(inst: HloInstruction) -> bool:
-        if inst.opcode == "reduce":
-            return True
-        if inst.opcode == "fusion":
-            return any(i.opcode == "reduce" for i in inst.attrs["calls"].instructions)
-        return False
-
     # -- priorities ---------------------------------------------------------
     def priority(self, producer: HloInstruction) -> float | None:
         if producer.parent is not self.comp or not self.producer_ok(producer):
@@ -268,11 +262,21 @@ class _PriorityFusionRun:
             return None
         unfused = self.cost(producer).time
         fused = 0.0
+        # `pair` and `cost` inlined where their caches hold the answer (most
+        # consumers of a producer pushed again are unchanged).
+        pairs, versions, costs = self.pairs, self.node_version, self.costs
+        key = id(producer)
+        vp = (versions.get(key, 0), len(producer.users))
         for c in consumers:
-            ok, time = self.pair(producer, c)
+            hit = pairs.get((key, id(c)))
+            if hit is not None and hit[0] == vp and hit[1] == versions.get(id(c), 0):
+                ok, time = hit[2], hit[3]
+            else:
+                ok, time = self.pair(producer, c)
             if not ok:
                 return None
-            unfused += self.cost(c).time
+            cost = costs.get(id(c))
+            unfused += (cost if cost is not None else self.cost(c)).time
             fused += time
         return unfused - fused
 

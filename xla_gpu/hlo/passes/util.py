@@ -9,7 +9,7 @@ from typing import Iterator
 from ..fusions import ELEMENTWISE_OPCODES
 from ..graph import post_order
 from ..module import HloComputation, HloInstruction, HloModule
-from ..shape import Shape, bit_width, default_layout, same_shape
+from ..shape import Shape, bit_width, default_layout, per_shape, same_shape
 
 __all__ = ["array_shape", "default_layout", "with_default_layout",
            "program_computations", "program_instructions", "has_side_effect", "is_elementwise",
@@ -46,6 +46,7 @@ def with_default_layout(shape: Shape) -> Shape:
     return Shape(shape.element_type, shape.dims, default_layout(shape.rank))
 
 
+@per_shape
 def byte_size(shape: Shape) -> int:
     """Bytes of all leaves (sub-byte types one per byte, as stored here)."""
     total = 0
