@@ -803,6 +803,19 @@ void KernelEmulation::buildLoops() {
   Value threads = indexConstant(threads_);
   OpBuilder b(body_.getTerminator());
   auto blockLoop = scf::ForOp::create(b, loc, first, end, one);
+  // LLVM vectorizes the thread loops. Where it fully unrolls a block's
+  // threads first (a few lanes of cheap index arithmetic), the block loop
+  // is innermost and would be vectorized instead: every access a gather
+  // across blocks behind run-time overlap checks (a dynamic slice's
+  // kernel 4 times slower than its thread loop vectorized). The unrolled
+  // threads are straight-line code the SLP vectorizer takes.
+  MLIRContext *ctx = b.getContext();
+  blockLoop->setAttr(
+      "llvm.loop_annotation",
+      LLVM::LoopAnnotationAttr::get(
+          ctx, {}, LLVM::LoopVectorizeAttr::get(ctx, BoolAttr::get(ctx, true), {}, {}, {}, {},
+                                                {}, {}),
+          {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}));
   blockIv_ = blockLoop.getInductionVar();
   b.setInsertionPoint(blockLoop.getBody()->getTerminator());
   for (auto [i, phase] : llvm::enumerate(phases_)) {

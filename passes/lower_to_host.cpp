@@ -219,6 +219,167 @@ void moveBF16AsI16(ModuleOp module) {
   });
 }
 
+// Index arithmetic in 64 bits. The shared pipeline computes an index in
+// i32 where every value of it fits (xla-simplify-affine: a GPU's 32-bit
+// arithmetic is cheaper) and addresses elements with i32 GEP indices
+// (xla-lower-tensors). On the host every such index is sign-extended
+// again for its address, and LLVM's loop vectorizer has to prove, for
+// every access of a thread loop, that the i32 sums of the truncated loop
+// counters do not wrap before it can see the access's stride: that proof
+// was half of its time on the reduction kernels (the LLVM pipeline ~30%
+// faster in all). Computed in i64 from the index values themselves, an
+// address is an affine function of the loop counters as it is.
+//
+// An i32 value v is recomputed as an i64 w with w == sext(v) where v is
+// not poison: from index values cast to i32 (which fit in i32: the casts
+// of xla-simplify-affine) and constants, through additions, subtractions
+// and products that cannot wrap (nsw: the same value in 64 bits) and
+// unsigned divisions and remainders of values known to be non-negative.
+// GEP indices (sign-extended by LLVM) and casts back to index or i64 use
+// w; the i32 ops stay for any other user (the canonicalizer drops the
+// ones left unused).
+class IndexWidener {
+public:
+  struct Wide {
+    Value value;        // i64
+    bool nonNegative;   // v >= 0: zero and sign extension agree
+  };
+
+  std::optional<Wide> widen(Value v, int depth = 0) {
+    auto found = memo.find(v);
+    if (found != memo.end()) return found->second;
+    std::optional<Wide> wide = compute(v, depth);
+    memo[v] = wide;
+    return wide;
+  }
+
+private:
+  static bool isI32(Value v) { return v.getType().isInteger(32); }
+
+  std::optional<Wide> compute(Value v, int depth) {
+    // Deeper trees are not index arithmetic of the emitters (a few ops an
+    // index); the limit also bounds the recursion.
+    if (!isI32(v) || depth > 32) return std::nullopt;
+    Operation *op = v.getDefiningOp();
+    if (!op) return std::nullopt;
+    OpBuilder b(op->getContext());
+    b.setInsertionPointAfter(op);
+    Location loc = op->getLoc();
+    Type i64 = b.getI64Type();
+    if (isa<arith::IndexCastOp, arith::IndexCastUIOp>(op)) {
+      Value in = op->getOperand(0);
+      if (!in.getType().isIndex()) return std::nullopt;
+      return Wide{arith::IndexCastOp::create(b, loc, i64, in),
+                  isa<arith::IndexCastUIOp>(op)};
+    }
+    APInt constant;
+    if (matchPattern(v, m_ConstantInt(&constant))) {
+      int64_t c = constant.getSExtValue();
+      return Wide{arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(c)), c >= 0};
+    }
+    auto binary = [&](Value lhs, Value rhs) -> std::optional<std::pair<Wide, Wide>> {
+      std::optional<Wide> l = widen(lhs, depth + 1);
+      if (!l) return std::nullopt;
+      std::optional<Wide> r = widen(rhs, depth + 1);
+      if (!r) return std::nullopt;
+      return std::make_pair(*l, *r);
+    };
+    auto flags = [](bool nonNegative) {
+      return nonNegative ? arith::IntegerOverflowFlags::nsw | arith::IntegerOverflowFlags::nuw
+                         : arith::IntegerOverflowFlags::nsw;
+    };
+    if (auto overflow = dyn_cast<arith::ArithIntegerOverflowFlagsInterface>(op)) {
+      if (!overflow.hasNoSignedWrap() || !isa<arith::AddIOp, arith::SubIOp, arith::MulIOp>(op))
+        return std::nullopt;
+      auto operands = binary(op->getOperand(0), op->getOperand(1));
+      if (!operands) return std::nullopt;
+      auto [l, r] = *operands;
+      b.setInsertionPointAfter(op);  // after the operands' wide values
+      if (isa<arith::AddIOp>(op)) {
+        bool nonNegative = l.nonNegative && r.nonNegative;
+        return Wide{arith::AddIOp::create(b, loc, l.value, r.value, flags(nonNegative)),
+                    nonNegative};
+      }
+      if (isa<arith::MulIOp>(op)) {
+        bool nonNegative = l.nonNegative && r.nonNegative;
+        return Wide{arith::MulIOp::create(b, loc, l.value, r.value, flags(nonNegative)),
+                    nonNegative};
+      }
+      // l - r of non-negative values without unsigned wrap: l >= r.
+      bool nonNegative = l.nonNegative && r.nonNegative && overflow.hasNoUnsignedWrap();
+      return Wide{arith::SubIOp::create(b, loc, l.value, r.value, flags(nonNegative)),
+                  nonNegative};
+    }
+    if (isa<arith::DivUIOp, arith::RemUIOp>(op)) {
+      // Non-negative results only (zero and sign extension agree): a
+      // quotient by a constant of at least 2 or of a non-negative value, a
+      // remainder by a positive constant or of a non-negative value.
+      APInt divisor;
+      bool constant = matchPattern(op->getOperand(1), m_ConstantInt(&divisor)) &&
+                      divisor.isStrictlyPositive();
+      std::optional<Wide> l = widen(op->getOperand(0), depth + 1);
+      bool nonNegativeLhs = l && l->nonNegative;
+      bool nonNegative = nonNegativeLhs ||
+                         (constant && (isa<arith::RemUIOp>(op) || divisor.uge(2)));
+      if (!nonNegative) return std::nullopt;
+      b.setInsertionPointAfter(op);
+      // By a power of two, a shift or a mask of the wide value. By another
+      // divisor the i32 op stays (x86 has no 64-bit vector multiply-high:
+      // an i64 division by a constant would keep the loop scalar) and its
+      // result is extended.
+      if (constant && divisor.isPowerOf2() && nonNegativeLhs) {
+        Value r = arith::ConstantOp::create(
+            b, loc, b.getI64IntegerAttr(divisor.getZExtValue()));
+        Value result = isa<arith::DivUIOp>(op)
+                           ? Value(arith::DivUIOp::create(b, loc, l->value, r))
+                           : Value(arith::RemUIOp::create(b, loc, l->value, r));
+        return Wide{result, true};
+      }
+      return Wide{arith::ExtUIOp::create(b, loc, i64, v), true};
+    }
+    return std::nullopt;
+  }
+
+  DenseMap<Value, std::optional<Wide>> memo;
+};
+
+void widenIndexArithmetic(ModuleOp module) {
+  IndexWidener widener;
+  SmallVector<LLVM::GEPOp> geps;
+  SmallVector<Operation *> extensions;
+  module.walk([&](Operation *op) {
+    if (auto gep = dyn_cast<LLVM::GEPOp>(op)) geps.push_back(gep);
+    else if (isa<arith::IndexCastOp, arith::IndexCastUIOp, arith::ExtSIOp, arith::ExtUIOp>(op) &&
+             op->getOperand(0).getType().isInteger(32) &&
+             (op->getResult(0).getType().isIndex() ||
+              op->getResult(0).getType().isInteger(64)))
+      extensions.push_back(op);
+  });
+  for (LLVM::GEPOp gep : geps) {
+    MutableOperandRange indices = gep.getDynamicIndicesMutable();
+    for (unsigned i = 0, e = indices.size(); i < e; ++i) {
+      Value index = indices[i].get();
+      if (!index.getType().isInteger(32)) continue;
+      // A struct's field is a constant, never a dynamic index: each
+      // dynamic index here scales an element size, sign-extended.
+      if (std::optional<IndexWidener::Wide> wide = widener.widen(index))
+        indices[i].set(wide->value);
+    }
+  }
+  for (Operation *ext : extensions) {
+    std::optional<IndexWidener::Wide> wide = widener.widen(ext->getOperand(0));
+    bool zeroExtends = isa<arith::IndexCastUIOp, arith::ExtUIOp>(ext);
+    if (!wide || (zeroExtends && !wide->nonNegative)) continue;
+    Type type = ext->getResult(0).getType();
+    if (type.isInteger(64)) {
+      ext->getResult(0).replaceAllUsesWith(wide->value);
+      ext->erase();
+    } else {
+      ext->setOperand(0, wide->value);   // i64 -> index: the same value
+    }
+  }
+}
+
 struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -235,6 +396,8 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
       return WalkResult::advance();
     });
     if (gpuLeft.wasInterrupted()) return signalPassFailure();
+
+    widenIndexArithmetic(module);
 
     // bf16 arithmetic in f32, one rounding per op.
     {

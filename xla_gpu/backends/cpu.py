@@ -62,6 +62,7 @@ from mlir.execution_engine import ExecutionEngine
 
 from .. import ir as _xla_ir
 from .. import pipeline as _pipeline
+from . import llvm_options
 
 __all__ = ["compile_module", "JitKernel", "shared_object", "host_object", "link_objects",
            "link_groups", "HostObject", "HostCompileError"]
@@ -638,6 +639,19 @@ class _LlvmApi:
             self._machines.append(machine)
 
 
+# Whether LLVM's loop strength reduction runs in the host code's code
+# generation. The thread loops' addresses are affine functions of the loop
+# counters (one per access of every fused input, after xla-lower-to-host
+# computes them in i64), and LSR searched formulae for all of them: 40%
+# of code generation's time on a GPT training step's kernels (0.6 of 1.4
+# CPU-s), for step times within the measurements' noise on the real-model
+# bench (x86's addressing modes take base + index * scale as they are).
+# LLVM has this switch as a command-line option only, of the LLVM library
+# the MLIR bindings load: `llvm_options` sets it for the process until the
+# first NVPTX code generation in it, which needs the reduction.
+HOST_LOOP_STRENGTH_REDUCTION = False
+
+
 @functools.lru_cache(maxsize=None)
 def _llvm_api() -> _LlvmApi | None:
     """LLVM's C API and the host target, None when the bindings' library
@@ -648,9 +662,12 @@ def _llvm_api() -> _LlvmApi | None:
     if lib is None or not _pass_runner.available():
         return None
     try:
-        return _LlvmApi(lib)
+        api = _LlvmApi(lib)
     except AttributeError:
         return None
+    if not HOST_LOOP_STRENGTH_REDUCTION:
+        llvm_options.host_codegen_without_lsr(lib)
+    return api
 
 
 def _llvm_object(module_op, opt_level: int, *, unroll_loops: bool = True) -> bytes:

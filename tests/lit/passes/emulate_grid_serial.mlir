@@ -2,16 +2,22 @@
 // kernel with atomics gets a private copy for it whose atomics are plain
 // loads and stores (x86 has no atomic float add: each was a locked cmpxchg
 // loop); @k_host_blocks, for block ranges that run side by side, keeps
-// them. Thread loops with atomics are not marked parallel.
+// them. Thread loops with atomics are not marked parallel (the block
+// loop's annotation only keeps LLVM from vectorizing across blocks).
 // RUN: xla-gpu-opt %s --xla-emulate-grid | FileCheck %s
+
+// CHECK: #[[NOVEC:.*]] = #llvm.loop_vectorize<disable = true>
+// CHECK: #[[BLOCKS_ANNOTATION:.*]] = #llvm.loop_annotation<vectorize = #[[NOVEC]]>
 
 // CHECK-LABEL: func.func @histogram_host_blocks(
 // CHECK: scf.for
 // CHECK: scf.for
 // CHECK: llvm.atomicrmw fadd %{{.*}}, %{{.*}} monotonic : !llvm.ptr, f32
 // CHECK: llvm.cmpxchg %{{.*}}, %{{.*}}, %{{.*}} monotonic monotonic : !llvm.ptr, i32
-// CHECK-NOT: llvm.loop_annotation
-// CHECK: return
+// CHECK: llvm.store
+// CHECK-NEXT: }{{$}}
+// CHECK-NEXT: } {llvm.loop_annotation = #[[BLOCKS_ANNOTATION]]}
+// CHECK-NEXT: return
 // CHECK: func.func private @histogram_host_serial_blocks(
 // CHECK-SAME: %[[P:[^:]*]]: !llvm.ptr, %[[Q:[^:]*]]: !llvm.ptr,
 // CHECK-NOT: llvm.atomicrmw

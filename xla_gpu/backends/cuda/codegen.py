@@ -56,6 +56,7 @@ from mlir.passmanager import PassManager
 from ... import _pass_runner
 from ...errors import CompileError, ResourceError
 from ...runtime.device import check_launch, for_arch
+from .. import llvm_options
 
 __all__ = ["to_ptx", "ptx_of_text", "ptx_of_operations", "to_cubin", "to_llvm_ir",
            "find_libdevice", "embedded_libdevice_size", "find_ptxas",
@@ -191,6 +192,7 @@ def _serialize(wrapped: _ir.Module, fmt: str) -> bytes:
     gpu.module: its one object's bytes. PTX comes from libXlaGpu's
     serializer (the same steps, less fixed cost: see
     passes/ptx_serializer.cpp) where the bindings' C API can be reached."""
+    llvm_options.device_codegen_begins()
     if fmt == "isa" and _pass_runner.available():
         return _native_ptx(wrapped.body.operations[0])
     return _serialize_with_mlir(wrapped, fmt)
