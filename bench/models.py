@@ -4,15 +4,19 @@ side by side with XLA:CPU in one process.
 Per model: the HLO lines of jax's pre-optimization text, then
 
   compile     `xla_gpu.compile(text, target="cpu", cache=False)` after the
-              in-memory kernel cache is cleared (s); the first compile of
-              the process also loads the compiler and is left out (a
+              in-memory kernel cache is cleared (s, the best of
+              --compile-repeat, alternating with XLA's); the first compile
+              of the process also loads the compiler and is left out (a
               warm-up compile of a small program runs first)
   XLA:CPU     `jax.jit(step, keep_unused=True).lower(*args).compile()` with
-              jax's persistent cache off (s)
+              jax's persistent cache off (s, the best of --compile-repeat)
   run         median wall time of a step on the same arguments (ms), the
               cpu target's `exe.run(*leaves)` vs the compiled jax function
   cuda        `xla_gpu.compile(text, target="cuda", cache=False)` (s): PTX
-              and a cubin for sm_90 (no GPU needed), or why it failed
+              and a cubin for sm_90 (no GPU needed), or why it failed; after
+              every model's cpu measurements, since the first device code
+              generation of a process switches the host code generation's
+              LLVM setting (`xla_gpu.backends.llvm_options`)
   loss err    the step's scalar output (the loss), relative difference
   param err   the new parameters' largest difference, relative to the
               largest parameter
@@ -23,7 +27,7 @@ environment that forces an older family with OPENBLAS_CORETYPE slows them).
 Sizes: --size small (default; what
 the issue's table measured) or --size large (for a GPU machine).
 
-    python bench/models.py [--only gpt,convnet] [--repeat 5] [--no-cuda]
+    python bench/models.py [--only gpt,convnet] [--repeat 5] [--compile-repeat 3] [--no-cuda]
 """
 
 from __future__ import annotations
@@ -220,16 +224,14 @@ MODELS = {"gpt": gpt, "convnet": convnet, "lstm": lstm, "dpsgd": dpsgd,
           "scanned_transformer": scanned_transformer}
 
 
-def measure(name: str, size: str, repeat: int, cuda: bool) -> dict[str, Any]:
+def measure(name: str, size: str, repeat: int, compile_repeat: int) -> dict[str, Any]:
     import xla_gpu
     jax, _, _, _ = _jax()
     step, args = MODELS[name](size)
     jitted = jax.jit(step, keep_unused=True)
     lowered = jitted.lower(*args)
     text = lowered.as_text(dialect="hlo")
-    start = time.perf_counter()
     compiled = lowered.compile()
-    xla_compile = time.perf_counter() - start
     leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(args)]
     result = compiled(*args)
     expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(result)]
@@ -238,10 +240,15 @@ def measure(name: str, size: str, repeat: int, cuda: bool) -> dict[str, Any]:
     num_params = len(jax.tree_util.tree_leaves(result[0]))
     xla_run = median_seconds(lambda: jax.block_until_ready(compiled(*args)), repeat)
 
-    xla_gpu.compiler.clear_memory_cache()
-    start = time.perf_counter()
-    exe = xla_gpu.compile(text, target="cpu", cache=False)
-    ours_compile = time.perf_counter() - start
+    xla_compile = ours_compile = float("inf")
+    for _ in range(compile_repeat):
+        start = time.perf_counter()
+        lowered.compile()
+        xla_compile = min(xla_compile, time.perf_counter() - start)
+        xla_gpu.compiler.clear_memory_cache()
+        start = time.perf_counter()
+        exe = xla_gpu.compile(text, target="cpu", cache=False)
+        ours_compile = min(ours_compile, time.perf_counter() - start)
     got = exe.run(*leaves)
     ours_run = median_seconds(lambda: exe.run(*leaves), repeat)
     # Errors: the scalar relative to its magnitude; the new parameters by
@@ -257,16 +264,20 @@ def measure(name: str, size: str, repeat: int, cuda: bool) -> dict[str, Any]:
     loss_err = float(abs(got64[-1] - want64[-1]).max() / max(abs(want64[-1]).max(), 1e-30))
     row = {"model": name, "lines": text.count("\n"), "compile": ours_compile,
            "xla_compile": xla_compile, "run": ours_run, "xla_run": xla_run,
-           "param_err": param_err, "loss_err": loss_err, "kernels": len(exe.kernels)}
-    if cuda:
-        xla_gpu.compiler.clear_memory_cache()
-        start = time.perf_counter()
-        try:
-            xla_gpu.compile(text, target="cuda", cache=False)
-            row["cuda"] = f"{time.perf_counter() - start:.1f} s"
-        except xla_gpu.XlaGpuError as e:
-            row["cuda"] = f"fails: {str(e).splitlines()[0][:90]}"
+           "param_err": param_err, "loss_err": loss_err, "kernels": len(exe.kernels),
+           "text": text}
     return row
+
+
+def cuda_compile(text: str) -> str:
+    import xla_gpu
+    xla_gpu.compiler.clear_memory_cache()
+    start = time.perf_counter()
+    try:
+        xla_gpu.compile(text, target="cuda", cache=False)
+        return f"{time.perf_counter() - start:.1f} s"
+    except xla_gpu.XlaGpuError as e:
+        return f"fails: {str(e).splitlines()[0][:90]}"
 
 
 def main() -> None:
@@ -274,6 +285,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--size", choices=["small", "large"], default="small")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--compile-repeat", type=int, default=3,
+                        help="compiles per model on each side (the best counts)")
     parser.add_argument("--no-cuda", action="store_true", help="skip the cuda compile")
     args = parser.parse_args()
     jax = _jax()[0]
@@ -295,13 +308,14 @@ def main() -> None:
           "run (ms) | XLA:CPU run (ms) | ratio | cuda compile | loss err | param err |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     compile_ratios, run_ratios = [], []
-    for name in names:
-        r = measure(name, args.size, args.repeat, not args.no_cuda)
+    rows = [measure(name, args.size, args.repeat, args.compile_repeat) for name in names]
+    for r in rows:
+        r["cuda"] = "-" if args.no_cuda else cuda_compile(r["text"])
         compile_ratios.append(r["compile"] / r["xla_compile"])
         run_ratios.append(r["run"] / r["xla_run"])
-        print(f"| {name} | {r['lines']} | {r['kernels']} | {r['compile']:.2f} | "
+        print(f"| {r['model']} | {r['lines']} | {r['kernels']} | {r['compile']:.2f} | "
               f"{r['xla_compile']:.2f} | {compile_ratios[-1]:.2f}x | {r['run'] * 1e3:.1f} | "
-              f"{r['xla_run'] * 1e3:.1f} | {run_ratios[-1]:.2f}x | {r.get('cuda', '-')} | "
+              f"{r['xla_run'] * 1e3:.1f} | {run_ratios[-1]:.2f}x | {r['cuda']} | "
               f"{r['loss_err']:.1e} | {r['param_err']:.1e} |", flush=True)
     print(f"\ngeomean: compile {geomean(compile_ratios):.2f}x XLA:CPU (max "
           f"{max(compile_ratios):.2f}x), run {geomean(run_ratios):.2f}x (max "
