@@ -9,41 +9,11 @@ Each case runs in a fresh interpreter (jax's backends are process-global)
 that counts the calls reaching the Python slots.
 """
 import ctypes
-import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
+from slot_counts import run_counted
 
 pytest.importorskip("jax")
-
-TIMEOUT = 240
-
-# Installed before jax loads the plugin: every Python slot counts its calls.
-PRELUDE = """
-import collections, ctypes, gc, json, sys
-import numpy as np
-from xla_gpu.pjrt import _abi as A, _plugin as P
-calls = collections.Counter()
-for _name, _fn in list(P.IMPL.items()):
-    def _counted(a, _fn=_fn, _name=_name):
-        calls[_name] += 1
-        return _fn(a)
-    P.IMPL[_name] = _counted
-import jax, jax.numpy as jnp
-dev = jax.devices("xla_gpu")[0]
-"""
-
-
-def run_counted(script: str, extra_env=None) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="xla_gpu,cpu")
-    env.update(extra_env or {})
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(script)],
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_steady_state_execute_never_enters_python():

@@ -9,30 +9,15 @@ must behave exactly as on the Python path.
 Each case runs in a fresh interpreter (jax's backends are process-global)
 that counts the calls reaching the Python slots.
 """
-import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
+import slot_counts
 
 pytest.importorskip("jax")
 
 TIMEOUT = 300
 
-PRELUDE = """
-import collections, ctypes, gc, json, sys, threading
-import numpy as np
-from xla_gpu.pjrt import _abi as A, _plugin as P
-calls = collections.Counter()
-for _name, _fn in list(P.IMPL.items()):
-    def _counted(a, _fn=_fn, _name=_name):
-        calls[_name] += 1
-        return _fn(a)
-    P.IMPL[_name] = _counted
-import jax, jax.numpy as jnp
-dev = jax.devices("xla_gpu")[0]
+HELPERS = """
 lib = ctypes.CDLL(__import__("xla_gpu.pjrt").pjrt.library_path())
 lib.GetPjrtApi.restype = ctypes.c_void_p
 words = (ctypes.c_uint64 * (A.API_STRUCT_SIZE // 8)).from_address(lib.GetPjrtApi())
@@ -81,12 +66,7 @@ def library_executable(name):
 
 
 def run_counted(script: str, extra_env=None) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="xla_gpu,cpu")
-    env.update(extra_env or {})
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(script)],
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return slot_counts.run_counted(script, extra_env, prelude=HELPERS, timeout=TIMEOUT)
 
 
 def test_results_and_result_buffers_after_the_first_run():
