@@ -153,22 +153,8 @@ def interior_reach(inst, dim: int, count: int) -> tuple[Reach, list[int]] | None
         starts.append(e_lo)
         offsets.append(first - e_lo * step + step - 1)
         width = max(width, e_hi - e_lo + 1)
-    left = right = 0
-    masked = False
-    for i in range(count):
-        if min(m, n_out - i * m) <= 0:
-            continue
-        lo, hi = starts[i], starts[i] + width
-        if lo < 0 or hi > n_in:
-            masked = True
-        lo, hi = max(lo, 0), min(hi, n_in)
-        if lo >= hi:
-            continue
-        left = max(left, i * k - lo)
-        right = max(right, hi - (i + 1) * k)
-    if left > k or right > k:
-        return None
-    return Reach(left, right, tuple(starts), width, masked), offsets
+    reach = _chunk_windows_reach(starts, width, k, m, n_in, n_out)
+    return None if reach is None else (reach, offsets)
 
 
 def dilated_reach(window: Window, n_in: int, n_out: int,
@@ -189,12 +175,23 @@ def dilated_reach(window: Window, n_in: int, n_out: int,
         offsets.append(first - e_lo * base + base - 1)
         width = max(width, (first + need - 1) // base - e_lo + 1)
     high = max(0, max(offsets) + need - (base - 1 + (width - 1) * base + 1))
+    reach = _chunk_windows_reach(starts, width, k, m, n_in, n_out)
+    return None if reach is None else (reach, offsets, high)
+
+
+def _chunk_windows_reach(starts: list[int], width: int, k: int, m: int, n_in: int,
+                         n_out: int) -> Reach | None:
+    """The Reach of windows of `width` operand elements from `starts` (one
+    per result chunk of m; operand chunks of k): how far they reach into
+    the left and right neighbours' chunks, and whether any reaches past the
+    operand's ends (masked); None past a neighbour. Chunks wholly padding
+    read nothing."""
     left = right = 0
     masked = False
-    for i in range(count):
+    for i, start in enumerate(starts):
         if min(m, n_out - i * m) <= 0:
             continue
-        lo, hi = starts[i], starts[i] + width
+        lo, hi = start, start + width
         if lo < 0 or hi > n_in:
             masked = True
         lo, hi = max(lo, 0), min(hi, n_in)
@@ -203,7 +200,7 @@ def dilated_reach(window: Window, n_in: int, n_out: int,
             right = max(right, hi - (i + 1) * k)
     if left > k or right > k:
         return None
-    return Reach(left, right, tuple(starts), width, masked), offsets, high
+    return Reach(left, right, tuple(starts), width, masked)
 
 
 def convolution_reach(window: Window, n_in: int, n_out: int, count: int):
