@@ -146,17 +146,20 @@ def _pass_manager(context: _ir.Context, pipeline: str, verify: bool) -> _Handle:
     return pm
 
 
-def run_pipeline(module: _ir.Module, pipeline: str) -> None:
+def run_pipeline(module: _ir.Module, pipeline: str, *, verify: bool = True) -> None:
     """Runs `pipeline` (a `builtin.module(...)` string) on `module` in
     place without the GIL; raises mlir.ir.MLIRError with the error
-    diagnostics when it fails."""
+    diagnostics when it fails. `verify=False`: the result is not verified
+    (unless after every pass), for a pipeline run in parts whose last part
+    verifies."""
     lib = _capi()
     each_pass = verify_each_pass()
     pm = _pass_manager(module.context, pipeline, each_pass)
     with error_diagnostics(module.context) as diagnostics:
         passed = lib.mlirPassManagerRunOnOp(pm, to_handle(module.operation)).value
         # Without per-pass verification, the result is verified here once.
-        valid = not passed or each_pass or lib.mlirOperationVerify(to_handle(module.operation))
+        valid = not passed or each_pass or not verify or \
+            lib.mlirOperationVerify(to_handle(module.operation))
     if not passed:
         raise mlir_error("Failure while executing pass pipeline", diagnostics)
     if not valid:

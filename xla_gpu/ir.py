@@ -18,7 +18,7 @@ from mlir import ir as _ir
 
 from . import _native
 
-__all__ = ["Context", "register_dialect", "IndexingMap", "Variable",
+__all__ = ["Context", "KERNEL_DIALECTS", "register_dialect", "IndexingMap", "Variable",
            "Constraint", "is_indexing_map"]
 
 
@@ -33,16 +33,32 @@ def register_dialect(context: _ir.Context, load: bool = True) -> None:
         context.load_all_available_dialects()
 
 
+# The dialects a kernel's IR holds from emission (built from Python, which
+# needs them loaded) to the LLVM and NVVM dialects, and those the passes
+# create; a pass loads the dialects it declares when it runs, and the
+# parser loads those of the text it reads.
+KERNEL_DIALECTS = ("builtin", "func", "arith", "math", "scf", "cf", "tensor", "vector",
+                   "gpu", "llvm", "nvvm", "complex", "affine", "memref", "index", "ub",
+                   "xla_gpu")
+
+
 def Context() -> _ir.Context:  # noqa: N802 - reads like the class it returns
-    """An `mlir.ir.Context` with xla_gpu and every upstream dialect loaded
-    and the xla_gpu passes registered (PassManager.parse knows them).
+    """An `mlir.ir.Context` with xla_gpu and the dialects of kernels
+    (`KERNEL_DIALECTS`) loaded, every upstream dialect registered, and the
+    xla_gpu passes registered (PassManager.parse knows them). Only those
+    dialects are loaded, not all fifty: every greedy rewrite (each
+    canonicalize) sorts the patterns of every loaded op, and every folder
+    or inliner collects the interfaces of every loaded dialect, sorted by
+    name (with all fifty, 5% of a kernel's pipeline; the same IR out).
     MLIR's own threading is off: a kernel module has a few functions, for
     which the thread pool's hand-offs cost a third of the pipeline's time
     (19 -> 13 ms on a row reduction); a program's kernels are compiled on
     host threads of their own instead (xla_gpu.program.kernels)."""
-    context = _ir.Context()
+    context = _ir.Context(load_on_create_dialects=[])
     context.enable_multithreading(False)
-    register_dialect(context)
+    register_dialect(context, load=False)
+    for name in KERNEL_DIALECTS:
+        context.dialects[name]   # loads it
     return context
 
 

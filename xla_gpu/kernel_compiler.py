@@ -57,7 +57,8 @@ class Executable:
     order (device arrays with `device_outputs=True` on cuda)."""
     spec: KernelSpec
     hlo_text: str
-    emitted_mlir: str
+    # None: not kept (`compile_kernel(keep_emitted=False)`).
+    emitted_mlir: str | None
     ptx: str | None = None
     cubin: bytes | None = None
     host_mlir: str | None = None            # cpu: the grid-emulating LLVM dialect
@@ -98,6 +99,9 @@ class Executable:
         "lowering", "cuda-lowering" / "cpu-lowering": the IR at its end), a
         pass name (the IR after its first run), or "llvm" (the end of the
         pipeline)."""
+        if self.emitted_mlir is None:
+            raise ArgumentError(f"kernel {self.spec.name}: its emitted IR was not kept "
+                                "(a kernel of a program compiled without a cache)")
         if stage == "emitted":
             return self.emitted_mlir
         from mlir import ir as mlir_ir
@@ -175,6 +179,10 @@ class Executable:
         """Writes the artifact `xla_gpu.runtime.load` reads; sets
         `artifact_digest`, which pins the directory when passed back to
         `runtime.load(dir, expected_digest=...)`."""
+        if self.emitted_mlir is None:
+            raise ArgumentError(f"kernel {self.spec.name}: its emitted IR was not kept "
+                                "(a kernel of a program compiled without a cache): "
+                                "nothing to save")
         files = {"kernel.json": self.spec.to_json().encode(),
                  "fusion.hlo": self.hlo_text.encode(),
                  "emitted.mlir": self.emitted_mlir.encode()}
@@ -295,7 +303,8 @@ def store(key: str, exe, disk=None) -> None:
 def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
                    cache: bool = True, key: str | None = None, text: str | None = None,
                    dump_dir=None, dump_regex: str = ".*", lower_only: bool = False,
-                   disk=None, start: float | None = None) -> "Executable":
+                   disk=None, start: float | None = None,
+                   keep_emitted: bool = True) -> "Executable":
     """The kernel of `fusion` for `target` ("cpu" or "cuda") and `arch`,
     from the cache when it holds it. `device`: the GPU the launch
     configuration follows (default: the target's backend's `device_for(arch)`);
@@ -309,7 +318,10 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
     without it a cpu kernel has its own shared object. `disk`: the
     DiskCache to use (default: a new one). A kernel built now gets
     `timings["total"]`, from `start` (a perf_counter time; default: this
-    call); one from a cache has none of its own."""
+    call); one from a cache has none of its own. `keep_emitted=False`:
+    a kernel built now keeps no text of its emitted IR (`emitted_mlir` is
+    None; it cannot be saved), for a caller that only takes its code and
+    caches nothing: printing it costs a sixth of emitting it."""
     if start is None:
         start = time.perf_counter()
     fusion.device = device if device is not None else backends.get(target).device_for(arch)
@@ -338,7 +350,8 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
         from .hlo.fusions import fusion_text
         text = fusion_text(fusion.computation)
     begun = time.perf_counter()
-    exe = _build(fusion, text, target, arch, key, dump_dir, dump_regex, lower_only)
+    exe = _build(fusion, text, target, arch, key, dump_dir, dump_regex, lower_only,
+                 keep_emitted=keep_emitted or use_cache)
     exe.built_at = time.perf_counter()
     complete(f"kernel {fusion.name}", "kernel", begun, exe.built_at,
              emitter=exe.spec.emitter, target=target)
@@ -349,7 +362,8 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
 
 
 def _build(fusion, text: str, target: str, arch: str, key: str,
-           dump_dir, dump_regex: str, lower_only: bool = False) -> Executable:
+           dump_dir, dump_regex: str, lower_only: bool = False, *,
+           keep_emitted: bool = True) -> Executable:
     """The kernel of `fusion`, compiled. On cuda with `lower_only` it stops
     after the pipeline: `exe.lowered` holds the kernel for
     `backends.cuda.link` (a program links its kernels into one binary) and
@@ -383,7 +397,8 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
         raise CompileError(f"fusion '{fusion.name}': the {kernel.emitter} emitter "
                            f"produced invalid IR: {e}") from None
     # Verified just above: the printer need not verify it again (str() does).
-    emitted = kernel.module.operation.get_asm(assume_verified=True)
+    emitted = kernel.module.operation.get_asm(assume_verified=True) \
+        if keep_emitted else None
     timings["emit"] = time.perf_counter() - t0
     complete("emit", "kernel-stage", t0, emitter=kernel.emitter)
     spec = KernelSpec(

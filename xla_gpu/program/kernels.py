@@ -146,7 +146,10 @@ class ProgramKernels:
                          gemm_tiling=_gemm_tiling(inst))
         return kernel_compiler.compile_kernel(
             fusion, self.target, self.arch, cache=self.cache, key=key,
-            text=fusion_text(kernel_comp), lower_only=self.link_kernels, disk=self.disk)
+            text=fusion_text(kernel_comp), lower_only=self.link_kernels, disk=self.disk,
+            # Without a cache nothing reads the kernel's emitted IR: only
+            # its code joins the program.
+            keep_emitted=self.cache)
 
     def prefetch(self, fusions: list[tuple[HloInstruction, HloComputation]]) -> None:
         """Starts compiling the kernels of `fusions` that no cache holds on

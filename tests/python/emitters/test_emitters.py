@@ -224,9 +224,13 @@ def test_a_concatenate_by_binary_search_matches_the_interpreter(count):
     (got,) = exe.run(*inputs)
     (want,) = hlo.evaluate(spec.computation, *inputs)
     np.testing.assert_array_equal(got, want)
-    # The cpu target keeps a thread loop of more than 16 branches scalar
-    # (vectorized, every lane would run all of them under masks).
-    assert ("#llvm.loop_vectorize<disable = true>" in exe.host_mlir) == (count > 17)
+    # The cpu target keeps a thread loop (the loop whose iterations are
+    # parallel) of more than 16 branches scalar (vectorized, every lane
+    # would run all of them under masks); the block loop is never vectorized.
+    thread_loops = [line for line in exe.host_mlir.splitlines()
+                    if line.startswith("#loop_annotation") and "parallelAccesses" in line]
+    assert thread_loops
+    assert any("vectorize = " in line for line in thread_loops) == (count > 17)
 
 
 def test_reduce_window_of_a_scalar_has_no_window_attribute():

@@ -121,3 +121,61 @@ def test_threads_each_with_a_context_run_side_by_side():
         t.join()
     assert not errors
     assert len(set(results.values())) == 1
+
+
+def _pipelines_of(context) -> list[str]:
+    # This thread's pass managers of `context` (not of an earlier context
+    # that had its id).
+    return [key[1] for key, (owner, _) in _pass_runner._managers.by_key.items()
+            if owner is context]
+
+
+def test_launch_dimensions_get_a_pass_manager_of_their_own():
+    # The cpu target's kernels differ in launch dimensions, which only
+    # xla-emulate-grid takes: the passes around it are parsed and
+    # initialized once per thread and context, not once per launch shape.
+    context = ir.Context()
+    for threads in (16, 32, 64):
+        module = mlir_ir.Module.parse(KERNEL, context)
+        pipeline.run(module, target="cpu", threads=threads, blocks=1)
+        assert "llvm.func" in str(module)
+    pipelines = _pipelines_of(context)
+    launch = sorted(p for p in pipelines if "threads=" in p)
+    assert launch == [f"builtin.module(xla-emulate-grid{{threads={t} blocks=1}})"
+                      for t in (16, 32, 64)]
+    # The passes before the grid emulation and those after it.
+    assert len(pipelines) == len(launch) + 2
+
+
+@pytest.mark.parametrize("each_pass", ["0", "1"])
+def test_the_cpu_pipeline_in_parts_makes_the_same_ir_as_in_one(monkeypatch, each_pass):
+    monkeypatch.setenv("XLA_GPU_VERIFY_EACH_PASS", each_pass)
+    context = ir.Context()
+    text = pipeline.pipeline_string(target="cpu", threads=64, blocks=1)
+    ours = mlir_ir.Module.parse(KERNEL, context)
+    pipeline.run(ours, target="cpu", threads=64, blocks=1)
+    theirs = mlir_ir.Module.parse(KERNEL, context)
+    PassManager.parse(text, context).run(theirs.operation)
+    assert str(ours) == str(theirs)
+
+
+def test_a_pipeline_in_parts_verifies_its_result_once(monkeypatch):
+    # Only the last part verifies (the parts' pass managers run on one
+    # module, like one pass manager's passes): invalid IR is still found.
+    monkeypatch.setenv("XLA_GPU_VERIFY_EACH_PASS", "0")
+    context = ir.Context()
+    module = mlir_ir.Module.parse("""
+func.func @f(%a: f32) -> f32 {
+  %c1 = arith.constant 1.0 : f32
+  %c2 = arith.constant 1.0 : f32
+  %s = arith.addf %c1, %c2 : f32
+  return %s : f32
+}""", context)
+    ret = module.body.operations[0].regions[0].blocks[0].operations[3]
+    with mlir_ir.InsertionPoint(ret), mlir_ir.Location.unknown(context):
+        bad = mlir_ir.Operation.create("arith.addi", results=[mlir_ir.F32Type.get(context)],
+                                       operands=[ret.operands[0], ret.operands[0]])
+    ret.operands[0] = bad.result
+    _pass_runner.run_pipeline(module, "builtin.module(cse)", verify=False)
+    with pytest.raises(mlir_ir.MLIRError, match="produced invalid IR"):
+        _pass_runner.run_pipeline(module, "builtin.module(cse)")
