@@ -33,6 +33,7 @@ from .shared_memory import (WARP_SIZE, ColumnTiles, column_tiles, column_vector_
 __all__ = ["ReductionLayout", "reduction_layout", "reduction_refusal",
            "reduce_heroes", "checked_layout", "checked_layouts",
            "heroes_read_elsewhere", "reduction_groups", "reduction_shared_bytes",
+           "reduction_shared_need",
            "shared_memory_refusal"]
 
 
@@ -163,11 +164,20 @@ def reduction_shared_bytes(roots: list[HloInstruction], heroes: list[HloInstruct
     budget, as XLA's FusionFitsInBudget does. Configured for the GPU (the
     cpu target's large column reductions need none). The caller has the
     emitter choice's verdict already: the layout is not checked again."""
+    return reduction_shared_need(roots, heroes, parameter_types)[0]
+
+
+def reduction_shared_need(roots: list[HloInstruction], heroes: list[HloInstruction],
+                          parameter_types: list[str]) -> tuple[int, bool]:
+    """`reduction_shared_bytes`, and whether the answer read
+    `parameter_types` (a column reduction's vector width follows the
+    narrowest parameter; a row reduction's tiles do not): the fusion passes
+    reuse the verdict for a body whose parameters differ when it did not."""
     layout = reduction_layout(reduce_heroes(heroes)[0])
     partials = reduction_partial_bytes(heroes)
     if layout.is_row:
         # The preferred threads, whatever they take (no budget).
-        return row_tiles(partials, layout.K, layout.R, budget=1 << 62).bytes(partials)
+        return row_tiles(partials, layout.K, layout.R, budget=1 << 62).bytes(partials), False
     reduces = reduce_heroes(heroes)
     complex_operands = any(o.shape.element_type in ("c64", "c128")
                            for h in reduces for o in h.operands)
@@ -177,9 +187,9 @@ def reduction_shared_bytes(roots: list[HloInstruction], heroes: list[HloInstruct
         lanes = column_vector_size(layout.R * layout.K1, WARP_SIZE, narrow_in, narrow_out,
                                    complex_operands)
         tiles = small_column_tiles(partials, layout.K1, lanes, budget=1 << 62)
-        return tiles.bytes(partials, layout.K1)
+        return tiles.bytes(partials, layout.K1), True
     lanes = column_vector_size(layout.K1, WARP_SIZE, narrow_in, narrow_out, complex_operands)
-    return ColumnTiles(lanes).bytes(partials)
+    return ColumnTiles(lanes).bytes(partials), True
 
 
 def heroes_read_elsewhere(roots: list[HloInstruction],

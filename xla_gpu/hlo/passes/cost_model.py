@@ -24,6 +24,7 @@ from math import prod
 
 from ..fusions import ELEMENTWISE_OPCODES
 from ..module import HloComputation, HloInstruction
+from ..shape import Shape
 from .util import byte_size
 
 __all__ = ["HBM_BANDWIDTH", "PEAK_FLOPS", "LAUNCH_OVERHEAD", "NodeCost",
@@ -49,6 +50,24 @@ _FREE = frozenset({
 _NOT_KERNELS = frozenset({
     "parameter", "constant", "bitcast", "tuple", "get-tuple-element",
     "after-all", "partition-id", "replica-id"})
+
+
+# byte_size by shape object: the cost model asks it for every operand of
+# every candidate pair, and the few shape objects of a module recur (hashing
+# a Shape for byte_size's own table costs more than the answer). The entry
+# holds the shape, so an id is not reused while it is here.
+_BYTES: dict[int, tuple[Shape, int]] = {}
+
+
+def _bytes(shape: Shape) -> int:
+    hit = _BYTES.get(id(shape))
+    if hit is not None and hit[0] is shape:
+        return hit[1]
+    size = byte_size(shape)
+    if len(_BYTES) >= 1 << 16:
+        _BYTES.clear()
+    _BYTES[id(shape)] = (shape, size)
+    return size
 
 
 def is_kernel(inst: HloInstruction) -> bool:
@@ -227,7 +246,7 @@ def _evaluations(roots: list[HloInstruction], order: list[HloInstruction],
 def node_cost(inst: HloInstruction, reducer_cache: dict | None = None) -> NodeCost:
     """The cost of `inst` as one kernel (a fusion: its body)."""
     cache = reducer_cache if reducer_cache is not None else {}
-    written = float(byte_size(inst.shape))
+    written = float(_bytes(inst.shape))
     if not is_kernel(inst):
         return NodeCost(0.0, 0.0, [0.0] * len(inst.operands), [0.0] * len(inst.operands),
                         kernel=False)
@@ -242,7 +261,7 @@ def node_cost(inst: HloInstruction, reducer_cache: dict | None = None) -> NodeCo
             n = max(1, _elements(o))
             u = count.get(id(p), 0.0) / n
             util.append(u)
-            read.append(byte_size(o.shape) * min(1.0, u))
+            read.append(_bytes(o.shape) * min(1.0, u))
         return NodeCost(flops, written, read, util)
     if inst.opcode == "dot":
         a = inst.attrs
@@ -263,7 +282,7 @@ def node_cost(inst: HloInstruction, reducer_cache: dict | None = None) -> NodeCo
         u = count.get(id(o), 0.0) / n
         util.append(u)
         inside = o.opcode == "constant" and n == 1
-        read.append(0.0 if inside else byte_size(o.shape) * min(1.0, u))
+        read.append(0.0 if inside else _bytes(o.shape) * min(1.0, u))
     return NodeCost(flops, written, read, util)
 
 
@@ -288,7 +307,7 @@ def _fused_reads(producer: HloInstruction, producer_cost: NodeCost, consumer: Hl
             continue
         ub = u * producer_cost.utilization[k]
         key = id(o)
-        reads[key] = max(reads.get(key, 0.0), byte_size(o.shape) * min(1.0, ub))
+        reads[key] = max(reads.get(key, 0.0), _bytes(o.shape) * min(1.0, ub))
         if utils is not None:
             utils[key] = utils.get(key, 0.0) + ub
     return flops, reads
@@ -297,9 +316,26 @@ def _fused_reads(producer: HloInstruction, producer_cost: NodeCost, consumer: Hl
 def fused_time(producer: HloInstruction, producer_cost: NodeCost,
                consumer: HloInstruction, consumer_cost: NodeCost) -> float:
     """`fused_cost(...).time` without building the NodeCost (the priority
-    fusion pass asks this for every candidate pair): the same sums in the
-    same order, so the same float."""
-    flops, reads = _fused_reads(producer, producer_cost, consumer, consumer_cost, None)
+    fusion pass asks this for every candidate pair): `_fused_reads`' sums
+    in the same order, so the same float."""
+    operands = consumer.operands
+    index = next(k for k, o in enumerate(operands) if o is producer)
+    u = consumer_cost.utilization[index]
+    flops = consumer_cost.flops + u * producer_cost.flops
+    operand_bytes = consumer_cost.operand_bytes
+    reads: dict[int, float] = {}
+    for k, o in enumerate(operands):
+        if k != index:
+            reads[id(o)] = operand_bytes[k]
+    utilization = producer_cost.utilization
+    get = reads.get
+    for k, o in enumerate(producer.operands):
+        shape = o.shape
+        if o.opcode == "constant" and prod(shape.dims) <= 1:
+            continue
+        ub = u * utilization[k]
+        key = id(o)
+        reads[key] = max(get(key, 0.0), _bytes(shape) * min(1.0, ub))
     return kernel_time(sum(list(reads.values())) + consumer_cost.bytes_written, flops)
 
 

@@ -18,11 +18,10 @@ from math import prod
 from typing import Callable
 
 from ...analysis.fusion import choose_emitter, find_hero, gives_several_outputs
-from ...analysis.reduction import heroes_read_elsewhere, reduction_shared_bytes
+from ...analysis.reduction import heroes_read_elsewhere, reduction_shared_need
 from ...analysis.shared_memory import static_shared_budget
 from ...analysis.transpose import transpose_shared_bytes
 from ..fusions import ELEMENTWISE_OPCODES
-from ..graph import post_order
 from ..opcodes import ELEMENTWISE
 from ..in_place import in_place_outputs
 from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
@@ -85,6 +84,12 @@ class BodyInfo:
     ok: bool
     reason: str = ""
     hero_kind: str = ""       # the emitter XLA would choose for the heroes
+    # Whether the verdict read the body's parameter types (a column
+    # reduction's shared memory, through its vector width).
+    reads_parameter_types: bool = False
+    # Whether the body is a plain loop body (`_plain_loop_body`); a body
+    # made of two of them is one too.
+    plain: bool = False
 
     def __post_init__(self) -> None:
         self.hero_kind = self.hero_kind or self.kind
@@ -116,7 +121,7 @@ def body_acceptable(body: HloComputation) -> BodyInfo:
         # No hero of another emitter and nothing any emitter would refuse:
         # the analysis below would choose the loop emitter with the root as
         # its hero. Most bodies the fusion passes ask about are these.
-        return BodyInfo("loop", [root], True)
+        return BodyInfo("loop", [root], True, plain=True)
     if root.opcode == "tuple" and any(r.shape.is_tuple for r in root.operands):
         return BodyInfo("loop", [], False, "nested tuple outputs")
     if root.opcode != "tuple" and root.shape.is_tuple and not gives_several_outputs(root):
@@ -136,8 +141,9 @@ def body_acceptable(body: HloComputation) -> BodyInfo:
         else:
             parameters = [p.shape.element_type for p in body.parameters
                           if not p.shape.is_tuple]
-            _check_shared_memory(info, "reduction", reduction_shared_bytes(
-                choice.roots, choice.heroes, parameters))
+            need, info.reads_parameter_types = reduction_shared_need(
+                choice.roots, choice.heroes, parameters)
+            _check_shared_memory(info, "reduction", need)
     else:
         reduce = next((i for i in body.instructions if i.opcode == "reduce"), None)
         if reduce is not None:
@@ -341,36 +347,55 @@ def release_trial(body: HloComputation) -> None:
     body.root = None
 
 
-def _operand_values(fusion: HloInstruction, operands: list[HloInstruction]) -> list[HloInstruction]:
+def _parameters_by_number(body: HloComputation) -> dict[int, HloInstruction]:
+    """`body.parameter(n)` for every n, from one pass over the body (the
+    first parameter of each number, as `parameter` finds it)."""
+    params: dict[int, HloInstruction] = {}
+    for inst in [i for i in body._instructions if i.opcode == "parameter"]:
+        params.setdefault(inst.parameter_number, inst)
+    return params
+
+
+def _operand_values(fusion: HloInstruction, operands: list[HloInstruction],
+                    params: dict[int, HloInstruction] | None = None) -> list[HloInstruction]:
     """Body values for `operands` (outside instructions): the parameter of
     an existing fusion operand, a clone of a scalar constant, or a new
-    parameter (the operand appended to the fusion's operands)."""
+    parameter (the operand appended to the fusion's operands). `params`:
+    the body's `_parameters_by_number`, kept up to date when given."""
     body = fusion.attrs["calls"]
+    if params is None:
+        params = _parameters_by_number(body)
     values = []
     for o in operands:
         index = next((k for k, x in enumerate(fusion.operands) if x is o), None)
         if index is not None:
-            values.append(body.parameter(index))
+            values.append(params[index])
         elif o.opcode == "constant" and is_effective_scalar(o.shape):
             values.append(body.add_instruction(o.clone_with([])))
         else:
             number = len(fusion.operands)
-            values.append(_new_parameter(body, number, o.shape))
+            param = _new_parameter(body, number, o.shape)
+            params.setdefault(number, param)
+            values.append(param)
             fusion.operands.append(o)
             if not any(u is fusion for u in o.users):
                 o.users.append(fusion)
     return values
 
 
-def _remove_fusion_operand(fusion: HloInstruction, index: int) -> None:
+def _remove_fusion_operand(fusion: HloInstruction, index: int,
+                           params: dict[int, HloInstruction] | None = None) -> None:
     """Drops operand `index` and its (now unused) parameter, renumbering
-    the parameters after it."""
+    the parameters after it (`params`: the body's `_parameters_by_number`,
+    every parameter of a valid body; stale afterwards)."""
     body = fusion.attrs["calls"]
-    param = body.parameter(index)
+    if params is None:
+        params = _parameters_by_number(body)
+    param = params[index]
     if param.users:
         raise param.error("internal: removing a fusion parameter still in use")
     body.remove_instruction(param)
-    for p in body.parameters:
+    for p in params.values():
         if p.parameter_number > index:
             p.parameter_number -= 1
     old = fusion.operands.pop(index)
@@ -388,13 +413,14 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> None:
     index = next(k for k, o in enumerate(fusion.operands) if o is producer)
     body = fusion.attrs["calls"]
     was_ordered = not body._unordered and not body.has_control_edges()
+    params = _parameters_by_number(body)
     start = len(body._instructions)
-    values = _operand_values(fusion, list(producer.operands))
+    values = _operand_values(fusion, list(producer.operands), params)
     result = _inline_into(body, producer, values)
     added = body._instructions[start:]
-    param = body.parameter(index)
+    param = params[index]
     param.replace_all_uses_with(result)
-    _remove_fusion_operand(fusion, index)
+    _remove_fusion_operand(fusion, index, params)
     fusion.parent._mark_unordered()
     if was_ordered:
         _order_fused_producer(body, added, result)
@@ -420,8 +446,28 @@ def _order_fused_producer(body: HloComputation, added: list[HloInstruction],
     k = min(positions)
     placed = set(map(id, insts[:k]))
     members = set(map(id, insts))
-    walked = post_order([insts[k]], lambda i: [d for d in i.operands
-                                               if id(d) in members and id(d) not in placed])
+    # post_order([insts[k]], operands in `members` not `placed`), written
+    # out: the walk is most of the cost of fusing a small producer.
+    walked: list[HloInstruction] = []
+    done: set[int] = set()
+    active: set[int] = set()
+    stack: list[tuple[HloInstruction, bool]] = [(insts[k], False)]
+    while stack:
+        node, expanded = stack.pop()
+        key = id(node)
+        if expanded:
+            active.discard(key)
+            done.add(key)
+            walked.append(node)
+            continue
+        if key in done or key in active:
+            continue
+        active.add(key)
+        stack.append((node, True))
+        nexts = [d for d in node.operands if id(d) in members and id(d) not in placed]
+        for j in range(len(nexts) - 1, -1, -1):
+            if id(nexts[j]) not in done:
+                stack.append((nexts[j], False))
     placed.update(map(id, walked))
     body._instructions = insts[:k] + walked + [i for i in insts[k + 1:] if id(i) not in placed]
     body._unordered = False
@@ -436,11 +482,12 @@ def absorb_consumer(fusion: HloInstruction, consumer: HloInstruction) -> HloInst
     comp = fusion.parent
     body = fusion.attrs["calls"]
     values = []
+    params = _parameters_by_number(body)
     for o in consumer.operands:
         if o is fusion:
             values.append(body.root)
         else:
-            values.extend(_operand_values(fusion, [o]))
+            values.extend(_operand_values(fusion, [o], params))
     result = _inline_into(body, consumer, values)
     body.set_root(result)
     fusion.shape = consumer.shape

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import heapq
 
-from ..module import HloComputation, HloInstruction
+from ...analysis.shared_memory import input_bits
+from ..fusions import ELEMENTWISE_OPCODES
+from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
 from ..opcodes import ELEMENTWISE
 from .cost_model import NodeCost, fused_time, node_cost
-from .fusion_utils import (BodyInfo, _inline_into, absorb_consumer,
+from .fusion_utils import (FUSIBLE_OPCODES, BodyInfo, _inline_into, absorb_consumer,
                            body_acceptable, create_fusion, fuse_producer,
                            fusion_kind_for, is_fusible, release_trial)
 from .pipeline import ComputationPass
@@ -52,11 +54,156 @@ _LONE_LOOP_OPCODES = ELEMENTWISE | frozenset({"bitcast", "broadcast", "reshape"}
 def single_instruction_info(inst: HloInstruction) -> BodyInfo:
     """The emitter a lone instruction would get as its own fusion."""
     if inst.opcode in _LONE_LOOP_OPCODES and not inst.shape.is_tuple:
-        return BodyInfo("loop", [inst], True)
+        return BodyInfo("loop", [inst], True, plain=True)
     scratch = _scratch_body(inst, None)
     info = body_acceptable(scratch)
     release_trial(scratch)
     return info
+
+
+# What a producer may hold for `_PriorityFusionRun.substitutes`: fusible ops
+# (and a body's parameters) other than the heroes `find_hero` stops at
+# (reduce, transpose, concatenate, scatter) and in-place updates.
+_HERO_FREE_OPCODES = (FUSIBLE_OPCODES | frozenset({"parameter"})) - frozenset({
+    "reduce", "transpose", "concatenate", "scatter", "dynamic-update-slice"})
+
+
+# find_hero's heroes and the ops it walks through (besides elementwise ones).
+_HERO_OPCODES = ("reduce", "transpose", "concatenate", "scatter")
+_WALKED_OPCODES = ("bitcast", "reshape", "copy")
+
+
+def _hero_free(inst: HloInstruction) -> bool:
+    """Whether `inst` (a fusion: its body) holds only `_HERO_FREE_OPCODES`."""
+    if inst.opcode != "fusion":
+        return inst.opcode in _HERO_FREE_OPCODES
+    return all(i.opcode in _HERO_FREE_OPCODES for i in inst.attrs["calls"]._instructions)
+
+
+def _cloned_constant(o: HloInstruction) -> bool:
+    """Whether outside operand `o` is cloned into a trial body as a constant
+    (`_scratch_body`), rather than read through a parameter."""
+    return o.opcode == "constant" and is_effective_scalar(o.shape)
+
+
+class _TrialView:
+    """What `find_hero` sees in the trial body of `producer` fused into
+    `consumer`, read off the consumer (its body, or the lone instruction)
+    without building the trial: each of the consumer's parameters is, in
+    the trial, the producer's value ("p"), a cloned constant ("c") or a
+    parameter ("x")."""
+
+    def __init__(self, producer: HloInstruction, consumer: HloInstruction):
+        self.producer = producer
+        self.consumer = consumer
+        if consumer.opcode == "fusion":
+            root = consumer.attrs["calls"].root
+            self.index = next(k for k, o in enumerate(consumer.operands) if o is producer)
+            self.roots = list(root.operands) if root.opcode == "tuple" else [root]
+        else:
+            self.index = -1
+            self.roots = [consumer]
+        self.producer_trivial = self._producer_trivial()
+
+    def slot(self, o: HloInstruction) -> str | None:
+        """"p", "c" or "x" for what stands for a parameter (an operand of a
+        lone consumer) in the trial; None for an op of the body."""
+        if self.index < 0:
+            outer = o
+        elif o.opcode == "parameter":
+            if o.parameter_number == self.index:
+                return "p"
+            outer = self.consumer.operands[o.parameter_number]
+        else:
+            return None
+        if outer is self.producer:
+            return "p"
+        return "c" if _cloned_constant(outer) else "x"
+
+    def trivial(self, o: HloInstruction) -> bool:
+        """`analysis.fusion._is_trivial_operand` of `o`'s value in the
+        trial (a constant, or a broadcast of one or of a rank-0 value)."""
+        while True:
+            slot = self.slot(o)
+            if slot is not None:
+                return slot == "c" or (slot == "p" and self.producer_trivial)
+            if o.opcode == "constant":
+                return True
+            if o.opcode != "broadcast":
+                return False
+            o = o.operands[0]
+            if o.shape.rank == 0:
+                return True
+
+    def _producer_trivial(self) -> bool:
+        """Whether the producer's value in the trial is a trivial operand,
+        or no op of its own (a fusion whose root is a parameter)."""
+        producer = self.producer
+        if producer.opcode != "fusion":
+            inst, params = producer, None
+        else:
+            inst, params = producer.attrs["calls"].root, producer.operands
+            if inst.opcode == "parameter":
+                return True
+        while True:
+            if inst.opcode == "constant":
+                return True
+            if inst.opcode != "broadcast":
+                return False
+            x = inst.operands[0]
+            if x.shape.rank == 0:
+                return True
+            if params is None:
+                return _cloned_constant(x)
+            if x.opcode == "parameter":
+                return _cloned_constant(params[x.parameter_number])
+            inst = x
+
+    def walks(self) -> tuple[bool, bool]:
+        """(reads, enters) for `find_hero`'s walks from the trial's roots,
+        followed through the consumer's ops: `reads`, whether a step looks
+        at an op reading the producer's value; `enters`, whether a step
+        would move onto it (the producer's value the one live operand).
+        Without `reads` the walks are the consumer's, whatever the
+        producer; without `enters`, when the producer's value is no trivial
+        operand (the live operands are then the same)."""
+        reads = enters = False
+        for root in self.roots:
+            if root.opcode == "get-tuple-element" and root.operands[0].opcode == "reduce":
+                continue
+            cur = root
+            while cur.opcode not in _HERO_OPCODES and (
+                    cur.opcode in _WALKED_OPCODES or cur.opcode in ELEMENTWISE_OPCODES):
+                operands = cur.operands
+                if not reads and any(self.slot(o) == "p" for o in operands):
+                    reads = True
+                live = list(dict.fromkeys(o for o in operands if not self.trivial(o)))
+                if len(live) != 1:
+                    break
+                x = live[0]
+                slot = self.slot(x)
+                if slot == "p":
+                    enters = True
+                    break
+                if slot is not None or not (len(x.users) == 1 or x.opcode in _HERO_OPCODES):
+                    break
+                cur = x
+        return reads, enters
+
+    def parameter_bits(self, fused: bool) -> int | None:
+        """`analysis.shared_memory.input_bits` of the consumer's body
+        parameters (`fused`: of the trial's)."""
+        outer = list(self.consumer.operands)
+        if fused:
+            outer = [o for o in outer if o is not self.producer] + list(self.producer.operands)
+        return input_bits([o.shape.element_type for o in outer
+                           if not _cloned_constant(o) and not o.shape.is_tuple])
+
+
+def _plain_info(fusion: HloInstruction) -> BodyInfo:
+    """`body_acceptable` of a fusion made of two plain loop bodies (or lone
+    plain ops): the loop emitter, the root its hero (the body is plain)."""
+    return BodyInfo("loop", [fusion.attrs["calls"].root], True, plain=True)
 
 
 def _scratch_body(consumer: HloInstruction, producer: HloInstruction | None) -> HloComputation:
@@ -123,6 +270,15 @@ class _PriorityFusionRun:
         # Per (producer, consumer), the trial body's BodyInfo and what it
         # was built from (see `_fused_info`).
         self.trials: dict[tuple[int, int], tuple] = {}
+        # Per node, `_hero_free` of it as it is now.
+        self.hero_free: dict[int, bool] = {}
+        # Per node, the checks of `producer_ok` and `can_fuse` that read
+        # only the node itself (opcode, shape, attributes, BodyInfo), as
+        # it is now. Kept only for nodes without control predecessors: one
+        # with some becomes fusible when they go away with a removed
+        # instruction, without changing otherwise.
+        self.as_producer: dict[int, bool] = {}
+        self.as_consumer: dict[int, bool] = {}
 
     # -- caches ---------------------------------------------------------
     def cost(self, inst: HloInstruction) -> NodeCost:
@@ -150,6 +306,9 @@ class _PriorityFusionRun:
     def forget(self, inst: HloInstruction) -> None:
         self.costs.pop(id(inst), None)
         self.infos.pop(id(inst), None)
+        self.hero_free.pop(id(inst), None)
+        self.as_producer.pop(id(inst), None)
+        self.as_consumer.pop(id(inst), None)
         self.node_version[id(inst)] = self.node_version.get(id(inst), 0) + 1
 
     def pair(self, producer: HloInstruction, consumer: HloInstruction) -> tuple[bool, float]:
@@ -170,11 +329,18 @@ class _PriorityFusionRun:
 
     # -- legality ---------------------------------------------------------
     def producer_ok(self, producer: HloInstruction) -> bool:
+        ok = self.as_producer.get(id(producer))
+        if ok is None:
+            ok = self._producer_kind_ok(producer)
+            if not producer.attrs.get(CONTROL_PREDECESSORS):
+                self.as_producer[id(producer)] = ok
+        return ok and producer is not self.comp.root and bool(producer.users)
+
+    def _producer_kind_ok(self, producer: HloInstruction) -> bool:
+        """What `producer_ok` checks of the node itself."""
         if producer.opcode in ("parameter", "constant", "get-tuple-element", "tuple"):
             return False
         if not is_fusible(producer) or producer.shape.is_tuple:
-            return False
-        if producer is self.comp.root or not producer.users:
             return False
         info = self.info(producer)
         if not info.ok:
@@ -185,7 +351,8 @@ class _PriorityFusionRun:
             return False
         return True
 
-    def can_fuse(self, producer: HloInstruction, consumer: HloInstruction) -> bool:
+    def consumer_ok(self, consumer: HloInstruction) -> bool:
+        """Whether `consumer` may receive producers at all."""
         if consumer.opcode in ("parameter", "constant", "tuple", "get-tuple-element"):
             return False
         if consumer.opcode == "bitcast":
@@ -193,6 +360,16 @@ class _PriorityFusionRun:
         if not is_fusible(consumer):
             return False
         if consumer.shape.is_tuple and not (consumer.opcode == "reduce"):
+            return False
+        return True
+
+    def can_fuse(self, producer: HloInstruction, consumer: HloInstruction) -> bool:
+        ok = self.as_consumer.get(id(consumer))
+        if ok is None:
+            ok = self.consumer_ok(consumer)
+            if not consumer.attrs.get(CONTROL_PREDECESSORS):
+                self.as_consumer[id(consumer)] = ok
+        if not ok:
             return False
         if self.size(producer) + self.size(consumer) > self.options.max_fusion_instructions:
             return False
@@ -213,9 +390,17 @@ class _PriorityFusionRun:
             # Reduction epilogue fusion: only into the single user.
             if len(producer.users) != 1:
                 return False
-        scratch = _scratch_body(consumer, producer)
-        trial = body_acceptable(scratch)
-        release_trial(scratch)
+        if p_info.kind == "reduction" and c_info.kind != "reduction" and \
+                self.refused_epilogue(producer, consumer):
+            return False
+        if c_info.kind in ("reduction", "transpose") and \
+                self.substitutes(producer, consumer, c_info):
+            trial = BodyInfo(c_info.kind, c_info.heroes, True, "", c_info.hero_kind,
+                             c_info.reads_parameter_types)
+        else:
+            scratch = _scratch_body(consumer, producer)
+            trial = body_acceptable(scratch)
+            release_trial(scratch)
         if not trial.ok:
             return False
         if p_info.kind == "reduction" and trial.kind != "reduction":
@@ -227,6 +412,79 @@ class _PriorityFusionRun:
             self.node_version.get(id(consumer), 0), list(producer.operands),
             list(consumer.operands), trial)
         return True
+
+    def substitutes(self, producer: HloInstruction, consumer: HloInstruction,
+                    c_info: BodyInfo) -> bool:
+        """Whether the trial body of `producer` fused into `consumer` (one
+        the emitters take, `c_info`, of another kind than a scatter or an
+        in-place update, which read their parameters' users; not a plain
+        loop body, whose verdict took the plain shortcut) gets the
+        consumer's own verdict, without building it. The trial is
+        the consumer's body with the producer's ops in place of one
+        parameter; the emitter choice (`analysis.fusion.choose_emitter`)
+        and the checks of `body_acceptable` read the roots, their heroes and
+        the ops between them, what reaches the heroes, the reduces and
+        transposes of the body, and the narrowest parameter type. When the
+        producer holds no hero nor in-place update (`_hero_free`), none of
+        that changes but the parameters: the roots are the consumer's (none
+        is the parameter replaced), each hero walk reaches the same hero
+        (one that moves onto the producer's value finds no hero there and
+        ends at the root, as it did at the parameter; when that value is a
+        trivial operand, which the walks skip, no walk may look at an op
+        reading it), and the producer's ops reach no hero. A verdict that
+        read the parameter types is reused when the narrowest is the same;
+        none is where the trial would clone a scalar constant that the
+        consumer's body reads as a parameter."""
+        free = self.hero_free.get(id(producer))
+        if free is None:
+            free = self.hero_free[id(producer)] = _hero_free(producer)
+        if not free:
+            return False
+        if consumer.opcode == "fusion" and any(_cloned_constant(o) for o in consumer.operands):
+            return False
+        view = _TrialView(producer, consumer)
+        if any(r.opcode == "parameter" for r in view.roots):
+            return False
+        if view.producer_trivial and view.walks()[0]:
+            return False
+        if c_info.reads_parameter_types and \
+                view.parameter_bits(False) != view.parameter_bits(True):
+            return False
+        return True
+
+    def refused_epilogue(self, producer: HloInstruction, consumer: HloInstruction) -> bool:
+        """Whether the trial body of reduction `producer` fused into
+        `consumer` (a fusion or op without a reduce: one the emitters take
+        with another emitter than the reduction's) is certainly refused,
+        without building it: the body holds the producer's reduce, so only
+        the reduction emitter may take it (`body_acceptable`), and it does
+        not when no hero walk from the roots moves onto the producer's value
+        (nor, were that value a trivial operand, looks at an op reading
+        it): the heroes are then the consumer's own, none a reduce."""
+        view = _TrialView(producer, consumer)
+        if any(r.opcode == "parameter" for r in view.roots):
+            return False
+        reads, enters = view.walks()
+        return not enters and not (view.producer_trivial and reads)
+
+    def _substituted_info(self, producer: HloInstruction,
+                          consumer: HloInstruction) -> BodyInfo | None:
+        """The BodyInfo of fusion `consumer` with `producer` fused in, as it
+        is about to be built, when it is the consumer's own (see
+        `substitutes`: the built body is the trial's graph when the
+        consumer reads no scalar constant); None when that is not known.
+        A plain consumer body is left out: with a producer that is not
+        plain, the body would no longer be."""
+        if consumer.opcode != "fusion":
+            return None
+        c_info = self.info(consumer)
+        if not c_info.ok or c_info.plain or c_info.kind not in _LOOPLIKE + (
+                "reduction", "transpose"):
+            return None
+        if not self.substitutes(producer, consumer, c_info):
+            return None
+        return BodyInfo(c_info.kind, c_info.heroes, True, "", c_info.hero_kind,
+                        c_info.reads_parameter_types)
 
     def _fused_info(self, producer: HloInstruction, consumer: HloInstruction) -> BodyInfo | None:
         """The BodyInfo of the trial body `can_fuse` built for fusing
@@ -325,9 +583,13 @@ class _PriorityFusionRun:
             self.absorb(producer, consumers[0])
             return
         touched: list[HloInstruction] = []
+        producer_plain = self.info(producer).plain
         for consumer in consumers:
             position = self.order.get(id(consumer), 0)
             known = self._fused_info(producer, consumer)
+            plain = known is None and producer_plain and self.info(consumer).plain
+            if known is None and not plain:
+                known = self._substituted_info(producer, consumer)
             if consumer.opcode != "fusion":
                 self.forget(consumer)
                 self.version[id(consumer)] = self.version.get(id(consumer), 0) + 1
@@ -337,6 +599,8 @@ class _PriorityFusionRun:
             self.order[id(consumer)] = position
             if known is not None:
                 self.infos[id(consumer)] = known
+            elif plain:
+                self.infos[id(consumer)] = _plain_info(consumer)
             info = self.info(consumer)
             consumer.attrs["kind"] = fusion_kind_for(info)
             touched.append(consumer)
@@ -357,6 +621,9 @@ class _PriorityFusionRun:
         the consumer into the producer's body (see absorb_consumer)."""
         position = self.order.get(id(consumer), 0)
         known = self._fused_info(producer, consumer)
+        plain = known is None and self.info(producer).plain and self.info(consumer).plain
+        if known is None and not plain:
+            known = self._substituted_info(producer, consumer)
         self.version[id(consumer)] = self.version.get(id(consumer), 0) + 1
         self.alive.pop(id(consumer), None)
         self.forget(consumer)
@@ -365,6 +632,8 @@ class _PriorityFusionRun:
         self.order[id(fusion)] = position
         if known is not None:
             self.infos[id(fusion)] = known
+        elif plain:
+            self.infos[id(fusion)] = _plain_info(fusion)
         fusion.attrs["kind"] = fusion_kind_for(self.info(fusion))
         for inst in dict.fromkeys([fusion, *fusion.operands]):
             if inst.parent is self.comp:
