@@ -67,30 +67,38 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
                                      autotune=autotune)
     timings["prepare"] = time.perf_counter() - t0
     complete("prepare (HLO passes)", "compile", t0)
-    hlo_text = module_to_text(prepared)
-    stage("scheduling")
-    t0 = time.perf_counter()
-    schedule = schedule_module(prepared, memory_limit=memory_limit) \
-        if memory_limit is not None else schedule_module(prepared)
-    timings["schedule"] = time.perf_counter() - t0
-    complete("schedule", "compile", t0)
-    stage("buffer assignment")
-    t0 = time.perf_counter()
-    assignment = assign_buffers(prepared, schedule)
-    timings["buffer_assignment"] = time.perf_counter() - t0
-    complete("buffer assignment", "compile", t0)
-    stage("kernels and thunks")
-    t0 = time.perf_counter()
-    kernels = ProgramKernels(target, arch, cache, prepared)
-    emitter = ThunkEmitter(prepared, schedule, assignment, kernels, target,
-                           num_replicas=num_replicas, num_partitions=num_partitions)
     entry = prepared.entry
+    # The kernels start compiling on the pool now: the fusions are final,
+    # and the schedule, the buffer assignment and the module's text (this
+    # thread) only read the module. (A memory limit may rematerialize,
+    # which adds instructions: then they start after the schedule.)
+    kernels = ProgramKernels(target, arch, cache, prepared)
     try:
-        kernels.prefetch(kernel_fusions(entry))
+        if memory_limit is None:
+            kernels.prefetch(kernel_fusions(entry))
+        hlo_text = module_to_text(prepared)
+        stage("scheduling")
+        t0 = time.perf_counter()
+        schedule = schedule_module(prepared, memory_limit=memory_limit) \
+            if memory_limit is not None else schedule_module(prepared)
+        timings["schedule"] = time.perf_counter() - t0
+        complete("schedule", "compile", t0)
+        if memory_limit is not None:
+            kernels.prefetch(kernel_fusions(entry))
+        stage("buffer assignment")
+        t0 = time.perf_counter()
+        assignment = assign_buffers(prepared, schedule)
+        timings["buffer_assignment"] = time.perf_counter() - t0
+        complete("buffer assignment", "compile", t0)
+        stage("kernels and thunks")
+        t0 = time.perf_counter()
+        emitter = ThunkEmitter(prepared, schedule, assignment, kernels, target,
+                               num_replicas=num_replicas, num_partitions=num_partitions)
         thunks = emitter.emit(entry)
         kernels.link()
     finally:
         kernels.close()
+    # (the wait for the kernels past the buffer assignment, with the thunks)
     timings["thunks+kernels"] = time.perf_counter() - t0
     complete("thunks and kernels", "compile", t0, kernels=len(kernels.images),
              compiled=kernels.compiled, cached=kernels.cached)
