@@ -180,6 +180,21 @@ bool onlyMovesValues(Operation *op) {
              UnrealizedConversionCastOp>(op);
 }
 
+// Whether `pred` holds for one of the op's attributes. Operation::getAttrs()
+// builds (and uniques) a dictionary of the inherent attributes held as
+// properties on every call: asked of every op of a module twice, that was
+// a tenth of this pass. The inherent attributes one by one, then the
+// discardable ones, are the same attributes.
+template <typename Pred>
+bool anyAttribute(Operation *op, Pred pred) {
+  if (std::optional<RegisteredOperationName> info = op->getRegisteredInfo())
+    for (StringAttr name : info->getAttributeNames())
+      if (std::optional<Attribute> attr = op->getInherentAttr(name.getValue()))
+        if (*attr && pred(*attr)) return true;
+  return llvm::any_of(op->getDiscardableAttrs(),
+                      [&](NamedAttribute a) { return pred(a.getValue()); });
+}
+
 bool touchesBF16(Operation *op) {
   auto hasBF16 = [](Type t) { return bf16AsI16(t) != t; };
   if (llvm::any_of(op->getOperandTypes(), hasBF16) ||
@@ -188,17 +203,32 @@ bool touchesBF16(Operation *op) {
   for (Region &region : op->getRegions())
     for (Block &block : region)
       if (llvm::any_of(block.getArgumentTypes(), hasBF16)) return true;
-  return llvm::any_of(op->getAttrs(), [](NamedAttribute a) {
-    return bf16AttrAsI16(a.getValue()) != a.getValue();
+  return anyAttribute(op, [](Attribute a) { return bf16AttrAsI16(a) != a; });
+}
+
+// i16 -> bf16 bitcasts that became i16 -> i16 (and any other bitcast to
+// its own type) are dropped.
+void eraseIdentityBitcasts(ModuleOp module) {
+  module.walk([](LLVM::BitcastOp cast) {
+    if (cast.getArg().getType() == cast.getType()) {
+      cast.replaceAllUsesWith(cast.getArg());
+      cast.erase();
+    }
   });
 }
 
 void moveBF16AsI16(ModuleOp module) {
-  bool movesOnly = true;
-  module.walk([&](Operation *op) {
-    if (touchesBF16(op) && !onlyMovesValues(op)) movesOnly = false;
+  bool movesOnly = true, anyBF16 = false;
+  module.walk([&](Operation *op) -> WalkResult {
+    if (!touchesBF16(op)) return WalkResult::advance();
+    anyBF16 = true;
+    if (onlyMovesValues(op)) return WalkResult::advance();
+    movesOnly = false;
+    return WalkResult::interrupt();
   });
   if (!movesOnly) return;
+  // Nothing to retype (most kernels: no bf16 at all).
+  if (!anyBF16) return eraseIdentityBitcasts(module);
   module.walk([](Operation *op) {
     for (Value result : op->getResults()) result.setType(bf16AsI16(result.getType()));
     for (Region &region : op->getRegions())
@@ -210,13 +240,7 @@ void moveBF16AsI16(ModuleOp module) {
       if (converted != named.getValue()) op->setAttr(named.getName(), converted);
     }
   });
-  // i16 -> bf16 bitcasts are now i16 -> i16.
-  module.walk([](LLVM::BitcastOp cast) {
-    if (cast.getArg().getType() == cast.getType()) {
-      cast.replaceAllUsesWith(cast.getArg());
-      cast.erase();
-    }
-  });
+  eraseIdentityBitcasts(module);
 }
 
 // Index arithmetic in 64 bits. The shared pipeline computes an index in
@@ -381,11 +405,51 @@ void widenIndexArithmetic(ModuleOp module) {
 }
 
 struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
+  // The pattern sets are the same for every module: built and frozen once
+  // per pass instance (a pipeline runs it on kernel after kernel), not once
+  // per module. The LLVM patterns hold the type converter: it lives here.
+  LogicalResult initialize(MLIRContext *ctx) override {
+    {
+      RewritePatternSet patterns(ctx);
+      patterns.add<TruncFToBF16AsIntegers>(ctx, /*benefit=*/2);
+      arith::populateExpandBFloat16Patterns(patterns);
+      bf16Patterns = FrozenRewritePatternSet(std::move(patterns));
+    }
+    {
+      RewritePatternSet patterns(ctx);
+      populateMathToLibmConversionPatterns(patterns);
+      libmPatterns = FrozenRewritePatternSet(std::move(patterns));
+    }
+    llvmConverter = std::make_shared<LLVMTypeConverter>(ctx, LowerToLLVMOptions(ctx));
+    RewritePatternSet patterns(ctx);
+    populateCommonToLLVMPatterns(*llvmConverter, patterns);
+    // Intrinsics win over libm calls where both exist.
+    populateMathToLLVMConversionPatterns(*llvmConverter, patterns,
+                                         /*approximateLog1p=*/false,
+                                         /*benefit=*/2);
+    populateMathToLibmConversionPatterns(patterns, /*benefit=*/1);
+    llvmPatterns = FrozenRewritePatternSet(std::move(patterns));
+    return success();
+  }
+
+  std::shared_ptr<LLVMTypeConverter> llvmConverter;
+  FrozenRewritePatternSet bf16Patterns, libmPatterns, llvmPatterns;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *ctx = &getContext();
 
-    WalkResult gpuLeft = module.walk([](Operation *op) -> WalkResult {
+    // What the conversions below can change, seen in the same walk: with
+    // no bf16 value the float emulation has no illegal op, and without
+    // expm1 or log1p the libm conversion has none either; their drivers
+    // (each builds its legalizer from its patterns) are skipped then.
+    bool anyBF16Value = false, anyExpm1OrLog1p = false;
+    auto isBF16 = [](Type t) { return getElementTypeOrSelf(t).isBF16(); };
+    WalkResult gpuLeft = module.walk([&](Operation *op) -> WalkResult {
+      if (!anyBF16Value && (llvm::any_of(op->getOperandTypes(), isBF16) ||
+                            llvm::any_of(op->getResultTypes(), isBF16)))
+        anyBF16Value = true;
+      if (isa<math::ExpM1Op, math::Log1pOp>(op)) anyExpm1OrLog1p = true;
       if (isa_and_nonnull<gpu::GPUDialect, NVVM::NVVMDialect>(op->getDialect()) ||
           isa<ShuffleReduceOp>(op))
         return op->emitOpError("has no host lowering (run xla-emulate-grid "
@@ -399,8 +463,10 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
 
     widenIndexArithmetic(module);
 
-    // bf16 arithmetic in f32, one rounding per op.
-    {
+    // bf16 arithmetic in f32, one rounding per op: an arith op (or a
+    // vector op that computes) is illegal only with a bf16 (element) type
+    // among its operands and results.
+    if (anyBF16Value) {
       TypeConverter converter;
       Type bf16 = BFloat16Type::get(ctx);
       arith::populateEmulateUnsupportedFloatsConversions(
@@ -411,52 +477,35 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
       arith::populateEmulateUnsupportedFloatsLegality(target, converter);
       if (failed(applyPartialConversion(module, target, std::move(patterns))))
         return signalPassFailure();
-      // The emulation marks its conversions `contract`, which lets the
-      // folder drop a truncf/extf pair between two ops: keep every rounding.
-      module.walk([](Operation *op) {
-        if (isa<arith::ExtFOp, arith::TruncFOp>(op))
-          if (auto fmf = dyn_cast<arith::ArithFastMathInterface>(op))
-            op->setAttr(fmf.getFastMathAttrName(),
-                        arith::FastMathFlagsAttr::get(
-                            op->getContext(), arith::FastMathFlags::none));
-      });
     }
+    // The emulation marks its conversions `contract`, which lets the folder
+    // drop a truncf/extf pair between two ops: keep every rounding.
+    module.walk([](Operation *op) {
+      if (isa<arith::ExtFOp, arith::TruncFOp>(op))
+        if (auto fmf = dyn_cast<arith::ArithFastMathInterface>(op))
+          op->setAttr(fmf.getFastMathAttrName(),
+                      arith::FastMathFlagsAttr::get(
+                          op->getContext(), arith::FastMathFlags::none));
+    });
     // bf16 <-> f32 conversions as integer ops; f32 -> bf16 chooses the NaN
     // among i16s (upstream's expansion selects between bf16 values, which
     // x86 cannot do in vector registers: every lane went through a scalar).
-    {
-      RewritePatternSet patterns(ctx);
-      patterns.add<TruncFToBF16AsIntegers>(ctx, /*benefit=*/2);
-      arith::populateExpandBFloat16Patterns(patterns);
-      if (failed(applyPatternsGreedily(module, std::move(patterns))))
-        return signalPassFailure();
-    }
+    if (failed(applyPatternsGreedily(module, bf16Patterns)))
+      return signalPassFailure();
 
     // expm1 and log1p to libm first: MathToLLVM expands them as exp(x) - 1
     // and log(1 + x), which lose every digit near 0 (expm1(1e-8) = 0).
-    {
-      RewritePatternSet patterns(ctx);
-      populateMathToLibmConversionPatterns(patterns);
+    if (anyExpm1OrLog1p) {
       ConversionTarget target(*ctx);
       target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
       target.addIllegalOp<math::ExpM1Op, math::Log1pOp>();
-      if (failed(applyPartialConversion(module, target, std::move(patterns))))
+      if (failed(applyPartialConversion(module, target, libmPatterns)))
         return signalPassFailure();
     }
 
-    LowerToLLVMOptions options(ctx);
-    LLVMTypeConverter converter(ctx, options);
-    RewritePatternSet patterns(ctx);
-    populateCommonToLLVMPatterns(converter, patterns);
-    // Intrinsics win over libm calls where both exist.
-    populateMathToLLVMConversionPatterns(converter, patterns,
-                                         /*approximateLog1p=*/false,
-                                         /*benefit=*/2);
-    populateMathToLibmConversionPatterns(patterns, /*benefit=*/1);
-
     LLVMConversionTarget target(*ctx);
     target.addLegalOp<ModuleOp>();
-    if (failed(applyFullConversion(module, target, std::move(patterns))))
+    if (failed(applyFullConversion(module, target, llvmPatterns)))
       return signalPassFailure();
 
     // convert-scf-to-cf leaves an scf.for's `llvm.loop_annotation` (the
