@@ -38,6 +38,24 @@ def median_seconds(fn, repeat: int, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
+def alternating_median_seconds(fns, repeat: int, warmup: int = 1) -> list[float]:
+    """Median wall time of each of `fns` over `repeat` rounds in which each
+    runs once, in turn (after `warmup` rounds): both sides see the same
+    machine, including what the other leaves running (a runtime's thread
+    pool that keeps spinning after its work)."""
+    import time
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, out in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
 def geomean(xs) -> float:
     xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")

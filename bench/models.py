@@ -5,13 +5,15 @@ Per model: the HLO lines of jax's pre-optimization text, then
 
   compile     `xla_gpu.compile(text, target="cpu", cache=False)` after the
               in-memory kernel cache is cleared (s, the best of
-              --compile-repeat, alternating with XLA's); the first compile
+              --compile-repeat, alternating with XLA's, before either side
+              has run anything); the first compile
               of the process also loads the compiler and is left out (a
               warm-up compile of a small program runs first)
   XLA:CPU     `jax.jit(step, keep_unused=True).lower(*args).compile()` with
               jax's persistent cache off (s, the best of --compile-repeat)
   run         median wall time of a step on the same arguments (ms), the
-              cpu target's `exe.run(*leaves)` vs the compiled jax function
+              cpu target's `exe.run(*leaves)` vs the compiled jax function,
+              one of each in turn per round
   cuda        `xla_gpu.compile(text, target="cuda", cache=False)` (s): PTX
               and a cubin for sm_90 (no GPU needed), or why it failed; after
               every model's cpu measurements, since the first device code
@@ -38,7 +40,7 @@ import time
 from typing import Any, Callable
 
 import numpy as np
-from benchlib import geomean, median_seconds
+from benchlib import alternating_median_seconds, geomean
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -228,29 +230,41 @@ def measure(name: str, size: str, repeat: int, compile_repeat: int) -> dict[str,
     import xla_gpu
     jax, _, _, _ = _jax()
     step, args = MODELS[name](size)
-    jitted = jax.jit(step, keep_unused=True)
-    lowered = jitted.lower(*args)
+    lowered = jax.jit(step, keep_unused=True).lower(*args)
     text = lowered.as_text(dialect="hlo")
-    compiled = lowered.compile()
+    # Compiles first, before either side's runtime has run (XLA:CPU's
+    # worker threads keep spinning a while after a run, on the cores a
+    # compile would use), alternating; jax's in-memory caches cleared so
+    # that XLA compiles each time.
+    def xla():
+        jax.clear_caches()
+        fresh = jax.jit(step, keep_unused=True).lower(*args)
+        start = time.perf_counter()
+        return fresh.compile(), time.perf_counter() - start
+
+    def ours():
+        xla_gpu.compiler.clear_memory_cache()
+        start = time.perf_counter()
+        return xla_gpu.compile(text, target="cpu", cache=False), time.perf_counter() - start
+
+    xla_compile = ours_compile = float("inf")
+    for i in range(compile_repeat):
+        # (each side first in every other round)
+        for side in ((xla, ours) if i % 2 == 0 else (ours, xla)):
+            made, seconds = side()
+            if side is xla:
+                compiled, xla_compile = made, min(xla_compile, seconds)
+            else:
+                exe, ours_compile = made, min(ours_compile, seconds)
     leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(args)]
     result = compiled(*args)
     expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(result)]
     # The step returns (params, opt_state, loss or a scalar): its new
     # parameters are the first leaves, the scalar the last.
     num_params = len(jax.tree_util.tree_leaves(result[0]))
-    xla_run = median_seconds(lambda: jax.block_until_ready(compiled(*args)), repeat)
-
-    xla_compile = ours_compile = float("inf")
-    for _ in range(compile_repeat):
-        start = time.perf_counter()
-        lowered.compile()
-        xla_compile = min(xla_compile, time.perf_counter() - start)
-        xla_gpu.compiler.clear_memory_cache()
-        start = time.perf_counter()
-        exe = xla_gpu.compile(text, target="cpu", cache=False)
-        ours_compile = min(ours_compile, time.perf_counter() - start)
     got = exe.run(*leaves)
-    ours_run = median_seconds(lambda: exe.run(*leaves), repeat)
+    xla_run, ours_run = alternating_median_seconds(
+        [lambda: jax.block_until_ready(compiled(*args)), lambda: exe.run(*leaves)], repeat)
     # Errors: the scalar relative to its magnitude; the new parameters by
     # the largest difference relative to the largest parameter (a leaf whose
     # gradient is rounding noise, such as attention's key bias, whose
