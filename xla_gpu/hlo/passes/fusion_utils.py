@@ -22,6 +22,7 @@ from ...analysis.reduction import heroes_read_elsewhere, reduction_shared_need
 from ...analysis.shared_memory import static_shared_budget
 from ...analysis.transpose import transpose_shared_bytes
 from ..fusions import ELEMENTWISE_OPCODES
+from ..graph import post_order
 from ..opcodes import ELEMENTWISE
 from ..in_place import in_place_outputs
 from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
@@ -446,28 +447,8 @@ def _order_fused_producer(body: HloComputation, added: list[HloInstruction],
     k = min(positions)
     placed = set(map(id, insts[:k]))
     members = set(map(id, insts))
-    # post_order([insts[k]], operands in `members` not `placed`), written
-    # out: the walk is most of the cost of fusing a small producer.
-    walked: list[HloInstruction] = []
-    done: set[int] = set()
-    active: set[int] = set()
-    stack: list[tuple[HloInstruction, bool]] = [(insts[k], False)]
-    while stack:
-        node, expanded = stack.pop()
-        key = id(node)
-        if expanded:
-            active.discard(key)
-            done.add(key)
-            walked.append(node)
-            continue
-        if key in done or key in active:
-            continue
-        active.add(key)
-        stack.append((node, True))
-        nexts = [d for d in node.operands if id(d) in members and id(d) not in placed]
-        for j in range(len(nexts) - 1, -1, -1):
-            if id(nexts[j]) not in done:
-                stack.append((nexts[j], False))
+    walked = post_order([insts[k]], lambda i: [d for d in i.operands
+                                               if id(d) in members and id(d) not in placed])
     placed.update(map(id, walked))
     body._instructions = insts[:k] + walked + [i for i in insts[k + 1:] if id(i) not in placed]
     body._unordered = False
