@@ -104,6 +104,12 @@ def select_fusion(module: HloModule, fusion: str | None = None,
     return result
 
 
+# The ops `find_hero` stops at, and those it walks through besides
+# elementwise ones (a trial-free view of its walk reads both).
+HERO_OPCODES = ("reduce", "transpose", "concatenate", "scatter")
+CARRYING_OPCODES = ("bitcast", "reshape", "copy")
+
+
 def _is_trivial_operand(inst: HloInstruction) -> bool:
     if inst.opcode == "constant":
         return True
@@ -121,20 +127,17 @@ def find_hero(root: HloInstruction) -> HloInstruction:
         return root.operands[0]
     cur = root
     while True:
-        if cur.opcode in _HERO_OPCODES:
+        if cur.opcode in HERO_OPCODES:
             return cur
-        if cur.opcode in ("bitcast", "reshape", "copy") or cur.opcode in ELEMENTWISE_OPCODES:
+        if cur.opcode in CARRYING_OPCODES or cur.opcode in ELEMENTWISE_OPCODES:
             live = list(dict.fromkeys(o for o in cur.operands if not _is_trivial_operand(o)))
             # Ops in between carry one value to one user; the hero itself may
             # have several epilogues (a reduce written as log and as abs).
             if len(live) == 1 and live[0].opcode != "parameter" and \
-                    (len(live[0].users) == 1 or live[0].opcode in _HERO_OPCODES):
+                    (len(live[0].users) == 1 or live[0].opcode in HERO_OPCODES):
                 cur = live[0]
                 continue
         return root
-
-
-_HERO_OPCODES = ("reduce", "transpose", "concatenate", "scatter")
 
 
 def _is_in_place_dus(roots: list[HloInstruction]) -> bool:
@@ -269,7 +272,7 @@ def choose_emitter(roots: list[HloInstruction]) -> EmitterChoice:
         kind = "topk"
     elif any(h.opcode == "scatter" for h in heroes):
         kind = "scatter"
-    elif not any(h.opcode in _HERO_OPCODES for h in heroes) and \
+    elif not any(h.opcode in HERO_OPCODES for h in heroes) and \
             (dot := dot_hero(roots)) is not None:
         # A dot with its epilogue (elementwise ops, reshapes) up to the
         # outputs: the tiled GEMM emitter (XLA's Triton GEMM fusions).

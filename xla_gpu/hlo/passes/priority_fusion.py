@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 
+from ...analysis.fusion import CARRYING_OPCODES, HERO_OPCODES
 from ...analysis.shared_memory import input_bits
 from ..fusions import ELEMENTWISE_OPCODES
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
@@ -62,15 +63,10 @@ def single_instruction_info(inst: HloInstruction) -> BodyInfo:
 
 
 # What a producer may hold for `_PriorityFusionRun.substitutes`: fusible ops
-# (and a body's parameters) other than the heroes `find_hero` stops at
-# (reduce, transpose, concatenate, scatter) and in-place updates.
-_HERO_FREE_OPCODES = (FUSIBLE_OPCODES | frozenset({"parameter"})) - frozenset({
-    "reduce", "transpose", "concatenate", "scatter", "dynamic-update-slice"})
-
-
-# find_hero's heroes and the ops it walks through (besides elementwise ones).
-_HERO_OPCODES = ("reduce", "transpose", "concatenate", "scatter")
-_WALKED_OPCODES = ("bitcast", "reshape", "copy")
+# (and a body's parameters) other than the heroes `find_hero` stops at and
+# in-place updates.
+_HERO_FREE_OPCODES = (FUSIBLE_OPCODES | frozenset({"parameter"})) - frozenset(
+    HERO_OPCODES + ("dynamic-update-slice",))
 
 
 def _hero_free(inst: HloInstruction) -> bool:
@@ -172,8 +168,8 @@ class _TrialView:
             if root.opcode == "get-tuple-element" and root.operands[0].opcode == "reduce":
                 continue
             cur = root
-            while cur.opcode not in _HERO_OPCODES and (
-                    cur.opcode in _WALKED_OPCODES or cur.opcode in ELEMENTWISE_OPCODES):
+            while cur.opcode not in HERO_OPCODES and (
+                    cur.opcode in CARRYING_OPCODES or cur.opcode in ELEMENTWISE_OPCODES):
                 operands = cur.operands
                 if not reads and any(self.slot(o) == "p" for o in operands):
                     reads = True
@@ -185,7 +181,7 @@ class _TrialView:
                 if slot == "p":
                     enters = True
                     break
-                if slot is not None or not (len(x.users) == 1 or x.opcode in _HERO_OPCODES):
+                if slot is not None or not (len(x.users) == 1 or x.opcode in HERO_OPCODES):
                     break
                 cur = x
         return reads, enters
