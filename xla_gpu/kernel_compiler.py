@@ -46,7 +46,8 @@ from .runtime import (CudaKernel, EmptyKernel, HostKernel, KernelSpec, artifact,
 from .runtime.spec import ArgSpec
 
 __all__ = ["Executable", "compile_kernel", "kernel_key", "cached_kernel", "store",
-           "clear_memory_cache", "memory", "thread_context", "check_run_options"]
+           "clear_memory_cache", "memory", "thread_context", "check_run_options",
+           "kernel_work"]
 
 
 @dataclass
@@ -361,6 +362,46 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
     return exe
 
 
+# Instructions whose elements each read many elements of their operands in
+# ways not worth modelling here (a sort's compare-exchanges, a
+# convolution's windows, a custom call's anything): counted as every
+# output element reading every operand element, a bound that keeps any of
+# them of some size out of the cold kernels.
+_ALL_TO_ALL_OPCODES = frozenset({"sort", "convolution", "custom-call", "reduce-window",
+                                 "select-and-scatter", "while", "call", "conditional"})
+
+
+def kernel_work(fusion) -> int:
+    """About how many scalar operations the kernel of `fusion` does: the
+    elements every instruction of its computation (and of the fusions
+    nested in it) reads or produces, each dot's multiply-adds, and the
+    bound of `_ALL_TO_ALL_OPCODES` for the rest. The launch grid says
+    nothing of this (a gemm tile's block or a long reduction row loops
+    inside its threads). A function of the fusion's computation alone
+    (shapes, opcodes, contracting dimensions), whose fingerprint its
+    kernel key holds: the backend may choose how to compile by it
+    (`backends.cpu.host_pipeline`) and a cached kernel still has the code
+    that choice makes."""
+    work = 0
+    pending = [fusion.computation]
+    while pending:
+        for inst in pending.pop().instructions:
+            out = sum(leaf.num_elements for leaf in inst.shape.leaves())
+            work += out
+            if inst.opcode == "fusion":
+                pending.extend(inst.called_computations)
+            elif inst.opcode == "dot":
+                lhs = inst.operands[0].shape.dims
+                contracted = 1
+                for d in inst.attrs.get("lhs_contracting_dims", ()):
+                    contracted *= lhs[int(d)]
+                work += out * contracted
+            elif inst.opcode in _ALL_TO_ALL_OPCODES:
+                work += out * sum(leaf.num_elements for o in inst.operands
+                                  for leaf in o.shape.leaves())
+    return work
+
+
 def _build(fusion, text: str, target: str, arch: str, key: str,
            dump_dir, dump_regex: str, lower_only: bool = False, *,
            keep_emitted: bool = True) -> Executable:
@@ -415,7 +456,8 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
         binary = backend.compile(kernel.module, name=kernel.name, arch=arch,
                                  threads=spec.threads, blocks=spec.blocks, timings=timings,
                                  dump_dir=dump_dir, dump_regex=dump_regex,
-                                 lower_only=lower_only, emitter=kernel.emitter)
+                                 lower_only=lower_only, emitter=kernel.emitter,
+                                 work=kernel_work(fusion))
     except mlir_ir.MLIRError as e:
         raise CompileError(f"fusion '{fusion.name}': the {target} pipeline failed: {e}") from None
     except CompileError as e:   # code generation (PTX, the cubin, launch limits)

@@ -102,13 +102,16 @@ class Backend(ABC):
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
                 dump_regex: str = ".*", lower_only: bool = False,
-                emitter: str = "") -> KernelBinary:
+                emitter: str = "", work: int | None = None) -> KernelBinary:
         """The emitted kernel `module` (entry `name`, launched with `threads`
         per block and `blocks`) through the stages and into an image for
         `arch`; `timings` gets seconds per step. `emitter`: the emitter
         that emitted it ("" when not known), where a backend tunes its code
-        generation by it. Raises mlir.ir.MLIRError when a pass fails and a
-        CompileError when code generation does."""
+        generation by it; `work`: how much the kernel computes
+        (`kernel_compiler.kernel_work`; None when not known), where a
+        backend spends less compile time on kernels that do little.
+        Raises mlir.ir.MLIRError when a pass fails and a CompileError when
+        code generation does."""
 
     def link_item(self, exe) -> Any:
         """What `link_groups` and `link` take of compiled kernel `exe` (a
@@ -161,7 +164,7 @@ class CudaBackend(Backend):
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
                 dump_regex: str = ".*", lower_only: bool = False,
-                emitter: str = "") -> KernelBinary:
+                emitter: str = "", work: int | None = None) -> KernelBinary:
         from . import cuda
         if lower_only:
             # A program links its kernels into one binary later.
@@ -200,7 +203,7 @@ class CpuBackend(Backend):
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
                 dump_regex: str = ".*", lower_only: bool = False,
-                emitter: str = "") -> KernelBinary:
+                emitter: str = "", work: int | None = None) -> KernelBinary:
         # The host code is generated once, as an object that is linked into
         # a shared object that both this process (ctypes) and the cache /
         # saved artifacts load: the kernel's own (a single fusion's
@@ -218,18 +221,23 @@ class CpuBackend(Backend):
         # pipeline.run verified its result: the printer need not verify it
         # again (str() does).
         binary = KernelBinary(host_mlir=module.operation.get_asm(assume_verified=True))
+        llvm = cpu.host_pipeline(emitter, binary.host_mlir.count("\n"), work)
+        if llvm.cold:
+            binary.notes.append(f"cold kernel ({work} units of work): host code by "
+                                f"{llvm.describe()}")
         try:
             cpu.require_linker()
             binary.host_object = cpu.host_object(
-                module, name,
-                unroll_loops=cpu.unrolls_loops(emitter, binary.host_mlir.count("\n")))
+                module, name, opt_level=llvm.opt_level, unroll_loops=llvm.unroll_loops,
+                vectorize=llvm.vectorize)
             if not lower_only:
                 binary.host_library = cpu.link_objects([binary.host_object])
         except cpu.HostCompileError as e:
             binary.notes.append(f"no host shared object ({e}): the kernel runs in the JIT "
                                 "and is not cached on disk")
             binary.host_object = None
-            binary.jit = cpu.from_lowered(binary.host_mlir, entry=name)
+            binary.jit = cpu.from_lowered(binary.host_mlir, entry=name,
+                                          opt_level=llvm.opt_level)
         timings["llvm"] = time.perf_counter() - start
         complete("LLVM host code", "kernel-stage", start)
         return binary

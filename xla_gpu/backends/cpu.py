@@ -460,17 +460,19 @@ def _engine_api():
 
 
 def _object_code(module_op, symbol: str, opt_level: int, *,
-                 unroll_loops: bool = True) -> bytes:
+                 unroll_loops: bool = True, vectorize: bool = True) -> bytes:
     """The ELF object of LLVM-dialect `module_op` (a builtin.module, left as
     it is): the code MLIR's ExecutionEngine makes of it (position
     independent, for this machine's CPU, `opt_level`'s LLVM pipeline),
     made by LLVM's C API without the JIT around it where it can
     (`_llvm_object`; `unroll_loops=False` leaves LLVM's loop unrollers
-    out), else by the engine (`_engine_object`, which looks `symbol` up to
-    compile, and always unrolls)."""
+    out, `vectorize=False` its loop and SLP vectorizers), else by the
+    engine (`_engine_object`, which looks `symbol` up to compile, and
+    always unrolls and vectorizes)."""
     if _llvm_api() is None:
         return _engine_object(module_op, symbol, opt_level)
-    return _llvm_object(module_op, opt_level, unroll_loops=unroll_loops)
+    return _llvm_object(module_op, opt_level, unroll_loops=unroll_loops,
+                        vectorize=vectorize)
 
 
 # Whether LLVM's loop unrollers (full and partial) run on a kernel's host
@@ -504,6 +506,56 @@ def unrolls_loops(emitter: str = "", host_lines: int = 0) -> bool:
     if emitter == "gemm":
         return host_lines <= HOST_LOOP_UNROLLING_MAX_LINES
     return emitter in HOST_LOOP_UNROLLING_EMITTERS
+
+
+# Cold kernels: those doing so little work (`kernel_compiler.kernel_work`:
+# about one unit per element an instruction of the fusion computes, one
+# per multiply-add of a dot) that their run time is a few microseconds
+# whatever LLVM makes of them, compiled by a cheaper pipeline, as XLA:CPU
+# compiles its cold code. The grid emulation gives a tiny kernel the same
+# loops as a large one, with small constant trip counts, which the O3
+# pipeline unrolls fully and vectorizes: a threefry RNG kernel over ten
+# elements took 0.13 s of LLVM at O3, 0.013 s at O1. O1 without unrollers
+# and vectorizers took 25-65% less LLVM time than O3 on the five real
+# models' cold kernels (O2 without them saved as much on loop kernels but
+# nothing on reductions, which O3 does not unroll either), for the same
+# results and per-kernel run times within the measurements' noise up to
+# 16K units of work; above that the scalar code of small GEMM tiles and
+# reductions started to show (tens of microseconds a kernel).
+HOST_COLD_WORK = 1 << 14
+HOST_COLD_OPT_LEVEL = 1
+HOST_COLD_UNROLL_LOOPS = False
+HOST_COLD_VECTORIZE = False
+
+
+@dataclass(frozen=True)
+class HostPipeline:
+    """How LLVM compiles a kernel's host code: the default<O`opt_level`>
+    pipeline, with or without its loop unrollers and its vectorizers;
+    `cold`: chosen for a cold kernel."""
+    opt_level: int = 3
+    unroll_loops: bool = True
+    vectorize: bool = True
+    cold: bool = False
+
+    def describe(self) -> str:
+        left_out = [what for what, kept in (("loop unrolling", self.unroll_loops),
+                                            ("vectorization", self.vectorize)) if not kept]
+        return f"LLVM default<O{self.opt_level}>" + \
+            (f" without {' or '.join(left_out)}" if left_out else "")
+
+
+def host_pipeline(emitter: str = "", host_lines: int = 0,
+                  work: int | None = None) -> HostPipeline:
+    """The LLVM pipeline for the host code of a kernel from `emitter` ("":
+    not known), whose LLVM-dialect module prints as `host_lines` lines and
+    which does `work` (None: not known, never cold). A pure function of
+    its arguments, which the kernel's HLO decides: a cached kernel was
+    compiled by the pipeline this would choose for it."""
+    if work is not None and work <= HOST_COLD_WORK:
+        return HostPipeline(HOST_COLD_OPT_LEVEL, HOST_COLD_UNROLL_LOOPS,
+                            HOST_COLD_VECTORIZE, cold=True)
+    return HostPipeline(3, unrolls_loops(emitter, host_lines), True)
 
 
 # Compiler-rt helpers LLVM's code generation may call for some float
@@ -670,14 +722,16 @@ def _llvm_api() -> _LlvmApi | None:
     return api
 
 
-def _llvm_object(module_op, opt_level: int, *, unroll_loops: bool = True) -> bytes:
+def _llvm_object(module_op, opt_level: int, *, unroll_loops: bool = True,
+                 vectorize: bool = True) -> bytes:
     """`_object_code` through LLVM's C API: what the ExecutionEngine does
     to a module (translation, the host's triple and data layout, LLVM's
     default<O`opt_level`> pipeline tuned as MLIR's optimizing transformer
     tunes it, then codegen by the target machine it makes), without the
     JIT session, its packed wrappers and its in-memory linking: the same
     machine code for the module's own functions, in less time. Without
-    `unroll_loops` LLVM's loop unrollers stay out (the vectorizers run)."""
+    `unroll_loops` LLVM's loop unrollers stay out; without `vectorize` its
+    loop vectorizer (and interleaving) and SLP vectorizer do."""
     from .. import _pass_runner
     from .._native import to_handle
     api = _llvm_api()
@@ -699,7 +753,7 @@ def _llvm_object(module_op, opt_level: int, *, unroll_loops: bool = True) -> byt
         for setter in (api.LLVMPassBuilderOptionsSetLoopInterleaving,
                        api.LLVMPassBuilderOptionsSetLoopVectorization,
                        api.LLVMPassBuilderOptionsSetSLPVectorization):
-            setter(options, 1)
+            setter(options, int(vectorize))
         error = api.LLVMRunPasses(module, f"default<O{opt_level}>".encode(), machine, options)
         api.LLVMDisposePassBuilderOptions(options)
         if error:
@@ -982,14 +1036,17 @@ def require_linker() -> str:
 
 
 def host_object(module: _ir.Module, name: str = "main", *,
-                opt_level: int = 3, unroll_loops: bool | None = None) -> bytes:
+                opt_level: int = 3, unroll_loops: bool | None = None,
+                vectorize: bool = True) -> bytes:
     """The machine code of the cpu-pipeline output `module` (LLVM dialect,
     after `pipeline.run(module, target="cpu")`) as an ELF relocatable
     object defining `<name>_host(void **args)` and
     `<name>_host_blocks(...)`, for `link_objects`. Compiled for this
     machine's CPU (the JIT's target). The module is left as it was.
     `unroll_loops`: whether LLVM's loop unrollers run (None: they do, as
-    the ExecutionEngine runs them; see `unrolls_loops`)."""
+    the ExecutionEngine runs them; see `unrolls_loops`); `vectorize`:
+    whether its vectorizers do (`host_pipeline` chooses all three by
+    kernel)."""
     if _find(module, "llvm.func", f"{name}_host") is None:
         raise ValueError(f"no llvm.func @{name}_host: run the cpu pipeline first")
     # A copy with the grid's body compiled once and without the JIT's C
@@ -1003,7 +1060,8 @@ def host_object(module: _ir.Module, name: str = "main", *,
     _inline_element_functions(copy, name)
     if unroll_loops is None:
         unroll_loops = unrolls_loops()
-    return _object_code(copy, f"{name}_host", opt_level, unroll_loops=unroll_loops)
+    return _object_code(copy, f"{name}_host", opt_level, unroll_loops=unroll_loops,
+                        vectorize=vectorize)
 
 
 def link_objects(objects: Sequence[bytes]) -> bytes:

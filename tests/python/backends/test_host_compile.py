@@ -242,7 +242,9 @@ ENTRY e {
 @pytest.mark.parametrize("text, emitter, unrolled", [
     (ROW_SUM, "reduction", False), (LOOP, "loop", True), (DOT, "gemm", True)],
     ids=["reduction", "loop", "gemm"])
-def test_llvm_unrolls_the_host_loops_by_emitter(text, emitter, unrolled):
+def test_llvm_unrolls_the_host_loops_by_emitter(text, emitter, unrolled, monkeypatch):
+    # These kernels are small enough to be cold: the hot pipeline is under test.
+    monkeypatch.setattr(cpu, "HOST_COLD_WORK", -1)
     # LLVM's unrollers on the grid emulation's small constant loops cost
     # more compile time than they bring at run time in reductions and
     # transposes, not in loop kernels or the tiled GEMM emitter's inner
@@ -267,6 +269,7 @@ def test_llvm_unrolls_the_host_loops_by_emitter(text, emitter, unrolled):
 
 
 def test_a_gemm_kernel_too_large_to_unroll_is_not_unrolled(monkeypatch):
+    monkeypatch.setattr(cpu, "HOST_COLD_WORK", -1)   # DOT is small enough to be cold
     # A GEMM kernel whose host module is over the size limit (a long fused
     # prologue or epilogue, which the unrollers would copy with the tile
     # loops) gets the code of the pipeline without the unrollers.
