@@ -87,7 +87,10 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
             kernels.prefetch(kernel_fusions(entry))
         stage("buffer assignment")
         t0 = time.perf_counter()
-        assignment = assign_buffers(prepared, schedule)
+        # The schedule's dataflow analysis is the module's still (nothing
+        # changed it since; a memory limit may have rematerialized).
+        assignment = assign_buffers(prepared, schedule,
+                                    dataflow=schedule.dataflow if memory_limit is None else None)
         timings["buffer_assignment"] = time.perf_counter() - t0
         complete("buffer assignment", "compile", t0)
         stage("kernels and thunks")

@@ -23,7 +23,7 @@ from ..errors import CompileError, HloError, UnsupportedError, XlaGpuError
 from ..hlo import HloComputation, HloInstruction, HloModule, Shape
 from ..hlo.fusions import inline_calls
 from ..hlo.graph import post_order
-from ..hlo.module import callees
+from ..hlo.passes.dce import computation_callees
 from ..hlo.passes.util import free_name
 from ..hlo.shape import default_layout
 
@@ -113,11 +113,9 @@ class _ModuleBuilder:
         self.module = module
         # GEMM fusions larger than this are opened (see prepare_module).
         self.max_macs = max_macs
-        self.names: set[str] = set()
+        self.names: set[str] = {inst.name for comp in module.computations
+                                 for inst in comp.instructions}
         self.comp_names: set[str] = {c.name for c in module.computations}
-        for comp in module.computations:
-            for inst in comp.instructions:
-                self.names.add(inst.name)
         self.rewritten: dict[int, HloComputation] = {}
         self.new_computations: list[HloComputation] = []
         self.wrapped = 0
@@ -355,7 +353,7 @@ def reachable_computations(entry: HloComputation) -> list[HloComputation]:
     """Computations reachable from `entry`, callees before callers; the
     last callee of the last instruction is walked first (the order the
     thunk emitter and kernel names have always followed)."""
-    return post_order([entry], lambda comp: callees(comp)[::-1])
+    return post_order([entry], lambda comp: computation_callees(comp)[::-1])
 
 
 def prepare_module(module: HloModule, *, optimize: bool | None = None,
@@ -474,6 +472,10 @@ def _pass_failure(error: Exception) -> XlaGpuError:
     return CompileError(f"{where} failed: {type(error).__name__}: {error}")
 
 
+# The opcodes `rewrite_for_op_kernels` may rewrite.
+_OP_KERNEL_REWRITTEN = frozenset({"topk", "custom-call", "sort", "convolution"})
+
+
 def rewrite_for_op_kernels(module: HloModule, emulates_grid: bool = False
                            ) -> tuple[HloModule, list[str]]:
     """The HLO rewrites the sort, top-k and convolution kernels need before
@@ -492,6 +494,10 @@ def rewrite_for_op_kernels(module: HloModule, emulates_grid: bool = False
     def wanted(m: HloModule) -> bool:
         for comp in m.computations:
             for inst in comp.instructions:
+                # Only these opcodes can answer yes below (a top-k is a topk
+                # or a custom call): the rest are passed over unasked.
+                if inst.opcode not in _OP_KERNEL_REWRITTEN:
+                    continue
                 if is_topk(inst):
                     try:
                         if not fits_one_kernel(inst):

@@ -474,15 +474,18 @@ def _can_merge(first: HloValue, second_writer: HloInstruction, second: HloValue,
 
 
 def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIGNMENT,
-                   share_elementwise: bool = True) -> BufferAssignment:
+                   share_elementwise: bool = True,
+                   dataflow: DataflowAnalysis | None = None) -> BufferAssignment:
     """Allocations and slices for every array of `module` as `schedule`
     orders it. `share_elementwise` lets an elementwise instruction or loop
     fusion write its output over an operand that dies there and that it
     reads only at the element it writes (XLA's CanShareBuffer): the kernel
-    then gets the same address as input and output."""
+    then gets the same address as input and output. `dataflow`: the
+    module's analysis when the caller has it and the module has not changed
+    since (the schedule's, `schedule.dataflow`); it is rebuilt otherwise."""
     if alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"alignment must be a power of two, got {alignment}")
-    df = DataflowAnalysis(module)
+    df = dataflow if _reusable(dataflow, module) else DataflowAnalysis(module)
     alias = AliasAnalysis(df)
     _check_schedule(df, schedule)
     donations = parse_input_output_alias(module)
@@ -507,6 +510,14 @@ def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIG
     groups = _read_only_buffers_checked(df, alias, donated_params)
     _allocate(ba, groups, buffers, params, donated_params)
     return ba
+
+
+def _reusable(dataflow: DataflowAnalysis | None, module: HloModule) -> bool:
+    """Whether `dataflow` is the analysis buffer assignment would build:
+    of this module, and without computations shared by several calls (a
+    scheduling analysis allows those; here they are an error, raised by
+    the analysis built anew)."""
+    return dataflow is not None and dataflow.module is module and not dataflow._shared
 
 
 def _check_schedule(df: DataflowAnalysis, schedule) -> None:
@@ -790,6 +801,9 @@ def _place_in_output_allocations(ba: BufferAssignment, buffers: _BufferSet,
         if allocation in reusable:
             occupants[allocation].add(root, buffers.intervals[root])
     reused = set()
+    # The reusable allocations, the smallest first (sizes do not change
+    # here): sorted once, not once per temporary.
+    smallest_first = sorted(reusable, key=lambda a: (allocations[a].size, a))
     for root in sorted(temps, key=lambda r: (-size_of[r], min(v.id for v in groups[r]))):
         candidates = []
         for value in groups[root]:
@@ -799,8 +813,7 @@ def _place_in_output_allocations(ba: BufferAssignment, buffers: _BufferSet,
                     if where_ in reusable and where_ not in candidates:
                         candidates.append(where_)
         # Then any of them, the smallest first.
-        candidates += sorted((a for a in reusable if a not in candidates),
-                             key=lambda a: (allocations[a].size, a))
+        candidates += [a for a in smallest_first if a not in candidates]
         for allocation in candidates:
             if size_of[root] > allocations[allocation].size:
                 continue

@@ -290,6 +290,9 @@ class Schedule:
     algorithms: dict[str, str] = field(default_factory=dict)   # the winner
     memory_limit: int | None = None
     rematerialized: list[str] = field(default_factory=list)    # clone names
+    # The dataflow analysis the schedule was made from (`compute_schedule`):
+    # buffer assignment may reuse it for the same, unchanged module.
+    dataflow: DataflowAnalysis | None = field(default=None, repr=False, compare=False)
 
     def sequence(self, computation: HloComputation | str) -> list[HloInstruction]:
         if isinstance(computation, str):

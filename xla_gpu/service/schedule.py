@@ -64,7 +64,7 @@ def compute_schedule(module: HloModule, dataflow: DataflowAnalysis | None = None
     caller knows the peak of what it runs)."""
     dataflow = dataflow or DataflowAnalysis(module, allow_shared_calls=True)
     alias = alias or AliasAnalysis(dataflow)
-    schedule = Schedule(module, computations=list(dataflow.computations))
+    schedule = Schedule(module, computations=list(dataflow.computations), dataflow=dataflow)
     callee_peaks: dict[int, int] = {}
     for comp in reversed(dataflow.computations):
         model = ComputationMemoryModel(comp, dataflow, alias, callee_peaks)

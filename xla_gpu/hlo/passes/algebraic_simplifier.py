@@ -36,6 +36,7 @@ import numpy as np
 
 from ..module import HloComputation, HloInstruction
 from ..shape import Shape, bit_width, is_float, is_integral
+from .dead_code import remove_dead
 from .pipeline import ComputationPass
 from .util import array_shape, has_side_effect, same_shape
 
@@ -121,11 +122,17 @@ class AlgebraicSimplifier(ComputationPass):
 
     def run_on(self, comp: HloComputation) -> bool:
         changed = False
+        # opcode -> its visit_ method, or None (looked up once per opcode).
+        handlers = self.__dict__.setdefault("_handlers", {})
         for inst in list(comp.instructions):
-            if inst.parent is not comp or has_side_effect(inst):
+            if inst.parent is not comp:
                 continue
-            handler = getattr(self, "visit_" + inst.opcode.replace("-", "_"), None)
-            if handler is None:
+            opcode = inst.opcode
+            handler = handlers.get(opcode, handlers)
+            if handler is handlers:
+                handler = handlers[opcode] = getattr(
+                    self, "visit_" + opcode.replace("-", "_"), None)
+            if handler is None or has_side_effect(inst):
                 continue
             new = handler(comp, inst)
             if new is None or new is inst:
@@ -133,12 +140,12 @@ class AlgebraicSimplifier(ComputationPass):
             if not same_shape(new.shape, inst.shape):
                 # Keep the rewrite only where the layouts agree.
                 if new.parent is comp and not new.users and new is not comp.root:
-                    comp.remove_dead()
+                    remove_dead(comp)
                 continue
             inst.replace_all_uses_with(new)
             changed = True
         if changed:
-            comp.remove_dead(keep=has_side_effect)
+            remove_dead(comp, has_side_effect)
         return changed
 
     # -- helpers ----------------------------------------------------------

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..interpreter import evaluate
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloError, HloInstruction, HloModule
+from .dead_code import remove_dead
 from .pipeline import HloPass
 from .util import has_side_effect, program_computations
 
@@ -45,18 +46,23 @@ class HloConstantFolding(HloPass):
                 inst.replace_all_uses_with(folded)
                 changed = True
             if changed:
-                comp.remove_dead(keep=has_side_effect)
+                remove_dead(comp, has_side_effect)
         return changed
 
     def _foldable(self, inst: HloInstruction) -> bool:
+        # Constant operands first: the test that rules out nearly every
+        # instruction (the tests are independent, their order free).
+        operands = inst.operands
+        if not operands:
+            return False
+        for o in operands:
+            if o.opcode != "constant" or o.literal is None or o.shape.is_tuple:
+                return False
         if inst.opcode in _NOT_FOLDED or has_side_effect(inst) or inst.shape.is_tuple:
             return False
-        if inst.shape.element_type == "token" or not inst.operands:
+        if inst.shape.element_type == "token":
             return False
         if inst.attrs.get(CONTROL_PREDECESSORS):
-            return False
-        if any(o.opcode != "constant" or o.literal is None or o.shape.is_tuple
-               for o in inst.operands):
             return False
         if inst.shape.num_elements > self.max_result_elements:
             return False

@@ -3,11 +3,12 @@ the root, no side effect) and computations nothing calls any more."""
 
 from __future__ import annotations
 
-from ..module import HloModule
+from ..graph import reachable
+from ..module import HloComputation, HloModule
 from .pipeline import HloPass
 from .util import has_side_effect
 
-__all__ = ["HloDCE"]
+__all__ = ["HloDCE", "computation_callees"]
 
 
 class HloDCE(HloPass):
@@ -20,6 +21,43 @@ class HloDCE(HloPass):
         removed = 0
         for comp in module.computations:
             removed += comp.remove_dead(keep=has_side_effect)
-        if self.remove_computations:
+        if self.remove_computations and _has_unreachable_computations(module):
             removed += module.remove_unreachable_computations()
         return removed > 0
+
+
+def _has_unreachable_computations(module: HloModule) -> bool:
+    """Whether `module.remove_unreachable_computations` would drop any
+    computation: the same walk from the ENTRY, through a tighter reading of
+    the called computations (most runs drop none, and the walk reads every
+    instruction's attributes)."""
+    comps = module.computations
+    entry = next((c for c in comps if c.is_entry), None)
+    if entry is None:
+        return False
+    seen = reachable([entry], computation_callees)
+    if len(seen) >= len(comps):
+        ids = {id(c) for c in seen}
+        return any(id(c) not in ids for c in comps)
+    return True
+
+
+# Attribute value types that are neither a computation nor a list (most
+# attributes: metadata, dimensions, names), passed over by their exact type.
+_PLAIN = frozenset({str, int, tuple, dict, bool, float, type(None)})
+
+
+def computation_callees(comp: HloComputation) -> list[HloComputation]:
+    """`hlo.module.callees(comp)`: what `called_computations` reads, for
+    every instruction, without a list per instruction."""
+    out: list[HloComputation] = []
+    for inst in comp.instructions:
+        for value in inst.attrs.values():
+            if value.__class__ in _PLAIN:   # neither a computation nor a list
+                continue
+            if isinstance(value, HloComputation):
+                out.append(value)
+            elif isinstance(value, list) and value and \
+                    all(isinstance(v, HloComputation) for v in value):
+                out.extend(value)
+    return out

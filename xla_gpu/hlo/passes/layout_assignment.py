@@ -276,28 +276,32 @@ class LayoutAssignment(HloPass):
     def _assign(self, comp: HloComputation) -> bool:
         changed = False
         order = comp.post_order()
+        # Which instructions are elementwise, asked once each (the answer
+        # reads opcodes, ranks and element types, which no step here
+        # changes).
+        ew = {id(inst) for inst in order if _is_elementwise(inst)}
         # Layouts elementwise instructions are asked for from above: kept
         # layouts (buffer readers, the root) and dots' operand constraints.
         wanted: dict[int, tuple[int, ...]] = {}
         fixed: set[int] = set()
         for inst in order:
-            if _is_elementwise(inst) and (inst is comp.root or
+            if id(inst) in ew and (inst is comp.root or
                                           any(_reads_buffer(u) for u in inst.users)):
                 fixed.add(id(inst))
         for inst in reversed(order):
             if id(inst) in fixed:
-                self._ask_operands(inst, inst.shape.minor_to_major, wanted, fixed)
+                self._ask_operands(inst, inst.shape.minor_to_major, wanted, fixed, ew)
             elif id(inst) in wanted:
-                self._ask_operands(inst, wanted[id(inst)], wanted, fixed)
+                self._ask_operands(inst, wanted[id(inst)], wanted, fixed, ew)
             if inst.opcode == "dot":
                 for k in range(2):
                     layout = dot_operand_layout(inst, k)
                     if layout is not None:
-                        self._ask_dot_operand(inst, k, layout, wanted, fixed)
+                        self._ask_dot_operand(inst, k, layout, wanted, fixed, ew)
         # Down: each elementwise instruction in the layout it was asked for,
         # else its operands' (the first operand with a real layout).
         for inst in order:
-            if not _is_elementwise(inst) or inst.parent is not comp:
+            if id(inst) not in ew or inst.parent is not comp:
                 continue
             if id(inst) in fixed:
                 layout = inst.shape.minor_to_major
@@ -321,22 +325,25 @@ class LayoutAssignment(HloPass):
         return changed
 
     def _ask_operands(self, inst: HloInstruction, layout: tuple[int, ...],
-                      wanted: dict[int, tuple[int, ...]], fixed: set[int]) -> None:
+                      wanted: dict[int, tuple[int, ...]], fixed: set[int],
+                      ew: set[int]) -> None:
         """Up: an elementwise instruction's operands are asked for its
-        layout; an elementwise operand that only it uses takes it."""
-        if not _is_elementwise(inst):
+        layout; an elementwise operand that only it uses takes it. `ew`:
+        the ids of the elementwise instructions."""
+        if id(inst) not in ew:
             return
         for operand in inst.operands:
-            if _is_elementwise(operand) and id(operand) not in fixed and \
+            if id(operand) in ew and id(operand) not in fixed and \
                     len(operand.users) == 1 and id(operand) not in wanted:
                 wanted[id(operand)] = layout
 
     def _ask_dot_operand(self, dot: HloInstruction, index: int, layout: tuple[int, ...],
-                         wanted: dict[int, tuple[int, ...]], fixed: set[int]) -> None:
+                         wanted: dict[int, tuple[int, ...]], fixed: set[int],
+                         ew: set[int]) -> None:
         """Up from a dot: an elementwise operand only the dot reads is
         computed in the layout the dot needs (no copy between them)."""
         operand = dot.operands[index]
-        if _is_elementwise(operand) and id(operand) not in fixed and \
+        if id(operand) in ew and id(operand) not in fixed and \
                 len(operand.users) == 1:
             wanted.setdefault(id(operand), layout)
 

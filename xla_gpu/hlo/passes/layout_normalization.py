@@ -49,11 +49,20 @@ def _reads_buffer(user: HloInstruction) -> bool:
     return user.opcode in _BUFFER_READERS or is_handler_call(user)
 
 
+# default_layout(rank) for the usual ranks, made once (asked for every
+# instruction, twice per run).
+_DEFAULT_LAYOUTS = tuple(default_layout(rank) for rank in range(9))
+
+
 def _has_default_layout(shape: Shape) -> bool:
-    if shape.is_tuple:
+    if shape.tuple_shapes is not None:
         return all(_has_default_layout(s) for s in shape.tuple_shapes)
-    return shape.layout is None or shape.element_type == "token" or \
-        tuple(shape.layout) == default_layout(shape.rank)
+    layout = shape.layout
+    if layout is None or shape.element_type == "token":
+        return True
+    rank = len(shape.dims)
+    default = _DEFAULT_LAYOUTS[rank] if rank < len(_DEFAULT_LAYOUTS) else default_layout(rank)
+    return (layout if layout.__class__ is tuple else tuple(layout)) == default
 
 
 def _physical(shape: Shape) -> Shape:

@@ -5,6 +5,7 @@ elements."""
 from __future__ import annotations
 
 from ..module import HloModule
+from .dead_code import remove_dead
 from .pipeline import HloPass
 from .util import program_computations, program_instructions, same_shape
 
@@ -39,5 +40,5 @@ class TupleSimplifier(HloPass):
                     changed = True
         if changed:
             for comp in program_computations(module):
-                comp.remove_dead()
+                remove_dead(comp)
         return changed
