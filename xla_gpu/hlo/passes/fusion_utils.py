@@ -31,7 +31,8 @@ from ..shape import Shape
 from .util import is_effective_scalar
 
 __all__ = ["FUSIBLE_OPCODES", "create_fusion", "fuse_producer", "absorb_consumer",
-           "merge_fusions", "build_merged_body",
+           "merge_fusions", "build_merged_body", "merged_first_outputs",
+           "TrialMerge", "trial_merge",
            "fusion_roots", "body_acceptable", "BodyInfo", "is_fusible",
            "fusion_kind_for", "hero_names", "release_trial"]
 
@@ -487,8 +488,25 @@ def _fusion_outputs(inst: HloInstruction, result: HloInstruction) -> list[HloIns
     return [result]
 
 
+def merged_first_outputs(first: HloInstruction, second: HloInstruction,
+                         first_multi: bool) -> list[int]:
+    """The numbers of `first`'s outputs that a merge of `first` and
+    `second` keeps (in order): those read elsewhere than by `second`.
+    `first_multi`: whether first has several outputs (a tuple)."""
+    comp = first.parent
+    first_users = [u for u in first.users if u is not second]
+    if first_multi:
+        return sorted({u.attrs["index"] for u in first_users
+                       if u.opcode == "get-tuple-element" and
+                       (any(x is not second for x in u.users) or u is comp.root)})
+    if first_users or first is comp.root:
+        return [0]
+    return []
+
+
 def build_merged_body(body: HloComputation, first: HloInstruction, second: HloInstruction,
-                      value_of: Callable[[HloInstruction], HloInstruction]
+                      value_of: Callable[[HloInstruction], HloInstruction],
+                      made: list[HloInstruction] | None = None
                       ) -> tuple[list[int], list[HloInstruction], bool]:
     """Inlines `first` and then `second` (which may read first's outputs)
     into `body`, other operands through `value_of` (their value in the
@@ -496,8 +514,8 @@ def build_merged_body(body: HloComputation, first: HloInstruction, second: HloIn
     elsewhere than `second`, then all of second's (a tuple when more than
     one); what is dead afterwards (the inlined bodies' root tuples) is
     removed. Returns (the numbers of first's kept outputs, the outputs,
-    whether first has several outputs)."""
-    comp = first.parent
+    whether first has several outputs); `made`, when given, gets every
+    instruction added to the body, in order (the dead ones included)."""
     first_result = _inline_into(body, first, [value_of(o) for o in first.operands])
     first_outputs = _fusion_outputs(first, first_result)
     second_values = []
@@ -509,50 +527,109 @@ def build_merged_body(body: HloComputation, first: HloInstruction, second: HloIn
         else:
             second_values.append(value_of(o))
     second_outputs = _fusion_outputs(second, _inline_into(body, second, second_values))
-    first_users = [u for u in first.users if u is not second]
     first_multi = len(first_outputs) > 1 or first.shape.is_tuple
-    kept: list[int] = []
-    if first_multi:
-        kept = sorted({u.attrs["index"] for u in first_users
-                       if u.opcode == "get-tuple-element" and
-                       (any(x is not second for x in u.users) or u is comp.root)})
-    elif first_users or first is comp.root:
-        kept = [0]
+    kept = merged_first_outputs(first, second, first_multi)
     outputs = [first_outputs[k] for k in kept] + second_outputs
     if len(outputs) == 1:
         root = outputs[0]
     else:
-        root = body.add("tuple", Shape("", (), None, tuple(o.shape for o in outputs)), outputs)
+        shape = Shape("", (), None, tuple(o.shape for o in outputs))
+        if body.module is None:
+            # A trial body: its names do not matter (`_adopt_trial` gives
+            # them), so none is made unique.
+            root = body.add_instruction(HloInstruction.create("tuple", shape, outputs),
+                                        keep_name=True)
+        else:
+            root = body.add("tuple", shape, outputs)
     body.set_root(root)
+    if made is not None:
+        made.extend(body._instructions)
     body.remove_dead()
     return kept, outputs, first_multi
 
 
+class TrialMerge:
+    """The body a merge would have, built detached (`trial_merge`) for the
+    passes to analyse before they decide. Of two fusions, it is what
+    `merge_fusions` would build but for the names, which
+    `merge_fusions(..., trial=...)` gives it (adopting it) in the order the
+    build would have: a merge they decide on need not be built again."""
+
+    __slots__ = ("first", "second", "body", "operands", "kept", "outputs", "first_multi",
+                 "made", "tuple_root")
+
+    def __init__(self, first: HloInstruction, second: HloInstruction):
+        self.first, self.second = first, second
+        body = self.body = HloComputation("fused_computation")
+        operands: list[HloInstruction] = []
+        params: dict[int, HloInstruction] = {}
+
+        def value_of(o: HloInstruction) -> HloInstruction:
+            # `merge_fusions`'s value_of: a parameter numbered (and named)
+            # as it numbers them, or a clone of a scalar constant.
+            v = params.get(id(o))
+            if v is None:
+                if o.opcode == "constant" and is_effective_scalar(o.shape):
+                    v = body.add_instruction(o.clone_with([]), keep_name=True)
+                else:
+                    number = len(operands)
+                    v = body.add_instruction(HloInstruction.create_parameter(
+                        number, o.shape, f"param_{number}"), keep_name=True)
+                    operands.append(o)
+                params[id(o)] = v
+            return v
+
+        self.made: list[HloInstruction] = []
+        self.kept, self.outputs, self.first_multi = build_merged_body(
+            body, first, second, value_of, self.made)
+        self.operands = operands
+        self.tuple_root = body.root if len(self.outputs) > 1 else None
+
+    def release(self) -> None:
+        """Drops the body (`release_trial`), when no merge adopts it."""
+        release_trial(self.body)
+
+
+def trial_merge(first: HloInstruction, second: HloInstruction) -> TrialMerge:
+    """The detached body of a merge of `first` and `second` (either may be
+    a lone instruction), as `merge_fusions` orders its outputs."""
+    return TrialMerge(first, second)
+
+
+def _adopt_trial(trial: TrialMerge, module: HloModule) -> HloComputation:
+    """The trial's body, made the merged body `merge_fusions` would build:
+    each instruction named as that build names it, in the order it does
+    (parameters `param_N`, the root tuple `tuple`, the rest after what
+    they copy), and the names of those it then drops as dead given back."""
+    body = trial.body
+    body.module = module
+    unique_name = module.unique_name
+    tuple_root = trial.tuple_root
+    for inst in trial.made:
+        inst.name = unique_name("tuple" if inst is tuple_root else inst.name)
+    for inst in trial.made:
+        if inst.parent is not body:
+            module.release_name(inst.name)
+    return body
+
+
 def merge_fusions(first: HloInstruction, second: HloInstruction,
-                  name: str = "fusion") -> HloInstruction:
+                  name: str = "fusion", trial: TrialMerge | None = None) -> HloInstruction:
     """Merges two fusions of one computation into one multi-output fusion
     (`second` may read `first`: a producer-consumer multi-output fusion).
     Outputs: first's (kept only where read by others than `second`), then
     second's. Users are rewired through get-tuple-element; returns the new
-    fusion."""
+    fusion. `trial`: the `trial_merge` of the two, as they are now, whose
+    body becomes the merged one (the result is the same)."""
     comp = first.parent
     module = _module_of(comp)
-    body = HloComputation("fused_computation")
-    body.module = module
-    operands: list[HloInstruction] = []
-    params: dict[int, HloInstruction] = {}
-
-    def value_of(o: HloInstruction) -> HloInstruction:
-        if id(o) in params:
-            return params[id(o)]
-        if o.opcode == "constant" and is_effective_scalar(o.shape):
-            params[id(o)] = body.add_instruction(o.clone_with([]))
-        else:
-            params[id(o)] = _new_parameter(body, len(operands), o.shape)
-            operands.append(o)
-        return params[id(o)]
-
-    kept_first, outputs, first_multi = build_merged_body(body, first, second, value_of)
+    if trial is None:
+        trial = TrialMerge(first, second)
+    elif trial.first is not first or trial.second is not second:
+        raise first.error("internal: the trial body is another merge's")
+    body = _adopt_trial(trial, module)
+    operands = trial.operands
+    kept_first, outputs, first_multi = trial.kept, trial.outputs, trial.first_multi
     second_outputs = outputs[len(kept_first):]
     root = body.root
     module.add_computation(body, before=comp)

@@ -14,14 +14,31 @@ and only happens where the emitters accept the merged body: a reduction
 fusion takes side outputs shaped like its input and other reductions of the
 same shape, a loop fusion outputs of one shape (XLA's
 ShapesCompatibleForMultiOutputFusion).
+
+The pass merges one pair per round; most of what a round would ask was
+answered in an earlier one. Refused pairs stay refused; the scans look
+again only at the instructions a merge touched (`_merge` says which); most
+refusals are told from the two instructions' outputs and heroes, without
+a trial body (`_surely_refused`); an accepted trial body becomes the merged
+fusion's body (`merge_fusions(..., trial=...)`); and the order after a
+merge is made where it changed (`_sorted_after_merge`).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
+from itertools import compress, count
+from math import inf
+from operator import is_not
+
+from ...analysis.fusion import CARRYING_OPCODES, HERO_OPCODES, find_hero
+from ...analysis.transpose import is_tiled_transpose
+from ..fusions import ELEMENTWISE_OPCODES
+from ..graph import post_order
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
-from .fusion_utils import (body_acceptable, build_merged_body, create_fusion,
+from .fusion_utils import (BodyInfo, TrialMerge, body_acceptable, create_fusion,
                            fusion_kind_for, fusion_roots, is_fusible, merge_fusions,
-                           release_trial)
+                           merged_first_outputs, release_trial, trial_merge)
 from .priority_fusion import FusionPass
 from .util import byte_size, is_effective_scalar
 
@@ -35,45 +52,57 @@ class ReachabilityMap:
 
     A row depends only on the instructions before it, so after a rewrite
     that left the first `unchanged` instructions of the order as they were
-    (`reorder`), only the rows after them are built again, and only when a
-    question needs them."""
+    (`reorder`), only the rows after them are built again, and only as far
+    as a question needs them (the row of the later of the two asked
+    about): most questions are about pairs near the head of what changed."""
 
     def __init__(self, order: list[HloInstruction]):
-        self._order = order
+        self._order: list[HloInstruction] = []
         self._position: dict[int, int] = {}
         self._ancestors: list[int] = []
+        self._by_name: dict[str, HloInstruction] | None = None
+        self.reorder(order, 0)
 
     def reorder(self, order: list[HloInstruction], unchanged: int) -> None:
         """The computation's new order, whose first `unchanged`
         instructions (and what they depend on) are as before."""
         self._order = order
         del self._ancestors[unchanged:]
+        self._by_name = None
+        # Every position from the first change on (the ones before are
+        # those of the same instructions): questions name any instruction.
+        self._position.update(zip(map(id, order[unchanged:]), range(unchanged, len(order))))
 
-    def _build(self) -> None:
+    def position(self, inst: HloInstruction) -> int:
+        """Where `inst` is in the current order."""
+        return self._position[id(inst)]
+
+    def _build(self, last: int) -> None:
         order, position, ancestors = self._order, self._position, self._ancestors
-        by_name: dict[str, HloInstruction] | None = None
-        for k in range(len(ancestors), len(order)):
+        for k in range(len(ancestors), last + 1):
             inst = order[k]
-            position[id(inst)] = k
             bits = 1 << k
             for o in inst.operands:
                 bits |= ancestors[position[id(o)]]
             preds = inst.attrs.get(CONTROL_PREDECESSORS)
             if preds:
-                if by_name is None:
-                    by_name = {i.name: i for i in order}
+                if self._by_name is None:
+                    self._by_name = {i.name: i for i in order}
                 for name in preds:
-                    pred = by_name.get(name)
+                    pred = self._by_name.get(name)
                     if pred is not None:
                         bits |= ancestors[position[id(pred)]]
             ancestors.append(bits)
 
     def depends(self, a: HloInstruction, b: HloInstruction) -> bool:
         """Whether `a` (transitively) reads `b`."""
-        if len(self._ancestors) < len(self._order):
-            self._build()
         position = self._position
-        return bool(self._ancestors[position[id(a)]] >> position[id(b)] & 1)
+        pa, pb = position[id(a)], position[id(b)]
+        if pb > pa:
+            return False   # the order puts what a reads before a
+        if len(self._ancestors) <= pa:
+            self._build(pa)
+        return bool(self._ancestors[pa] >> pb & 1)
 
 
 _NOT_CANDIDATES = frozenset({"parameter", "constant", "tuple", "get-tuple-element",
@@ -97,22 +126,191 @@ def _is_mergeable_fusion(inst: HloInstruction) -> bool:
     return True
 
 
+# The emitters whose bodies may have outputs of several shapes (the
+# reduction emitter's reductions and side outputs), or that only an op of
+# these can call for (`choose_emitter`: a scatter or reduce hero, a tiled
+# transpose, a dot's epilogue, a sort, top-k or convolution root). A body
+# with none of them gets a loop-like emitter (loop, concatenate, input
+# slices, in-place dynamic-update-slice), or none.
+_EMITTER_OPCODES = frozenset({"reduce", "scatter", "transpose", "dot", "sort", "topk",
+                              "convolution", "custom-call"})
+_LOOP_LIKE = ("loop", "concatenate", "input_slices", "in_place_dynamic_update_slice")
+
+
+class _Side:
+    """What the verdict on a merge reads of one of the two instructions
+    that the instruction alone says (kept while it exists): its outputs
+    (as `build_merged_body` numbers them) and their heroes, the opcodes in
+    it, whether its body has dead code (which the merged body drops, so
+    that what remains has fewer users), and per output the parameters
+    that `find_hero`'s walk from it looks at (`_hero_walk`)."""
+
+    __slots__ = ("inst", "roots", "heroes", "opcodes", "clean", "looked")
+
+    def __init__(self, inst: HloInstruction):
+        self.inst = inst
+        if inst.opcode != "fusion":
+            # Its clone is its own hero: `find_hero` stops at once there, or
+            # at the next operand, a parameter or a cloned constant (having
+            # looked at all of them).
+            self.roots, self.heroes = [inst], [inst]
+            self.looked = [frozenset(range(len(inst.operands)))]
+            self.opcodes = frozenset((inst.opcode,))
+            self.clean = True
+            return
+        body = inst.attrs["calls"]
+        root = body.root
+        self.roots = fusion_roots(body)
+        self.heroes, self.looked = [], []
+        for r in self.roots:
+            hero, looked = _hero_walk(r)
+            if hero is not find_hero(r):
+                hero = None   # (not the walk `_hero_walk` follows: not known)
+            self.heroes.append(hero)
+            self.looked.append(looked)
+        opcodes = set()
+        clean = True
+        for i in body._instructions:
+            opcodes.add(i.opcode)
+            # Each instruction but the root and the parameters read: all
+            # lead to the root (the body has no cycle).
+            if not i.users and i is not root and i.opcode != "parameter":
+                clean = False
+        self.opcodes = frozenset(opcodes)
+        self.clean = clean
+
+
+def _hero_walk(root: HloInstruction) -> tuple[HloInstruction, frozenset[int]]:
+    """`find_hero(root)`'s walk, and the numbers of the parameters it
+    looks at on the way: as an operand of an op it passes (its opcode,
+    whether it is trivial, how many users it has) or below such an
+    operand's broadcasts (whether that is trivial). In a body where those
+    parameters (and what the ops passed read otherwise) are the same, the
+    walk ends at the same hero."""
+    looked: set[int] = set()
+
+    def look(o: HloInstruction) -> None:
+        while o.opcode == "broadcast":
+            o = o.operands[0]
+        if o.opcode == "parameter":
+            looked.add(o.parameter_number)
+
+    if root.opcode == "get-tuple-element":
+        look(root.operands[0])
+        if root.operands[0].opcode == "reduce":
+            return root.operands[0], frozenset(looked)
+    cur = root
+    while cur.opcode not in HERO_OPCODES:
+        if cur.opcode not in CARRYING_OPCODES and cur.opcode not in ELEMENTWISE_OPCODES:
+            return root, frozenset(looked)
+        for o in cur.operands:
+            look(o)
+        live = list(dict.fromkeys(o for o in cur.operands if not _trivial_in_body(o)))
+        if len(live) != 1 or live[0].opcode == "parameter" or \
+                not (len(live[0].users) == 1 or live[0].opcode in HERO_OPCODES):
+            return root, frozenset(looked)
+        cur = live[0]
+    return cur, frozenset(looked)
+
+
+def _trivial_in_body(inst: HloInstruction) -> bool:
+    """What `find_hero` passes over as an operand: a constant, or a
+    broadcast of one or of a scalar."""
+    while inst.opcode == "broadcast":
+        if inst.operands[0].shape.rank == 0:
+            return True
+        inst = inst.operands[0]
+    return inst.opcode == "constant"
+
+
+def _surely_refused(first_side: _Side, second_side: _Side) -> bool:
+    """Whether the merged body of `first` and `second` (their `_Side`s)
+    is sure to be refused by `_shapes_compatible`, told without building
+    it. True only where the rule is certain; False means: build the trial.
+
+    The merged body's outputs are known (`merged_first_outputs`), and so
+    are the heroes of most of them: an output's hero in the merged body is
+    its hero in its own body wherever `find_hero`'s walk sees the same
+    there, i.e. the same operands and users along the way. Cloning keeps
+    both, except where the merge changes them: the body's dead code is
+    dropped, first's outputs lose its root tuple as a user (they keep one
+    where the merged body outputs them or second reads them), and second's
+    parameters that read first become first's outputs. From the heroes
+    (and the opcodes when some hero is not known), the emitter:
+
+    * a scatter hero among several outputs: the scatter emitter, which
+      takes one output only;
+    * a reduce hero: the reduction emitter (or, where a hero not known is
+      a scatter, the scatter emitter again), whose reductions must reduce
+      one shape the same way and whose other outputs must have that shape;
+    * neither, and no op that calls for another emitter: a loop-like one,
+      whose outputs must all have one shape."""
+    first, second = first_side.inst, second_side.inst
+    for side in (first, second):
+        # A fusion's scalar constant operand is cloned into the merged body
+        # as a constant, no longer a parameter: trivial to the walks. (A
+        # lone instruction is its own hero whatever its operands.)
+        if side.opcode == "fusion" and \
+                any(o.opcode == "constant" and is_effective_scalar(o.shape) for o in side.operands):
+            return False
+    if any(r.shape.is_tuple for r in (*first_side.roots, *second_side.roots)):
+        return False
+    first_multi = len(first_side.roots) > 1 or first.shape.is_tuple
+    kept = merged_first_outputs(first, second, first_multi)
+    read = set(kept)   # first's outputs with a reader in the merged body
+    mapped: set[int] = set()   # second's operands that are first's outputs
+    first_known = first_side.clean
+    for k, o in enumerate(second.operands):
+        if o is first:
+            mapped.add(k)
+            read.add(0)
+            first_known = first_known and not first_multi
+        elif o.opcode == "get-tuple-element" and o.operands[0] is first:
+            mapped.add(k)
+            read.add(o.attrs["index"])
+    if first_multi and len(read) != len(first_side.roots):
+        first_known = False
+    roots = [first_side.roots[k] for k in kept] + second_side.roots
+    heroes: list[HloInstruction | None] = \
+        [first_side.heroes[k] if first_known else None for k in kept]
+    for hero, looked in zip(second_side.heroes, second_side.looked):
+        if not second_side.clean or looked & mapped:
+            hero = None
+        heroes.append(hero)
+    known = [h for h in heroes if h is not None]
+    several = len(roots) > 1
+    if several and any(h.opcode == "scatter" for h in known):
+        return True
+    first_reduce = next((k for k, h in enumerate(heroes)
+                         if h is not None and h.opcode == "reduce"), None)
+    if first_reduce is not None:
+        if any(h is None for h in heroes[:first_reduce]):
+            return False   # the first reduction, whose shape the rest follow, unknown
+        reduce = heroes[first_reduce]
+        dims = reduce.operands[0].shape.dims
+        reduced = sorted(reduce.attrs["dimensions"])
+        for r, h in zip(roots, heroes):
+            if h is None:
+                continue
+            if h.opcode == "reduce":
+                if h.operands[0].shape.dims != dims or sorted(h.attrs["dimensions"]) != reduced:
+                    return True
+            elif r.shape.dims != dims:
+                return True
+        return False
+    opcodes = first_side.opcodes | second_side.opcodes
+    if len(known) < len(heroes) or not several:
+        if opcodes & _EMITTER_OPCODES:
+            return False
+    elif "dot" in opcodes or any(h.opcode == "transpose" and is_tiled_transpose(h)
+                                 for h in known):
+        return False
+    return len({tuple(r.shape.dims) for r in roots}) > 1
+
+
 def _trial(first: HloInstruction, second: HloInstruction) -> HloComputation:
     """The merged body (detached), outputs as `merge_fusions` orders them."""
-    body = HloComputation("trial")
-    params: dict[int, HloInstruction] = {}
-
-    def value_of(o):
-        if id(o) not in params:
-            if o.opcode == "constant" and is_effective_scalar(o.shape):
-                params[id(o)] = body.add_instruction(o.clone_with([]), keep_name=True)
-            else:
-                p = HloInstruction.create_parameter(len(params), o.shape, f"p{len(params)}")
-                params[id(o)] = body.add_instruction(p, keep_name=True)
-        return params[id(o)]
-
-    build_merged_body(body, first, second, value_of)
-    return body
+    return trial_merge(first, second).body
 
 
 def _merge_acceptable(first: HloInstruction, second: HloInstruction) -> bool:
@@ -123,16 +321,18 @@ def _merge_acceptable(first: HloInstruction, second: HloInstruction) -> bool:
     return ok
 
 
-def _shapes_compatible(body: HloComputation) -> bool:
-    """The emitter takes the merged body (`body_acceptable`) and its roots
-    share one loop shape (XLA's ShapesCompatibleForMultiOutputFusion): the
-    outputs of a loop-like fusion one shape; a reduction fusion's reduces
-    one input shape and reduced dimensions, its side outputs that shape."""
-    info = body_acceptable(body)
+def _shapes_compatible(body: HloComputation, info: BodyInfo | None = None) -> bool:
+    """The emitter takes the merged body (`body_acceptable`, or `info`
+    when that is known) and its roots share one loop shape (XLA's
+    ShapesCompatibleForMultiOutputFusion): the outputs of a loop-like
+    fusion one shape; a reduction fusion's reduces one input shape and
+    reduced dimensions, its side outputs that shape."""
+    if info is None:
+        info = body_acceptable(body)
     if not info.ok:
         return False
     roots = fusion_roots(body)
-    if info.kind in ("loop", "concatenate", "input_slices", "in_place_dynamic_update_slice"):
+    if info.kind in _LOOP_LIKE:
         dims = {tuple(r.shape.dims) for r in roots}
         return len(dims) == 1
     if info.kind == "reduction":
@@ -160,11 +360,26 @@ class MultiOutputFusion(FusionPass):
         # reachability of its instructions.
         self._scanned: list[HloInstruction] = []
         self._reach = ReachabilityMap([])
-        # Per shared operand, its users (in order) when a round last found
-        # every pair of the mergeable ones refused: the same users again
-        # mean the same pairs, all still refused.
-        self._siblings_refused: dict[int, tuple[HloInstruction, list[HloInstruction]]] = {}
-        self._trivial: dict[int, tuple[HloInstruction, bool]] = {}
+        # Per operand: None when it is trivial (`_trivial_operand`), else
+        # its users (in order) when a round last found every pair of the
+        # mergeable ones refused, the users of the tuple-shaped ones among
+        # them then, and the ids of the mergeable ones.
+        self._siblings: dict[int, tuple] = {}
+        # `_is_mergeable_fusion` per instruction (see `_is_mergeable`).
+        self._mergeable: dict[int, tuple] = {}
+        # Per consumer a round found no producer to merge with: its
+        # operands and users then, and the producers it was not tried with
+        # only because they had no other user, with their users then.
+        self._consumer_settled: dict[int, tuple] = {}
+        self._sides: dict[int, _Side] = {}
+        # The instructions the producer-consumer scan (as consumers) and
+        # the sibling scan (as shared operands) must look at again: those
+        # never looked at, not settled, or changed by a merge since (see
+        # `_merge`); the others' settled answers hold.
+        self._consumers_pending: set[int] = set(map(id, comp.instructions))
+        self._shared_pending: set[int] = set(self._consumers_pending)
+        # The trial body (and its BodyInfo) of the pair last accepted.
+        self._accepted: tuple[TrialMerge, BodyInfo] | None = None
         changed = False
         while self._one_merge(comp):
             changed = True
@@ -177,6 +392,28 @@ class MultiOutputFusion(FusionPass):
         return size <= self.max_fusion_instructions and \
             operands + outputs <= self.max_operands
 
+    def _side(self, inst: HloInstruction) -> _Side:
+        side = self._sides.get(id(inst))
+        if side is None or side.inst is not inst:
+            side = self._sides[id(inst)] = _Side(inst)
+        return side
+
+    def _acceptable(self, first: HloInstruction, second: HloInstruction) -> bool:
+        """`_merge_acceptable`, without a trial body where the merge is
+        sure to be refused (most pairs the pass asks about). An accepted
+        trial of two fusions is kept for `_merge` to adopt (`merge_fusions`
+        builds the same body again otherwise)."""
+        if _surely_refused(self._side(first), self._side(second)):
+            return False
+        trial = trial_merge(first, second)
+        info = body_acceptable(trial.body)
+        ok = _shapes_compatible(trial.body, info)
+        if ok and first.opcode == "fusion" and second.opcode == "fusion":
+            self._accepted = (trial, info)
+        else:
+            trial.release()
+        return ok
+
     def _merge(self, first: HloInstruction, second: HloInstruction) -> None:
         comp = first.parent
         # The round sorted the computation and nothing changed since: the
@@ -185,20 +422,86 @@ class MultiOutputFusion(FusionPass):
         # in order for the next round's sort.
         insts = comp._instructions
         ordered = not comp._unordered
-        unchanged = min(insts.index(first), insts.index(second)) if ordered else 0
-        # (the list keeps those instructions alive: no new one takes an id)
-        alive = list(insts) if ordered else None
-        before = set(map(id, alive)) if ordered else None
-        if first.opcode != "fusion":
-            first = create_fusion(first)
-        if second.opcode != "fusion":
-            second = create_fusion(second)
-        fusion = merge_fusions(first, second)
-        fusion.attrs["kind"] = fusion_kind_for(body_acceptable(fusion.attrs["calls"]))
+        alive = before = reader = None
+        # The merge removes the two and their get-tuple-elements, appends
+        # the new instructions and rewires the readers of the removed ones
+        # to them; the operands of the two get the new fusion as a user in
+        # their place. Nothing else changes.
+        gtes = [u for x in (first, second) for u in x.users if u.opcode == "get-tuple-element"]
+        removed = {id(first), id(second), *map(id, gtes)}
+        readers = [u for x in (first, second, *gtes) for u in x.users if id(u) not in removed]
+        touched = [*first.operands, *second.operands, *readers]
+        if ordered:
+            position = self._reach.position
+            unchanged = min(position(first), position(second))
+            if comp.has_control_edges():
+                # (the list keeps those instructions alive: no new one
+                # takes an id)
+                alive = list(insts)
+                before = set(map(id, alive))
+            else:
+                # The first of the readers (in the order, which the
+                # removals keep) is where the order may have changed; its
+                # index then is its position less the removed instructions
+                # before it.
+                if readers:
+                    reader = min(readers, key=position)
+                    at = position(reader)
+                    removed_at = sorted(position(x) for x in (first, second, *gtes))
+                    reader_index = at - bisect_left(removed_at, at)
+                    kept = len(insts) - len(removed_at)
+        else:
+            unchanged = 0
+        accepted, self._accepted = self._accepted, None
+        if accepted is not None and accepted[0].first is first and accepted[0].second is second:
+            # The round's trial of this pair, nothing changed since: its
+            # body is the merged one.
+            trial, info = accepted
+            fusion = merge_fusions(first, second, trial=trial)
+        else:
+            if first.opcode != "fusion":
+                first = create_fusion(first)
+            if second.opcode != "fusion":
+                second = create_fusion(second)
+            fusion = merge_fusions(first, second)
+            info = body_acceptable(fusion.attrs["calls"])
+        fusion.attrs["kind"] = fusion_kind_for(info)
+        new = [fusion, *fusion.users]   # its get-tuple-elements, and what reads those
+        new += [u for g in fusion.users for u in g.users]
+        for pending in (self._consumers_pending, self._shared_pending):
+            pending.update(map(id, touched))
+            pending.update(map(id, new))
         if before is not None:
             unchanged = max(unchanged, _first_reader_of_new(comp, before))
+        elif reader is not None and reader_index < len(comp._instructions) and \
+                comp._instructions[reader_index] is reader:
+            unchanged = max(unchanged, reader_index)
+            # The sort would keep everything but the new instructions and
+            # what the readers' walks move (`_sorted_after_merge`): done
+            # here, where only those places need looking at.
+            order = _sorted_after_merge(comp._instructions, kept, readers, removed_at,
+                                        self._reach._position, fusion)
+            if order is not None:
+                comp.instructions = order
+                unchanged = len(order)
         del alive
         comp._keep_order_before(unchanged)
+
+    def _is_mergeable(self, inst: HloInstruction) -> bool:
+        """`_is_mergeable_fusion(inst)`, asked once while its answer holds:
+        for as long as `inst` exists, or (a tuple-shaped fusion, whose
+        answer reads its users) while its users are the same."""
+        known = self._mergeable.get(id(inst))
+        if known is not None and known[0] is inst and \
+                (known[2] is None or known[2] == inst.users):
+            return known[1]
+        flag = _is_mergeable_fusion(inst)
+        if inst.shape.is_tuple:
+            users = list(inst.users) if inst.opcode == "fusion" else None
+            self._mergeable[id(inst)] = (inst, flag, users)
+        elif _fixed(inst):
+            self._mergeable[id(inst)] = (inst, flag, None)
+        return flag
 
     def _one_merge(self, comp: HloComputation) -> bool:
         """Finds and performs one merge (producer-consumer first, then
@@ -218,71 +521,192 @@ class MultiOutputFusion(FusionPass):
         self._scanned = list(insts)   # the computation mutates its own list
         reach = self._reach
         reach.reorder(insts, unchanged)
-        classified: dict[int, bool] = {}
-
-        def mergeable(inst: HloInstruction) -> bool:
-            # Nothing changes until the merge that ends the round.
-            flag = classified.get(id(inst))
-            if flag is None:
-                flag = classified[id(inst)] = _is_mergeable_fusion(inst)
-            return flag
-
+        mergeable = self._is_mergeable
+        refused = self._refused
+        settled = self._consumer_settled
         # Producer-consumer: a fusion with other users fused into a
         # consumer fusion as an extra output.
-        for consumer in insts[unchanged:]:
-            if not mergeable(consumer):
+        tail = insts[unchanged:]
+        pending = self._consumers_pending
+        for consumer in compress(tail, map(pending.__contains__, map(id, tail))):
+            known = settled.get(id(consumer))
+            if known is not None and known[0] is consumer and known[1] == consumer.operands \
+                    and (known[2] is None or known[2] == consumer.users) and \
+                    (not known[3] or all(p.users == users for p, users in known[3])):
+                pending.discard(id(consumer))
                 continue
-            for producer in dict.fromkeys(consumer.operands):
-                if not mergeable(producer) or producer.shape.is_tuple:
-                    continue
-                # Most pairs a round meets were refused in an earlier one:
-                # asked first.
-                key = (id(producer), id(consumer))
-                if key in self._refused:
-                    continue
-                if not any(u is not consumer for u in producer.users):
-                    continue   # no other user: PriorityFusion's case
-                if any(reach.depends(o, producer) for o in consumer.operands
-                       if o is not producer) or not self._fits(producer, consumer) or \
-                        not _merge_acceptable(producer, consumer):
-                    self._refused[key] = (producer, consumer)
-                    continue
-                self._merge(producer, consumer)
-                return True
+            lonely = []   # producers whose only user is the consumer
+            if mergeable(consumer):
+                for producer in dict.fromkeys(consumer.operands):
+                    if not mergeable(producer) or producer.shape.is_tuple:
+                        continue
+                    # Most pairs a round meets were refused in an earlier
+                    # one: asked first.
+                    key = (id(producer), id(consumer))
+                    if key in refused:
+                        continue
+                    if not any(u is not consumer for u in producer.users):
+                        lonely.append((producer, list(producer.users)))
+                        continue   # no other user: PriorityFusion's case
+                    if any(reach.depends(o, producer) for o in consumer.operands
+                           if o is not producer) or not self._fits(producer, consumer) or \
+                            not self._acceptable(producer, consumer):
+                        refused[key] = (producer, consumer)
+                        continue
+                    self._merge(producer, consumer)
+                    return True
+            # Nothing to merge with: the same again while what the answer
+            # read is the same (its operands; a tuple-shaped one's users,
+            # which say whether it is mergeable; the users of its lone
+            # producers; the other pairs are refused for good), unless an
+            # instruction with control predecessors may become mergeable.
+            if _fixed(consumer) and all(_fixed(o) for o in consumer.operands):
+                settled[id(consumer)] = (consumer, list(consumer.operands),
+                                         list(consumer.users) if consumer.shape.is_tuple
+                                         else None, lonely)
+                pending.discard(id(consumer))
         # Siblings: fusions reading the same non-trivial operand.
-        trivial = self._trivial
-        for shared in insts:
-            # Whether an operand is trivial (its shape and opcode) does not
-            # change while it exists: asked once per instruction, not once
-            # per round.
-            known = trivial.get(id(shared))
-            if known is None or known[0] is not shared:
-                known = trivial[id(shared)] = (shared, _trivial_operand(shared))
-            if known[1]:
+        siblings = self._siblings
+        pending = self._shared_pending
+        for shared in compress(insts, map(pending.__contains__, map(id, insts))):
+            known = siblings.get(id(shared))
+            if known is not None and known[0] is shared:
+                # (trivial: its shape and opcode stay; else list equality:
+                # the same instructions, compared by identity)
+                if known[1] is None or known[1] == shared.users and \
+                        (not known[2] or all(u.users == users for u, users in known[2])):
+                    pending.discard(id(shared))
+                    continue
+            elif _trivial_operand(shared):
+                siblings[id(shared)] = (shared, None, (), ())
+                pending.discard(id(shared))
                 continue
             readers = shared.users
-            seen = self._siblings_refused.get(id(shared))
-            # (list equality: the same instructions, compared by identity)
-            if seen is not None and seen[0] is shared and seen[1] == readers:
-                continue
             users = [u for u in dict.fromkeys(readers) if mergeable(u)]
+            # The pairs of the mergeable readers of the last time all were
+            # refused are refused still (in the same order: users lists
+            # only lose and append users): only pairs with another one
+            # are asked about.
+            before = known[3] if known is not None and known[0] is shared and \
+                known[1] is not None else ()
             for i, a in enumerate(users):
-                for b in users[i + 1:]:
+                later = users[i + 1:]
+                if id(a) in before:
+                    later = [b for b in later if id(b) not in before]
+                for b in later:
                     key = (id(a), id(b))
-                    if key in self._refused:
+                    if key in refused:
                         continue
                     if reach.depends(a, b) or reach.depends(b, a) or \
-                            not self._fits(a, b) or not _merge_acceptable(a, b):
-                        self._refused[key] = (a, b)
+                            not self._fits(a, b) or not self._acceptable(a, b):
+                        refused[key] = (a, b)
                         continue
                     self._merge(a, b)
                     return True
-            # Whether an array-shaped instruction is mergeable does not
-            # change while it exists (a tuple-shaped fusion's depends on its
-            # readers), so these readers give the same, refused, pairs.
-            if not any(u.shape.is_tuple for u in readers):
-                self._siblings_refused[id(shared)] = (shared, list(readers))
+            # Every pair refused: the same readers give the same pairs,
+            # all still refused. Whether an array-shaped instruction is
+            # mergeable does not change while it exists; a tuple-shaped
+            # fusion's reads its users, so those are kept too (and nothing
+            # is kept while an instruction with control predecessors among
+            # them may become mergeable).
+            tuples = [(u, list(u.users)) for u in dict.fromkeys(readers) if u.shape.is_tuple]
+            if not tuples or all(_fixed(u) for u in readers):
+                siblings[id(shared)] = (shared, list(readers), tuples, set(map(id, users)))
+                pending.discard(id(shared))
         return False
+
+
+def _fixed(inst: HloInstruction) -> bool:
+    """Whether `_is_mergeable_fusion(inst)` can only change with the users
+    of `inst`: a fusion's reads its kind, body and users; another
+    instruction's also whether it has control predecessors, which one
+    without any never gets (merges only move existing ones) but one with
+    some may lose (when the instruction they name is removed)."""
+    return inst.opcode == "fusion" or not inst.attrs.get(CONTROL_PREDECESSORS)
+
+
+def _sorted_after_merge(insts: list[HloInstruction], kept: int,
+                        readers: list[HloInstruction], removed_at: list[int],
+                        positions: dict[int, int],
+                        fusion: HloInstruction) -> list[HloInstruction] | None:
+    """The order the computation's sort (`HloComputation._restore_order`,
+    its stable topological sort) gives `insts`, the list a merge left in a
+    computation without control edges that was in order: its first `kept`
+    instructions the ones from before in their order (`positions` there,
+    less the removed ones at `removed_at` before them), then the merge's
+    new ones (the fusion first); `readers`, the old instructions that now
+    read new ones. The sort keeps an old instruction where it is unless a
+    walk moved it (its operands come before it), so it only has to look at
+    the readers: each one still waiting for a new operand starts the
+    sort's depth-first walk (`post_order`) over what is not placed yet;
+    the new instructions left come last, as the sort places them. None
+    when the list is not that."""
+    if kept >= len(insts) or insts[kept] is not fusion:
+        return None
+    new = set(map(id, insts[kept:]))
+
+    def index(x: HloInstruction) -> int:
+        at = positions[id(x)]
+        return at - bisect_left(removed_at, at)
+
+    def refuse_cycle(inst: HloInstruction) -> None:
+        raise inst.error("cycle in the instruction graph")
+
+    pulled: set[int] = set()    # placed early, by a walk (or the new ones, placed)
+    pulled_at: list[int] = []   # (the old ones' indices, in order)
+    done = 0                    # the old instructions before this index are placed
+    # The old position from which old instructions are not placed yet
+    # (but those pulled): that of insts[done].
+    threshold = [0]
+
+    def unplaced(x: HloInstruction) -> list[HloInstruction]:
+        start = threshold[0]
+        return [d for d in x.operands if id(d) not in pulled and
+                (id(d) in new or positions[id(d)] >= start)]
+
+    order: list[HloInstruction] = []
+
+    def place_until(end: int) -> None:
+        # The old instructions from `done` to `end`, but those a walk placed.
+        start = done
+        for at in pulled_at[bisect_left(pulled_at, start):bisect_left(pulled_at, end)]:
+            order.extend(insts[start:at])
+            start = at + 1
+        order.extend(insts[start:end])
+
+    def walk(x: HloInstruction) -> None:
+        walked = post_order([x], unplaced, refuse_cycle)
+        for w in walked:
+            pulled.add(id(w))
+            if id(w) not in new:
+                insort(pulled_at, index(w))
+        order.extend(walked)
+
+    for at, reader in sorted({id(r): (index(r), r) for r in readers}.values(),
+                             key=lambda item: item[0]):
+        if insts[at] is not reader:
+            return None
+        place_until(at)
+        done = at + 1
+        threshold[0] = positions[id(insts[done])] if done < kept else inf
+        if id(reader) in pulled:
+            continue
+        if unplaced(reader):
+            walk(reader)
+        else:
+            order.append(reader)
+    place_until(kept)
+    done = kept
+    threshold[0] = inf
+    for x in insts[kept:]:
+        if id(x) in pulled:
+            continue
+        if unplaced(x):
+            walk(x)
+        else:
+            pulled.add(id(x))
+            order.append(x)
+    return order if len(order) == len(insts) else None
 
 
 def _first_reader_of_new(comp: HloComputation, before: set[int]) -> int:
@@ -302,12 +726,9 @@ def _first_reader_of_new(comp: HloComputation, before: set[int]) -> int:
         k -= 1
     if len(insts) - k != len(new):
         return 0
-    first = k
-    for inst in insts[k:]:
-        for user in inst.users:
-            if id(user) not in new:
-                first = min(first, insts.index(user))
-    return first
+    readers = {id(u) for inst in insts[k:] for u in inst.users} - new
+    # (the first of them in the list, found without a Python loop)
+    return next(compress(count(), map(readers.__contains__, map(id, insts))), k)
 
 
 def _trivial_operand(shared: HloInstruction) -> bool:
@@ -319,8 +740,5 @@ def _trivial_operand(shared: HloInstruction) -> bool:
 
 def _common_prefix(before: list[HloInstruction], after: list[HloInstruction]) -> int:
     """How many leading instructions two orders share."""
-    n = min(len(before), len(after))
-    k = 0
-    while k < n and before[k] is after[k]:
-        k += 1
-    return k
+    # (the first position where they differ, found without a Python loop)
+    return next(compress(count(), map(is_not, before, after)), min(len(before), len(after)))
