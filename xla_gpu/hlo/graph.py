@@ -29,30 +29,37 @@ def post_order(starts: Iterable[Node], successors: Callable[[Node], Sequence[Nod
     done: set[int] = set()
     active: set[int] = set()
     order: list[Node] = []
+    # The walk keeps, per node on the path from the start, the iterator
+    # over its successors (fetched when the node is entered), and resumes
+    # the innermost one: each successor is looked at in order, when the
+    # ones before it are finished.
     for start in starts:
-        if id(start) in done:
+        key = id(start)
+        if key in done:
             continue
-        stack: list[tuple[Node, bool]] = [(start, False)]
-        while stack:
-            node, expanded = stack.pop()
-            key = id(node)
-            if expanded:
+        active.add(key)
+        path = [start]
+        nexts = [iter(successors(start))]
+        while nexts:
+            for node in nexts[-1]:
+                key = id(node)
+                if key in done:
+                    continue
+                if key in active:
+                    if on_cycle is not None:
+                        on_cycle(node)
+                    continue
+                active.add(key)
+                path.append(node)
+                nexts.append(iter(successors(node)))
+                break
+            else:
+                node = path.pop()
+                nexts.pop()
+                key = id(node)
                 active.discard(key)
                 done.add(key)
                 order.append(node)
-                continue
-            if key in done:
-                continue
-            if key in active:
-                if on_cycle is not None:
-                    on_cycle(node)
-                continue
-            active.add(key)
-            stack.append((node, True))
-            nexts = successors(node)
-            for k in range(len(nexts) - 1, -1, -1):
-                if id(nexts[k]) not in done:
-                    stack.append((nexts[k], False))
     return order
 
 

@@ -19,6 +19,7 @@ checks):
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Iterator
@@ -144,7 +145,7 @@ class HloInstruction:
         if old is new:
             return
         self.operands[index] = new
-        if not any(o is old for o in self.operands):
+        if old not in self.operands:   # identity: instructions have no __eq__
             _remove_identity(old.users, self)
         self._now_reads(new)
 
@@ -165,7 +166,7 @@ class HloInstruction:
     def _now_reads(self, new: "HloInstruction") -> None:
         """`self` has `new` among its operands: listed once among new's
         users, and its computation's order checked again."""
-        if not any(u is self for u in new.users):
+        if self not in new.users:   # identity: instructions have no __eq__
             new.users.append(self)
         if self.parent is not None:
             self.parent._mark_unordered()
@@ -244,10 +245,14 @@ class HloInstruction:
 
 
 def _remove_identity(items: list, target) -> None:
-    for k, item in enumerate(items):
-        if item is target:
-            del items[k]
-            return
+    """Removes the first `target` (by identity) from a list of
+    instructions, if there. `list.remove`: instructions compare by identity
+    (no `__eq__`), and the scan runs in C (an operand read by hundreds of
+    users is scanned for each of them that goes)."""
+    try:
+        items.remove(target)
+    except ValueError:
+        pass
 
 
 def _split_number(name: str) -> tuple[str, int] | None:
@@ -292,16 +297,26 @@ class NameUniquer:
 
     def get(self, base: str) -> str:
         base = base or "instruction"
-        if base not in self.used:
-            self.reserve(base)
+        used = self.used
+        # `reserve` and `_split_number` inlined: a name per instruction the
+        # fusion passes build.
+        root, dot, digits = base.rpartition(".")
+        numbered = bool(dot and root and digits.isdigit() and digits.isascii())
+        if base not in used:
+            used.add(base)
+            if numbered:
+                k = int(digits)
+                if k >= self.next_id.get(root, 0):
+                    self.next_id[root] = k + 1
             return base
-        m = _split_number(base)
-        root = m[0] if m else base
+        if not numbered:
+            root = base
         k = max(self.next_id.get(root, 1), 1)
-        while f"{root}.{k}" in self.used:
-            k += 1
         name = f"{root}.{k}"
-        self.used.add(name)
+        while name in used:
+            k += 1
+            name = f"{root}.{k}"
+        used.add(name)
         self.next_id[root] = k + 1
         return name
 
@@ -501,21 +516,35 @@ class HloComputation:
         it is free). Returns it."""
         if inst.parent is not None:
             raise inst.error(f"already in computation '{inst.parent.name}'")
-        for op in inst.operands:
+        operands = inst.operands
+        for op in operands:
             if op.parent is not self:
                 raise inst.error(f"operand '{op.name}' is not in computation "
                                  f"'{self.name}'")
+        module = self.module
         if not keep_name:
-            inst.name = self.unique_name(name or inst.name)
-        elif self.module is not None:
-            self.module.reserve_name(inst.name)
+            base = name or inst.name
+            if module is not None:
+                # `module.unique_name`, without its two calls.
+                names = module._names
+                if names is None:
+                    names = module._instruction_names()
+                inst.name = names.get(base)
+            else:
+                inst.name = self.unique_name(base)
+        elif module is not None:
+            module.reserve_name(inst.name)
         inst.parent = self
         inst.users = []
-        linked: set[int] = set()   # inst is new: no operand lists it yet
-        for op in inst.operands:
-            if id(op) not in linked:
-                linked.add(id(op))
-                op.users.append(inst)
+        # inst is new: no operand lists it yet.
+        if len(operands) == 1:
+            operands[0].users.append(inst)
+        elif operands:
+            linked: set[int] = set()
+            for op in operands:
+                if id(op) not in linked:
+                    linked.add(id(op))
+                    op.users.append(inst)
         self._instructions.append(inst)
         if inst.attrs.get(CONTROL_PREDECESSORS):
             self._unordered = True
@@ -546,6 +575,9 @@ class HloComputation:
         if not doomed:
             return
         self._valid_prefix = 0
+        if len(doomed) == 1 and not self.has_control_edges():
+            self._remove_one(doomed[0])
+            return
         ids = {id(i) for i in doomed}
         for inst in doomed:
             if inst.parent is not self:
@@ -586,13 +618,88 @@ class HloComputation:
                     _remove_identity(op.users, inst)
         if len(doomed) <= 4:
             for inst in doomed:
-                self._instructions.remove(inst)   # identity comparisons
+                self._delete(inst)
         else:
             self._instructions = [i for i in self._instructions if id(i) not in ids]
         for inst in doomed:
             inst.parent = None
             if self.module is not None:
                 self.module.release_name(inst.name)
+
+    def _remove_one(self, inst: HloInstruction) -> None:
+        """`remove_instructions([inst])` in a computation without control
+        edges (the fusion passes remove thousands, one at a time)."""
+        if inst.parent is not self:
+            raise inst.error(f"is not in computation '{self.name}'")
+        if inst is self.root:
+            raise inst.error("cannot remove the root")
+        for u in inst.users:
+            if u is not inst:
+                raise inst.error(f"cannot remove it: used by '{u.name}'")
+        for op in inst.operands:
+            if op is not inst:
+                _remove_identity(op.users, inst)
+        self._delete(inst)
+        inst.parent = None
+        if self.module is not None:
+            self.module.release_name(inst.name)
+
+    # Where `_delete` looks first: each instruction's index in the list
+    # (`_hint_list`, its id) when `_hints` was built, that list's length
+    # then, and the indices (sorted) of the hinted instructions deleted
+    # from it since.
+    _hints: dict[int, int] | None = None
+    _hint_list: int | None = None
+    _hint_length = 0
+    _hint_deleted: list[int] = ()  # type: ignore[assignment]  (a list once built)
+    _hint_scans = 0   # removals from `_hint_list` by a scan, before the hints
+
+    def _delete(self, inst: HloInstruction) -> None:
+        """Deletes `inst` from `_instructions` (as `list.remove`, by
+        identity). A fusion pass removes thousands of instructions from a
+        computation of thousands, one at a time: a scan of the list each
+        would make that quadratic. When the list has only lost instructions
+        and gained some at its end since the hints were built (what the
+        mutation API does between two sorts), an instruction with a hint is
+        that many places before it as hinted instructions before it went,
+        and one without is after every hinted one; each position is checked
+        before the deletion, and any other change of the list (seen then)
+        makes the hints start over."""
+        insts = self._instructions
+        if self._hint_list != id(insts):
+            # A list seen for the first time (the passes replace a fusion
+            # body's list with each producer they fuse in, a sort replaces
+            # it): the hints, as long to build as a dozen scans, pay only
+            # for a list that loses many.
+            self._hints, self._hint_list, self._hint_scans = None, id(insts), 0
+        hints, deleted = self._hints, self._hint_deleted
+        if hints is None and (len(insts) <= 64 or self._hint_scans < 16):
+            self._hint_scans += 1
+            insts.remove(inst)
+            return
+        if hints is None or len(deleted) > 512:
+            hints = self._hints = dict(zip(map(id, insts), range(len(insts))))
+            deleted = self._hint_deleted = []
+            self._hint_length = len(insts)
+        h = hints.get(id(inst))
+        if h is not None:
+            k = bisect_left(deleted, h)
+            position = h - k
+            if position < len(insts) and insts[position] is inst:
+                del insts[position]
+                deleted.insert(k, h)
+                return
+        else:
+            start = self._hint_length - len(deleted)
+            try:
+                position = insts.index(inst, start if start > 0 else 0)
+            except ValueError:
+                position = -1
+            if position >= 0:
+                del insts[position]   # after every hinted one: they stay
+                return
+        self._hints, self._hint_scans = None, 0
+        insts.remove(inst)
 
     def remove_dead(self, keep=lambda inst: False) -> int:
         """Removes every instruction that the root does not need and that
@@ -802,10 +909,19 @@ class HloModule:
             anchor = next((c for c in self.computations if c.is_entry), None)
         # One search of the list, not two (the fusion passes add a
         # computation per fusion they build, to modules of thousands).
-        try:
-            position = self.computations.index(anchor) if anchor is not None else None
-        except ValueError:
+        # The anchor is most often the last computation (the ENTRY, printed
+        # last, where the passes fuse): found without a scan of the list (a
+        # computation is listed once).
+        computations = self.computations
+        if anchor is None:
             position = None
+        elif computations and computations[-1] is anchor:
+            position = len(computations) - 1
+        else:
+            try:
+                position = computations.index(anchor)
+            except ValueError:
+                position = None
         if position is not None:
             self.computations.insert(position, comp)
         else:

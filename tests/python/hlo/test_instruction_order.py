@@ -85,3 +85,52 @@ def test_a_cycle_is_refused():
     b.replace_operand_with(0, c)   # b reads c, which reads b
     with pytest.raises(HloError, match="cycle in the instruction graph"):
         comp.instructions
+
+
+def _recursive_post_order(starts, successors, on_cycle=None):
+    """`post_order` as its definition reads: visit each start; visiting a
+    node visits its successors in order, then lists it."""
+    done, active, order = set(), set(), []
+
+    def visit(node):
+        if id(node) in done:
+            return
+        if id(node) in active:
+            if on_cycle is not None:
+                on_cycle(node)
+            return
+        active.add(id(node))
+        for s in successors(node):
+            visit(s)
+        active.discard(id(node))
+        done.add(id(node))
+        order.append(node)
+
+    for start in starts:
+        visit(start)
+    return order
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_post_order_walks_as_its_definition(seed):
+    """The iterative walk against the recursive one on random graphs with
+    repeated edges, self loops and cycles: the same order, the same
+    successors asked in the same order, the same cycle edges reported."""
+    rng = random.Random(seed)
+    size = rng.choice((1, 5, 30, 120))
+    nodes = [object() for _ in range(size)]
+    edges = {id(n): [rng.choice(nodes) for _ in range(rng.choice((0, 1, 2, 3, 5)))]
+             for n in nodes}
+    starts = [rng.choice(nodes) for _ in range(rng.choice((1, 3, size)))]
+    logs = []
+    for walk in (post_order, _recursive_post_order):
+        log = []
+
+        def successors(node, log=log):
+            log.append(("successors", id(node)))
+            return edges[id(node)]
+
+        order = walk(starts, successors, lambda node, log=log: log.append(("cycle", id(node))))
+        plain = walk(starts, lambda node: edges[id(node)])
+        logs.append(([id(n) for n in order], log, [id(n) for n in plain]))
+    assert logs[0] == logs[1]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import prod
+from operator import attrgetter
 
 from ..fusions import ELEMENTWISE_OPCODES
 from ..module import HloComputation, HloInstruction
@@ -28,7 +29,8 @@ from ..shape import Shape
 from .util import byte_size
 
 __all__ = ["HBM_BANDWIDTH", "PEAK_FLOPS", "LAUNCH_OVERHEAD", "NodeCost",
-           "node_cost", "fused_cost", "fused_time", "kernel_time", "is_kernel"]
+           "node_cost", "fused_cost", "fused_time", "kernel_time", "is_kernel",
+           "fusion_cost", "grown_fusion_cost", "absorbed_fusion_cost"]
 
 HBM_BANDWIDTH = 4.8e12      # bytes/s (H200)
 PEAK_FLOPS = 6.0e13         # f32 non-tensor-core flop/s
@@ -109,6 +111,8 @@ def _op_flops(inst: HloInstruction) -> float:
     return 1.0
 
 
+_PARAMETER_NUMBER = attrgetter("parameter_number")
+
 # _op_flops by opcode (1.0 for the others).
 _OP_FLOPS = {**{op: 0.0 for op in _FREE}, **{op: 8.0 for op in _TRANSCENDENTAL},
              **{op: 4.0 for op in _EXPENSIVE}, **{op: 2.0 for op in _DOUBLE_WIDTH}}
@@ -140,36 +144,60 @@ class NodeCost:
 
 
 def _evaluations(roots: list[HloInstruction], order: list[HloInstruction],
-                 reducer_cache: dict) -> tuple[dict[int, float], float]:
+                 reducer_cache: dict) -> tuple[dict[int, float], float, bool]:
     """How many times each instruction is evaluated when the roots are
-    computed once per output element, and the total flops."""
+    computed once per output element, the total flops, and whether no op
+    counted apart was evaluated (the others add and compare whole numbers
+    only: every count and flop term is then one)."""
     count: dict[int, float] = {id(r): float(_elements(r)) for r in roots}
     get = count.get
+    op_flops = _OP_FLOPS.get
+    counted_apart = _COUNTED_APART
+    elementwise = ELEMENTWISE_OPCODES
     flops = 0.0
+    whole = True
     for inst in reversed(order):
         e = get(id(inst), 0.0)
         if e == 0.0:
             continue
         op = inst.opcode
-        if op not in _COUNTED_APART:
+        if op not in counted_apart:
             # The common case (elementwise ops, broadcasts, bitcasts...):
-            # what the branches below end with, without their tests.
-            flops += e * _OP_FLOPS.get(op, 1.0)
+            # what the branches below end with, without their tests; one
+            # and two operands (nearly all) without the loop.
+            flops += e * op_flops(op, 1.0)
             operands = inst.operands
-            if op in ELEMENTWISE_OPCODES:
+            n = len(operands)
+            if n == 0:
+                continue
+            if op in elementwise:
                 dims = inst.shape.dims
-                for o in (dict.fromkeys(operands) if len(operands) > 1 else operands):
+                if n == 1:
+                    o = operands[0]
                     key = id(o)
                     if o.shape.dims == dims:
                         c = get(key, 0.0)
                         count[key] = e if e > c else c
                     else:
                         count[key] = get(key, 0.0) + e
+                    continue
+                for o in (dict.fromkeys(operands) if n > 2 or operands[0] is operands[1]
+                          else operands):
+                    key = id(o)
+                    if o.shape.dims == dims:
+                        c = get(key, 0.0)
+                        count[key] = e if e > c else c
+                    else:
+                        count[key] = get(key, 0.0) + e
+            elif n == 1:
+                key = id(operands[0])
+                count[key] = get(key, 0.0) + e
             else:
-                for o in (dict.fromkeys(operands) if len(operands) > 1 else operands):
+                for o in dict.fromkeys(operands):
                     key = id(o)
                     count[key] = get(key, 0.0) + e
             continue
+        whole = False
         out = max(1, _elements(inst))
         if op == "reduce":
             n = len(inst.operands) // 2
@@ -240,7 +268,7 @@ def _evaluations(roots: list[HloInstruction], order: list[HloInstruction],
                 count[id(o)] = max(count.get(id(o), 0.0), e)
             else:
                 count[id(o)] = count.get(id(o), 0.0) + e
-    return count, flops
+    return count, flops, whole
 
 
 def node_cost(inst: HloInstruction, reducer_cache: dict | None = None) -> NodeCost:
@@ -251,18 +279,7 @@ def node_cost(inst: HloInstruction, reducer_cache: dict | None = None) -> NodeCo
         return NodeCost(0.0, 0.0, [0.0] * len(inst.operands), [0.0] * len(inst.operands),
                         kernel=False)
     if inst.opcode == "fusion":
-        body = inst.attrs["calls"]
-        order = body.instructions
-        roots = list(body.root.operands) if body.root.opcode == "tuple" else [body.root]
-        count, flops = _evaluations(roots, order, cache)
-        params = body.parameters
-        util, read = [], []
-        for p, o in zip(params, inst.operands):
-            n = max(1, _elements(o))
-            u = count.get(id(p), 0.0) / n
-            util.append(u)
-            read.append(_bytes(o.shape) * min(1.0, u))
-        return NodeCost(flops, written, read, util)
+        return fusion_cost(inst, cache)[0]
     if inst.opcode == "dot":
         a = inst.attrs
         lhs = inst.operands[0].shape
@@ -275,15 +292,185 @@ def node_cost(inst: HloInstruction, reducer_cache: dict | None = None) -> NodeCo
                         [float(byte_size(o.shape)) for o in inst.operands],
                         [1.0] * len(inst.operands))
     # A single instruction as its own kernel (scalar constants go inside).
-    count, flops = _evaluations([inst], [inst], cache)  # operands are inputs
+    operands = inst.operands
+    if inst.opcode not in _COUNTED_APART and inst not in operands:
+        # `_evaluations([inst], [inst])` of the common case, without the
+        # walk: each operand is read once per element (`e` times), none if
+        # there are no elements.
+        e = float(_elements(inst))
+        flops = 0.0
+        if e != 0.0:
+            flops += e * _OP_FLOPS.get(inst.opcode, 1.0)
+        count = dict.fromkeys(map(id, operands), e)
+    else:
+        count, flops, _ = _evaluations([inst], [inst], cache)  # operands are inputs
     util, read = [], []
-    for o in inst.operands:
+    for o in operands:
         n = max(1, _elements(o))
         u = count.get(id(o), 0.0) / n
         util.append(u)
         inside = o.opcode == "constant" and n == 1
         read.append(0.0 if inside else _bytes(o.shape) * min(1.0, u))
     return NodeCost(flops, written, read, util)
+
+
+def fusion_cost(inst: HloInstruction, reducer_cache: dict | None = None
+                ) -> tuple[NodeCost, list[float] | None]:
+    """`node_cost` of fusion `inst`, and how many times the walk evaluates
+    each parameter of its body (in parameter order) when every count and
+    flop term of the walk is a whole number and the flops (so every partial
+    sum) are under 2**53, which makes the sum exact in any order; None
+    otherwise. What `grown_fusion_cost` starts from."""
+    cache = reducer_cache if reducer_cache is not None else {}
+    written = float(_bytes(inst.shape))
+    body = inst.attrs["calls"]
+    order = body.instructions
+    root = body.root
+    roots = list(root.operands) if root.opcode == "tuple" else [root]
+    count, flops, whole = _evaluations(roots, order, cache)
+    # `body.parameters`, from the order just read.
+    params = sorted([i for i in order if i.opcode == "parameter"], key=_PARAMETER_NUMBER)
+    get = count.get
+    util, read, counts = [], [], []
+    for p, o in zip(params, inst.operands):
+        shape = o.shape
+        n = prod(shape.dims) if shape.tuple_shapes is None else _elements(o)
+        c = get(id(p), 0.0)
+        counts.append(c)
+        u = c / (n if n > 1 else 1)
+        util.append(u)
+        read.append(_bytes(shape) * (u if u < 1.0 else 1.0))
+    exact = whole and flops < _EXACT and len(params) == len(inst.operands)
+    return NodeCost(flops, written, read, util), counts if exact else None
+
+
+# Below this, float sums of whole numbers are exact.
+_EXACT = float(2 ** 53)
+
+
+def grown_fusion_cost(cost: NodeCost, counts: list[float], operands: list[HloInstruction],
+                      producer: HloInstruction, fusion: HloInstruction,
+                      producer_cost: NodeCost | None = None,
+                      producer_counts: list[float] | None = None
+                      ) -> tuple[NodeCost, list[float]] | None:
+    """`fusion_cost` of `fusion` after `fuse_producer` fused `producer` (a
+    lone instruction, not counted apart; or a fusion of one output, with
+    its `fusion_cost` and counts) into it, from what it was before (`cost`,
+    `counts` from `fusion_cost`, `operands`), without walking the body;
+    None when the case is not the one below.
+
+    The case: the fusion's operands are now the old ones without the
+    producer, then each of the producer's: each of those is a new
+    parameter, read by the producer's clone alone. The walk of the new
+    body then gives every old instruction the count it had (its users and
+    their order are the same), the producer's clone the
+    count `c` of the parameter it replaces (the same users; or, as a root,
+    its elements, as that parameter had), each new parameter `c` (read
+    once per evaluation of the clone, whatever the rule of its opcode), and
+    adds the clone's flop term `c * flops(op)`: in another place of the
+    sum, which is exact (whole numbers under 2**53) and so the same. A
+    fusion producer's body walks as it did on its own when `c` is its
+    elements (the count its root started from): its parameters, now the
+    new ones, get its counts, and its flops are added."""
+    opcode = producer.opcode
+    if producer.shape.tuple_shapes is not None:
+        return None
+    if opcode == "fusion":
+        if producer_cost is None or producer_counts is None or \
+                len(producer_counts) != len(producer.operands):
+            return None
+    elif opcode in _COUNTED_APART:
+        return None
+    new = producer.operands
+    if len(counts) != len(operands) or producer in new:
+        return None
+    index = -1
+    for k, o in enumerate(operands):
+        if o is producer:
+            if index >= 0:
+                return None
+            index = k
+    if index < 0:
+        return None
+    # (`fuse_producer` gives an operand the fusion already has, or had
+    # twice, the parameter it has, and clones scalar constants in.)
+    now = fusion.operands
+    expected = operands[:index] + operands[index + 1:] + list(new)
+    if len(now) != len(expected) or any(a is not b for a, b in zip(now, expected)):
+        return None
+    c = counts[index]
+    flops = cost.flops
+    if opcode == "fusion":
+        if c != float(prod(producer.shape.dims)):
+            return None
+        flops += producer_cost.flops
+        added = producer_counts
+    else:
+        if c != 0.0:
+            flops += c * _OP_FLOPS.get(opcode, 1.0)
+        added = [c] * len(new)
+    if not flops < _EXACT:
+        return None
+    util = cost.utilization[:index] + cost.utilization[index + 1:]
+    read = cost.operand_bytes[:index] + cost.operand_bytes[index + 1:]
+    for o, count in zip(new, added):
+        shape = o.shape
+        n = prod(shape.dims) if shape.tuple_shapes is None else _elements(o)
+        u = count / (n if n > 1 else 1)
+        util.append(u)
+        read.append(_bytes(shape) * (u if u < 1.0 else 1.0))
+    grown = counts[:index] + counts[index + 1:] + list(added)
+    return NodeCost(flops, cost.bytes_written, read, util), grown
+
+
+def absorbed_fusion_cost(cost: NodeCost, counts: list[float], operands: list[HloInstruction],
+                         elements: int, consumer: HloInstruction, fusion: HloInstruction
+                         ) -> tuple[NodeCost, list[float]] | None:
+    """`fusion_cost` of `fusion` after `absorb_consumer` cloned `consumer`
+    (a lone instruction, not counted apart, and its only user) into it as
+    its new root, from what the fusion was before (`cost`, `counts` from
+    `fusion_cost`, `operands`, and the elements of its one output), without
+    walking the body; None when the case is not the one below.
+
+    The case: the fusion's operands are now the old ones, then each of the
+    consumer's others: each of those is a new parameter, read by the
+    consumer's clone alone. The walk starts at the clone, `e` (its
+    elements) times, which reads the old root and each new parameter `e`
+    times (whatever the rule of its opcode); when `e` is the old root's
+    elements, the count the old walk started it at, the old body walks as
+    before (its counts, its flops, added after the clone's term
+    `e * flops(op)`: exact, whole numbers under 2**53)."""
+    opcode = consumer.opcode
+    if opcode == "fusion" or opcode in _COUNTED_APART or consumer.shape.tuple_shapes is not None:
+        return None
+    if len(counts) != len(operands) or fusion in operands:
+        return None
+    new = [o for o in consumer.operands if o is not fusion]
+    # (`absorb_consumer` gives an operand the fusion already has, or the
+    # consumer reads twice, the parameter it has, and clones scalar
+    # constants in.)
+    now = fusion.operands
+    expected = operands + new
+    if len(now) != len(expected) or any(a is not b for a, b in zip(now, expected)):
+        return None
+    e = float(prod(consumer.shape.dims))
+    if e != float(elements):
+        return None
+    flops = cost.flops
+    if e != 0.0:
+        flops += e * _OP_FLOPS.get(opcode, 1.0)
+    if not flops < _EXACT:
+        return None
+    util = list(cost.utilization)
+    read = list(cost.operand_bytes)
+    for o in new:
+        shape = o.shape
+        n = prod(shape.dims) if shape.tuple_shapes is None else _elements(o)
+        u = e / (n if n > 1 else 1)
+        util.append(u)
+        read.append(_bytes(shape) * (u if u < 1.0 else 1.0))
+    return (NodeCost(flops, float(_bytes(fusion.shape)), read, util),
+            counts + [e] * len(new))
 
 
 def _fused_reads(producer: HloInstruction, producer_cost: NodeCost, consumer: HloInstruction,
@@ -319,14 +506,20 @@ def fused_time(producer: HloInstruction, producer_cost: NodeCost,
     fusion pass asks this for every candidate pair): `_fused_reads`' sums
     in the same order, so the same float."""
     operands = consumer.operands
-    index = next(k for k, o in enumerate(operands) if o is producer)
+    index = operands.index(producer)   # identity: instructions have no __eq__
     u = consumer_cost.utilization[index]
     flops = consumer_cost.flops + u * producer_cost.flops
     operand_bytes = consumer_cost.operand_bytes
-    reads: dict[int, float] = {}
-    for k, o in enumerate(operands):
-        if k != index:
-            reads[id(o)] = operand_bytes[k]
+    reads = dict(zip(map(id, operands), operand_bytes))
+    if len(reads) == len(operands) == len(operand_bytes):
+        # Distinct operands (a fusion's always are): the loop below, in one
+        # step, its keys in the same order.
+        del reads[id(producer)]
+    else:
+        reads = {}
+        for k, o in enumerate(operands):
+            if k != index:
+                reads[id(o)] = operand_bytes[k]
     utilization = producer_cost.utilization
     get = reads.get
     for k, o in enumerate(producer.operands):
@@ -335,8 +528,13 @@ def fused_time(producer: HloInstruction, producer_cost: NodeCost,
             continue
         ub = u * utilization[k]
         key = id(o)
-        reads[key] = max(get(key, 0.0), _bytes(shape) * min(1.0, ub))
-    return kernel_time(sum(list(reads.values())) + consumer_cost.bytes_written, flops)
+        b = _bytes(shape) * (ub if ub < 1.0 else 1.0)
+        r = get(key, 0.0)
+        reads[key] = b if b > r else r    # max(r, b)
+    # kernel_time(bytes, flops)
+    t_bytes = (sum(reads.values()) + consumer_cost.bytes_written) / HBM_BANDWIDTH
+    t_flops = flops / PEAK_FLOPS
+    return (t_flops if t_flops > t_bytes else t_bytes) + LAUNCH_OVERHEAD
 
 
 def fused_cost(producer: HloInstruction, producer_cost: NodeCost,

@@ -24,13 +24,15 @@ fusions that read them, larger constants stay operands.
 from __future__ import annotations
 
 import heapq
+from math import prod
 
 from ...analysis.fusion import CARRYING_OPCODES, HERO_OPCODES
 from ...analysis.shared_memory import input_bits
 from ..fusions import ELEMENTWISE_OPCODES
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
 from ..opcodes import ELEMENTWISE
-from .cost_model import NodeCost, fused_time, node_cost
+from .cost_model import (NodeCost, absorbed_fusion_cost, fused_time, fusion_cost,
+                         grown_fusion_cost, node_cost)
 from .fusion_utils import (FUSIBLE_OPCODES, BodyInfo, _inline_into, absorb_consumer,
                            body_acceptable, create_fusion, fuse_producer,
                            fusion_kind_for, is_fusible, release_trial)
@@ -259,10 +261,11 @@ class _PriorityFusionRun:
         self.order: dict[int, int] = {}
         self.alive: dict[int, HloInstruction] = {}
         self.sequence = 0
-        # Node versions (bumped when a node changes) and, per (producer,
-        # consumer), the legality and fused time computed at those versions.
+        # Node versions (bumped when a node changes) and, per producer and
+        # consumer, the legality and fused time computed at those versions
+        # (see `legal`; a producer's entries go when it changes).
         self.node_version: dict[int, int] = {}
-        self.pairs: dict[tuple[int, int], tuple] = {}
+        self.pairs: dict[int, dict[int, list]] = {}
         # Per (producer, consumer), the trial body's BodyInfo and what it
         # was built from (see `_fused_info`).
         self.trials: dict[tuple[int, int], tuple] = {}
@@ -275,12 +278,22 @@ class _PriorityFusionRun:
         # instruction, without changing otherwise.
         self.as_producer: dict[int, bool] = {}
         self.as_consumer: dict[int, bool] = {}
+        # Per fusion whose cost is cached, its parameters' counts when
+        # `grown_fusion_cost` may start from them.
+        self.counts: dict[int, list[float]] = {}
+        self.max_size = options.max_fusion_instructions
+        self.max_operands = options.max_operands
 
     # -- caches ---------------------------------------------------------
     def cost(self, inst: HloInstruction) -> NodeCost:
         c = self.costs.get(id(inst))
         if c is None:
-            c = node_cost(inst, self.reducer_cache)
+            if inst.opcode == "fusion":
+                c, counts = fusion_cost(inst, self.reducer_cache)
+                if counts is not None:
+                    self.counts[id(inst)] = counts
+            else:
+                c = node_cost(inst, self.reducer_cache)
             self.costs[id(inst)] = c
         return c
 
@@ -300,28 +313,54 @@ class _PriorityFusionRun:
         return 1
 
     def forget(self, inst: HloInstruction) -> None:
-        self.costs.pop(id(inst), None)
-        self.infos.pop(id(inst), None)
-        self.hero_free.pop(id(inst), None)
-        self.as_producer.pop(id(inst), None)
-        self.as_consumer.pop(id(inst), None)
-        self.node_version[id(inst)] = self.node_version.get(id(inst), 0) + 1
+        key = id(inst)
+        self.costs.pop(key, None)
+        self.counts.pop(key, None)
+        self.infos.pop(key, None)
+        self.hero_free.pop(key, None)
+        self.as_producer.pop(key, None)
+        self.as_consumer.pop(key, None)
+        # Its pairs as a producer were computed at an older version.
+        self.pairs.pop(key, None)
+        versions = self.node_version
+        versions[key] = versions.get(key, 0) + 1
 
-    def pair(self, producer: HloInstruction, consumer: HloInstruction) -> tuple[bool, float]:
-        """(can fuse, time of the consumer with the producer fused in),
-        cached until either changes."""
-        key = (id(producer), id(consumer))
-        # The users' count matters too (a reduction fuses into a single user).
-        vp = (self.node_version.get(id(producer), 0), len(producer.users))
+    def legal(self, producer: HloInstruction, consumer: HloInstruction) -> list:
+        """The pair's cache entry, [producer's version, consumer's version,
+        can fuse, fused time or None until asked], its legality computed
+        for the two as they are now (kept until either changes)."""
+        vp = self.producer_key(producer)
         vc = self.node_version.get(id(consumer), 0)
-        hit = self.pairs.get(key)
+        entries = self.pairs.get(id(producer))
+        if entries is None:
+            entries = self.pairs[id(producer)] = {}
+        hit = entries.get(id(consumer))
         if hit is not None and hit[0] == vp and hit[1] == vc:
-            return hit[2], hit[3]
-        ok = self.can_fuse(producer, consumer)
-        time = fused_time(producer, self.cost(producer), consumer,
-                          self.cost(consumer)) if ok else 0.0
-        self.pairs[key] = (vp, vc, ok, time)
-        return ok, time
+            return hit
+        entry = [vp, vc, self.can_fuse(producer, consumer), None]
+        entries[id(consumer)] = entry
+        return entry
+
+    def producer_key(self, producer: HloInstruction) -> tuple[int, int]:
+        """What a pair's verdict read of the producer: its version, and for
+        a reduction its users' count (a reduction fuses only into a single
+        user; no other check of `can_fuse`, nor the fused time, reads the
+        producer's users)."""
+        version = self.node_version.get(id(producer), 0)
+        info = self.infos.get(id(producer))
+        if info is None:
+            info = self.info(producer)
+        return (version, len(producer.users) if info.kind == "reduction" else -1)
+
+    def fused_time(self, producer: HloInstruction, consumer: HloInstruction,
+                   entry: list) -> float:
+        """The time of `consumer` with `producer` fused in, for a pair that
+        can fuse (`entry`, from `legal`, holds it once computed)."""
+        time = entry[3]
+        if time is None:
+            time = entry[3] = fused_time(producer, self.cost(producer), consumer,
+                                         self.cost(consumer))
+        return time
 
     # -- legality ---------------------------------------------------------
     def producer_ok(self, producer: HloInstruction) -> bool:
@@ -367,13 +406,23 @@ class _PriorityFusionRun:
                 self.as_consumer[id(consumer)] = ok
         if not ok:
             return False
-        if self.size(producer) + self.size(consumer) > self.options.max_fusion_instructions:
+        size = len(producer.attrs["calls"]) if producer.opcode == "fusion" else 1
+        size += len(consumer.attrs["calls"]) if consumer.opcode == "fusion" else 1
+        if size > self.max_size:
             return False
-        operands = len({id(o) for o in consumer.operands if o is not producer} |
-                       {id(o) for o in producer.operands})
-        if operands + len(consumer.shape.leaves()) > self.options.max_operands:
-            return False
-        p_info, c_info = self.info(producer), self.info(consumer)
+        shape = consumer.shape
+        outputs = len(shape.leaves()) if shape.tuple_shapes is not None else 1
+        c_operands, p_operands = consumer.operands, producer.operands
+        # The distinct operands number at most all of them: counted only
+        # when that bound is over the limit.
+        if len(c_operands) + len(p_operands) + outputs > self.max_operands:
+            operands = len({id(o) for o in c_operands if o is not producer} |
+                           {id(o) for o in p_operands})
+            if operands + outputs > self.max_operands:
+                return False
+        infos = self.infos
+        p_info = infos.get(id(producer)) or self.info(producer)
+        c_info = infos.get(id(consumer)) or self.info(consumer)
         if not c_info.ok:
             return False
         # The producer passed `producer_ok` (its BodyInfo is ok), and
@@ -509,26 +558,47 @@ class _PriorityFusionRun:
 
     # -- priorities ---------------------------------------------------------
     def priority(self, producer: HloInstruction) -> float | None:
-        if producer.parent is not self.comp or not self.producer_ok(producer):
+        comp = self.comp
+        if producer.parent is not comp:
             return None
-        consumers = list(dict.fromkeys(producer.users))
-        if not consumers:
+        key = id(producer)
+        # `producer_ok`, its cache read inline.
+        ok = self.as_producer.get(key)
+        if ok is None:
+            ok = self.producer_ok(producer)
+        users = producer.users
+        if not ok or producer is comp.root or not users:
             return None
-        unfused = self.cost(producer).time
-        fused = 0.0
-        # `pair` and `cost` inlined where their caches hold the answer (most
+        consumers = list(dict.fromkeys(users)) if len(users) > 1 else users
+        # Legality first, for every consumer: the costs (a new fusion's is
+        # computed on first use) are needed only when all of them can fuse.
+        # What a cost reads (the node, its operands' shapes) changes only
+        # with the node itself, which `forget` drops from the cache, so a
+        # cost computed later is the one computed now.
+        # `legal` is inlined where its cache holds the answer (most
         # consumers of a producer pushed again are unchanged).
         pairs, versions, costs = self.pairs, self.node_version, self.costs
-        key = id(producer)
-        vp = (versions.get(key, 0), len(producer.users))
+        info = self.infos.get(key)
+        if info is None:
+            info = self.info(producer)
+        # `producer_key`
+        vp = (versions.get(key, 0), len(users) if info.kind == "reduction" else -1)
+        mine = pairs.get(key) or {}
+        entries = []
         for c in consumers:
-            hit = pairs.get((key, id(c)))
-            if hit is not None and hit[0] == vp and hit[1] == versions.get(id(c), 0):
-                ok, time = hit[2], hit[3]
-            else:
-                ok, time = self.pair(producer, c)
-            if not ok:
+            hit = mine.get(id(c))
+            if hit is None or hit[0] != vp or hit[1] != versions.get(id(c), 0):
+                hit = self.legal(producer, c)
+            if not hit[2]:
                 return None
+            entries.append(hit)
+        cost = costs.get(key)
+        unfused = (cost if cost is not None else self.cost(producer)).time
+        fused = 0.0
+        for c, entry in zip(consumers, entries):
+            time = entry[3]
+            if time is None:
+                time = self.fused_time(producer, c, entry)
             cost = costs.get(id(c))
             unfused += (cost if cost is not None else self.cost(c)).time
             fused += time
@@ -586,12 +656,26 @@ class _PriorityFusionRun:
             plain = known is None and producer_plain and self.info(consumer).plain
             if known is None and not plain:
                 known = self._substituted_info(producer, consumer)
+            # The consumer's cost as it is (a fusion's, with its parameters'
+            # counts), to derive the grown fusion's from.
+            before = None
+            if consumer.opcode == "fusion":
+                counts = self.counts.get(id(consumer))
+                cost = self.costs.get(id(consumer))
+                if counts is not None and cost is not None:
+                    before = (cost, counts, list(consumer.operands))
             if consumer.opcode != "fusion":
                 self.forget(consumer)
                 self.version[id(consumer)] = self.version.get(id(consumer), 0) + 1
                 consumer = create_fusion(consumer)
             fuse_producer(consumer, producer)
             self.forget(consumer)
+            if before is not None:
+                grown = grown_fusion_cost(*before, producer, consumer,
+                                          self.costs.get(id(producer)),
+                                          self.counts.get(id(producer)))
+                if grown is not None:
+                    self.costs[id(consumer)], self.counts[id(consumer)] = grown
             self.order[id(consumer)] = position
             if known is not None:
                 self.infos[id(consumer)] = known
@@ -622,9 +706,18 @@ class _PriorityFusionRun:
             known = self._substituted_info(producer, consumer)
         self.version[id(consumer)] = self.version.get(id(consumer), 0) + 1
         self.alive.pop(id(consumer), None)
+        # The producer's cost as it is, to derive the grown fusion's from.
+        before = None
+        counts, cost = self.counts.get(id(producer)), self.costs.get(id(producer))
+        if counts is not None and cost is not None and producer.shape.tuple_shapes is None:
+            before = (cost, counts, list(producer.operands), prod(producer.shape.dims))
         self.forget(consumer)
         fusion = absorb_consumer(producer, consumer)
         self.forget(fusion)
+        if before is not None:
+            grown = absorbed_fusion_cost(*before, consumer, fusion)
+            if grown is not None:
+                self.costs[id(fusion)], self.counts[id(fusion)] = grown
         self.order[id(fusion)] = position
         if known is not None:
             self.infos[id(fusion)] = known
