@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from ..errors import HloError, HloParseError, Location, UnsupportedError
-from .graph import post_order, reachable
+from .graph import post_order
 from .shape import Shape
 
 __all__ = ["HloError", "HloParseError", "HloInstruction", "HloComputation",
@@ -65,6 +65,11 @@ class HloInstruction:
     def called_computations(self) -> list["HloComputation"]:
         out = []
         for value in self.attrs.values():
+            cls = value.__class__
+            if cls is str or cls is tuple or cls is int:
+                # Most attributes (metadata, dimensions, an index): no
+                # computation in them.
+                continue
             if isinstance(value, HloComputation):
                 out.append(value)
             elif isinstance(value, list) and value and \
@@ -441,6 +446,10 @@ class HloComputation:
         insts = self._instructions
         self._unordered = False
         start, self._valid_prefix = self._valid_prefix, 0
+        if start >= len(insts):
+            # All of it was declared in order (`_keep_order_before`): the
+            # sort would copy the list as it is.
+            return
         control = self.has_control_edges()
         # The passes mark a computation after every rewrite, but most of it
         # is still in order (a fusion pass moves a handful of instructions
@@ -701,16 +710,32 @@ class HloComputation:
         self._hints, self._hint_scans = None, 0
         insts.remove(inst)
 
-    def remove_dead(self, keep=lambda inst: False) -> int:
+    def remove_dead(self, keep: Callable[[HloInstruction], bool] | None = None) -> int:
         """Removes every instruction that the root does not need and that
-        `keep(inst)` does not protect (parameters are always kept).
-        Returns how many were removed."""
+        `keep(inst)` does not protect (parameters are always kept), in
+        instruction order. Returns how many were removed."""
         if self._all_used():
             return 0
-        starts = [self.root] if self.root is not None else []
-        starts += [i for i in self._instructions if i.opcode == "parameter" or keep(i)]
-        live = {id(i) for i in reachable(starts, attrgetter("operands"))}
-        dead = [i for i in self._instructions if id(i) not in live]
+        insts = self._instructions
+        stack = [self.root] if self.root is not None else []
+        if keep is None:
+            stack += [i for i in insts if i.opcode == "parameter"]
+        else:
+            stack += [i for i in insts if i.opcode == "parameter" or keep(i)]
+        # Liveness only: a set and a stack over the operands (the passes
+        # call this after every computation they change; the walk's order
+        # is never used).
+        live: set[int] = set()
+        add = live.add
+        pop = stack.pop
+        extend = stack.extend
+        while stack:
+            inst = pop()
+            key = id(inst)
+            if key not in live:
+                add(key)
+                extend(inst.operands)
+        dead = [i for i in insts if id(i) not in live]
         self.remove_instructions(dead)
         return len(dead)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_gpu.hlo import parse_file, parse_module
+from xla_gpu.hlo import module_to_text, parse_file, parse_module
 from xla_gpu.hlo.module import NameUniquer
 from xla_gpu.hlo.passes import fusion_utils, optimize
 from xla_gpu.hlo.passes.cost_model import fused_cost, fused_time, node_cost
@@ -109,7 +109,7 @@ def test_fusing_a_producer_orders_the_body_as_the_sort_does(monkeypatch):
     assert len(bodies) > 5
     assert not any(b._unordered for b in bodies)   # ordered without a sort
     with monkeypatch.context() as m:
-        m.setattr(fusion_utils, "_order_fused_producer", lambda body, added, result: None)
+        m.setattr(fusion_utils, "_order_fused_producer", lambda *args: None)
         sorted_bodies = _fused_bodies(parse_file(str(GPT)).link())
     assert all(b._unordered for b in sorted_bodies)
     assert [[i.name for i in b.instructions] for b in bodies] == \
@@ -243,3 +243,69 @@ def test_overlapping_pipelines_leave_the_garbage_collector_on():
         t.join(20)
     assert seen == {"while_second_runs": False}
     assert gc.isenabled()
+
+
+LATE_PARAMETER = """
+HloModule late
+fused {
+  param_0 = f32[4] parameter(0)
+  n = f32[4] negate(param_0)
+  param_1 = f32[4] parameter(1)
+  ROOT a = f32[4] add(n, param_1)
+}
+ENTRY e {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  m = f32[4] multiply(x, y)
+  ROOT f = f32[4] fusion(m, y), kind=kLoop, calls=fused
+}
+"""
+
+
+def test_fusing_moves_a_later_parameter_the_producer_reads_as_the_sort_does():
+    # The producer reads `y`, already the fusion's parameter 1, which the
+    # body lists after the first reader of the fused value: the ordering
+    # without a sort must move it before that reader, as the sort does.
+    module = parse_module(LATE_PARAMETER).link()
+    fusion = module.entry.root
+    body = fusion.attrs["calls"]
+    body.instructions
+    fuse_producer(fusion, fusion.operands[0])
+    assert not body._unordered
+    got = [i.name for i in body._instructions]
+    body._mark_unordered()
+    assert got == [i.name for i in body.instructions]
+    assert got.index("param_1") < got.index("n")
+
+
+def test_a_changed_body_is_not_fused_through_a_stale_parameter_table():
+    # fuse_producer keeps the body's parameters between calls; a body
+    # changed by other means (its parameter 0 replaced) must be seen anew.
+    from xla_gpu.hlo.module import HloInstruction
+
+    def fused(stale_table: bool) -> str:
+        module = parse_module(LATE_PARAMETER).link()
+        fusion = module.entry.root
+        body = fusion.attrs["calls"]
+        fusion_utils._fusion_parameters(fusion)   # the table is kept
+        old = body.parameter(0)
+        new = body.add_instruction(HloInstruction.create_parameter(0, old.shape, "param_0"))
+        old.replace_all_uses_with(new)
+        body.remove_instruction(old)
+        if not stale_table:
+            del body._fusion_params
+        fuse_producer(fusion, fusion.operands[0])
+        module.entry.remove_instruction(module.entry.instructions[2])
+        return module_to_text(module)
+
+    assert fused(stale_table=True) == fused(stale_table=False)
+
+
+def test_an_order_kept_whole_is_read_without_a_sort():
+    module = parse_file(str(GPT)).link()
+    comp = module.entry
+    expected = [i.name for i in comp.instructions]
+    comp._mark_unordered()
+    comp._keep_order_before(len(comp))
+    assert [i.name for i in comp.instructions] == expected
+    assert not comp._unordered and comp._valid_prefix == 0

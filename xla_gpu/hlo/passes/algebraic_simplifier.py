@@ -36,7 +36,6 @@ import numpy as np
 
 from ..module import HloComputation, HloInstruction
 from ..shape import Shape, bit_width, is_float, is_integral
-from .dead_code import remove_dead
 from .pipeline import ComputationPass
 from .util import array_shape, has_side_effect, same_shape
 
@@ -140,12 +139,12 @@ class AlgebraicSimplifier(ComputationPass):
             if not same_shape(new.shape, inst.shape):
                 # Keep the rewrite only where the layouts agree.
                 if new.parent is comp and not new.users and new is not comp.root:
-                    remove_dead(comp)
+                    comp.remove_dead()
                 continue
             inst.replace_all_uses_with(new)
             changed = True
         if changed:
-            remove_dead(comp, has_side_effect)
+            comp.remove_dead(has_side_effect)
         return changed
 
     # -- helpers ----------------------------------------------------------

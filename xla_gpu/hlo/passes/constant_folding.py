@@ -10,7 +10,6 @@ import numpy as np
 
 from ..interpreter import evaluate
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloError, HloInstruction, HloModule
-from .dead_code import remove_dead
 from .pipeline import HloPass
 from .util import has_side_effect, program_computations
 
@@ -46,7 +45,7 @@ class HloConstantFolding(HloPass):
                 inst.replace_all_uses_with(folded)
                 changed = True
             if changed:
-                remove_dead(comp, has_side_effect)
+                comp.remove_dead(has_side_effect)
         return changed
 
     def _foldable(self, inst: HloInstruction) -> bool:

@@ -13,7 +13,6 @@ import numpy as np
 
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from ..printer import computation_to_text, shape_to_text
-from .dead_code import remove_dead
 from .pipeline import HloPass
 from .util import has_side_effect, program_computations
 
@@ -159,7 +158,7 @@ class HloCSE(HloPass):
             inst.replace_all_uses_with(first)
             changed = True
         if changed:
-            remove_dead(comp, has_side_effect)
+            comp.remove_dead(has_side_effect)
         return changed
 
     @staticmethod

@@ -22,7 +22,6 @@ from ...analysis.reduction import heroes_read_elsewhere, reduction_shared_need
 from ...analysis.shared_memory import static_shared_budget
 from ...analysis.transpose import transpose_shared_bytes
 from ..fusions import ELEMENTWISE_OPCODES
-from ..graph import post_order
 from ..opcodes import ELEMENTWISE
 from ..in_place import in_place_outputs
 from ..module import (CONTROL_PREDECESSORS, HloComputation, HloInstruction,
@@ -257,14 +256,17 @@ def create_fusion(inst: HloInstruction, kind: str = "kLoop",
     # scatter emitter writes over its parameter's buffer, and copy insertion
     # gives the fusion a copy of the constant to write.
     written = {inst.operands[k] for k, _ in in_place_outputs(inst)}
+    params: dict[int, HloInstruction] = {}
     for o in inst.operands:
         if id(o) in mapped:
             continue
         if o.opcode == "constant" and is_effective_scalar(o.shape) and o not in written:
             mapped[id(o)] = body.add_instruction(o.clone_with([]))
         else:
-            mapped[id(o)] = _new_parameter(body, len(operands), o.shape)
+            param = params[len(operands)] = _new_parameter(body, len(operands), o.shape)
+            mapped[id(o)] = param
             operands.append(o)
+    body._fusion_params = params
     clone = inst.clone_with([mapped[id(o)] for o in inst.operands])
     clone.attrs.pop(CONTROL_PREDECESSORS, None)
     body.add_instruction(clone)
@@ -358,6 +360,29 @@ def _parameters_by_number(body: HloComputation) -> dict[int, HloInstruction]:
     return params
 
 
+def _fusion_parameters(fusion: HloInstruction) -> dict[int, HloInstruction]:
+    """`_parameters_by_number` of the fusion's body, kept on the body
+    between the fusions that grow it (priority fusion grows one body a
+    producer at a time, and a scan of the whole body per producer made
+    each fusion cost as much as its body). The kept table is used only
+    when it still describes the body: one parameter of this body per
+    fusion operand, numbered 0..n-1 as its keys (a valid body has no other
+    parameter), which a look at the table alone tells; otherwise the body
+    is scanned again."""
+    body = fusion.attrs["calls"]
+    params = body.__dict__.get("_fusion_params")
+    n = len(fusion.operands)
+    if params is not None and len(params) == n:
+        for k, p in params.items():
+            if p.parent is not body or p.parameter_number != k or \
+                    p.opcode != "parameter" or not 0 <= k < n:
+                break
+        else:
+            return params
+    params = body._fusion_params = _parameters_by_number(body)
+    return params
+
+
 def _operand_values(fusion: HloInstruction, operands: list[HloInstruction],
                     params: dict[int, HloInstruction] | None = None) -> list[HloInstruction]:
     """Body values for `operands` (outside instructions): the parameter of
@@ -368,10 +393,12 @@ def _operand_values(fusion: HloInstruction, operands: list[HloInstruction],
     if params is None:
         params = _parameters_by_number(body)
     values = []
+    fusion_operands = fusion.operands
     for o in operands:
-        index = next((k for k, x in enumerate(fusion.operands) if x is o), None)
-        if index is not None:
-            values.append(params[index])
+        # `in` and `index` compare by identity: instructions have no
+        # `__eq__` (and a failed `index` would print the instruction).
+        if o in fusion_operands:
+            values.append(params[fusion_operands.index(o)])
         elif o.opcode == "constant" and is_effective_scalar(o.shape):
             values.append(body.add_instruction(o.clone_with([])))
         else:
@@ -379,8 +406,8 @@ def _operand_values(fusion: HloInstruction, operands: list[HloInstruction],
             param = _new_parameter(body, number, o.shape)
             params.setdefault(number, param)
             values.append(param)
-            fusion.operands.append(o)
-            if not any(u is fusion for u in o.users):
+            fusion_operands.append(o)
+            if fusion not in o.users:   # identity, as above
                 o.users.append(fusion)
     return values
 
@@ -401,7 +428,7 @@ def _remove_fusion_operand(fusion: HloInstruction, index: int,
         if p.parameter_number > index:
             p.parameter_number -= 1
     old = fusion.operands.pop(index)
-    if not any(o is old for o in fusion.operands):
+    if old not in fusion.operands:   # identity: instructions have no `__eq__`
         for k, u in enumerate(old.users):
             if u is fusion:
                 del old.users[k]
@@ -412,24 +439,30 @@ def fuse_producer(fusion: HloInstruction, producer: HloInstruction) -> None:
     """Fuses `producer` (an operand of `fusion`) into the fusion's body.
     The producer stays in its computation for its other users (the caller
     removes it when it has none)."""
-    index = next(k for k, o in enumerate(fusion.operands) if o is producer)
+    index = fusion.operands.index(producer)   # identity: no `__eq__`
     body = fusion.attrs["calls"]
     was_ordered = not body._unordered and not body.has_control_edges()
-    params = _parameters_by_number(body)
-    start = len(body._instructions)
+    params = _fusion_parameters(fusion)
+    insts = body._instructions
+    start = len(insts)
     values = _operand_values(fusion, list(producer.operands), params)
     result = _inline_into(body, producer, values)
     added = body._instructions[start:]
     param = params[index]
+    # Where the removed parameter was: every reader of it comes later.
+    first = insts.index(param) if was_ordered and body._instructions is insts else 0
     param.replace_all_uses_with(result)
     _remove_fusion_operand(fusion, index, params)
+    # The parameters after `index` were renumbered down by one.
+    body._fusion_params = {(k if k < index else k - 1): p
+                           for k, p in params.items() if k != index}
     fusion.parent._mark_unordered()
     if was_ordered:
-        _order_fused_producer(body, added, result)
+        _order_fused_producer(body, added, result, first)
 
 
 def _order_fused_producer(body: HloComputation, added: list[HloInstruction],
-                          result: HloInstruction) -> None:
+                          result: HloInstruction, first: int = 0) -> None:
     """Puts `body` (in order before `fuse_producer` appended `added`, the
     producer's instructions ending at `result`, and made the removed
     parameter's readers read `result`) in the order its sort
@@ -437,21 +470,67 @@ def _order_fused_producer(body: HloComputation, added: list[HloInstruction],
     instruction: what precedes the first reader stays, the sort's
     depth-first walk from that reader places what it needs, and everything
     after is then placed as it comes (its operands are all placed by then).
-    Left to the sort when the case is not that one."""
+    Left to the sort when the case is not that one. `first`: a position at
+    or before the first reader.
+
+    Only the producer's instructions and the body's parameters after the
+    first reader can be unplaced there (the rest before the reader is in
+    order, the rest after it reads nothing the walk needs), so the work is
+    the producer's size, not the body's, but for list copies."""
     insts = body._instructions
-    added_ids = {id(a) for a in added}
+    base = len(insts) - len(added)
+    if base < 0 or insts[base:] != added:   # identity: no `__eq__`
+        return
+    added_ids = set(map(id, added))
     if id(result) not in added_ids:
         return
-    positions = [insts.index(u) for u in result.users if id(u) not in added_ids]
-    if not positions:
+    readers = [u for u in result.users if id(u) not in added_ids]
+    if not readers:
         return
-    k = min(positions)
-    placed = set(map(id, insts[:k]))
-    members = set(map(id, insts))
-    walked = post_order([insts[k]], lambda i: [d for d in i.operands
-                                               if id(d) in members and id(d) not in placed])
-    placed.update(map(id, walked))
-    body._instructions = insts[:k] + walked + [i for i in insts[k + 1:] if id(i) not in placed]
+    if first > base:
+        first = 0
+    # The first reader: the earliest position any reader has (found without
+    # an exception, whose message would print the instruction).
+    reader_ids = set(map(id, readers))
+    k = next((j for j in range(first, base) if id(insts[j]) in reader_ids), None)
+    if k is None:
+        return
+    # An instruction before the reader is placed; after it, only the
+    # producer's and those of the old body after the reader are not.
+    rest = insts[k + 1:base]
+    late: dict[int, bool] = {}
+
+    def unplaced(d: HloInstruction) -> bool:
+        key = id(d)
+        if key in added_ids:
+            return True
+        v = late.get(key)
+        if v is None:
+            v = late[key] = d in rest   # identity: no `__eq__`
+        return v
+
+    # `post_order([insts[k]], unplaced operands)` (the graph is acyclic):
+    # each node is expanded once, its operands taken left to right, and
+    # listed after them; inlined, as the walk is most of the work here.
+    walked: list[HloInstruction] = []
+    walked_ids: set[int] = set()
+    stack: list[tuple[HloInstruction, bool]] = [(insts[k], False)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, expanded = pop()
+        key = id(node)
+        if expanded:
+            walked_ids.add(key)
+            walked.append(node)
+        elif key not in walked_ids:
+            push((node, True))
+            for d in reversed(node.operands):
+                if id(d) not in walked_ids and unplaced(d):
+                    push((d, False))
+    if any(late.values()):
+        rest = [i for i in rest if id(i) not in walked_ids]
+    body._instructions = insts[:k] + walked + rest + \
+        [a for a in added if id(a) not in walked_ids]
     body._unordered = False
     body._valid_prefix = 0
 
@@ -464,7 +543,7 @@ def absorb_consumer(fusion: HloInstruction, consumer: HloInstruction) -> HloInst
     comp = fusion.parent
     body = fusion.attrs["calls"]
     values = []
-    params = _parameters_by_number(body)
+    params = _fusion_parameters(fusion)
     for o in consumer.operands:
         if o is fusion:
             values.append(body.root)

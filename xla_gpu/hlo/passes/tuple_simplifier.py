@@ -5,7 +5,6 @@ elements."""
 from __future__ import annotations
 
 from ..module import HloModule
-from .dead_code import remove_dead
 from .pipeline import HloPass
 from .util import program_computations, program_instructions, same_shape
 
@@ -40,5 +39,5 @@ class TupleSimplifier(HloPass):
                     changed = True
         if changed:
             for comp in program_computations(module):
-                remove_dead(comp)
+                comp.remove_dead()
         return changed
