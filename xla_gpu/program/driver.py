@@ -46,6 +46,27 @@ def compile_program(module: HloModule, *, text: str = "", target: str = "cpu",
     SPMD program for all of them; default the module header's).
     `autotune(module) -> notes`: `prepare_module`'s (the API passes
     `program.autotune.autotuner`'s when XLA_GPU_AUTOTUNE is on)."""
+    # The cyclic collector stays off for the whole compile, not only the
+    # HLO passes: emitting the kernels' MLIR and the thunks allocates
+    # enough for a hundred young collections on a training step, each
+    # walking the module's instructions (operand and user lists point at
+    # each other), and almost nothing they leave is cyclic garbage.
+    from ..hlo.passes.optimize import cyclic_gc_paused
+    with cyclic_gc_paused():
+        return _compile_program(module, text=text, target=target, arch=arch, cache=cache,
+                                optimize=optimize, command_buffers=command_buffers,
+                                memory_limit=memory_limit, dump_dir=dump_dir,
+                                dump_regex=dump_regex, fallback_unfused=fallback_unfused,
+                                num_replicas=num_replicas, num_partitions=num_partitions,
+                                autotune=autotune)
+
+
+def _compile_program(module: HloModule, *, text: str, target: str, arch: str, cache: bool,
+                     optimize: bool | None, command_buffers: bool, memory_limit: int | None,
+                     dump_dir: str | os.PathLike | None, dump_regex: str,
+                     fallback_unfused: bool, num_replicas: int | None,
+                     num_partitions: int | None, autotune) -> ProgramExecutable:
+    """`compile_program`, the collector paused."""
     if num_replicas is None:
         num_replicas = module.replica_count
     if num_partitions is None:

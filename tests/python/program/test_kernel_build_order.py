@@ -65,3 +65,28 @@ def test_the_slowest_kernels_are_built_first(tmp_path):
     assert loop["ts"] >= min(gemm["ts"] + gemm["dur"], reduction["ts"] + reduction["dur"])
     if workers == 2:
         assert max(gemm["ts"], reduction["ts"]) < loop["ts"]
+
+
+def test_the_collector_is_paused_while_kernels_are_emitted(monkeypatch):
+    # Emitting kernels allocates as much as the HLO passes: the cyclic
+    # collector stays off for the whole compile (on the pool's threads
+    # too), and is back on after it.
+    import gc
+    states = []
+    build = kernels.ProgramKernels._build
+
+    def spy(self, *args):
+        states.append(gc.isenabled())
+        return build(self, *args)
+
+    monkeypatch.setattr(kernels.ProgramKernels, "_build", spy)
+    assert gc.isenabled()
+    exe = xla_gpu.compile("""HloModule m
+ENTRY e {
+  p = f32[64] parameter(0)
+  e = f32[64] exponential(p)
+  ROOT n = f32[64] negate(e)
+}""", target="cpu", cache=False)
+    assert states and not any(states)
+    assert gc.isenabled()
+    assert exe is not None
