@@ -63,18 +63,8 @@ class HloInstruction:
 
     @property
     def called_computations(self) -> list["HloComputation"]:
-        out = []
-        for value in self.attrs.values():
-            cls = value.__class__
-            if cls is str or cls is tuple or cls is int:
-                # Most attributes (metadata, dimensions, an index): no
-                # computation in them.
-                continue
-            if isinstance(value, HloComputation):
-                out.append(value)
-            elif isinstance(value, list) and value and \
-                    all(isinstance(v, HloComputation) for v in value):
-                out.extend(value)
+        out: list[HloComputation] = []
+        add_called_computations(self, out)
         return out
 
     def backend_config(self) -> dict[str, Any]:
@@ -247,6 +237,25 @@ class HloInstruction:
     def has_control_dependencies(self) -> bool:
         return bool(self.attrs.get(CONTROL_PREDECESSORS)) or \
             bool(self.control_successors())
+
+
+# Attribute value types that hold no computation (most attributes:
+# metadata, dimensions, names, an index), passed over by their exact type.
+_PLAIN_ATTRIBUTE_TYPES = frozenset({str, int, tuple, dict, bool, float, type(None)})
+
+
+def add_called_computations(inst: HloInstruction, out: list) -> None:
+    """Appends the computations `inst` calls (its attributes holding a
+    computation or a list of them) to `out`: `called_computations`
+    without a list per instruction, for walks over whole modules."""
+    for value in inst.attrs.values():
+        if value.__class__ in _PLAIN_ATTRIBUTE_TYPES:
+            continue
+        if isinstance(value, HloComputation):
+            out.append(value)
+        elif isinstance(value, list) and value and \
+                all(isinstance(v, HloComputation) for v in value):
+            out.extend(value)
 
 
 def _remove_identity(items: list, target) -> None:

@@ -4,7 +4,7 @@ the root, no side effect) and computations nothing calls any more."""
 from __future__ import annotations
 
 from ..graph import reachable
-from ..module import HloComputation, HloModule
+from ..module import HloComputation, HloModule, add_called_computations
 from .pipeline import HloPass
 from .util import has_side_effect
 
@@ -42,22 +42,10 @@ def _has_unreachable_computations(module: HloModule) -> bool:
     return True
 
 
-# Attribute value types that are neither a computation nor a list (most
-# attributes: metadata, dimensions, names), passed over by their exact type.
-_PLAIN = frozenset({str, int, tuple, dict, bool, float, type(None)})
-
-
 def computation_callees(comp: HloComputation) -> list[HloComputation]:
     """`hlo.module.callees(comp)`: what `called_computations` reads, for
     every instruction, without a list per instruction."""
     out: list[HloComputation] = []
     for inst in comp.instructions:
-        for value in inst.attrs.values():
-            if value.__class__ in _PLAIN:   # neither a computation nor a list
-                continue
-            if isinstance(value, HloComputation):
-                out.append(value)
-            elif isinstance(value, list) and value and \
-                    all(isinstance(v, HloComputation) for v in value):
-                out.extend(value)
+        add_called_computations(inst, out)
     return out
