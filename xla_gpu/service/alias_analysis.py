@@ -196,10 +196,36 @@ def elementwise_share_pairs(inst: HloInstruction) -> list[tuple[int, ShapeIndex,
         if param is None or operand.shape.is_tuple or \
                 tuple(operand.shape.dims) != out_dims or not _reads_only_elementwise(param):
             continue
+        readers = _outputs_reading(param, comp) if inst.shape.is_tuple else None
         for output_index, out_shape in out_leaves:
-            if _same_storage(operand.shape, out_shape):
-                pairs.append((k, (), output_index))
+            if not _same_storage(operand.shape, out_shape):
+                continue
+            # Of several outputs, only the parameter's sole reader may write
+            # over it: the kernel loads parameters as invariant memory, which
+            # the code generator may load after a store, so another output's
+            # store into the parameter's bytes could precede the reader's load
+            # of the same element.
+            if inst.shape.is_tuple and (readers is None or not readers <= {output_index}):
+                continue
+            pairs.append((k, (), output_index))
     return pairs
+
+
+def _outputs_reading(param: HloInstruction, comp) -> set[ShapeIndex] | None:
+    """The output indices of multi-output fusion computation `comp` whose
+    values are computed from `param`; None when its root is no flat tuple
+    of arrays (unknown)."""
+    root = comp.root
+    if root.opcode != "tuple" or any(o.shape.is_tuple for o in root.operands):
+        return None
+    reached = {id(param)}
+    stack = [param]
+    while stack:
+        for user in stack.pop().users:
+            if user is not root and id(user) not in reached:
+                reached.add(id(user))
+                stack.append(user)
+    return {(k,) for k, o in enumerate(root.operands) if id(o) in reached}
 
 
 class HloBuffer:

@@ -619,3 +619,59 @@ ENTRY e {
 }""")
     assert ba.slice(inst(m, "d")) == ba.slice(inst(m, "x")) == ba.slice(inst(m, "s"))
     assert ba.in_place_operands(inst(m, "s")) == [(0, (), (), True)]
+
+
+# A loop fusion with two outputs: `sn` does not read `t`, `o` does. The
+# kernel loads its parameters as invariant memory, which the code generator
+# may load after a store; were `sn` written over `t`'s buffer, `o` could read
+# the sine instead of `t`.
+TWO_OUTPUTS_ONE_READER = """HloModule two_outputs_one_reader
+
+negate_it {
+  q = f32[4] parameter(0)
+  ROOT n = f32[4] negate(q)
+}
+
+two_outputs {
+  x = f32[4] parameter(0)
+  s = f32[] parameter(1)
+  t = f32[4] parameter(2)
+  cs = f32[] cosine(s)
+  b = f32[4] broadcast(cs), dimensions={}
+  m = f32[4] multiply(x, b)
+  sn = f32[4] sine(m)
+  c = f32[4] cosine(m)
+  tb = f32[4] multiply(t, b)
+  u = f32[4] multiply(tb, c)
+  w = f32[4] multiply(t, sn)
+  o = f32[4] subtract(u, w)
+  ROOT r = (f32[4], f32[4]) tuple(sn, o)
+}
+
+ENTRY e {
+  x = f32[4] parameter(0)
+  s = f32[] parameter(1)
+  y = f32[4] parameter(2)
+  t = f32[4] fusion(y), kind=kLoop, calls=negate_it
+  ROOT f = (f32[4], f32[4]) fusion(x, s, t), kind=kLoop, calls=two_outputs
+}"""
+
+
+def test_multi_output_fusion_shares_an_operand_only_with_its_sole_reader():
+    m, _, ba = assign(TWO_OUTPUTS_ONE_READER)
+    f, t = inst(m, "f"), inst(m, "t")
+    # Output 0 never reads t: writing it over t would race output 1's read.
+    assert not ba.slice(f, (0,)).overlaps(ba.slice(t))
+    ba.check()
+
+
+def test_multi_output_fusion_over_a_dying_operand_matches_the_interpreter():
+    import xla_gpu
+    rng = np.random.RandomState(3)
+    args = (rng.randn(4).astype(np.float32), np.float32(0.7),
+            rng.randn(4).astype(np.float32))
+    want = evaluate(parse_module(TWO_OUTPUTS_ONE_READER), *args)
+    got = xla_gpu.compile(TWO_OUTPUTS_ONE_READER, target="cpu", cache=False,
+                          optimize=False).run(*args)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
