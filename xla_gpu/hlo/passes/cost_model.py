@@ -88,6 +88,18 @@ def _elements(inst: HloInstruction) -> int:
     return sum(prod(leaf.dims) for leaf in shape.leaves())
 
 
+def _add_operand_read(o: HloInstruction, count: float, util: list[float],
+                      read: list[float]) -> None:
+    """Appends operand `o`'s utilization (how many times the kernel reads
+    each of its elements: `count` reads over its elements) and the bytes it
+    reads of it (all of them at most once)."""
+    shape = o.shape
+    n = _elements(o)
+    u = count / (n if n > 1 else 1)
+    util.append(u)
+    read.append(_bytes(shape) * (u if u < 1.0 else 1.0))
+
+
 def _computation_flops(comp: HloComputation, cache: dict) -> float:
     """Flops of one evaluation of a scalar computation (a reducer)."""
     key = id(comp)
@@ -333,13 +345,9 @@ def fusion_cost(inst: HloInstruction, reducer_cache: dict | None = None
     get = count.get
     util, read, counts = [], [], []
     for p, o in zip(params, inst.operands):
-        shape = o.shape
-        n = prod(shape.dims) if shape.tuple_shapes is None else _elements(o)
         c = get(id(p), 0.0)
         counts.append(c)
-        u = c / (n if n > 1 else 1)
-        util.append(u)
-        read.append(_bytes(shape) * (u if u < 1.0 else 1.0))
+        _add_operand_read(o, c, util, read)
     exact = whole and flops < _EXACT and len(params) == len(inst.operands)
     return NodeCost(flops, written, read, util), counts if exact else None
 
@@ -414,11 +422,7 @@ def grown_fusion_cost(cost: NodeCost, counts: list[float], operands: list[HloIns
     util = cost.utilization[:index] + cost.utilization[index + 1:]
     read = cost.operand_bytes[:index] + cost.operand_bytes[index + 1:]
     for o, count in zip(new, added):
-        shape = o.shape
-        n = prod(shape.dims) if shape.tuple_shapes is None else _elements(o)
-        u = count / (n if n > 1 else 1)
-        util.append(u)
-        read.append(_bytes(shape) * (u if u < 1.0 else 1.0))
+        _add_operand_read(o, count, util, read)
     grown = counts[:index] + counts[index + 1:] + list(added)
     return NodeCost(flops, cost.bytes_written, read, util), grown
 
@@ -464,11 +468,7 @@ def absorbed_fusion_cost(cost: NodeCost, counts: list[float], operands: list[Hlo
     util = list(cost.utilization)
     read = list(cost.operand_bytes)
     for o in new:
-        shape = o.shape
-        n = prod(shape.dims) if shape.tuple_shapes is None else _elements(o)
-        u = e / (n if n > 1 else 1)
-        util.append(u)
-        read.append(_bytes(shape) * (u if u < 1.0 else 1.0))
+        _add_operand_read(o, e, util, read)
     return (NodeCost(flops, float(_bytes(fusion.shape)), read, util),
             counts + [e] * len(new))
 
