@@ -1012,7 +1012,10 @@ class HloModule:
 def callees(comp: HloComputation) -> list[HloComputation]:
     """The computations `comp`'s instructions call, in instruction order
     (repeats included)."""
-    return [called for inst in comp.instructions for called in inst.called_computations]
+    out: list[HloComputation] = []
+    for inst in comp.instructions:
+        add_called_computations(inst, out)
+    return out
 
 
 def callees_first(computations: list[HloComputation]) -> list[HloComputation]:

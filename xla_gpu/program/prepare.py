@@ -23,7 +23,7 @@ from ..errors import CompileError, HloError, UnsupportedError, XlaGpuError
 from ..hlo import HloComputation, HloInstruction, HloModule, Shape
 from ..hlo.fusions import inline_calls
 from ..hlo.graph import post_order
-from ..hlo.passes.dce import computation_callees
+from ..hlo.module import callees
 from ..hlo.passes.util import free_name
 from ..hlo.shape import default_layout
 
@@ -353,7 +353,7 @@ def reachable_computations(entry: HloComputation) -> list[HloComputation]:
     """Computations reachable from `entry`, callees before callers; the
     last callee of the last instruction is walked first (the order the
     thunk emitter and kernel names have always followed)."""
-    return post_order([entry], lambda comp: computation_callees(comp)[::-1])
+    return post_order([entry], lambda comp: callees(comp)[::-1])
 
 
 def prepare_module(module: HloModule, *, optimize: bool | None = None,

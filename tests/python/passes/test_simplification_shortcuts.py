@@ -250,15 +250,14 @@ def test_pipeline_keeps_objects_the_process_froze():
     del held
 
 
-def test_computation_callees_lists_what_callees_lists():
+def test_callees_lists_what_the_called_computations_list():
     from xla_gpu.hlo.module import callees
-    from xla_gpu.hlo.passes.dce import computation_callees
     from xla_gpu.program.prepare import reachable_computations
     for text in (_CALLS, _FUSIONS):
         module = parse_module(text).link()
         for comp in module.computations:
-            assert [id(c) for c in computation_callees(comp)] == \
-                [id(c) for c in callees(comp)]
+            assert [id(c) for c in callees(comp)] == \
+                [id(c) for i in comp.instructions for c in i.called_computations]
     module = parse_module(_CALLS).link()
     # Callees before callers, the last callee of the last instruction first.
     assert [c.name for c in reachable_computations(module.entry)] == ["f", "t", "add", "e"]

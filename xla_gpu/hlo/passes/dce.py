@@ -4,11 +4,11 @@ the root, no side effect) and computations nothing calls any more."""
 from __future__ import annotations
 
 from ..graph import reachable
-from ..module import HloComputation, HloModule, add_called_computations
+from ..module import HloModule, callees
 from .pipeline import HloPass
 from .util import has_side_effect
 
-__all__ = ["HloDCE", "computation_callees"]
+__all__ = ["HloDCE"]
 
 
 class HloDCE(HloPass):
@@ -35,17 +35,8 @@ def _has_unreachable_computations(module: HloModule) -> bool:
     entry = next((c for c in comps if c.is_entry), None)
     if entry is None:
         return False
-    seen = reachable([entry], computation_callees)
+    seen = reachable([entry], callees)
     if len(seen) >= len(comps):
         ids = {id(c) for c in seen}
         return any(id(c) not in ids for c in comps)
     return True
-
-
-def computation_callees(comp: HloComputation) -> list[HloComputation]:
-    """`hlo.module.callees(comp)`: what `called_computations` reads, for
-    every instruction, without a list per instruction."""
-    out: list[HloComputation] = []
-    for inst in comp.instructions:
-        add_called_computations(inst, out)
-    return out
