@@ -33,7 +33,7 @@ from .transpose import is_tiled_transpose, normalized_transpose, transpose_refus
 __all__ = ["Fusion", "select_fusion", "analyze", "find_hero", "EMITTER_KINDS",
            "EmitterChoice", "choose_emitter", "fusion_roots", "gives_several_outputs",
            "scatter_refusal", "normalized_transpose", "is_tiled_transpose",
-           "epilogue_chain_ok", "reaches"]
+           "epilogue_chain_ok", "reaches", "is_trivial_operand"]
 
 EMITTER_KINDS = ("loop", "transpose", "reduction", "scatter", "concatenate",
                  "in_place_dynamic_update_slice", "input_slices", "sort", "topk",
@@ -110,10 +110,12 @@ HERO_OPCODES = ("reduce", "transpose", "concatenate", "scatter")
 CARRYING_OPCODES = ("bitcast", "reshape", "copy")
 
 
-def _is_trivial_operand(inst: HloInstruction) -> bool:
+def is_trivial_operand(inst: HloInstruction) -> bool:
+    """What `find_hero` passes over as an operand: a constant, or a
+    broadcast of one or of a scalar."""
     if inst.opcode == "constant":
         return True
-    return inst.opcode == "broadcast" and _is_trivial_operand(inst.operands[0]) \
+    return inst.opcode == "broadcast" and is_trivial_operand(inst.operands[0]) \
         or (inst.opcode == "broadcast" and inst.operands[0].shape.rank == 0)
 
 
@@ -130,7 +132,7 @@ def find_hero(root: HloInstruction) -> HloInstruction:
         if cur.opcode in HERO_OPCODES:
             return cur
         if cur.opcode in CARRYING_OPCODES or cur.opcode in ELEMENTWISE_OPCODES:
-            live = list(dict.fromkeys(o for o in cur.operands if not _is_trivial_operand(o)))
+            live = list(dict.fromkeys(o for o in cur.operands if not is_trivial_operand(o)))
             # Ops in between carry one value to one user; the hero itself may
             # have several epilogues (a reduce written as log and as abs).
             if len(live) == 1 and live[0].opcode != "parameter" and \

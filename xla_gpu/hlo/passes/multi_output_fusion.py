@@ -31,7 +31,7 @@ from itertools import compress, count
 from math import inf
 from operator import is_not
 
-from ...analysis.fusion import CARRYING_OPCODES, HERO_OPCODES, find_hero
+from ...analysis.fusion import CARRYING_OPCODES, HERO_OPCODES, find_hero, is_trivial_operand
 from ...analysis.transpose import is_tiled_transpose
 from ..fusions import ELEMENTWISE_OPCODES
 from ..graph import post_order
@@ -205,22 +205,12 @@ def _hero_walk(root: HloInstruction) -> tuple[HloInstruction, frozenset[int]]:
             return root, frozenset(looked)
         for o in cur.operands:
             look(o)
-        live = list(dict.fromkeys(o for o in cur.operands if not _trivial_in_body(o)))
+        live = list(dict.fromkeys(o for o in cur.operands if not is_trivial_operand(o)))
         if len(live) != 1 or live[0].opcode == "parameter" or \
                 not (len(live[0].users) == 1 or live[0].opcode in HERO_OPCODES):
             return root, frozenset(looked)
         cur = live[0]
     return cur, frozenset(looked)
-
-
-def _trivial_in_body(inst: HloInstruction) -> bool:
-    """What `find_hero` passes over as an operand: a constant, or a
-    broadcast of one or of a scalar."""
-    while inst.opcode == "broadcast":
-        if inst.operands[0].shape.rank == 0:
-            return True
-        inst = inst.operands[0]
-    return inst.opcode == "constant"
 
 
 def _surely_refused(first_side: _Side, second_side: _Side) -> bool:

@@ -119,7 +119,7 @@ class _TrialView:
         return "c" if _cloned_constant(outer) else "x"
 
     def trivial(self, o: HloInstruction) -> bool:
-        """`analysis.fusion._is_trivial_operand` of `o`'s value in the
+        """`analysis.fusion.is_trivial_operand` of `o`'s value in the
         trial (a constant, or a broadcast of one or of a rank-0 value)."""
         while True:
             slot = self.slot(o)
