@@ -89,8 +89,10 @@ def describe(counts: Counter) -> str:
 
 def rows():
     """The stored programs: tests/python/data/spmd, then its windowed/
-    (halo exchange, reshapes of a cut dim, reshards by collective-permute)."""
-    for folder in (DATA, DATA / "windowed"):
+    (halo exchange, reshapes of a cut dim, reshards by collective-permute)
+    and kept_cut/ (convolutions over cut output features, a dilated base,
+    a reverse and a concatenate of uneven rows)."""
+    for folder in (DATA, DATA / "windowed", DATA / "kept_cut"):
         for pre in sorted(folder.glob("*.pre.hlo")):
             name = pre.name.removesuffix(".pre.hlo")
             xla = collectives(parse_module((folder / f"{name}.partitioned.hlo").read_text()),

@@ -3,9 +3,13 @@ partitioner does (before these, each gathered the dim whole or ran the
 op whole): a concatenate moving its cut to another dim (all-to-alls), a
 reverse taking the mirrored chunks (one collective-permute), a
 dynamic-update-slice inside one chunk (no collective), a pad with interior
-padding and a dilated window (halo exchange), a convolution over cut input
-features (a partial convolution and an all-reduce), and a batched dot
-keeping its larger operand in place. Each runs partitioned on emulated
+padding and a dilated window or base (halo exchange), a reverse of an
+uneven cut (the chunks of the value padded on the left), a concatenate of
+uneven operands (all-to-alls), a convolution over cut input features (a
+partial convolution and an all-reduce) or over the kernel's cut output
+features (the kernel slice, no collective), and a batched dot keeping its
+larger operand in place; jax's programs of tests/python/data/spmd/kept_cut
+against jax's outputs and XLA's collectives. Each runs partitioned on emulated
 devices in the reference interpreter against one device, padding made of
 NaN where cuts are uneven (padding read into a real result shows)."""
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +26,7 @@ from xla_gpu.hlo import evaluate, parse_module
 from xla_gpu.hlo.passes.sharding_annotations import ShardingAnnotationRemover
 from xla_gpu.hlo.passes.spmd import SpmdFallbackWarning
 from xla_gpu.hlo.passes.spmd.reshard import Emitter
-from spmd_cases import MODULE_WITH_ADD, run_partitioned
+from spmd_cases import MODULE_WITH_ADD, global_arrays, run_partitioned
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -113,18 +118,28 @@ ENTRY e {
     assert _collectives(result.module) == Counter({"all-gather": 2})
 
 
-def test_concatenate_of_uneven_rows_is_correct():
-    text = """
+@pytest.mark.parametrize("a,b,n", [(10, 6, 4), (8, 6, 4), (5, 7, 8), (10, 10, 4)])
+def test_concatenate_of_uneven_rows_moves_the_cut_to_the_columns(a, b, n):
+    """Operands cut unevenly along the rows move their padded chunks to
+    the columns too (XLA's): the padding is sliced off once the rows are
+    whole, before the join; an uneven result is padded for the way back.
+    Before, the rows were gathered."""
+    text = f"""
 HloModule m
-ENTRY e {
-  x = f32[10,8] parameter(0)
-  a = f32[10,8] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
-  y = f32[6,8] parameter(1)
-  b = f32[6,8] custom-call(y), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
-  c = f32[16,8] concatenate(a, b), dimensions={0}
-  ROOT n = f32[16,8] negate(c), sharding={devices=[4,1]<=[4]}
-}"""
-    _check(text, 4, [_normal(10, 8), _normal(6, 8, seed=1)])
+ENTRY e {{
+  x = f32[{a},8] parameter(0)
+  p = f32[{a},8] custom-call(x), custom_call_target="Sharding", sharding={{devices=[{n},1]<=[{n}]}}
+  y = f32[{b},8] parameter(1)
+  q = f32[{b},8] custom-call(y), custom_call_target="Sharding", sharding={{devices=[{n},1]<=[{n}]}}
+  c = f32[{a + b},8] concatenate(p, q), dimensions={{0}}
+  ROOT t = f32[{a + b},8] tanh(c), sharding={{devices=[{n},1]<=[{n}]}}
+}}"""
+    result = _check(text, n, [_normal(a, 8), _normal(b, 8, seed=1)],
+                    returned_whole=(a + b) % n != 0)
+    kinds = _collectives(result.module)
+    # (an all-gather: only the uneven result returned whole)
+    assert kinds == +Counter({"all-to-all": 3, "all-gather": int((a + b) % n != 0)})
+    assert _shapes(result.module, "concatenate") == [(a + b, 8 // n)]
 
 
 # ------------------------------------------------------------ reverse
@@ -155,20 +170,50 @@ ENTRY e {
     assert _collectives(result.module) == Counter({"collective-permute": 1})
 
 
-def test_reverse_of_uneven_rows_gathers_them():
-    """10 rows over 4 devices: reversed, the padding would come first; the
-    rows are made whole instead."""
+@pytest.mark.parametrize("rows,n,permutes", [
+    (10, 4, 2),     # chunks of 3, 2 of padding: parts of two chunks
+    (13, 4, 2),
+    (5, 4, 2),      # 3 of padding, more than a chunk: from two chunks back
+    (6, 4, 1),      # 2 of padding, a whole chunk: one chunk back
+    (17, 8, 2),
+])
+def test_reverse_of_uneven_rows_pads_them_on_the_left(rows, n, permutes):
+    """Reversed, the padding would come first: each device takes its
+    chunk of the rows padded on the left instead (XLA's), straight from
+    the one or two devices holding its parts; before, the rows were
+    gathered."""
+    text = f"""
+HloModule m
+ENTRY e {{
+  x = f32[{rows},4] parameter(0)
+  c = f32[{rows},4] custom-call(x), custom_call_target="Sharding", sharding={{devices=[{n},1]<=[{n}]}}
+  e = f32[{rows},4] exponential(c)
+  r = f32[{rows},4] reverse(e), dimensions={{0}}
+  ROOT n = f32[{rows},4] negate(r), sharding={{devices=[{n},1]<=[{n}]}}
+}}"""
+    result = _check(text, n, [_normal(rows, 4)], returned_whole=True)
+    # (the one all-gather: the uneven result returned whole)
+    assert _collectives(result.module) == Counter({"collective-permute": permutes,
+                                                   "all-gather": 1})
+    assert _shapes(result.module, "reverse") == [(-(-rows // n), 4)]
+
+
+def test_reverse_of_uneven_rows_and_even_columns_on_a_2d_mesh():
+    """The even columns take the mirrored chunks (one collective-permute),
+    the uneven rows their left-padded chunks (two)."""
     text = """
 HloModule m
 ENTRY e {
-  x = f32[10,4] parameter(0)
-  c = f32[10,4] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
-  e = f32[10,4] exponential(c)
-  r = f32[10,4] reverse(e), dimensions={0}
-  ROOT n = f32[10,4] negate(r), sharding={devices=[4,1]<=[4]}
+  x = f32[10,16] parameter(0)
+  c = f32[10,16] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,2]<=[2,4]T(1,0)}
+  r = f32[10,16] reverse(c), dimensions={0,1}
+  ROOT n = f32[10,16] negate(r), sharding={devices=[4,2]<=[2,4]T(1,0)}
 }"""
-    result = _check(text, 4, [_normal(10, 4)], returned_whole=True)
-    assert _shapes(result.module, "reverse") == [(10, 4)]
+    result = _check(text, 8, [_normal(10, 16)], returned_whole=True)
+    # (the two all-gathers: the uneven result returned whole, dim by dim)
+    assert _collectives(result.module) == Counter({"collective-permute": 3,
+                                                   "all-gather": 2})
+    assert _shapes(result.module, "reverse") == [(3, 8)]
 
 
 # ------------------------------------------------------------ dynamic-update-slice
@@ -342,6 +387,42 @@ def test_dilated_strided_window_over_uneven_rows():
     assert (2, 4) in _shapes(result.module, "reduce-window")
 
 
+@pytest.mark.parametrize("n_in,n,size,stride,lo,hi,base,rhs,init,permutes", [
+    (64, 8, 3, 1, 1, 2, 2, 1, "0", 1),      # each chunk reads its right neighbour
+    (64, 8, 2, 2, 0, 1, 2, 1, "0", 0),      # each result chunk its own chunk
+    (16, 4, 3, 1, 2, 4, 3, 2, "-inf", 1),   # dilated both ways
+    (10, 4, 3, 2, 1, 1, 2, 1, "0", None),   # uneven operand and result
+    (12, 4, 2, 3, 0, 0, 3, 1, "-inf", None),
+])
+def test_reduce_window_with_base_dilation_along_cut_rows(n_in, n, size, stride, lo, hi,
+                                                         base, rhs, init, permutes):
+    """XLA's halo exchange for a dilated base: each device takes the
+    operand rows its result chunk reads (a collective-permute from a
+    neighbour), spreads them out itself with the init value and reduces
+    them undilated; before, the rows were gathered."""
+    dilated = (n_in - 1) * base + 1 + lo + hi
+    n_out = (dilated - ((size - 1) * rhs + 1)) // stride + 1
+    reducer = "add" if init == "0" else "maximum"
+    window = f"size={size}x1 stride={stride}x1 pad={lo}_{hi}x0_0 lhs_dilate={base}x1 " \
+        f"rhs_dilate={rhs}x1"
+    text = MODULE_WITH_ADD.replace("add(", f"{reducer}(") + f"""ENTRY e {{
+  x = f32[{n_in},3] parameter(0)
+  c = f32[{n_in},3] custom-call(x), custom_call_target="Sharding", sharding={{devices=[{n},1]<=[{n}]}}
+  z = f32[] constant({init})
+  w = f32[{n_out},3] reduce-window(c, z), window={{{window}}}, to_apply=add
+  ROOT r = f32[{n_out},3] custom-call(w), custom_call_target="Sharding", sharding={{devices=[{n},1]<=[{n}]}}
+}}"""
+    result = _check(text, n, [_normal(n_in, 3)], returned_whole=True)
+    kinds = _collectives(result.module)
+    # the window ran on chunks: the only gather is of an uneven result
+    assert kinds["all-gather"] == (0 if n_out % n == 0 else 1)
+    if permutes is not None:
+        assert kinds == Counter({"collective-permute": permutes} if permutes else {})
+    windows = [i for i in result.module.entry.instructions if i.opcode == "reduce-window"]
+    assert [w.shape.dims for w in windows] == [(-(-n_out // n), 3)]
+    assert tuple(windows[0].attrs["window"]["lhs_dilate"]) == (1, 1)
+
+
 # ------------------------------------------------------------ convolution
 
 @pytest.mark.parametrize("features,n", [(16, 8), (10, 4)])
@@ -430,3 +511,109 @@ ENTRY e {
     result = _check(text, 8, [_normal(8, 4, 6), _normal(8, 6, 16, seed=1)])
     assert _collectives(result.module) == Counter({"all-gather": 1})
     assert str(result.output_shardings[0]) == "{devices=[1,1,8]<=[8]}"
+
+
+# ------------------------------------------------------------ convolution output features
+
+@pytest.mark.parametrize("features,n", [(16, 8), (10, 4)])
+def test_convolution_over_cut_output_features_uses_the_kernel_slice(features, n):
+    """The kernel cut along its output features, the input whole: each
+    device convolves the input with its kernel slice, the result cut along
+    its features (XLA's: no collective; 10 features over 4 devices: an
+    uneven result, returned whole)."""
+    text = f"""
+HloModule m
+ENTRY e {{
+  x = f32[2,3,10] parameter(0), sharding={{replicated}}
+  w = f32[{features},3,3] parameter(1)
+  k = f32[{features},3,3] custom-call(w), custom_call_target="Sharding", sharding={{devices=[{n},1,1]<=[{n}]}}
+  c = f32[2,{features},10] convolution(x, k), window={{size=3 pad=1_1}}, dim_labels=bf0_oi0->bf0
+  ROOT t = f32[2,{features},10] tanh(c)
+}}"""
+    result = _check(text, n, [_normal(2, 3, 10), _normal(features, 3, 3, seed=1)],
+                    returned_whole=features % n != 0)
+    kinds = _collectives(result.module)
+    assert kinds == (Counter() if features % n == 0 else Counter({"all-gather": 1}))
+    assert _shapes(result.module, "convolution") == [(2, -(-features // n), 10)]
+
+
+def test_convolution_over_cut_batch_and_output_features_on_a_2d_mesh():
+    """Input batch over 2 devices, kernel output features over 4: each
+    device's result chunk reads its own batch chunk and kernel slice."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[4,3,10] parameter(0), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  k = f32[16,3,3] parameter(1), sharding={devices=[4,1,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  ROOT c = f32[4,16,10] convolution(x, k), window={size=3 pad=1_1}, dim_labels=bf0_oi0->bf0
+}"""
+    result = _check(text, 8, [_normal(4, 3, 10), _normal(16, 3, 3, seed=1)])
+    assert _collectives(result.module) == Counter()
+    assert _shapes(result.module, "convolution") == [(2, 4, 10)]
+    assert str(result.output_shardings[0]) == "{devices=[2,4,1]<=[8]}"
+
+
+def test_convolution_over_cut_length_and_output_features_on_a_2d_mesh():
+    """The length over 2 devices (halo exchange), the output features over
+    4 (the kernel slice): two collective-permutes, nothing gathered."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[2,3,16] parameter(0), sharding={devices=[1,1,2,4]<=[8] last_tile_dim_replicate}
+  k = f32[16,3,3] parameter(1), sharding={devices=[4,1,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  ROOT c = f32[2,16,16] convolution(x, k), window={size=3 pad=1_1}, dim_labels=bf0_oi0->bf0,
+      sharding={devices=[1,4,2]<=[2,4]T(1,0)}
+}"""
+    result = _check(text, 8, [_normal(2, 3, 16), _normal(16, 3, 3, seed=1)])
+    assert _collectives(result.module) == Counter({"collective-permute": 2})
+    assert _shapes(result.module, "convolution") == [(2, 4, 8)]
+
+
+def test_convolution_with_batch_and_output_features_cut_alike_gathers_the_input():
+    """Input batch and kernel output features over the same 8 devices, the
+    kernel the larger: the result takes the kernel's cut (its features),
+    the smaller input is gathered (XLA's; before, the kernel was)."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[8,3,4] parameter(0), sharding={devices=[8,1,1]<=[8]}
+  k = f32[64,3,3] parameter(1), sharding={devices=[8,1,1]<=[8]}
+  ROOT c = f32[8,64,4] convolution(x, k), window={size=3 pad=1_1}, dim_labels=bf0_oi0->bf0
+}"""
+    result = _check(text, 8, [_normal(8, 3, 4), _normal(64, 3, 3, seed=1)])
+    assert _collectives(result.module) == Counter({"all-gather": 1})
+    assert _shapes(result.module, "all-gather") == [(8, 3, 4)]
+    assert _shapes(result.module, "convolution") == [(8, 8, 4)]
+
+
+# ------------------------------------------------------------ jax's programs
+
+KEPT_CUT = Path(__file__).resolve().parents[1] / "data" / "spmd" / "kept_cut"
+# The collectives of each stored program (made by the script there), XLA's
+# too; before, each gathered a cut operand (an all-gather more).
+KEPT_CUT_EXPECTED = {
+    "conv_output_features": {},
+    "conv_batch_and_output_features": {},
+    "conv_length_and_output_features": {"collective-permute": 2},
+    "window_base_dilation": {"collective-permute": 1},
+    # (30 rows over 8 are uneven: the result is returned whole)
+    "uneven_reverse": {"collective-permute": 2, "all-gather": 1},
+    "uneven_concatenate": {"all-to-all": 3},
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEPT_CUT_EXPECTED))
+def test_stored_program_matches_jax_with_xla_collectives(name):
+    npz = np.load(KEPT_CUT / f"{name}.npz")
+    n = int(npz["num_partitions"])
+    text = (KEPT_CUT / f"{name}.pre.hlo").read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpmdFallbackWarning)
+        got, result = run_partitioned(text, n, global_arrays(npz, "in"))
+    assert all("returned whole" in note for note in result.notes), result.notes
+    for i, (g, w) in enumerate(zip(got, global_arrays(npz, "out"))):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+    expected = Counter(KEPT_CUT_EXPECTED[name])
+    assert _collectives(result.module) == expected
+    xla = parse_module((KEPT_CUT / f"{name}.partitioned.hlo").read_text())
+    assert _collectives(xla) == expected

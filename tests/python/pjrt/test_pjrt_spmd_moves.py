@@ -4,8 +4,11 @@ concatenate moving its cut to the columns (all-to-alls), a reverse
 (collective-permute), a one-row dynamic-update-slice (no collective),
 interior padding (none), a dilated window (halo exchange), a convolution
 over cut input features (all-reduce), a transposed convolution along a
-cut length (halo exchange); compiled and run by xla_gpu without
-a fall-back, against jax's cpu backend on as many host devices."""
+cut length (halo exchange), a convolution over the kernel's cut output
+features (none), a window over a dilated base (halo exchange), a reverse
+and a concatenate of rows cut unevenly (collective-permutes, all-to-alls);
+compiled and run by xla_gpu without a fall-back, against jax's cpu backend
+on as many host devices."""
 
 from __future__ import annotations
 
@@ -24,6 +27,12 @@ KINDS = {
     "dilated window": ["collective-permute"],
     "conv features": ["all-reduce"],
     "conv transpose": ["collective-permute"],
+    # (before these, each gathered its operand: an all-gather)
+    "conv out features": [],
+    "base dilated window": ["collective-permute"],
+    # (rows cut unevenly inside by sharding constraints)
+    "uneven reverse": ["all-reduce", "collective-permute"],
+    "uneven concatenate": ["all-to-all"],
 }
 
 
@@ -40,13 +49,16 @@ def test_ops_along_cut_dims_match_jax_cpu():
         def normal(*shape):
             return rng.standard_normal(shape).astype(np.float32)
 
-        def both(name, f, specs, out_spec, *args):
+        def both(name, f, specs, out_spec, *args, inside=False):
+            # inside: f(mesh) is the function (it cuts values by sharding
+            # constraints on the mesh: jax places only even chunks)
             outs = []
             for platform in ("xla_gpu", "cpu"):
                 mesh = Mesh(np.array(jax.devices(platform)), ("x",))
                 placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, specs)]
-                jitted = jax.jit(f) if out_spec is None else \\
-                    jax.jit(f, out_shardings=NamedSharding(mesh, out_spec))
+                g = f(mesh) if inside else f
+                jitted = jax.jit(g) if out_spec is None else \\
+                    jax.jit(g, out_shardings=NamedSharding(mesh, out_spec))
                 if platform == "xla_gpu":
                     text = jitted.lower(*placed).compile().as_text()
                     res[name + " kinds"] = sorted(
@@ -77,6 +89,23 @@ def test_ops_along_cut_dims_match_jax_cpu():
         both("conv transpose", lambda a, w: jax.lax.conv_general_dilated(
             a, w, (1,), ((1, 2),), lhs_dilation=(2,)), [P(None, None, "x"), P()],
             P(None, None, "x"), normal(2, 3, 32), normal(4, 3, 3))
+        both("conv out features", lambda a, w: jax.lax.conv_general_dilated(a, w, (1,), "SAME"),
+             [P(), P("x")], None, normal(2, 3, 10), normal(8, 3, 3))
+        both("base dilated window", lambda a: jax.lax.reduce_window(
+            a, 0.0, jax.lax.add, (3, 1), (1, 1), ((1, 2), (0, 0)), base_dilation=(2, 1)),
+            [rows], rows, normal(32, 4))
+
+        def cut(mesh, v):
+            return jax.lax.with_sharding_constraint(v, NamedSharding(mesh, rows))
+        # (summed over the rows with weights, the row order shows; an
+        # uneven result would be returned whole)
+        weights = np.arange(10, dtype=np.float32)[:, None]
+        both("uneven reverse", lambda mesh: lambda a: (
+            cut(mesh, jnp.exp(cut(mesh, a))[::-1]) * weights).sum(0),
+             [P()], None, normal(10, 4), inside=True)
+        both("uneven concatenate", lambda mesh: lambda a, b: cut(mesh, jnp.concatenate(
+            [jnp.exp(cut(mesh, a)), jnp.exp(cut(mesh, b))])) * 2, [P(), P()], None,
+             normal(10, 8), normal(6, 8), inside=True)
         res["counts"] = dict(_plugin.partitioner_counts)
         print(json.dumps(res))
     """, platforms="xla_gpu,cpu", extra_env={

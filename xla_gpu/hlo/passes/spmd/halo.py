@@ -15,7 +15,13 @@ Output element o of such an op along the dim reads the operand elements
                                cut out at a per-device offset
   reduce-window                width (size - 1) * window dilation + 1,
                                offset -pad_low (outside the operand: the
-                               init value)
+                               init value); a base dilated by B counts
+                               positions of the dilated operand (element
+                               e at e * B): each device takes the
+                               elements its positions cover, spreads
+                               them out itself with the init value
+                               between them, and cuts its positions out
+                               (as a convolution's dilated input)
 
 A device whose result chunk is i (chunks of m) reads a window of
 (m - 1) * stride + width operand elements from i * m * stride + offset.
@@ -72,14 +78,13 @@ def window_along(inst, dim: int) -> Window | None:
         def get(key, default):
             values = window.get(key)
             return values[dim] if values is not None else default
-        if get("lhs_dilate", 1) != 1:
-            return None
         pad = window.get("pad")
         low = tuple(pad[dim])[0] if pad is not None else 0
         # a dilated window spans (size - 1) * dilation + 1 elements; the
-        # local op keeps its dilation and reads the same positions
+        # local op keeps its dilation and reads the same positions (a
+        # dilated base: its holes read the init value, as the padding)
         span = (get("size", 1) - 1) * get("rhs_dilate", 1) + 1
-        return Window(get("stride", 1), span, -low, True)
+        return Window(get("stride", 1), span, -low, True, get("lhs_dilate", 1))
     return None
 
 
@@ -225,8 +230,8 @@ def windowed_dims(inst, counts, touched) -> list[int]:
         window = window_along(inst, d)
         if window is None:
             continue
-        if halo_reach(window, inst.operands[0].shape.dims[d], inst.shape.dims[d],
-                      counts[d]) is not None:
+        if convolution_reach(window, inst.operands[0].shape.dims[d], inst.shape.dims[d],
+                             counts[d]) is not None:
             out.append(d)
     return out
 
@@ -368,25 +373,31 @@ class WindowedOps:
                 reach = halo_reach(w, shape.dims[d_in], inst.shape.dims[d_out], counts[d_in])
                 x = self.window_chunk(x, want, shape, d_in, reach, zero)
                 continue
-            # a dilated input: the elements' window, spread out locally
-            # (base - 1 zeros before and between them), then each device's
-            # positions cut out; the convolution then runs undilated
-            reach, offsets, high = dilated_reach(w, shape.dims[d_in], inst.shape.dims[d_out],
-                                                 counts[d_in])
-            x = self.window_chunk(x, want, shape, d_in, reach, zero)
-            config = [(0, 0, 0)] * shape.rank
-            config[d_in] = (w.base - 1, high, w.base - 1)
-            dims = list(x.shape.dims)
-            dims[d_in] = w.base - 1 + (dims[d_in] - 1) * w.base + 1 + high
-            x = self.add("pad", x.shape.with_dims(tuple(dims)), [x, zero], padding=config)
-            m = -(-inst.shape.dims[d_out] // counts[d_in])
-            dims[d_in] = (m - 1) * w.stride + w.width
-            coords = device_coords(want, shape.rank, self.n)
-            starts = [self.scalar(0)] * shape.rank
-            starts[d_in] = self.table_value([offsets[c[d_in]] for c in coords])
-            x = self.add("dynamic-slice", x.shape.with_dims(tuple(dims)), [x, *starts],
-                         dynamic_slice_sizes=tuple(dims))
+            x = self.dilated_window(x, want, shape, d_in, w, inst.shape.dims[d_out], zero)
         return x
+
+    def dilated_window(self, x, s: HloSharding, operand_shape: Shape, dim: int, w: Window,
+                       n_out: int, fill) -> HloInstruction:
+        """x (s's chunk of an operand dilated by w.base along `dim`) -> the
+        dilated positions each device's result chunk reads: the elements'
+        window (halo exchange), spread out locally (base - 1 fills before
+        and between them), each device's positions cut out; the op then
+        runs undilated along `dim`."""
+        count = s.counts(operand_shape.rank)[dim]
+        reach, offsets, high = dilated_reach(w, operand_shape.dims[dim], n_out, count)
+        x = self.window_chunk(x, s, operand_shape, dim, reach, fill)
+        config = [(0, 0, 0)] * operand_shape.rank
+        config[dim] = (w.base - 1, high, w.base - 1)
+        dims = list(x.shape.dims)
+        dims[dim] = w.base - 1 + (dims[dim] - 1) * w.base + 1 + high
+        x = self.add("pad", x.shape.with_dims(tuple(dims)), [x, fill], padding=config)
+        m = -(-n_out // count)
+        dims[dim] = (m - 1) * w.stride + w.width
+        coords = device_coords(s, operand_shape.rank, self.n)
+        starts = [self.scalar(0)] * operand_shape.rank
+        starts[dim] = self.table_value([offsets[c[dim]] for c in coords])
+        return self.add("dynamic-slice", x.shape.with_dims(tuple(dims)), [x, *starts],
+                        dynamic_slice_sizes=tuple(dims))
 
     def emit_windowed(self, inst, dims: list[int], inner: HloSharding) -> HloInstruction:
         """`inst` with `dims` (cut by `inner`, the sharding it is computed
@@ -404,6 +415,10 @@ class WindowedOps:
                 reach, interior[d] = interior_reach(inst, d, counts[d])
             else:
                 window = window_along(inst, d)
+                if window.base != 1:
+                    x = self.dilated_window(x, inner, operand.shape, d, window,
+                                            inst.shape.dims[d], fill)
+                    continue
                 reach = halo_reach(window, operand.shape.dims[d], inst.shape.dims[d],
                                    counts[d])
             x = self.window_chunk(x, inner, operand.shape, d, reach, fill)
@@ -450,6 +465,10 @@ class WindowedOps:
             window["pad"] = [tuple(p) for p in window["pad"]]
             for d in dims:
                 window["pad"][d] = (0, 0)
+        if "lhs_dilate" in window:
+            # (a dilated base was spread out with its window)
+            for d in dims:
+                window["lhs_dilate"][d] = 1
         attrs["window"] = {key: tuple(v) if key != "pad" else v
                            for key, v in window.items()}
         return self.add("reduce-window", shape, [x, fill], **attrs)

@@ -3,14 +3,18 @@ does it:
 
   concatenate          the cut of the concatenated dim moved to another dim
                        (the first whose size the merged cut divides; one
-                       all-to-all per operand), the operands concatenated
-                       locally, the result's cut moved back (one more
-                       all-to-all); with no such dim, or operands cut
-                       unevenly along it, the dim made whole
+                       all-to-all per operand, an uneven operand's padding
+                       sliced off once its dim is whole), the operands
+                       concatenated locally, the result's cut moved back
+                       (one more all-to-all); with no such dim, the dim
+                       made whole
   reverse              each device reverses the chunk the mirrored device
                        holds: the operand resharded to the tile assignment
                        flipped along the reversed dims (one
-                       collective-permute), then a local reverse (even cuts)
+                       collective-permute), then a local reverse; along
+                       an uneven cut, each device's chunk of the value
+                       padded on the left instead (two collective-permutes
+                       from the two devices holding its parts)
   dynamic-update-slice when the update lies inside one chunk along every
                        cut dim it writes (one element wide, or at constant
                        offsets inside one chunk): each device writes the
@@ -29,7 +33,7 @@ import numpy as np
 
 from ...module import HloInstruction
 from ...shape import Shape
-from .placement import device_coords, replicate_dims
+from .placement import device_coords, groups_along, replicate_dims
 from .sharding import HloSharding
 
 __all__ = ["DataMovementOps", "move_tiles", "reverse_sharding"]
@@ -83,10 +87,17 @@ class DataMovementOps:
         if s.kind != "tiled" or s.has_manual_subgroup:
             return None
         count = s.counts(rank)[dim]
-        # (uneven chunks along the dim cannot move by all-to-all: gathered)
-        if count == 1 or any(o.shape.dims[dim] % count for o in [inst, *inst.operands]):
+        if count == 1:
             return None
-        target = target_dim_for(s, inst.shape.dims, dim, range(rank))
+        # (an operand cut unevenly along the dim moves too: one all-to-all
+        # sends its padded chunks and the padding is sliced off where the
+        # dim is whole, before the operands are joined; that exchange takes
+        # a dim not cut yet, an already cut one would need the even
+        # chunks of an exchange within groups)
+        uneven = any(o.shape.dims[dim] % count for o in [inst, *inst.operands])
+        counts = s.counts(rank)
+        allowed = [d for d in range(rank) if not uneven or counts[d] == 1]
+        target = target_dim_for(s, inst.shape.dims, dim, allowed)
         if target is None:
             return None
         temp = move_tiles(s, rank, dim, target)
@@ -101,11 +112,51 @@ class DataMovementOps:
             return None
         counts = s.counts(rank)
         cut = [d for d in dims if counts[d] > 1]
-        # (an uneven cut would put its padding first once reversed)
-        if not cut or any(inst.shape.dims[d] % counts[d] for d in cut):
+        if not cut:
             return None
-        want = reverse_sharding(s, rank, cut)
-        return self.local(inst, s, [want])
+        even = [d for d in cut if inst.shape.dims[d] % counts[d] == 0]
+        # even cuts: each device takes the mirrored chunk (one
+        # collective-permute for all of them)
+        x = self.value(inst.operands[0], reverse_sharding(s, rank, even))
+        for d in cut:
+            if d not in even:
+                x = self.mirror_uneven(x, s, inst.shape, d)
+        return self.add_clone(inst, [x], self.local_shape(inst.shape, s)), s
+
+    def mirror_uneven(self, x, s: HloSharding, shape: Shape, dim: int):
+        """x (s's chunk of a value cut unevenly along `dim`) -> the chunk
+        whose local reverse is s's chunk of the value reversed along `dim`.
+
+        Reversed, the padding at the end would come first; XLA's
+        partitioner pads the value on the left instead (its halo exchange
+        to pad on the left): with p = c * k - n padding elements (chunks of
+        k, c of them), the left-padded value's chunk i holds the elements
+        [i * k - p, i * k - p + k). The device holding result chunk j takes
+        chunk c - 1 - j of that: the last r elements of the operand's chunk
+        c - 2 - j - q and the first k - r of its chunk c - 1 - j - q
+        (p = q * k + r), each by a collective-permute straight from the
+        devices holding them (none receives what lies before the value:
+        zeros, the result's padding once reversed)."""
+        rank = shape.rank
+        count = s.counts(rank)[dim]
+        k = x.shape.dims[dim]
+        q, r = divmod(count * k - shape.dims[dim], k)
+        groups = groups_along(s, rank, [dim])
+        parts = []
+        for lo, hi, back in ((k - r, k, q + 1), (0, k - r, q)):
+            if lo == hi:
+                continue
+            pairs = [(g[i - back], g[count - 1 - i]) for g in groups
+                     for i in range(back, count)]
+            dims = list(x.shape.dims)
+            dims[dim] = hi - lo
+            config = [(0, size, 1) for size in x.shape.dims]
+            config[dim] = (lo, hi, 1)
+            piece = self.add("slice", x.shape.with_dims(tuple(dims)), [x], slice=config)
+            parts.append(self.collective_permute(piece, pairs))
+        if len(parts) == 1:
+            return parts[0]
+        return self.add("concatenate", x.shape, parts, dimensions=(dim,))
 
     def emit_dynamic_update_slice(self, inst, s: HloSharding):
         """XLA's single-partition update (see the module's docstring)."""

@@ -33,7 +33,9 @@ How each op is partitioned (S: the sharding propagation gave its result):
                                    along a cut dim (moves): a concatenate
                                    moves the cut to another dim and back
                                    (all-to-alls); a reverse takes the
-                                   mirrored chunks (a collective-permute);
+                                   mirrored chunks (a collective-permute;
+                                   an uneven cut: the chunks of the value
+                                   padded on the left, two);
                                    an update inside one chunk is written
                                    where its offset falls (no collective);
                                    otherwise as below
@@ -46,7 +48,9 @@ How each op is partitioned (S: the sharding propagation gave its result):
   convolution                      the input cut along its batch and its
                                    spatial dims as the result is (a
                                    spatial cut by halo exchange), the
-                                   kernel whole; an input cut along its
+                                   kernel along its output features as
+                                   the result's features are (whole where
+                                   they are not cut); an input cut along its
                                    features only: the kernel cut alike, a
                                    partial convolution per device and an
                                    all-reduce (as a dot's contracting dim)
@@ -103,8 +107,10 @@ reshard). Ops that map elements (elementwise, broadcast, transpose, a
 reshape keeping the cut dim) run on padded chunks as they are; a reduce
 over a padded dim first replaces the padding by its init value, a dot
 contracting over one zeroes both operands' padding, a halo exchange masks
-the window positions past the operand's end, and the other ops that move
-data along a dim (concatenate, reverse...) have that dim made whole first,
+the window positions past the operand's end, a reverse takes the chunks of
+the value padded on the left (its padding then ends up last), a
+concatenate slices an operand's padding off where the dim is whole, and
+the other ops that move data along a dim have that dim made whole first,
 as for even cuts, so padding never moves into real positions. The entry's
 parameters and results whose stated sharding is uneven are passed whole
 (replicated; jax places only even chunks), each device cutting its padded
@@ -130,7 +136,8 @@ from .manual import ManualRegions, annotation_target
 from .moves import DataMovementOps
 from .placement import groups_along, replicate_dims, same_placement
 from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_TARGETS,
-                          convolution_batch_dims, gather_batch_dims, permute_sharding,
+                          convolution_batch_dims, convolution_feature_dims,
+                          gather_batch_dims, permute_sharding,
                           propagate, remap_sharding, reshape_sharding, touched_dims)
 from .reshard import Emitter
 from .sharding import HloSharding, ShardingError, parse_sdy_shardings, sharding_of
@@ -586,28 +593,40 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         return self.local(inst, s, [HloSharding.replicated(), want])
 
     def emit_convolution(self, inst, s: HloSharding):
-        """Batch-parallel: the input cut along its batch as the result is,
-        the kernel whole."""
+        """The input cut along its batch and spatial dims as the result is,
+        the kernel along its output features as the result's features are
+        (whole where they are not cut): each device convolves its input
+        chunk with its kernel slice (XLA's, a convolution read as a dot
+        whose free dims are the batch and the output features)."""
         batch = convolution_batch_dims(inst)
+        feature = convolution_feature_dims(inst)
         rank = inst.shape.rank
         counts = s.counts(rank)
         spatial = convolution_spatial_cuts(inst, counts) if batch is not None else None
+        f_out = feature[1] if feature is not None and counts[feature[1]] > 1 else None
         if batch is None or spatial is None or \
                 any(c > 1 for d, c in enumerate(counts)
-                    if d != batch[1] and d not in spatial.values()):
-            return self.whole(inst, "convolution cut along other dims than its batch "
-                                    "and spatial dims")
-        lhs_rank = inst.operands[0].shape.rank
+                    if d not in (batch[1], f_out) and d not in spatial.values()):
+            return self.whole(inst, "convolution cut along other dims than its batch, "
+                                    "spatial and output-feature dims")
+        lhs_rank, rhs_rank = inst.operands[0].shape.rank, inst.operands[1].shape.rank
+        everything = list(range(rank))
         mapping = {batch[1]: batch[0]}
         mapping.update({d_out: d_in for d_in, d_out in spatial.items()})
-        want = remap_sharding(s, mapping, rank, lhs_rank)
+        # the output-feature chunks are replicas to the input, and the
+        # other result dims' chunks replicas to the kernel slice
+        input_s = s if f_out is None else replicate_dims(s, rank, [f_out], keep=everything)
+        want = remap_sharding(input_s, mapping, rank, lhs_rank)
+        kernel_s = HloSharding.replicated() if f_out is None else remap_sharding(
+            replicate_dims(s, rank, [d for d in everything if d != f_out], keep=everything),
+            {f_out: feature[0]}, rank, rhs_rank)
         if not spatial:
-            return self.local(inst, s, [want, HloSharding.replicated()])
+            return self.local(inst, s, [want, kernel_s])
         # spatial cuts: each device's input window by halo exchange, then
         # the convolution on it with no padding left along those dims
         x = self.window_convolution_input(inst, self.value(inst.operands[0], want), want,
                                           spatial)
-        kernel = self.value(inst.operands[1], HloSharding.replicated())
+        kernel = self.value(inst.operands[1], kernel_s)
         new = self.add_clone(inst, [x, kernel], self.local_shape(inst.shape, s))
         window = dict(new.attrs.get("window") or {})
         lhs = inst.attrs["dim_labels"].split("_")[0]

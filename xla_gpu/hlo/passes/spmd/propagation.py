@@ -32,7 +32,8 @@ operand's from its user's):
   tuple / get-tuple-element       the elements' shardings
   gather             the indices' batch dims' cut, forward
   convolution        the input's batch cut and the spatial cuts a halo
-                     exchange reaches, forward
+                     exchange reaches, and the kernel's output-feature cut
+                     (merged as a dot's operands' free dims), forward
   while              its initial state's (the body and condition are
                      partitioned for it)
   anything else      replicated (the partitioner computes it whole on every
@@ -60,7 +61,7 @@ from .sharding import HloSharding
 __all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map",
            "reshape_sharding", "merge",
            "permute_sharding", "remap_sharding", "gather_batch_dims",
-           "convolution_batch_dims",
+           "convolution_batch_dims", "convolution_feature_dims",
            "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS"]
 
 MANUAL_ENTRY_TARGETS = frozenset({"xla.sdy.GlobalToLocalShape", "SPMDFullToShardShape"})
@@ -252,6 +253,20 @@ def convolution_batch_dims(inst: HloInstruction) -> tuple[int, int] | None:
     return lhs.index("b"), result.index("b")
 
 
+def convolution_feature_dims(inst: HloInstruction) -> tuple[int, int] | None:
+    """(kernel output-feature dim, result feature dim) of a convolution
+    whose output features can be cut (no feature or batch groups: each
+    result feature then reads one kernel slice and every input feature);
+    None otherwise."""
+    if convolution_batch_dims(inst) is None:
+        return None
+    operands, result = inst.attrs["dim_labels"].split("->")
+    rhs = operands.split("_")[1]
+    if rhs.count("o") != 1 or result.count("f") != 1:
+        return None
+    return rhs.index("o"), result.index("f")
+
+
 def merge(a: HloSharding, b: HloSharding, rank: int, n: int) -> HloSharding | None:
     """One tiling with both `a`'s and `b`'s cuts (None when they conflict)."""
     if a.kind != "tiled":
@@ -436,26 +451,59 @@ class _Propagation:
             if mapping is not None:
                 return remap_sharding(ops[1], mapping, inst.operands[1].shape.rank, rank)
             return None
-        if op == "convolution" and ops[0] is not None and ops[0].kind == "tiled":
-            batch = convolution_batch_dims(inst)
-            if batch is None:
-                return None
-            mapping = {batch[0]: batch[1]}
-            # (a cut spatial dim stays cut where a halo exchange reaches)
-            windows = convolution_windows(inst) or {}
-            lhs_rank = inst.operands[0].shape.rank
-            counts = ops[0].counts(lhs_rank)
-            for d_in, (d_out, window) in windows.items():
-                if counts[d_in] > 1 and convolution_reach(
-                        window, inst.operands[0].shape.dims[d_in], inst.shape.dims[d_out],
-                        counts[d_in]) is not None:
-                    mapping[d_in] = d_out
-            kept = [d for d in range(lhs_rank) if d not in mapping]
-            dropped = replicate_dims(ops[0], lhs_rank, kept, keep=list(range(lhs_rank)))
-            return remap_sharding(dropped, mapping, lhs_rank, rank)
+        if op == "convolution":
+            return self.convolution_forward(inst, ops[0], ops[1], rank)
         if op == "while" and ops[0] is not None:
             return ops[0]     # the loop keeps its state cut as it starts
         return None
+
+    def convolution_forward(self, inst, lhs: HloSharding | None, rhs: HloSharding | None,
+                            rank: int) -> HloSharding | None:
+        """As a dot's (XLA's propagation reads a convolution as one): the
+        input's batch (and spatial) cuts, the kernel's output-feature cut,
+        merged; conflicting, deferred to the users in the first round, then
+        the larger operand's."""
+        candidates = []
+        if lhs is not None and lhs.kind == "tiled":
+            out = self.convolution_from_input(inst, lhs, rank)
+            if out is not None:
+                candidates.append(out)
+        feature = convolution_feature_dims(inst)
+        if rhs is not None and rhs.kind == "tiled" and feature is not None:
+            rhs_rank = inst.operands[1].shape.rank
+            if rhs.counts(rhs_rank)[feature[0]] > 1:
+                kept = replicate_dims(rhs, rhs_rank,
+                                      [d for d in range(rhs_rank) if d != feature[0]],
+                                      keep=list(range(rhs_rank)))
+                out = remap_sharding(kept, {feature[0]: feature[1]}, rhs_rank, rank)
+                if out is not None:
+                    candidates.append(out)
+        if len(candidates) == 2:
+            if merge(*candidates, rank, self.n) is None and self.first_round:
+                return None
+            if _bits(inst.operands[0]) < _bits(inst.operands[1]):
+                candidates.reverse()
+        return _best(candidates, rank, self.n)
+
+    def convolution_from_input(self, inst, lhs: HloSharding, rank: int):
+        """The result's sharding from the input's batch cut and the spatial
+        cuts a halo exchange reaches."""
+        batch = convolution_batch_dims(inst)
+        if batch is None:
+            return None
+        mapping = {batch[0]: batch[1]}
+        # (a cut spatial dim stays cut where a halo exchange reaches)
+        windows = convolution_windows(inst) or {}
+        lhs_rank = inst.operands[0].shape.rank
+        counts = lhs.counts(lhs_rank)
+        for d_in, (d_out, window) in windows.items():
+            if counts[d_in] > 1 and convolution_reach(
+                    window, inst.operands[0].shape.dims[d_in], inst.shape.dims[d_out],
+                    counts[d_in]) is not None:
+                mapping[d_in] = d_out
+        kept = [d for d in range(lhs_rank) if d not in mapping]
+        dropped = replicate_dims(lhs, lhs_rank, kept, keep=list(range(lhs_rank)))
+        return remap_sharding(dropped, mapping, lhs_rank, rank)
 
     def backward(self, user: HloInstruction, s: HloSharding) -> dict[int, HloSharding]:
         """Operand index -> a sharding the user's `s` suggests for it."""

@@ -1,0 +1,98 @@
+"""Makes the SPMD cases bench/spmd_collectives.py compares against XLA's
+collectives (beside ../ and ../windowed): ops along a cut dim that the
+partitioner keeps cut where it once gathered the dim: a convolution over
+the kernel's cut output features, a window over a dilated base (halo
+exchange), a reverse and a concatenate of rows cut unevenly (by sharding
+constraints inside: jax places only even chunks). Same files as
+../windowed/make_windowed_cases.py:
+
+    JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
+        python tests/python/data/spmd/kept_cut/make_kept_cut_cases.py [CASE ...]
+
+    <case>.partitioned.hlo   XLA's per-device program (compile().as_text())
+    <case>.pre.hlo           the annotated program (as_text(dialect="hlo"))
+    <case>.npz               num_partitions, jax_version, the global inputs
+                             and outputs (in_<i>, out_<i>)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_force_host_platform_device_count=8").strip()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+# Case names given on the command line: only those are written (the
+# inputs of every case are still drawn, in order, so each case's stay).
+ONLY = set(sys.argv[1:])
+rng = np.random.default_rng(20261204)
+
+
+def normal(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def save_case(name, f, mesh, args, in_specs, out_spec=None):
+    if ONLY and name not in ONLY:
+        return
+    in_shardings = tuple(NamedSharding(mesh, s) for s in in_specs)
+    out_sharding = None if out_spec is None else NamedSharding(mesh, out_spec)
+    jitted = jax.jit(f, in_shardings=in_shardings, out_shardings=out_sharding)
+    placed = [jax.device_put(a, s) for a, s in zip(args, in_shardings)]
+    lowered = jitted.lower(*placed)
+    outs = jax.tree.leaves(jitted(*placed))
+    data = {"num_replicas": np.int64(1), "num_partitions": np.int64(mesh.devices.size),
+            "jax_version": np.array(jax.__version__)}
+    for kind, values in (("in", placed), ("out", outs)):
+        for i, value in enumerate(values):
+            data[f"{kind}_{i}"] = np.asarray(value)
+    (HERE / f"{name}.partitioned.hlo").write_text(lowered.compile().as_text())
+    (HERE / f"{name}.pre.hlo").write_text(lowered.as_text(dialect="hlo"))
+    np.savez_compressed(HERE / f"{name}.npz", **data)
+    print(f"{name}: {len(placed)} inputs, {len(outs)} outputs")
+
+
+def main() -> int:
+    if jax.device_count() < 8:
+        print("needs 8 devices", file=sys.stderr)
+        return 1
+    line = Mesh(np.array(jax.devices()), ("x",))
+    grid = Mesh(np.array(jax.devices()).reshape(2, 4), ("a", "b"))
+
+    def conv(a, w):
+        return jax.lax.conv_general_dilated(a, w, (1,), "SAME")
+
+    def rows(v):
+        return jax.lax.with_sharding_constraint(v, NamedSharding(line, P("x")))
+    # the kernel's output features cut: each device convolves with its slice
+    save_case("conv_output_features", conv, line, [normal(2, 3, 10), normal(16, 3, 3)],
+              [P(), P("x")])
+    save_case("conv_batch_and_output_features", conv, grid,
+              [normal(8, 3, 10), normal(16, 3, 3)], [P("a"), P("b")])
+    save_case("conv_length_and_output_features", conv, grid,
+              [normal(2, 3, 16), normal(16, 3, 3)], [P(None, None, "a"), P("b")])
+    # a window over a dilated base (halo exchange)
+    save_case("window_base_dilation", lambda a: jax.lax.reduce_window(
+        a, 0.0, jax.lax.add, (3, 1), (1, 1), ((1, 2), (0, 0)), base_dilation=(2, 1)),
+        line, [normal(64, 4)], [P("x")], P("x"))
+    # rows cut unevenly (30 over 8: chunks of 4, 2 of padding)
+    save_case("uneven_reverse", lambda a: rows(jnp.exp(rows(a))[::-1]) * 2, line,
+              [normal(30, 4)], [P()])
+    save_case("uneven_concatenate", lambda a, b: rows(jnp.concatenate(
+        [jnp.exp(rows(a)), jnp.exp(rows(b))])) * 2, line, [normal(10, 8), normal(6, 8)],
+        [P(), P()])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
