@@ -338,12 +338,26 @@ static void *fast_Buffer_Destroy(void *p) {
  * No Python object is made but the output arrays. Whatever this path does
  * not handle goes to the Python slot before anything ran, which runs it
  * and reports errors as before: an executable the Python side has not
- * cleared for it (several devices, donated or token parameters, outputs
- * that need converting, the cuda target), an argument that is not a live
- * buffer with an array on the executable's device, a run inside an
- * xla_gpu trace, or a run that failed (the Python path runs it again and
- * reports the error with its message; a program's run has no side
- * effects without donation). */
+ * cleared for it (several devices, token parameters, outputs that need
+ * converting, the cuda target), an argument that is not a live buffer
+ * with an array on the executable's device, a donated argument also passed
+ * at another position (Python refuses the call), a run inside an xla_gpu
+ * trace, or a run that failed (the Python path runs it again and reports
+ * the error with its message: a run has no side effects, as donated
+ * arguments are consumed only after a run succeeded).
+ *
+ * Donation, as the Python slot does it (_consume_donated): the program
+ * never writes an argument's array (the runtime copies a parameter whose
+ * allocation the program writes, the donated ones included, into its own
+ * pooled memory, which becomes the aliased output), so a donated input is
+ * consumed after the run: its block is marked deleted (jax refuses it
+ * from then on, and an Execute still passed it reports "the buffer has
+ * been deleted or donated") and its array dropped, unless
+ * jaxlib lists it as not donatable for this call or a numpy view still
+ * reads it (external references: then it stays as it is, as on XLA:CPU).
+ * Dropping the reference frees nothing another user holds: a concurrent
+ * run or view keeps its own reference, and the pool hands the memory out
+ * again only when nothing else refers to it. */
 typedef int (*host_run_call_fn)(void *run, void *const *args, ptrdiff_t nargs, void **results,
                                 ptrdiff_t num_results);
 
@@ -358,6 +372,17 @@ typedef struct {
 
 static execute_hooks g_exec;
 static _Atomic(int) g_execute_on = 0;
+
+/* Consuming a donated argument whose map value is its Buffer object: its
+ * `_array` attribute is set to None (a plain instance attribute, so no
+ * Python code runs). */
+typedef struct {
+  int (*set_attr)(void *, void *, void *);   /* PyObject_SetAttr */
+  void *array_name;                          /* "_array" */
+} donation_hooks;
+
+static donation_hooks g_donate;
+static _Atomic(int) g_donation_on = 0;
 
 /* Arguments and results handled without a heap array. */
 #define STACK_VALUES 32
@@ -377,6 +402,96 @@ static int tracing(void) {
   return active;
 }
 
+/* Whether jaxlib lists parameter `p` as not donatable in this call. */
+static int not_donatable(const PJRT_LoadedExecutable_Execute_Args *args, int64_t p) {
+  const PJRT_ExecuteOptions *o = args->options;
+  if (!o || !o->non_donatable_input_indices ||
+      o->struct_size < offsetof(PJRT_ExecuteOptions, num_non_donatable_input_indices) +
+                           sizeof(size_t))
+    return 0;
+  for (size_t i = 0; i < o->num_non_donatable_input_indices; ++i)
+    if (o->non_donatable_input_indices[i] == p) return 1;
+  return 0;
+}
+
+static int compare_pointers(const void *a, const void *b) {
+  uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Whether a donated parameter's buffer is also passed at another position
+ * (every donated parameter, listed as not donatable or not, as the Python
+ * slot checks; it refuses the call with its message). Out of memory: 1,
+ * the Python slot decides. */
+static int donated_twice(PJRT_Buffer *const *arg_list, size_t num_args, const int64_t *donated,
+                         size_t num_donated) {
+  if (num_args * num_donated <= 4096) {
+    for (size_t k = 0; k < num_donated; ++k) {
+      if (donated[k] < 0 || (size_t)donated[k] >= num_args) continue;
+      size_t p = (size_t)donated[k];
+      for (size_t i = 0; i < num_args; ++i)
+        if (i != p && arg_list[i] == arg_list[p]) return 1;
+    }
+    return 0;
+  }
+  /* Many arguments (a large model's parameters): sorted, a pointer passed
+   * twice sits next to its twin. */
+  uintptr_t *sorted = malloc(sizeof(uintptr_t) * num_args);
+  if (!sorted) return 1;
+  for (size_t i = 0; i < num_args; ++i) sorted[i] = (uintptr_t)arg_list[i];
+  qsort(sorted, num_args, sizeof(uintptr_t), compare_pointers);
+  int twice = 0;
+  for (size_t k = 0; k < num_donated && !twice; ++k) {
+    if (donated[k] < 0 || (size_t)donated[k] >= num_args) continue;
+    uintptr_t key = (uintptr_t)arg_list[donated[k]];
+    size_t lo = 0, hi = num_args;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (sorted[mid] < key) lo = mid + 1; else hi = mid;
+    }
+    twice = lo + 1 < num_args && sorted[lo + 1] == key;
+  }
+  free(sorted);
+  return twice;
+}
+
+/* After a successful run: each donated argument (not listed as not
+ * donatable) is consumed as _consume_donated does it, unless a numpy view
+ * still reads it. The run released the GIL: the handle is looked up again
+ * (a buffer destroyed meanwhile has nothing left to consume). */
+static void consume_donated(const PJRT_LoadedExecutable_Execute_Args *args,
+                            const XlaGpuPjrt_Handle *e, PJRT_Buffer *const *arg_list,
+                            size_t num_args) {
+  for (size_t k = 0; k < e->num_donated; ++k) {
+    int64_t p = e->donated[k];
+    if (p < 0 || (size_t)p >= num_args || not_donatable(args, p)) continue;
+    void *key = NULL, *object = NULL;
+    XlaGpuPjrt_Handle *b =
+        (XlaGpuPjrt_Handle *)live_object(arg_list[p], XLA_GPU_PJRT_HANDLE_BUFFER, &key, &object);
+    if (!b) continue;
+    if (b->external_refs == 0) {
+      void *array = b->array;
+      b->deleted = 1;
+      b->array = NULL;
+      if (array && object == array) {
+        /* A result the library made that no Python slot asked for (the
+         * map's value is its array): None marks it consumed (the Python
+         * side's _adopt reads that), and the array goes with the value. */
+        g_exec.dict_set_item(g_fast.objects, key, g_exec.none);
+      } else if (object != g_exec.none) {
+        /* Its Buffer object: reads the block for `deleted` and the array
+         * word; its reference to the array goes. A failure (out of memory)
+         * only keeps the array until the buffer is destroyed; what it
+         * raised is dropped in py_leave. */
+        g_exec.incref(object);   /* held while the array's release runs */
+        g_donate.set_attr(object, g_donate.array_name, g_exec.none);
+        g_fast.decref(object);
+      }
+    }
+    g_fast.decref(key);
+  }
+}
+
 /* 1: done, outputs written; 0: nothing done, the Python slot runs it.
  * Inside py_enter/py_leave. */
 static int execute_here(PJRT_LoadedExecutable_Execute_Args *args) {
@@ -386,6 +501,7 @@ static int execute_here(PJRT_LoadedExecutable_Execute_Args *args) {
       live_object(args->executable, XLA_GPU_PJRT_HANDLE_EXECUTABLE, NULL, &exe_object);
   if (!e || !e->host_run || (e->num_outputs && !e->outputs)) return 0;
   if (args->execute_device && args->execute_device != e->device) return 0;
+  if (e->num_donated && (!atomic_load(&g_donation_on) || !e->donated)) return 0;
   if (tracing()) return 0;
   size_t num_args = args->num_args, num_outputs = e->num_outputs;
   if (num_args && !args->argument_lists) return 0;
@@ -409,6 +525,8 @@ static int execute_here(PJRT_LoadedExecutable_Execute_Args *args) {
     arrays[held] = b->array;
     g_exec.incref(b->array);   /* the run lets other threads go */
   }
+  if (e->num_donated && donated_twice(arg_list, num_args, e->donated, e->num_donated))
+    goto release;
   /* The executable (and so its HostRun and outputs) outlives the run. */
   g_exec.incref(exe_object);
   int rc = g_exec.call(e->host_run, arrays, (ptrdiff_t)num_args, results, (ptrdiff_t)num_outputs);
@@ -442,6 +560,7 @@ static int execute_here(PJRT_LoadedExecutable_Execute_Args *args) {
       out_list[made] = (PJRT_Buffer *)b;
     }
     if (made == num_outputs) {
+      if (e->num_donated) consume_donated(args, e, arg_list, num_args);
       if (args->device_complete_events)
         args->device_complete_events[0] = (PJRT_Event *)atomic_load(&g_ready_event);
       done = 1;
@@ -612,6 +731,18 @@ XLA_GPU_PJRT_EXPORT int XlaGpuPjrtEnableExecute(void *call, void *trace_var, voi
   g_exec.context_var_get = (int (*)(void *, void *, void **))context_var_get;
   g_exec.none = none;
   atomic_store(&g_execute_on, 1);
+  return 0;
+}
+
+/* Lets the library's Execute run executables with donated parameters
+ * (after XlaGpuPjrtEnableExecute): `set_attr` is PyObject_SetAttr,
+ * `array_name` the attribute name "_array" (kept alive by the caller).
+ * Returns 0, or -1 (off) when Execute is off or a pointer is missing. */
+XLA_GPU_PJRT_EXPORT int XlaGpuPjrtEnableDonation(void *set_attr, void *array_name) {
+  if (!atomic_load(&g_execute_on) || !set_attr || !array_name) return -1;
+  g_donate.set_attr = (int (*)(void *, void *, void *))set_attr;
+  g_donate.array_name = array_name;
+  atomic_store(&g_donation_on, 1);
   return 0;
 }
 

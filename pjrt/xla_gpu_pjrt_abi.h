@@ -1122,6 +1122,16 @@ typedef struct XlaGpuPjrt_Handle {
   const struct XlaGpuPjrt_Output *outputs;
   /* Buffers: made by the library's Execute; it frees the block. */
   uint64_t library_owned;
+  /* Buffers: PJRT_Buffer_IncreaseExternalReferenceCount's count (kept by
+   * the Python slots, read under the GIL): a donation leaves a buffer that
+   * a numpy view still reads as it is. */
+  uint64_t external_refs;
+  /* Executables cleared for the library's Execute: the parameters the
+   * program donates (input_output_alias), ascending; a run consumes them
+   * (deleted, their array dropped) unless jaxlib lists them as not
+   * donatable for that call. */
+  const int64_t *donated;
+  size_t num_donated;
 } XlaGpuPjrt_Handle;
 
 /* One output of an executable as the library's Execute makes its buffer. */
@@ -1337,10 +1347,12 @@ XLA_GPU_PJRT_PASSED(PJRT_Buffer_IncreaseExternalReferenceCount_Args, buffer, 24)
 XLA_GPU_PJRT_PASSED(PJRT_Buffer_DecreaseExternalReferenceCount_Args, buffer, 24);
 XLA_GPU_PJRT_PASSED(PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args, device_memory_ptr, 32);
 
-XLA_GPU_PJRT_SIZEOF(XlaGpuPjrt_Handle, 152);
+XLA_GPU_PJRT_SIZEOF(XlaGpuPjrt_Handle, 176);
 XLA_GPU_PJRT_AT(XlaGpuPjrt_Handle, memory_kind_size, 112);
 XLA_GPU_PJRT_AT(XlaGpuPjrt_Handle, array, 120);
 XLA_GPU_PJRT_AT(XlaGpuPjrt_Handle, library_owned, 144);
+XLA_GPU_PJRT_AT(XlaGpuPjrt_Handle, external_refs, 152);
+XLA_GPU_PJRT_AT(XlaGpuPjrt_Handle, num_donated, 168);
 XLA_GPU_PJRT_SIZEOF(XlaGpuPjrt_Output, 32);
 
 #undef XLA_GPU_PJRT_SIZEOF

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 __all__ = ["initialize", "library_path", "PLATFORM"]
@@ -162,8 +163,19 @@ def _enable_library_execute(lib) -> None:
     enable.restype = ctypes.c_int
     functions = [ctypes.cast(f, ctypes.c_void_p).value for f in
                  (py.PyDict_SetItem, py.Py_IncRef, py.PyContextVar_Get)]
-    if enable(*hooks, *functions, id(None)) == 0:
-        _plugin.LIBRARY_EXECUTE = True
+    if enable(*hooks, *functions, id(None)) != 0:
+        return
+    _plugin.LIBRARY_EXECUTE = True
+    # Donated parameters: the library consumes them as the Python slot does,
+    # dropping a Buffer object's array by PyObject_SetAttr (an older build
+    # without the function leaves such executables to Python).
+    donation = getattr(lib, "XlaGpuPjrtEnableDonation", None)
+    if donation is not None:
+        donation.argtypes = [ctypes.c_void_p] * 2
+        donation.restype = ctypes.c_int
+        name = _plugin._keep_alive(sys.intern("_array"))
+        if donation(ctypes.cast(py.PyObject_SetAttr, ctypes.c_void_p).value, id(name)) == 0:
+            _plugin.LIBRARY_DONATION = True
 
 
 def _enable_jax_features() -> None:

@@ -238,11 +238,11 @@ MEMORY = _struct("PJRT_Memory", 8, vtable=0)
 # (pjrt/xla_gpu_pjrt_abi.h says why).
 HANDLE_KIND = _enum("XlaGpuPjrt_HandleKind", "XLA_GPU_PJRT_HANDLE_", OTHER=0, BUFFER=1,
                     EXECUTABLE=2, MEMORY=3)
-HANDLE = _struct("XlaGpuPjrt_Handle", 152, vtable=0, kind=8, device=16, memory=24, dims=32,
+HANDLE = _struct("XlaGpuPjrt_Handle", 176, vtable=0, kind=8, device=16, memory=24, dims=32,
                  num_dims=40, on_device_size=48, type=56, deleted=64, on_cpu=72,
                  num_replicas=80, num_partitions=88, num_outputs=96, memory_kind=104,
                  memory_kind_size=112, array=120, host_run=128, outputs=136,
-                 library_owned=144)
+                 library_owned=144, external_refs=152, donated=160, num_donated=168)
 OUTPUT = _struct("XlaGpuPjrt_Output", 32, type=0, num_dims=8, on_device_size=16, dims=24)
 
 # ----------------------------------------------------------------------------- argument structs

@@ -76,7 +76,7 @@ _HandleBlock = A.u64 * (A.HANDLE.size // 8)
 _W = {name: offset // 8 for name, offset in A.HANDLE.fields.items()}
 _W_DEVICE, _W_MEMORY, _W_DIMS, _W_NUM_DIMS = _W["device"], _W["memory"], _W["dims"], _W["num_dims"]
 _W_SIZE, _W_TYPE, _W_DELETED = _W["on_device_size"], _W["type"], _W["deleted"]
-_W_ARRAY = _W["array"]
+_W_ARRAY, _W_EXTERNAL_REFS = _W["array"], _W["external_refs"]
 assert [_W["vtable"], _W["kind"], _W_DEVICE, _W_MEMORY, _W_DIMS, _W_NUM_DIMS, _W_SIZE,
         _W_TYPE, _W_DELETED, _W["on_cpu"]] == list(range(10)) and _W_ARRAY == 15
 # Filling a block word by word through ctypes costs a microsecond per
@@ -103,7 +103,7 @@ class _Handle:
 
 def _get(addr: int, kind: type, what: str):
     obj = _objects.get(addr)
-    if obj.__class__ is np.ndarray and kind is Buffer:
+    if kind is Buffer and (obj.__class__ is np.ndarray or (obj is None and addr in _objects)):
         obj = _adopt(addr)
     if not isinstance(obj, kind):
         raise _PjrtError(A.INVALID_ARGUMENT, f"{what}: not a live xla_gpu {kind.__name__} handle")
@@ -456,10 +456,10 @@ def _shape_arrays(shape: tuple) -> tuple:
 
 
 class Buffer(_Handle):
-    # Until a buffer changes them (set on the instance then).
-    external_refs = 0
-    deleted = False
-
+    # A buffer's deletion, whether its array is still there and its external
+    # reference count live in its block, which the library's Execute reads
+    # and, when a run consumes a donated buffer, writes (without Python: it
+    # marks the block deleted, clears its array word and drops `_array`).
     def __init__(self, array, device: Device, code: int | None = None):
         """`array`: a numpy array (cpu target) or a device array (cuda:
         shape, dtype, nbytes, ptr). `code`: the array's PJRT type where the
@@ -486,18 +486,19 @@ class Buffer(_Handle):
         _objects[addr] = self   # atomic under the GIL
 
     @classmethod
-    def adopt(cls, addr: int, array: np.ndarray) -> "Buffer":
+    def adopt(cls, addr: int, array: np.ndarray | None) -> "Buffer":
         """The Buffer of a result block libXlaGpuPjrt.so's Execute made (its
-        facts are in the block; the map's value is its array). The library
-        owns the block and frees it at Buffer_Destroy."""
+        facts are in the block; the map's value is its array, or None once
+        a donation the library ran consumed it). The library owns the block
+        and frees it at Buffer_Destroy."""
         self = cls.__new__(cls)
         self._block = block = _HandleBlock.from_address(addr)
         shape = tuple((A.i64 * block[_W_NUM_DIMS]).from_address(block[_W_DIMS]))
         self.dims, self.minor_to_major, _ = _shape_arrays(shape)
         self.nbytes = block[_W_SIZE]
-        self._array = array
+        self._array = array if block[_W_ARRAY] else None
         self.device = _objects[block[_W_DEVICE]]
-        self.dtype = array.dtype
+        self.dtype = array.dtype if array is not None else np.dtype(A.BUFFER_TYPES[block[_W_TYPE]])
         self.code = block[_W_TYPE]
         self.shape = shape
         self.addr = addr
@@ -505,7 +506,9 @@ class Buffer(_Handle):
 
     @property
     def array(self) -> np.ndarray | None:
-        return self._array
+        array = self._array
+        # A word of 0: a donation the library ran consumed it.
+        return array if array is None or self._block[_W_ARRAY] else None
 
     @array.setter
     def array(self, value) -> None:
@@ -513,10 +516,21 @@ class Buffer(_Handle):
         self._array = value
         self._block[_W_ARRAY] = 0 if value is None else id(value)
 
+    @property
+    def deleted(self) -> bool:
+        return self._block[_W_DELETED] != 0
+
+    @property
+    def external_refs(self) -> int:
+        return self._block[_W_EXTERNAL_REFS]
+
+    @external_refs.setter
+    def external_refs(self, value: int) -> None:
+        self._block[_W_EXTERNAL_REFS] = value
+
     def mark_deleted(self) -> None:
         """Deleted (Buffer_Delete, or consumed by a donation); the array goes
         where no numpy view still reads it (the caller decides)."""
-        self.deleted = True
         self._block[_W_DELETED] = 1
 
     def set_type(self, code: int, nbytes: int) -> None:
@@ -526,16 +540,19 @@ class Buffer(_Handle):
 
     def live_array(self, what: str) -> np.ndarray:
         if self.deleted or self.array is None:
-            raise _PjrtError(A.FAILED_PRECONDITION, f"xla_gpu: {what}: the buffer was deleted")
+            # XLA's words for it (jax users search for them).
+            raise _PjrtError(A.FAILED_PRECONDITION,
+                             f"xla_gpu: {what}: the buffer has been deleted or donated")
         return self.array
 
 
 def _adopt(addr: int):
     """What the map holds at `addr` once a library-made result there (its
-    value is the result array) has its Buffer object."""
+    value is the result array, or None where a donation consumed it) has
+    its Buffer object."""
     with _lock:
         obj = _objects.get(addr)
-        if obj.__class__ is np.ndarray:
+        if obj.__class__ is np.ndarray or (obj is None and addr in _objects):
             obj = _objects[addr] = Buffer.adopt(addr, obj)
         return obj
 
@@ -1705,19 +1722,21 @@ def LoadedExecutable_Execute(a):
         _use_library_execute(e)
 
 
-# Whether libXlaGpuPjrt.so runs Execute itself (set by xla_gpu.pjrt when it
-# switches the library's Execute on).
+# Whether libXlaGpuPjrt.so runs Execute itself, and also for executables
+# with donated parameters (set by xla_gpu.pjrt when it switches these on).
 LIBRARY_EXECUTE = False
+LIBRARY_DONATION = False
 
 
 def _use_library_execute(e: Executable) -> None:
     """Lets libXlaGpuPjrt.so run `e` from now on where it can do exactly
-    what this slot does: the cpu target, one device, no donated or token
-    parameters or results, a C run path (xla_gpu.runtime's HostRun, made
-    by the first run) whose results are already the arrays this slot would
-    hand jax (the outputs' dtypes and dimensions, C-contiguous), and no
-    XLA_GPU_PROFILE (a run inside an xla_gpu trace is left to Python by
-    the library)."""
+    what this slot does: the cpu target, one device, no token parameters
+    or results, a C run path (xla_gpu.runtime's HostRun, made by the first
+    run) whose results are already the arrays this slot would hand jax (the
+    outputs' dtypes and dimensions, C-contiguous), and no XLA_GPU_PROFILE
+    (a run inside an xla_gpu trace is left to Python by the library).
+    Donated parameters need a library that consumes them as
+    `_consume_donated` does (LIBRARY_DONATION): the block lists them."""
     with _lock:
         if e.library_checked:
             return
@@ -1725,7 +1744,8 @@ def _use_library_execute(e: Executable) -> None:
         exe = e.exe
         run = getattr(exe, "_host_run", None)
         if (not LIBRARY_EXECUTE or _CUDA is not None or TARGET != "cpu" or e.deleted
-                or len(e.devices) != 1 or e.donated or any(e.out_tokens) or not run
+                or len(e.devices) != 1 or (e.donated and not LIBRARY_DONATION)
+                or any(e.out_tokens) or not run
                 or getattr(exe, "_has_tokens", True) or getattr(exe, "num_devices", 1) != 1
                 or not hasattr(run, "outputs")):
             return
@@ -1747,10 +1767,14 @@ def _use_library_execute(e: Executable) -> None:
                 count *= d
             plan[j * words:(j + 1) * words] = [code, len(dims), count * dtype.itemsize, at]
             at += C.sizeof(A.i64) * len(dims)
+        donated = sorted(e.donated)
+        e.donated_array = (A.i64 * max(1, len(donated)))(*donated)
         e.host_run, e.output_plan = run, plan
         block = e._block
         block[_W_DEVICE], block[_W_MEMORY] = e.device.addr, e.device.memory.addr
         block[_W["outputs"]] = C.addressof(plan)
+        block[_W["donated"]] = C.addressof(e.donated_array)
+        block[_W["num_donated"]] = len(donated)
         block[_W["host_run"]] = id(run)
 
 
@@ -1866,7 +1890,7 @@ def _buffer(a, field: int, what) -> Buffer:
 def Buffer_Destroy(a):
     addr = rd(a, A.BUFFER_DESTROY.buffer)
     b = _objects.get(addr)
-    if b.__class__ is np.ndarray:
+    if b.__class__ is np.ndarray or (b is None and addr in _objects):
         # A library-made result whose destroy did not reach the library
         # (it answers these itself): its block is left, its array goes.
         _objects.pop(addr, None)

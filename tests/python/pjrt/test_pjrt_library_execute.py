@@ -10,6 +10,8 @@ Each case runs in a fresh interpreter (jax's backends are process-global)
 that counts the calls reaching the Python slots.
 """
 
+import textwrap
+
 import pytest
 import slot_counts
 
@@ -177,7 +179,8 @@ def test_deleted_arguments_and_executables_get_the_python_errors():
         print(json.dumps(res))
     """)
     assert out["ok"] and out["y_library_made"] and out["y_deleted"]
-    assert out["deleted_arg"].endswith("the buffer was deleted"), out["deleted_arg"]
+    assert out["deleted_arg"].endswith("the buffer has been deleted or donated"), \
+        out["deleted_arg"]
     assert "deleted" in out["jax"].lower()
     assert out["not_a_buffer"].startswith("PJRT_LoadedExecutable_Execute argument 0: not a live")
     assert out["deleted_executable"].endswith("was deleted"), out["deleted_executable"]
@@ -213,26 +216,286 @@ def test_an_error_in_a_cleared_executables_run_reaches_jax_with_our_message():
     assert out["y"] == [1.0, 2.0, 3.0, 4.0] and out["after"] == 0
 
 
-def test_donation_stays_in_python_and_consumes_library_made_inputs():
+def test_donation_consumes_library_made_inputs():
+    # A donated argument the library made (its map value is its array) and
+    # one a Python run made (a Buffer object): both consumed; only the
+    # first run of the donating executable reaches Python.
     out = run_counted("""
         f = jax.jit(lambda v: v * 3, donate_argnums=0)
         g = jax.jit(lambda v: v + 1)
         x = jax.device_put(np.arange(4, dtype=np.float32), dev)
         g(x)
         a = g(x)                        # made by the library
-        res = {"a_library_made": library_made(handle_of(a))}
+        a_addr = handle_of(a)
+        res = {"a_library_made": library_made(a_addr)}
         calls.clear()
         b = f(a)
         c = f(b)
         res["a_deleted"] = a.is_deleted()
         res["b_deleted"] = b.is_deleted()
         res["c"] = np.asarray(c).tolist()
+        # The consumed arrays are gone: the map's value of a result no
+        # Python slot asked for (None then, and a deleted Buffer once one
+        # asks), and the arrays of Buffer objects (a, and a device_put one).
+        res["a_value"] = [P._objects[a_addr]._array is None, P._objects[a_addr].array is None]
+        gc.collect()
+        before = set(library_handles())
+        h = g(x)
+        [h_addr] = set(library_handles()) - before
+        res["h_value"] = [repr(P._objects[h_addr])]
+        f(h)
+        res["h_value"] += [repr(P._objects[h_addr]), h.is_deleted()]
+        res["h_buffer"] = [P._get(h_addr, P.Buffer, "h").deleted, P._objects[h_addr].array is None,
+                           str(P._objects[h_addr].dtype), P._objects[h_addr].shape]
+        d = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        d_addr = handle_of(d)
+        e = f(d)
+        res["d"] = [d.is_deleted(), P._objects[d_addr]._array is None,
+                    P._objects[d_addr].array is None, np.asarray(e).tolist()]
         res["executes"] = calls["LoadedExecutable_Execute"]
         print(json.dumps(res))
     """)
     assert out["a_library_made"] and out["a_deleted"] and out["b_deleted"]
     assert out["c"] == [9.0, 18.0, 27.0, 36.0]
-    assert out["executes"] == 2
+    assert out["a_value"] == [True, True]
+    assert out["h_value"][0].startswith("array(") and out["h_value"][1:] == ["None", True]
+    assert out["h_buffer"] == [True, True, "float32", [4]]
+    assert out["d"] == [True, True, True, [0.0, 3.0, 6.0, 9.0]]
+    assert out["executes"] == 1
+
+
+# A training-style step: parameters and optimizer state donated, the batch
+# not; new parameters, new state and the loss come back.
+TRAINING = """
+def loss_fn(params, batch):
+    w, b = params
+    return jnp.mean((jnp.tanh(batch @ w) + b) ** 2)
+
+def step(params, mom, batch):
+    loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+    mom = jax.tree.map(lambda m, g: 0.9 * m + g, mom, grads)
+    params = jax.tree.map(lambda p, m: p - 0.05 * m, params, mom)
+    return params, mom, loss
+
+rng = np.random.default_rng(0)
+w0 = rng.standard_normal((6, 3)).astype(np.float32)
+b0 = rng.standard_normal(3).astype(np.float32)
+batch_host = rng.standard_normal((5, 6)).astype(np.float32)
+
+STEP = jax.jit(step, donate_argnums=(0, 1))
+
+def train(device, steps, record=None):
+    f = STEP
+    params = (jax.device_put(w0, device), jax.device_put(b0, device))
+    mom = (jax.device_put(np.zeros_like(w0), device), jax.device_put(np.zeros_like(b0), device))
+    batch = jax.device_put(batch_host, device)
+    losses = []
+    for i in range(steps):
+        if record is not None:
+            record.append((params, mom))
+        params, mom, loss = f(params, mom, batch)
+        losses.append(float(loss))
+    return params, mom, losses
+"""
+
+
+def _training_run(extra_env=None) -> dict:
+    return run_counted(TRAINING + textwrap.dedent("""
+        seen = []
+        calls.clear()
+        params, mom, losses = train(dev, 50, seen)
+        res = {"python_executes": calls["LoadedExecutable_Execute"],
+               "donation_on": P.LIBRARY_DONATION,
+               "losses": losses,
+               "params": [np.asarray(p).tolist() for p in params],
+               "mom": [np.asarray(m).tolist() for m in mom]}
+        # Every donated input of the 50 calls is deleted; nothing else is.
+        res["all_deleted"] = all(a.is_deleted() for p, m in seen for a in (*p, *m))
+        res["live"] = not any(a.is_deleted() for a in (*params, *mom))
+        try:
+            STEP(*seen[-1], jax.device_put(batch_host, dev))
+            res["reuse"] = "ran"
+        except Exception as exc:
+            res["reuse"] = str(exc)
+        try:
+            seen[-1][0][0] + 1
+            res["reuse_op"] = "ran"
+        except Exception as exc:
+            res["reuse_op"] = str(exc)
+        # The consumed buffers leave the plugin's map when jax drops them.
+        del seen
+        gc.collect()
+        before = len(P._objects)
+        train(dev, 30)
+        gc.collect()
+        res["map_growth"] = len(P._objects) - before
+        cpu = train(jax.devices("cpu")[0], 50)
+        res["cpu_close"] = bool(np.allclose(cpu[2], losses, rtol=1e-4, atol=1e-6) and all(
+            np.allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+            for a, b in zip((*cpu[0], *cpu[1]), (*params, *mom))))
+        print(json.dumps(res))
+    """), extra_env)
+
+
+def test_a_donated_training_loop_runs_in_the_library_as_in_python():
+    lib = _training_run()
+    py = _training_run({"XLA_GPU_PJRT_LIBRARY_EXECUTE": "0"})
+    assert lib["donation_on"] and not py["donation_on"]
+    # The first call of the step is Python's, the other 49 the library's.
+    assert lib["python_executes"] == 1, lib["python_executes"]
+    assert py["python_executes"] == 50
+    # Bit for bit what the Python path computes, and XLA:CPU's up to rounding.
+    for key in ("losses", "params", "mom", "all_deleted", "live", "reuse", "reuse_op",
+                "cpu_close"):
+        assert lib[key] == py[key], key
+    assert lib["all_deleted"] and lib["live"] and lib["cpu_close"]
+    assert "has been deleted or donated" in lib["reuse"], lib["reuse"]
+    assert "deleted" in lib["reuse_op"], lib["reuse_op"]
+    assert lib["map_growth"] <= 8, lib["map_growth"]
+
+
+DONATION_CASES = """
+def attempt(fn):
+    try:
+        return ["ok", jax.tree.map(lambda a: np.asarray(a).tolist(), fn())]
+    except Exception as exc:
+        return ["error", str(exc)]
+
+res = {}
+f = jax.jit(lambda a, b: (a * 2 + b, b - a), donate_argnums=0)
+x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+y = jax.device_put(np.ones(4, np.float32), dev)
+f(f(x, y)[0], y)                          # cleared after the first run
+calls.clear()
+# The donated buffer passed again as the other argument: refused before
+# anything ran, the buffer left as it was.
+z = f(jax.device_put(np.arange(4, dtype=np.float32), dev), y)[0]
+res["twice"] = attempt(lambda: f(z, z))
+res["twice_kept"] = [z.is_deleted(), np.asarray(z).tolist()]
+# The same buffer at two positions, neither donated twice: an ordinary call.
+g = jax.jit(lambda a, b, c: a + b * c, donate_argnums=0)
+g(jax.device_put(np.ones(4, np.float32), dev), y, y)
+w = jax.device_put(np.full(4, 2, np.float32), dev)
+res["same_undonated"] = attempt(lambda: g(w, y, y))
+res["same_undonated_state"] = [w.is_deleted(), y.is_deleted()]
+# A numpy view still reading the donated input: the call runs, the input
+# stays (as on XLA:CPU).
+v = f(jax.device_put(np.arange(4, dtype=np.float32), dev), y)[0]
+view = np.asarray(v)
+res["viewed"] = attempt(lambda: f(v, y))
+res["viewed_state"] = [v.is_deleted(), view.tolist(), np.asarray(v).tolist()]
+# Many donated arguments (the library sorts them to find a twin).
+leaves = [jax.device_put(np.full(3, i, np.float32), dev) for i in range(80)]
+h = jax.jit(lambda ls: [l + 1 for l in ls], donate_argnums=0)
+leaves = h(h(leaves))
+many_twin = list(leaves)
+many_twin[41] = many_twin[7]
+res["many_twice"] = attempt(lambda: h(many_twin))
+res["many_twice_kept"] = not any(l.is_deleted() for l in leaves)
+out = h(leaves)
+res["many"] = [np.asarray(out[79]).tolist(), all(l.is_deleted() for l in leaves)]
+res["python_executes"] = calls["LoadedExecutable_Execute"]
+print(json.dumps(res))
+"""
+
+
+def test_donation_refusals_and_kept_inputs_match_the_python_path():
+    lib = run_counted(DONATION_CASES)
+    py = run_counted(DONATION_CASES, {"XLA_GPU_PJRT_LIBRARY_EXECUTE": "0"})
+    assert {k: v for k, v in lib.items() if k != "python_executes"} == \
+        {k: v for k, v in py.items() if k != "python_executes"}
+    assert lib["twice"][0] == "error" and "donate the same buffer twice" in lib["twice"][1]
+    assert lib["twice_kept"] == [False, [1.0, 3.0, 5.0, 7.0]]
+    assert lib["same_undonated"] == ["ok", [3.0, 3.0, 3.0, 3.0]]
+    assert lib["same_undonated_state"] == [True, False]
+    assert lib["viewed"][0] == "ok"
+    assert lib["viewed_state"] == [False, [1.0, 3.0, 5.0, 7.0], [1.0, 3.0, 5.0, 7.0]]
+    assert lib["many_twice"][0] == "error", lib["many_twice"]
+    assert "donate the same buffer twice" in lib["many_twice"][1]
+    assert lib["many_twice_kept"] and lib["many"] == [[82.0, 82.0, 82.0], True]
+    # Python ran only what it refuses (the two calls passing a buffer twice)
+    # and g's and h's first runs; the Python path ran every call.
+    assert lib["python_executes"] == 4, lib["python_executes"]
+    assert py["python_executes"] == 10, py["python_executes"]
+
+
+def test_inputs_jaxlib_lists_as_not_donatable_stay():
+    # PJRT_ExecuteOptions.non_donatable_input_indices: such an input is read,
+    # not consumed; the others are.
+    script = """
+        f = jax.jit(lambda a, b: (a + b, a * b), donate_argnums=(0, 1))
+        x = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        y = jax.device_put(np.ones(4, np.float32), dev)
+        f(x, y)
+        e = [o for o in list(P._objects.values()) if isinstance(o, P.Executable)
+             and o.donated][-1]
+        a = jax.device_put(np.arange(4, dtype=np.float32), dev)
+        b = jax.device_put(np.full(4, 3, np.float32), dev)
+        a_addr, b_addr = handle_of(a), handle_of(b)
+        keep = (ctypes.c_int64 * 1)(1)
+        options = (ctypes.c_uint64 * (A.EXECUTE_OPTIONS.size // 8))()
+        options[0] = A.EXECUTE_OPTIONS.size
+        options[A.EXECUTE_OPTIONS.non_donatable_input_indices // 8] = ctypes.addressof(keep)
+        options[A.EXECUTE_OPTIONS.num_non_donatable_input_indices // 8] = 1
+        arg_list = (ctypes.c_uint64 * 2)(a_addr, b_addr)
+        lists = (ctypes.c_uint64 * 1)(ctypes.addressof(arg_list))
+        outs = (ctypes.c_uint64 * 2)()
+        out_lists = (ctypes.c_uint64 * 1)(ctypes.addressof(outs))
+        args = (ctypes.c_uint64 * 10)(80, 0, e.addr, ctypes.addressof(options),
+                                      ctypes.addressof(lists), 1, 2,
+                                      ctypes.addressof(out_lists), 0, 0)
+        calls.clear()
+        err = A.SLOT_FN(words[5 + A.SLOTS.index("LoadedExecutable_Execute")])(
+            ctypes.addressof(args))
+        res = {"error": message(err) if err else None,
+               "python_executes": calls["LoadedExecutable_Execute"],
+               "deleted": [a.is_deleted(), b.is_deleted()],
+               "b": np.asarray(b).tolist(),
+               "outs": [P._get(o, P.Buffer, "out").array.tolist() for o in outs]}
+        print(json.dumps(res))
+    """
+    lib = run_counted(script)
+    py = run_counted(script, {"XLA_GPU_PJRT_LIBRARY_EXECUTE": "0"})
+    assert lib["python_executes"] == 0 and py["python_executes"] == 1
+    del lib["python_executes"], py["python_executes"]
+    assert lib == py
+    assert lib["error"] is None and lib["deleted"] == [True, False]
+    assert lib["b"] == [3.0] * 4 and lib["outs"] == [[3.0, 4.0, 5.0, 6.0], [0.0, 3.0, 6.0, 9.0]]
+
+
+def test_threads_running_donated_loops_at_once():
+    out = run_counted("""
+        f = jax.jit(lambda p, k: (p * 0.5 + k, jnp.sum(p)), donate_argnums=0)
+        f(jax.device_put(np.ones(32, np.float32), dev), jax.device_put(np.float32(1), dev))
+        bad, finals = [], {}
+        def work(t):
+            p_host = np.arange(32, dtype=np.float32) * (t + 1)
+            k = jax.device_put(np.float32(t), dev)
+            p = jax.device_put(p_host, dev)
+            olds = []
+            for i in range(200):
+                olds.append(p)
+                p, s = f(p, k)
+                # (Reading p itself would keep it: a numpy view of it.)
+                if i % 25 == 0 and not np.isclose(float(s), p_host.sum(), rtol=1e-5):
+                    bad.append((t, i))
+                p_host = p_host * np.float32(0.5) + np.float32(t)
+            if not all(o.is_deleted() for o in olds):
+                bad.append((t, "not deleted"))
+            finals[t] = np.array_equal(np.asarray(p), p_host)
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        calls.clear()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        print(json.dumps({"bad": bad[:5], "finals": finals,
+                          "python_executes": calls["LoadedExecutable_Execute"]}))
+    """)
+    assert out["bad"] == [] and out["finals"] == {str(t): True for t in range(4)}
+    # f's 800 calls are the library's; only a few first runs (the reads'
+    # small programs) reach Python.
+    assert out["python_executes"] < 40, out["python_executes"]
 
 
 def test_runs_inside_a_trace_are_recorded_by_python():
