@@ -303,7 +303,11 @@ def EmulateGridPass : Pass<"xla-emulate-grid", "mlir::ModuleOp"> {
     the phases after read their thread's result. With a combiner that is
     symmetric (proven on its body), only the 2m - 1 calls of a group of 2m
     lanes that its first lane depends on run, with the same bits. Blocks
-    must be whole groups of 2 * max_distance lanes.
+    must be whole groups of 2 * max_distance lanes. Shuffles that follow
+    each other with nothing between, none of another's results, run between
+    the same two phases (symmetric ones of one distance in one loop nest).
+    A phase whose only writes are under `lane == 0` (or `thread == 0`)
+    runs that lane alone.
 
     For LLVM's loop vectorizer (the innermost loop, over consecutive
     threads, is the one that becomes SIMD code): a top-level `scf.for` with

@@ -84,7 +84,15 @@
 // of a group of 2 * max_distance lanes ends with its first lane's value,
 // and only the calls that value depends on run (2m - 1 per group of 2m
 // lanes, in the GPU's order, bit-identical too); threads then read their
-// group's first slot.
+// group's first slot. Shuffles that follow each other with nothing between
+// (a multi-output reduction's rows), none of another's results, run between
+// the same two phases: the phase before stores all their operands, and the
+// symmetric ones of one max_distance share the loops over groups and
+// distances (each with its own buffers and calls, in its own order).
+//
+// First-lane phases. A phase whose only writes are under `if (lane == 0)`
+// (or thread 0: the reductions' stores of a row's result) runs that lane
+// alone, its loop over the lanes cut to one iteration.
 //
 //===----------------------------------------------------------------------===//
 
@@ -287,6 +295,63 @@ bool isThreadId(Value value, Value thread) {
       return false;
   }
   return true;
+}
+
+// Whether i1 `cond` holds only where `counter` is 0: `counter == 0`
+// (through casts), or a conjunction with such a term.
+bool holdsOnlyAtZero(Value cond, Value counter, int depth = 0) {
+  constexpr int kMaxDepth = 8;
+  if (depth > kMaxDepth) return false;
+  Operation *def = cond.getDefiningOp();
+  if (auto conjunction = dyn_cast_or_null<arith::AndIOp>(def))
+    return holdsOnlyAtZero(conjunction.getLhs(), counter, depth + 1) ||
+           holdsOnlyAtZero(conjunction.getRhs(), counter, depth + 1);
+  auto cmp = dyn_cast_or_null<arith::CmpIOp>(def);
+  if (!cmp || cmp.getPredicate() != arith::CmpIPredicate::eq) return false;
+  auto isZero = [](Value v) { return matchPattern(v, m_Zero()); };
+  return (isThreadId(cmp.getLhs(), counter) && isZero(cmp.getRhs())) ||
+         (isThreadId(cmp.getRhs(), counter) && isZero(cmp.getLhs()));
+}
+
+// Whether only the first iteration of `loop` (counter 0) has an effect
+// beyond reading memory: every op that writes (or may: calls, unknown
+// effects) is inside the `then` region of an scf.if whose condition holds
+// only at counter 0. XLA's reductions end so: after the warp shuffle, lane
+// 0 of each warp (or thread 0 of the block) stores the row's result, the
+// other 31 lanes compute the same addresses and store nothing. Such a loop
+// needs one iteration; the other lanes' reads have no effect.
+bool onlyFirstIterationActs(scf::ForOp loop) {
+  APInt lower, step;
+  if (!matchPattern(loop.getLowerBound(), m_ConstantInt(&lower)) || !lower.isZero() ||
+      !matchPattern(loop.getStep(), m_ConstantInt(&step)) || !step.isOne())
+    return false;
+  Value counter = loop.getInductionVar();
+  bool anyGuarded = false;
+  WalkResult walk = loop.getBody()->walk([&](Operation *op) -> WalkResult {
+    if (op->hasTrait<OpTrait::HasRecursiveMemoryEffects>() ||
+        op->hasTrait<OpTrait::IsTerminator>())
+      return WalkResult::advance();  // its ops are visited themselves
+    bool onlyReads = false;
+    if (auto effects = dyn_cast<MemoryEffectOpInterface>(op)) {
+      SmallVector<MemoryEffects::EffectInstance> list;
+      effects.getEffects(list);
+      onlyReads = llvm::all_of(list, [](const MemoryEffects::EffectInstance &e) {
+        return isa<MemoryEffects::Read>(e.getEffect());
+      });
+    }
+    if (onlyReads) return WalkResult::advance();
+    for (Operation *parent = op->getParentOp(); parent != loop;
+         parent = parent->getParentOp()) {
+      auto branch = dyn_cast<scf::IfOp>(parent);
+      if (branch && branch.getThenRegion().isAncestor(op->getParentRegion()) &&
+          holdsOnlyAtZero(branch.getCondition(), counter)) {
+        anyGuarded = true;
+        return WalkResult::advance();
+      }
+    }
+    return WalkResult::interrupt();
+  });
+  return !walk.wasInterrupted() && anyGuarded;
 }
 
 // The largest unsigned value `value` takes, from constants, scf.for
@@ -618,7 +683,8 @@ private:
   void moveOpsAndKeepValues();
   void emitBetweenPhases(OpBuilder &b, unsigned before);
   void emitButterfly(OpBuilder &b, Shuffle &shuffle);
-  void emitGroupReduction(OpBuilder &b, Shuffle &shuffle);
+  void emitGroupReduction(OpBuilder &b, ArrayRef<Shuffle *> shuffles);
+  const Shuffle &shuffleOf(Operation *op) const;
   void foldWarpArithmetic();
   void splitIntoWarps(Phase &phase);
   void dissolveLiftedLoop(unsigned index);
@@ -651,7 +717,10 @@ private:
   SmallVector<Phase, 4> phases_;
   SmallVector<SyncKind> syncs_;  // syncs_[i] ends phases_[i]
   SmallVector<Operation *> syncOps_;
-  llvm::MapVector<unsigned, Shuffle> shuffles_;  // by the phase they end
+  // By the phase they end: one shuffle_reduce, or several independent ones
+  // that follow each other with nothing between (a multi-output
+  // reduction's rows), which run between the same two phases.
+  llvm::MapVector<unsigned, SmallVector<Shuffle, 1>> shuffles_;
   llvm::DenseMap<Operation *, unsigned> phaseOf_;  // top-level op -> phase
   llvm::MapVector<Value, Kept> kept_;
   llvm::DenseMap<Value, bool> recomputable_;
@@ -757,12 +826,28 @@ void KernelEmulation::cutIntoPhases() {
     if (prologue_.contains(&op)) continue;
     if (std::optional<SyncKind> kind = getSyncKind(&op)) {
       if (*kind == SyncKind::kWarpCollective) {
-        Shuffle &shuffle = shuffles_[phases_.size() - 1];
+        Shuffle shuffle;
         shuffle.op = cast<ShuffleReduceOp>(op);
         for (Type type : op.getOperandTypes())
           shuffle.stored.push_back(type.isIndex()
                                        ? IntegerType::get(op.getContext(), 64)
                                        : type);
+        // Right after another shuffle, and not of its results: both run
+        // between the same phases (the phase between them would do
+        // nothing but copy this one's operands into its buffers).
+        unsigned previous = phases_.size() - 2;
+        if (phases_.size() >= 2 && phases_.back().ops.empty() &&
+            syncs_.back() == SyncKind::kWarpCollective &&
+            !shuffles_.count(phases_.size() - 1) && shuffles_.count(previous) &&
+            llvm::none_of(op.getOperands(), [&](Value operand) {
+              return llvm::any_of(shuffles_[previous], [&](const Shuffle &s) {
+                return operand.getDefiningOp<ShuffleReduceOp>() == s.op;
+              });
+            })) {
+          shuffles_[previous].push_back(std::move(shuffle));
+          continue;
+        }
+        shuffles_[phases_.size() - 1].push_back(std::move(shuffle));
       }
       syncs_.push_back(*kind);
       syncOps_.push_back(&op);
@@ -847,13 +932,26 @@ void KernelEmulation::emitBetweenPhases(OpBuilder &b, unsigned before) {
   case SyncKind::kLiftedLoop:
     return;  // the loop structure is the barrier
   case SyncKind::kWarpCollective: {
-    Shuffle &shuffle = shuffles_[before];
-    auto combiner = symbols_.lookupNearestSymbolFrom<func::FuncOp>(
-        shuffle.op, shuffle.op.getCombinerAttr());
-    if (isSymmetricCombiner(combiner))
-      emitGroupReduction(b, shuffle);
-    else
-      emitButterfly(b, shuffle);
+    // Symmetric combiners of the same distance share one loop nest over
+    // the groups and distances, each shuffle with its own buffers and
+    // calls in its own order; the others run one butterfly each.
+    SmallVector<SmallVector<Shuffle *>> groups;
+    for (Shuffle &shuffle : shuffles_[before]) {
+      auto combiner = symbols_.lookupNearestSymbolFrom<func::FuncOp>(
+          shuffle.op, shuffle.op.getCombinerAttr());
+      if (!isSymmetricCombiner(combiner)) {
+        emitButterfly(b, shuffle);
+        continue;
+      }
+      auto sameDistance = llvm::find_if(groups, [&](ArrayRef<Shuffle *> group) {
+        return group.front()->op.getMaxDistance() == shuffle.op.getMaxDistance();
+      });
+      if (sameDistance == groups.end())
+        groups.push_back({&shuffle});
+      else
+        sameDistance->push_back(&shuffle);
+    }
+    for (ArrayRef<Shuffle *> group : groups) emitGroupReduction(b, group);
     return;
   }
   }
@@ -867,17 +965,19 @@ void KernelEmulation::emitBetweenPhases(OpBuilder &b, unsigned before) {
 // computed: at distance d, lanes j < d of the group take combiner(own,
 // lane j + d) in place (2m - 1 calls for a group of 2m lanes, not 2m log2
 // 2m), in the GPU's order, so the result is bit-identical.
-void KernelEmulation::emitGroupReduction(OpBuilder &b, Shuffle &shuffle) {
-  ShuffleReduceOp op = shuffle.op;
-  Location loc = op.getLoc();
-  for (Type stored : shuffle.stored)
-    shuffle.buffers[0].push_back(threadBuffer(loc, stored));
-  shuffle.resultSide = 0;
-  int64_t maxDistance = op.getMaxDistance();
-  shuffle.groupSize = 2 * maxDistance;
+void KernelEmulation::emitGroupReduction(OpBuilder &b, ArrayRef<Shuffle *> shuffles) {
+  // All of the same max_distance (and so of the same groups and steps).
+  Location loc = shuffles.front()->op.getLoc();
+  int64_t maxDistance = shuffles.front()->op.getMaxDistance();
+  for (Shuffle *shuffle : shuffles) {
+    for (Type stored : shuffle->stored)
+      shuffle->buffers[0].push_back(threadBuffer(shuffle->op.getLoc(), stored));
+    shuffle->resultSide = 0;
+    shuffle->groupSize = 2 * maxDistance;
+  }
   Value zero = indexConstant(0), one = indexConstant(1);
   auto groups = scf::ForOp::create(b, loc, zero, indexConstant(threads_),
-                                   indexConstant(shuffle.groupSize));
+                                   indexConstant(2 * maxDistance));
   OpBuilder inGroup(groups.getBody()->getTerminator());
   Type i64 = b.getI64Type();
   Value first = arith::IndexCastUIOp::create(inGroup, loc, i64,
@@ -893,28 +993,32 @@ void KernelEmulation::emitGroupReduction(OpBuilder &b, Shuffle &shuffle) {
         flags);
     Value other = arith::AddIOp::create(
         body, loc, mine, arith::ConstantIntOp::create(body, loc, i64, d), flags);
-    auto address = [&](unsigned k, Value slot) -> Value {
-      Value buffer = shuffle.buffers[0][k];
-      return LLVM::GEPOp::create(body, loc, buffer.getType(), shuffle.stored[k],
-                                 buffer, ValueRange{slot},
-                                 LLVM::GEPNoWrapFlags::inbounds);
-    };
-    auto load = [&](unsigned k, Value slot) -> Value {
-      Value v = LLVM::LoadOp::create(body, loc, shuffle.stored[k], address(k, slot));
-      Type type = op.getOperand(k).getType();
-      if (type.isIndex()) v = arith::IndexCastOp::create(body, loc, type, v);
-      return v;
-    };
-    SmallVector<Value> args;
-    for (unsigned k = 0; k < op.getNumOperands(); ++k) args.push_back(load(k, mine));
-    for (unsigned k = 0; k < op.getNumOperands(); ++k) args.push_back(load(k, other));
-    auto call = func::CallOp::create(body, loc, op.getCombinerAttr(),
-                                     op.getResultTypes(), args);
-    for (auto [k, result] : llvm::enumerate(call.getResults())) {
-      Value v = result;
-      if (v.getType().isIndex())
-        v = arith::IndexCastOp::create(body, loc, shuffle.stored[k], v);
-      LLVM::StoreOp::create(body, loc, v, address(k, mine));
+    for (Shuffle *shuffle : shuffles) {
+      ShuffleReduceOp op = shuffle->op;
+      Location opLoc = op.getLoc();
+      auto address = [&](unsigned k, Value slot) -> Value {
+        Value buffer = shuffle->buffers[0][k];
+        return LLVM::GEPOp::create(body, opLoc, buffer.getType(), shuffle->stored[k],
+                                   buffer, ValueRange{slot},
+                                   LLVM::GEPNoWrapFlags::inbounds);
+      };
+      auto load = [&](unsigned k, Value slot) -> Value {
+        Value v = LLVM::LoadOp::create(body, opLoc, shuffle->stored[k], address(k, slot));
+        Type type = op.getOperand(k).getType();
+        if (type.isIndex()) v = arith::IndexCastOp::create(body, opLoc, type, v);
+        return v;
+      };
+      SmallVector<Value> args;
+      for (unsigned k = 0; k < op.getNumOperands(); ++k) args.push_back(load(k, mine));
+      for (unsigned k = 0; k < op.getNumOperands(); ++k) args.push_back(load(k, other));
+      auto call = func::CallOp::create(body, opLoc, op.getCombinerAttr(),
+                                       op.getResultTypes(), args);
+      for (auto [k, result] : llvm::enumerate(call.getResults())) {
+        Value v = result;
+        if (v.getType().isIndex())
+          v = arith::IndexCastOp::create(body, opLoc, shuffle->stored[k], v);
+        LLVM::StoreOp::create(body, opLoc, v, address(k, mine));
+      }
     }
   }
 }
@@ -1083,7 +1187,7 @@ FailureOr<Value> KernelEmulation::valueIn(Value value, unsigned phase) {
   } else if (isa_and_nonnull<ShuffleReduceOp>(def)) {
     // This thread's slot of the butterfly's last buffers.
     unsigned k = cast<OpResult>(value).getResultNumber();
-    const Shuffle &s = shuffles_[llvm::find(syncOps_, def) - syncOps_.begin()];
+    const Shuffle &s = shuffleOf(def);
     Value buffer = s.buffers[s.resultSide][k];
     Location loc = value.getLoc();
     OpBuilder b = atPhaseEnd(phase);
@@ -1151,11 +1255,12 @@ LogicalResult KernelEmulation::rewriteOperands() {
     }
     // A shuffle's operands as this phase sees them, stored at its end.
     if (auto it = shuffles_.find(i); it != shuffles_.end())
-      for (Value operand : it->second.op.getOperands()) {
-        FailureOr<Value> value = valueIn(operand, i);
-        if (failed(value)) return failure();
-        it->second.operandsInPhase.push_back(*value);
-      }
+      for (Shuffle &shuffle : it->second)
+        for (Value operand : shuffle.op.getOperands()) {
+          FailureOr<Value> value = valueIn(operand, i);
+          if (failed(value)) return failure();
+          shuffle.operandsInPhase.push_back(*value);
+        }
   }
   for (auto [operand, value] : updates) operand->set(value);
   return success();
@@ -1227,19 +1332,27 @@ void KernelEmulation::moveOpsAndKeepValues() {
         b, loc, stored,
         threadSlot(b, loc, kept.buffer, kept.stored, kept.phase));
   }
-  for (auto &[phase, shuffle] : shuffles_) {
-    Location loc = shuffle.op.getLoc();
-    OpBuilder b = atPhaseEnd(phase);
-    for (auto [k, value] : llvm::enumerate(shuffle.operandsInPhase)) {
-      Value stored = value;
-      if (value.getType().isIndex())
-        stored = arith::IndexCastOp::create(b, loc, shuffle.stored[k], value);
-      Value buffer = shuffle.buffers[0][k];
-      LLVM::StoreOp::create(
-          b, loc, stored,
-          threadSlot(b, loc, buffer, shuffle.stored[k], phase));
+  for (auto &[phase, ending] : shuffles_)
+    for (Shuffle &shuffle : ending) {
+      Location loc = shuffle.op.getLoc();
+      OpBuilder b = atPhaseEnd(phase);
+      for (auto [k, value] : llvm::enumerate(shuffle.operandsInPhase)) {
+        Value stored = value;
+        if (value.getType().isIndex())
+          stored = arith::IndexCastOp::create(b, loc, shuffle.stored[k], value);
+        Value buffer = shuffle.buffers[0][k];
+        LLVM::StoreOp::create(
+            b, loc, stored,
+            threadSlot(b, loc, buffer, shuffle.stored[k], phase));
+      }
     }
-  }
+}
+
+const KernelEmulation::Shuffle &KernelEmulation::shuffleOf(Operation *op) const {
+  for (const auto &[phase, ending] : shuffles_)
+    for (const Shuffle &shuffle : ending)
+      if (ShuffleReduceOp(shuffle.op).getOperation() == op) return shuffle;
+  llvm_unreachable("a shuffle_reduce of the kernel's top level");
 }
 
 // The phase's loop over the threads as a loop over the warps and, inside,
@@ -1365,6 +1478,13 @@ LogicalResult KernelEmulation::run() {
   if (failed(rewriteOperands())) return failure();
   moveOpsAndKeepValues();
   foldWarpArithmetic();
+  // A phase where only thread 0 (or lane 0 of each warp) writes runs that
+  // one: a loop of one iteration, which canonicalize removes. LLVM no
+  // longer compiles (and vectorizes, as masked scatters) a loop of 32
+  // iterations that store nothing but in the first.
+  for (Phase &phase : phases_)
+    if (phase.loop && !phase.outer && onlyFirstIterationActs(phase.loop))
+      phase.loop.setUpperBound(indexConstant(1));
   for (Phase &phase : phases_)
     if (phase.loop) markThreadsIndependent(phase.loop);
   for (scf::ForOp loop : exchangeLoops_) markThreadsIndependent(loop);
