@@ -2,7 +2,11 @@
 compile time of a jitted function and dispatch time per call of a tiny program,
 plus a direct `exe.run` of the same program through xla_gpu, and per call of a
 donated training-style step (`p = step(p, x)`, `donate_argnums=0`: the
-parameters' buffer is consumed by each call).
+parameters' buffer is consumed by each call), and per step of a donated SGD
+update of large parameters (4M f32, `p - lr * g`): xla_gpu writing the
+donated parameters in place (their buffer is the output's) next to the
+copying run it replaced (`xla_gpu.pjrt.set_in_place_donation(False)`: the
+donated input copied in, the output copied out) and XLA:CPU.
 
     JAX_PLATFORMS=xla_gpu,cpu python bench/jax_plugin.py
 
@@ -43,6 +47,41 @@ def per_donated_call_us(step, p, x, n=CALLS) -> tuple[tuple[float, float], objec
         p = step(p, x)
     jax.block_until_ready(p)
     return ((time.perf_counter() - t) / n * 1e6, (time.process_time() - c) / n * 1e6), p
+
+
+LARGE = 1 << 22     # SGD parameters (f32)
+LARGE_ROUNDS = 7
+LARGE_STEPS = 20
+
+
+def large_sgd() -> None:
+    """Per step of `p = sgd(p, g)` over LARGE f32 parameters, donated."""
+    import xla_gpu.pjrt
+    rng = np.random.default_rng(0)
+    p_host = rng.standard_normal(LARGE).astype(np.float32)
+    g_host = rng.standard_normal(LARGE).astype(np.float32)
+    cases = []
+    for name, platform, in_place in (("cpu", "cpu", None), ("xla_gpu in place", "xla_gpu", True),
+                                     ("xla_gpu copying", "xla_gpu", False)):
+        dev = jax.devices(platform)[0]
+        sgd = jax.jit(lambda p, g, n=name: p - 0.01 * g, donate_argnums=0)
+        p, g = jax.device_put(p_host, dev), jax.device_put(g_host, dev)
+        p = sgd(sgd(p, g), g)
+        cases.append([name, in_place, sgd, p, g])
+    samples = {case[0]: [] for case in cases}
+    for _ in range(LARGE_ROUNDS):
+        for case in cases:
+            name, in_place, sgd, p, g = case
+            if in_place is not None:
+                xla_gpu.pjrt.set_in_place_donation(in_place)
+            timing, case[3] = per_donated_call_us(sgd, p, g, LARGE_STEPS)
+            samples[name].append(timing)
+    xla_gpu.pjrt.set_in_place_donation(True)
+    print(f"\n{'donated sgd, 4M f32':<20} {'ms/step':>8} {'cpu ms':>8}")
+    for name, *_ in cases:
+        wall = statistics.median(w for w, _ in samples[name]) / 1e3
+        cpu = statistics.median(c for _, c in samples[name]) / 1e3
+        print(f"{name:<20} {wall:>8.2f} {cpu:>8.2f}")
 
 
 def main():
@@ -95,6 +134,7 @@ def main():
     for platform, *_ in donated:
         wall, cpu = medians(f"{platform} donated")
         print(f"{platform:<16} {wall:>9.1f} {cpu:>8.1f}")
+    large_sgd()
 
 
 if __name__ == "__main__":

@@ -29,7 +29,18 @@
  *     that must run from Python never gets a HostRun;
  *   - the results are the pool's typed output arrays themselves, or views
  *     (copies where the allocation is shared) with the output's logical
- *     dims and strides.
+ *     dims and strides;
+ *   - a donated argument (the caller's per-call flags: `donated=` of the
+ *     call, or the C entry's flags array) whose parameter allocation the
+ *     program writes, which holds that parameter alone and which one output
+ *     at most reads, is written in place when its array is writeable and
+ *     64-byte aligned (what the pool's buffers give the kernels): no pooled
+ *     buffer, no copy in, and the output read from that allocation is the
+ *     argument's array itself (or a view of it). Buffer assignment gave the
+ *     program that allocation to write (the input/output alias), so the
+ *     results are those of the copying run; the caller promises that
+ *     nothing else reads the array (it is consumed). Anything else about a
+ *     donated argument (misaligned, read-only) is copied as before.
  *
  * Written against the stable ABI (Py_LIMITED_API 3.11) and numpy's C API,
  * so one build serves every CPython from 3.11 on.
@@ -53,6 +64,10 @@
 /* Arguments read in place must be aligned this much (the kernels' vector
  * loads assume it; the Python path copies others). */
 #define ARGUMENT_ALIGNMENT 16
+/* A donated argument written in place must start where a pooled buffer
+ * would (program.py's _ALIGNMENT), so the kernels see what a copying run
+ * gives them. */
+#define DONATED_ALIGNMENT POOL_ALIGNMENT
 /* Counters of XlaGpuHostExecute (kNumStats). */
 #define NUM_COUNTERS 8
 /* Allocations handled without a heap array for the run's addresses. */
@@ -121,6 +136,7 @@ static PyObject *host_run_raise_pending(PyObject *module, PyObject *unused) {
 }
 
 static PyObject *host_run_call_address(PyObject *module, PyObject *unused);
+static PyObject *host_run_call_donated_address(PyObject *module, PyObject *unused);
 
 static PyMethodDef module_functions[] = {
     {"poll_address", host_run_poll_address, METH_NOARGS,
@@ -130,6 +146,10 @@ static PyMethodDef module_functions[] = {
      "The address of the C entry that runs a HostRun on an array of arguments "
      "(int (*)(HostRun *, PyObject *const *, Py_ssize_t, PyObject **, Py_ssize_t); "
      "for the PJRT plugin's Execute)."},
+    {"call_donated_address", host_run_call_donated_address, METH_NOARGS,
+     "The address of call_address's entry with per-argument donation flags "
+     "(..., const unsigned char *donated): a donated argument the program writes is "
+     "written in place and becomes its aliased output."},
     {"raise_pending", host_run_raise_pending, METH_NOARGS,
      "Raises (and forgets) what a signal handler raised during this thread's last "
      "poll; returns None when nothing did."},
@@ -158,6 +178,7 @@ typedef struct {
   Py_ssize_t slot;        /* the result slot of its typed array, or -1 */
   PyArray_Descr *descr;   /* the typed array's dtype, or NULL */
   Shape shape;
+  Py_ssize_t parameter;   /* the donatable parameter copied into it, or -1 */
   int count;
   Entry entries[POOL_KEEP];
 } Pool;
@@ -171,6 +192,10 @@ typedef struct {
   Py_ssize_t nbytes;
   PyArray_Descr *descr;
   Shape shape;
+  /* Written in place when donated: the program writes its allocation,
+   * which holds it alone (offset 0, the allocation's size) and which one
+   * output at most reads (the plan decides; see _CpuRunPlan). */
+  int donatable;
 } Parameter;
 
 /* An output returned as a view of (or, when `copy`, a copy from) its
@@ -183,6 +208,10 @@ typedef struct {
   PyArray_Descr *descr;
   Shape shape;
   npy_intp strides[NPY_MAXDIMS];
+  /* The donatable parameter whose allocation it reads, or -1; `whole`:
+   * the view is that argument's array as it is (returned itself). */
+  Py_ssize_t parameter;
+  int whole;
 } View;
 
 typedef struct {
@@ -283,11 +312,55 @@ static void host_run_dealloc(PyObject *obj) {
   Py_DECREF(type);
 }
 
+static int c_contiguous(const Shape *shape, const npy_intp *strides, npy_intp itemsize);
+static npy_intp descr_itemsize(PyArray_Descr *descr);
+
+/* Ties each donatable parameter to the pooled buffer it is copied into and
+ * to the output view that reads its allocation. A parameter that is not
+ * alone in a copied allocation of its own size, or whose allocation two
+ * outputs read (they would share the argument's memory), is not
+ * donatable. */
+static int link_donatable(HostRun *self) {
+  for (Py_ssize_t i = 0; i < self->num_pools; ++i) self->pools[i].parameter = -1;
+  for (Py_ssize_t i = 0; i < self->num_views; ++i) self->views[i].parameter = -1;
+  for (Py_ssize_t i = 0; i < self->num_parameters; ++i) {
+    Parameter *p = &self->parameters[i];
+    if (!p->donatable) continue;
+    p->donatable = 0;
+    if (p->in_place || p->offset != 0) continue;
+    Py_ssize_t pool = -1, view = -1, sharing = 0, views = 0;
+    for (Py_ssize_t j = 0; j < self->num_parameters; ++j)
+      sharing += self->parameters[j].allocation == p->allocation;
+    for (Py_ssize_t j = 0; j < self->num_pools; ++j)
+      if (self->pools[j].allocation == p->allocation) pool = j;
+    for (Py_ssize_t j = 0; j < self->num_views; ++j)
+      if (self->views[j].allocation == p->allocation) view = j, ++views;
+    if (sharing != 1 || pool < 0 || views > 1 || self->pools[pool].size != p->nbytes ||
+        self->pools[pool].slot >= 0)
+      continue;
+    p->donatable = 1;
+    self->pools[pool].parameter = i;
+    if (view >= 0) {
+      View *v = &self->views[view];
+      v->parameter = i;
+      npy_intp itemsize = descr_itemsize(v->descr);
+      if (itemsize < 0) return -1;
+      int same = v->offset == 0 && v->shape.ndim == p->shape.ndim &&
+                 PyArray_EquivTypes(v->descr, p->descr) &&
+                 c_contiguous(&v->shape, v->strides, itemsize);
+      for (int d = 0; same && d < v->shape.ndim; ++d)
+        same = v->shape.dims[d] == p->shape.dims[d];
+      v->whole = same;
+    }
+  }
+  return 0;
+}
+
 /* HostRun(executor, code, length, kernels, num_kernels, probes, num_probes,
  *         keep, error_type,
  *         num_allocations, constants, parameters, pools, views, num_outputs)
  *   constants:  [(allocation, array)]
- *   parameters: [(allocation, in_place, offset, nbytes, dtype, shape)]
+ *   parameters: [(allocation, in_place, offset, nbytes, dtype, shape[, donatable])]
  *   pools:      [(allocation, size, fill, zero, slot, dtype | None, shape)]
  *   views:      [(slot, allocation, offset, copy, dtype, shape, strides)]
  * Addresses are ints; `keep` holds the objects they point into. */
@@ -356,8 +429,9 @@ static PyObject *host_run_new(PyTypeObject *type, PyObject *args, PyObject *kwar
   for (Py_ssize_t i = 0; i < np_; ++i) {
     Parameter *p = &self->parameters[i];
     PyObject *item = PySequence_GetItem(parameters, i), *dtype, *shape;
-    int ok = item != NULL && PyArg_ParseTuple(item, "npnnOO", &p->allocation, &p->in_place,
-                                              &p->offset, &p->nbytes, &dtype, &shape);
+    int ok = item != NULL && PyArg_ParseTuple(item, "npnnOO|p", &p->allocation, &p->in_place,
+                                              &p->offset, &p->nbytes, &dtype, &shape,
+                                              &p->donatable);
     ok = ok && check_allocation(self, p->allocation) == 0 && p->offset >= 0 &&
          p->nbytes >= 0 && read_descr(dtype, &p->descr) == 0 && p->descr != NULL &&
          read_shape(shape, &p->shape, NULL, NULL) == 0;
@@ -398,6 +472,7 @@ static PyObject *host_run_new(PyTypeObject *type, PyObject *args, PyObject *kwar
       goto fail;
     }
   }
+  if (link_donatable(self) < 0) goto fail;
   return (PyObject *)self;
 fail:
   Py_DECREF(self);
@@ -494,13 +569,23 @@ static int argument_matches(const Parameter *p, PyObject *arg) {
   return 1;
 }
 
-static PyObject *make_view(const View *v, char *base, PyObject *owner) {
+/* Whether donated argument `i` is written in place in this run (see the
+ * top of the file); `argument_matches` has accepted it. */
+static int written_in_place(const HostRun *self, Py_ssize_t i, PyObject *const *args,
+                            const unsigned char *donated) {
+  if (donated == NULL || !donated[i] || !self->parameters[i].donatable) return 0;
+  PyArrayObject *array = (PyArrayObject *)args[i];
+  return PyArray_ISWRITEABLE(array) &&
+         ((uintptr_t)PyArray_DATA(array)) % DONATED_ALIGNMENT == 0;
+}
+
+static PyObject *make_view(const View *v, char *base, PyObject *owner, int copy) {
   Py_INCREF(v->descr);   /* stolen */
   PyObject *view = PyArray_NewFromDescr(&PyArray_Type, v->descr, v->shape.ndim, v->shape.dims,
                                         (npy_intp *)v->strides, base + v->offset,
                                         NPY_ARRAY_WRITEABLE, NULL);
   if (view == NULL) return NULL;
-  if (v->copy) {
+  if (copy) {
     PyObject *copy = PyArray_NewCopy((PyArrayObject *)view, NPY_KEEPORDER);
     Py_DECREF(view);
     return copy;
@@ -529,7 +614,8 @@ static void raise_deadline_exceeded(void) {
  * not what the C path reads (nothing ran, nothing set), -1 with an
  * exception set when the run failed. */
 static int run_arrays(HostRun *self, PyObject *const *args, Py_ssize_t nargs,
-                      const Control *control, PyObject **results) {
+                      const Control *control, const unsigned char *donated,
+                      PyObject **results) {
   if (nargs != self->num_parameters) return 1;
   for (Py_ssize_t i = 0; i < self->num_parameters; ++i)
     if (!argument_matches(&self->parameters[i], args[i])) return 1;
@@ -560,6 +646,16 @@ static int run_arrays(HostRun *self, PyObject *const *args, Py_ssize_t nargs,
 
   for (Py_ssize_t i = 0; i < self->num_pools; ++i) {
     Pool *p = &self->pools[i];
+    if (p->parameter >= 0 && written_in_place(self, p->parameter, args, donated)) {
+      /* The donated argument is the allocation: no pooled buffer. */
+      PyObject *arg = args[p->parameter];
+      held[i].raw = held[i].typed = NULL;
+      held[i].data = NULL;
+      taken = i + 1;
+      bases[p->allocation] = PyArray_DATA((PyArrayObject *)arg);
+      owners[p->allocation] = arg;
+      continue;
+    }
     if (take_entry(p, &held[i]) < 0) goto done;
     taken = i + 1;
     bases[p->allocation] = held[i].data;
@@ -574,7 +670,7 @@ static int run_arrays(HostRun *self, PyObject *const *args, Py_ssize_t nargs,
     if (p->in_place) {
       bases[p->allocation] = data;
       owners[p->allocation] = arg;
-    } else {
+    } else if (!written_in_place(self, i, args, donated)) {
       memcpy(bases[p->allocation] + p->offset, data, (size_t)p->nbytes);
     }
   }
@@ -609,7 +705,20 @@ static int run_arrays(HostRun *self, PyObject *const *args, Py_ssize_t nargs,
   }
   for (Py_ssize_t i = 0; i < self->num_views; ++i) {
     const View *v = &self->views[i];
-    PyObject *view = make_view(v, bases[v->allocation], owners[v->allocation]);
+    PyObject *view;
+    if (v->parameter >= 0 && written_in_place(self, v->parameter, args, donated)) {
+      /* The output is the donated argument's memory (XLA's aliased output
+       * buffer): the array itself where the output is exactly it. */
+      PyObject *arg = args[v->parameter];
+      if (v->whole) {
+        Py_INCREF(arg);
+        view = arg;
+      } else {
+        view = make_view(v, PyArray_DATA((PyArrayObject *)arg), arg, 0);
+      }
+    } else {
+      view = make_view(v, bases[v->allocation], owners[v->allocation], v->copy);
+    }
     if (view == NULL) goto done;
     Py_XDECREF(results[v->slot]);
     results[v->slot] = view;
@@ -639,17 +748,27 @@ static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) 
   /* deadline_ns=<CLOCK_MONOTONIC ns>: the run stops with
    * xla_gpu.errors.DeadlineExceededError once it has passed (checked
    * between while-loop iterations); any other keyword is for Python. */
+  /* donated=<bytes, one per argument>: nonzero where the caller gives the
+   * argument up (see the top of the file). */
   Control control = {poll_signals, NULL, 0};
+  Py_ssize_t nargs = PyTuple_Size(args);
+  if (nargs != self->num_parameters) Py_RETURN_NOTIMPLEMENTED;
+  const unsigned char *donated = NULL;
   if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
     PyObject *deadline = PyDict_GetItemString(kwargs, "deadline_ns");
-    if (deadline == NULL || PyDict_Size(kwargs) != 1) Py_RETURN_NOTIMPLEMENTED;
-    if (deadline != Py_None) {
+    PyObject *flags = PyDict_GetItemString(kwargs, "donated");
+    if (PyDict_Size(kwargs) != (deadline != NULL) + (flags != NULL))
+      Py_RETURN_NOTIMPLEMENTED;
+    if (deadline != NULL && deadline != Py_None) {
       control.deadline_ns = PyLong_AsLongLong(deadline);
       if (control.deadline_ns == -1 && PyErr_Occurred()) return NULL;
     }
+    if (flags != NULL && flags != Py_None) {
+      if (!PyBytes_Check(flags) || PyBytes_Size(flags) != nargs) Py_RETURN_NOTIMPLEMENTED;
+      donated = (const unsigned char *)PyBytes_AsString(flags);
+      if (donated == NULL) return NULL;
+    }
   }
-  Py_ssize_t nargs = PyTuple_Size(args);
-  if (nargs != self->num_parameters) Py_RETURN_NOTIMPLEMENTED;
   PyObject *stack_args[STACK_ALLOCATIONS], *stack_results[STACK_ALLOCATIONS];
   PyObject **items = stack_args, **results = stack_results;
   PyObject *out = NULL;
@@ -662,7 +781,7 @@ static PyObject *host_run_call(PyObject *obj, PyObject *args, PyObject *kwargs) 
     }
   }
   for (Py_ssize_t i = 0; i < nargs; ++i) items[i] = PyTuple_GetItem(args, i);   /* borrowed */
-  int status = run_arrays(self, items, nargs, &control, results);
+  int status = run_arrays(self, items, nargs, &control, donated, results);
   if (status == 1) {
     Py_INCREF(Py_NotImplemented);
     out = Py_NotImplemented;
@@ -693,7 +812,19 @@ static int host_run_call_c(PyObject *run, PyObject *const *args, Py_ssize_t narg
   HostRun *self = (HostRun *)run;
   if (num_results != self->num_outputs) return 1;
   Control control = {poll_signals, NULL, 0};
-  return run_arrays(self, args, nargs, &control, results);
+  return run_arrays(self, args, nargs, &control, NULL, results);
+}
+
+/* host_run_call_c with per-argument donation flags (`call_donated_address`):
+ * `donated[i]` nonzero where argument i is donated and nothing else reads
+ * it (the caller consumes it after the run); NULL as none. */
+static int host_run_call_donated_c(PyObject *run, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject **results, Py_ssize_t num_results,
+                                   const unsigned char *donated) {
+  HostRun *self = (HostRun *)run;
+  if (num_results != self->num_outputs) return 1;
+  Control control = {poll_signals, NULL, 0};
+  return run_arrays(self, args, nargs, &control, donated, results);
 }
 
 static int c_contiguous(const Shape *shape, const npy_intp *strides, npy_intp itemsize) {
@@ -704,6 +835,15 @@ static int c_contiguous(const Shape *shape, const npy_intp *strides, npy_intp it
     expected *= shape->dims[d];
   }
   return 1;
+}
+
+/* The item size through Python: numpy 1 and 2 spell it differently in C.
+ * -1 with an exception set on failure. */
+static npy_intp descr_itemsize(PyArray_Descr *descr) {
+  PyObject *size = PyObject_GetAttrString((PyObject *)descr, "itemsize");
+  npy_intp itemsize = size ? (npy_intp)PyLong_AsSsize_t(size) : -1;
+  Py_XDECREF(size);
+  return itemsize;
 }
 
 static PyObject *shape_tuple(const Shape *shape) {
@@ -742,10 +882,7 @@ static PyObject *host_run_outputs(PyObject *obj, PyObject *unused) {
     } else {
       const View *v = &self->views[i - self->num_pools];
       slot = v->slot, descr = v->descr, shape = &v->shape;
-      /* The item size through Python: numpy 1 and 2 spell it differently in C. */
-      PyObject *size = PyObject_GetAttrString((PyObject *)descr, "itemsize");
-      npy_intp itemsize = size ? (npy_intp)PyLong_AsSsize_t(size) : -1;
-      Py_XDECREF(size);
+      npy_intp itemsize = descr_itemsize(descr);
       if (itemsize < 0) {
         Py_DECREF(out);
         return NULL;
@@ -769,6 +906,12 @@ static PyObject *host_run_call_address(PyObject *module, PyObject *unused) {
   (void)module;
   (void)unused;
   return PyLong_FromVoidPtr((void *)host_run_call_c);
+}
+
+static PyObject *host_run_call_donated_address(PyObject *module, PyObject *unused) {
+  (void)module;
+  (void)unused;
+  return PyLong_FromVoidPtr((void *)host_run_call_donated_c);
 }
 
 static PyObject *host_run_counters(PyObject *obj, PyObject *unused) {

@@ -357,9 +357,21 @@ static void *fast_Buffer_Destroy(void *p) {
  * reads it (external references: then it stays as it is, as on XLA:CPU).
  * Dropping the reference frees nothing another user holds: a concurrent
  * run or view keeps its own reference, and the pool hands the memory out
- * again only when nothing else refers to it. */
+ * again only when nothing else refers to it.
+ *
+ * In place (with the runtime's donating entry, XlaGpuPjrtEnableInPlaceDonation):
+ * an argument donated in this call and read by nothing else (not listed as
+ * not donatable, no external reference; passed twice is refused above) is
+ * flagged to the run, which writes it in place where the program writes
+ * its parameter allocation, its array becoming the aliased output, as
+ * XLA's output is the donated buffer. A flagged argument is consumed after
+ * the run whatever happened meanwhile (its block deleted; its array kept
+ * only while an external reference taken during the run still reads it). */
 typedef int (*host_run_call_fn)(void *run, void *const *args, ptrdiff_t nargs, void **results,
                                 ptrdiff_t num_results);
+typedef int (*host_run_call_donated_fn)(void *run, void *const *args, ptrdiff_t nargs,
+                                        void **results, ptrdiff_t num_results,
+                                        const unsigned char *donated);
 
 typedef struct {
   host_run_call_fn call;
@@ -383,6 +395,9 @@ typedef struct {
 
 static donation_hooks g_donate;
 static _Atomic(int) g_donation_on = 0;
+/* The runtime's entry that takes per-argument donation flags; NULL: the
+ * run copies donated arguments. */
+static _Atomic(host_run_call_donated_fn) g_call_donated = NULL;
 
 /* Arguments and results handled without a heap array. */
 #define STACK_VALUES 32
@@ -461,7 +476,7 @@ static int donated_twice(PJRT_Buffer *const *arg_list, size_t num_args, const in
  * (a buffer destroyed meanwhile has nothing left to consume). */
 static void consume_donated(const PJRT_LoadedExecutable_Execute_Args *args,
                             const XlaGpuPjrt_Handle *e, PJRT_Buffer *const *arg_list,
-                            size_t num_args) {
+                            size_t num_args, const unsigned char *flagged) {
   for (size_t k = 0; k < e->num_donated; ++k) {
     int64_t p = e->donated[k];
     if (p < 0 || (size_t)p >= num_args || not_donatable(args, p)) continue;
@@ -469,6 +484,9 @@ static void consume_donated(const PJRT_LoadedExecutable_Execute_Args *args,
     XlaGpuPjrt_Handle *b =
         (XlaGpuPjrt_Handle *)live_object(arg_list[p], XLA_GPU_PJRT_HANDLE_BUFFER, &key, &object);
     if (!b) continue;
+    /* Given to the run to write: gone, whatever took a reference since
+     * (that view keeps the array until Buffer_DecreaseExternalReferenceCount). */
+    if (flagged && flagged[p]) b->deleted = 1;
     if (b->external_refs == 0) {
       void *array = b->array;
       b->deleted = 1;
@@ -518,6 +536,7 @@ static int execute_here(PJRT_LoadedExecutable_Execute_Args *args) {
   }
   int done = 0;
   size_t held = 0;
+  unsigned char stack_flags[STACK_VALUES], *flags = NULL;
   PJRT_Buffer *const *arg_list = num_args ? args->argument_lists[0] : NULL;
   for (; held < num_args; ++held) {
     const XlaGpuPjrt_Handle *b = live_handle(arg_list[held], XLA_GPU_PJRT_HANDLE_BUFFER, NULL);
@@ -527,9 +546,29 @@ static int execute_here(PJRT_LoadedExecutable_Execute_Args *args) {
   }
   if (e->num_donated && donated_twice(arg_list, num_args, e->donated, e->num_donated))
     goto release;
+  /* Donated and read by nothing else: the run may write it in place. */
+  host_run_call_donated_fn call_donated = atomic_load(&g_call_donated);
+  if (e->num_donated && call_donated) {
+    if (num_args > STACK_VALUES) {
+      flags = calloc(num_args, 1);
+      if (!flags) goto release;
+    } else {
+      flags = stack_flags;
+      memset(flags, 0, num_args);
+    }
+    for (size_t k = 0; k < e->num_donated; ++k) {
+      int64_t p = e->donated[k];
+      if (p < 0 || (size_t)p >= num_args || not_donatable(args, p)) continue;
+      const XlaGpuPjrt_Handle *b = live_handle(arg_list[p], XLA_GPU_PJRT_HANDLE_BUFFER, NULL);
+      flags[p] = b && b->external_refs == 0;
+    }
+  }
   /* The executable (and so its HostRun and outputs) outlives the run. */
   g_exec.incref(exe_object);
-  int rc = g_exec.call(e->host_run, arrays, (ptrdiff_t)num_args, results, (ptrdiff_t)num_outputs);
+  int rc = flags ? call_donated(e->host_run, arrays, (ptrdiff_t)num_args, results,
+                                (ptrdiff_t)num_outputs, flags)
+                 : g_exec.call(e->host_run, arrays, (ptrdiff_t)num_args, results,
+                               (ptrdiff_t)num_outputs);
   if (rc == 0) {
     PJRT_Buffer **out_list = args->output_lists[0];
     size_t made = 0;
@@ -560,7 +599,7 @@ static int execute_here(PJRT_LoadedExecutable_Execute_Args *args) {
       out_list[made] = (PJRT_Buffer *)b;
     }
     if (made == num_outputs) {
-      if (e->num_donated) consume_donated(args, e, arg_list, num_args);
+      if (e->num_donated) consume_donated(args, e, arg_list, num_args, flags);
       if (args->device_complete_events)
         args->device_complete_events[0] = (PJRT_Event *)atomic_load(&g_ready_event);
       done = 1;
@@ -581,6 +620,7 @@ static int execute_here(PJRT_LoadedExecutable_Execute_Args *args) {
   g_fast.decref(exe_object);
 release:
   for (size_t i = 0; i < held; ++i) g_fast.decref(arrays[i]);
+  if (flags != stack_flags) free(flags);
   if (arrays != stack_arrays) free(arrays);
   if (results != stack_results) free(results);
   return done;
@@ -743,6 +783,18 @@ XLA_GPU_PJRT_EXPORT int XlaGpuPjrtEnableDonation(void *set_attr, void *array_nam
   g_donate.set_attr = (int (*)(void *, void *, void *))set_attr;
   g_donate.array_name = array_name;
   atomic_store(&g_donation_on, 1);
+  return 0;
+}
+
+/* Lets the library's Execute hand the run its per-call donation flags
+ * (after XlaGpuPjrtEnableDonation): `call_donated` is
+ * xla_gpu.runtime._host_run's donating entry (`call_donated_address`),
+ * which writes a donated argument in place where the program writes its
+ * parameter; NULL switches that off again (donated arguments copied, as a
+ * benchmark compares). Returns 0, or -1 when donation is off. */
+XLA_GPU_PJRT_EXPORT int XlaGpuPjrtEnableInPlaceDonation(void *call_donated) {
+  if (!atomic_load(&g_donation_on)) return -1;
+  atomic_store(&g_call_donated, (host_run_call_donated_fn)call_donated);
   return 0;
 }
 

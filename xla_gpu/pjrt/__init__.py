@@ -30,7 +30,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["initialize", "library_path", "PLATFORM"]
+__all__ = ["initialize", "library_path", "PLATFORM", "set_in_place_donation"]
 
 PLATFORM = "xla_gpu"
 logger = logging.getLogger(__name__)
@@ -176,6 +176,44 @@ def _enable_library_execute(lib) -> None:
         name = _plugin._keep_alive(sys.intern("_array"))
         if donation(ctypes.cast(py.PyObject_SetAttr, ctypes.c_void_p).value, id(name)) == 0:
             _plugin.LIBRARY_DONATION = True
+            _enable_in_place_donation(lib)
+
+
+def _enable_in_place_donation(lib) -> None:
+    """Lets the library's Execute hand the run which donated arguments
+    nothing else reads, so that the runtime writes them in place (their
+    arrays become the aliased outputs); without it (an older build of
+    either) donated arguments are copied in and their outputs copied out."""
+    import ctypes
+
+    from . import _plugin
+    try:
+        from ..runtime import _host_run
+    except ImportError:
+        return
+    enable = getattr(lib, "XlaGpuPjrtEnableInPlaceDonation", None)
+    address = getattr(_host_run, "call_donated_address", None)
+    if enable is None or address is None:
+        return
+    enable.argtypes = [ctypes.c_void_p]
+    enable.restype = ctypes.c_int
+    if enable(address()) == 0:
+        _plugin.LIBRARY_IN_PLACE_DONATION = True
+        _plugin.IN_PLACE_SWITCH = lambda on: enable(address() if on else None)
+
+
+def set_in_place_donation(on: bool) -> bool:
+    """Whether the cpu target writes a donated argument nothing else reads
+    in place (its array becoming the aliased output; the default), or
+    copies it in and the output out as before: on both Execute paths (the
+    library's and the Python slot). For benchmarks and debugging; results
+    are the same either way. Returns the previous setting."""
+    from . import _plugin
+    previous = _plugin.IN_PLACE_DONATION
+    _plugin.IN_PLACE_DONATION = bool(on)
+    if _plugin.IN_PLACE_SWITCH is not None:
+        _plugin.IN_PLACE_SWITCH(bool(on))
+    return previous
 
 
 def _enable_jax_features() -> None:

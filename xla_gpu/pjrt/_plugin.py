@@ -38,6 +38,7 @@ import numpy as np
 
 from . import _abi as A
 from ._abi import rd, rd_i32, wr, wr_bool, wr_i32
+from ..runtime.spec import aligned_empty
 
 logger = logging.getLogger(__name__)
 
@@ -566,7 +567,9 @@ def _token_buffer(device: Device) -> Buffer:
 
 
 def _host_array(addr: int, dtype: np.dtype, dims: list[int], strides: list[int]) -> np.ndarray:
-    """Copies a host buffer (any byte strides) into a fresh C-ordered array."""
+    """Copies a host buffer (any byte strides) into a fresh C-ordered array,
+    aligned as the runtime's pooled buffers are (64 bytes), so that a
+    donated buffer can be written in place from the first step on."""
     count = int(np.prod(dims)) if dims else 1
     if count == 0:
         return np.zeros(dims, dtype)
@@ -576,7 +579,14 @@ def _host_array(addr: int, dtype: np.dtype, dims: list[int], strides: list[int])
     hi = sum((d - 1) * s for d, s in zip(dims, strides) if s > 0) + dtype.itemsize
     raw = (C.c_char * (hi - lo)).from_address(addr + lo)
     view = np.ndarray(dims, dtype, buffer=raw, offset=-lo, strides=strides)
-    return np.array(view, order="C", copy=True)
+    out = aligned_empty(tuple(dims), dtype, _DONATED_ALIGNMENT)
+    out[...] = view
+    return out
+
+
+# Where the runtime writes a donated argument in place (program.py's
+# pooled-buffer alignment).
+_DONATED_ALIGNMENT = 64
 
 
 # ----------------------------------------------------------------------------- executables
@@ -1705,16 +1715,22 @@ def LoadedExecutable_Execute(a):
         if array is None or buf.deleted:
             buf.live_array(f"argument {i} of '{name}'")   # raises
         args.append(array)
+    given = ()
     if e.donated:
         _refuse_double_donation(e, arg_bufs, name)
+        if _CUDA is None and IN_PLACE_DONATION:
+            given = _given_up(e, arg_bufs, num_args, w[_X_OPTIONS])
     try:
-        outs = e.exe.run(*args) if _CUDA is None else _CUDA.run(e.exe, args)
+        if given:   # written in place where the program writes them
+            outs = e.exe.run(*args, donated=given)
+        else:
+            outs = e.exe.run(*args) if _CUDA is None else _CUDA.run(e.exe, args)
     except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
         raise _PjrtError(_error_code_of(exc), f"xla_gpu run: {type(exc).__name__}: {exc}") from exc
     if len(outs) != e.num_outputs:
         raise _PjrtError(A.INTERNAL, f"xla_gpu run: {len(outs)} outputs, expected {e.num_outputs}")
     if e.donated:
-        _consume_donated(e, arg_bufs, num_args, w[_X_OPTIONS])
+        _consume_donated(e, arg_bufs, num_args, w[_X_OPTIONS], given)
     _write_outputs(e, outs, _u64_at(w[_X_OUTPUT_LISTS]).value, device)   # device 0's list
     if w[_X_EVENTS]:
         _u64_at(w[_X_EVENTS]).value = _READY_EVENT.addr   # device 0's event
@@ -1726,6 +1742,13 @@ def LoadedExecutable_Execute(a):
 # with donated parameters (set by xla_gpu.pjrt when it switches these on).
 LIBRARY_EXECUTE = False
 LIBRARY_DONATION = False
+# ...and hands the run the donated arguments nothing else reads, which it
+# writes in place (XlaGpuPjrtEnableInPlaceDonation).
+LIBRARY_IN_PLACE_DONATION = False
+# Whether the Python slot lets the run write donated arguments in place
+# (xla_gpu.pjrt.set_in_place_donation), and the library's switch for it.
+IN_PLACE_DONATION = True
+IN_PLACE_SWITCH = None
 
 
 def _use_library_execute(e: Executable) -> None:
@@ -1778,19 +1801,42 @@ def _use_library_execute(e: Executable) -> None:
         block[_W["host_run"]] = id(run)
 
 
-def _consume_donated(e: Executable, arg_bufs: list, num_args: int, options: int) -> None:
-    """Marks the donated arguments deleted after a run, except those jaxlib
-    lists as not donatable this time."""
+def _not_donatable(options: int) -> set[int]:
+    """The parameters jaxlib lists as not donatable in this call."""
     o = A.EXECUTE_OPTIONS
-    keep = (set(A.rd_i64s(rd(options, o.non_donatable_input_indices),
+    return (set(A.rd_i64s(rd(options, o.non_donatable_input_indices),
                           rd(options, o.num_non_donatable_input_indices)))
             if options else set())
+
+
+def _given_up(e: Executable, arg_bufs: list, num_args: int, options: int) -> tuple[int, ...]:
+    """The donated arguments of this call that nothing else reads (not
+    listed as not donatable, no numpy view; passed twice was refused): the
+    run may write them in place (`ProgramExecutable.run(donated=...)`)."""
+    keep = _not_donatable(options)
+    return tuple(p for p in sorted(e.donated - keep)
+                 if p < num_args and arg_bufs[p].external_refs == 0)
+
+
+def _consume_donated(e: Executable, arg_bufs: list, num_args: int, options: int,
+                     given: tuple[int, ...] = ()) -> None:
+    """Marks the donated arguments deleted after a run, except those jaxlib
+    lists as not donatable this time. `given`: those the run was allowed to
+    write in place, deleted whatever happened since."""
+    keep = _not_donatable(options)
     with _lock:
         for p in e.donated - keep:
             buf = arg_bufs[p] if p < num_args else None
-            # The run read a copy; a donated input is consumed as on XLA
-            # (unless a numpy view still reads it: then it stays).
-            if buf is not None and buf.external_refs == 0:
+            if buf is None:
+                continue
+            if p in given:
+                # Its memory may be the output now: gone even where a view
+                # was taken during the run (which keeps the array until
+                # Buffer_DecreaseExternalReferenceCount drops it).
+                buf.mark_deleted()
+            # A donated input is consumed as on XLA (unless a numpy view
+            # still reads it: then it stays).
+            if buf.external_refs == 0:
                 buf.mark_deleted()
                 buf.array = None
 

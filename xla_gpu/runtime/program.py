@@ -13,7 +13,8 @@ One execution: the arguments are checked (count, shape, dtype), the memory
 the program needs is compared with what the target has (host physical
 memory on cpu, free device memory on cuda) before anything is allocated,
 then every allocation gets memory (parameters: the caller's array where no
-thunk writes it, else a copy; constants: loaded once with the program;
+thunk writes it, else a copy, unless the caller donated it: `run(donated=)`;
+constants: loaded once with the program;
 outputs and the temp allocation: fresh), the thunks run in order, and the
 output leaves are returned (numpy arrays, or DeviceArrays on cuda with
 `device_outputs=True`).
@@ -421,7 +422,7 @@ class ProgramExecutable:
 
     def run(self, *args, stream=None, device_outputs: bool = False,
             timeout: float | None = None, profile: str | os.PathLike | None = None,
-            **unknown) -> tuple:
+            donated: Sequence[int] | None = None, **unknown) -> tuple:
         """Runs the program. cpu: numpy in, numpy out. cuda: numpy or device
         arrays (`__cuda_array_interface__`) in; numpy out, or DeviceArrays
         with `device_outputs=True`; `stream` is a CUstream (default: the
@@ -432,7 +433,24 @@ class ProgramExecutable:
         usable after either. `profile`: a file to write this run's trace
         to (Chrome trace-event JSON: every thunk, see
         `xla_gpu.runtime.profile`); runs inside `xla_gpu.trace(...)` or
-        under XLA_GPU_PROFILE are recorded into that trace."""
+        under XLA_GPU_PROFILE are recorded into that trace.
+
+        An argument's array is never written, unless the caller gives it up:
+        `donated` lists parameter numbers whose arguments the caller
+        donates (as jax's `donate_argnums`; the PJRT plugin passes the
+        donated buffers nothing else reads). On the cpu target, where the
+        program writes such a parameter's allocation (an input/output
+        alias that buffer assignment kept) and the argument is a writeable
+        C-contiguous numpy array of the parameter's dtype, 64-byte aligned
+        (what a pooled buffer gives the kernels), holding that parameter
+        alone, the run writes the argument in place instead of copying it
+        in, and the output read from that allocation is the argument's
+        array itself (or a view of it) instead of a copy: XLA's aliased
+        output is the donated buffer. The results are those of the copying
+        run; the argument's contents afterwards are the output's. An
+        argument whose memory another argument shares is copied. Other
+        donated arguments, and every argument on the cuda target, are
+        copied as without `donated`."""
         if unknown:  # an ArgumentError, worded as Python words the TypeError
             raise ArgumentError(f"run() got an unexpected keyword argument "
                                 f"'{next(iter(unknown))}'")
@@ -443,25 +461,52 @@ class ProgramExecutable:
                 "run it with run_partitioned(per_device_args), one argument list per "
                 "device; global arrays go to a program compiled from annotated (unpartitioned) "
                 "HLO, which xla_gpu's SPMD partitioner splits")
+        gives = self._donated_leaves(donated) if donated is not None else None
         trace = current_trace()
         if profile is None and trace is None:
-            return self._run_leaves(args, stream, device_outputs, timeout, None)
+            return self._run_leaves(args, stream, device_outputs, timeout, None, gives)
         with trace_file(profile) as own:
             from .profile import RunProfiler
             profiler = RunProfiler(own if own is not None else trace, self.name, self.target)
-            return self._run_leaves(args, stream, device_outputs, timeout, profiler)
+            return self._run_leaves(args, stream, device_outputs, timeout, profiler, gives)
 
-    def _run_leaves(self, args, stream, device_outputs, timeout, profiler) -> tuple:
+    def _donated_leaves(self, donated: Any) -> frozenset[int] | None:
+        """`run(donated=...)`'s parameter numbers as the positions of their
+        array leaves among all parameters' leaves (what `_run_cpu` counts);
+        None when no leaf is given up."""
+        if isinstance(donated, (str, bytes)) or not isinstance(donated, (Sequence, set,
+                                                                          frozenset)):
+            raise ArgumentError(f"run(donated=...): expected a sequence of parameter numbers, "
+                                f"got {type(donated).__name__}")
+        wanted = set()
+        for p in donated:
+            if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or \
+                    not 0 <= p < len(self.parameters):
+                raise ArgumentError(f"run(donated=...): {p!r} is not a parameter number of "
+                                    f"program '{self.name}' (it takes "
+                                    f"{len(self.parameters)})")
+            wanted.add(int(p))
+        leaves, k = set(), 0
+        for number, refs in zip(self._parameter_numbers, self._array_parameters):
+            if number in wanted:
+                leaves.update(range(k, k + len(refs)))
+            k += len(refs)
+        return frozenset(leaves) or None
+
+    def _run_leaves(self, args, stream, device_outputs, timeout, profiler,
+                    donated=None) -> tuple:
         """`run` on the arguments, token parameters taken out and token
         outputs put back."""
         if self._has_tokens:
             return self._with_tokens(self._run_arrays(
-                self._arrays_only(args), stream, device_outputs, timeout, profiler))
-        return self._run_arrays(args, stream, device_outputs, timeout, profiler)
+                self._arrays_only(args), stream, device_outputs, timeout, profiler, donated))
+        return self._run_arrays(args, stream, device_outputs, timeout, profiler, donated)
 
     def _run_arrays(self, args: Sequence[Any], stream, device_outputs: bool,
-                    timeout: float | None, profiler=None) -> tuple:
-        """`run` on the array parameters' arguments (tokens taken out)."""
+                    timeout: float | None, profiler=None,
+                    donated: frozenset[int] | None = None) -> tuple:
+        """`run` on the array parameters' arguments (tokens taken out);
+        `donated`: the leaves the caller gives up (`_donated_leaves`)."""
         deadline = _deadline(timeout)
         if self.target == "cpu" and stream is None and not device_outputs and \
                 profiler is None:
@@ -469,13 +514,18 @@ class ProgramExecutable:
             if fast is None:
                 fast = self._make_host_run()
             if fast:
-                results = fast(*args) if deadline is None else fast(*args, deadline_ns=deadline)
+                if donated is None:
+                    results = fast(*args) if deadline is None else \
+                        fast(*args, deadline_ns=deadline)
+                else:
+                    results = fast(*args, deadline_ns=deadline,
+                                   donated=_donation_flags(args, donated))
                 if results is not NotImplemented:
                     self._stats_from_host_run = True
                     return results
             values = self._cpu_plan().fast_arguments(args)
             if values is not None:
-                return self._run_cpu(values, deadline)
+                return self._run_cpu(values, deadline, donated=donated)
         leaves = self._flatten_arguments(args)
         if self.target == "cpu" and (stream is not None or device_outputs):
             raise ArgumentError("stream= and device_outputs= are options of the cuda target")
@@ -483,7 +533,8 @@ class ProgramExecutable:
                    for label, a, ref in leaves]
         if self.target == "cpu":
             # The run plan checks the memory once (host memory does not change).
-            return self._run_cpu([value for _, value, _ in checked], deadline, profiler)
+            return self._run_cpu([value for _, value, _ in checked], deadline, profiler,
+                                 donated=donated)
         self.check_memory()
         return self._run_cuda(checked, stream, device_outputs, deadline, profiler)
 
@@ -526,13 +577,15 @@ class ProgramExecutable:
             return self._cpu_run_plan
 
     def _run_cpu(self, values: Sequence[Any], deadline_ns: int | None = None,
-                 profiler=None, device=None) -> tuple:
+                 profiler=None, device=None, donated: frozenset[int] | None = None) -> tuple:
         """One execution on the host; `values` are the parameter leaves,
         checked. With the native executor and no Python thunk, only the
         allocations' addresses are needed, not numpy views of them. A
         profiled run goes through the thunks in Python, each one timed.
         `device`: one device of a many-device run (its own buffers, its
-        side of the rendezvous; its counters go there, not to `stats`)."""
+        side of the rendezvous; its counters go there, not to `stats`).
+        `donated`: the leaves the caller gives up; those `_written_in_place`
+        accepts are the memory of their allocation (see `run`)."""
         plan = self._cpu_plan()
         native = self._native_program() if profiler is None else None
         pool = plan.pool if device is None else device.pool
@@ -548,6 +601,9 @@ class ProgramExecutable:
             if fill is not None:
                 buffer.fill(fill)
         need_views = native is None or bool(native.callbacks)
+        in_place: dict[int, np.ndarray] = {}   # allocation -> the donated array
+        if donated and plan.donatable:
+            in_place = _written_in_place(plan, values, donated)
         for index, size, users, zero_copy in plan.parameters:
             if zero_copy:
                 ref, k = users[0]
@@ -562,6 +618,11 @@ class ProgramExecutable:
                         if need_views or index in plan.viewed_allocations:
                             views[index] = array.reshape(-1).view(np.uint8)
                         continue
+            array = in_place.get(index)
+            if array is not None:
+                bases[index] = _address(array)
+                views[index] = array.reshape(-1).view(np.uint8)
+                continue
             buffer = aligned_zeros((size,), np.uint8, _ALIGNMENT)
             views[index], bases[index] = buffer, buffer.ctypes.data
             for ref, k in users:
@@ -595,6 +656,15 @@ class ProgramExecutable:
         if device is None:
             self.timings["last_run"] = time.perf_counter() - start
         for slot, ref, copy in plan.viewed_outputs:
+            array = in_place.get(ref.slice.allocation)
+            if array is not None:
+                # The aliased output is the donated array's memory: the
+                # array itself where the output is exactly it.
+                copy = False
+                if ref.slice.offset == 0 and ref.is_row_major and array.dtype == ref.dtype \
+                        and array.shape == tuple(ref.dims):
+                    results[slot] = array
+                    continue
             view = ref.logical_from_physical(np.ndarray(
                 ref.physical_dims, ref.storage_dtype, buffer=views[ref.slice.allocation],
                 offset=ref.slice.offset))
@@ -997,11 +1067,24 @@ class _CpuRunPlan:
                 self.buffers[alloc.index] = constant
                 self.bases[alloc.index] = constant.ctypes.data
         self.parameters = []
+        # Parameter allocations a donated argument may be (see `run`):
+        # allocation -> the leaf that fills it alone, which the program
+        # writes, and which one output at most reads (two would share the
+        # argument's memory).
+        self.donatable: dict[int, int] = {}
+        self._donatable_dtypes: dict[int, np.dtype] = {}
+        readers = Counter(ref.slice.allocation for ref in exe._array_outputs)
         for index, users in exe._parameter_allocation().items():
             ref0 = users[0][0]
             zero_copy = (len(users) == 1 and index not in written and ref0.is_row_major
                          and ref0.slice.offset == 0)
-            self.parameters.append((index, exe.allocations[index].size, users, zero_copy))
+            size = exe.allocations[index].size
+            self.parameters.append((index, size, users, zero_copy))
+            if len(users) == 1 and index in written and ref0.is_row_major and \
+                    ref0.slice.offset == 0 and ref0.nbytes == size and size and \
+                    readers[index] <= 1:
+                self.donatable[index] = users[0][1]
+                self._donatable_dtypes[index] = ref0.storage_dtype
         # Arguments passed as plain arrays: (shape, storage dtype) per
         # parameter; None when a parameter is a tuple (the checked path).
         self.simple = None
@@ -1053,7 +1136,8 @@ class _CpuRunPlan:
                 if not ref.is_row_major:
                     return None
                 parameters.append((k, (index, zero_copy, ref.slice.offset, ref.nbytes,
-                                       ref.storage_dtype, tuple(ref.dims))))
+                                       ref.storage_dtype, tuple(ref.dims),
+                                       self.donatable.get(index) == k)))
                 if not zero_copy:
                     copied[index] = copied.get(index, 0) + ref.nbytes
         if sorted(k for k, _ in parameters) != list(range(len(self.simple))):
@@ -1082,6 +1166,10 @@ class _CpuRunPlan:
                        len(self.bases), constants, parameters, pools, views,
                        len(exe._array_outputs))
 
+    def donated_dtype(self, index: int) -> np.dtype:
+        """The storage dtype of donatable allocation `index`'s parameter."""
+        return self._donatable_dtypes[index]
+
     def fast_arguments(self, args: Sequence[Any]) -> list[np.ndarray] | None:
         """`args` as they are when every one is a numpy array of its
         parameter's shape and storage dtype; None otherwise (the caller
@@ -1093,6 +1181,77 @@ class _CpuRunPlan:
             if type(arg) is not np.ndarray or arg.shape != shape or arg.dtype != dtype:
                 return None
         return list(args)
+
+
+def _donation_flags(args: Sequence[Any], donated: frozenset[int]) -> bytes:
+    """HostRun's `donated=`: a byte per argument, 1 where the caller gives
+    it up and no other argument's memory overlaps it (that one is copied,
+    as `_written_in_place` decides for the Python path)."""
+    flags = bytearray(len(args))
+    shared = _overlapping(args, donated)
+    for k in donated:
+        if k < len(args) and k not in shared:
+            flags[k] = 1
+    return bytes(flags)
+
+
+def _byte_range(value: Any) -> tuple[int, int] | None:
+    """The bytes a numpy array's elements span, [lo, hi); None for an
+    empty array or anything else."""
+    if not isinstance(value, np.ndarray) or not value.size:
+        return None
+    lo = hi = value.__array_interface__["data"][0]
+    for dim, stride in zip(value.shape, value.strides):
+        if stride < 0:
+            lo += (dim - 1) * stride
+        else:
+            hi += (dim - 1) * stride
+    return lo, hi + value.itemsize
+
+
+def _overlapping(values: Sequence[Any], donated: frozenset[int]) -> set[int]:
+    """The donated positions whose value is not a numpy array or whose
+    bytes overlap another value's (by address range, one sort: a training
+    step passes many arrays)."""
+    ranges = []
+    bad = set()
+    for i, value in enumerate(values):
+        span = _byte_range(value)
+        if span is None:
+            if i in donated:
+                bad.add(i)
+            continue
+        ranges.append((span[0], span[1], i))
+    ranges.sort()
+    reach, holder = -1, -1   # the furthest end so far and whose it is
+    for lo, hi, i in ranges:
+        if lo < reach:       # overlaps an earlier range: both are shared
+            bad.update((i, holder))
+        if hi > reach:
+            reach, holder = hi, i
+    return bad & set(donated)
+
+
+def _written_in_place(plan: "_CpuRunPlan", values: Sequence[Any],
+                      donated: frozenset[int]) -> dict[int, np.ndarray]:
+    """The donated leaves a run writes in place, by allocation: the
+    plan's donatable allocations whose argument is a writeable, C-contiguous
+    numpy array of the storage dtype, aligned as a pooled buffer, that no
+    other argument overlaps (the C path, ffi/host_run.c, decides the same)."""
+    out = {}
+    for index, k in plan.donatable.items():
+        if k not in donated:
+            continue
+        array = values[k]
+        if type(array) is not np.ndarray or not array.flags.c_contiguous or \
+                not array.flags.writeable or array.dtype != plan.donated_dtype(index) or \
+                _address(array) % _ALIGNMENT:
+            continue
+        out[index] = array
+    if out:
+        shared = _overlapping(values, frozenset(plan.donatable[i] for i in out))
+        out = {i: a for i, a in out.items() if plan.donatable[i] not in shared}
+    return out
 
 
 def _flatten_leaves(arg: Any) -> list[Any]:

@@ -654,3 +654,127 @@ def test_the_runtimes_c_entry_and_what_it_says_of_its_outputs():
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(g, w)
+
+
+# A donated step over parameters big enough that copying them would show:
+# the output buffer is the donated input's memory on every call, on the
+# library's path and on the Python slot's.
+IN_PLACE = """
+def sgd(params, grads):
+    return jax.tree.map(lambda p, g: p - 0.01 * g, params, grads), jnp.sum(grads[1])
+
+STEP = jax.jit(sgd, donate_argnums=0)
+COPYING = jax.jit(sgd)
+rng = np.random.default_rng(1)
+p_host = [rng.standard_normal(4096).astype(np.float32),
+          rng.standard_normal((64, 33)).astype(np.float32)]
+g_host = [rng.standard_normal(4096).astype(np.float32),
+          rng.standard_normal((64, 33)).astype(np.float32)]
+grads = [jax.device_put(g, dev) for g in g_host]
+
+def memory(a):
+    # The array behind a jax array's PJRT buffer.
+    return P._objects[handle_of(a)].array
+
+res = {"in_place_on": P.LIBRARY_IN_PLACE_DONATION}
+params = [jax.device_put(p, dev) for p in p_host]
+want = [jax.device_put(p, dev) for p in p_host]
+shared, pointers = [], []
+for i in range(6):
+    before = [memory(p) for p in params]
+    old_pointers = [p.unsafe_buffer_pointer() for p in params]
+    params, s = STEP(params, grads)
+    want, _ = COPYING(want, grads)
+    shared.append([bool(np.shares_memory(b, memory(p))) for b, p in zip(before, params)])
+    pointers.append([o == p.unsafe_buffer_pointer() for o, p in zip(old_pointers, params)])
+    del before
+res["shared"], res["pointers"] = shared, pointers
+res["exact"] = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(params, want))
+res["values"] = [np.asarray(p).ravel()[:3].tolist() for p in params]
+# The copying run it replaced (switched off): other memory, the same bits.
+import xla_gpu.pjrt
+xla_gpu.pjrt.set_in_place_donation(False)
+copied = [jax.device_put(p, dev) for p in p_host]
+copy_shared = []
+for i in range(6):
+    before = [memory(p) for p in copied]
+    copied, _ = STEP(copied, grads)
+    copy_shared += [bool(np.shares_memory(b, memory(p))) for b, p in zip(before, copied)]
+    del before
+xla_gpu.pjrt.set_in_place_donation(True)
+res["copy_shared"] = any(copy_shared)
+res["copy_exact"] = all(np.array_equal(np.asarray(a), np.asarray(b))
+                        for a, b in zip(params, copied))
+# Refusals copy: a numpy view still reading the input (it stays, unchanged),
+# and a misaligned host array put on the device (the plugin's copy is
+# aligned, so it is in place again).
+viewed = jax.device_put(p_host[0], dev)
+view = np.asarray(viewed)
+out, _ = STEP([viewed, jax.device_put(p_host[1], dev)], grads)
+res["viewed"] = [bool(np.shares_memory(view, memory(out[0]))), viewed.is_deleted(),
+                 bool(np.array_equal(view, p_host[0]))]
+raw = np.zeros(4096 + 1, np.float32)
+raw[1:] = p_host[0]
+odd = jax.device_put(raw[1:], dev)
+res["odd_aligned"] = memory(odd).ctypes.data % 64 == 0
+res["python_executes"] = calls["LoadedExecutable_Execute"]
+print(json.dumps(res))
+"""
+
+
+def _in_place_run(extra_env=None) -> dict:
+    return run_counted(IN_PLACE, extra_env)
+
+
+def test_a_donated_step_writes_its_parameters_in_place():
+    lib = _in_place_run()
+    py = _in_place_run({"XLA_GPU_PJRT_LIBRARY_EXECUTE": "0"})
+    assert lib["in_place_on"] and not py["in_place_on"]
+    for out in (lib, py):
+        # Every call: each new parameter is the donated one's memory.
+        assert out["shared"] == [[True, True]] * 6, out["shared"]
+        assert out["pointers"] == [[True, True]] * 6, out["pointers"]
+        # Bit for bit the copying (undonated) step's results.
+        assert out["exact"] and out["copy_exact"] and not out["copy_shared"]
+        assert out["viewed"] == [False, False, True]
+        assert out["odd_aligned"]
+    assert lib["values"] == py["values"]
+    # The library ran the donated calls (one first run per executable).
+    assert lib["python_executes"] < py["python_executes"]
+
+
+def test_the_runtimes_donating_c_entry_writes_flagged_arguments_in_place():
+    # `call_donated_address`: the C entry with a flag per argument; a
+    # flagged argument the program writes is its output's memory, an
+    # unflagged one is copied (and left as it was).
+    import ctypes
+
+    import numpy as np
+
+    import xla_gpu
+    from xla_gpu.runtime.spec import aligned_empty
+    host_run = pytest.importorskip("xla_gpu.runtime._host_run")
+    exe = xla_gpu.compile(TRANSPOSED.replace(
+        "HloModule m,", "HloModule m, input_output_alias={ {0}: (0, {}, may-alias) },"),
+        target="cpu")
+    q = np.full((4, 8), 0.5, np.float32)
+    want = exe.run(np.arange(32, dtype=np.float32).reshape(4, 8), q)
+    run = exe._host_run
+    assert isinstance(run, host_run.HostRun)
+    entry = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_ssize_t,
+                              ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_char_p)(
+        host_run.call_donated_address())
+    for flags, in_place in ((b"\x01\x00", True), (b"\x00\x00", False), (None, False)):
+        p = aligned_empty((4, 8), np.float32, 64)
+        p[...] = np.arange(32, dtype=np.float32).reshape(4, 8)
+        args = (ctypes.py_object * 2)(p, q)
+        results = (ctypes.c_void_p * 3)()
+        assert entry(run, ctypes.addressof(args), 2, ctypes.addressof(results), 3, flags) == 0
+        got = [ctypes.cast(r, ctypes.py_object).value for r in results]
+        for r in results:
+            ctypes.pythonapi.Py_DecRef(ctypes.c_void_p(r))
+        assert (got[0] is p) == in_place
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+        if not in_place:
+            np.testing.assert_array_equal(p, np.arange(32, dtype=np.float32).reshape(4, 8))

@@ -696,3 +696,137 @@ def test_arguments_a_single_kernels_c_run_does_not_take_go_the_python_way():
     with pytest.raises(xla_gpu.XlaGpuError, match="argument 1: expected shape"):
         exe.run(y, wide)
     assert isinstance(exe._load()._c_run, _HostRun)
+
+
+# -- donated arguments written in place (run(donated=...)) -----------------------
+
+# An SGD step whose new parameters must alias the old ones, and one whose
+# other output still reads the old parameters (may-alias: buffer
+# assignment decides whether the parameter's allocation is written; when it
+# is not, nothing is written in place). Either way the run with donated=
+# gives the copying run's results bit for bit.
+SGD = """HloModule m, input_output_alias={ {0}: (0, {}, must-alias) }, \
+entry_computation_layout={(f32[2048]{0}, f32[2048]{0})->(f32[2048]{0}, f32[2048]{0})}
+ENTRY e {
+  p = f32[2048]{0} parameter(0)
+  g = f32[2048]{0} parameter(1)
+  lr = f32[] constant(0.01)
+  l = f32[2048]{0} broadcast(lr), dimensions={}
+  s = f32[2048]{0} multiply(g, l)
+  n = f32[2048]{0} subtract(p, s)
+  ROOT t = (f32[2048]{0}, f32[2048]{0}) tuple(n, s)
+}
+"""
+# (A reduction of the old parameters fused with the update: our buffer
+# assignment keeps the parameter's allocation unwritten, so under may-alias
+# the argument is copied.)
+SGD_READS_OLD = """HloModule m, input_output_alias={ {0}: (0, {}, may-alias) }, \
+entry_computation_layout={(f32[2048]{0}, f32[2048]{0})->(f32[2048]{0}, f32[])}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[2048]{0} parameter(0)
+  g = f32[2048]{0} parameter(1)
+  lr = f32[] constant(0.01)
+  l = f32[2048]{0} broadcast(lr), dimensions={}
+  s = f32[2048]{0} multiply(g, l)
+  n = f32[2048]{0} subtract(p, s)
+  z = f32[] constant(0)
+  sq = f32[2048]{0} multiply(p, p)
+  r = f32[] reduce(sq, z), dimensions={0}, to_apply=add
+  ROOT t = (f32[2048]{0}, f32[]) tuple(n, r)
+}
+"""
+
+
+def _aligned(values, alignment=64, skew=0):
+    """A copy of `values` at `skew` bytes past an `alignment` boundary."""
+    from xla_gpu.runtime.spec import aligned_empty
+    raw = aligned_empty((values.nbytes + alignment,), np.uint8, alignment)
+    out = raw[skew:skew + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+@pytest.mark.parametrize("text", ["transposed", "sgd", "sgd_reads_old"])
+def test_a_donated_argument_is_written_in_place_and_is_its_output(path, text):
+    rng = np.random.default_rng(3)
+    if text == "transposed":
+        # The transpose reads the aliased output back from the parameter's
+        # allocation after the add wrote it.
+        exe = xla_gpu.compile(DONATED_TRANSPOSED, target="cpu")
+        p0 = np.arange(32, dtype=np.float32).reshape(4, 8)
+        other = np.full((4, 8), 0.5, np.float32)
+    else:
+        exe = xla_gpu.compile(SGD if text == "sgd" else SGD_READS_OLD, target="cpu")
+        p0 = rng.standard_normal(2048).astype(np.float32)
+        other = rng.standard_normal(2048).astype(np.float32)
+    if path == "python":
+        exe._host_run = False
+    # Written in place where buffer assignment lets the program write the
+    # parameter's allocation (always under must-alias).
+    in_place = bool(exe._cpu_plan().donatable)
+    assert in_place or text == "sgd_reads_old"
+    want_p, p = p0.copy(), _aligned(p0)
+    for _ in range(4):   # a training loop: each step's output is the next input
+        want = exe.run(want_p, other)
+        got = exe.run(p, other, donated=[0])
+        assert (got[0] is p) == in_place
+        assert np.shares_memory(got[0], p) == in_place
+        if not in_place:
+            p = _aligned(got[0])
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape and g.strides == w.strides
+            np.testing.assert_array_equal(g, w)
+        # The other outputs are not the donated memory; nor is the copying run's.
+        assert not any(np.shares_memory(g, p) for g in got[1:])
+        assert not np.shares_memory(want[0], want_p)
+        want_p, p = want[0], got[0]
+    if path == "c":
+        assert isinstance(exe._host_run, _HostRun)
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_donated_arguments_it_cannot_write_in_place_are_copied(path):
+    exe = xla_gpu.compile(DONATED_TRANSPOSED, target="cpu")
+    if path == "python":
+        exe._host_run = False
+    p0 = np.arange(32, dtype=np.float32).reshape(4, 8)
+    q = np.full((4, 8), 0.5, np.float32)
+    want = exe.run(p0, q)
+    readonly = _aligned(p0)
+    readonly.flags.writeable = False
+    twice = _aligned(p0)
+    cases = {
+        "misaligned": (_aligned(p0, skew=16), q),    # what the kernels read, not a pool's
+        "read-only": (readonly, q),
+        "passed twice": (twice, twice),              # p + p: its own want
+        "a view of the other": (_aligned(p0), None),
+        "not donated": (_aligned(p0), q),
+    }
+    for name, (p, other) in cases.items():
+        if other is None:
+            other = p[:, :]                          # the same memory, another array
+        expect = exe.run(p.copy(), other.copy()) if other is not q else want
+        donated = [] if name == "not donated" else [0]
+        got = exe.run(p, other, donated=donated)
+        assert not np.shares_memory(got[0], p), name
+        np.testing.assert_array_equal(p, p0, err_msg=name)   # left as it was
+        for g, w in zip(got, expect):
+            np.testing.assert_array_equal(g, w, err_msg=name)
+    # Without donated= an argument is never written (the default).
+    p = _aligned(p0)
+    assert not np.shares_memory(exe.run(p, q)[0], p)
+    np.testing.assert_array_equal(p, p0)
+
+
+def test_donated_must_name_parameters():
+    exe = xla_gpu.compile(DONATED_TRANSPOSED, target="cpu")
+    p = np.arange(32, dtype=np.float32).reshape(4, 8)
+    for bad in ([2], [-1], "0", [True], 0):
+        with pytest.raises(xla_gpu.errors.ArgumentError, match="run\\(donated=...\\)"):
+            exe.run(p, p, donated=bad)
