@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -90,6 +91,34 @@ def _snapshot(part):
     return tuple(part) if isinstance(part, list) else part
 
 
+# What the C API answered about indexing-map attributes: the attribute
+# built of some parts (`to_attr`), the parts read of one (`_read_part`)
+# and the result of simplifying or composing (`_apply`). Each is a function
+# of uniqued, immutable values of one context alone, and the emitters ask
+# for the same few dozen maps over and over (gpt's kernels: ~650
+# simplifications and compositions of ~150 distinct maps; ~1300 part
+# reads of ~150). Kept per thread (a context is used by one thread at a
+# time), for one context at a time: the memo holds attributes, which keep
+# their context alive.
+_MEMO_LIMIT = 4096
+
+
+class _Memo(threading.local):
+    def __init__(self):
+        self.context: _ir.Context | None = None
+        self.entries: dict = {}
+
+
+_memo = _Memo()
+
+
+def _memo_entries(context: _ir.Context) -> dict:
+    """The memo of `context` (a new one when the context changed)."""
+    if _memo.context is not context or len(_memo.entries) >= _MEMO_LIMIT:
+        _memo.context, _memo.entries = context, {}
+    return _memo.entries
+
+
 @dataclass
 class IndexingMap:
     """A view of `#xla_gpu.indexing_map`: an affine map, a named range per
@@ -152,9 +181,15 @@ class IndexingMap:
         # Only called for attributes not set yet: the parts of a view.
         if name not in _PARTS or self.__dict__.get("_attr") is None:
             raise AttributeError(name)
-        value = self._read_part(name)
+        entries = _memo_entries(self._attr.context)
+        key = (name, self._attr)
+        known = entries.get(key)
+        if known is None:
+            known = entries[key] = _snapshot(self._read_part(name))
+        # A list of its own: a caller may change the parts it reads.
+        value = list(known) if isinstance(known, tuple) else known
         self.__dict__[name] = value
-        self._attr_parts[name] = _snapshot(value)
+        self._attr_parts[name] = known
         return value
 
     def _read_part(self, name: str):
@@ -193,15 +228,32 @@ class IndexingMap:
         are the attribute's)."""
         if self._attr is None:
             return False
-        return all(name in self._attr_parts and
-                   self._attr_parts[name] == _snapshot(self.__dict__[name])
-                   for name in _PARTS if name in self.__dict__)
+        given, kept = self.__dict__, self._attr_parts
+        for name in _PARTS:
+            if name in given:
+                if name not in kept:
+                    return False
+                before, now = kept[name], given[name]
+                if before is not now and before != _snapshot(now):
+                    return False
+        return True
 
     def to_attr(self) -> _ir.Attribute:
         """The attribute (in the affine map's context); built once. Raises
         ValueError when the parts do not agree."""
         if self._attr_is_current():
             return self._attr
+        parts = {name: _snapshot(getattr(self, name)) for name in _PARTS}
+        entries = _memo_entries(self.affine_map.context)
+        key = ("build", *parts.values())
+        attr = entries.get(key)
+        if attr is None:
+            attr = entries[key] = self._build_attr()
+        self._attr, self._attr_parts = attr, parts
+        return attr
+
+    def _build_attr(self) -> _ir.Attribute:
+        """The attribute of the parts, built through the C API."""
 
         def variables(vars_: Sequence[Variable]):
             names = (_native._StringRef * max(len(vars_), 1))(
@@ -230,9 +282,7 @@ class IndexingMap:
             sym_names, sym_bounds, n, exprs, bounds, error, len(error))
         if not handle.ptr:
             raise ValueError(f"invalid indexing map: {error.value.decode()}")
-        self._attr = _native.from_handle(_ir.Attribute, handle)
-        self._attr_parts = {name: _snapshot(getattr(self, name)) for name in _PARTS}
-        return self._attr
+        return _native.from_handle(_ir.Attribute, handle)
 
     @staticmethod
     def linearization(shape: Sequence[int],
@@ -250,8 +300,14 @@ class IndexingMap:
         return self._apply(_native.lib().xlaGpuIndexingMapAttrSimplify)
 
     def _apply(self, fn, *more: "IndexingMap") -> "IndexingMap":
-        args = [_native.to_handle(m.to_attr()) for m in (self, *more)]
-        return IndexingMap._view(_native.from_handle(_ir.Attribute, fn(*args)))
+        attrs = [m.to_attr() for m in (self, *more)]
+        entries = _memo_entries(attrs[0].context)
+        key = (fn.__name__, *attrs)
+        result = entries.get(key)
+        if result is None:
+            args = [_native.to_handle(a) for a in attrs]
+            result = entries[key] = _native.from_handle(_ir.Attribute, fn(*args))
+        return IndexingMap._view(result)
 
     def compose(self, second: "IndexingMap") -> "IndexingMap":
         """`second ∘ self`: this map's results feed `second`'s dimensions."""

@@ -18,7 +18,6 @@ from mlir import ir
 from mlir.dialects import func, gpu
 
 from ..analysis.fusion import Fusion
-from ..dialects import xla_gpu
 from ..hlo import HloComputation, HloInstruction
 from ..ir import IndexingMap
 from .elemental import FunctionEmitter, IndexMaps
@@ -68,6 +67,12 @@ class KernelEmitter:
         self.notes: list[str] = list(fusion.notes)
         # Calls made in the current loop body (see `calls_shared`).
         self._call_cache: dict | None = None
+        # Per function declared (by id of its subgraph or computation): its
+        # argument types (its entry block's), and its result types and
+        # symbol, which every call of it takes: kept from its declaration,
+        # not read back from the op at each use.
+        self._inputs: dict[int, list[ir.Type]] = {}
+        self._callees: dict[int, tuple[list[ir.Type], ir.FlatSymbolRefAttr]] = {}
 
     # -- to override -------------------------------------------------------
     def launch_dims(self) -> LaunchDims:
@@ -106,10 +111,11 @@ class KernelEmitter:
             self._scalar_functions: dict[int, func.FuncOp] = {}
             self._symbols: set[str] = set()
             self.launch = self.launch_dims()
-            entry = self._declare_entry()
+            entry, entry_inputs = self._declare_entry()
+            params = entry_inputs[:len(fusion.parameters)]
             for sub in self.partitioned.subgraphs:
-                self._declare_subgraph(sub)
-            with ir.InsertionPoint(entry.add_entry_block()):
+                self._declare_subgraph(sub, params)
+            with ir.InsertionPoint(_add_entry_block(entry, entry_inputs)):
                 args = list(entry.arguments)
                 n = len(fusion.parameters)
                 thread_id = gpu.thread_id(gpu.Dimension.x)
@@ -141,29 +147,29 @@ class KernelEmitter:
         self._symbols.add(name)
         return name
 
-    def _declare_entry(self) -> func.FuncOp:
+    def _declare_entry(self) -> tuple[func.FuncOp, list[ir.Type]]:
+        """The entry function and its argument types."""
         types = [tensor_type(p.shape) for p in self.fusion.parameters]
         outs = [tensor_type(s) for s in self.fusion.output_shapes]
         with ir.InsertionPoint(self.module.body):
             entry = func.FuncOp(self._unique(self.kernel_name), (types + outs, outs))
         entry.attributes["xla.entry"] = ir.UnitAttr.get()
-        return entry
+        return entry, types + outs
 
     def _set_arg_attrs(self, entry: func.FuncOp) -> None:
         n = len(self.fusion.parameters)
         aliased = set(self.aliases.values())
         attrs = []
+        i64, unit = ir.IntegerType.get_signless(64), ir.UnitAttr.get()
         for i in range(n + len(self.fusion.output_shapes)):
             slice_index = self.aliases.get(i - n, i) if i >= n else i
-            d = {"xla.slice_index": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                                       slice_index)}
+            d = {"xla.slice_index": ir.IntegerAttr.get(i64, slice_index)}
             if i < n and i not in aliased:
-                d["xla.invariant"] = ir.UnitAttr.get()
+                d["xla.invariant"] = unit
             attrs.append(ir.DictAttr.get(d))
         entry.arg_attrs = ir.ArrayAttr.get(attrs)
 
-    def _declare_subgraph(self, sub: Subgraph) -> None:
-        params = [tensor_type(p.shape) for p in self.fusion.parameters]
+    def _declare_subgraph(self, sub: Subgraph, params: list[ir.Type]) -> None:
         index = ir.IndexType.get()
         injected = [element_type(s.element_type) for h in sub.injected
                     for s in h.shape.leaves()]
@@ -172,15 +178,17 @@ class KernelEmitter:
             name = sub.name
             if name in self._symbols:  # the kernel took the computation's name
                 name = f"{name}_{sanitize(sub.roots[0].name)}"
-            f = func.FuncOp(self._unique(name),
-                            (params + [index] * sub.index_rank + injected, results),
-                            visibility="private")
+            name = self._unique(name)
+            inputs = params + [index] * sub.index_rank + injected
+            f = func.FuncOp(name, (inputs, results), visibility="private")
         self._functions[id(sub)] = f
+        self._inputs[id(sub)] = inputs
+        self._callees[id(sub)] = (results, ir.FlatSymbolRefAttr.get(name))
 
     def _emit_subgraph(self, sub: Subgraph) -> None:
         f = self._functions[id(sub)]
         n = len(self.fusion.parameters)
-        block = f.add_entry_block()
+        block = _add_entry_block(f, self._inputs[id(sub)])
         args = list(block.arguments)
         indices = args[n:n + sub.index_rank]
         injected_values = args[n + sub.index_rank:]
@@ -228,11 +236,7 @@ class KernelEmitter:
             if hit is not None and hit[0] is tensors:
                 results = hit[1]
         if results is None:
-            f = self._functions[id(sub)]
-            call = xla_gpu.PureCallOp(
-                list(f.type.results), ir.FlatSymbolRefAttr.get(f.sym_name.value),
-                [*tensors, *indices, *injected])
-            results = list(call.results)
+            results = _pure_call(self._callees[id(sub)], [*tensors, *indices, *injected])
             if cache is not None:
                 cache[key] = (tensors, results)
         where = sub.results_of(inst)
@@ -244,16 +248,7 @@ class KernelEmitter:
     def calls_shared(self):
         """Within this context, calls of one subgraph at the same indices
         are made once (several roots of one function)."""
-        emitter = self
-
-        class _Scope:
-            def __enter__(self):
-                self.saved, emitter._call_cache = emitter._call_cache, {}
-
-            def __exit__(self, *exc):
-                emitter._call_cache = self.saved
-
-        return _Scope()
+        return _SharedCalls(self)
 
     def scalar_function(self, comp: HloComputation) -> func.FuncOp:
         """The function of a scalar computation (declared on first use)."""
@@ -265,9 +260,7 @@ class KernelEmitter:
         f = self._scalar_functions.get(id(comp))
         if f is None:
             f = self._declare_scalar_computation(comp)
-        call = xla_gpu.PureCallOp(list(f.type.results),
-                                  ir.FlatSymbolRefAttr.get(f.sym_name.value), list(args))
-        return list(call.results)
+        return _pure_call(self._callees[id(comp)], list(args))
 
     def _declare_scalar_computation(self, comp: HloComputation) -> func.FuncOp:
         params = comp.parameters
@@ -279,10 +272,11 @@ class KernelEmitter:
         types = [element_type(p.shape.element_type) for p in params]
         results = [element_type(s.element_type) for s in leaves]
         with ir.InsertionPoint(self.module.body):
-            f = func.FuncOp(self._unique(sanitize(comp.name)), (types, results),
-                            visibility="private")
+            name = self._unique(sanitize(comp.name))
+            f = func.FuncOp(name, (types, results), visibility="private")
         self._scalar_functions[id(comp)] = f
-        block = f.add_entry_block()
+        self._callees[id(comp)] = (results, ir.FlatSymbolRefAttr.get(name))
+        block = _add_entry_block(f, types)
         emitter = FunctionEmitter(self.maps, scalars=list(block.arguments),
                                   call_computation=self.call_computation)
         with ir.InsertionPoint(block):
@@ -298,6 +292,37 @@ class KernelEmitter:
         """The `#xla_gpu.indexing_map` attribute of a map built as AffineExprs
         (`analysis.indexing.indexing_map`); text is parsed (tests, debugging)."""
         return self.maps.attr(indexing_map)
+
+
+def _pure_call(callee: tuple[list[ir.Type], ir.FlatSymbolRefAttr],
+               operands: list[ir.Value]) -> list[ir.Value]:
+    """`xla_gpu.pure_call` of `callee` (its result types, its symbol): made
+    by Operation.create, at half the cost of the generated builder (one
+    of a kernel's most frequent ops)."""
+    types, symbol = callee
+    return list(ir.Operation.create("xla_gpu.pure_call", types, operands,
+                                    {"callee": symbol}).results)
+
+
+def _add_entry_block(f: func.FuncOp, inputs: list[ir.Type]) -> ir.Block:
+    """`f.add_entry_block()` given the argument types `f` was declared with
+    (not read back from its function type)."""
+    blocks = f.regions[0].blocks
+    blocks.append(*inputs)
+    return blocks[0]
+
+
+class _SharedCalls:
+    """`KernelEmitter.calls_shared`'s context."""
+
+    def __init__(self, emitter: KernelEmitter):
+        self.emitter = emitter
+
+    def __enter__(self):
+        self.saved, self.emitter._call_cache = self.emitter._call_cache, {}
+
+    def __exit__(self, *exc):
+        self.emitter._call_cache = self.saved
 
 
 def _set_range(value: ir.Value, count: int) -> None:

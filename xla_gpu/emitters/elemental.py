@@ -19,7 +19,6 @@ from mlir.dialects import arith, math, scf, tensor
 from mlir.dialects import complex as complex_ops
 
 from ..analysis.indexing import output_to_input
-from ..dialects import xla_gpu
 from ..hlo import HloComputation, HloInstruction
 from ..hlo.opcodes import BINARY_ELEMENTWISE, TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE
 from ..hlo.shape import (Shape, bit_width, is_float, is_signed_int,
@@ -43,6 +42,12 @@ class IndexMaps:
 
     def __init__(self) -> None:
         self._parsed: dict[str, ir.Attribute] = {}
+        # Per map attribute (uniqued, so a dict key): its number of results,
+        # and whether its affine map is the identity. The emitters apply a
+        # few dozen distinct maps thousands of times; reading either through
+        # the C API each time cost a tenth of emission.
+        self._num_results: dict[ir.Attribute, int] = {}
+        self._identity: dict[tuple[ir.Attribute, int], bool] = {}
 
     def attr(self, indexing_map: "IndexingMap | ir.Attribute | str") -> ir.Attribute:
         if isinstance(indexing_map, IndexingMap):
@@ -56,7 +61,26 @@ class IndexMaps:
     def apply(self, indexing_map: "IndexingMap | ir.Attribute | str",
               dims: Sequence[ir.Value], symbols: Sequence[ir.Value] = ()) -> Values:
         """`xla_gpu.apply_indexing`: one index value per result of the map."""
-        return xla_gpu.build_apply_indexing(self.attr(indexing_map), dims, symbols)
+        attr = self.attr(indexing_map)
+        count = self._num_results.get(attr)
+        if count is None:
+            count = self._num_results[attr] = \
+                len(IndexingMap.from_attr(attr).affine_map.results)
+        # Operation.create: the generated builder's checks cost as much again
+        # as making the op, for the most frequent op of a kernel.
+        op = ir.Operation.create("xla_gpu.apply_indexing", [ir.IndexType.get()] * count,
+                                 [*dims, *symbols], {"indexing_map_attr": attr})
+        return list(op.results)
+
+    def is_identity(self, indexing_map: IndexingMap, rank: int) -> bool:
+        """Whether the map's affine map is the identity of `rank` dimensions
+        (its domain aside)."""
+        key = (indexing_map.to_attr(), rank)
+        known = self._identity.get(key)
+        if known is None:
+            known = self._identity[key] = \
+                indexing_map.affine_map == ir.AffineMap.get_identity(rank)
+        return known
 
 
 def _index_const(value: int) -> ir.Value:
@@ -119,6 +143,11 @@ class FunctionEmitter:
         if cached is not None:
             return cached
         self._emit_elementwise_operands_first(inst, indices)
+        return self._emit_uncached(inst, indices, key)
+
+    def _emit_uncached(self, inst: HloInstruction, indices: Values, key) -> Values:
+        """`emit` of an instruction not in the cache whose same-index
+        elementwise operands are emitted already."""
         if id(inst) in self.injected:
             values = self.injected[id(inst)](indices)
         elif inst.opcode == "parameter":
@@ -173,8 +202,13 @@ class FunctionEmitter:
                         self._is_same_index_elementwise(operand) and \
                         self._lookup((id(operand), rank_key)) is None:
                     stack.append((operand, False))
-        for node in order[:-1]:          # the last one is `inst` itself
-            self.emit(node, indices)
+        # The last one is `inst` itself. Each node's walked operands precede
+        # it, so it needs no walk of its own; one may have been emitted
+        # meanwhile (reached through an operand that is not elementwise).
+        for node in order[:-1]:
+            key = (id(node), rank_key)
+            if self._lookup(key) is None:
+                self._emit_uncached(node, indices, key)
 
     def emit1(self, inst: HloInstruction, indices: Sequence[ir.Value]) -> ir.Value:
         values = self.emit(inst, indices)
@@ -283,7 +317,7 @@ class FunctionEmitter:
         operand = inst.operands[0]
         if not operand.shape.rank:
             operand_indices = []
-        elif indexing.affine_map == ir.AffineMap.get_identity(len(indices)):
+        elif self.maps.is_identity(indexing, len(indices)):
             operand_indices = list(indices)
         else:
             operand_indices = self.maps.apply(indexing, indices)

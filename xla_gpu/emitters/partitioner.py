@@ -24,8 +24,11 @@ from ..ir import IndexingMap
 __all__ = ["Subgraph", "PartitionedComputation", "partition", "sanitize"]
 
 
+_NOT_A_SYMBOL_CHARACTER = re.compile(r"[^A-Za-z0-9_]")
+
+
 def sanitize(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return _NOT_A_SYMBOL_CHARACTER.sub("_", name)
 
 
 @dataclass(eq=False)
@@ -155,9 +158,12 @@ class _MemberMaps:
     def __init__(self) -> None:
         self._known: dict[int, IndexingMap | None] = {}
         self._pending: dict[int, tuple[HloInstruction, int]] = {}
+        # Roots whose map (the identity) nothing asked for yet: most are
+        # never asked for, and building one costs more than the lookup.
+        self._roots: dict[int, HloInstruction] = {}
 
     def set_root(self, root: HloInstruction) -> None:
-        self._known[id(root)] = identity_map(root.shape.leaves()[0].dims)
+        self._roots[id(root)] = root
 
     def set(self, inst: HloInstruction, indexing: IndexingMap | None) -> None:
         self._known[id(inst)] = indexing
@@ -170,6 +176,10 @@ class _MemberMaps:
     def get(self, inst: HloInstruction) -> IndexingMap | None:
         chain, current = [], inst
         while id(current) not in self._known:
+            root = self._roots.pop(id(current), None)
+            if root is not None:
+                self._known[id(root)] = identity_map(root.shape.leaves()[0].dims)
+                break
             user, operand = self._pending[id(current)]
             chain.append((current, user, operand))
             current = user
