@@ -462,6 +462,7 @@ def _can_merge(first: HloValue, second_writer: HloInstruction, second: HloValue,
     if readonly_a or readonly_b or (param_a and param_b) or size_a != size_b:
         return False
     t = live.instruction_time(second_writer)
+    touch = False
     for x in buffers.of(first):
         for y in buffers.of(second):
             if not x.overlaps(y):
@@ -470,7 +471,11 @@ def _can_merge(first: HloValue, second_writer: HloInstruction, second: HloValue,
             # and writes the new one.
             if not (x.end == t and y.start == t):
                 return False
-    return _shares_legally(second_writer, first, df, alias, slots)
+            touch = True
+    # Apart (a donated parameter whose last reader runs before the output's
+    # writer, say a copy that copy insertion placed after them): nothing to
+    # overwrite while it is read.
+    return not touch or _shares_legally(second_writer, first, df, alias, slots)
 
 
 def assign_buffers(module: HloModule, schedule, *, alignment: int = DEFAULT_ALIGNMENT,

@@ -15,7 +15,10 @@ their own:
   value and a bitcast of it are one buffer, so a duplicate too), so that
   each carried buffer is written once per iteration;
 * the ENTRY's outputs that are parameters, constants or the same value
-  twice (each output gets its own buffer);
+  twice (each output gets its own buffer), except a parameter returned at
+  the output that must alias it;
+* what must-alias donations need under any schedule (`donation_copies`):
+  control edges, or a copy of the output into the parameter's buffer;
 * a conditional's branch results (XLA copies every element of every
   branch root, then removes the copies it can): each element of the
   conditional is one buffer that every branch writes, so a branch copies a
@@ -32,6 +35,7 @@ from __future__ import annotations
 from ..graph import through_bitcasts
 from ..in_place import in_place_outputs
 from ..module import HloComputation, HloInstruction, HloModule
+from .donation_copies import honour_must_alias_donations, own_output_indices
 from .pipeline import HloPass
 from .util import program_computations
 
@@ -141,6 +145,7 @@ class CopyInsertion(HloPass):
                     changed |= self._conditional(inst)
             if comp.is_entry:
                 changed |= self._entry_outputs(comp)
+        changed |= honour_must_alias_donations(module)
         return changed
 
     @staticmethod
@@ -222,9 +227,12 @@ class CopyInsertion(HloPass):
                 return True
             return False
         changed = False
-        seen: set[int] = set()
+        # A parameter returned at the output that must alias it is that
+        # output already: no copy (nor for a later duplicate's sake).
+        own = own_output_indices(comp)
+        seen: set[int] = {id(root.operands[k]) for (k,) in own}
         for k, element in enumerate(list(root.operands)):
-            if not _is_array(element.shape):
+            if not _is_array(element.shape) or (k,) in own:
                 continue
             key = id(through_bitcasts(element))
             if _is_read_only(element, comp) or key in seen:
