@@ -312,26 +312,28 @@ class NameUniquer:
     def get(self, base: str) -> str:
         base = base or "instruction"
         used = self.used
+        next_id = self.next_id
         # `reserve` and `_split_number` inlined: a name per instruction the
-        # fusion passes build.
+        # fusion passes build (most of them clones, whose names are taken).
         root, dot, digits = base.rpartition(".")
-        numbered = bool(dot and root and digits.isdigit() and digits.isascii())
         if base not in used:
             used.add(base)
-            if numbered:
+            if dot and root and digits.isdigit() and digits.isascii():
                 k = int(digits)
-                if k >= self.next_id.get(root, 0):
-                    self.next_id[root] = k + 1
+                if k >= next_id.get(root, 0):
+                    next_id[root] = k + 1
             return base
-        if not numbered:
+        if not (dot and root and digits.isdigit() and digits.isascii()):
             root = base
-        k = max(self.next_id.get(root, 1), 1)
+        k = next_id.get(root, 1)
+        if k < 1:
+            k = 1
         name = f"{root}.{k}"
         while name in used:
             k += 1
             name = f"{root}.{k}"
         used.add(name)
-        self.next_id[root] = k + 1
+        next_id[root] = k + 1
         return name
 
 

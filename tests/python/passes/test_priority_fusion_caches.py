@@ -14,7 +14,7 @@ import pytest
 
 from xla_gpu.hlo import module_to_text, parse_file, parse_module
 from xla_gpu.hlo.passes import optimization_pipeline, priority_fusion as pf
-from xla_gpu.hlo.passes.cost_model import fusion_cost, node_cost
+from xla_gpu.hlo.passes.cost_model import fusion_cost, node_cost, wrapped_fusion_counts
 from xla_gpu.hlo.passes.pipeline import PassContext
 
 DATA = Path(__file__).resolve().parents[1] / "hlo_inputs"
@@ -287,3 +287,90 @@ def test_absorbed_fusion_cost_only_where_the_walk_agrees(consumer):
         assert grown is not None and grown == fusion_cost(fusion, {})
     else:
         assert grown is None
+
+
+def test_wrapped_fusion_counts_are_the_walked_ones():
+    """A lone consumer's cost stands for the fusion `create_fusion` wraps
+    around it (`wrapped_fusion_counts`, so that the fusion grown from it
+    gets its cost derived too): where the counts are given, the cost and
+    counts are the ones the walk of that fusion gives."""
+    derived = refused = 0
+    for path in MODELS[:6]:
+        module = parse_file(str(path))
+        for hlo_pass in optimization_pipeline().passes:
+            if isinstance(hlo_pass, pf.PriorityFusion):
+                break
+            hlo_pass.run_in(module, PassContext())
+        for inst in list(module.entry.instructions):
+            if inst.parent is None or inst.opcode in ("parameter", "tuple") or \
+                    inst is module.entry.root or not pf.is_fusible(inst):
+                continue
+            cost = node_cost(inst, {})
+            counts = wrapped_fusion_counts(inst, cost)
+            if counts is None:
+                refused += 1
+                continue
+            derived += 1
+            fusion = pf.create_fusion(inst)
+            assert fusion_cost(fusion, {}) == (cost, counts), inst.name
+    assert derived > 50 and refused > 5
+
+
+_CONSTANT_READ = """
+HloModule m
+
+ENTRY e {
+  x = f32[64,128] parameter(0)
+  y = f32[64,128] parameter(1)
+  c = f32[] constant(2)
+  k = f32[64,128] broadcast(c), dimensions={}
+  m = f32[64,128] multiply(x, k)
+  s = f32[64,128] add(m, y)
+  ROOT t = f32[64,128] tanh(s)
+}
+"""
+
+
+def test_grown_fusion_cost_of_a_producer_reading_a_scalar_constant():
+    """A producer's scalar-constant operand is cloned into the fusion, not
+    made a parameter: the grown cost is derived without it (the walk gives
+    the clone no parameter count and no flops)."""
+    module = parse_module(_CONSTANT_READ).link()
+    by_name = {i.name: i for i in module.entry.instructions}
+    tanh = pf.create_fusion(by_name["t"])
+    pf.fuse_producer(tanh, by_name["s"])
+    for name in ("m", "k"):
+        cost, counts = fusion_cost(tanh, {})
+        before = list(tanh.operands)
+        pf.fuse_producer(tanh, by_name[name])
+        grown = pf.grown_fusion_cost(cost, counts, before, by_name[name], tanh)
+        assert grown is not None and grown == fusion_cost(tanh, {}), name
+        assert all(o.opcode != "constant" for o in tanh.operands)
+
+
+def test_loop_epilogue_verdicts_are_the_trials(monkeypatch):
+    """A transpose producer fused into a loop consumer that no hero walk
+    enters is accepted for the loop emitter without a trial body
+    (`loop_epilogue`): each such verdict is the trial's."""
+    compared = []
+    shortcut = pf._PriorityFusionRun.loop_epilogue
+
+    def checked(self, producer, consumer):
+        taken = shortcut(self, producer, consumer)
+        if taken:
+            scratch = pf._scratch_body(consumer, producer)
+            trial = pf.body_acceptable(scratch)
+            pf.release_trial(scratch)
+            assert (trial.kind, trial.ok, trial.hero_kind, trial.reads_parameter_types,
+                    trial.plain) == ("loop", True, "loop", False, False), \
+                (producer.name, consumer.name)
+            # The consumer's heroes (the trial's are their clones).
+            assert [h.opcode for h in trial.heroes] == \
+                [h.opcode for h in self.info(consumer).heroes], (producer.name, consumer.name)
+            compared.append(consumer.name)
+        return taken
+
+    monkeypatch.setattr(pf._PriorityFusionRun, "loop_epilogue", checked)
+    for path in MODELS:
+        _fuse(parse_file(str(path)))
+    assert len(compared) > 20

@@ -26,11 +26,11 @@ from operator import attrgetter
 from ..fusions import ELEMENTWISE_OPCODES
 from ..module import HloComputation, HloInstruction
 from ..shape import Shape
-from .util import byte_size
+from .util import byte_size, is_effective_scalar
 
 __all__ = ["HBM_BANDWIDTH", "PEAK_FLOPS", "LAUNCH_OVERHEAD", "NodeCost",
            "node_cost", "fused_cost", "fused_time", "kernel_time", "is_kernel",
-           "fusion_cost", "grown_fusion_cost", "absorbed_fusion_cost"]
+           "fusion_cost", "grown_fusion_cost", "absorbed_fusion_cost", "wrapped_fusion_counts"]
 
 HBM_BANDWIDTH = 4.8e12      # bytes/s (H200)
 PEAK_FLOPS = 6.0e13         # f32 non-tensor-core flop/s
@@ -356,6 +356,38 @@ def fusion_cost(inst: HloInstruction, reducer_cache: dict | None = None
 _EXACT = float(2 ** 53)
 
 
+# Ops whose `node_cost` is not that of one evaluation per output element.
+_NOT_ELEMENTWISE_KERNELS = _COUNTED_APART | {"fusion", "dot", "while", "conditional", "call",
+                                             "custom-call", "sort"}
+
+
+def wrapped_fusion_counts(inst: HloInstruction, cost: NodeCost) -> list[float] | None:
+    """The counts `fusion_cost` gives the fusion `create_fusion(inst)` wraps
+    around lone instruction `inst`, when its cost is `node_cost(inst)`
+    (`cost`): what `grown_fusion_cost` starts from, without building that
+    fusion's cost by a walk; None when the case is not the one below.
+
+    The case: a kernel op evaluated once per output element (not counted
+    apart), of one output, reading distinct operands none of which is an
+    effective-scalar constant (`create_fusion` clones those into the body,
+    which `node_cost` counts as read for free). The fusion's operands are
+    then the op's, parameter k reading operand k; the walk evaluates the
+    root `e` times (its elements) and so each parameter `e` times, and its
+    flops are the one term `e * flops(op)`; the reads and utilizations are
+    `node_cost`'s (the same formula per operand)."""
+    if inst.opcode in _NOT_ELEMENTWISE_KERNELS or not is_kernel(inst) or \
+            inst.shape.tuple_shapes is not None:
+        return None
+    operands = inst.operands
+    if len({id(o) for o in operands}) != len(operands) or inst in operands:
+        return None
+    if any(o.opcode == "constant" and is_effective_scalar(o.shape) for o in operands):
+        return None
+    if not cost.flops < _EXACT:
+        return None
+    return [float(_elements(inst))] * len(operands)
+
+
 def grown_fusion_cost(cost: NodeCost, counts: list[float], operands: list[HloInstruction],
                       producer: HloInstruction, fusion: HloInstruction,
                       producer_cost: NodeCost | None = None,
@@ -368,14 +400,14 @@ def grown_fusion_cost(cost: NodeCost, counts: list[float], operands: list[HloIns
     None when the case is not the one below.
 
     The case: the fusion's operands are now the old ones without the
-    producer, then each of the producer's: each of those is a new
-    parameter, read by the producer's clone alone. The walk of the new
-    body then gives every old instruction the count it had (its users and
-    their order are the same), the producer's clone the
-    count `c` of the parameter it replaces (the same users; or, as a root,
-    its elements, as that parameter had), each new parameter `c` (read
-    once per evaluation of the clone, whatever the rule of its opcode), and
-    adds the clone's flop term `c * flops(op)`: in another place of the
+    producer, then each of the producer's but the scalar constants cloned
+    in: each of those is a new parameter, read by the producer's clone
+    alone. The walk of the new body then gives every old instruction the
+    count it had (its users and their order are the same), the producer's
+    clone the count `c` of the parameter it replaces (the same users; or,
+    as a root, its elements, as that parameter had), each new parameter `c`
+    (read once per evaluation of the clone, whatever the rule of its
+    opcode), and adds the clone's flop term `c * flops(op)`: in another place of the
     sum, which is exact (whole numbers under 2**53) and so the same. A
     fusion producer's body walks as it did on its own when `c` is its
     elements (the count its root started from): its parameters, now the
@@ -401,9 +433,16 @@ def grown_fusion_cost(cost: NodeCost, counts: list[float], operands: list[HloIns
     if index < 0:
         return None
     # (`fuse_producer` gives an operand the fusion already has, or had
-    # twice, the parameter it has, and clones scalar constants in.)
+    # twice, the parameter it has, and clones scalar constants in: such a
+    # clone is no operand, and its walk adds no count of a parameter and a
+    # zero flop term. One the fusion already reads stays its parameter.)
+    cloned = [k for k, o in enumerate(new)
+              if o.opcode == "constant" and is_effective_scalar(o.shape)]
+    if cloned and any(new[k] in operands for k in cloned):   # identity
+        return None
     now = fusion.operands
-    expected = operands[:index] + operands[index + 1:] + list(new)
+    params = [o for k, o in enumerate(new) if k not in cloned] if cloned else list(new)
+    expected = operands[:index] + operands[index + 1:] + params
     if len(now) != len(expected) or any(a is not b for a, b in zip(now, expected)):
         return None
     c = counts[index]
@@ -413,15 +452,17 @@ def grown_fusion_cost(cost: NodeCost, counts: list[float], operands: list[HloIns
             return None
         flops += producer_cost.flops
         added = producer_counts
+        if cloned:
+            added = [n for k, n in enumerate(added) if k not in cloned]
     else:
         if c != 0.0:
             flops += c * _OP_FLOPS.get(opcode, 1.0)
-        added = [c] * len(new)
+        added = [c] * len(params)
     if not flops < _EXACT:
         return None
     util = cost.utilization[:index] + cost.utilization[index + 1:]
     read = cost.operand_bytes[:index] + cost.operand_bytes[index + 1:]
-    for o, count in zip(new, added):
+    for o, count in zip(params, added):
         _add_operand_read(o, count, util, read)
     grown = counts[:index] + counts[index + 1:] + list(added)
     return NodeCost(flops, cost.bytes_written, read, util), grown

@@ -489,10 +489,19 @@ def _order_fused_producer(body: HloComputation, added: list[HloInstruction],
         return
     if first > base:
         first = 0
-    # The first reader: the earliest position any reader has (found without
-    # an exception, whose message would print the instruction).
-    reader_ids = set(map(id, readers))
-    k = next((j for j in range(first, base) if id(insts[j]) in reader_ids), None)
+    # The first reader: the earliest position any reader has. A lone one
+    # (most often) by the list's own scan, which stops at it (identity: no
+    # `__eq__`); it is there in a body that was in order, so the exception,
+    # whose message prints the instruction, is rare. Several by one scan
+    # for all (the list's own would raise for each after the first).
+    if len(readers) == 1:
+        try:
+            k = insts.index(readers[0], first, base)
+        except ValueError:
+            return
+    else:
+        reader_ids = set(map(id, readers))
+        k = next((j for j in range(first, base) if id(insts[j]) in reader_ids), None)
     if k is None:
         return
     # An instruction before the reader is placed; after it, only the

@@ -472,7 +472,12 @@ class MultiOutputFusion(FusionPass):
             order = _sorted_after_merge(comp._instructions, kept, readers, removed_at,
                                         self._reach._position, fusion)
             if order is not None:
+                # The same instructions in another order: whether any has
+                # control predecessors is what it was (the setter forgets
+                # it, and asking again scans the whole computation).
+                edges = comp._control_edges
                 comp.instructions = order
+                comp._control_edges = edges
                 unchanged = len(order)
         del alive
         comp._keep_order_before(unchanged)

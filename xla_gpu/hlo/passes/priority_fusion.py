@@ -32,7 +32,7 @@ from ..fusions import ELEMENTWISE_OPCODES
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
 from ..opcodes import ELEMENTWISE
 from .cost_model import (NodeCost, absorbed_fusion_cost, fused_time, fusion_cost,
-                         grown_fusion_cost, node_cost)
+                         grown_fusion_cost, node_cost, wrapped_fusion_counts)
 from .fusion_utils import (FUSIBLE_OPCODES, BodyInfo, _inline_into, absorb_consumer,
                            body_acceptable, create_fusion, fuse_producer,
                            fusion_kind_for, is_fusible, release_trial)
@@ -71,11 +71,17 @@ _HERO_FREE_OPCODES = (FUSIBLE_OPCODES | frozenset({"parameter"})) - frozenset(
     HERO_OPCODES + ("dynamic-update-slice",))
 
 
-def _hero_free(inst: HloInstruction) -> bool:
-    """Whether `inst` (a fusion: its body) holds only `_HERO_FREE_OPCODES`."""
+def _hero_free(inst: HloInstruction, allowed: frozenset = _HERO_FREE_OPCODES) -> bool:
+    """Whether `inst` (a fusion: its body) holds only `allowed` ops
+    (`_HERO_FREE_OPCODES`)."""
     if inst.opcode != "fusion":
-        return inst.opcode in _HERO_FREE_OPCODES
-    return all(i.opcode in _HERO_FREE_OPCODES for i in inst.attrs["calls"]._instructions)
+        return inst.opcode in allowed
+    return all(i.opcode in allowed for i in inst.attrs["calls"]._instructions)
+
+
+# What a producer may hold for `_PriorityFusionRun.loop_epilogue`: the
+# hero-free ops and transposes.
+_TRANSPOSES_AND_HERO_FREE_OPCODES = _HERO_FREE_OPCODES | frozenset({"transpose"})
 
 
 def _cloned_constant(o: HloInstruction) -> bool:
@@ -325,11 +331,14 @@ class _PriorityFusionRun:
         versions = self.node_version
         versions[key] = versions.get(key, 0) + 1
 
-    def legal(self, producer: HloInstruction, consumer: HloInstruction) -> list:
+    def legal(self, producer: HloInstruction, consumer: HloInstruction,
+              vp: tuple[int, int] | None = None) -> list:
         """The pair's cache entry, [producer's version, consumer's version,
         can fuse, fused time or None until asked], its legality computed
-        for the two as they are now (kept until either changes)."""
-        vp = self.producer_key(producer)
+        for the two as they are now (kept until either changes). `vp`:
+        `producer_key(producer)`, when the caller has it."""
+        if vp is None:
+            vp = self.producer_key(producer)
         vc = self.node_version.get(id(consumer), 0)
         entries = self.pairs.get(id(producer))
         if entries is None:
@@ -442,6 +451,9 @@ class _PriorityFusionRun:
                 self.substitutes(producer, consumer, c_info):
             trial = BodyInfo(c_info.kind, c_info.heroes, True, "", c_info.hero_kind,
                              c_info.reads_parameter_types)
+        elif c_info.hero_kind == "loop" and p_info.kind == "transpose" and \
+                self.loop_epilogue(producer, consumer):
+            trial = BodyInfo("loop", c_info.heroes, True)
         else:
             scratch = _scratch_body(consumer, producer)
             trial = body_acceptable(scratch)
@@ -496,6 +508,28 @@ class _PriorityFusionRun:
                 view.parameter_bits(False) != view.parameter_bits(True):
             return False
         return True
+
+    def loop_epilogue(self, producer: HloInstruction, consumer: HloInstruction) -> bool:
+        """Whether the trial body of `producer` (of the transpose emitter)
+        fused into `consumer` (one the loop emitter takes, its heroes
+        calling for no other) certainly goes to the loop emitter too, which
+        takes it, without building it. When the producer holds nothing but
+        hero-free ops and transposes and no hero walk from the consumer's
+        roots moves onto the producer's value (nor, were that value a
+        trivial operand, looks at an op reading it), each walk ends where
+        it did in the consumer: the heroes are the consumer's, none a
+        reduce or tiled transpose. Nor can the producer's ops make another
+        emitter's pattern: the roots are the consumer's (no input slices,
+        no in-place update over a parameter that was not one before), and
+        they hold no dot, concatenate, reduce or in-place update. The
+        verdict is the consumer's, for a body that is not plain."""
+        if not _hero_free(producer, _TRANSPOSES_AND_HERO_FREE_OPCODES):
+            return False
+        view = _TrialView(producer, consumer)
+        if any(r.opcode == "parameter" for r in view.roots):
+            return False
+        reads, enters = view.walks()
+        return not enters and not (view.producer_trivial and reads)
 
     def refused_epilogue(self, producer: HloInstruction, consumer: HloInstruction) -> bool:
         """Whether the trial body of reduction `producer` fused into
@@ -588,7 +622,7 @@ class _PriorityFusionRun:
         for c in consumers:
             hit = mine.get(id(c))
             if hit is None or hit[0] != vp or hit[1] != versions.get(id(c), 0):
-                hit = self.legal(producer, c)
+                hit = self.legal(producer, c, vp)
             if not hit[2]:
                 return None
             entries.append(hit)
@@ -657,12 +691,16 @@ class _PriorityFusionRun:
             if known is None and not plain:
                 known = self._substituted_info(producer, consumer)
             # The consumer's cost as it is (a fusion's, with its parameters'
-            # counts), to derive the grown fusion's from.
+            # counts; a lone op's, as the fusion wrapped around it would
+            # have), to derive the grown fusion's from.
             before = None
-            if consumer.opcode == "fusion":
-                counts = self.counts.get(id(consumer))
-                cost = self.costs.get(id(consumer))
-                if counts is not None and cost is not None:
+            cost = self.costs.get(id(consumer))
+            if cost is not None:
+                if consumer.opcode == "fusion":
+                    counts = self.counts.get(id(consumer))
+                else:
+                    counts = wrapped_fusion_counts(consumer, cost)
+                if counts is not None:
                     before = (cost, counts, list(consumer.operands))
             if consumer.opcode != "fusion":
                 self.forget(consumer)
