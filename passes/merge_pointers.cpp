@@ -3,6 +3,7 @@
 #include "Passes.h"
 #include "XlaGpuDialect.h"
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/DenseSet.h"
 
 namespace mlir::xla_gpu {
 
@@ -16,6 +17,15 @@ struct MergePointersPass : impl::MergePointersPassBase<MergePointersPass> {
     ModuleOp module = getOperation();
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal()) continue;
+      // Most functions have no two arguments of one slice: nothing to
+      // merge, and no need for the walk of the whole module (every op's
+      // attributes) that finds the function's uses.
+      llvm::SmallDenseSet<Attribute, 8> slices;
+      bool shared = false;
+      for (unsigned i = 0, e = func.getNumArguments(); i < e && !shared; ++i)
+        if (Attribute slice = func.getArgAttr(i, "xla.slice_index"))
+          shared = !slices.insert(slice).second;
+      if (!shared) continue;
       auto uses = SymbolTable::getSymbolUses(func, module);
       if (!uses || !uses->empty()) continue;  // a callee keeps its signature
       llvm::DenseMap<Attribute, BlockArgument> first;

@@ -36,3 +36,26 @@ func.func @in_place(%in: tensor<8xf32> {xla.slice_index = 0 : i64},
   %r = tensor.insert %n into %out[%i] : tensor<8xf32>
   return %r : tensor<8xf32>
 }
+
+// -----
+
+// A callee keeps its signature even where two parameters share a slice
+// (its callers pass both); a kernel whose slices all differ keeps every
+// argument.
+// MERGE-LABEL: func.func private @callee(
+// MERGE-SAME: %{{.*}}: tensor<8xf32> {xla.slice_index = 0 : i64}, %{{.*}}: tensor<8xf32> {xla.slice_index = 0 : i64})
+// MERGE-LABEL: func.func @distinct(
+// MERGE-SAME: %{{.*}}: tensor<8xf32> {xla.slice_index = 0 : i64}, %{{.*}}: tensor<8xf32> {xla.slice_index = 1 : i64}) -> f32
+func.func private @callee(%a: tensor<8xf32> {xla.slice_index = 0 : i64},
+                          %b: tensor<8xf32> {xla.slice_index = 0 : i64}) -> f32 {
+  %c0 = arith.constant 0 : index
+  %e = tensor.extract %a[%c0] : tensor<8xf32>
+  %f = tensor.extract %b[%c0] : tensor<8xf32>
+  %s = arith.addf %e, %f : f32
+  return %s : f32
+}
+func.func @distinct(%in: tensor<8xf32> {xla.slice_index = 0 : i64},
+                    %out: tensor<8xf32> {xla.slice_index = 1 : i64}) -> f32 {
+  %0 = xla_gpu.pure_call @callee(%in, %in) : (tensor<8xf32>, tensor<8xf32>) -> f32
+  return %0 : f32
+}
