@@ -7,7 +7,8 @@ padding and a dilated window or base (halo exchange), a reverse of an
 uneven cut (the chunks of the value padded on the left), a concatenate of
 uneven operands (all-to-alls), a convolution over cut input features (a
 partial convolution and an all-reduce) or over the kernel's cut output
-features (the kernel slice, no collective), and a batched dot keeping its
+features (the kernel slice, no collective), a grouped (depthwise) or
+batch-grouped convolution over cut groups (no collective), and a batched dot keeping its
 larger operand in place; jax's programs of tests/python/data/spmd/kept_cut
 against jax's outputs and XLA's collectives. Each runs partitioned on emulated
 devices in the reference interpreter against one device, padding made of
@@ -586,6 +587,123 @@ ENTRY e {
     assert _shapes(result.module, "convolution") == [(8, 8, 4)]
 
 
+# ------------------------------------------------------------ feature groups
+
+@pytest.mark.parametrize("groups,features,out,n", [
+    (16, 16, 16, 8),     # depthwise: a group a feature, 2 a device
+    (16, 16, 32, 8),     # depthwise with 2 output features a group
+    (8, 16, 24, 8),      # 8 groups of 2 input and 3 output features
+    (8, 16, 8, 4),       # 2 groups a device
+])
+def test_grouped_convolution_over_cut_groups_stays_local(groups, features, out, n):
+    """Input features and kernel output features cut along whole groups
+    (XLA's for a depthwise convolution): each device convolves its own
+    groups, no collective (before, the convolution ran whole)."""
+    per = features // groups
+    text = f"""
+HloModule m
+ENTRY e {{
+  x = f32[2,{features},10] parameter(0), sharding={{devices=[1,{n},1]<=[{n}]}}
+  k = f32[{out},{per},3] parameter(1), sharding={{devices=[{n},1,1]<=[{n}]}}
+  ROOT c = f32[2,{out},10] convolution(x, k), window={{size=3 pad=1_1}}, dim_labels=bf0_oi0->bf0,
+      feature_group_count={groups}
+}}"""
+    result = _check(text, n, [_normal(2, features, 10), _normal(out, per, 3, seed=1)])
+    assert _collectives(result.module) == Counter()
+    convs = [i for i in result.module.entry.instructions if i.opcode == "convolution"]
+    assert [c.shape.dims for c in convs] == [(2, out // n, 10)]
+    assert convs[0].attrs["feature_group_count"] == groups // n
+
+
+def test_depthwise_convolution_over_cut_batch_groups_and_length():
+    """A 2x4 mesh: the groups over 4 devices (each device its groups'
+    features and kernel slices), the length over 2 (a halo exchange, one
+    permute each side)."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[2,8,16] parameter(0), sharding={devices=[1,4,2]<=[8]}
+  k = f32[8,1,5] parameter(1), sharding={devices=[4,1,1,2]<=[8] last_tile_dim_replicate}
+  ROOT c = f32[2,8,16] convolution(x, k), window={size=5 pad=2_2}, dim_labels=bf0_oi0->bf0,
+      feature_group_count=8, sharding={devices=[1,4,2]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(2, 8, 16), _normal(8, 1, 5, seed=1)])
+    assert _collectives(result.module) == Counter({"collective-permute": 2})
+    assert _shapes(result.module, "convolution") == [(2, 2, 8)]
+
+
+@pytest.mark.parametrize("groups,n,labels", [
+    (8, 8, "bf0_oi0->bf0"),
+    (8, 4, "bf0_oi0->bf0"),      # 2 groups a device
+    (16, 8, "fb0_io0->fb0"),     # jax's kernel gradient of a depthwise one
+])
+def test_batch_grouped_convolution_over_cut_groups_stays_local(groups, n, labels):
+    """batch_group_count: the input batch holds the groups (group-major),
+    the kernel's output features and the result's features alike; cut
+    along whole groups, each device convolves its own (XLA's, no
+    collective; before, the convolution ran whole)."""
+    batch = 2 * groups
+    lhs = f"f32[{batch},3,10]" if labels.startswith("b") else f"f32[3,{batch},10]"
+    lhs_cut = "[8,1,1]" if labels.startswith("b") else "[1,8,1]"
+    lhs_cut = lhs_cut.replace("8", str(n))
+    o_first = labels.split("_")[1].startswith("o")
+    rhs = f"f32[{2 * groups},3,3]" if o_first else f"f32[3,{2 * groups},3]"
+    rhs_cut = ("[8,1,1]" if o_first else "[1,8,1]").replace("8", str(n))
+    out = f"f32[2,{2 * groups},8]" if labels.endswith("bf0") else f"f32[{2 * groups},2,8]"
+    out_cut = ("[1,8,1]" if labels.endswith("bf0") else "[8,1,1]").replace("8", str(n))
+    text = f"""
+HloModule m
+ENTRY e {{
+  x = {lhs} parameter(0), sharding={{devices={lhs_cut}<=[{n}]}}
+  k = {rhs} parameter(1), sharding={{devices={rhs_cut}<=[{n}]}}
+  ROOT c = {out} convolution(x, k), window={{size=3}}, dim_labels={labels},
+      batch_group_count={groups}, sharding={{devices={out_cut}<=[{n}]}}
+}}"""
+    shape = lambda t: tuple(int(v) for v in t[4:-1].split(","))
+    args = [_normal(*shape(lhs)), _normal(*shape(rhs), seed=1)]
+    result = _check(text, n, args)
+    assert _collectives(result.module) == Counter()
+    convs = [i for i in result.module.entry.instructions if i.opcode == "convolution"]
+    assert len(convs) == 1 and convs[0].attrs["batch_group_count"] == groups // n
+
+
+def test_batch_grouped_convolution_with_its_result_batch_cut_is_computed_whole():
+    """A batch-grouped result's batch reads every group's slice of the
+    input batch (group-major): not a cut to keep; made whole, correct."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[16,3,10] parameter(0), sharding={devices=[8,1,1]<=[8]}
+  k = f32[16,3,3] parameter(1), sharding={devices=[8,1,1]<=[8]}
+  ROOT c = f32[2,16,8] convolution(x, k), window={size=3}, dim_labels=bf0_oi0->bf0,
+      batch_group_count=8, sharding={devices=[2,4,1]<=[8]}
+}"""
+    args = [_normal(16, 3, 10), _normal(16, 3, 3, seed=1)]
+    want = _one_device(text, args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpmdFallbackWarning)
+        got, _ = run_partitioned(text, 8, args)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_convolution_cut_across_groups_is_computed_whole():
+    """4 groups of 4 features over 8 devices: a chunk of 2 features splits
+    a group; the convolution is made whole (correct, with a note)."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[2,16,10] parameter(0), sharding={devices=[1,8,1]<=[8]}
+  k = f32[8,4,3] parameter(1), sharding={devices=[8,1,1]<=[8]}
+  ROOT c = f32[2,8,10] convolution(x, k), window={size=3 pad=1_1}, dim_labels=bf0_oi0->bf0,
+      feature_group_count=4
+}"""
+    want = _one_device(text, [_normal(2, 16, 10), _normal(8, 4, 3, seed=1)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpmdFallbackWarning)
+        got, _ = run_partitioned(text, 8, [_normal(2, 16, 10), _normal(8, 4, 3, seed=1)])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------ jax's programs
 
 KEPT_CUT = Path(__file__).resolve().parents[1] / "data" / "spmd" / "kept_cut"
@@ -599,6 +717,14 @@ KEPT_CUT_EXPECTED = {
     # (30 rows over 8 are uneven: the result is returned whole)
     "uneven_reverse": {"collective-permute": 2, "all-gather": 1},
     "uneven_concatenate": {"all-to-all": 3},
+    # windows of 7 over chunks of 2 rows: halos from 2 devices each side
+    "window_wide": {"collective-permute": 4},
+    "conv_wide_kernel": {"collective-permute": 4},
+    # a depthwise convolution over cut groups: each device its own (before,
+    # it ran whole: two all-gathers)
+    "conv_depthwise": {},
+    # its kernel's gradient (batch groups): the same (before, 2 all-gathers)
+    "conv_depthwise_kernel_grad": {},
 }
 
 

@@ -297,3 +297,110 @@ def test_halos_follow_the_tile_assignment(sharding):
     result = _check(text, 8, [_normal(16, 4)])
     kinds = _collectives(result.module)
     assert kinds["all-gather"] == 0 and kinds["collective-permute"] == 2
+
+
+# ------------------------------------------- windows past the neighbours
+
+@pytest.mark.parametrize("size,sharding,sent", [
+    (7, "{devices=[8,1]<=[8]}", [1, 1, 2, 2]),
+    (7, "{devices=[8,1]7,6,5,4,3,2,1,0}", [1, 1, 2, 2]),           # devices in reverse
+    (11, "{devices=[4,1,2]<=[8] last_tile_dim_replicate}", [1, 1, 4, 4]),  # replicas
+])
+def test_a_wide_window_takes_halos_from_several_devices(nan_padding, size, sharding, sent):
+    """A window reaching past the neighbours (7 over chunks of 2 rows, 11
+    over chunks of 4): a whole chunk from each neighbour and the edge rows
+    of the devices past them (a pair of permutes per distance, as XLA),
+    nothing gathered."""
+    text = MODULE_WITH_ADD + f"""ENTRY e {{
+  x = f32[16,4] parameter(0), sharding={sharding}
+  z = f32[] constant(0)
+  w = f32[16,4] reduce-window(x, z), window={{size={size}x1 pad={size // 2}_{size // 2}x0_0}},
+      to_apply=add
+  ROOT n = f32[16,4] negate(w), sharding={sharding}
+}}"""
+    result = _check(text, 8, [_normal(16, 4)])
+    assert _collectives(result.module) == Counter({"collective-permute": 4})
+    permutes = [i for i in result.module.entry.instructions
+                if i.opcode == "collective-permute"]
+    assert sorted(p.shape.dims[0] for p in permutes) == sent
+
+
+def test_a_window_spanning_the_whole_dim_gathers_it():
+    """A running sum over all 16 rows cut into chunks of 2 (each window
+    reaching 7 devices back): halos would move the whole dim, so it is
+    gathered instead (XLA's bound, as its cumulative sums)."""
+    text = MODULE_WITH_ADD + """ENTRY e {
+  x = f32[16,4] parameter(0), sharding={devices=[8,1]<=[8]}
+  z = f32[] constant(0)
+  ROOT w = f32[16,4] reduce-window(x, z), window={size=16x1 pad=15_0x0_0}, to_apply=add,
+      sharding={devices=[8,1]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(16, 4)])
+    assert _collectives(result.module) == Counter({"all-gather": 1})
+
+
+def test_wide_uneven_and_dilated_windows_mask_the_padding(nan_padding):
+    """13 rows over 8 devices (chunks of 2, the last one padding): a max
+    of 9, a sum of 6 with uneven edges and a dilated window all reach past
+    the neighbours; the padding (NaN) never shows."""
+    text = MODULE_WITH_ADD + MAX + """ENTRY e {
+  x = f32[13,3] parameter(0)
+  c = f32[13,3] custom-call(x), custom_call_target="Sharding", sharding={devices=[8,1]<=[8]}
+  e = f32[13,3] exponential(c)
+  lo = f32[] constant(-inf)
+  m = f32[16,3] reduce-window(e, lo), window={size=9x1 pad=4_7x0_0}, to_apply=max
+  z = f32[] constant(0)
+  s = f32[16,3] reduce-window(e, z), window={size=6x1 pad=2_7x0_0}, to_apply=add
+  d = f32[16,3] reduce-window(e, z), window={size=3x1 pad=4_6x0_0 rhs_dilate=3x1}, to_apply=add
+  ROOT out = (f32[16,3], f32[16,3], f32[16,3]) tuple(m, s, d)
+}"""
+    result = _check(text, 8, [_normal(13, 3)])
+    kinds = _collectives(result.module)
+    # distances (left, right): max 2 and 2, sum 1 and 2, dilated 2 and 1
+    assert kinds == Counter({"collective-permute": 10})
+
+
+def test_a_wide_kernel_along_a_cut_length_takes_far_halos(nan_padding):
+    """A convolution with a kernel of 7 along a length cut into chunks of
+    2: halos from two devices each side, no gather."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[2,3,16] parameter(0), sharding={devices=[1,1,8]<=[8]}
+  w = f32[4,3,7] parameter(1), sharding={replicated}
+  ROOT c = f32[2,4,16] convolution(x, w), window={size=7 pad=3_3}, dim_labels=bf0_oi0->bf0,
+      sharding={devices=[1,1,8]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(2, 3, 16), _normal(4, 3, 7, seed=1)])
+    kinds = _collectives(result.module)
+    assert kinds == Counter({"collective-permute": 4})
+    assert result.module.entry.root.shape.dims == (2, 4, 2)
+
+
+def test_a_slice_far_away_still_is_made_whole():
+    """A slice's one-row window reaching far is a shift, not a halo: the
+    multi-device halos are for wide windows only."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[16,3] parameter(0), sharding={devices=[8,1]<=[8]}
+  s = f32[8,3] slice(x), slice={[5:13], [0:3]}
+  ROOT n = f32[8,3] negate(s), sharding={devices=[8,1]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(16, 3)])
+    assert _collectives(result.module)["collective-permute"] <= 2
+
+
+def test_far_and_near_halos_along_two_cut_dims(nan_padding):
+    """Rows in chunks of 3 with a window of 9 (two devices each side),
+    columns in chunks of 6 with a window of 3 (one): the column halos
+    carry the row halos, corners included."""
+    text = MODULE_WITH_ADD + """ENTRY e {
+  x = f32[12,12] parameter(0), sharding={devices=[4,2]<=[8]}
+  z = f32[] constant(0)
+  ROOT w = f32[12,12] reduce-window(x, z), window={size=9x3 pad=4_4x1_1}, to_apply=add,
+      sharding={devices=[4,2]<=[8]}
+}"""
+    result = _check(text, 8, [_normal(12, 12)])
+    assert _collectives(result.module) == Counter({"collective-permute": 6})
+    assert result.module.entry.root.shape.dims == (3, 6)

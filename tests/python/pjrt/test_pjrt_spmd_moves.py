@@ -6,7 +6,9 @@ interior padding (none), a dilated window (halo exchange), a convolution
 over cut input features (all-reduce), a transposed convolution along a
 cut length (halo exchange), a convolution over the kernel's cut output
 features (none), a window over a dilated base (halo exchange), a reverse
-and a concatenate of rows cut unevenly (collective-permutes, all-to-alls);
+and a concatenate of rows cut unevenly (collective-permutes, all-to-alls),
+a window reaching two devices away (collective-permutes) and a depthwise
+convolution over cut groups (none);
 compiled and run by xla_gpu without a fall-back, against jax's cpu backend
 on as many host devices."""
 
@@ -33,6 +35,10 @@ KINDS = {
     # (rows cut unevenly inside by sharding constraints)
     "uneven reverse": ["all-reduce", "collective-permute"],
     "uneven concatenate": ["all-to-all"],
+    # a window of 9 over chunks of 3 rows: halos from two devices each side
+    "wide window": ["collective-permute"],
+    # a depthwise convolution over cut groups: each device its own
+    "depthwise conv": [],
 }
 
 
@@ -106,6 +112,12 @@ def test_ops_along_cut_dims_match_jax_cpu():
         both("uneven concatenate", lambda mesh: lambda a, b: cut(mesh, jnp.concatenate(
             [jnp.exp(cut(mesh, a)), jnp.exp(cut(mesh, b))])) * 2, [P(), P()], None,
              normal(10, 8), normal(6, 8), inside=True)
+        both("wide window", lambda a: jax.lax.reduce_window(
+            a, 0.0, jax.lax.add, (9, 1), (1, 1), ((4, 4), (0, 0))), [rows], rows,
+            normal(12, 4))
+        both("depthwise conv", lambda a, w: jax.lax.conv_general_dilated(
+            a, w, (1,), "SAME", feature_group_count=8), [P(None, "x"), P("x")],
+            P(None, "x"), normal(2, 8, 10), normal(8, 1, 3))
         res["counts"] = dict(_plugin.partitioner_counts)
         print(json.dumps(res))
     """, platforms="xla_gpu,cpu", extra_env={

@@ -1,7 +1,10 @@
 """Windowed ops along a cut dimension (XLA's halo exchange, simplified):
 slice, pad and reduce-window keep a dim cut when each device's result
 chunk reads only its own chunk of the operand and at most one chunk's
-worth from each neighbour along that dim.
+worth from each neighbour along that dim; a window wider than one
+element (reduce-window, a convolution's spatial dim) may reach several
+devices away (a window of 7 over chunks of 2 rows): it then takes whole
+chunks from the nearer devices and the edge of the farthest one.
 
 Output element o of such an op along the dim reads the operand elements
 [o * stride + offset, o * stride + offset + width):
@@ -27,7 +30,9 @@ A device whose result chunk is i (chunks of m) reads a window of
 (m - 1) * stride + width operand elements from i * m * stride + offset.
 Each device sends its chunk's last elements to the next device along the
 dim and its first ones to the previous (two collective-permutes, sized by
-the largest reach of any device), joins them around its chunk, and
+the largest reach of any device; one more pair per further device a
+window reaches: whole chunks to distance d - 1, the edge to distance d,
+as XLA's ExchangeHalo), joins them around its chunk, and
 dynamic-slices its window out (offsets by partition-id); positions outside
 the operand (and an uneven operand's padding) become the fill value by a
 select. The op then runs locally on the window with no padding left along
@@ -97,10 +102,20 @@ class Reach:
     masked: bool             # whether a real result reads outside the operand
 
 
+def reaches_far(window: Window) -> bool:
+    """Whether a halo of `window` may come from devices past the
+    neighbours. A window wider than one element reads a band around its
+    chunk (a wide reduce-window or kernel: XLA exchanges one pair of
+    permutes per distance); a slice's or pad's one-element window reaching
+    far is a shift of the data instead, which stays gathered."""
+    return window.width > 1
+
+
 def halo_reach(window: Window, n_in: int, n_out: int, count: int) -> Reach | None:
     """The halo sizes of `window` over a dim of n_in operand / n_out result
     elements cut `count` ways; None when a device needs more than its
-    neighbours' chunks (more than one hop away)."""
+    neighbours' chunks (more than one hop away) and the window may not
+    reach far."""
     k = -(-n_in // count)
     m = -(-n_out // count)
     width = (m - 1) * window.stride + window.width
@@ -121,7 +136,7 @@ def halo_reach(window: Window, n_in: int, n_out: int, count: int) -> Reach | Non
             continue
         left = max(left, i * k - lo)
         right = max(right, hi - (i + 1) * k)
-    if left > k or right > k:
+    if not _reachable(left, right, k, count, reaches_far(window)):
         return None
     if masked and not window.fill:
         return None
@@ -158,7 +173,7 @@ def interior_reach(inst, dim: int, count: int) -> tuple[Reach, list[int]] | None
         starts.append(e_lo)
         offsets.append(first - e_lo * step + step - 1)
         width = max(width, e_hi - e_lo + 1)
-    reach = _chunk_windows_reach(starts, width, k, m, n_in, n_out)
+    reach = _chunk_windows_reach(starts, width, k, m, n_in, n_out, count)
     return None if reach is None else (reach, offsets)
 
 
@@ -180,17 +195,19 @@ def dilated_reach(window: Window, n_in: int, n_out: int,
         offsets.append(first - e_lo * base + base - 1)
         width = max(width, (first + need - 1) // base - e_lo + 1)
     high = max(0, max(offsets) + need - (base - 1 + (width - 1) * base + 1))
-    reach = _chunk_windows_reach(starts, width, k, m, n_in, n_out)
+    reach = _chunk_windows_reach(starts, width, k, m, n_in, n_out, count,
+                                 reaches_far(window))
     return None if reach is None else (reach, offsets, high)
 
 
 def _chunk_windows_reach(starts: list[int], width: int, k: int, m: int, n_in: int,
-                         n_out: int) -> Reach | None:
+                         n_out: int, count: int, far: bool = False) -> Reach | None:
     """The Reach of windows of `width` operand elements from `starts` (one
     per result chunk of m; operand chunks of k): how far they reach into
     the left and right neighbours' chunks, and whether any reaches past the
-    operand's ends (masked); None past a neighbour. Chunks wholly padding
-    read nothing."""
+    operand's ends (masked); None past a neighbour unless `far` (then
+    None when the windows span the whole dim; `count` chunks). Chunks
+    wholly padding read nothing."""
     left = right = 0
     masked = False
     for i, start in enumerate(starts):
@@ -203,9 +220,19 @@ def _chunk_windows_reach(starts: list[int], width: int, k: int, m: int, n_in: in
         if lo < hi:
             left = max(left, i * k - lo)
             right = max(right, hi - (i + 1) * k)
-    if left > k or right > k:
+    if not _reachable(left, right, k, count, far):
         return None
     return Reach(left, right, tuple(starts), width, masked)
+
+
+def _reachable(left: int, right: int, k: int, count: int, far: bool) -> bool:
+    """Whether halos of left / right elements (chunks of k, `count` of
+    them) are worth exchanging: from the neighbours only, or (`far`) from
+    further devices while each device's window stays short of the whole
+    dim (XLA's bound: else gathering the dim moves no more)."""
+    if left <= k and right <= k:
+        return True
+    return far and left + right + k < k * count
 
 
 def convolution_reach(window: Window, n_in: int, n_out: int, count: int):
@@ -298,21 +325,32 @@ class WindowedOps:
         parts = []
 
         def piece(lo, hi):
+            if (lo, hi) == (0, k):
+                return x            # a whole chunk to a far device
             dims = list(x.shape.dims)
             dims[dim] = hi - lo
             config = [(0, size, 1) for size in x.shape.dims]
             config[dim] = (lo, hi, 1)
             return self.add("slice", x.shape.with_dims(tuple(dims)), [x], slice=config)
 
-        if reach.left > 0:
-            sent = piece(k - reach.left, k)
-            parts.append(self.collective_permute(sent, [(g[j], g[j + 1]) for g in groups
-                                                        for j in range(len(g) - 1)]))
+        def hops(size):
+            # (distance, elements from it): whole chunks from the nearer
+            # devices, the rest from the farthest; the farthest first
+            out = [(d, min(k, size - (d - 1) * k)) for d in range(1, -(-size // k) + 1)]
+            return out[::-1]
+
+        # a device with no device that far along the dim receives zeros:
+        # positions outside the operand, which no real window reads
+        # unmasked
+        for d, size in hops(reach.left):
+            parts.append(self.collective_permute(
+                piece(k - size, k), [(g[j], g[j + d]) for g in groups
+                                     for j in range(len(g) - d)]))
         parts.append(x)
-        if reach.right > 0:
-            sent = piece(0, reach.right)
-            parts.append(self.collective_permute(sent, [(g[j + 1], g[j]) for g in groups
-                                                        for j in range(len(g) - 1)]))
+        for d, size in hops(reach.right)[::-1]:
+            parts.append(self.collective_permute(
+                piece(0, size), [(g[j + d], g[j]) for g in groups
+                                 for j in range(len(g) - d)]))
         ext = x
         if len(parts) > 1:
             dims = list(x.shape.dims)

@@ -50,7 +50,11 @@ How each op is partitioned (S: the sharding propagation gave its result):
                                    spatial cut by halo exchange), the
                                    kernel along its output features as
                                    the result's features are (whole where
-                                   they are not cut); an input cut along its
+                                   they are not cut); feature groups cut
+                                   along whole groups: the input's and the
+                                   kernel's features cut alike (batch
+                                   groups: the input's batch), each device
+                                   its own groups; an input cut along its
                                    features only: the kernel cut alike, a
                                    partial convolution per device and an
                                    all-reduce (as a dot's contracting dim)
@@ -137,6 +141,7 @@ from .moves import DataMovementOps
 from .placement import groups_along, replicate_dims, same_placement
 from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_TARGETS,
                           convolution_batch_dims, convolution_feature_dims,
+                          convolution_group_dims, convolution_group_layout,
                           gather_batch_dims, permute_sharding,
                           propagate, remap_sharding, reshape_sharding, touched_dims)
 from .reshard import Emitter
@@ -602,17 +607,27 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         feature = convolution_feature_dims(inst)
         rank = inst.shape.rank
         counts = s.counts(rank)
-        spatial = convolution_spatial_cuts(inst, counts) if batch is not None else None
         f_out = feature[1] if feature is not None and counts[feature[1]] > 1 else None
-        if batch is None or spatial is None or \
-                any(c > 1 for d, c in enumerate(counts)
-                    if d not in (batch[1], f_out) and d not in spatial.values()):
+        # groups cut along whole groups: the input's split dim (features,
+        # or the batch for batch groups) and the kernel's output features
+        # cut as the result's features, each device convolving its own
+        # groups (no collective); a batch-grouped result's batch stays whole
+        layout = convolution_group_layout(inst)
+        grouped = None if layout is None else convolution_group_dims(inst, counts[layout[2]])
+        g_out = grouped[2] if grouped is not None else None
+        spatial = convolution_spatial_cuts(inst, counts) \
+            if batch is not None or layout is not None else None
+        free = {f_out, g_out} | ({batch[1]} if batch is not None else set())
+        if spatial is None or any(c > 1 for d, c in enumerate(counts)
+                                  if d not in free and d not in spatial.values()):
             return self.whole(inst, "convolution cut along other dims than its batch, "
-                                    "spatial and output-feature dims")
+                                    "spatial, output-feature and whole groups' dims")
         lhs_rank, rhs_rank = inst.operands[0].shape.rank, inst.operands[1].shape.rank
         everything = list(range(rank))
-        mapping = {batch[1]: batch[0]}
+        mapping = {} if batch is None else {batch[1]: batch[0]}
         mapping.update({d_out: d_in for d_in, d_out in spatial.items()})
+        if grouped is not None:
+            mapping[g_out] = grouped[0]
         # the output-feature chunks are replicas to the input, and the
         # other result dims' chunks replicas to the kernel slice
         input_s = s if f_out is None else replicate_dims(s, rank, [f_out], keep=everything)
@@ -620,8 +635,13 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         kernel_s = HloSharding.replicated() if f_out is None else remap_sharding(
             replicate_dims(s, rank, [d for d in everything if d != f_out], keep=everything),
             {f_out: feature[0]}, rank, rhs_rank)
+        if grouped is not None:
+            kernel_s = remap_sharding(
+                replicate_dims(s, rank, [d for d in everything if d != g_out], keep=everything),
+                {g_out: grouped[1]}, rank, rhs_rank)
         if not spatial:
-            return self.local(inst, s, [want, kernel_s])
+            new, _ = self.local(inst, s, [want, kernel_s])
+            return self._own_groups(new, inst, counts, g_out), s
         # spatial cuts: each device's input window by halo exchange, then
         # the convolution on it with no padding left along those dims
         x = self.window_convolution_input(inst, self.value(inst.operands[0], want), want,
@@ -642,7 +662,17 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
                 dilate[int(lhs[d_in])] = 1
             window["lhs_dilate"] = tuple(dilate)
         new.attrs["window"] = window
-        return new, s
+        return self._own_groups(new, inst, counts, g_out), s
+
+    @staticmethod
+    def _own_groups(new, inst, counts, g_out):
+        """The local convolution `new` of a grouped `inst` whose groups are
+        cut counts[g_out] ways: it holds that many fewer."""
+        if g_out is not None:
+            key = "feature_group_count" if int(inst.attrs.get("feature_group_count", 1)) > 1 \
+                else "batch_group_count"
+            new.attrs[key] = int(inst.attrs[key]) // counts[g_out]
+        return new
 
     def emit_convolution_over_features(self, inst, s: HloSharding):
         """An input cut along its feature dim (the convolution's contracting

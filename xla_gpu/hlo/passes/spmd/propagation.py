@@ -61,7 +61,8 @@ from .sharding import HloSharding
 __all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map",
            "reshape_sharding", "merge",
            "permute_sharding", "remap_sharding", "gather_batch_dims",
-           "convolution_batch_dims", "convolution_feature_dims",
+           "convolution_batch_dims", "convolution_feature_dims", "convolution_group_dims",
+           "convolution_group_layout",
            "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS"]
 
 MANUAL_ENTRY_TARGETS = frozenset({"xla.sdy.GlobalToLocalShape", "SPMDFullToShardShape"})
@@ -239,9 +240,9 @@ def gather_batch_dims(inst: HloInstruction) -> dict[int, int] | None:
 
 def convolution_batch_dims(inst: HloInstruction) -> tuple[int, int] | None:
     """(input batch dim, result batch dim) of a convolution whose batch
-    can be cut (no feature or batch groups); None otherwise."""
-    if inst.attrs.get("feature_group_count", 1) != 1 or \
-            inst.attrs.get("batch_group_count", 1) != 1:
+    can be cut (no batch groups: feature groups leave the batch free);
+    None otherwise."""
+    if inst.attrs.get("batch_group_count", 1) != 1:
         return None
     labels = inst.attrs.get("dim_labels")
     if not isinstance(labels, str) or "->" not in labels or "_" not in labels:
@@ -258,13 +259,49 @@ def convolution_feature_dims(inst: HloInstruction) -> tuple[int, int] | None:
     whose output features can be cut (no feature or batch groups: each
     result feature then reads one kernel slice and every input feature);
     None otherwise."""
-    if convolution_batch_dims(inst) is None:
+    if convolution_batch_dims(inst) is None or inst.attrs.get("feature_group_count", 1) != 1:
         return None
     operands, result = inst.attrs["dim_labels"].split("->")
     rhs = operands.split("_")[1]
     if rhs.count("o") != 1 or result.count("f") != 1:
         return None
     return rhs.index("o"), result.index("f")
+
+
+def convolution_group_layout(inst: HloInstruction) -> tuple[int, int, int, int] | None:
+    """(input dim split into groups, kernel output-feature dim, result
+    feature dim, group count) of a grouped convolution: feature groups
+    split the input features (a depthwise one: a group per feature), batch
+    groups the input batch (a depthwise kernel's gradient), group-major
+    either way, as the kernel's output features and the result's features
+    are; None for an ungrouped one (or both kinds at once)."""
+    feature = int(inst.attrs.get("feature_group_count", 1))
+    batch = int(inst.attrs.get("batch_group_count", 1))
+    if (feature > 1) == (batch > 1):
+        return None
+    labels = inst.attrs.get("dim_labels")
+    if not isinstance(labels, str) or "->" not in labels or "_" not in labels:
+        return None
+    operands, result = labels.split("->")
+    lhs, rhs = operands.split("_")
+    split = "f" if feature > 1 else "b"
+    if any(x.count(c) != 1 for x, c in ((lhs, "b"), (lhs, "f"), (rhs, "o"), (result, "b"),
+                                        (result, "f"))):
+        return None
+    return lhs.index(split), rhs.index("o"), result.index("f"), max(feature, batch)
+
+
+def convolution_group_dims(inst: HloInstruction,
+                           count: int) -> tuple[int, int, int] | None:
+    """convolution_group_layout's three dims when they can be cut `count`
+    ways along whole groups (count dividing the group count): each chunk
+    of the split input dim, kernel output features and result features
+    then holds the same groups, so each device convolves its own groups
+    alone; None otherwise."""
+    layout = convolution_group_layout(inst)
+    if layout is None or count <= 1 or layout[3] % count:
+        return None
+    return layout[:3]
 
 
 def merge(a: HloSharding, b: HloSharding, rank: int, n: int) -> HloSharding | None:
@@ -469,6 +506,13 @@ class _Propagation:
             if out is not None:
                 candidates.append(out)
         feature = convolution_feature_dims(inst)
+        layout = convolution_group_layout(inst)
+        if rhs is not None and rhs.kind == "tiled" and layout is not None:
+            # (groups: the kernel's output features cut along whole groups,
+            # as the result's)
+            grouped = convolution_group_dims(
+                inst, rhs.counts(inst.operands[1].shape.rank)[layout[1]])
+            feature = None if grouped is None else grouped[1:]
         if rhs is not None and rhs.kind == "tiled" and feature is not None:
             rhs_rank = inst.operands[1].shape.rank
             if rhs.counts(rhs_rank)[feature[0]] > 1:
@@ -489,9 +533,10 @@ class _Propagation:
         """The result's sharding from the input's batch cut and the spatial
         cuts a halo exchange reaches."""
         batch = convolution_batch_dims(inst)
-        if batch is None:
+        layout = convolution_group_layout(inst)
+        if batch is None and layout is None:
             return None
-        mapping = {batch[0]: batch[1]}
+        mapping = {} if batch is None else {batch[0]: batch[1]}
         # (a cut spatial dim stays cut where a halo exchange reaches)
         windows = convolution_windows(inst) or {}
         lhs_rank = inst.operands[0].shape.rank
@@ -501,6 +546,12 @@ class _Propagation:
                     window, inst.operands[0].shape.dims[d_in], inst.shape.dims[d_out],
                     counts[d_in]) is not None:
                 mapping[d_in] = d_out
+        if layout is not None:
+            # (the input's groups cut: the result's features alike; batch
+            # groups: the input batch's cut becomes the features')
+            grouped = convolution_group_dims(inst, counts[layout[0]])
+            if grouped is not None:
+                mapping[grouped[0]] = grouped[2]
         kept = [d for d in range(lhs_rank) if d not in mapping]
         dropped = replicate_dims(lhs, lhs_rank, kept, keep=list(range(lhs_rank)))
         return remap_sharding(dropped, mapping, lhs_rank, rank)

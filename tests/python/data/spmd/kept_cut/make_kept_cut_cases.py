@@ -3,7 +3,9 @@ collectives (beside ../ and ../windowed): ops along a cut dim that the
 partitioner keeps cut where it once gathered the dim: a convolution over
 the kernel's cut output features, a window over a dilated base (halo
 exchange), a reverse and a concatenate of rows cut unevenly (by sharding
-constraints inside: jax places only even chunks). Same files as
+constraints inside: jax places only even chunks), windows reaching past
+the neighbours, a depthwise convolution and its kernel's gradient (batch
+groups) over cut groups. Same files as
 ../windowed/make_windowed_cases.py:
 
     JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
@@ -91,6 +93,28 @@ def main() -> int:
     save_case("uneven_concatenate", lambda a, b: rows(jnp.concatenate(
         [jnp.exp(rows(a)), jnp.exp(rows(b))])) * 2, line, [normal(10, 8), normal(6, 8)],
         [P(), P()])
+    # windows reaching past the neighbours (7 over chunks of 2): halos from
+    # two devices each side
+    save_case("window_wide", lambda a: jax.lax.reduce_window(
+        a, 0.0, jax.lax.add, (7, 1), (1, 1), ((3, 3), (0, 0))),
+        line, [normal(16, 4)], [P("x")], P("x"))
+    save_case("conv_wide_kernel", lambda a, w: jax.lax.conv_general_dilated(
+        a, w, (1,), ((3, 3),)), line, [normal(2, 3, 16), normal(4, 3, 7)],
+        [P(None, None, "x"), P()], P(None, None, "x"))
+    # a depthwise convolution with its groups' features cut: each device
+    # convolves its groups alone
+    save_case("conv_depthwise", lambda a, w: jax.lax.conv_general_dilated(
+        a, w, (1,), "SAME", feature_group_count=16), line,
+        [normal(2, 16, 10), normal(16, 1, 3)], [P(None, "x"), P("x")], P(None, "x"))
+
+    # its kernel's gradient: a convolution with 16 batch groups (the input's
+    # features as its batch), those cut 8 ways
+    def depthwise_kernel_grad(a, dy):
+        def conv(w):
+            return jax.lax.conv_general_dilated(a, w, (1,), "SAME", feature_group_count=16)
+        return jax.vjp(conv, jnp.zeros((16, 1, 3), jnp.float32))[1](dy)[0]
+    save_case("conv_depthwise_kernel_grad", depthwise_kernel_grad, line,
+              [normal(2, 16, 10), normal(2, 16, 10)], [P(None, "x"), P(None, "x")], P("x"))
     return 0
 
 
