@@ -18,49 +18,19 @@ count theirs):
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               " --xla_force_host_platform_device_count=8").strip()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from case_writer import CaseWriter  # noqa: E402  (before jax: the device count)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-# Case names given on the command line: only those are written (the
-# inputs of every case are still drawn, in order, so each case's stay).
-ONLY = set(sys.argv[1:])
-rng = np.random.default_rng(20261203)
-
-
-def normal(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def save_case(name, f, mesh, args, in_specs, out_spec=None):
-    if ONLY and name not in ONLY:
-        return
-    in_shardings = tuple(NamedSharding(mesh, s) for s in in_specs)
-    out_sharding = None if out_spec is None else NamedSharding(mesh, out_spec)
-    jitted = jax.jit(f, in_shardings=in_shardings, out_shardings=out_sharding)
-    placed = [jax.device_put(a, s) for a, s in zip(args, in_shardings)]
-    lowered = jitted.lower(*placed)
-    outs = jax.tree.leaves(jitted(*placed))
-    data = {"num_replicas": np.int64(1), "num_partitions": np.int64(mesh.devices.size),
-            "jax_version": np.array(jax.__version__)}
-    for kind, values in (("in", placed), ("out", outs)):
-        for i, value in enumerate(values):
-            data[f"{kind}_{i}"] = np.asarray(value)
-    (HERE / f"{name}.partitioned.hlo").write_text(lowered.compile().as_text())
-    (HERE / f"{name}.pre.hlo").write_text(lowered.as_text(dialect="hlo"))
-    np.savez_compressed(HERE / f"{name}.npz", **data)
-    print(f"{name}: {len(placed)} inputs, {len(outs)} outputs")
+_cases = CaseWriter(Path(__file__).resolve().parent, 20261203, sys.argv[1:])
+normal, save_case = _cases.normal, _cases.save
 
 
 def main() -> int:
