@@ -85,12 +85,17 @@ lt {{
 }}
 ENTRY e {{
   x = f32[16,16] parameter(0), sharding={{devices=[2,4]<=[8]}}
+  i = s32[] parameter(1)
+  d = f32[16,8] dynamic-slice(x, i, i), dynamic_slice_sizes={{16,8}}
   s = f32[16,8] slice(x), slice={{[0:16], [0:8]}}
   k = f32[16,16] sort(x), dimensions={{1}}, to_apply=lt
-  ROOT out = (f32[16,8], f32[16,16]) tuple(s, k)
+  ROOT out = (f32[16,8], f32[16,8], f32[16,16]) tuple(d, s, k)
 }}""")
-    assert parse_sharding(got["s"]) == parse_sharding(
+    assert parse_sharding(got["d"]) == parse_sharding(
         "{devices=[2,1,4]<=[8] last_tile_dim_replicate}")
+    # (a slice's columns stay cut: each device's far columns come piece by
+    # piece, XLA's compact halo exchange)
+    assert parse_sharding(got["s"]) == parse_sharding("{devices=[2,4]<=[8]}")
     assert got["k"] == "{replicated}"
 
 

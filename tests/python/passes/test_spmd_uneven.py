@@ -200,12 +200,13 @@ def test_data_movement_over_the_uneven_dim_is_done_whole():
     # exp on chunks of 3 rows by 4 columns; the column cut stays through
     # the data movement (the reverse keeps the uneven rows cut, each device
     # taking its chunk of them padded on the left; the concatenate, uneven
-    # along the rows with the columns cut already, has the rows made
-    # whole; the window and the pad after them keep the rows cut by halo
-    # exchange).
+    # along the rows with the columns cut already, moves the rows' cut to
+    # the columns within each column group (all-to-alls, as XLA) and joins
+    # whole rows of one column; the window and the pad after them keep the
+    # rows cut by halo exchange).
     assert _shapes(result.module, "exponential") == [(3, 4)]
     assert _shapes(result.module, "reverse") == [(3, 4)]
-    assert (15, 4) in _shapes(result.module, "concatenate")
+    assert (15, 1) in _shapes(result.module, "concatenate")
     assert (4, 4) in _shapes(result.module, "reduce-window")
 
 

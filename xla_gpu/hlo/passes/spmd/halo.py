@@ -1,10 +1,10 @@
 """Windowed ops along a cut dimension (XLA's halo exchange, simplified):
 slice, pad and reduce-window keep a dim cut when each device's result
-chunk reads only its own chunk of the operand and at most one chunk's
-worth from each neighbour along that dim; a window wider than one
-element (reduce-window, a convolution's spatial dim) may reach several
-devices away (a window of 7 over chunks of 2 rows): it then takes whole
-chunks from the nearer devices and the edge of the farthest one.
+chunk reads its own chunk of the operand and some of its neighbours'
+along that dim; a window may reach several devices away (a window of 7
+over chunks of 2 rows, a slice shifting the rows by 20): it then takes
+whole chunks from the nearer devices and the edge of the farthest one,
+or, far from its chunk, its pieces from the devices holding them.
 
 Output element o of such an op along the dim reads the operand elements
 [o * stride + offset, o * stride + offset + width):
@@ -37,6 +37,14 @@ dynamic-slices its window out (offsets by partition-id); positions outside
 the operand (and an uneven operand's padding) become the fill value by a
 select. The op then runs locally on the window with no padding left along
 that dim.
+
+Which exchange is XLA's choice, read on its halo sizes (far_halo's
+compact_choice): where a halo is over twice the window (a slice or pad
+shifting the dim by more than a chunk), each window comes piece by piece
+from the devices holding it (far_halo: XLA's compact exchange, a few
+collective-permutes in all); where the compact windows would span half
+the dim, or the halos past the neighbours add up to the whole dim, the
+dim is made whole instead; otherwise, the pairs per distance above.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from dataclasses import dataclass
 
 from ...module import HloInstruction
 from ...shape import Shape
+from .far_halo import CompactHalo, compact_choice
 from .placement import device_coords, groups_along
 from .sharding import HloSharding
 
@@ -100,22 +109,16 @@ class Reach:
     starts: tuple[int, ...]  # per chunk index: its window's first operand position
     width: int               # the window every device cuts
     masked: bool             # whether a real result reads outside the operand
-
-
-def reaches_far(window: Window) -> bool:
-    """Whether a halo of `window` may come from devices past the
-    neighbours. A window wider than one element reads a band around its
-    chunk (a wide reduce-window or kernel: XLA exchanges one pair of
-    permutes per distance); a slice's or pad's one-element window reaching
-    far is a shift of the data instead, which stays gathered."""
-    return window.width > 1
+    # the windows lie far from the chunks: sent piece by piece (far_halo)
+    # rather than by a pair of permutes per distance
+    compact: bool = False
+    n_out: int = 0           # the result's elements along the dim
 
 
 def halo_reach(window: Window, n_in: int, n_out: int, count: int) -> Reach | None:
     """The halo sizes of `window` over a dim of n_in operand / n_out result
-    elements cut `count` ways; None when a device needs more than its
-    neighbours' chunks (more than one hop away) and the window may not
-    reach far."""
+    elements cut `count` ways; None where the dim is better made whole
+    (XLA's choice, see the module's docstring)."""
     k = -(-n_in // count)
     m = -(-n_out // count)
     width = (m - 1) * window.stride + window.width
@@ -136,11 +139,16 @@ def halo_reach(window: Window, n_in: int, n_out: int, count: int) -> Reach | Non
             continue
         left = max(left, i * k - lo)
         right = max(right, hi - (i + 1) * k)
-    if not _reachable(left, right, k, count, reaches_far(window)):
-        return None
     if masked and not window.fill:
         return None
-    return Reach(left, right, tuple(starts), width, masked)
+    # XLA's choice: far windows (a shift by more than a chunk) piece by
+    # piece, windows spanning half the dim or more gathered, the rest by
+    # a pair of permutes per distance
+    compact = compact_choice(starts, width, k, count)
+    if compact is None or \
+            (not compact and not _reachable(left, right, k, count)):
+        return None
+    return Reach(left, right, tuple(starts), width, masked, bool(compact), n_out)
 
 
 def interior_of(inst, dim: int) -> int:
@@ -156,7 +164,7 @@ def interior_reach(inst, dim: int, count: int) -> tuple[Reach, list[int]] | None
     elements each device's result chunk reads (its window, a Reach as for
     the windows above) and, per chunk index, where the chunk starts in its
     window once padded locally with I between, before and after its
-    elements; None when a window reaches past a neighbour.
+    elements; None where the dim is better made whole.
 
     Operand element e sits at position e * (I + 1) + low of the result;
     result chunk i (chunks of m) covers positions [i * m, i * m + m), so it
@@ -183,7 +191,7 @@ def dilated_reach(window: Window, n_in: int, n_out: int,
     the operand elements each result chunk reads (a Reach), and, once a
     device pads its elements locally (base - 1 zeros before and between
     them, `high` after), where its window of positions starts (per chunk
-    index); None when a window reaches past a neighbour."""
+    index); None where the dim is better made whole."""
     base, stride = window.base, window.stride
     k, m = -(-n_in // count), -(-n_out // count)
     need = (m - 1) * stride + window.width
@@ -195,19 +203,18 @@ def dilated_reach(window: Window, n_in: int, n_out: int,
         offsets.append(first - e_lo * base + base - 1)
         width = max(width, (first + need - 1) // base - e_lo + 1)
     high = max(0, max(offsets) + need - (base - 1 + (width - 1) * base + 1))
-    reach = _chunk_windows_reach(starts, width, k, m, n_in, n_out, count,
-                                 reaches_far(window))
+    reach = _chunk_windows_reach(starts, width, k, m, n_in, n_out, count)
     return None if reach is None else (reach, offsets, high)
 
 
 def _chunk_windows_reach(starts: list[int], width: int, k: int, m: int, n_in: int,
-                         n_out: int, count: int, far: bool = False) -> Reach | None:
+                         n_out: int, count: int) -> Reach | None:
     """The Reach of windows of `width` operand elements from `starts` (one
-    per result chunk of m; operand chunks of k): how far they reach into
-    the left and right neighbours' chunks, and whether any reaches past the
-    operand's ends (masked); None past a neighbour unless `far` (then
-    None when the windows span the whole dim; `count` chunks). Chunks
-    wholly padding read nothing."""
+    per result chunk of m; operand chunks of k, `count` of them): how far
+    they reach into the left and right neighbours' chunks, whether any
+    reaches past the operand's ends (masked), and whether they are sent
+    piece by piece (compact); None where the dim is better made whole
+    (XLA's choice, as halo_reach). Chunks wholly padding read nothing."""
     left = right = 0
     masked = False
     for i, start in enumerate(starts):
@@ -220,19 +227,21 @@ def _chunk_windows_reach(starts: list[int], width: int, k: int, m: int, n_in: in
         if lo < hi:
             left = max(left, i * k - lo)
             right = max(right, hi - (i + 1) * k)
-    if not _reachable(left, right, k, count, far):
+    compact = compact_choice(starts, width, k, count)
+    if compact is None or \
+            (not compact and not _reachable(left, right, k, count)):
         return None
-    return Reach(left, right, tuple(starts), width, masked)
+    return Reach(left, right, tuple(starts), width, masked, bool(compact), n_out)
 
 
-def _reachable(left: int, right: int, k: int, count: int, far: bool) -> bool:
+def _reachable(left: int, right: int, k: int, count: int) -> bool:
     """Whether halos of left / right elements (chunks of k, `count` of
-    them) are worth exchanging: from the neighbours only, or (`far`) from
-    further devices while each device's window stays short of the whole
-    dim (XLA's bound: else gathering the dim moves no more)."""
+    them) are worth a pair of permutes per distance: from the neighbours,
+    or from further devices while each device's window stays short of the
+    whole dim (XLA's bound: else gathering the dim moves no more)."""
     if left <= k and right <= k:
         return True
-    return far and left + right + k < k * count
+    return left + right + k < k * count
 
 
 def convolution_reach(window: Window, n_in: int, n_out: int, count: int):
@@ -310,7 +319,7 @@ def convolution_spatial_cuts(inst, counts) -> dict[int, int] | None:
     return out
 
 
-class WindowedOps:
+class WindowedOps(CompactHalo):
     """A base of the partitioner (uses its emitter)."""
 
     def window_chunk(self, x, s: HloSharding, operand_shape: Shape, dim: int,
@@ -322,6 +331,15 @@ class WindowedOps:
         k = x.shape.dims[dim]
         groups = groups_along(s, rank, [dim])
         coords = [c[dim] for c in device_coords(s, rank, n)]
+        if reach.compact:
+            n_out = reach.n_out
+            m = -(-n_out // len(reach.starts))
+            real = [i * m < n_out for i in range(len(reach.starts))]
+            win = self.compact_window(x, s, rank, dim, reach.starts, reach.width, real)
+            if reach.masked:
+                win = self.mask_outside(win, dim, [reach.starts[i] for i in coords],
+                                        operand_shape.dims[dim], fill)
+            return win
         parts = []
 
         def piece(lo, hi):

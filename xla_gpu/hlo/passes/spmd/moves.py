@@ -91,13 +91,9 @@ class DataMovementOps:
             return None
         # (an operand cut unevenly along the dim moves too: one all-to-all
         # sends its padded chunks and the padding is sliced off where the
-        # dim is whole, before the operands are joined; that exchange takes
-        # a dim not cut yet, an already cut one would need the even
-        # chunks of an exchange within groups)
-        uneven = any(o.shape.dims[dim] % count for o in [inst, *inst.operands])
-        counts = s.counts(rank)
-        allowed = [d for d in range(rank) if not uneven or counts[d] == 1]
-        target = target_dim_for(s, inst.shape.dims, dim, allowed)
+        # dim is whole, before the operands are joined; on a 2-D mesh, the
+        # exchange within the groups along the dim's mesh axis does the same)
+        target = target_dim_for(s, inst.shape.dims, dim, range(rank))
         if target is None:
             return None
         temp = move_tiles(s, rank, dim, target)

@@ -26,13 +26,21 @@ How each op is partitioned (S: the sharding propagation gave its result):
                                    two collective-permutes bring the
                                    neighbours' edge elements, each device
                                    dynamic-slices its window and masks
-                                   what lies outside the operand; a
-                                   window reaching past a neighbour's
-                                   chunk is done as below
+                                   what lies outside the operand; a pair
+                                   more per further device a window
+                                   reaches; windows far from their chunks
+                                   (a shift by more than a chunk) come
+                                   piece by piece from the devices holding
+                                   them, packed into few permutes
+                                   (far_halo, XLA's compact exchange);
+                                   windows spanning half the dim or more
+                                   are done as below
   concatenate, reverse, dynamic-update-slice
                                    along a cut dim (moves): a concatenate
                                    moves the cut to another dim and back
-                                   (all-to-alls); a reverse takes the
+                                   (all-to-alls; uneven rows on a 2-D mesh
+                                   within each group of the other mesh
+                                   axis); a reverse takes the
                                    mirrored chunks (a collective-permute;
                                    an uneven cut: the chunks of the value
                                    padded on the left, two);

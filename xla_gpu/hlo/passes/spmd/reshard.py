@@ -379,9 +379,8 @@ class Emitter:
     def try_partial_all_to_all(self, x, source: HloSharding, target: HloSharding,
                                global_shape):
         """Dim a cut k times more in the source, dim b k times more in the
-        target (the other dims cut as often), even chunks, over a 2-D mesh
-        (the source cuts two dims, or replicates, or the target does): an
-        all-to-all within
+        target (the other dims cut as often), over a 2-D mesh (the source
+        cuts two dims, or replicates, or the target does): an all-to-all within
         groups of k devices holding the same chunks but for a's finest
         split, then a collective-permute to the target's devices."""
         rank, n = global_shape.rank, self.n
@@ -396,8 +395,13 @@ class Emitter:
         if sc[a] % tc[a] or tc[b] % sc[b] or sc[a] // tc[a] != tc[b] // sc[b]:
             return None
         k = sc[a] // tc[a]
-        if not source.is_even_for(global_shape.dims) or \
-                not target.is_even_for(global_shape.dims):
+        # Uneven chunks: a dim a made whole comes back as k padded chunks
+        # (the padding then sliced off), a dim b cut from whole is padded to
+        # k chunks first (a concatenate of uneven rows on a 2-D mesh); any
+        # other uneven exchange would split chunks off their boundaries.
+        dims_g = global_shape.dims
+        if (dims_g[a] % sc[a] and tc[a] != 1) or (dims_g[b] % tc[b] and sc[b] != 1) or \
+                any(dims_g[i] % sc[i] for i in range(rank) if i not in (a, b)):
             return None
         if sum(c > 1 for c in sc) < 2 and not source.subgroups and tc[a] == 1:
             return None         # one mesh axis: the plain all-to-all's case
@@ -420,6 +424,9 @@ class Emitter:
             return None
         # the exchange: b split into k pieces (piece j to the group's j-th
         # device), the received pieces of a put back in order
+        padded = list(x.shape.dims)
+        padded[b] = -(-padded[b] // k) * k
+        x = self.pad_high(x, padded)
         dims = list(x.shape.dims)
         pieces = dims[:b] + [k, dims[b] // k] + dims[b + 1:]
         y = self.add("reshape", x.shape.with_dims(tuple(pieces)), [x])
@@ -433,6 +440,8 @@ class Emitter:
         final = [dims[i] * k if i == a else (dims[i] // k if i == b else dims[i])
                  for i in range(rank)]
         y = self.add("reshape", x.shape.with_dims(tuple(final)), [y])
+        if tc[a] == 1:
+            y = self.slice_dim(y, a, dims_g[a])
         if same_placement(middle, target, rank, n):
             return y
         return self.try_permute(y, middle, target, global_shape)

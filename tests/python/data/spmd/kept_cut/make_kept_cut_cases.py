@@ -5,7 +5,9 @@ the kernel's cut output features, a window over a dilated base (halo
 exchange), a reverse and a concatenate of rows cut unevenly (by sharding
 constraints inside: jax places only even chunks), windows reaching past
 the neighbours, a depthwise convolution and its kernel's gradient (batch
-groups) over cut groups. Same files as
+groups) over cut groups, slices and pads shifting a cut dim by more than
+a chunk (compact halo exchange), a concatenate of uneven rows on a 2-D
+mesh. Same files as
 ../windowed/make_windowed_cases.py:
 
     JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
@@ -85,6 +87,35 @@ def main() -> int:
         return jax.vjp(conv, jnp.zeros((16, 1, 3), jnp.float32))[1](dy)[0]
     save_case("conv_depthwise_kernel_grad", depthwise_kernel_grad, line,
               [normal(2, 16, 10), normal(2, 16, 10)], [P(None, "x"), P(None, "x")], P("x"))
+
+    # slices and pads shifting a cut dim by more than a chunk: each device's
+    # rows straight from the devices holding them (XLA's compact halo
+    # exchange: pieces packed into few collective-permutes)
+    save_case("slice_far", lambda a: a[20:60] * 2, line, [normal(64, 4)], [P("x")], P("x"))
+    save_case("slice_far_rows", lambda a: -a[20:28], line, [normal(64, 3)], [P("x")], P("x"))
+    save_case("pad_far", lambda a: jnp.pad(a, ((24, 0), (0, 0))), line, [normal(64, 4)],
+              [P("x")], P("x"))
+    save_case("slice_far_2d", lambda a: a[40:56] * 2, grid, [normal(64, 8)], [P("b", "a")],
+              P("b", "a"))
+    save_case("window_far_shift", lambda a: jax.lax.reduce_window(
+        a, 0.0, jax.lax.add, (2, 1), (1, 1), ((20, -19), (0, 0))), line, [normal(64, 4)],
+        [P("x")], P("x"))
+    # the same for interior padding and a dilated base (the windows count
+    # the operand's elements)
+    save_case("pad_interior_far", lambda a: jax.lax.pad(a, 0.0, ((41, -8, 1), (0, 0, 0))),
+              line, [normal(32, 4)], [P("x")], P("x"))
+    save_case("window_base_dilation_far", lambda a: jax.lax.reduce_window(
+        a, 0.0, jax.lax.add, (3, 1), (1, 1), ((40, -37), (0, 0)), base_dilation=(2, 1)),
+        line, [normal(32, 4)], [P("x")], P("x"))
+
+    # a concatenate of rows cut unevenly on a 2-D mesh whose other axis cuts
+    # the columns: the rows' cut moves into the columns within each column
+    # group (all-to-alls), no gather
+    def grid_rows(v):
+        return jax.lax.with_sharding_constraint(v, NamedSharding(grid, P("b", "a")))
+    save_case("uneven_concatenate_2d", lambda a, b: grid_rows(jnp.concatenate(
+        [jnp.exp(grid_rows(a)), jnp.exp(grid_rows(b))])) * 2, grid,
+        [normal(10, 8), normal(6, 8)], [P(), P()])
     return 0
 
 
