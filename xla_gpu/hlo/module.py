@@ -36,6 +36,8 @@ __all__ = ["HloError", "HloParseError", "HloInstruction", "HloComputation",
 
 CONTROL_PREDECESSORS = "control-predecessors"
 
+_NAME = attrgetter("name")
+
 
 @dataclass(eq=False)
 class HloInstruction:
@@ -471,28 +473,30 @@ class HloComputation:
         # runs over what is not placed yet (the walk skips what is done).
         # Without control edges the dependencies are the operands (one
         # outside the computation is never placed: the walk drops it).
-        placed: set[int] = set(map(id, insts[:start]))
+        # `placed` holds the instructions themselves: they hash and compare
+        # by identity (no `__eq__`), so the set needs no id per lookup.
+        placed: set[HloInstruction] = set(insts[:start])
         order: list[HloInstruction] = insts[:start]
         deps = self._order_deps() if control else None
-        ready_deps = deps if control else attrgetter("operands")
 
         def unplaced_deps(inst: HloInstruction) -> list[HloInstruction]:
-            return [d for d in deps(inst) if id(d) not in placed]
+            return [d for d in deps(inst) if d not in placed]
 
         def refuse_cycle(inst: HloInstruction) -> None:
             raise inst.error("cycle in the instruction graph")
 
+        ready, place, keep = placed.issuperset, placed.add, order.append
         for inst in insts[start:] if start else insts:
-            if id(inst) in placed:
+            if inst in placed:
                 continue
-            if placed.issuperset(map(id, ready_deps(inst))):
-                placed.add(id(inst))
-                order.append(inst)
+            if ready(deps(inst) if control else inst.operands):
+                place(inst)
+                keep(inst)
                 continue
             if deps is None:
                 deps = self._order_deps()
             walked = post_order([inst], unplaced_deps, refuse_cycle)
-            placed.update(map(id, walked))
+            placed.update(walked)
             order.extend(walked)
         self._instructions = order
 
@@ -500,17 +504,17 @@ class HloComputation:
         """What an instruction waits for in `_restore_order`: its operands
         and control predecessors in this computation."""
         insts = self._instructions
-        members = set(map(id, insts))
+        members = set(insts)   # by identity: instructions have no `__eq__`
         if self.has_control_edges():
             by_name = {i.name: i for i in insts}
 
             def deps(inst: HloInstruction) -> list[HloInstruction]:
                 preds = [by_name[n] for n in inst.attrs.get(CONTROL_PREDECESSORS) or ()
                          if n in by_name]
-                return [d for d in (*inst.operands, *preds) if id(d) in members]
+                return [d for d in (*inst.operands, *preds) if d in members]
         else:
             def deps(inst: HloInstruction) -> list[HloInstruction]:
-                return [d for d in inst.operands if id(d) in members]
+                return [d for d in inst.operands if d in members]
         return deps
 
     # ----------------------------------------------------------- mutation
@@ -800,9 +804,12 @@ class HloComputation:
         new = HloComputation(new_name, [], None, False, self.location)
         mapping: dict[int, HloInstruction] = {}
         renamed: dict[str, str] = {}
+        plain = _PLAIN_ATTRIBUTE_TYPES
         for inst in self.instructions:
             copy = inst.clone_with([mapping[id(o)] for o in inst.operands])
             for key, value in list(copy.attrs.items()):
+                if value.__class__ in plain:
+                    continue   # (no computation: most attributes)
                 if isinstance(value, HloComputation) and id(value) in computation_map:
                     copy.attrs[key] = computation_map[id(value)]
                 elif isinstance(value, list) and value and \
@@ -905,8 +912,11 @@ class HloModule:
     def _instruction_names(self) -> NameUniquer:
         if self._names is None:
             self.link()
-            self._names = NameUniquer(
-                i.name for c in self.computations for i in c._instructions)
+            names: set[str] = set()
+            take = names.update
+            for c in self.computations:
+                take(map(_NAME, c._instructions))
+            self._names = NameUniquer(names)
         return self._names
 
     def unique_name(self, base: str) -> str:
@@ -929,17 +939,23 @@ class HloModule:
 
     def add_computation(self, comp: HloComputation,
                         before: HloComputation | None = None,
-                        unique: bool = True) -> HloComputation:
+                        unique: bool = True,
+                        names_taken: bool = False) -> HloComputation:
         """Adds `comp` (before `before`, else before the ENTRY, else at the
-        end), making its name unique and reserving its instruction names."""
+        end), making its name unique and reserving its instruction names.
+        `names_taken`: the caller made every instruction name of `comp`
+        with this module's `unique_name` since the name table was last
+        built (`comp.module` was this module while they were added), which
+        reserved them already: not done again."""
         if unique:
             comp.name = self.unique_computation_name(comp.name)
         elif self._computation_names is not None:
             self._computation_names.reserve(comp.name)
         comp.module = self
-        names = self._instruction_names()
-        for inst in comp._instructions:
-            names.reserve(inst.name)
+        if not names_taken:
+            names = self._instruction_names()
+            for inst in comp._instructions:
+                names.reserve(inst.name)
         anchor = before
         if anchor is None:
             anchor = next((c for c in self.computations if c.is_entry), None)
@@ -1015,8 +1031,19 @@ def callees(comp: HloComputation) -> list[HloComputation]:
     """The computations `comp`'s instructions call, in instruction order
     (repeats included)."""
     out: list[HloComputation] = []
+    plain = _PLAIN_ATTRIBUTE_TYPES
+    # `add_called_computations`, inlined: the module-wide walks (DCE's,
+    # the dropping of uncalled computations) read every instruction's
+    # attributes, and most values are passed over by their type alone.
     for inst in comp.instructions:
-        add_called_computations(inst, out)
+        for value in inst.attrs.values():
+            if value.__class__ in plain:
+                continue
+            if isinstance(value, HloComputation):
+                out.append(value)
+            elif isinstance(value, list) and value and \
+                    all(isinstance(v, HloComputation) for v in value):
+                out.extend(value)
     return out
 
 

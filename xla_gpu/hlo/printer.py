@@ -32,10 +32,30 @@ _SECTION_ORDER = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 # ---------------------------------------------------------------- shapes
 
 
+# The text (with its layout) of an array shape by the shape object: a
+# printed module and CSE's keys ask it for every instruction and operand,
+# and the few shape objects of a module recur (hashing a Shape for
+# `_shape_text`'s table costs more than the answer). The entry holds the
+# shape, so an id is not reused while it is here; only array shapes whose
+# dims and layout are tuples (immutable) are kept.
+_TEXTS: dict[int, tuple[Shape, str]] = {}
+
+
 def shape_to_text(shape: Shape, layout: bool = True) -> str:
     """`f32[4,16]{1,0}`, `(f32[], s32[2]{0})`, `token[]`. Arrays without a
     layout print XLA's default (major-to-minor) layout; scalars none."""
-    return _shape_text(shape, layout)
+    if not layout:
+        return _shape_text(shape, layout)
+    hit = _TEXTS.get(id(shape))
+    if hit is not None and hit[0] is shape:
+        return hit[1]
+    text = _shape_text(shape, True)
+    if shape.tuple_shapes is None and shape.dims.__class__ is tuple and \
+            (shape.layout is None or shape.layout.__class__ is tuple):
+        if len(_TEXTS) >= 1 << 16:
+            _TEXTS.clear()
+        _TEXTS[id(shape)] = (shape, text)
+    return text
 
 
 @per_shape

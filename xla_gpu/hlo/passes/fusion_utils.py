@@ -271,7 +271,8 @@ def create_fusion(inst: HloInstruction, kind: str = "kLoop",
     clone.attrs.pop(CONTROL_PREDECESSORS, None)
     body.add_instruction(clone)
     body.set_root(clone)
-    module.add_computation(body, before=comp)
+    # (every name in the body is the module's `unique_name`: taken)
+    module.add_computation(body, before=comp, names_taken=True)
     attrs = {"kind": kind, "calls": body}
     if "metadata" in inst.attrs:
         attrs["metadata"] = inst.attrs["metadata"]
@@ -294,10 +295,20 @@ def _inline_into(body: HloComputation, source: HloInstruction,
         def clone(inst: HloInstruction, operands: list[HloInstruction]) -> HloInstruction:
             return _trial_clone(body, inst, operands)
     else:
+        # A body of the module: the same clone, named as `add_instruction`
+        # names it (the module's `unique_name` of the source's name, taken
+        # before the clone is in the body), without its checks of operands
+        # that are the body's by construction.
+        module = body.module
+
         def clone(inst: HloInstruction, operands: list[HloInstruction]) -> HloInstruction:
-            copy = inst.clone_with(operands)
-            copy.attrs.pop(CONTROL_PREDECESSORS, None)
-            return body.add_instruction(copy)
+            names = module._names
+            if names is None:
+                names = module._instruction_names()
+            name = names.get(inst.name)
+            copy = _trial_clone(body, inst, operands)
+            copy.name = name
+            return copy
     if source.opcode != "fusion":
         return clone(source, list(values))
     inner = source.attrs["calls"]
@@ -313,10 +324,11 @@ def _inline_into(body: HloComputation, source: HloInstruction,
 def _trial_clone(body: HloComputation, source: HloInstruction,
                  operands: list[HloInstruction]) -> HloInstruction:
     """`source.clone_with(operands)` without control predecessors, appended
-    to trial body `body` (a user of each of its distinct operands, in
-    operand order), built without the dataclass constructor (the trial
-    bodies are most of the instructions the fusion passes create): the
-    fields are HloInstruction's, as clone_with sets them."""
+    to `body` (a user of each of its distinct operands, in operand order),
+    built without the dataclass constructor (the trial bodies are most of
+    the instructions the fusion passes create): the fields are
+    HloInstruction's, as clone_with sets them. Its name is the source's
+    (`_inline_into` names the clones of a module's body)."""
     attrs = dict(source.attrs)
     attrs.pop(CONTROL_PREDECESSORS, None)
     inst = object.__new__(HloInstruction)
@@ -720,7 +732,8 @@ def merge_fusions(first: HloInstruction, second: HloInstruction,
     kept_first, outputs, first_multi = trial.kept, trial.outputs, trial.first_multi
     second_outputs = outputs[len(kept_first):]
     root = body.root
-    module.add_computation(body, before=comp)
+    # (`_adopt_trial` named the body's instructions: their names are taken)
+    module.add_computation(body, before=comp, names_taken=True)
     attrs = {"kind": "kLoop", "calls": body}
     for src in (second, first):
         if "metadata" in src.attrs:
