@@ -112,7 +112,9 @@ struct ExpandComplexPass : impl::ExpandComplexPassBase<ExpandComplexPass> {
     patterns.add<ExpandCreate, ExpandConstant, ExpandSelect,
                  ExpandPart<complex::ReOp, 0>, ExpandPart<complex::ImOp, 1>>(
         converter, ctx);
-    if (failed(applyPartialConversion(module, target, std::move(patterns))))
+    ConversionConfig config;
+    config.allowPatternRollback = false;  // see lower_tensors.cpp
+    if (failed(applyPartialConversion(module, target, std::move(patterns), config)))
       return signalPassFailure();
   }
 };

@@ -118,8 +118,10 @@ struct FlattenTensorsPass
     patterns.add<FlattenExtract, FlattenInsert, FlattenConstant, FlattenAtomicRMW,
                  RetypeOp<AllocateSharedOp>, RetypeOp<SyncThreadsOp>,
                  RetypeOp<PureCallOp>>(converter, ctx);
+    ConversionConfig config;
+    config.allowPatternRollback = false;  // see lower_tensors.cpp
     if (failed(applyPartialConversion(getOperation(), target,
-                                      std::move(patterns))))
+                                      std::move(patterns), config)))
       signalPassFailure();
   }
 };
