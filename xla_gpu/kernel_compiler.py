@@ -75,6 +75,10 @@ class Executable:
     # disk): a program's compile counts the stage times of what it built.
     built_at: float | None = field(default=None, repr=False)
     lowered: Any = field(default=None, repr=False)  # cuda, before linking (lower_only)
+    # cpu, a program's kernel whose host code waits in a batch with others
+    # (`backends.cpu.HostPending`): `host_object` comes when it is compiled;
+    # not stored in a cache until then (`ProgramKernels.link` stores it).
+    host_pending: Any = field(default=None, repr=False)
     _kernel: Any = field(default=None, repr=False)
 
     @property
@@ -294,7 +298,7 @@ def store(key: str, exe, disk=None) -> None:
     # milliseconds; the group's library would tie the entry to kernels
     # that other programs do not have. The key names the compiler, so an
     # object of another compiler is never taken.
-    if exe.lowered is not None:
+    if exe.lowered is not None or exe.host_pending is not None:
         return
     memory.put(key, exe)
     if disk is not None:
@@ -305,7 +309,7 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
                    cache: bool = True, key: str | None = None, text: str | None = None,
                    dump_dir=None, dump_regex: str = ".*", lower_only: bool = False,
                    disk=None, start: float | None = None,
-                   keep_emitted: bool = True) -> "Executable":
+                   keep_emitted: bool = True, host_batch: Any = None) -> "Executable":
     """The kernel of `fusion` for `target` ("cpu" or "cuda") and `arch`,
     from the cache when it holds it. `device`: the GPU the launch
     configuration follows (default: the target's backend's `device_for(arch)`);
@@ -322,7 +326,10 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
     call); one from a cache has none of its own. `keep_emitted=False`:
     a kernel built now keeps no text of its emitted IR (`emitted_mlir` is
     None; it cannot be saved), for a caller that only takes its code and
-    caches nothing: printing it costs a sixth of emitting it."""
+    caches nothing: printing it costs a sixth of emitting it.
+    `host_batch`: with `lower_only`, the program's backend batcher
+    (`Backend.host_batcher`): a cpu kernel built now waits in it for its
+    object (`exe.host_pending`) and is stored once that exists."""
     if start is None:
         start = time.perf_counter()
     fusion.device = device if device is not None else backends.get(target).device_for(arch)
@@ -352,7 +359,8 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
         text = fusion_text(fusion.computation)
     begun = time.perf_counter()
     exe = _build(fusion, text, target, arch, key, dump_dir, dump_regex, lower_only,
-                 keep_emitted=keep_emitted or use_cache)
+                 keep_emitted=keep_emitted or use_cache,
+                 host_batch=host_batch if lower_only else None)
     exe.built_at = time.perf_counter()
     complete(f"kernel {fusion.name}", "kernel", begun, exe.built_at,
              emitter=exe.spec.emitter, target=target)
@@ -404,7 +412,7 @@ def kernel_work(fusion) -> int:
 
 def _build(fusion, text: str, target: str, arch: str, key: str,
            dump_dir, dump_regex: str, lower_only: bool = False, *,
-           keep_emitted: bool = True) -> Executable:
+           keep_emitted: bool = True, host_batch: Any = None) -> Executable:
     """The kernel of `fusion`, compiled. On cuda with `lower_only` it stops
     after the pipeline: `exe.lowered` holds the kernel for
     `backends.cuda.link` (a program links its kernels into one binary) and
@@ -457,7 +465,7 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
                                  threads=spec.threads, blocks=spec.blocks, timings=timings,
                                  dump_dir=dump_dir, dump_regex=dump_regex,
                                  lower_only=lower_only, emitter=kernel.emitter,
-                                 work=kernel_work(fusion))
+                                 work=kernel_work(fusion), host_batch=host_batch)
     except mlir_ir.MLIRError as e:
         raise CompileError(f"fusion '{fusion.name}': the {target} pipeline failed: {e}") from None
     except CompileError as e:   # code generation (PTX, the cubin, launch limits)
@@ -466,6 +474,9 @@ def _build(fusion, text: str, target: str, arch: str, key: str,
     exe.host_mlir, exe.host_library = binary.host_mlir, binary.host_library
     exe.host_object = binary.host_object
     exe.notes += binary.notes
+    if binary.host_pending is not None:
+        exe.host_pending = binary.host_pending
+        binary.host_pending.attach(exe)
     if binary.jit is not None:
         # No shared object: the JIT's kernel runs it. (An image is loaded
         # when first run, by `_load`; a program loads its kernels' images

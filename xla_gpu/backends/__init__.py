@@ -52,6 +52,9 @@ class KernelBinary:
     # cpu where no shared object could be made (no linker): the kernel
     # compiled by the JIT, which runs in this process only.
     jit: Any = None
+    # cpu with `lower_only` and a host batcher: the kernel's object is its
+    # batch's, made later (`backends.cpu.HostPending`).
+    host_pending: Any = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -102,7 +105,8 @@ class Backend(ABC):
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
                 dump_regex: str = ".*", lower_only: bool = False,
-                emitter: str = "", work: int | None = None) -> KernelBinary:
+                emitter: str = "", work: int | None = None,
+                host_batch: Any = None) -> KernelBinary:
         """The emitted kernel `module` (entry `name`, launched with `threads`
         per block and `blocks`) through the stages and into an image for
         `arch`; `timings` gets seconds per step. `emitter`: the emitter
@@ -110,8 +114,27 @@ class Backend(ABC):
         generation by it; `work`: how much the kernel computes
         (`kernel_compiler.kernel_work`; None when not known), where a
         backend spends less compile time on kernels that do little.
+        `host_batch`: with `lower_only`, the program's `host_batcher()`
+        (None: none), where the backend compiles kernels together.
         Raises mlir.ir.MLIRError when a pass fails and a CompileError when
         code generation does."""
+
+    def host_batcher(self) -> Any:
+        """What a program's compile threads share to compile kernels'
+        code together (`compile(host_batch=...)`; `finish_batches` before
+        `link_item`), None where the backend does not (the default)."""
+        return None
+
+    def finish_batches(self, batcher, map_fn=map) -> None:
+        """Compiles what `batcher` still holds (by `map_fn`: side by side)."""
+
+    def discard_batches(self, batcher) -> None:
+        """Frees what `batcher` still holds, uncompiled (a failed compile)."""
+
+    def link_key(self, item) -> Any:
+        """What identifies `link_item` `item`'s code: items of one key are
+        linked once (kernels compiled together share one object)."""
+        return id(item)
 
     def link_item(self, exe) -> Any:
         """What `link_groups` and `link` take of compiled kernel `exe` (a
@@ -164,7 +187,8 @@ class CudaBackend(Backend):
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
                 dump_regex: str = ".*", lower_only: bool = False,
-                emitter: str = "", work: int | None = None) -> KernelBinary:
+                emitter: str = "", work: int | None = None,
+                host_batch: Any = None) -> KernelBinary:
         from . import cuda
         if lower_only:
             # A program links its kernels into one binary later.
@@ -203,7 +227,8 @@ class CpuBackend(Backend):
     def compile(self, module, *, name: str, arch: str, threads: int, blocks: int,
                 timings: dict[str, float], dump_dir: str | Path | None = None,
                 dump_regex: str = ".*", lower_only: bool = False,
-                emitter: str = "", work: int | None = None) -> KernelBinary:
+                emitter: str = "", work: int | None = None,
+                host_batch: Any = None) -> KernelBinary:
         # The host code is generated once, as an object that is linked into
         # a shared object that both this process (ctypes) and the cache /
         # saved artifacts load: the kernel's own (a single fusion's
@@ -225,26 +250,62 @@ class CpuBackend(Backend):
         if llvm.cold:
             binary.notes.append(f"cold kernel ({work} units of work): host code by "
                                 f"{llvm.describe()}")
+        full = None
         try:
             cpu.require_linker()
-            binary.host_object = cpu.host_object(
-                module, name, opt_level=llvm.opt_level, unroll_loops=llvm.unroll_loops,
-                vectorize=llvm.vectorize)
-            if not lower_only:
-                binary.host_library = cpu.link_objects([binary.host_object])
+            if lower_only and host_batch is not None:
+                # Into a batch with other kernels of the program: the object
+                # comes when the batch is compiled (`cpu.HostBatcher`).
+                binary.host_pending, full = host_batch.add(
+                    module, name, llvm, binary.host_mlir.count("\n"), timings)
+            else:
+                binary.host_object = cpu.host_object(
+                    module, name, opt_level=llvm.opt_level, unroll_loops=llvm.unroll_loops,
+                    vectorize=llvm.vectorize)
+                if not lower_only:
+                    binary.host_library = cpu.link_objects([binary.host_object])
         except cpu.HostCompileError as e:
             binary.notes.append(f"no host shared object ({e}): the kernel runs in the JIT "
                                 "and is not cached on disk")
-            binary.host_object = None
+            binary.host_object = binary.host_pending = None
             binary.jit = cpu.from_lowered(binary.host_mlir, entry=name,
                                           opt_level=llvm.opt_level)
-        timings["llvm"] = time.perf_counter() - start
+        if binary.host_pending is not None:
+            # Its own part (the translation into the batch); its share of the
+            # batch's time is added when the batch is compiled.
+            binary.host_pending.charge(time.perf_counter() - start)
+        else:
+            timings["llvm"] = time.perf_counter() - start
         complete("LLVM host code", "kernel-stage", start)
+        if full is not None:
+            # The batch this kernel filled, compiled by this thread: emission
+            # on the other compile threads overlaps its LLVM time.
+            host_batch.compile(full)
         return binary
+
+    def host_batcher(self) -> Any:
+        from . import cpu
+        if not cpu.HostBatcher.available() or cpu._linker() is None:
+            return None
+        return cpu.HostBatcher()
+
+    def finish_batches(self, batcher, map_fn=map) -> None:
+        batcher.finish(map_fn)
+
+    def discard_batches(self, batcher) -> None:
+        batcher.discard()
+
+    def link_key(self, item) -> Any:
+        # A batch's object, stored (and loaded from the disk cache) for each
+        # of its kernels: equal bytes are one object, linked once.
+        return item.code
 
     def link_item(self, exe) -> Any:
         # Built now or cached (memory or disk), a kernel keeps its object:
-        # it joins the program's library either way.
+        # it joins the program's library either way. One whose batch is not
+        # compiled yet: its pending object, until `finish_batches`.
+        if exe.host_object is None and getattr(exe, "host_pending", None) is not None:
+            return exe.host_pending
         if exe.host_object is None:
             return None
         from . import cpu

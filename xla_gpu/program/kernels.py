@@ -3,7 +3,9 @@
 on a pool of host threads, plus the sort, top-k and convolution kernels the
 thunk emitter adds; the kernels are linked into shared binaries: on cuda
 those this compile built, into shared PTX modules and cubins; on cpu every
-kernel's object (built now or cached), into shared libraries.
+kernel's object (built now or cached), into shared libraries, the host code
+of the kernels built now having been compiled several kernels to an LLVM
+module (`backends.cpu.HostBatcher`).
 
 A fusion's kernel is compiled from a copy of its computation that reads
 and writes row-major physical buffers through bitcasts
@@ -119,6 +121,15 @@ class ProgramKernels:
         self._pool = None
         # The terminal's progress line, if the caller shows one.
         self.progress = _progress.current()
+        # What the compile threads share to compile kernels' code together
+        # (cpu: host-code batches), made when the first kernel is built: a
+        # compile that finds every kernel in a cache needs none.
+        self._batcher: Any = None
+        self._batcher_made = False
+        self._batcher_lock = threading.Lock()
+        # Kernels built whose stage times are counted once their batch is
+        # compiled (their "llvm" time is a share of the batch's).
+        self._uncounted: list = []
 
     def _kernel_of(self, inst: HloInstruction, comp: HloComputation):
         """(the kernel's computation, its cache key), worked out once per
@@ -136,6 +147,15 @@ class ProgramKernels:
         return kernel_compiler.cached_kernel(key, self.target, self.disk) \
             if self.cache else None
 
+    def _host_batcher(self):
+        if not self.link_kernels:
+            return None
+        with self._batcher_lock:
+            if not self._batcher_made:
+                self._batcher = self.backend.host_batcher()
+                self._batcher_made = True
+            return self._batcher
+
     def _build(self, inst: HloInstruction, kernel_comp: HloComputation, key: str):
         """The kernel of fusion `inst`, compiled (and cached, unless it is
         still to link). Runs on the prefetch threads: touches nothing of
@@ -149,7 +169,7 @@ class ProgramKernels:
             text=fusion_text(kernel_comp), lower_only=self.link_kernels, disk=self.disk,
             # Without a cache nothing reads the kernel's emitted IR: only
             # its code joins the program.
-            keep_emitted=self.cache)
+            keep_emitted=self.cache, host_batch=self._host_batcher())
 
     def prefetch(self, fusions: list[tuple[HloInstruction, HloComputation]]) -> None:
         """Starts compiling the kernels of `fusions` that no cache holds on
@@ -201,6 +221,8 @@ class ProgramKernels:
         wait(running)
         self._pool = None
         self._pending.clear()
+        if self._batcher is not None:
+            self.backend.discard_batches(self._batcher)
 
     def compile(self, inst: HloInstruction, comp: HloComputation) -> tuple[str, KernelImage]:
         """(kernel id, image) of fusion `inst` calling `comp`."""
@@ -230,6 +252,9 @@ class ProgramKernels:
     def _count(self, exe) -> None:
         # Built by this compile: not a kernel an earlier one left in memory.
         if exe.built_at is not None and exe.built_at >= self._since:
+            if exe.host_pending is not None:
+                self._uncounted.append(exe)        # counted by `link`
+                return
             for stage in STAGES:
                 if stage in exe.timings:
                     self.stages[stage] = self.stages.get(stage, 0.0) + exe.timings[stage]
@@ -256,23 +281,51 @@ class ProgramKernels:
         holding about the same amount of code; on cpu every kernel's
         object into shared libraries, as few as their size allows
         (`backends.cpu.link_groups`). More groups only where kernel names
-        clash. Linked cuda kernels stay in this process' memory cache;
+        clash. On cpu the host code of the kernels built now was compiled
+        in batches (`backends.cpu.HostBatcher`): the batches still open are
+        compiled first, side by side, and a batch's object, which every
+        kernel of the batch (built now or cached) has, is linked once.
+        Linked cuda kernels stay in this process' memory cache;
         they are not written to the disk cache, where each entry would
         carry a whole group's binary (cpu kernels were cached as their
-        objects when built: `kernel_compiler.store`)."""
+        objects once their batch was compiled: `kernel_compiler.store`)."""
+        backend = self.backend
+        workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
+        if self._batcher is not None:
+            # The batches still open, compiled side by side; then every
+            # kernel built now has its object, and is cached with it.
+            backend.finish_batches(self._batcher, _compile_pool(workers).map)
+            unlinked = []
+            for image, exe, key, item in self._unlinked:
+                pending = exe.host_pending
+                if pending is not None:
+                    if pending.error is not None:
+                        raise CompileError(f"fusion '{exe.spec.fusion}': {pending.error}")
+                    exe.host_pending = None
+                    item = backend.link_item(exe)
+                    if self.cache:
+                        kernel_compiler.store(key, exe, self.disk)
+                unlinked.append((image, exe, key, item))
+            self._unlinked = unlinked
+            for exe in self._uncounted:
+                self._count(exe)
+            self._uncounted.clear()
         if not self._unlinked:
             return
-        backend = self.backend
-        # Two kernels may share a name (then they go to different groups).
-        owner = {id(item): (image, exe, key) for image, exe, key, item in self._unlinked}
-        workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
-        groups = backend.link_groups([item for *_, item in self._unlinked], workers)
+        # Kernels whose code is one object (compiled together) share one
+        # item, linked once; two kernels may share a name (then they go to
+        # different groups).
+        owners: dict[int, list] = {}
+        items: dict[Any, Any] = {}
+        for image, exe, key, item in self._unlinked:
+            item = items.setdefault(backend.link_key(item), item)
+            owners.setdefault(id(item), []).append((image, exe, key))
+        groups = backend.link_groups(list(items.values()), workers)
         link = carry(functools.partial(_link_group, backend=backend, arch=self.arch))
         binaries = _compile_pool(workers).map(link, groups) if len(groups) > 1 else \
             map(link, groups)
         for group, binary in zip(groups, binaries):
-            for kernel in group:
-                image, exe, key = owner[id(kernel)]
+            for image, exe, key in (owner for kernel in group for owner in owners[id(kernel)]):
                 if binary.host_library is not None:
                     # cpu: the images share the library; the kernel cached
                     # keeps its object.

@@ -77,4 +77,8 @@ def test_a_programs_kernels_keep_their_emitted_ir_only_when_cached(cache, cached
     ((inst, comp),) = kernel_fusions(module.entry)
     exe = kernels._build(inst, *kernels._kernel_of(inst, comp))
     assert (exe.emitted_mlir is not None) == cached
+    # Its host code waits in a batch with the program's other kernels
+    # until the program links; compiled, the batch gives it its object.
+    assert exe.host_object is None and exe.host_pending is not None
+    kernels.backend.finish_batches(kernels._batcher)
     assert exe.host_object

@@ -166,6 +166,8 @@ def test_more_libraries_one_linker_run_each(linker_runs, monkeypatch):
     # Split by size (here: every object over the limit) into up to one
     # library per compile thread, linked side by side.
     monkeypatch.setattr(cpu, "HOST_LINK_GROUP_BYTES", 1)
+    # One kernel per host batch: three objects to split.
+    monkeypatch.setattr(cpu, "HOST_BATCH_LINES", 1)
     monkeypatch.setattr(program_kernels, "PREFETCH_THREADS", 2)
     monkeypatch.setattr(program_kernels.os, "cpu_count", lambda: 2)
     exe = xla_gpu.compile(THREE, target="cpu", cache=False)
