@@ -253,11 +253,11 @@ class CpuBackend(Backend):
         full = None
         try:
             cpu.require_linker()
-            if lower_only and host_batch is not None:
+            lines = binary.host_mlir.count("\n")
+            if lower_only and host_batch is not None and lines <= cpu.HOST_BATCH_KERNEL_LINES:
                 # Into a batch with other kernels of the program: the object
                 # comes when the batch is compiled (`cpu.HostBatcher`).
-                binary.host_pending, full = host_batch.add(
-                    module, name, llvm, binary.host_mlir.count("\n"), timings)
+                binary.host_pending, full = host_batch.add(module, name, llvm, lines, timings)
             else:
                 binary.host_object = cpu.host_object(
                     module, name, opt_level=llvm.opt_level, unroll_loops=llvm.unroll_loops,

@@ -1188,19 +1188,24 @@ def link_groups(objects: Sequence[HostObject], parts: int = 1) -> list[list[Host
 # Every LLVM run on a module has a fixed cost, whatever the module holds:
 # setting up the default<O3> pipeline (~1.7 ms) and code generation's
 # legacy pass manager (~3 ms), most of the LLVM time of a small kernel, for
-# each of a training step's ~80 kernels. A program's kernels (`HostBatcher`)
-# are translated into shared LLVM modules, one per `HostPipeline` at a
-# time, each compiled once it holds about this many lines of host MLIR
-# (the worker that fills it compiles it, with the GIL let go: the other
-# compile threads keep emitting meanwhile); what is left is compiled side by
-# side when the program links. Larger batches pay the fixed cost less
-# often, but leave more to compile at the end, when nothing overlaps it.
-# Measured on the five real models (2 compile threads, median of 5 compiles,
-# old and new alternating): LLVM's CPU time fell 8-23% (a GPT step's 80
-# kernels: 1.83 -> 1.52 s) at 4,000 lines; 2,000 saved less (1.62 s), and
-# one batch per pipeline for the whole program (1.60 s) no more, while
-# all of its LLVM time waits for the last kernel.
-HOST_BATCH_LINES = 4000
+# each of a training step's ~80 kernels. A program's small kernels
+# (`HostBatcher`) are translated into shared LLVM modules, one per
+# `HostPipeline` at a time, each compiled once it holds about
+# HOST_BATCH_LINES lines of host MLIR (the worker that fills it compiles it,
+# with the GIL let go: the other compile threads keep emitting meanwhile);
+# what is left is compiled side by side when the program links. A kernel
+# longer than HOST_BATCH_KERNEL_LINES is compiled alone at once: the fixed
+# cost is little of its LLVM time, and a long kernel waiting in a batch
+# would leave its LLVM time to the end of the compile, where nothing
+# overlaps it. Measured on the five real models (2 compile threads, best
+# of 3 compiles, configurations alternating): batching everything at 4,000
+# lines cut CPU time 9-13% but made DP-SGD's and the scanned transformer's
+# wall time 10-20% longer (a long tail of batches at link time); 1,000 and
+# 300 gave the best wall times (against no batching: GPT 1.86 -> 1.74 s,
+# DP-SGD 1.16 -> 1.03-1.05 s, the conv net 0.89 -> 0.81-0.86 s, the others
+# within 3%), ahead of 2,000 and 300, 2,000 and 600, and 4,000 and 300.
+HOST_BATCH_LINES = 1000
+HOST_BATCH_KERNEL_LINES = 300
 # Whether a program's kernels are batched at all (False: each kernel's host
 # code is compiled alone, as a single fusion's compile does).
 HOST_BATCHES = True

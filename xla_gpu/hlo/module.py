@@ -1031,19 +1031,8 @@ def callees(comp: HloComputation) -> list[HloComputation]:
     """The computations `comp`'s instructions call, in instruction order
     (repeats included)."""
     out: list[HloComputation] = []
-    plain = _PLAIN_ATTRIBUTE_TYPES
-    # `add_called_computations`, inlined: the module-wide walks (DCE's,
-    # the dropping of uncalled computations) read every instruction's
-    # attributes, and most values are passed over by their type alone.
     for inst in comp.instructions:
-        for value in inst.attrs.values():
-            if value.__class__ in plain:
-                continue
-            if isinstance(value, HloComputation):
-                out.append(value)
-            elif isinstance(value, list) and value and \
-                    all(isinstance(v, HloComputation) for v in value):
-                out.extend(value)
+        add_called_computations(inst, out)
     return out
 
 

@@ -19,28 +19,11 @@ from xla_gpu import kernel_compiler
 from xla_gpu.backends import cpu
 from xla_gpu.errors import CompileError
 from xla_gpu.runtime.program import load_program
+from host_programs import THREE
 
 pytestmark = pytest.mark.skipif(cpu._linker() is None or not cpu.HostBatcher.available(),
                                 reason="no linker or no LLVM module linker: no batches")
 
-# Three kernels: a loop fusion, a reduction and the broadcast of its result.
-THREE = """HloModule three
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
-  x = f32[64] parameter(0)
-  y = f32[64] parameter(1)
-  t = f32[64] tanh(x)
-  n = f32[64] negate(t)
-  z = f32[] constant(0)
-  r = f32[] reduce(y, z), dimensions={0}, to_apply=add
-  rb = f32[64] broadcast(r), dimensions={}
-  ROOT o = (f32[64], f32[64]) tuple(n, rb)
-}
-"""
 
 # THREE's tanh-negate kernel, and a maximum instead of its sum.
 SHARES_ONE = """HloModule shares_one
@@ -149,6 +132,14 @@ def test_kernels_compile_in_one_llvm_run_with_the_same_bits(llvm_runs, monkeypat
 def test_a_full_batch_is_compiled_by_the_worker_that_filled_it(llvm_runs, monkeypatch):
     # One line per batch: every kernel fills one and is compiled at once.
     monkeypatch.setattr(cpu, "HOST_BATCH_LINES", 1)
+    exe = xla_gpu.compile(THREE, target="cpu", cache=False)
+    assert len(llvm_runs) == 3
+    _check_three(exe.run(X, Y))
+
+
+def test_a_long_kernel_is_compiled_alone_at_once(llvm_runs, monkeypatch):
+    # Every kernel over the limit: none waits in a batch, none is batched.
+    monkeypatch.setattr(cpu, "HOST_BATCH_KERNEL_LINES", 1)
     exe = xla_gpu.compile(THREE, target="cpu", cache=False)
     assert len(llvm_runs) == 3
     _check_three(exe.run(X, Y))

@@ -22,27 +22,10 @@ import xla_gpu
 from xla_gpu.backends import cpu
 from xla_gpu.program import kernels as program_kernels
 from xla_gpu.runtime.program import PROGRAM_FORMAT, load_program
+from host_programs import THREE
 
 pytestmark = pytest.mark.skipif(cpu._linker() is None, reason="no linker: kernels run in the JIT")
 
-# Three kernels: a loop fusion, a reduction and the broadcast of its result.
-THREE = """HloModule three
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
-  x = f32[64] parameter(0)
-  y = f32[64] parameter(1)
-  t = f32[64] tanh(x)
-  n = f32[64] negate(t)
-  z = f32[] constant(0)
-  r = f32[] reduce(y, z), dimensions={0}, to_apply=add
-  rb = f32[64] broadcast(r), dimensions={}
-  ROOT o = (f32[64], f32[64]) tuple(n, rb)
-}
-"""
 
 TANH_NEGATE = """HloModule tanh_negate
 ENTRY e {
