@@ -48,3 +48,18 @@ def ctx():
     context = ir.Context()
     with context:
         yield context
+
+
+@pytest.fixture
+def linker_runs(monkeypatch):
+    """The cpu target's linker command lines, as it runs them."""
+    from xla_gpu.backends import cpu
+    runs: list[list[str]] = []
+    run = cpu._run_linker
+
+    def counted(command):
+        runs.append(command)
+        return run(command)
+
+    monkeypatch.setattr(cpu, "_run_linker", counted)
+    return runs

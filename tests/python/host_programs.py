@@ -19,3 +19,4 @@ ENTRY e {
   ROOT o = (f32[64], f32[64]) tuple(n, rb)
 }
 """
+

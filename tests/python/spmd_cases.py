@@ -4,6 +4,7 @@ interpreter on global arrays, and the f32 `add` reducer their HLO texts use."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -46,3 +47,21 @@ def run_partitioned(text: str, n: int, args):
     return [assemble([outs[d][i] for d in range(n)], s, shape.dims, None)
             for i, (s, shape) in enumerate(zip(result.output_shardings,
                                                result.output_shapes))], result
+
+
+# The collectives a partitioned module's counts compare (an async pair's
+# `-start` counts as its op).
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                    "collective-permute")
+
+
+def collective_counts(module) -> Counter:
+    """How many of each collective kind `module` holds, over every
+    computation."""
+    out: Counter = Counter()
+    for comp in module.computations:
+        for inst in comp.instructions:
+            kind = inst.opcode.removesuffix("-start")
+            if kind in COLLECTIVE_KINDS:
+                out[kind] += 1
+    return out

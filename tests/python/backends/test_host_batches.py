@@ -89,19 +89,6 @@ def llvm_runs(monkeypatch):
     return runs
 
 
-@pytest.fixture
-def linker_runs(monkeypatch):
-    runs: list[list[str]] = []
-    run = cpu._run_linker
-
-    def counted(command):
-        runs.append(command)
-        return run(command)
-
-    monkeypatch.setattr(cpu, "_run_linker", counted)
-    return runs
-
-
 def _check_three(results) -> None:
     n, rb = results
     np.testing.assert_allclose(n, -np.tanh(X), rtol=1e-6, atol=1e-7)

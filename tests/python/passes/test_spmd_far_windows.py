@@ -26,24 +26,14 @@ from xla_gpu.hlo.passes.spmd import SpmdFallbackWarning
 from xla_gpu.hlo.passes.spmd.far_halo import compact_choice, compact_plan
 from xla_gpu.hlo.passes.spmd.reshard import Emitter
 from spmd_cases import MODULE_WITH_ADD, global_arrays, run_partitioned
+from spmd_cases import collective_counts
 
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 KEPT_CUT = Path(__file__).resolve().parents[1] / "data" / "spmd" / "kept_cut"
 
 
 @pytest.fixture(autouse=True)
 def nan_padding(monkeypatch):
     monkeypatch.setattr(Emitter, "padding_value", float("nan"))
-
-
-def _collectives(module) -> Counter:
-    out: Counter = Counter()
-    for comp in module.computations:
-        for inst in comp.instructions:
-            kind = inst.opcode.removesuffix("-start")
-            if kind in KINDS:
-                out[kind] += 1
-    return out
 
 
 def _normal(*shape, seed=0):
@@ -128,7 +118,7 @@ def test_a_far_shift_is_sent_piece_by_piece(op, rows, out, sharding, permutes):
   ROOT r = f32[{cols}] reduce(e, z0), dimensions={{0}}, to_apply=add
 }}"""
     result = _check(MODULE_WITH_ADD + text, 8, [_normal(rows, cols)])
-    kinds = _collectives(result.module)
+    kinds = collective_counts(result.module)
     assert kinds["all-gather"] == 0, kinds
     assert kinds["collective-permute"] >= 1
     if permutes is not None:
@@ -150,7 +140,7 @@ def test_a_window_far_from_its_chunk_is_sent_piece_by_piece():
       sharding={devices=[8,1]<=[8]}
 }"""
     result = _check(text, 8, [_normal(64, 4)])
-    assert _collectives(result.module) == Counter({"collective-permute": 2})
+    assert collective_counts(result.module) == Counter({"collective-permute": 2})
     assert result.module.entry.root.shape.dims == (8, 4)
 
 
@@ -178,7 +168,7 @@ def test_far_interior_padding_and_dilated_windows(op, out):
   ROOT r = f32[3] reduce(e, z0), dimensions={{0}}, to_apply=add
 }}"""
     result = _check(text, 8, [_normal(61, 3)])
-    kinds = _collectives(result.module)
+    kinds = collective_counts(result.module)
     assert kinds["all-gather"] == 0 and kinds["collective-permute"] >= 1, kinds
 
 
@@ -200,7 +190,7 @@ def test_concatenate_of_uneven_rows_on_a_2d_mesh_keeps_the_cut(a, b, tiles):
   ROOT r = f32[8] reduce(t, z), dimensions={{0}}, to_apply=add
 }}"""
     result = _check(text, 8, [_normal(a, 8), _normal(b, 8, seed=1)])
-    kinds = _collectives(result.module)
+    kinds = collective_counts(result.module)
     assert kinds["all-gather"] == 0 and kinds["all-to-all"] == 3, kinds
     assert [i.shape.dims for i in result.module.entry.instructions
             if i.opcode == "concatenate"] == [(a + b, 1)]
@@ -223,7 +213,7 @@ STORED = {
 
 
 @pytest.mark.parametrize("name", sorted(STORED))
-def test_stored_program_matches_jax_with_xla_collectives(name):
+def test_stored_program_matches_jax_with_xlacollective_counts(name):
     npz = np.load(KEPT_CUT / f"{name}.npz")
     n = int(npz["num_partitions"])
     text = (KEPT_CUT / f"{name}.pre.hlo").read_text()
@@ -234,6 +224,6 @@ def test_stored_program_matches_jax_with_xla_collectives(name):
     for i, (g, w) in enumerate(zip(got, global_arrays(npz, "out"))):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
     expected = Counter(STORED[name])
-    assert _collectives(result.module) == expected
+    assert collective_counts(result.module) == expected
     xla = parse_module((KEPT_CUT / f"{name}.partitioned.hlo").read_text())
-    assert _collectives(xla) == expected
+    assert collective_counts(xla) == expected

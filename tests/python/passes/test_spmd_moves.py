@@ -28,23 +28,12 @@ from xla_gpu.hlo.passes.sharding_annotations import ShardingAnnotationRemover
 from xla_gpu.hlo.passes.spmd import SpmdFallbackWarning
 from xla_gpu.hlo.passes.spmd.reshard import Emitter
 from spmd_cases import MODULE_WITH_ADD, global_arrays, run_partitioned
-
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+from spmd_cases import collective_counts
 
 
 @pytest.fixture(autouse=True)
 def nan_padding(monkeypatch):
     monkeypatch.setattr(Emitter, "padding_value", float("nan"))
-
-
-def _collectives(module) -> Counter:
-    out: Counter = Counter()
-    for comp in module.computations:
-        for inst in comp.instructions:
-            kind = inst.opcode.removesuffix("-start")
-            if kind in KINDS:
-                out[kind] += 1
-    return out
 
 
 def _one_device(text: str, args):
@@ -88,7 +77,7 @@ ENTRY e {
   ROOT c = f32[64,16] concatenate(a, b), dimensions={0}, sharding={devices=[8,1]<=[8]}
 }"""
     result = _check(text, 8, [_normal(32, 16), _normal(32, 16, seed=1)])
-    assert _collectives(result.module) == Counter({"all-to-all": 3})
+    assert collective_counts(result.module) == Counter({"all-to-all": 3})
     assert _shapes(result.module, "concatenate") == [(64, 2)]
 
 
@@ -101,7 +90,7 @@ ENTRY e {
   ROOT c = f32[24,16] concatenate(a, b), dimensions={0}, sharding={devices=[2,4]<=[8]}
 }"""
     result = _check(text, 8, [_normal(8, 16), _normal(16, 16, seed=1)])
-    kinds = _collectives(result.module)
+    kinds = collective_counts(result.module)
     assert kinds["all-gather"] == 0 and kinds["all-to-all"] == 3
     assert _shapes(result.module, "concatenate") == [(24, 2)]
 
@@ -116,7 +105,7 @@ ENTRY e {
   ROOT c = f32[64,4] concatenate(a, b), dimensions={0}, sharding={devices=[8,1]<=[8]}
 }"""
     result = _check(text, 8, [_normal(32, 4), _normal(32, 4, seed=1)])
-    assert _collectives(result.module) == Counter({"all-gather": 2})
+    assert collective_counts(result.module) == Counter({"all-gather": 2})
 
 
 @pytest.mark.parametrize("a,b,n", [(10, 6, 4), (8, 6, 4), (5, 7, 8), (10, 10, 4)])
@@ -137,7 +126,7 @@ ENTRY e {{
 }}"""
     result = _check(text, n, [_normal(a, 8), _normal(b, 8, seed=1)],
                     returned_whole=(a + b) % n != 0)
-    kinds = _collectives(result.module)
+    kinds = collective_counts(result.module)
     # (an all-gather: only the uneven result returned whole)
     assert kinds == +Counter({"all-to-all": 3, "all-gather": int((a + b) % n != 0)})
     assert _shapes(result.module, "concatenate") == [(a + b, 8 // n)]
@@ -154,7 +143,7 @@ ENTRY e {
   ROOT n = f32[64,4] negate(r)
 }"""
     result = _check(text, 8, [_normal(64, 4)])
-    assert _collectives(result.module) == Counter({"collective-permute": 1})
+    assert collective_counts(result.module) == Counter({"collective-permute": 1})
     assert _shapes(result.module, "reverse") == [(8, 4)]
     # the result stays cut in the devices' order (as jax states it)
     assert str(result.output_shardings[0]) == "{devices=[8,1]<=[8]}"
@@ -168,7 +157,7 @@ ENTRY e {
   ROOT r = f32[8,16] reverse(x), dimensions={0,1}, sharding={devices=[2,4]<=[8]}
 }"""
     result = _check(text, 8, [_normal(8, 16)])
-    assert _collectives(result.module) == Counter({"collective-permute": 1})
+    assert collective_counts(result.module) == Counter({"collective-permute": 1})
 
 
 @pytest.mark.parametrize("rows,n,permutes", [
@@ -194,7 +183,7 @@ ENTRY e {{
 }}"""
     result = _check(text, n, [_normal(rows, 4)], returned_whole=True)
     # (the one all-gather: the uneven result returned whole)
-    assert _collectives(result.module) == Counter({"collective-permute": permutes,
+    assert collective_counts(result.module) == Counter({"collective-permute": permutes,
                                                    "all-gather": 1})
     assert _shapes(result.module, "reverse") == [(-(-rows // n), 4)]
 
@@ -212,7 +201,7 @@ ENTRY e {
 }"""
     result = _check(text, 8, [_normal(10, 16)], returned_whole=True)
     # (the two all-gathers: the uneven result returned whole, dim by dim)
-    assert _collectives(result.module) == Counter({"collective-permute": 3,
+    assert collective_counts(result.module) == Counter({"collective-permute": 3,
                                                    "all-gather": 2})
     assert _shapes(result.module, "reverse") == [(3, 8)]
 
@@ -236,7 +225,7 @@ def test_dynamic_update_slice_of_one_row_writes_where_it_falls(index):
     """XLA's single-partition update: every device holds the row; the one
     whose chunk the (clamped) offset falls in writes it; no collective."""
     result = _check(DUS_ROW, 8, [_normal(64, 4), _normal(1, 4, seed=1), np.int32(index)])
-    assert _collectives(result.module) == Counter()
+    assert collective_counts(result.module) == Counter()
     assert _shapes(result.module, "dynamic-update-slice") == [(8, 4)]
 
 
@@ -245,7 +234,7 @@ def test_dynamic_update_slice_with_an_unsigned_offset_past_the_end():
     text = DUS_ROW.replace("i = s32[] parameter(2)", "i = u32[] parameter(2)").replace(
         "z = s32[] constant(0)", "z = u32[] constant(0)")
     result = _check(text, 8, [_normal(64, 4), _normal(1, 4, seed=1), np.uint32(4000000000)])
-    assert _collectives(result.module) == Counter()
+    assert collective_counts(result.module) == Counter()
 
 
 def test_dynamic_update_slice_at_a_constant_offset_inside_a_chunk():
@@ -259,7 +248,7 @@ ENTRY e {
   ROOT d = f32[64,4] dynamic-update-slice(x, u, i, z), sharding={devices=[8,1]<=[8]}
 }"""
     result = _check(text, 8, [_normal(64, 4), _normal(4, 4, seed=1)])
-    assert _collectives(result.module) == Counter()
+    assert collective_counts(result.module) == Counter()
 
 
 def test_dynamic_update_slice_of_uneven_rows_and_cut_columns():
@@ -295,7 +284,7 @@ ENTRY e {
   ROOT d = f32[64,4] dynamic-update-slice(x, u, i, z), sharding={devices=[8,1]<=[8]}
 }"""
     result = _check(text, 8, [_normal(64, 4), _normal(4, 4, seed=1), np.int32(6)])
-    assert _collectives(result.module) == Counter({"all-gather": 1})
+    assert collective_counts(result.module) == Counter({"all-gather": 1})
 
 
 # ------------------------------------------------------------ dynamic-slice
@@ -312,7 +301,7 @@ ENTRY e {
   ROOT d = f32[8,4] dynamic-slice(x, i, z), dynamic_slice_sizes={8,4}
 }"""
     result = _check(text, 8, [_normal(64, 4), np.int32(8)])
-    assert _collectives(result.module) == Counter({"all-gather": 1})
+    assert collective_counts(result.module) == Counter({"all-gather": 1})
 
 
 def test_dynamic_slice_of_uncut_rows_keeps_the_column_cut():
@@ -325,7 +314,7 @@ ENTRY e {
   ROOT d = f32[8,16] dynamic-slice(x, i, j), dynamic_slice_sizes={8,16}
 }"""
     result = _check(text, 8, [_normal(64, 16), np.int32(60), np.int32(3)])
-    assert _collectives(result.module) == Counter()
+    assert collective_counts(result.module) == Counter()
     assert _shapes(result.module, "dynamic-slice")[-1] == (8, 2)
 
 
@@ -352,7 +341,7 @@ ENTRY e {{
   ROOT r = f32[{n_out},3] custom-call(p), custom_call_target="Sharding", sharding={{devices=[{n},1]<=[{n}]}}
 }}"""
     result = _check(text, n, [_normal(n_in, 3)], returned_whole=True)
-    kinds = _collectives(result.module)
+    kinds = collective_counts(result.module)
     # the pad ran on chunks: the only gather is of an uneven result
     assert kinds["all-gather"] == (0 if n_out % n == 0 else 1)
     if permutes is not None:
@@ -370,7 +359,7 @@ def test_dilated_window_along_cut_rows_is_a_halo_exchange():
       to_apply=add, sharding={devices=[8,1]<=[8]}
 }"""
     result = _check(text, 8, [_normal(64, 4)])
-    assert _collectives(result.module) == Counter({"collective-permute": 2})
+    assert collective_counts(result.module) == Counter({"collective-permute": 2})
     assert _shapes(result.module, "reduce-window") == [(8, 4)]
 
 
@@ -384,7 +373,7 @@ def test_dilated_strided_window_over_uneven_rows():
   ROOT n = f32[5,4] negate(w), sharding={devices=[4,1]<=[4]}
 }"""
     result = _check(text, 4, [_normal(10, 4)], returned_whole=True)
-    assert _collectives(result.module)["collective-permute"] >= 1
+    assert collective_counts(result.module)["collective-permute"] >= 1
     assert (2, 4) in _shapes(result.module, "reduce-window")
 
 
@@ -414,7 +403,7 @@ def test_reduce_window_with_base_dilation_along_cut_rows(n_in, n, size, stride, 
   ROOT r = f32[{n_out},3] custom-call(w), custom_call_target="Sharding", sharding={{devices=[{n},1]<=[{n}]}}
 }}"""
     result = _check(text, n, [_normal(n_in, 3)], returned_whole=True)
-    kinds = _collectives(result.module)
+    kinds = collective_counts(result.module)
     # the window ran on chunks: the only gather is of an uneven result
     assert kinds["all-gather"] == (0 if n_out % n == 0 else 1)
     if permutes is not None:
@@ -440,7 +429,7 @@ ENTRY e {{
   ROOT c = f32[2,4,10] convolution(a, k), window={{size=3 pad=1_1}}, dim_labels=bf0_oi0->bf0
 }}"""
     result = _check(text, n, [_normal(2, features, 10), _normal(4, features, 3, seed=1)])
-    assert _collectives(result.module) == Counter({"all-reduce": 1})
+    assert collective_counts(result.module) == Counter({"all-reduce": 1})
     assert _shapes(result.module, "convolution") == [(2, 4, 10)]
 
 
@@ -460,7 +449,7 @@ ENTRY e {{
 }}"""
     result = _check(text, 8, [_normal(batch, features, 10), _normal(4, features, 3, seed=1)],
                     returned_whole=True)
-    kinds = _collectives(result.module)
+    kinds = collective_counts(result.module)
     assert kinds["all-reduce"] == 1 and kinds["all-to-all"] == 0
     assert _shapes(result.module, "convolution") == [(-(-batch // 2), 4, 10)]
 
@@ -488,7 +477,7 @@ ENTRY e {{
 }}"""
     result = _check(text, n, [_normal(2, 3, length), _normal(4, 3, size, seed=1)],
                     returned_whole=True)
-    assert _collectives(result.module)["collective-permute"] >= 1
+    assert collective_counts(result.module)["collective-permute"] >= 1
     # the convolution ran on each device's chunk of the result, undilated
     convs = [i for i in result.module.entry.instructions if i.opcode == "convolution"]
     assert [c.shape.dims for c in convs] == [(2, 4, -(-out // n))]
@@ -510,7 +499,7 @@ ENTRY e {
       rhs_batch_dims={0}, rhs_contracting_dims={1}
 }"""
     result = _check(text, 8, [_normal(8, 4, 6), _normal(8, 6, 16, seed=1)])
-    assert _collectives(result.module) == Counter({"all-gather": 1})
+    assert collective_counts(result.module) == Counter({"all-gather": 1})
     assert str(result.output_shardings[0]) == "{devices=[1,1,8]<=[8]}"
 
 
@@ -533,7 +522,7 @@ ENTRY e {{
 }}"""
     result = _check(text, n, [_normal(2, 3, 10), _normal(features, 3, 3, seed=1)],
                     returned_whole=features % n != 0)
-    kinds = _collectives(result.module)
+    kinds = collective_counts(result.module)
     assert kinds == (Counter() if features % n == 0 else Counter({"all-gather": 1}))
     assert _shapes(result.module, "convolution") == [(2, -(-features // n), 10)]
 
@@ -549,7 +538,7 @@ ENTRY e {
   ROOT c = f32[4,16,10] convolution(x, k), window={size=3 pad=1_1}, dim_labels=bf0_oi0->bf0
 }"""
     result = _check(text, 8, [_normal(4, 3, 10), _normal(16, 3, 3, seed=1)])
-    assert _collectives(result.module) == Counter()
+    assert collective_counts(result.module) == Counter()
     assert _shapes(result.module, "convolution") == [(2, 4, 10)]
     assert str(result.output_shardings[0]) == "{devices=[2,4,1]<=[8]}"
 
@@ -566,7 +555,7 @@ ENTRY e {
       sharding={devices=[1,4,2]<=[2,4]T(1,0)}
 }"""
     result = _check(text, 8, [_normal(2, 3, 16), _normal(16, 3, 3, seed=1)])
-    assert _collectives(result.module) == Counter({"collective-permute": 2})
+    assert collective_counts(result.module) == Counter({"collective-permute": 2})
     assert _shapes(result.module, "convolution") == [(2, 4, 8)]
 
 
@@ -582,7 +571,7 @@ ENTRY e {
   ROOT c = f32[8,64,4] convolution(x, k), window={size=3 pad=1_1}, dim_labels=bf0_oi0->bf0
 }"""
     result = _check(text, 8, [_normal(8, 3, 4), _normal(64, 3, 3, seed=1)])
-    assert _collectives(result.module) == Counter({"all-gather": 1})
+    assert collective_counts(result.module) == Counter({"all-gather": 1})
     assert _shapes(result.module, "all-gather") == [(8, 3, 4)]
     assert _shapes(result.module, "convolution") == [(8, 8, 4)]
 
@@ -609,7 +598,7 @@ ENTRY e {{
       feature_group_count={groups}
 }}"""
     result = _check(text, n, [_normal(2, features, 10), _normal(out, per, 3, seed=1)])
-    assert _collectives(result.module) == Counter()
+    assert collective_counts(result.module) == Counter()
     convs = [i for i in result.module.entry.instructions if i.opcode == "convolution"]
     assert [c.shape.dims for c in convs] == [(2, out // n, 10)]
     assert convs[0].attrs["feature_group_count"] == groups // n
@@ -628,7 +617,7 @@ ENTRY e {
       feature_group_count=8, sharding={devices=[1,4,2]<=[8]}
 }"""
     result = _check(text, 8, [_normal(2, 8, 16), _normal(8, 1, 5, seed=1)])
-    assert _collectives(result.module) == Counter({"collective-permute": 2})
+    assert collective_counts(result.module) == Counter({"collective-permute": 2})
     assert _shapes(result.module, "convolution") == [(2, 2, 8)]
 
 
@@ -662,7 +651,7 @@ ENTRY e {{
     shape = lambda t: tuple(int(v) for v in t[4:-1].split(","))
     args = [_normal(*shape(lhs)), _normal(*shape(rhs), seed=1)]
     result = _check(text, n, args)
-    assert _collectives(result.module) == Counter()
+    assert collective_counts(result.module) == Counter()
     convs = [i for i in result.module.entry.instructions if i.opcode == "convolution"]
     assert len(convs) == 1 and convs[0].attrs["batch_group_count"] == groups // n
 
@@ -729,7 +718,7 @@ KEPT_CUT_EXPECTED = {
 
 
 @pytest.mark.parametrize("name", sorted(KEPT_CUT_EXPECTED))
-def test_stored_program_matches_jax_with_xla_collectives(name):
+def test_stored_program_matches_jax_with_xlacollective_counts(name):
     npz = np.load(KEPT_CUT / f"{name}.npz")
     n = int(npz["num_partitions"])
     text = (KEPT_CUT / f"{name}.pre.hlo").read_text()
@@ -740,6 +729,6 @@ def test_stored_program_matches_jax_with_xla_collectives(name):
     for i, (g, w) in enumerate(zip(got, global_arrays(npz, "out"))):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
     expected = Counter(KEPT_CUT_EXPECTED[name])
-    assert _collectives(result.module) == expected
+    assert collective_counts(result.module) == expected
     xla = parse_module((KEPT_CUT / f"{name}.partitioned.hlo").read_text())
-    assert _collectives(xla) == expected
+    assert collective_counts(xla) == expected

@@ -75,20 +75,6 @@ def cache(tmp_path, monkeypatch):
     xla_gpu.compiler.clear_memory_cache()
 
 
-@pytest.fixture
-def linker_runs(monkeypatch):
-    """The linker's command lines, as it runs."""
-    runs: list[list[str]] = []
-    run = cpu._run_linker
-
-    def counted(command):
-        runs.append(command)
-        return run(command)
-
-    monkeypatch.setattr(cpu, "_run_linker", counted)
-    return runs
-
-
 def _exported(library: bytes) -> set[str]:
     """The names an ELF64 shared object exports (defined, in .dynsym)."""
     shoff, = struct.unpack_from("<Q", library, 0x28)
