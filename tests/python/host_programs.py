@@ -20,3 +20,15 @@ ENTRY e {
 }
 """
 
+# A tanh-negate kernel as a single fusion.
+FUSED_TANH_NEGATE = """HloModule fused_tanh_negate
+fused {
+  p = f32[64] parameter(0)
+  t = f32[64] tanh(p)
+  ROOT n = f32[64] negate(t)
+}
+ENTRY e {
+  p = f32[64] parameter(0)
+  ROOT f = f32[64] fusion(p), kind=kLoop, calls=fused
+}
+"""

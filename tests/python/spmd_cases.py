@@ -4,6 +4,7 @@ interpreter on global arrays, and the f32 `add` reducer their HLO texts use."""
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -65,3 +66,23 @@ def collective_counts(module) -> Counter:
             if kind in COLLECTIVE_KINDS:
                 out[kind] += 1
     return out
+
+
+def run_stored_case(folder: Path, name: str, expected: dict):
+    """Stored program `name` of `folder` (jax's `.pre.hlo`, inputs and
+    outputs, XLA's `.partitioned.hlo`) partitioned and run: its outputs
+    must be jax's and its collectives, like XLA's, `expected` (kind ->
+    count). Returns the partitioning's result (its notes: the caller's)."""
+    from xla_gpu.hlo.passes.spmd import SpmdFallbackWarning
+    npz = np.load(folder / f"{name}.npz")
+    n = int(npz["num_partitions"])
+    text = (folder / f"{name}.pre.hlo").read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpmdFallbackWarning)
+        got, result = run_partitioned(text, n, global_arrays(npz, "in"))
+    for i, (g, w) in enumerate(zip(got, global_arrays(npz, "out"))):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+    assert collective_counts(result.module) == Counter(expected)
+    xla = parse_module((folder / f"{name}.partitioned.hlo").read_text())
+    assert collective_counts(xla) == Counter(expected)
+    return result

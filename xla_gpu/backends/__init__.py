@@ -246,14 +246,14 @@ class CpuBackend(Backend):
         # pipeline.run verified its result: the printer need not verify it
         # again (str() does).
         binary = KernelBinary(host_mlir=module.operation.get_asm(assume_verified=True))
-        llvm = cpu.host_pipeline(emitter, binary.host_mlir.count("\n"), work)
+        lines = binary.host_mlir.count("\n")
+        llvm = cpu.host_pipeline(emitter, lines, work)
         if llvm.cold:
             binary.notes.append(f"cold kernel ({work} units of work): host code by "
                                 f"{llvm.describe()}")
         full = None
         try:
             cpu.require_linker()
-            lines = binary.host_mlir.count("\n")
             if lower_only and host_batch is not None and lines <= cpu.HOST_BATCH_KERNEL_LINES:
                 # Into a batch with other kernels of the program: the object
                 # comes when the batch is compiled (`cpu.HostBatcher`).

@@ -19,7 +19,7 @@ from xla_gpu import kernel_compiler
 from xla_gpu.backends import cpu
 from xla_gpu.errors import CompileError
 from xla_gpu.runtime.program import load_program
-from host_programs import THREE
+from host_programs import FUSED_TANH_NEGATE, THREE
 
 pytestmark = pytest.mark.skipif(cpu._linker() is None or not cpu.HostBatcher.available(),
                                 reason="no linker or no LLVM module linker: no batches")
@@ -187,18 +187,7 @@ def test_a_batched_kernel_compiles_alone_and_saves(cache, tmp_path):
         assert entries <= cpu.HostObject.of("k", code).symbols
     # A single fusion's compile finds the kernel cached with its batch's
     # object and links a shared object of its own from it.
-    fused = """HloModule fused_tanh_negate
-fused {
-  p = f32[64] parameter(0)
-  t = f32[64] tanh(p)
-  ROOT n = f32[64] negate(t)
-}
-ENTRY e {
-  p = f32[64] parameter(0)
-  ROOT f = f32[64] fusion(p), kind=kLoop, calls=fused
-}
-"""
-    single = xla_gpu.compile(fused, target="cpu", fusion="f")
+    single = xla_gpu.compile(FUSED_TANH_NEGATE, target="cpu", fusion="f")
     (got,) = single.run(X)
     assert got.tobytes() == want[0].tobytes()
     # A saved program loads and runs the same.

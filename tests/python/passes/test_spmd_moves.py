@@ -27,8 +27,8 @@ from xla_gpu.hlo import evaluate, parse_module
 from xla_gpu.hlo.passes.sharding_annotations import ShardingAnnotationRemover
 from xla_gpu.hlo.passes.spmd import SpmdFallbackWarning
 from xla_gpu.hlo.passes.spmd.reshard import Emitter
-from spmd_cases import MODULE_WITH_ADD, global_arrays, run_partitioned
-from spmd_cases import collective_counts
+from spmd_cases import MODULE_WITH_ADD, run_partitioned
+from spmd_cases import collective_counts, run_stored_case
 
 
 @pytest.fixture(autouse=True)
@@ -719,16 +719,5 @@ KEPT_CUT_EXPECTED = {
 
 @pytest.mark.parametrize("name", sorted(KEPT_CUT_EXPECTED))
 def test_stored_program_matches_jax_with_xlacollective_counts(name):
-    npz = np.load(KEPT_CUT / f"{name}.npz")
-    n = int(npz["num_partitions"])
-    text = (KEPT_CUT / f"{name}.pre.hlo").read_text()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SpmdFallbackWarning)
-        got, result = run_partitioned(text, n, global_arrays(npz, "in"))
+    result = run_stored_case(KEPT_CUT, name, KEPT_CUT_EXPECTED[name])
     assert all("returned whole" in note for note in result.notes), result.notes
-    for i, (g, w) in enumerate(zip(got, global_arrays(npz, "out"))):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
-    expected = Counter(KEPT_CUT_EXPECTED[name])
-    assert collective_counts(result.module) == expected
-    xla = parse_module((KEPT_CUT / f"{name}.partitioned.hlo").read_text())
-    assert collective_counts(xla) == expected

@@ -22,7 +22,7 @@ import xla_gpu
 from xla_gpu.backends import cpu
 from xla_gpu.program import kernels as program_kernels
 from xla_gpu.runtime.program import PROGRAM_FORMAT, load_program
-from host_programs import THREE
+from host_programs import FUSED_TANH_NEGATE, THREE
 
 pytestmark = pytest.mark.skipif(cpu._linker() is None, reason="no linker: kernels run in the JIT")
 
@@ -35,18 +35,6 @@ ENTRY e {
 }
 """
 
-# TANH_NEGATE's kernel as a single fusion.
-FUSED_TANH_NEGATE = """HloModule fused_tanh_negate
-fused {
-  p = f32[64] parameter(0)
-  t = f32[64] tanh(p)
-  ROOT n = f32[64] negate(t)
-}
-ENTRY e {
-  p = f32[64] parameter(0)
-  ROOT f = f32[64] fusion(p), kind=kLoop, calls=fused
-}
-"""
 
 # Two loop fusions the fusion passes name alike (loop_negate_fusion and
 # loop_negate_fusion.1); the second is TANH_NEGATE's kernel, which keeps
