@@ -128,6 +128,11 @@ class Backend(ABC):
     def finish_batches(self, batcher, map_fn=map) -> None:
         """Compiles what `batcher` still holds (by `map_fn`: side by side)."""
 
+    def drain_batches(self, batcher) -> None:
+        """Compiles what `batcher` holds now, one unit at a time, in the
+        calling thread (a compile thread that has no kernel left to build);
+        what kernels still being built add is left to `finish_batches`."""
+
     def discard_batches(self, batcher) -> None:
         """Frees what `batcher` still holds, uncompiled (a failed compile)."""
 
@@ -291,6 +296,10 @@ class CpuBackend(Backend):
 
     def finish_batches(self, batcher, map_fn=map) -> None:
         batcher.finish(map_fn)
+
+    def drain_batches(self, batcher) -> None:
+        while batcher.compile_next():
+            pass
 
     def discard_batches(self, batcher) -> None:
         batcher.discard()

@@ -1453,6 +1453,20 @@ class HostBatcher:
             self.batches += 1
             self.seconds += seconds
 
+    def compile_next(self) -> bool:
+        """Compiles the largest batch still open in the calling thread;
+        False when none is. (A compile thread with no kernel left to build
+        takes the batches then, instead of leaving them all to `finish`,
+        where they would run at the very end with nothing beside them.)"""
+        with self._lock:
+            open_ = [b for batches in self._open.values() for b in batches]
+            if not open_:
+                return False
+            batch = max(open_, key=lambda b: b.lines)
+            self._open[batch.pipeline].remove(batch)
+        self.compile(batch)
+        return True
+
     def finish(self, map_fn=map) -> None:
         """Compiles every batch still open, the largest first, by
         `map_fn(self.compile, batches)` (a thread pool's map: side by

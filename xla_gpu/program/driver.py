@@ -97,7 +97,6 @@ def _compile_program(module: HloModule, *, text: str, target: str, arch: str, ca
     try:
         if memory_limit is None:
             kernels.prefetch(kernel_fusions(entry))
-        hlo_text = module_to_text(prepared)
         stage("scheduling")
         t0 = time.perf_counter()
         schedule = schedule_module(prepared, memory_limit=memory_limit) \
@@ -142,7 +141,7 @@ def _compile_program(module: HloModule, *, text: str, target: str, arch: str, ca
         name=module.name, target=target, arch=arch, allocations=allocations,
         parameters=parameters, parameter_shapes=[str(p.shape) for p in entry.parameters],
         outputs=outputs, thunks=thunks, kernels=dict(kernels.images), constants=program_constants,
-        hlo_text=hlo_text, original_text=text, buffer_assignment=ba_text,
+        _hlo_module=prepared, original_text=text, buffer_assignment=ba_text,
         memory=_memory_analysis(assignment, kernels.images), notes=notes, timings=timings,
         version=__version__, command_buffers=command_buffers,
         num_replicas=num_replicas, num_partitions=num_partitions,

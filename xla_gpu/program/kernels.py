@@ -116,9 +116,12 @@ class ProgramKernels:
         self._unlinked: list[tuple[KernelImage, Any, str, Any]] = []
         # Per fusion instruction: (kernel computation, key).
         self._kernels_of: dict[int, tuple[HloComputation, str]] = {}
+        self._kernel_comps: dict[int, HloComputation] = {}
         # Key -> a Future of `_build` or a cached kernel (prefetch).
         self._pending: dict[str, Any] = {}
         self._pool = None
+        # Pool tasks that compile batched code once no build is left.
+        self._drains: list = []
         # The terminal's progress line, if the caller shows one.
         self.progress = _progress.current()
         # What the compile threads share to compile kernels' code together
@@ -136,11 +139,17 @@ class ProgramKernels:
         fusion instruction."""
         known = self._kernels_of.get(id(inst))
         if known is None:
-            kernel_comp = kernel_computation(comp)
+            kernel_comp = self._kernel_computation_of(inst, comp)
             key = kernel_compiler.kernel_key(kernel_comp, self.target, self.arch,
                                              identity=self.identity,
                                              config=_gemm_tiling(inst))
             known = self._kernels_of[id(inst)] = (kernel_comp, key)
+        return known
+
+    def _kernel_computation_of(self, inst: HloInstruction, comp: HloComputation):
+        known = self._kernel_comps.get(id(inst))
+        if known is None:
+            known = self._kernel_comps[id(inst)] = kernel_computation(comp)
         return known
 
     def _cached(self, key: str):
@@ -183,8 +192,19 @@ class ProgramKernels:
             if self.progress is not None:
                 self.progress.kernels(len({self._kernel_of(i, c)[1] for i, c in fusions}))
             return
-        to_build = []
+        # The builds start as their keys are known, the slowest first (no
+        # long one should start last and run alone while the other threads
+        # idle): the weights are cheap, the keys (fingerprints of every
+        # fusion, repeated layers included) are not, and the threads work
+        # while this one fingerprints the rest.
+        weighted = []
         for inst, comp in fusions:
+            kernel_comp = self._kernel_computation_of(inst, comp)
+            weighted.append((_build_weight(inst, kernel_comp), inst, comp))
+        weighted.sort(key=lambda item: item[0], reverse=True)
+        build = carry(self._build)
+        futures = []
+        for _, inst, comp in weighted:
             kernel_comp, key = self._kernel_of(inst, comp)
             if key in self.images or key in self._pending:
                 continue
@@ -192,35 +212,38 @@ class ProgramKernels:
             if exe is not None:
                 self._pending[key] = exe
                 continue
-            self._pending[key] = None   # taken; submitted below
-            to_build.append((inst, kernel_comp, key))
-        if not to_build:
-            return
-        progress = self.progress
-        if progress is not None:
-            progress.kernels(len(to_build))
-        if self._pool is None:
-            self._pool = _compile_pool(workers)
-        build = carry(self._build)
-        # The slowest builds first, so that no long one starts last and
-        # runs alone while the other threads idle.
-        to_build.sort(key=lambda item: _build_weight(*item[:2]), reverse=True)
-        for inst, kernel_comp, key in to_build:
+            if self._pool is None:
+                self._pool = _compile_pool(workers)
             self._pending[key] = future = self._pool.submit(build, inst, kernel_comp, key)
-            if progress is not None:
+            futures.append(future)
+        if futures and self.link_kernels:
+            # Behind the builds in the pool's queue: a thread that finds no
+            # build left compiles the kernels' batched code gathered so far.
+            self._drains += [self._pool.submit(carry(self._drain_batches))
+                             for _ in range(workers)]
+        progress = self.progress
+        if progress is not None and futures:
+            progress.kernels(len(futures))
+            for future in futures:     # (called at once for those already done)
                 future.add_done_callback(lambda _: progress.kernel_done())
+
+    def _drain_batches(self) -> None:
+        batcher = self._host_batcher()
+        if batcher is not None:
+            self.backend.drain_batches(batcher)
 
     def close(self) -> None:
         """Cancels what was prefetched and not used (a compile that failed
         part way) and lets the threads go."""
         from concurrent.futures import Future, wait
-        running = [item for item in self._pending.values()
+        running = [item for item in [*self._pending.values(), *self._drains]
                    if isinstance(item, Future) and not item.cancel()]
         # The pool outlives this compile; what still runs for it finishes
         # before the compile returns (its errors are not wanted).
         wait(running)
         self._pool = None
         self._pending.clear()
+        self._drains.clear()
         if self._batcher is not None:
             self.backend.discard_batches(self._batcher)
 
@@ -291,6 +314,8 @@ class ProgramKernels:
         objects once their batch was compiled: `kernel_compiler.store`)."""
         backend = self.backend
         workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
+        for drain in self._drains:
+            drain.result()
         if self._batcher is not None:
             # The batches still open, compiled side by side; then every
             # kernel built now has its object, and is cached with it.

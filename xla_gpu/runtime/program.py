@@ -176,7 +176,11 @@ class ProgramExecutable:
     thunks: list[Thunk]
     kernels: dict[str, KernelImage]
     constants: dict[int, np.ndarray]      # allocation -> its bytes (uint8)
-    hlo_text: str = ""                    # the optimized module
+    # The optimized module's text (`hlo_text`), or the module to print it
+    # from when first asked for: few callers read it, and printing a
+    # training step's module costs a compile tens of milliseconds.
+    _hlo_text: str | None = field(default=None, repr=False)
+    _hlo_module: Any = field(default=None, repr=False)
     original_text: str = ""               # what was compiled
     buffer_assignment: str = ""
     memory: MemoryAnalysis = field(default_factory=MemoryAnalysis)
@@ -253,6 +257,18 @@ class ProgramExecutable:
         self._custom_call_handlers = handlers
 
     # -- views ---------------------------------------------------------------
+    @property
+    def hlo_text(self) -> str:
+        """The optimized HLO module's text."""
+        if self._hlo_text is None:
+            module, self._hlo_module = self._hlo_module, None
+            if module is None:
+                self._hlo_text = ""
+            else:
+                from ..hlo.printer import module_to_text
+                self._hlo_text = module_to_text(module)
+        return self._hlo_text
+
     def as_text(self) -> str:
         """The optimized HLO module (jax's `compiled.as_text()`)."""
         return self.hlo_text
@@ -1374,7 +1390,7 @@ def load_program(directory: str | os.PathLike, *, expected_digest: str | None = 
             outputs=[ArrayRef.from_dict(r) for r in m["outputs"]],
             thunks=[thunk_from_dict(t) for t in m["thunks"]],
             kernels=kernels, constants=constants,
-            hlo_text=data.get("optimized.hlo", b"").decode(),
+            _hlo_text=data.get("optimized.hlo", b"").decode(),
             original_text=data.get("original.hlo", b"").decode(),
             buffer_assignment=data.get("buffer-assignment.txt", b"").decode(),
             memory=MemoryAnalysis.from_dict(m.get("memory", {})),

@@ -2,8 +2,9 @@
 kernels translated into one LLVM module, optimized and compiled by one LLVM
 run (`backends.cpu.HostBatcher`), instead of one run per kernel, whose fixed
 cost is most of a small kernel's LLVM time. Checked here: the batched
-program computes the same bits as one compiled kernel by kernel; kernels
-named alike stay apart; a batch's object, cached for each of its kernels,
+program computes the same bits as one compiled kernel by kernel; a compile
+thread with no build left compiles the batches open then; kernels named
+alike stay apart; a batch's object, cached for each of its kernels,
 is linked once by a program that loads several of them, and serves a
 different program and a single fusion's compile; saved programs; an LLVM
 failure names the kernel; without a linker the JIT still runs the
@@ -18,6 +19,7 @@ import xla_gpu
 from xla_gpu import kernel_compiler
 from xla_gpu.backends import cpu
 from xla_gpu.errors import CompileError
+from xla_gpu.program import kernels as program_kernels
 from xla_gpu.runtime.program import load_program
 from host_programs import FUSED_TANH_NEGATE, THREE
 
@@ -89,6 +91,14 @@ def llvm_runs(monkeypatch):
     return runs
 
 
+@pytest.fixture
+def one_compile_thread(monkeypatch):
+    """Kernels built one after another on the calling thread, so that which
+    kernels share a batch is fixed (on compile threads, one that runs out
+    of builds compiles the batches open at that moment)."""
+    monkeypatch.setattr(program_kernels, "PREFETCH_THREADS", 1)
+
+
 def _check_three(results) -> None:
     n, rb = results
     np.testing.assert_allclose(n, -np.tanh(X), rtol=1e-6, atol=1e-7)
@@ -99,7 +109,7 @@ def _objects_in(command: list[str]) -> int:
     return sum(1 for word in command if word.endswith(".o") and "/kernel" in word)
 
 
-def test_kernels_compile_in_one_llvm_run_with_the_same_bits(llvm_runs, monkeypatch):
+def test_kernels_compile_in_one_llvm_run_with_the_same_bits(one_compile_thread, llvm_runs, monkeypatch):
     exe = xla_gpu.compile(THREE, target="cpu", cache=False)
     assert len(exe.kernels) == 3
     # All three are cold kernels (one pipeline) and small: one batch.
@@ -132,6 +142,28 @@ def test_a_long_kernel_is_compiled_alone_at_once(llvm_runs, monkeypatch):
     _check_three(exe.run(X, Y))
 
 
+def test_a_thread_out_of_builds_compiles_the_open_batches(llvm_runs, monkeypatch):
+    # Three small kernels on two compile threads: a thread that finds no
+    # build left takes the batches open then (instead of leaving them to
+    # the link); the batches the last builds open still compile at the link.
+    monkeypatch.setattr(program_kernels, "PREFETCH_THREADS", 2)
+    monkeypatch.setattr(program_kernels.os, "cpu_count", lambda: 2)
+    taken = []
+    compile_next = cpu.HostBatcher.compile_next
+
+    def spy(self):
+        compiled = compile_next(self)
+        taken.append(compiled)
+        return compiled
+
+    monkeypatch.setattr(cpu.HostBatcher, "compile_next", spy)
+    exe = xla_gpu.compile(THREE, target="cpu", cache=False)
+    # Each of the two threads asked until no batch was left open.
+    assert taken.count(False) == 2, taken
+    assert 1 <= len(llvm_runs) <= 3
+    _check_three(exe.run(X, Y))
+
+
 def test_kernels_named_alike_go_to_different_batches(llvm_runs, linker_runs):
     exe = xla_gpu.compile(NAMED_ALIKE, target="cpu", cache=False)
     names = [image.spec.name for image in exe.kernels.values()]
@@ -143,7 +175,7 @@ def test_kernels_named_alike_go_to_different_batches(llvm_runs, linker_runs):
     np.testing.assert_allclose(b, np.exp(Y), rtol=1e-6)
 
 
-def test_batch_objects_are_cached_per_kernel_and_linked_once(cache, llvm_runs, linker_runs):
+def test_batch_objects_are_cached_per_kernel_and_linked_once(one_compile_thread, cache, llvm_runs, linker_runs):
     exe = xla_gpu.compile(THREE, target="cpu")
     first = exe.run(X, Y)
     _check_three(first)
@@ -177,7 +209,7 @@ def test_batch_objects_are_cached_per_kernel_and_linked_once(cache, llvm_runs, l
     assert r == Y.max()
 
 
-def test_a_batched_kernel_compiles_alone_and_saves(cache, tmp_path):
+def test_a_batched_kernel_compiles_alone_and_saves(one_compile_thread, cache, tmp_path):
     exe = xla_gpu.compile(THREE, target="cpu")
     want = exe.run(X, Y)
     # Each kernel is cached with the batch's object, which defines all three.
@@ -216,7 +248,7 @@ def test_an_llvm_failure_names_its_kernel(monkeypatch):
     assert "invalid optimization level 'O9'" in text, text
 
 
-def test_a_failing_batch_is_compiled_kernel_by_kernel(monkeypatch):
+def test_a_failing_batch_is_compiled_kernel_by_kernel(one_compile_thread, monkeypatch):
     # Every kernel in one batch through a refused pipeline: the batch fails,
     # then each kernel alone; the error names the batch's kernels.
     monkeypatch.setattr(cpu, "host_pipeline",
