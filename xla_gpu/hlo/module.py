@@ -279,6 +279,11 @@ def _split_number(name: str) -> tuple[str, int] | None:
     return None
 
 
+# `_split_number` per name, for `NameUniquer` (bounded: cleared when full).
+_SPLITS: dict[str, tuple[str, int] | None] = {}
+_MAX_SPLITS = 1 << 18
+
+
 class NameUniquer:
     """XLA's NameUniquer: `add` stays `add` while free, then `add.1`,
     `add.2`...; a name with a numeric suffix (`add.7`) keeps it when free and
@@ -292,11 +297,17 @@ class NameUniquer:
         next_id: dict[str, int] = {}
         self.next_id = next_id
         get = next_id.get
+        # `_split_number` of each name, remembered: the passes build the
+        # table again from the same tens of thousands of names.
+        splits = _SPLITS
+        if len(splits) > _MAX_SPLITS:
+            splits.clear()
         for name in self.used:
-            # `_split_number`, inlined: tens of thousands of names per pass.
-            root, dot, digits = name.rpartition(".")
-            if dot and root and digits.isdigit() and digits.isascii():
-                k = int(digits)
+            split = splits.get(name, False)
+            if split is False:
+                split = splits[name] = _split_number(name)
+            if split is not None:
+                root, k = split
                 if k >= get(root, 0):
                     next_id[root] = k + 1
 

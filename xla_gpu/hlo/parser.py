@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import warnings
 from typing import Any
 
@@ -59,6 +60,24 @@ _IDENT_CHARS = _IDENT_START | frozenset("0123456789.-")
 _NAME_CHARS = _IDENT_CHARS
 _MAX_DEPTH = MAX_NESTING
 _INT64_MAX = (1 << 63) - 1
+
+# The common tokens matched by one regular expression each, not character
+# by character (a program's text has tens of thousands of names and
+# shapes). What they do not match takes the character-wise path, which
+# also reports the errors. `_INTEGER`: a decimal integer; `_NAME_TAIL`: the
+# rest of a name (`_NAME_CHARS`, but not the `-` of an arrow `->`);
+# `_INSTRUCTION_HEAD`: `[ROOT] name =`; `_OPERAND_NAME`: an operand written
+# as a name; `_PLAIN_SHAPE`: an array shape written without spaces,
+# tiling, signs or dynamic dimensions (`f32[2,3]{1,0}`, `pred[]`).
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_NAME_TAIL = re.compile(r"(?:[A-Za-z0-9_.]|-(?!>))*")
+_INSTRUCTION_HEAD = re.compile(r"(?:(ROOT)[ \t]+)?(%?[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*)"
+                               r"[ \t]*=[ \t]*")
+_OPERAND_NAME = re.compile(r"%?[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*")
+_PLAIN_SHAPE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\[([0-9]+(?:,[0-9]+)*)?\]"
+                          r"(?:\{([0-9]+(?:,[0-9]+)*)?\})?")
+# `_PLAIN_SHAPE` texts already checked: (element type, dims, layout).
+_PLAIN_SHAPES: dict[str, tuple[str, tuple[int, ...], tuple[int, ...] | None]] = {}
 
 # Attribute typing (see the module docstring).
 _INT_LIST_ATTRS = frozenset({
@@ -291,13 +310,8 @@ class _Parser(LiteralParsing):
         return self.text[start:self.pos]
 
     def _scan_name_chars(self) -> None:
-        text, n = self.text, self.n
-        while self.pos < n and text[self.pos] in _NAME_CHARS:
-            # `x->y`: the arrow is not part of the name.
-            if text[self.pos] == "-" and self.pos + 1 < n and \
-                    text[self.pos + 1] == ">":
-                break
-            self.pos += 1
+        # `x->y`: the arrow is not part of the name.
+        self.pos = _NAME_TAIL.match(self.text, self.pos, self.n).end()
 
     def name(self, what: str = "a name") -> tuple[str, int]:
         """A `%name` or a bare identifier; returns (name, position)."""
@@ -319,6 +333,10 @@ class _Parser(LiteralParsing):
     def integer(self, what: str = "an integer") -> int:
         self.skip()
         start = self.pos
+        m = _INTEGER.match(self.text, start, self.n)
+        if m is not None:
+            self.pos = m.end()
+            return int(m.group())
         if self.peek() in "+-":
             self.pos += 1
         digits = self.pos
@@ -407,6 +425,9 @@ class _Parser(LiteralParsing):
         if depth > _MAX_DEPTH:
             self.error("shape nesting too deep")
         start = self.pos
+        plain = self._plain_shape()
+        if plain is not None:
+            return plain
         if self.peek() == "(":
             self.pos += 1
             elements = self.comma_list(")", "a tuple shape", lambda: self.shape(depth + 1))
@@ -453,6 +474,42 @@ class _Parser(LiteralParsing):
         if self.peek() == "{":  # the layout follows the ']' directly
             layout = self.layout(len(dims))
         return Shape(etype, tuple(dims), layout)
+
+    def _plain_shape(self) -> Shape | None:
+        """The shape at `pos` when `_PLAIN_SHAPE` matches it and it is
+        valid (consumed); None, nothing consumed, otherwise: `shape` then
+        parses it character by character (and reports what is wrong)."""
+        m = _PLAIN_SHAPE.match(self.text, self.pos, self.n)
+        if m is None:
+            return None
+        end = m.end()
+        if end < self.n and self.text[end] == "{":
+            return None   # a layout with tiling or spaces
+        key = m.group()
+        known = _PLAIN_SHAPES.get(key)
+        if known is None:
+            etype, dims_text, layout_text = m.groups()
+            if etype not in ELEMENT_TYPES or etype == "token":
+                return None
+            dims = tuple(map(int, dims_text.split(","))) if dims_text else ()
+            elements = 1
+            for d in dims:
+                elements *= d
+            if elements > _INT64_MAX or \
+                    (elements * max(bit_width(etype), 8) + 7) // 8 > _INT64_MAX:
+                return None
+            layout: tuple[int, ...] | None = None
+            if key.endswith("}"):
+                layout = tuple(map(int, layout_text.split(","))) if layout_text else ()
+                if layout and sorted(layout) != list(range(len(dims))):
+                    return None
+                if not layout and dims:
+                    layout = None   # `{}` on an array: no layout
+            if len(_PLAIN_SHAPES) >= 4096:
+                _PLAIN_SHAPES.clear()
+            known = _PLAIN_SHAPES[key] = (etype, dims, layout)
+        self.pos = end
+        return Shape(*known)
 
     def layout(self, rank: int) -> tuple[int, ...]:
         start = self.pos
@@ -662,13 +719,26 @@ class _Parser(LiteralParsing):
 
     def instruction(self) -> tuple[HloInstruction, bool]:
         self.skip()
-        is_root = False
-        if self.at_keyword("ROOT"):
-            is_root = True
-            self.pos += 4
-        name, name_pos = self.name("an instruction name")
-        self.inst_name = name
-        self.expect("=", f"after the instruction name '{name}'")
+        # `[ROOT] name =` on one line, as printed, matched at once (a name
+        # `ROOT` is left to the character-wise path, which tells it from
+        # the keyword).
+        m = _INSTRUCTION_HEAD.match(self.text, self.pos, self.n)
+        if m is not None and m.group(2) != "ROOT":
+            is_root = m.group(1) is not None
+            name_pos = m.start(2)
+            name = m.group(2)
+            if name[0] == "%":
+                name = name[1:]
+            self.inst_name = name
+            self.pos = m.end()
+        else:
+            is_root = False
+            if self.at_keyword("ROOT"):
+                is_root = True
+                self.pos += 4
+            name, name_pos = self.name("an instruction name")
+            self.inst_name = name
+            self.expect("=", f"after the instruction name '{name}'")
         self.skip()
         # XLA prints a tuple without its shape at times (`t = tuple(a, b)`):
         # the shape is its operands', set once they are resolved.
@@ -705,6 +775,16 @@ class _Parser(LiteralParsing):
         else:
             def operand() -> tuple[str, int, Shape | None]:
                 self.skip()
+                # Most operands are a bare name (not a shape's element
+                # type, which a '[' follows): matched at once.
+                m = _OPERAND_NAME.match(self.text, self.pos, self.n)
+                if m is not None:
+                    end = m.end()
+                    if end >= self.n or self.text[end] != "[":
+                        pos_ = self.pos
+                        self.pos = end
+                        text_ = m.group()
+                        return (text_[1:] if text_[0] == "%" else text_), pos_, None
                 # A typed operand starts with its shape.
                 typed = self.shape() if self.peek() == "(" or self._at_shape() else None
                 name_, pos_ = self.name("an operand name")

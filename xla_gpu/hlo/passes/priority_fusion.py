@@ -658,19 +658,18 @@ class _PriorityFusionRun:
             self.push(inst)
         changed = False
         while self.heap:
-            neg, _, _, key, version = heapq.heappop(self.heap)
+            _, _, _, key, version = heapq.heappop(self.heap)
             if self.version.get(key) != version:
                 continue
             producer = self.alive.get(key)
             if producer is None or producer.parent is not comp:
                 continue
-            # Re-check: the graph may have changed since the push.
-            p = self.priority(producer)
-            if p is None or p < 0:
-                continue
-            if abs(p - (-neg)) > 1e-12:
-                self.push(producer)
-                continue
+            # The entry is the producer's latest push, and its priority is
+            # still the one pushed: what it reads (the producer, its
+            # users, their costs and the pairs' verdicts) changes only in
+            # a fusion that touches the producer or one of its consumers,
+            # and every fusion pushes again what it touched and their
+            # operands (the producer among them). Not computed again.
             self.fuse_everywhere(producer)
             changed = True
         return changed
@@ -730,8 +729,12 @@ class _PriorityFusionRun:
             self.forget(producer)
         update = list(dict.fromkeys([*touched, *operands,
                                      *(o for t in touched for o in t.operands)]))
+        never = self.as_producer
         for inst in update:
-            if inst.parent is comp:
+            # A node found to be no producer as it is now (a parameter, a
+            # constant, a dot...) has no priority, hence no entry in the
+            # heap: a push would only find that again.
+            if inst.parent is comp and never.get(id(inst)) is not False:
                 self.push(inst)
 
     def absorb(self, producer: HloInstruction, consumer: HloInstruction) -> None:
@@ -762,6 +765,8 @@ class _PriorityFusionRun:
         elif plain:
             self.infos[id(fusion)] = _plain_info(fusion)
         fusion.attrs["kind"] = fusion_kind_for(self.info(fusion))
+        never = self.as_producer
         for inst in dict.fromkeys([fusion, *fusion.operands]):
-            if inst.parent is self.comp:
+            # (no producer as it is now: no priority, see `fuse_everywhere`)
+            if inst.parent is self.comp and never.get(id(inst)) is not False:
                 self.push(inst)
