@@ -187,6 +187,19 @@ def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
                            "mlir::complex::ComplexDialect"];
 }
 
+def ComplexToStandardPass : Pass<"xla-complex-to-standard", "mlir::ModuleOp"> {
+  let summary = "convert-complex-to-standard where a complex value is";
+  let description = [{
+    Runs the upstream `convert-complex-to-standard` on a module that has a
+    value or function signature of complex type, and leaves any other
+    module as it is without visiting its ops: the upstream conversion
+    walks every op of every kernel, most of which have no complex value.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect",
+                           "mlir::complex::ComplexDialect",
+                           "mlir::math::MathDialect"];
+}
+
 def ExpandComplexPass : Pass<"xla-expand-complex", "mlir::ModuleOp"> {
   let summary = "Replaces complex values by their real and imaginary parts";
   let description = [{

@@ -529,7 +529,15 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
     // thread loops' parallel accesses, xla-emulate-grid) on the loop's
     // latch branch as a plain attribute; the branch's own `loop_annotation`
     // is what becomes `!llvm.loop` metadata.
-    module.walk([](Operation *op) {
+    // The same walk collects the unrealized casts that are left (the work
+    // of `reconcile-unrealized-casts`, which the cpu pipeline then need not
+    // run: its own walk over the module found none in any kernel).
+    SmallVector<UnrealizedConversionCastOp> casts;
+    module.walk([&](Operation *op) {
+      if (auto cast = dyn_cast<UnrealizedConversionCastOp>(op)) {
+        casts.push_back(cast);
+        return;
+      }
       auto annotation =
           op->getAttrOfType<LLVM::LoopAnnotationAttr>("llvm.loop_annotation");
       if (!annotation) return;
@@ -539,6 +547,9 @@ struct LowerToHostPass : impl::LowerToHostPassBase<LowerToHostPass> {
         condBr.setLoopAnnotationAttr(annotation);
     });
     moveBF16AsI16(module);
+    // After the bf16 moves become i16 ones, as the reconcile pass after
+    // this one did (they retype the casts and never erase one).
+    if (!casts.empty()) reconcileUnrealizedCasts(casts);
   }
 };
 

@@ -11,6 +11,7 @@ aliases are `xla.invariant` (read-only for the whole kernel).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -118,14 +119,14 @@ class KernelEmitter:
             with ir.InsertionPoint(_add_entry_block(entry, entry_inputs)):
                 args = list(entry.arguments)
                 n = len(fusion.parameters)
-                thread_id = gpu.thread_id(gpu.Dimension.x)
-                block_id = gpu.block_id(gpu.Dimension.x)
+                thread_id = gpu.thread_id(_dimension("x"))
+                block_id = gpu.block_id(_dimension("x"))
                 _set_range(thread_id, self.launch.threads)
                 _set_range(block_id, self.launch.blocks)
                 # A 2-D grid's block id y (emitters that launch one read it).
                 self.block_id_y = None
                 if self.launch.blocks_y > 1:
-                    self.block_id_y = gpu.block_id(gpu.Dimension.y)
+                    self.block_id_y = gpu.block_id(_dimension("y"))
                     _set_range(self.block_id_y, self.launch.blocks_y)
                 results = self.emit_entry(args[:n], args[n:], thread_id, block_id)
                 func.ReturnOp(results)
@@ -323,6 +324,32 @@ class _SharedCalls:
 
     def __exit__(self, *exc):
         self.emitter._call_cache = self.saved
+
+
+class _DimensionAttrs(threading.local):
+    """This thread's `#gpu<dim ..>` attributes, of its latest context."""
+
+    def __init__(self):
+        self.context: ir.Context | None = None
+        self.attrs: dict[str, ir.Attribute] = {}
+
+
+_dimension_attrs = _DimensionAttrs()
+
+
+def _dimension(name: str) -> ir.Attribute:
+    """`#gpu<dim name>` in the current context. The bindings build the
+    attribute of a `gpu.Dimension` by parsing its text, on every
+    gpu.thread_id / gpu.block_id (a few percent of emitting a kernel); a
+    compile thread keeps one context, so it is parsed once per thread."""
+    held = _dimension_attrs
+    context = ir.Context.current
+    if held.context is not context:
+        held.context, held.attrs = context, {}
+    attr = held.attrs.get(name)
+    if attr is None:
+        attr = held.attrs[name] = ir.Attribute.parse(f"#gpu<dim {name}>")
+    return attr
 
 
 def _set_range(value: ir.Value, count: int) -> None:
