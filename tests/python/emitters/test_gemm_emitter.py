@@ -547,15 +547,15 @@ def test_a_refused_gemm_fusion_is_opened_into_a_gemm_and_kernels():
 
 DENSE_RELU = """HloModule dense
 ENTRY main {
-  x = f32[64,96] parameter(0)
-  w = f32[96,80] parameter(1)
-  b = f32[80] parameter(2)
-  d = f32[64,80] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  bb = f32[64,80] broadcast(b), dimensions={1}
-  z = f32[64,80] add(d, bb)
+  x = f32[32,48] parameter(0)
+  w = f32[48,40] parameter(1)
+  b = f32[40] parameter(2)
+  d = f32[32,40] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bb = f32[32,40] broadcast(b), dimensions={1}
+  z = f32[32,40] add(d, bb)
   zero = f32[] constant(0)
-  zz = f32[64,80] broadcast(zero), dimensions={}
-  ROOT r = f32[64,80] maximum(z, zz)
+  zz = f32[32,40] broadcast(zero), dimensions={}
+  ROOT r = f32[32,40] maximum(z, zz)
 }
 """
 
