@@ -116,6 +116,8 @@ class ProgramKernels:
         self._unlinked: list[tuple[KernelImage, Any, str, Any]] = []
         # Per fusion instruction: (kernel computation, key).
         self._kernels_of: dict[int, tuple[HloComputation, str]] = {}
+        # Per fusion instruction: its kernel computation alone (what orders
+        # the builds, known before the key).
         self._kernel_comps: dict[int, HloComputation] = {}
         # Key -> a Future of `_build` or a cached kernel (prefetch).
         self._pending: dict[str, Any] = {}

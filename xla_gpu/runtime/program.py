@@ -160,6 +160,10 @@ class _CudaLauncher:
 # -- the executable --------------------------------------------------------------
 
 
+# Guards the first print of an executable's optimized HLO text.
+_HLO_TEXT_LOCK = threading.Lock()
+
+
 @dataclass
 class ProgramExecutable:
     """A whole program. `run(*args)` returns the entry's output leaves in
@@ -261,12 +265,12 @@ class ProgramExecutable:
     def hlo_text(self) -> str:
         """The optimized HLO module's text."""
         if self._hlo_text is None:
-            module, self._hlo_module = self._hlo_module, None
-            if module is None:
-                self._hlo_text = ""
-            else:
-                from ..hlo.printer import module_to_text
-                self._hlo_text = module_to_text(module)
+            with _HLO_TEXT_LOCK:   # (two threads asking print it once)
+                if self._hlo_text is None:
+                    from ..hlo.printer import module_to_text
+                    module = self._hlo_module
+                    self._hlo_text = "" if module is None else module_to_text(module)
+                    self._hlo_module = None
         return self._hlo_text
 
     def as_text(self) -> str:
