@@ -284,19 +284,6 @@ struct Approximate : OpRewritePattern<Op> {
 struct ApproximateHostMathPass
     : impl::ApproximateHostMathPassBase<ApproximateHostMathPass> {
   void runOnOperation() override {
-    // Most kernels have none of these ops: a plain walk finds that out for
-    // less than the pattern driver's (which sets up its patterns and looks
-    // each op up among them). The driver neither folds nor erases, so
-    // skipping it changes nothing else.
-    bool any = getOperation()
-                   ->walk([](Operation *op) {
-                     return isa<math::ExpOp, math::ExpM1Op, math::LogOp,
-                                math::Log1pOp, math::TanhOp, math::ErfOp>(op)
-                                ? WalkResult::interrupt()
-                                : WalkResult::advance();
-                   })
-                   .wasInterrupted();
-    if (!any) return;
     MLIRContext *ctx = &getContext();
     RewritePatternSet patterns(ctx);
     patterns.add<Approximate<math::ExpOp>>(ctx, &F32Math::exp);
@@ -305,6 +292,21 @@ struct ApproximateHostMathPass
     patterns.add<Approximate<math::Log1pOp>>(ctx, &F32Math::log1p);
     patterns.add<Approximate<math::TanhOp>>(ctx, &F32Math::tanh);
     patterns.add<Approximate<math::ErfOp>>(ctx, &F32Math::erf);
+    // Most kernels have none of the ops the patterns rewrite: a plain walk
+    // finds that out for less than the pattern driver (which looks each op
+    // up among the patterns). The driver neither folds nor erases, so
+    // skipping it changes nothing else.
+    llvm::SmallDenseSet<OperationName> roots;
+    for (const auto &pattern : patterns.getNativePatterns())
+      if (std::optional<OperationName> root = pattern->getRootKind())
+        roots.insert(*root);
+    if (!getOperation()
+             ->walk([&](Operation *op) {
+               return roots.contains(op->getName()) ? WalkResult::interrupt()
+                                                    : WalkResult::advance();
+             })
+             .wasInterrupted())
+      return;
     walkAndApplyPatterns(getOperation(), std::move(patterns));
   }
 };

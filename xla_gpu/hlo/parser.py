@@ -76,6 +76,20 @@ _INSTRUCTION_HEAD = re.compile(r"(?:(ROOT)[ \t]+)?(%?[A-Za-z_](?:[A-Za-z0-9_.]|-
 _OPERAND_NAME = re.compile(r"%?[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*")
 _PLAIN_SHAPE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\[([0-9]+(?:,[0-9]+)*)?\]"
                           r"(?:\{([0-9]+(?:,[0-9]+)*)?\})?")
+
+
+def _oversized_elements(etype: str, dims) -> int | None:
+    """The element count of an `etype` array of `dims` whose element count
+    or byte size does not fit in int64 (XLA's ShapeUtil rule), for the
+    error; None for a valid one."""
+    elements = 1
+    for d in dims:
+        elements *= d
+    if elements > _INT64_MAX or (elements * max(bit_width(etype), 8) + 7) // 8 > _INT64_MAX:
+        return elements
+    return None
+
+
 # `_PLAIN_SHAPE` texts already checked: (element type, dims, layout).
 _PLAIN_SHAPES: dict[str, tuple[str, tuple[int, ...], tuple[int, ...] | None]] = {}
 
@@ -463,11 +477,8 @@ class _Parser(LiteralParsing):
         if etype != "token":
             # XLA's ShapeUtil rule: the element count and the byte size of
             # an array must fit in int64.
-            elements = 1
-            for d in dims:
-                elements *= d
-            if elements > _INT64_MAX or \
-                    (elements * max(bit_width(etype), 8) + 7) // 8 > _INT64_MAX:
+            elements = _oversized_elements(etype, dims)
+            if elements is not None:
                 self.error(f"shape {etype}[{','.join(map(str, dims))}] has "
                            f"{elements} elements: its size does not fit in int64", start)
         layout = None
@@ -492,11 +503,7 @@ class _Parser(LiteralParsing):
             if etype not in ELEMENT_TYPES or etype == "token":
                 return None
             dims = tuple(map(int, dims_text.split(","))) if dims_text else ()
-            elements = 1
-            for d in dims:
-                elements *= d
-            if elements > _INT64_MAX or \
-                    (elements * max(bit_width(etype), 8) + 7) // 8 > _INT64_MAX:
+            if _oversized_elements(etype, dims) is not None:
                 return None
             layout: tuple[int, ...] | None = None
             if key.endswith("}"):
