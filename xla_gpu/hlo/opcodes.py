@@ -13,7 +13,7 @@ __all__ = ["UNARY_ELEMENTWISE", "BINARY_ELEMENTWISE", "TERNARY_ELEMENTWISE",
            "ELEMENTWISE", "ELEMENTWISE_OPCODES", "HLO_OPCODES", "FLOAT_MATH", "FIXED_ARITY",
            "MIN_ARITY", "SAME_TYPE_ELEMENTWISE", "F8_TYPES", "F4_TYPES",
            "MINIFLOAT_TYPES", "SMALL_FLOAT_TYPES", "SUB_BYTE_INT_TYPES", "is_f8",
-           "is_minifloat"]
+           "is_minifloat", "SIDE_EFFECTING", "has_side_effect"]
 
 UNARY_ELEMENTWISE = frozenset("""
 abs negate sign ceil floor round-nearest-afz round-nearest-even not exponential
@@ -103,3 +103,33 @@ def is_f8(element_type: str) -> bool:
 def is_minifloat(element_type: str) -> bool:
     """f8 and f4 types: held as their codes in a byte (see MINIFLOAT_TYPES)."""
     return element_type in MINIFLOAT_TYPES
+
+
+# Ops DCE keeps although nothing reads them (XLA's HasSideEffect).
+SIDE_EFFECTING = frozenset({
+    "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "rng",
+    "rng-get-and-update-state", "rng-bit-generator", "after-all",
+    "all-reduce", "all-gather", "all-to-all", "collective-permute",
+    "reduce-scatter", "all-reduce-start", "all-reduce-done",
+    "collective-permute-start", "collective-permute-done", "domain",
+    "collective-broadcast", "all-gather-start", "all-gather-done",
+    "add-dependency", "opt-barrier", "optimization-barrier",
+})
+
+
+def has_side_effect(inst) -> bool:
+    """As XLA's HasSideEffect: a while, conditional or call has the side
+    effects of the computations it runs (a jax.debug.print in a branch
+    keeps the conditional alive although nothing reads its result)."""
+    if inst.opcode in SIDE_EFFECTING:
+        return True
+    if inst.opcode == "custom-call":
+        flag = inst.attrs.get("custom_call_has_side_effect")
+        return flag is True or str(flag).lower() == "true"
+    if inst.opcode in _RUNS_COMPUTATIONS:
+        return any(has_side_effect(i) for comp in inst.called_computations
+                   for i in comp.instructions)
+    return False
+
+
+_RUNS_COMPUTATIONS = frozenset({"while", "conditional", "call"})

@@ -50,7 +50,9 @@ def lookup(target: str, platform: str) -> Callable[[Any, Any], None] | None:
 def _call_python(fn, ctx, thunk) -> None:
     from ..ffi import registry
     from ..ffi.attributes import handler_attributes
-    flat = [np.array(ctx.array(ref)).astype(ref.dtype, copy=False) for ref in thunk.operands]
+    # A token (the order of side effects) has no data: None to the handler.
+    flat = [None if ref.element_type == "token" else
+            np.array(ctx.array(ref)).astype(ref.dtype, copy=False) for ref in thunk.operands]
     operands: list[Any] = []
     position = 0
     arities = thunk.operand_arity or [0] * len(flat)
@@ -63,7 +65,9 @@ def _call_python(fn, ctx, thunk) -> None:
             position += arity
     kwargs = handler_attributes(thunk.target, thunk.api_version, thunk.backend_config)
     result = registry.call_handler(fn, thunk.target, operands, kwargs)
-    if result is None and thunk.results:
+    if result is None and not thunk.results:
+        return   # an effect with no result
+    if result is None:
         raise HloError(f"the handler of custom call '{thunk.target}' returned None; the "
                        f"instruction has {len(thunk.results)} result(s) to return")
     if len(thunk.results) == 1 and not isinstance(result, (tuple, list)):
@@ -74,6 +78,8 @@ def _call_python(fn, ctx, thunk) -> None:
         raise HloError(f"the handler of custom call '{thunk.target}' returned "
                        f"{len(results)} results, the instruction has {len(thunk.results)}")
     for k, (ref, value) in enumerate(zip(thunk.results, results)):
+        if ref.element_type == "token":
+            continue
         value = np.asarray(value)
         if tuple(value.shape) != tuple(ref.dims):
             raise HloError(f"the handler of custom call '{thunk.target}' returned shape "

@@ -146,6 +146,44 @@ ENTRY main {
     assert [c.name for c in result.computations] == ["main"]
 
 
+_EFFECT_IN_A_BRANCH = """
+HloModule effects
+shout {
+  p = f32[] parameter(0)
+  said = () custom-call(p), custom_call_target="say", custom_call_has_side_effect=true
+  ROOT r = () tuple()
+}
+quiet {
+  p = f32[] parameter(0)
+  ROOT r = () tuple()
+}
+ENTRY main {
+  x = f32[] parameter(0)
+  zero = f32[] constant(0)
+  positive = pred[] compare(x, zero), direction=GT
+  branch = () conditional(positive, x, x), true_computation=shout, false_computation=quiet
+  effect = () custom-call(x), custom_call_target="say", custom_call_has_side_effect=true
+  unused = f32[] negate(x)
+  t = (f32[], f32[]) tuple(x, zero)
+  first = f32[] get-tuple-element(t), index=0
+  ROOT r = f32[] add(first, x)
+}
+"""
+
+
+def test_side_effects_outlive_dce_and_the_tuple_simplifier():
+    """An unread side effect stays, also inside a conditional's branch (the
+    conditional has its branches' side effects, as in XLA): jax.debug.print
+    in a lax.cond lowers to this. The tuple simplifier's clean-up once
+    dropped both."""
+    for passes in ([HloDCE()], [TupleSimplifier()]):
+        _, result, changed = run_pass(_EFFECT_IN_A_BRANCH, *passes, check=False)
+        assert changed, passes
+        kept = {i.name for c in result.computations for i in c.instructions}
+        assert {"branch", "effect", "said"} <= kept, (passes, sorted(kept))
+        assert "unused" not in kept
+
+
 def test_cse_merges_equal_instructions_not_side_effects():
     text = """
 HloModule cse

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..graph import post_order
 from ..module import HloComputation, HloError, HloInstruction
+from ..opcodes import has_side_effect
 from ..shape import Shape
 from . import (async_ops, collective_ops, control_flow, convolution, custom_calls,
                data_movement, dot, elementwise, fft, reductions, rng, sort)
@@ -35,6 +36,7 @@ class Evaluator:
 
     def __init__(self) -> None:
         self._scalar_cache: dict[int, bool] = {}
+        self._effects: dict[int, list[HloInstruction]] = {}
         self._executions: dict[int, int] = {}
 
     def next_execution(self, inst: HloInstruction) -> int:
@@ -58,7 +60,8 @@ class Evaluator:
                            f"arguments, got {len(args)}")
         for p, a in zip(params, args):
             values[id(p)] = a
-        for inst in post_order([comp.root], attrgetter("operands")):
+        for inst in post_order([comp.root, *self._unread_effects(comp)],
+                               attrgetter("operands")):
             if inst.opcode == "parameter":
                 if id(inst) not in values:
                     raise inst.error("parameter was not given a value")
@@ -69,6 +72,16 @@ class Evaluator:
         if batch is not None:
             result = _broadcast_leaves(result, batch)
         return result
+
+    def _unread_effects(self, comp: HloComputation) -> list[HloInstruction]:
+        """What `comp` runs although nothing reads it: side effects with no
+        user (a jax.debug.print; a conditional whose branch prints)."""
+        found = self._effects.get(id(comp))
+        if found is None:
+            found = self._effects[id(comp)] = [
+                i for i in comp.instructions
+                if not i.users and i is not comp.root and has_side_effect(i)]
+        return found
 
     def is_scalar_computation(self, comp: HloComputation) -> bool:
         key = id(comp)

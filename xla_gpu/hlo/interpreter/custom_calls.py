@@ -114,6 +114,8 @@ _BUILTIN_CUSTOM_CALLS.update({t: custom_cudnn_conv for t in CUDNN_CONV_TARGETS})
 def _result_like(value: Any, shape: Shape, target: str,
                  where: str = "") -> Value:
     if shape.is_tuple:
+        if value is None and not shape.tuple_shapes:
+            return ()   # an effect with no result (the cpu runtime takes None too)
         if not isinstance(value, (tuple, list)) or \
                 len(value) != len(shape.tuple_shapes):
             raise HloError(f"the handler of '{target}' returned "

@@ -139,7 +139,7 @@ class AlgebraicSimplifier(ComputationPass):
             if not same_shape(new.shape, inst.shape):
                 # Keep the rewrite only where the layouts agree.
                 if new.parent is comp and not new.users and new is not comp.root:
-                    comp.remove_dead()
+                    comp.remove_dead(has_side_effect)
                 continue
             inst.replace_all_uses_with(new)
             changed = True

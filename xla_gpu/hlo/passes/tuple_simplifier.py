@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..module import HloModule
 from .pipeline import HloPass
-from .util import program_computations, program_instructions, same_shape
+from .util import has_side_effect, program_computations, program_instructions, same_shape
 
 __all__ = ["TupleSimplifier"]
 
@@ -39,5 +39,5 @@ class TupleSimplifier(HloPass):
                     changed = True
         if changed:
             for comp in program_computations(module):
-                comp.remove_dead()
+                comp.remove_dead(has_side_effect)
         return changed

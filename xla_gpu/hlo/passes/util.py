@@ -9,6 +9,7 @@ from typing import Iterator
 from ..fusions import ELEMENTWISE_OPCODES
 from ..graph import post_order
 from ..module import HloComputation, HloInstruction, HloModule
+from ..opcodes import has_side_effect
 from ..shape import Shape, bit_width, default_layout, per_shape, same_shape
 
 __all__ = ["array_shape", "default_layout", "with_default_layout",
@@ -20,16 +21,6 @@ __all__ = ["array_shape", "default_layout", "with_default_layout",
 # (passes run there), as opposed to fusion bodies and per-element
 # computations (reducers, comparators, scatter combiners).
 CONTROL_FLOW_OPCODES = frozenset({"while", "conditional", "call", "async-start"})
-
-_SIDE_EFFECTING = frozenset({
-    "send", "send-done", "recv", "recv-done", "infeed", "outfeed", "rng",
-    "rng-get-and-update-state", "rng-bit-generator", "after-all",
-    "all-reduce", "all-gather", "all-to-all", "collective-permute",
-    "reduce-scatter", "all-reduce-start", "all-reduce-done",
-    "collective-permute-start", "collective-permute-done", "domain",
-    "collective-broadcast", "all-gather-start", "all-gather-done",
-    "add-dependency", "opt-barrier", "optimization-barrier",
-})
 
 
 def array_shape(element_type: str, dims) -> Shape:
@@ -73,15 +64,6 @@ def is_effective_scalar(shape: Shape) -> bool:
 
 def is_scalar_constant(inst: HloInstruction) -> bool:
     return inst.opcode == "constant" and not inst.shape.is_tuple and inst.shape.rank == 0
-
-
-def has_side_effect(inst: HloInstruction) -> bool:
-    if inst.opcode in _SIDE_EFFECTING:
-        return True
-    if inst.opcode == "custom-call":
-        flag = inst.attrs.get("custom_call_has_side_effect")
-        return flag is True or str(flag).lower() == "true"
-    return False
 
 
 def program_computations(module: HloModule) -> list[HloComputation]:
