@@ -372,6 +372,54 @@ def test_gspmd_manual_region_is_kept_as_per_device_code():
     assert needs_partitioning(parse_module(text))
 
 
+def test_a_custom_call_on_one_device_runs_there_only():
+    """`{maximal device=k}` on a custom call (jax places its Python
+    callbacks so): a conditional on the partition id runs it on device k
+    alone, the other devices make zeros, an all-reduce hands everyone the
+    result; an effect with no result (jax.debug.print) is not all-reduced.
+    Run by the interpreter and by the cpu runtime over 4 devices, counting
+    the calls."""
+    from xla_gpu.ffi.registry import register_custom_call, unregister_custom_call
+    import xla_gpu
+    text = """HloModule m
+ENTRY e {
+  x = f32[8] parameter(0), sharding={devices=[4]<=[4]}
+  s = f32[] reduce(x, zero), dimensions={0}, to_apply=add
+  zero = f32[] constant(0)
+  shown = () custom-call(s), custom_call_target="count_calls", custom_call_has_side_effect=true, sharding={{maximal device=2}}
+  twice = f32[8] custom-call(x), custom_call_target="count_calls", sharding={maximal device=0}
+  ROOT r = f32[8] add(twice, x), sharding={devices=[4]<=[4]}
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}"""
+    calls = []
+
+    def count_calls(*operands):
+        calls.append(operands[0].shape)
+        return None if operands[0].shape == () else operands[0] * 2
+
+    register_custom_call("count_calls", count_calls)
+    try:
+        x = np.arange(8, dtype=np.float32)
+        (got,), result = run_partitioned(text, 4, [x])
+        np.testing.assert_array_equal(got, 3 * x)
+        assert sorted(calls) == [(), (8,)]
+        assert _collectives(result.module) == Counter({"all-reduce": 2, "all-gather": 1})
+        conditionals = [i for c in result.module.computations for i in c.instructions
+                        if i.opcode == "conditional"]
+        assert len(conditionals) == 2
+        calls.clear()
+        exe = xla_gpu.compile(module_to_text(result.module), target="cpu", num_partitions=4)
+        outs = exe.run_partitioned([[x[2 * d:2 * d + 2]] for d in range(4)])
+        np.testing.assert_array_equal(np.concatenate([o[0] for o in outs]), 3 * x)
+        assert sorted(calls) == [(), (8,)]
+    finally:
+        unregister_custom_call("count_calls")
+
+
 def test_partly_manual_shardings_are_refused_naming_the_instruction():
     text = """
 HloModule m

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...module import HloInstruction
 from ...shape import Shape
-from .propagation import MANUAL_ENTRY_TARGETS
+from .propagation import CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS
 from .sharding import HloSharding, ShardingError, parse_sdy_shardings, sharding_of
 
 __all__ = ["ManualRegions", "annotation_target", "all_replicated"]
@@ -45,7 +45,34 @@ class ManualRegions:
         copy.attrs.pop("sharding", None)
         if inst.opcode == "parameter":
             raise inst.unsupported("a parameter inside a manual region")
+        if inst.opcode == "call":
+            self.note_cutting_constraints(inst)
         return self.comp.add_instruction(copy, name=inst.name), s
+
+    def note_cutting_constraints(self, call: HloInstruction) -> None:
+        """A shard_map body over some mesh axes may constrain its values
+        along the others (`with_sharding_constraint` inside it). The body
+        stays per-device code here, whole along those axes: correct, but
+        not cut as asked, so it is noted."""
+        seen: set[int] = set()
+        pending = list(call.called_computations)
+        while pending:
+            comp = pending.pop()
+            if id(comp) in seen:
+                continue
+            seen.add(id(comp))
+            for inner in comp.instructions:
+                pending.extend(inner.called_computations)
+                if annotation_target(inner) not in CONSTRAINT_TARGETS:
+                    continue
+                stated = sharding_of(inner)
+                if stated is not None and stated.is_tiled and not inner.shape.is_tuple and \
+                        any(c > 1 for c in stated.counts(inner.shape.rank)):
+                    self.body_constraints_dropped.append(inner.name)
+                    self.notes.append(f"'{inner.name}': sharding {stated} inside the "
+                                      f"shard_map body '{comp.name}' is not kept: the body "
+                                      "is computed whole along the mesh axes it leaves "
+                                      "automatic")
 
     def emit_manual_entry(self, inst):
         target = annotation_target(inst)

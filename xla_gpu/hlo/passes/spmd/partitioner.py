@@ -134,6 +134,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ....errors import UnsupportedError
 from ...interpreter.reductions import simple_binary
 from ...module import HloComputation, HloInstruction, HloModule
@@ -146,14 +148,15 @@ from .dot import DotPartitioning
 from .halo import WindowedOps, convolution_spatial_cuts, windowed_dims
 from .manual import ManualRegions, annotation_target
 from .moves import DataMovementOps
-from .placement import groups_along, replicate_dims, same_placement
+from .placement import device_coords, groups_along, replicate_dims, same_placement
 from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_TARGETS,
                           convolution_batch_dims, convolution_feature_dims,
                           convolution_group_dims, convolution_group_layout,
                           gather_batch_dims, permute_sharding,
                           propagate, remap_sharding, reshape_sharding, touched_dims)
 from .reshard import Emitter
-from .sharding import HloSharding, ShardingError, parse_sdy_shardings, sharding_of
+from .sharding import (HloSharding, ShardingError, open_dims, parse_sdy_shardings,
+                       sharding_of)
 
 __all__ = ["partition_module", "PartitionResult", "needs_partitioning",
            "CONSTRAINT_TARGETS", "SpmdFallbackWarning"]
@@ -176,6 +179,35 @@ class PartitionResult:
     parameter_shapes: list[Shape]                  # global
     output_shapes: list[Shape]                     # global, per leaf
     notes: list[str] = field(default_factory=list)
+    # Sharding constraints inside shard_map bodies that cut along the mesh
+    # axes the shard_map leaves automatic: not kept (the body is computed
+    # whole along those axes), where XLA would partition the body by them.
+    body_constraints_dropped: list[str] = field(default_factory=list)
+
+
+def _unique_device(s: HloSharding | None) -> int | None:
+    """The device a `{maximal device=k}` sharding (or a tuple of them, all
+    on one device) places its value on; None for any other sharding."""
+    if s is None:
+        return None
+    if s.is_tuple:
+        devices = {_unique_device(e) for e in s.elements}
+        return devices.pop() if len(devices) == 1 and None not in devices else None
+    return s.device if s.kind == "maximal" else None
+
+
+def _zeros_in(comp: HloComputation, shape: Shape) -> HloInstruction:
+    """A value of `shape` made of zeros (tokens from after-all), in `comp`."""
+    if shape.is_tuple:
+        parts = [_zeros_in(comp, sub) for sub in shape.tuple_shapes]
+        return comp.add_instruction(HloInstruction.create("tuple", shape, parts))
+    if shape.element_type == "token":
+        return comp.add_instruction(HloInstruction.create("after-all", shape, []))
+    scalar = Shape(shape.element_type, ())
+    zero = comp.add_instruction(HloInstruction.create_constant(np.zeros((), scalar.dtype),
+                                                               scalar))
+    return comp.add_instruction(HloInstruction.create("broadcast", shape, [zero],
+                                                      dimensions=()))
 
 
 def needs_partitioning(module: HloModule) -> bool:
@@ -201,6 +233,7 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
     def __init__(self, module: HloModule, n: int):
         self.module, self.n = module, n
         self.notes: list[str] = []
+        self.body_constraints_dropped: list[str] = []
         self.channel = 0
         self.reducers: dict[str, HloComputation] = {}
         # The computation being partitioned (see partition_computation).
@@ -248,6 +281,8 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         fixed: dict[int, HloSharding] = {}
         for inst in order:
             target = annotation_target(inst)
+            if target in CONSTRAINT_TARGETS and open_dims(inst) is not None:
+                continue   # its open dims are left to propagation, as Shardy leaves them
             s = sharding_of(inst, self.n)
             if target in ("xla.sdy.FuncResultSharding",) and s is None:
                 raw = (inst.attrs.get("frontend_attributes") or {}).get("xla.sdy.sharding")
@@ -302,7 +337,8 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         return PartitionResult(module, self.n, params,
                                [s for _, s in leaves],
                                [p.shape for p in entry.parameters],
-                               [shape for shape, _ in leaves], self.notes)
+                               [shape for shape, _ in leaves], self.notes,
+                               self.body_constraints_dropped)
 
     def partition_computation(self, comp: HloComputation, name: str,
                               overrides: dict[int, HloSharding],
@@ -466,6 +502,10 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
             return new, s
         if target in CONSTRAINT_TARGETS or target in _DROPPED_TARGETS:
             return self.value(inst.operands[0], s), s
+        if op == "iota":
+            done = self.emit_iota(inst, s)
+            if done is not None:
+                return done
         if op in ("constant", "iota"):
             whole = self.add_clone(inst, [], inst.shape)
             return self.slice_to(whole, HloSharding.replicated(), s, inst.shape), s
@@ -484,6 +524,10 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
             return self.emit_while(inst, s)
         if op == "conditional":
             return self.emit_conditional(inst, s)
+        if op == "custom-call" and self.n > 1:
+            device = _unique_device(sharding_of(inst, self.n))
+            if device is not None:
+                return self.emit_on_one_device(inst, device)
         if s.is_tuple or inst.shape.is_tuple:
             return self.whole(inst, f"{op} with a tuple result")
         if (op in ELEMENTWISE or op == "copy") and \
@@ -519,6 +563,69 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         if op == "convolution" and s.kind == "tiled":
             return self.emit_convolution(inst, s)
         return self.whole(inst, f"{op} is not partitioned")
+
+    def emit_iota(self, inst, s: HloSharding):
+        """An evenly cut iota is made per device, as XLA makes it: the
+        chunk's own iota, plus its offset where the iota's dim is cut
+        (None: made whole and sliced)."""
+        shape = inst.shape
+        if s.kind != "tiled" or s.has_manual_subgroup or not s.is_even_for(shape.dims) or \
+                shape.element_type in ("pred", "c64", "c128"):
+            return None
+        local = self.local_shape(shape, s)
+        dim = inst.attrs["iota_dimension"]
+        made = self.add("iota", local, iota_dimension=dim)
+        if s.counts(shape.rank)[dim] == 1:
+            return made, s
+        coords = device_coords(s, shape.rank, self.n)
+        step = local.dims[dim]
+        offset = self.table_value([coords[d][dim] * step for d in range(self.n)])
+        scalar = Shape(shape.element_type, ())
+        offset = self.add("convert", scalar, [offset])
+        spread = self.add("broadcast", local, [offset], dimensions=())
+        return self.add("add", local, [made, spread]), s
+
+    def emit_on_one_device(self, inst, device: int):
+        """A custom call placed on one device (`{maximal device=k}`: a
+        Python callback, a side effect) runs there only, as XLA runs it: in
+        a conditional on the partition id whose other branch makes zeros;
+        an all-reduce then gives every device its results."""
+        operands = [self.value(o, self.replicated_like(o)) for o in inst.operands]
+        packed = self.add("tuple", Shape(tuple_shapes=tuple(o.shape for o in operands)),
+                          operands)
+        branches = []
+        for runs in (True, False):
+            comp = HloComputation(self.module.unique_computation_name(
+                f"{inst.name}_{'on' if runs else 'off'}_device_{device}"))
+            arg = comp.add_instruction(HloInstruction.create_parameter(0, packed.shape, "args"))
+            if runs:
+                parts = [comp.add_instruction(HloInstruction.create(
+                    "get-tuple-element", o.shape, [arg], index=i)) for i, o in enumerate(operands)]
+                copy = inst.clone_with(parts)
+                copy.attrs.pop("sharding", None)
+                root = comp.add_instruction(copy, name=inst.name)
+            else:
+                root = _zeros_in(comp, inst.shape)
+            comp.set_root(root)
+            self.module.add_computation(comp)
+            branches.append(comp)
+        here = self.add("compare", Shape("pred", ()), [self.partition_id(), self.scalar(device)],
+                        direction="EQ")
+        ran = self.add("conditional", inst.shape, [here, packed, packed],
+                       true_computation=branches[0], false_computation=branches[1])
+        everyone = [list(range(self.n))]
+        if not inst.shape.is_tuple:
+            if inst.shape.element_type != "token":
+                ran = self.all_reduce(ran, everyone)
+            return ran, HloSharding.replicated()
+        leaves = []
+        for i, sub in enumerate(inst.shape.tuple_shapes):
+            leaf = self.add("get-tuple-element", sub, [ran], index=i)
+            if not sub.is_tuple and sub.element_type != "token":
+                leaf = self.all_reduce(leaf, everyone)
+            leaves.append(leaf)
+        return self.add("tuple", inst.shape, leaves), HloSharding.tuple_of(
+            [HloSharding.replicated()] * len(leaves))
 
     def add_clone(self, inst, operands, shape) -> HloInstruction:
         copy = inst.clone_with(operands, shape=shape)

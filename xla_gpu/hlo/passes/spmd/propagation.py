@@ -56,7 +56,7 @@ from ...opcodes import ELEMENTWISE
 from ...shape import bit_width
 from .halo import convolution_reach, convolution_windows, windowed_dims
 from .placement import device_coords, from_coords, normalize, replicate_dims, tile_count
-from .sharding import HloSharding
+from .sharding import HloSharding, open_dims, sharding_of
 
 __all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map",
            "reshape_sharding", "merge",
@@ -450,6 +450,9 @@ class _Propagation:
             return _broadcast_forward(inst, ops[0])
         if op == "transpose" and ops[0] is not None:
             return permute_sharding(ops[0], inst.attrs["dimensions"])
+        if op == "custom-call" and len(ops) == 1 and not inst.shape.is_tuple and \
+                inst.attrs.get("custom_call_target") in CONSTRAINT_TARGETS:
+            return self.open_constraint(inst, ops[0], rank)
         if op == "reshape" and ops[0] is not None:
             return reshape_sharding(ops[0], inst.operands[0].shape.dims, inst.shape.dims)
         if op == "reduce" and ops[0] is not None and not inst.shape.is_tuple:
@@ -555,6 +558,25 @@ class _Propagation:
         kept = [d for d in range(lhs_rank) if d not in mapping]
         dropped = replicate_dims(lhs, lhs_rank, kept, keep=list(range(lhs_rank)))
         return remap_sharding(dropped, mapping, lhs_rank, rank)
+
+    def open_constraint(self, inst: HloInstruction, operand: HloSharding | None,
+                        rank: int) -> HloSharding | None:
+        """A constraint with open dims (one that states none is fixed
+        already): its stated cuts, with the operand's cuts of the open dims
+        added where the devices allow (Shardy's `{?}`). Until the operand
+        has a sharding, the stated one (from the second round on)."""
+        open_ = open_dims(inst)
+        if open_ is None:
+            return None
+        stated = sharding_of(inst, self.n) or HloSharding.replicated()
+        if stated.is_tuple:
+            return None
+        if operand is None or operand.kind != "tiled":
+            return None if self.first_round else stated
+        closed = [d for d in range(rank) if d not in open_]
+        wanted = replicate_dims(operand, rank, closed, keep=list(range(rank)))
+        merged = merge(stated, wanted, rank, self.n)
+        return merged if merged is not None else stated
 
     def backward(self, user: HloInstruction, s: HloSharding) -> dict[int, HloSharding]:
         """Operand index -> a sharding the user's `s` suggests for it."""

@@ -33,7 +33,7 @@ from ...collectives import iota_replica_groups
 from ...module import HloError, HloInstruction
 
 __all__ = ["HloSharding", "ShardingError", "parse_sharding", "sharding_of",
-           "parse_sdy_mesh", "parse_sdy_shardings"]
+           "parse_sdy_mesh", "parse_sdy_shardings", "open_dims"]
 
 
 class ShardingError(HloError):
@@ -370,6 +370,10 @@ def sharding_of(inst: HloInstruction, devices: int | None = None) -> HloSharding
     if inst.location is not None:
         where = f"line {inst.location.line}: {where}"
     sharding = parse_sharding(raw, where)
+    if sharding.kind == "tuple" and len(sharding.elements) == 1 and \
+            inst.shape.is_tuple and not inst.shape.tuple_shapes:
+        # XLA gives an empty tuple one leaf sharding: the instruction's own.
+        sharding = sharding.elements[0]
     sharding.check_fits(inst, inst.shape, devices)
     return sharding
 
@@ -438,3 +442,19 @@ def parse_sdy_shardings(text: str, module_attrs: dict, where: str) -> list[HloSh
     if not out:
         raise ShardingError(f"{where}: cannot read the Shardy sharding {text!r}")
     return out
+
+
+def open_dims(inst: HloInstruction) -> tuple[int, ...] | None:
+    """The dims a sharding constraint leaves open in its Shardy form
+    (`{?}`, `{"y", ?}`: propagation may cut them further; jax marks so what
+    it leaves to the compiler), None when it leaves none open or states no
+    Shardy form. Its HLO form pins those dims as they are."""
+    raw = (inst.attrs.get("frontend_attributes") or {}).get("xla.sdy.sharding")
+    if not isinstance(raw, str) or "?" not in raw:
+        return None
+    found = list(_SDY_ONE.finditer(raw.replace('\\"', '"')))
+    if len(found) != 1:
+        return None
+    specs = re.findall(r"\{[^}]*\}", found[0].group(2))
+    dims = tuple(i for i, spec in enumerate(specs) if "?" in spec)
+    return dims or None
