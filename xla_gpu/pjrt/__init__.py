@@ -20,8 +20,9 @@ device, GPU 0, buffers in device memory. Synchronous execution, jaxlib
 jax's persistent compilation cache and cpu's LAPACK lowerings are switched
 on for "xla_gpu" by
 `_enable_jax_features` (private jax tables, patched only on jax 0.10.x).
-Not yet: programs over several devices (refused with an error), Python
-callbacks (jax allows them only on its own platforms).
+Python callbacks (pure_callback, io_callback, jax.debug.print) on the cpu
+target, lowered by `_callbacks`. Not yet: several GPUs, Python callbacks on
+the cuda target.
 """
 from __future__ import annotations
 
@@ -228,7 +229,9 @@ def _enable_jax_features() -> None:
     from jax._src import compilation_cache
     from jax._src.interpreters import mlir
 
-    _use_cpu_linalg_lowerings(mlir)
+    _use_cpu_lowerings(mlir)
+    from ._callbacks import install as install_python_callbacks
+    install_python_callbacks(PLATFORM)
     donation = getattr(mlir, "_platforms_with_donation", None)
     if isinstance(donation, list) and PLATFORM not in donation:
         donation.append(PLATFORM)
@@ -250,15 +253,19 @@ def _enable_jax_features() -> None:
 CPU_LINALG_PRIMITIVES = frozenset({
     "cholesky", "eig", "eigh", "geqp3", "geqrf", "hessenberg", "householder_product",
     "lu", "ormqr", "schur", "svd", "triangular_solve", "tridiagonal", "tridiagonal_solve"})
+# jax.debug.callback / jax.debug.print: lowered per platform, cpu's through
+# the Python callbacks that xla_gpu.pjrt._callbacks lowers for "xla_gpu".
+CPU_CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print"})
 
 
-def _use_cpu_linalg_lowerings(mlir) -> None:
+def _use_cpu_lowerings(mlir) -> None:
     table = getattr(mlir, "_platform_specific_lowerings", None)
     if not hasattr(table, "get"):
         return
     ours = table.get(PLATFORM, {})
+    wanted = CPU_LINALG_PRIMITIVES | CPU_CALLBACK_PRIMITIVES
     for primitive, entry in list(table.get("cpu", {}).items()):
-        if primitive.name in CPU_LINALG_PRIMITIVES and primitive not in ours:
+        if primitive.name in wanted and primitive not in ours:
             mlir.register_lowering(primitive, entry.rule, platform=PLATFORM,
                                    inline=entry.inline)
 

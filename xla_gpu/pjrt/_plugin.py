@@ -33,6 +33,7 @@ import re
 import struct
 import sys
 import threading
+import warnings
 
 import numpy as np
 
@@ -727,12 +728,21 @@ def _executable(addr: int, what: str) -> Executable:
 
 _ALIAS = re.compile(r"input_output_alias=\{(.*?)\}\s*(?:,\s*\w+=|$)", re.M)
 _ALIAS_PARAM = re.compile(r":\s*\((\d+),")
+_DONOR = re.compile(r"buffer_donor=\{(.*?)\}\s*(?:,\s*\w+=|$)", re.M)
+_DONOR_PARAM = re.compile(r"\(\s*(\d+)\s*,")
 
 
 def _aliased_parameters(hlo_text: str) -> frozenset[int]:
+    """The parameters jax donates: aliased to an output
+    (`input_output_alias`) or, in programs over several devices, given up
+    for any output to reuse (`buffer_donor`)."""
     header = hlo_text.split("\n", 1)[0]
     m = _ALIAS.search(header)
-    return frozenset(int(p) for p in _ALIAS_PARAM.findall(m.group(1))) if m else frozenset()
+    donated = {int(p) for p in _ALIAS_PARAM.findall(m.group(1))} if m else set()
+    m = _DONOR.search(header)
+    if m:
+        donated.update(int(p) for p in _DONOR_PARAM.findall(m.group(1)))
+    return frozenset(donated)
 
 
 def _varint(value: int) -> bytes:
@@ -916,12 +926,24 @@ def _partition_ourselves(computation, partitions: int) -> tuple[str, bytes] | No
     try:
         module = parse_module(computation.as_hlo_text(print_large_constants=True))
         stated = [sharding_of(p, partitions) for p in module.entry.parameters]
-        result = partition_module(module, partitions)
+        with warnings.catch_warnings(record=True) as fallbacks:
+            warnings.simplefilter("always")
+            result = partition_module(module, partitions)
     except XlaGpuError as exc:
         logger.debug("xla_gpu: our SPMD partitioner refused the program: %s", exc)
         return None
+    if result.body_constraints_dropped:
+        # XLA partitions such a body along its automatic axes, and jax
+        # reads the results' placement back from the program.
+        logger.debug("xla_gpu: our SPMD partitioner leaves shard_map bodies whole where "
+                     "their constraints cut them: %s", result.body_constraints_dropped)
+        return None
     for i, (want, got, shape) in enumerate(zip(stated, result.parameter_shardings,
                                                 result.parameter_shapes)):
+        if want is None and not shape.is_tuple:
+            # Left to the compiler (a token; an argument jax placed on no
+            # mesh): jax reads the placement back from the program.
+            continue
         if want is None or want.kind not in ("tiled", "replicated", "maximal") or \
                 shape.is_tuple or not same_placement(
                     want if want.kind == "tiled" else got, got, shape.rank, partitions):
@@ -930,17 +952,26 @@ def _partition_ourselves(computation, partitions: int) -> tuple[str, bytes] | No
             return None
     root = result.module.entry.root
     outs = result.output_shardings
-    root.attrs["sharding"] = str(outs[0] if not root.shape.is_tuple else
-                                 HloSharding.tuple_of(outs))
+    if outs:
+        root.attrs["sharding"] = str(outs[0] if not root.shape.is_tuple else
+                                     HloSharding.tuple_of(outs))
+        stated = root.attrs["sharding"]
+    else:
+        # XLA gives an empty tuple one (replicated) leaf sharding, and jaxlib
+        # refuses an output sharding list of any other length for it (XLA's
+        # importer, a sharding on a root without results).
+        stated = str(HloSharding.tuple_of([HloSharding.replicated()]))
     text = module_to_text(result.module)
     try:
         proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
         partitioned = _with_spmd_shardings(
-            bytes(_jax.mlir.hlo_to_stablehlo(proto)), root.attrs["sharding"],
+            bytes(_jax.mlir.hlo_to_stablehlo(proto)), stated,
             [str(p) for p in result.parameter_shardings])
     except Exception as exc:  # noqa: BLE001 - XLA's parser's own message
         logger.debug("xla_gpu: our per-device program does not read back into XLA: %s", exc)
         return None
+    for caught in fallbacks:   # the program is ours: its warnings stand
+        warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
     return text, partitioned
 
 
@@ -1895,19 +1926,24 @@ def _execute_partitioned(a, e: Executable, num_devices: int, num_args: int) -> N
     if num_devices != len(e.devices):
         raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: '{name}' runs on {len(e.devices)} "
                          f"devices, Execute passed {num_devices} argument lists")
-    if e.donated:
-        raise _PjrtError(A.UNIMPLEMENTED, f"xla_gpu: '{name}': donated arguments of a program "
-                         "of several devices are not supported")
-    per_device = []
+    per_device, device_bufs = [], []
     for d, device in enumerate(e.devices):
         bufs = _argument_buffers(rd(a, f.argument_lists), d, num_args, device, name,
                                  f" of device {d}")
+        if e.donated:
+            _refuse_double_donation(e, bufs, name)
         per_device.append([buf.live_array(f"argument {i} of '{name}'")
                            for i, buf in enumerate(bufs)])
+        device_bufs.append(bufs)
     try:
         outs = e.exe.run_partitioned(per_device)
     except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
         raise _PjrtError(_error_code_of(exc), f"xla_gpu run: {type(exc).__name__}: {exc}") from exc
+    if e.donated:
+        # Every device's shards of a donated argument are consumed, as on
+        # XLA; the outputs are fresh arrays (nothing is written in place).
+        for bufs in device_bufs:
+            _consume_donated(e, bufs, num_args, rd(a, f.options))
     for d, device in enumerate(e.devices):
         _write_outputs(e, outs[d], rd(rd(a, f.output_lists), A.POINTER * d), device)
         if rd(a, f.device_complete_events):

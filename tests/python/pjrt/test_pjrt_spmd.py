@@ -188,3 +188,47 @@ def test_many_ops_on_sharded_values_match_jax_cpu():
     wrong = {name: value for name, value in out.items() if value is not True}
     assert not wrong, wrong
     assert len(out) == 42 and counts == {"xla_gpu": 42, "xla": 0}, counts
+
+
+def test_empty_results_donation_and_constraints_in_shard_map_bodies():
+    """Three things jax's shard_map tests do: a program of several devices
+    with no results at all (jax forwards every output), donated sharded
+    arguments (consumed on every device), and a sharding constraint along
+    a mesh axis a shard_map leaves automatic (its result's placement as
+    XLA gives it: XLA's partitioner makes that program)."""
+    out = run_jax("""
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from xla_gpu.pjrt import _plugin
+        res = {}
+        mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("i", "j"))
+        x = jax.device_put(np.arange(8, dtype=np.float32).reshape(4, 2),
+                           NamedSharding(mesh, P("i")))
+
+        def forward(v):
+            out, _ = jax.lax.scan(lambda c, _: (c, None), v, None, length=1)
+            return out
+
+        got = jax.shard_map(forward, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(x)
+        res["forwarded"] = np.asarray(got).tolist()
+        donated = jax.device_put(np.ones((4, 2), np.float32), NamedSharding(mesh, P("i", "j")))
+        doubled = jax.jit(lambda v: v * 2, donate_argnums=0)(donated)
+        res["donated"] = [np.asarray(doubled).tolist(), donated.is_deleted()]
+        cut = NamedSharding(mesh, P("i"))
+
+        def body(v):
+            return jax.lax.with_sharding_constraint(v * v, cut)
+
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P(),
+                                  check_vma=False, axis_names=frozenset({"j"})))
+        before = _plugin.partitioner_counts["xla"]
+        got = f(x)
+        res["partial"] = [np.asarray(got).tolist(), str(got.sharding.spec)]
+        res["by xla"] = _plugin.partitioner_counts["xla"] - before
+        print(json.dumps(res))
+    """, extra_env={"XLA_GPU_NUM_DEVICES": "4"})
+    x = [[2.0 * r, 2.0 * r + 1] for r in range(4)]
+    assert out["forwarded"] == x
+    assert out["donated"] == [[[2.0, 2.0]] * 4, True]
+    assert out["partial"][0] == [[v * v for v in row] for row in x]
+    assert out["partial"][1] in ("P('i',)", "PartitionSpec('i',)"), out
+    assert out["by xla"] == 1, out
