@@ -420,6 +420,48 @@ add {
         unregister_custom_call("count_calls")
 
 
+def test_open_dims_of_a_constraint_take_the_operands_cut():
+    """Shardy's `{?}` leaves a dim to propagation (jax marks a result whose
+    placement it leaves to the compiler so; its HLO form says replicated):
+    the open dims take the operand's cut, `{}` dims stay whole, and a
+    constraint that states a cut keeps it."""
+    mesh = 'frontend_attributes={xla.sdy.meshes={empty_mesh = #sdy.mesh<[]>, mesh = #sdy.mesh<["x"=4, "y"=2]>}}'
+    text = f"""HloModule m, {mesh}
+ENTRY e {{
+  p = f32[8,4] parameter(0), sharding={{devices=[4,2]<=[8]}}
+  n = f32[8,4] negate(p)
+  free = f32[8,4] custom-call(n), custom_call_target="Sharding", sharding={{replicated}}, frontend_attributes={{xla.sdy.sharding="#sdy.sharding_per_value<[<@empty_mesh, [{{?}}, {{}}]>]>"}}
+  e = f32[8,4] exponential(p)
+  kept = f32[8,4] custom-call(e), custom_call_target="Sharding", sharding={{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}}, frontend_attributes={{xla.sdy.sharding="#sdy.sharding_per_value<[<@mesh, [{{?}}, {{\\"y\\", ?}}]>]>"}}
+  ROOT t = (f32[8,4], f32[8,4]) tuple(free, kept)
+}}"""
+    x = np.arange(32, dtype=np.float32).reshape(8, 4) / 8
+    (neg, ex), result = run_partitioned(text, 8, [x])
+    np.testing.assert_array_equal(neg, -x)
+    np.testing.assert_allclose(ex, np.exp(x), rtol=1e-6)
+    free, kept = result.output_shardings
+    assert free.counts(2) == (4, 1)     # dim 0 cut as the operand, dim 1 closed
+    assert kept.counts(2) == (4, 2)     # the stated y cut plus the operand's x
+    assert _collectives(result.module) == Counter({"all-gather": 1})
+
+
+def test_a_cut_iota_is_made_on_each_device_with_its_offset():
+    text = """HloModule m
+ENTRY e {
+  i = u32[16,6] iota(), iota_dimension=0, sharding={devices=[4,2]<=[8]}
+  j = f32[16,6] iota(), iota_dimension=1, sharding={devices=[4,2]<=[8]}
+  ROOT t = (u32[16,6], f32[16,6]) tuple(i, j)
+}"""
+    (rows, cols), result = run_partitioned(text, 8, [])
+    np.testing.assert_array_equal(rows, np.broadcast_to(np.arange(16, dtype=np.uint32)[:, None],
+                                                        (16, 6)))
+    np.testing.assert_array_equal(cols, np.broadcast_to(np.arange(6, dtype=np.float32), (16, 6)))
+    iotas = [i.shape.dims for c in result.module.computations for i in c.instructions
+             if i.opcode == "iota"]
+    assert iotas and all(d == (4, 3) for d in iotas), iotas   # never the whole [16,6]
+    assert not _collectives(result.module)
+
+
 def test_partly_manual_shardings_are_refused_naming_the_instruction():
     text = """
 HloModule m
