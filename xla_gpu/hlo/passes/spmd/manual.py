@@ -6,6 +6,7 @@ stated shardings."""
 
 from __future__ import annotations
 
+from ...graph import post_order
 from ...module import HloInstruction
 from ...shape import Shape
 from .propagation import CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS
@@ -54,15 +55,11 @@ class ManualRegions:
         along the others (`with_sharding_constraint` inside it). The body
         stays per-device code here, whole along those axes: correct, but
         not cut as asked, so it is noted."""
-        seen: set[int] = set()
-        pending = list(call.called_computations)
-        while pending:
-            comp = pending.pop()
-            if id(comp) in seen:
-                continue
-            seen.add(id(comp))
+        def callees(comp):
+            return [c for inner in comp.instructions for c in inner.called_computations]
+
+        for comp in post_order(list(call.called_computations), callees):
             for inner in comp.instructions:
-                pending.extend(inner.called_computations)
                 if annotation_target(inner) not in CONSTRAINT_TARGETS:
                     continue
                 stated = sharding_of(inner)
