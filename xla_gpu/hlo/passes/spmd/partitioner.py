@@ -261,6 +261,14 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
                         not manual.get(id(inst)):
                     inline_call(inst)
                     changed = True
+        # An inlined call's results come out of a tuple: its users read the
+        # values themselves, so that propagation reaches through (it does
+        # not see through a tuple backwards).
+        for inst in list(comp.instructions):
+            if inst.opcode == "get-tuple-element" and inst.operands[0].opcode == "tuple" and \
+                    "sharding" not in inst.attrs and not manual.get(id(inst)) and \
+                    inst is not comp.root:
+                inst.replace_all_uses_with(inst.operands[0].operands[inst.attrs["index"]])
 
     def mark_manual(self, comp: HloComputation) -> dict[int, bool]:
         """id -> True for the instructions of `comp` inside shard_map regions."""
