@@ -180,6 +180,47 @@ def test_loop_state_ordering_writes_after_the_old_value_is_read():
     assert not LoopStateOrdering().run(module)          # already ordered
 
 
+def test_an_array_loop_state_is_written_after_its_other_readers():
+    """A loop whose state is one array (not a tuple): the root writes the
+    parameter's buffer, so a side effect that reads the old value (a
+    jax.debug.print in the body) runs first; a reader that needs the new
+    value as well makes the root a copy instead. Both run as the
+    interpreter says."""
+    text = """HloModule m
+body {
+  p = s32[4] parameter(0)
+  shown = () custom-call(p), custom_call_target="record_state", custom_call_has_side_effect=true
+  one = s32[] constant(1)
+  ones = s32[4] broadcast(one), dimensions={}
+  ROOT next = s32[4] add(p, ones)
+}
+cond {
+  p = s32[4] parameter(0)
+  first = s32[1] slice(p), slice={[0:1]}
+  f = s32[] reshape(first)
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(f, three), direction=LT
+}
+ENTRY e {
+  x = s32[4] parameter(0)
+  ROOT w = s32[4] while(x), condition=cond, body=body
+}"""
+    module = hlo.parse_module(text)
+    assert LoopStateOrdering().run(module)
+    body = module.computation("body")
+    assert body.find("next").attrs["control-predecessors"] == ("shown",)
+    from xla_gpu.ffi.registry import register_custom_call, unregister_custom_call
+    seen = []
+    register_custom_call("record_state", lambda state: seen.append(state.tolist()))
+    try:
+        exe = xla_gpu.compile(text, target="cpu")
+        (out,) = exe.run(np.zeros(4, np.int32))
+        assert out.tolist() == [3] * 4
+        assert seen == [[0] * 4, [1] * 4, [2] * 4]
+    finally:
+        unregister_custom_call("record_state")
+
+
 # -- the kernel compiler's key ----------------------------------------------------------
 
 

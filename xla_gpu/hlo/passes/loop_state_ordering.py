@@ -53,67 +53,86 @@ def order_loop_state_updates(module: HloModule) -> int:
             if loop.opcode != "while":
                 continue
             body: HloComputation = loop.attrs["body"]
-            if not body.parameters or body.root is None or body.root.opcode != "tuple":
+            if not body.parameters or body.root is None:
                 continue
             param = body.parameters[0]
             by_name = {i.name: i for i in body.instructions}
+            if body.root.opcode != "tuple":
+                # An array loop state: the root writes the parameter's buffer.
+                if not body.root.shape.is_tuple and body.root is not param:
+                    added += _order_element(body, by_name, [param], body.root, None)
+                continue
             for k, value in enumerate(list(body.root.operands)):
                 old = [g for g in param.users
                        if g.opcode == "get-tuple-element" and g.attrs.get("index") == k]
-                if not old or value in old or value.shape.is_tuple:
-                    continue
-                writer = value
-                while writer.opcode in ("get-tuple-element", "bitcast") and \
-                        writer not in old and writer is not param:
-                    writer = writer.operands[0]
-                if writer in old or writer is param or writer.opcode in ("parameter",
-                                                                          "constant"):
-                    continue
-                readers: list[HloInstruction] = []
-                old_values = list(old)
-                stack = list(old)
-                while stack:
-                    current = stack.pop()
-                    for user in current.users:
-                        if user.opcode == "bitcast":
-                            stack.append(user)
-                            old_values.append(user)
-                        elif user.opcode == "tuple" and user is not body.root:
-                            # A tuple reads nothing: whoever takes it (an
-                            # inner loop's state, a call) reads the value.
-                            stack.append(user)
-                        elif user is not body.root and user not in readers:
-                            readers.append(user)
-                shareable = {i for i, _, _ in in_place_pairs(writer)} | \
-                    {i for i, _, _ in elementwise_share_pairs(writer)}
-                self_read = writer in readers and not all(
-                    i in shareable for i, o in enumerate(writer.operands)
-                    if any(o is v for v in old_values))
-                others = [r for r in readers if r is not writer]
-                # Each reader's ancestors walked once: the readers that need
-                # the new value both force the copy and need no edge.
-                after = {id(r) for r in others if id(writer) in _ancestors(r, by_name)}
-                if self_read or after:
-                    copy = HloInstruction(free_name(by_name, f"{value.name}.state_copy"),
-                                          "copy", value.shape, [value], {}, None, None,
-                                          value.location)
-                    body.instructions.append(copy)
-                    by_name[copy.name] = copy
-                    body.root.operands[k] = copy
-                    copy.parent = body
-                    copy.users = [body.root]
-                    value.users = [u for u in value.users if u is not body.root] + [copy]
-                    # The fresh copy has no user but the root: no reader
-                    # can depend on it.
-                    writer, others, after = copy, readers, set()
-                for reader in others:
-                    if id(reader) in after:
-                        continue
-                    names = tuple(writer.attrs.get(CONTROL_PREDECESSORS) or ())
-                    if reader.name in names:
-                        continue
-                    writer.attrs[CONTROL_PREDECESSORS] = names + (reader.name,)
-                    if hasattr(body, "_control_edges"):
-                        body._control_edges = True
-                    added += 1
+                if old and value not in old and not value.shape.is_tuple:
+                    added += _order_element(body, by_name, old, value, k)
+    return added
+
+
+def _order_element(body: HloComputation, by_name: dict[str, HloInstruction],
+                   old: list[HloInstruction], value: HloInstruction, k: int | None) -> int:
+    """Orders the writer of one loop state element (`value`, the root's
+    operand k; the root itself for an array state, k None) after the other
+    readers of its previous value (`old`), or copies it into the state
+    after them. Returns the number of control edges added."""
+    param = body.parameters[0]
+    passing = ("get-tuple-element", "bitcast") if k is not None else ("bitcast",)
+    writer = value
+    while writer.opcode in passing and writer not in old and writer is not param:
+        writer = writer.operands[0]
+    if writer in old or writer is param or writer.opcode in ("parameter", "constant"):
+        return 0
+    # The root tuple reads nothing itself; an array state's root is the writer.
+    state_root = body.root if k is not None else None
+    readers: list[HloInstruction] = []
+    old_values = list(old)
+    stack = list(old)
+    while stack:
+        current = stack.pop()
+        for user in current.users:
+            if user.opcode == "bitcast":
+                stack.append(user)
+                old_values.append(user)
+            elif user.opcode == "tuple" and user is not state_root:
+                # A tuple reads nothing: whoever takes it (an inner loop's
+                # state, a call) reads the value.
+                stack.append(user)
+            elif user is not state_root and user not in readers:
+                readers.append(user)
+    shareable = {i for i, _, _ in in_place_pairs(writer)} | \
+        {i for i, _, _ in elementwise_share_pairs(writer)}
+    self_read = writer in readers and not all(
+        i in shareable for i, o in enumerate(writer.operands)
+        if any(o is v for v in old_values))
+    others = [r for r in readers if r is not writer]
+    # Each reader's ancestors walked once: the readers that need the new
+    # value both force the copy and need no edge.
+    after = {id(r) for r in others if id(writer) in _ancestors(r, by_name)}
+    if self_read or after:
+        copy = HloInstruction(free_name(by_name, f"{value.name}.state_copy"),
+                              "copy", value.shape, [value], {}, None, None, value.location)
+        body.instructions.append(copy)
+        by_name[copy.name] = copy
+        copy.parent = body
+        if k is not None:
+            body.root.operands[k] = copy
+            copy.users = [body.root]
+            value.users = [u for u in value.users if u is not body.root] + [copy]
+        else:
+            value.users = [*value.users, copy]
+            body.set_root(copy)
+        # The fresh copy has no user but the root: no reader can depend on it.
+        writer, others, after = copy, readers, set()
+    added = 0
+    for reader in others:
+        if id(reader) in after:
+            continue
+        names = tuple(writer.attrs.get(CONTROL_PREDECESSORS) or ())
+        if reader.name in names:
+            continue
+        writer.attrs[CONTROL_PREDECESSORS] = names + (reader.name,)
+        if hasattr(body, "_control_edges"):
+            body._control_edges = True
+        added += 1
     return added
