@@ -688,7 +688,8 @@ class Executable(_Handle):
                     import jaxlib._hlo as hlo
                     text = _IMPORTER_UNSAFE.sub("", self.exe.as_text())
                     proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
-                    code = bytes(_jax.mlir.hlo_to_stablehlo(proto))
+                    code = _with_module_attributes(bytes(_jax.mlir.hlo_to_stablehlo(proto)),
+                                                   text)
                 except Exception as exc:  # noqa: BLE001 - a view, never fatal
                     logger.debug("xla_gpu: optimized HLO not convertible for jax: %s", exc)
                     code = self.mlir_code
@@ -895,10 +896,98 @@ def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
     if build.num_replicas > 1 or build.num_partitions > 1:
         return _compile_partitioned(code, options, computation, build)
     # Every constant with its values (the default prints a large one as {...}).
-    text = computation.as_hlo_text(print_large_constants=True)
+    text = _hlo_text(computation, code)
     (device,) = _assigned_devices(build, 1)
     exe = xla_gpu.compile(text, **_compile_options())
     return Executable(exe, computation, code, text, device)
+
+
+def _hlo_text(computation, code: bytes | None) -> str:
+    """The program's HLO text, every constant with its values (the default
+    prints a large one as {...}), the ENTRY's layouts as jax asks for them.
+    The header's layouts are the converter's guess (a transposed result's
+    comes out transposed); jax states what it wants on the StableHLO
+    function instead (`mhlo.layout_mode`: a layout, or "default" / none for
+    row-major, "auto" for the compiler's choice: the converter's)."""
+    text = computation.as_hlo_text(print_large_constants=True)
+    modes = _layout_modes(code) if code is not None else None
+    header, newline, rest = text.partition("\n")
+    m = _ENTRY_LAYOUT.search(header)
+    if modes is None or m is None:
+        return text
+    from ..hlo.parser import parse_program_shape
+    try:
+        params, result = parse_program_shape(m.group(1))
+    except Exception:  # noqa: BLE001 - left as jax printed it
+        return text
+    arg_modes, result_modes = modes
+    results = result.tuple_shapes if result.is_tuple else (result,)
+    if len(arg_modes) != len(params) or len(result_modes) != len(results):
+        return text
+    params = [_in_layout_mode(p, mode) for p, mode in zip(params, arg_modes)]
+    results = [_in_layout_mode(r, mode) for r, mode in zip(results, result_modes)]
+    laid_out = "(" + ", ".join(map(str, results)) + ")" if result.is_tuple else str(results[0])
+    fixed = "{(" + ", ".join(map(str, params)) + ")->" + laid_out + "}"
+    return header[:m.start(1)] + fixed + header[m.end(1):] + newline + rest
+
+
+_ENTRY_LAYOUT = re.compile(r"entry_computation_layout=(\{\(.*?\)->.*?\})(?:, \w+=|$)")
+
+
+def _layout_modes(code: bytes) -> tuple[list[str], list[str]] | None:
+    """The `mhlo.layout_mode` of each argument and result of the program's
+    main function ("" where none is given); None if it cannot be read."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+    from jax._src.lib import _jax
+    try:
+        with mlir.make_ir_context():
+            try:   # jax sends a portable artifact (VHLO)
+                module = _jax.mlir.deserialize_portable_artifact(code)
+            except Exception:  # noqa: BLE001 - plain StableHLO
+                module = None
+            if not isinstance(module, ir.Module):
+                module = ir.Module.parse(code)
+            for op in module.body.operations:
+                if op.operation.name == "func.func" and \
+                        ir.StringAttr(op.attributes["sym_name"]).value == "main":
+                    return (_modes_of(op, "arg_attrs"), _modes_of(op, "res_attrs"))
+    except Exception:  # noqa: BLE001 - the header is then taken as it is
+        return None
+    return None
+
+
+def _modes_of(func, key: str) -> list[str]:
+    from jax._src.lib.mlir import ir
+    if key not in func.attributes:
+        count = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+                    .inputs if key == "arg_attrs" else
+                    ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+                    .results)
+        return [""] * count
+    out = []
+    for attrs in ir.ArrayAttr(func.attributes[key]):
+        attrs = ir.DictAttr(attrs)
+        out.append(ir.StringAttr(attrs["mhlo.layout_mode"]).value
+                   if "mhlo.layout_mode" in attrs else "")
+    return out
+
+
+def _in_layout_mode(shape, mode: str):
+    """`shape` in the layout its mode asks for (tuples and tokens as they are)."""
+    from ..hlo.shape import Shape
+    if shape.is_tuple or shape.element_type == "token" or mode == "auto" or not shape.rank:
+        return shape   # auto: the layout the converter gives, as XLA's assignment would
+    layout = None
+    if mode.startswith("{") and mode.endswith("}") and ":" not in mode:
+        try:
+            layout = tuple(int(v) for v in mode[1:-1].split(",") if v.strip())
+        except ValueError:
+            layout = None
+        if layout is not None and sorted(layout) != list(range(shape.rank)):
+            layout = None
+    return Shape(shape.element_type, shape.dims,
+                 layout if layout is not None else tuple(range(shape.rank - 1, -1, -1)))
 
 
 # jax hands over the program with its sharding annotations (Shardy's), not
@@ -912,7 +1001,8 @@ _PARTITIONERS: dict[int, object] = {}
 partitioner_counts: dict[str, int] = {"xla_gpu": 0, "xla": 0}
 
 
-def _partition_ourselves(computation, partitions: int) -> tuple[str, bytes] | None:
+def _partition_ourselves(computation, partitions: int,
+                         code: bytes | None = None) -> tuple[str, bytes] | None:
     """The per-device HLO text and its StableHLO bytecode (what jax reads
     the shardings back from) made by xla_gpu's partitioner; None where it
     refuses the program or would cut a parameter otherwise than jax does."""
@@ -924,7 +1014,7 @@ def _partition_ourselves(computation, partitions: int) -> tuple[str, bytes] | No
     from ..hlo.passes.spmd.placement import same_placement
     from ..hlo.printer import module_to_text
     try:
-        module = parse_module(computation.as_hlo_text(print_large_constants=True))
+        module = parse_module(_hlo_text(computation, code))
         stated = [sharding_of(p, partitions) for p in module.entry.parameters]
         with warnings.catch_warnings(record=True) as fallbacks:
             warnings.simplefilter("always")
@@ -964,9 +1054,9 @@ def _partition_ourselves(computation, partitions: int) -> tuple[str, bytes] | No
     text = module_to_text(result.module)
     try:
         proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
-        partitioned = _with_spmd_shardings(
-            bytes(_jax.mlir.hlo_to_stablehlo(proto)), stated,
-            [str(p) for p in result.parameter_shardings])
+        partitioned = _with_module_attributes(
+            bytes(_jax.mlir.hlo_to_stablehlo(proto)), text,
+            (stated, [str(p) for p in result.parameter_shardings]))
     except Exception as exc:  # noqa: BLE001 - XLA's parser's own message
         logger.debug("xla_gpu: our per-device program does not read back into XLA: %s", exc)
         return None
@@ -975,19 +1065,40 @@ def _partition_ourselves(computation, partitions: int) -> tuple[str, bytes] | No
     return text, partitioned
 
 
-def _with_spmd_shardings(code: bytes, outputs: str, parameters: list[str]) -> bytes:
-    """The program's bytecode with the module attributes jax reads its
-    executables' shardings from (XLA's partitioner sets them in the module's
-    config, which HLO text does not carry)."""
+def _with_module_attributes(code: bytes, hlo_text: str,
+                            shardings: tuple[str, list[str]] | None = None) -> bytes:
+    """The program's bytecode (HLO text `hlo_text` imported) with the module
+    attributes jax reads its executables' layouts and shardings from: the
+    ENTRY's layouts (the importer keeps only layouts other than row-major,
+    and turning it back into HLO then lays a transposed result out
+    transposed), and `shardings` (output, parameters), which XLA's
+    partitioner sets in the module's config and HLO text does not carry."""
     import io
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
+    from ..hlo.parser import parse_program_shape
+    m = _ENTRY_LAYOUT.search(hlo_text.split("\n", 1)[0])
+    params, result = parse_program_shape(m.group(1)) if m else (None, None)
+
+    def layout(shape):
+        if shape.is_tuple:
+            return ir.ArrayAttr.get([layout(sub) for sub in shape.tuple_shapes])
+        order = shape.minor_to_major if shape.element_type != "token" else ()
+        return ir.DenseElementsAttr.get(np.array(order, dtype=np.int64),
+                                        type=ir.IndexType.get())
+
     with mlir.make_ir_context():
         module = ir.Module.parse(code)
         attributes = module.operation.attributes
-        attributes["mhlo.spmd_output_sharding"] = ir.StringAttr.get(outputs)
-        attributes["mhlo.spmd_parameters_shardings"] = ir.ArrayAttr.get(
-            [ir.StringAttr.get(p) for p in parameters])
+        if params is not None:
+            attributes["mhlo.xla_entry_computation_parameter_layouts"] = ir.ArrayAttr.get(
+                [layout(p) for p in params])
+            attributes["mhlo.xla_entry_computation_result_layout"] = ir.ArrayAttr.get(
+                [layout(result)])
+        if shardings is not None:
+            attributes["mhlo.spmd_output_sharding"] = ir.StringAttr.get(shardings[0])
+            attributes["mhlo.spmd_parameters_shardings"] = ir.ArrayAttr.get(
+                [ir.StringAttr.get(p) for p in shardings[1]])
         out = io.BytesIO()
         module.operation.write_bytecode(out)
         return out.getvalue()
@@ -1011,7 +1122,7 @@ def _compile_partitioned(code: bytes, options: bytes, computation, build) -> Exe
     count = replicas * partitions
     devices = _assigned_devices(build, count)
     if replicas == 1 and os.environ.get("XLA_GPU_SPMD_PARTITIONER", "").lower() != "xla":
-        ours = _partition_ourselves(computation, partitions)
+        ours = _partition_ourselves(computation, partitions, code)
         if ours is not None:
             text, partitioned = ours
             exe = xla_gpu.compile(text, num_partitions=partitions, **_compile_options())

@@ -13,6 +13,8 @@ On one device every annotation is the value itself:
   xla.sdy.PropagationBarrier   a stop for sharding propagation
   xla.sdy.ShardingGroup        ties its operand's sharding to a group; it
                                has no value (an empty tuple) and no users
+  LayoutConstraint             jax's with_sharding_constraint with a layout:
+                               a copy into that layout
 
 Any other `xla.sdy.*` target is an annotation too when it looks like one:
 its result is its operand (one operand, same shape), or its operands as a
@@ -32,7 +34,7 @@ ANNOTATION_TARGETS = frozenset({
     "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
     "xla.sdy.FuncResultSharding", "xla.sdy.GlobalToLocalShape",
     "xla.sdy.LocalToGlobalShape", "xla.sdy.PropagationBarrier",
-    "xla.sdy.ShardingGroup",
+    "xla.sdy.ShardingGroup", "LayoutConstraint",
 })
 _SHARDY_PREFIX = "xla.sdy."
 

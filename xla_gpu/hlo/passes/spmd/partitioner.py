@@ -142,6 +142,7 @@ from ...module import HloComputation, HloInstruction, HloModule
 from ...opcodes import ELEMENTWISE
 from ...shape import Shape
 from ..call_inliner import inline_call
+from ..layout_assignment import entry_computation_layout
 from ..sharding_annotations import ShardingAnnotationRemover, is_sharding_annotation
 from ..util import has_side_effect
 from .dot import DotPartitioning
@@ -161,7 +162,8 @@ from .sharding import (HloSharding, ShardingError, open_dims, parse_sdy_sharding
 __all__ = ["partition_module", "PartitionResult", "needs_partitioning",
            "CONSTRAINT_TARGETS", "SpmdFallbackWarning"]
 
-_DROPPED_TARGETS = frozenset({"xla.sdy.PropagationBarrier"})
+# (a layout constraint is kept by the per-device program's layouts, not here)
+_DROPPED_TARGETS = frozenset({"xla.sdy.PropagationBarrier", "LayoutConstraint"})
 _LOCAL_DATA_MOVEMENT = frozenset({"slice", "pad", "concatenate", "reduce-window",
                                   "dynamic-slice", "dynamic-update-slice", "reverse"})
 # Ops that can keep a cut dim cut (moves); where they cannot, the dims
@@ -194,6 +196,18 @@ def _unique_device(s: HloSharding | None) -> int | None:
         devices = {_unique_device(e) for e in s.elements}
         return devices.pop() if len(devices) == 1 and None not in devices else None
     return s.device if s.kind == "maximal" else None
+
+
+def _laid_out(local: Shape, declared: Shape) -> Shape:
+    """A per-device shape in the layout its global one was declared in."""
+    if local.is_tuple:
+        if not declared.is_tuple or len(declared.tuple_shapes) != len(local.tuple_shapes):
+            return local
+        return Shape(tuple_shapes=tuple(_laid_out(a, b) for a, b in
+                                        zip(local.tuple_shapes, declared.tuple_shapes)))
+    if declared.is_tuple or declared.rank != local.rank or not local.rank:
+        return local
+    return Shape(local.element_type, local.dims, declared.minor_to_major)
 
 
 def _zeros_in(comp: HloComputation, shape: Shape) -> HloInstruction:
@@ -327,6 +341,7 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
     def partition(self) -> PartitionResult:
         module = self.module
         entry = module.entry
+        declared = entry_computation_layout(module)
         self.inline_calls(entry)
         new, root_sharding, params = self.partition_computation(
             entry, entry.name + "_spmd", {}, None, entry=True)
@@ -336,6 +351,13 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         new.is_entry = True
         entry.is_entry = False
         module.attrs.pop("entry_computation_layout", None)
+        if declared is not None and len(declared[0]) == len(new.parameters):
+            # The caller's buffers keep their layouts, chunk by chunk (an
+            # ENTRY without one would let layout assignment choose them).
+            shapes = [_laid_out(p.shape, d) for p, d in zip(new.parameters, declared[0])]
+            result = _laid_out(new.root.shape, declared[1])
+            module.attrs["entry_computation_layout"] = \
+                "{(" + ", ".join(map(str, shapes)) + ")->" + str(result) + "}"
         module.attrs["num_partitions"] = str(self.n)
         module.remove_unreachable_computations()
         # Annotations left in called computations (a reducer's, a loop
