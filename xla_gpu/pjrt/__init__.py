@@ -253,12 +253,14 @@ def _enable_jax_features() -> None:
 CPU_LINALG_PRIMITIVES = frozenset({
     "cholesky", "eig", "eigh", "geqp3", "geqrf", "hessenberg", "householder_product",
     "lu", "ormqr", "schur", "svd", "triangular_solve", "tridiagonal", "tridiagonal_solve"})
-# jax.debug.callback / jax.debug.print: lowered per platform, cpu's through
-# the Python callbacks that xla_gpu.pjrt._callbacks lowers for "xla_gpu".
-CPU_CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print"})
+# jax.debug.callback / jax.debug.print / checkify.debug_check: lowered per
+# platform, cpu's through the Python callbacks that xla_gpu.pjrt._callbacks
+# lowers for "xla_gpu".
+CPU_CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print", "check"})
 
 
 def _use_cpu_lowerings(mlir) -> None:
+    from jax._src import checkify  # noqa: F401 - registers its `check` lowerings
     table = getattr(mlir, "_platform_specific_lowerings", None)
     if not hasattr(table, "get"):
         return

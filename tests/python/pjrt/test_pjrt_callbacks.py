@@ -56,6 +56,14 @@ def test_debug_print_prints_and_a_failing_callback_names_itself():
             jax.jit(lambda x: jax.debug.print("total {t}", t=x.sum()) or x * 2)(jnp.ones(3))
             jax.effects_barrier()
         res = {"printed": buf.getvalue()}
+        from jax.experimental import checkify
+        try:
+            jax.jit(lambda v: checkify.debug_check(v > 0, "x must be positive") or v)(
+                jnp.float32(-1))
+            jax.effects_barrier()
+            res["checked"] = "no error"
+        except Exception as exc:
+            res["checked"] = str(exc)
 
         def bad(a):
             raise ValueError("callback refused its input")
@@ -76,6 +84,7 @@ def test_debug_print_prints_and_a_failing_callback_names_itself():
         print(json.dumps(res))
     """, platforms="xla_gpu,cpu", extra_env=ENV)
     assert out["printed"] == "total 3.0\n"
+    assert out["checked"] == "no error", out   # lowered (a no-op outside checkify)
     assert "callback refused its input" in out["error"]
     assert "xla_gpu_python_callback" in out["error"]
     assert "result 0 has shape (2,), the program expects (3,)" in out["shape"]
