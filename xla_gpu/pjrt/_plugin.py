@@ -1062,7 +1062,43 @@ def _partition_ourselves(computation, partitions: int,
         return None
     for caught in fallbacks:   # the program is ours: its warnings stand
         warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
+    for config, sharding in result.inspected:
+        _report_sharding(config, str(sharding))
     return text, partitioned
+
+
+class _InspectArgs(C.Structure):
+    # jaxlib's JAX_InspectSharding_Callback_Args: the serialized OpSharding
+    # in, an error message out.
+    _fields_ = [("sharding_spec", C.c_char_p), ("sharding_spec_size", C.c_size_t),
+                ("error_txt", C.c_char_p), ("error_scratch", C.c_void_p),
+                ("free_error", C.c_void_p)]
+
+
+_INSPECT_CALL = C.CFUNCTYPE(None, C.c_void_p, C.POINTER(_InspectArgs))
+_FREE_ERROR = C.CFUNCTYPE(None, C.POINTER(_InspectArgs))
+
+
+def _report_sharding(config: str, sharding: str) -> None:
+    """Calls jax's inspect_array_sharding callback as XLA's partitioner
+    does: the custom call's backend_config holds jaxlib's
+    JAX_InspectSharding_Callback ({call, data}, two pointers) and the
+    callback takes the sharding as a serialized OpSharding."""
+    from jax._src.lib import xla_client
+    raw = config.encode("latin-1")
+    if len(raw) != 2 * C.sizeof(C.c_void_p):
+        raise _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: InspectSharding's backend_config is "
+                         f"{len(raw)} bytes, not jaxlib's callback")
+    call, data = struct.unpack("PP", raw)
+    proto = xla_client.HloSharding.from_string(sharding).to_proto().SerializeToString()
+    args = _InspectArgs(proto, len(proto), None, None, None)
+    _INSPECT_CALL(call)(data, C.byref(args))
+    if args.error_txt:
+        message = args.error_txt.decode("utf-8", "replace")
+        if args.free_error:
+            _FREE_ERROR(args.free_error)(C.byref(args))
+        raise _PjrtError(A.INTERNAL, f"xla_gpu: inspect_array_sharding's callback failed: "
+                         f"{message}")
 
 
 def _with_module_attributes(code: bytes, hlo_text: str,

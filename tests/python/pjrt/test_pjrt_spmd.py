@@ -232,3 +232,35 @@ def test_empty_results_donation_and_constraints_in_shard_map_bodies():
     assert out["partial"][0] == [[v * v for v in row] for row in x]
     assert out["partial"][1] in ("P('i',)", "PartitionSpec('i',)"), out
     assert out["by xla"] == 1, out
+
+
+def test_inspect_array_sharding_reports_what_the_partitioner_chose():
+    """jax.debug.inspect_array_sharding inside jit (the propagated sharding)
+    and inside a shard_map (a manual value: an empty spec), called at
+    compile time through jaxlib's callback, as XLA's partitioner calls it."""
+    out = run_jax("""
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from xla_gpu.pjrt import _plugin
+        seen = []
+        mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+        x = jax.device_put(np.arange(16.0).reshape(4, 4), NamedSharding(mesh, P("a", "b")))
+
+        def f(v):
+            jax.debug.inspect_array_sharding(v * 2, callback=lambda s: seen.append(str(s.spec)))
+            return v + 1
+
+        got = jax.jit(f)(x)
+        body = jax.jit(jax.shard_map(
+            lambda v: (jax.debug.inspect_array_sharding(
+                v, callback=lambda s: seen.append("manual " + str(s.spec))), v * 3)[1],
+            mesh=mesh, in_specs=P("a"), out_specs=P("a")))(x)
+        print(json.dumps({"seen": seen, "values": [np.asarray(got).tolist(),
+                                                   np.asarray(body).tolist()],
+                          "counts": dict(_plugin.partitioner_counts)}))
+    """, extra_env={"XLA_GPU_NUM_DEVICES": "4"})
+    x = [[4.0 * r + c for c in range(4)] for r in range(4)]
+    assert out["values"] == [[[v + 1 for v in row] for row in x],
+                             [[v * 3 for v in row] for row in x]]
+    assert [s.replace("PartitionSpec", "P") for s in out["seen"]] == \
+        ["P('a', 'b')", "manual P()"], out
+    assert out["counts"] == {"xla_gpu": 2, "xla": 0}, out

@@ -23,6 +23,13 @@ def annotation_target(inst: HloInstruction) -> str | None:
     return target if isinstance(target, str) else None
 
 
+def _body_computations(call: HloInstruction) -> list:
+    """The computations a shard_map body's call runs, nested ones too."""
+    def callees(comp):
+        return [c for inner in comp.instructions for c in inner.called_computations]
+    return post_order(list(call.called_computations), callees)
+
+
 def all_replicated(s: HloSharding) -> bool:
     if s.is_tuple:
         return all(all_replicated(e) for e in s.elements)
@@ -36,6 +43,11 @@ class ManualRegions:
         target = annotation_target(inst)
         if target in MANUAL_ENTRY_TARGETS:
             return self.emit_manual_entry(inst)
+        if target == "InspectSharding":   # per-device code: the value is manual
+            config = inst.attrs.get("backend_config")
+            self.inspected.append((config if isinstance(config, str) else "",
+                                   HloSharding.manual()))
+            return self.values[id(inst.operands[0])][0], s
         operands = []
         for o in inst.operands:
             new, os_ = self.values[id(o)]
@@ -48,6 +60,7 @@ class ManualRegions:
             raise inst.unsupported("a parameter inside a manual region")
         if inst.opcode == "call":
             self.note_cutting_constraints(inst)
+            self.take_inspections(inst)
         return self.comp.add_instruction(copy, name=inst.name), s
 
     def note_cutting_constraints(self, call: HloInstruction) -> None:
@@ -55,10 +68,7 @@ class ManualRegions:
         along the others (`with_sharding_constraint` inside it). The body
         stays per-device code here, whole along those axes: correct, but
         not cut as asked, so it is noted."""
-        def callees(comp):
-            return [c for inner in comp.instructions for c in inner.called_computations]
-
-        for comp in post_order(list(call.called_computations), callees):
+        for comp in _body_computations(call):
             for inner in comp.instructions:
                 if annotation_target(inner) not in CONSTRAINT_TARGETS:
                     continue
@@ -70,6 +80,23 @@ class ManualRegions:
                                       f"shard_map body '{comp.name}' is not kept: the body "
                                       "is computed whole along the mesh axes it leaves "
                                       "automatic")
+
+    def take_inspections(self, call: HloInstruction) -> None:
+        """jax's inspect_array_sharding in a shard_map body sees a manual
+        value: noted (`inspected`) and taken out of the body, as XLA's
+        partitioner does, whose InspectSharding calls never reach a run."""
+        for comp in _body_computations(call):
+            for inner in list(comp.instructions):
+                if annotation_target(inner) != "InspectSharding" or len(inner.operands) != 1:
+                    continue
+                config = inner.attrs.get("backend_config")
+                self.inspected.append((config if isinstance(config, str) else "",
+                                       HloSharding.manual()))
+                operand = inner.operands[0]
+                if inner is comp.root:
+                    comp.set_root(operand)
+                inner.replace_all_uses_with(operand)
+                comp.remove_instruction(inner)
 
     def emit_manual_entry(self, inst):
         target = annotation_target(inst)

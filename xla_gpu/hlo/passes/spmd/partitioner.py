@@ -185,6 +185,10 @@ class PartitionResult:
     # axes the shard_map leaves automatic: not kept (the body is computed
     # whole along those axes), where XLA would partition the body by them.
     body_constraints_dropped: list[str] = field(default_factory=list)
+    # (backend_config, sharding) of each InspectSharding custom call (jax's
+    # inspect_array_sharding): the sharding its operand got, for the caller
+    # to report; the calls themselves are gone from the module.
+    inspected: list[tuple[str, HloSharding]] = field(default_factory=list)
 
 
 def _unique_device(s: HloSharding | None) -> int | None:
@@ -248,6 +252,7 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         self.module, self.n = module, n
         self.notes: list[str] = []
         self.body_constraints_dropped: list[str] = []
+        self.inspected: list[tuple[str, HloSharding]] = []
         self.channel = 0
         self.reducers: dict[str, HloComputation] = {}
         # The computation being partitioned (see partition_computation).
@@ -368,7 +373,7 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
                                [s for _, s in leaves],
                                [p.shape for p in entry.parameters],
                                [shape for shape, _ in leaves], self.notes,
-                               self.body_constraints_dropped)
+                               self.body_constraints_dropped, self.inspected)
 
     def partition_computation(self, comp: HloComputation, name: str,
                               overrides: dict[int, HloSharding],
@@ -530,6 +535,10 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
                     "chunk from it")
                 return self.reshard(new, given, s, inst.shape), s
             return new, s
+        if target == "InspectSharding":
+            config = inst.attrs.get("backend_config")
+            self.inspected.append((config if isinstance(config, str) else "", s))
+            return self.value(inst.operands[0], s), s
         if target in CONSTRAINT_TARGETS or target in _DROPPED_TARGETS:
             return self.value(inst.operands[0], s), s
         if op == "iota":

@@ -63,15 +63,15 @@ __all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map",
            "permute_sharding", "remap_sharding", "gather_batch_dims",
            "convolution_batch_dims", "convolution_feature_dims", "convolution_group_dims",
            "convolution_group_layout",
-           "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS"]
+           "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS", "PASS_THROUGH_TARGETS"]
 
 MANUAL_ENTRY_TARGETS = frozenset({"xla.sdy.GlobalToLocalShape", "SPMDFullToShardShape"})
 MANUAL_EXIT_TARGETS = frozenset({"xla.sdy.LocalToGlobalShape", "SPMDShardToFullShape"})
 
 CONSTRAINT_TARGETS = frozenset({"Sharding", "xla.sdy.FuncResultSharding"})
-# Custom calls that pass their operand through in another layout: its
-# sharding too.
-_LAYOUT_ONLY = frozenset({"LayoutConstraint"})
+# Custom calls that pass their operand through (in another layout; showing
+# its sharding to a callback): its sharding too.
+PASS_THROUGH_TARGETS = frozenset({"LayoutConstraint", "InspectSharding"})
 _DIM_PRESERVING = frozenset({"slice", "pad", "concatenate", "reduce-window",
                              "dynamic-slice", "dynamic-update-slice", "reverse"})
 
@@ -456,7 +456,7 @@ class _Propagation:
         if op == "custom-call" and len(ops) == 1 and not inst.shape.is_tuple and \
                 inst.attrs.get("custom_call_target") in CONSTRAINT_TARGETS:
             return self.open_constraint(inst, ops[0], rank)
-        if op == "custom-call" and inst.attrs.get("custom_call_target") in _LAYOUT_ONLY:
+        if op == "custom-call" and inst.attrs.get("custom_call_target") in PASS_THROUGH_TARGETS:
             return ops[0]
         if op == "reshape" and ops[0] is not None:
             return reshape_sharding(ops[0], inst.operands[0].shape.dims, inst.shape.dims)
@@ -590,7 +590,7 @@ class _Propagation:
             return {}
         if op in ELEMENTWISE or op == "copy" or (
                 op == "custom-call" and user.attrs.get("custom_call_target") in
-                CONSTRAINT_TARGETS | _LAYOUT_ONLY and len(user.operands) == 1):
+                CONSTRAINT_TARGETS | PASS_THROUGH_TARGETS and len(user.operands) == 1):
             return {i: s for i, o in enumerate(user.operands)
                     if o.shape.dims == user.shape.dims}
         if op == "broadcast" and s.kind == "tiled":
