@@ -332,6 +332,25 @@ ENTRY e {
     assert str(result.output_shardings[0]) == "{devices=[8,1,1]<=[8]}"
 
 
+def test_gather_keeps_the_cut_of_the_dims_its_slices_take_whole():
+    """a[:, k, :] as jax lowers it (a gather picking one row of dim 1) on a
+    value cut along all three dims: the result keeps the cuts of dims 0 and
+    2 (XLA's passthrough dims), each device gathering from its own chunk;
+    only the picked dim is gathered."""
+    text = """
+HloModule m
+ENTRY e {
+  a = s32[4,4,2] parameter(0), sharding={devices=[2,2,2]<=[8]}
+  k = s32[1] parameter(1), sharding={replicated}
+  ROOT g = s32[4,2] gather(a, k), offset_dims={0,1}, collapsed_slice_dims={1}, start_index_map={1}, index_vector_dim=0, slice_sizes={4,1,2}, indices_are_sorted=true
+}"""
+    a = np.arange(32, dtype=np.int32).reshape(4, 4, 2)
+    (got,), result = run_partitioned(text, 8, [a, np.array([3], np.int32)])
+    np.testing.assert_array_equal(got, a[:, 3, :])
+    assert result.output_shardings[0].counts(2) == (2, 2)
+    assert _collectives(result.module) == Counter({"all-gather": 1}) and result.notes == []
+
+
 def test_convolution_with_a_cut_batch_is_batch_parallel():
     text = """
 HloModule m

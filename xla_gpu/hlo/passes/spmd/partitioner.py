@@ -153,7 +153,7 @@ from .placement import device_coords, groups_along, replicate_dims, same_placeme
 from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_TARGETS,
                           convolution_batch_dims, convolution_feature_dims,
                           convolution_group_dims, convolution_group_layout,
-                          gather_batch_dims, permute_sharding,
+                          gather_batch_dims, gather_passthrough_dims, permute_sharding,
                           propagate, remap_sharding, reshape_sharding, touched_dims)
 from .reshard import Emitter
 from .sharding import (HloSharding, ShardingError, open_dims, parse_sdy_shardings,
@@ -733,23 +733,37 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         return self.reshard(new, inner, s, inst.shape), s
 
     def emit_gather(self, inst, s: HloSharding):
-        """Index-parallel: the indices cut as the result's batch dims are,
-        the operand whole; each device gathers its own indices' slices."""
-        mapping = gather_batch_dims(inst)
+        """Index-parallel and passthrough: the indices cut as the result's
+        batch dims are, the operand as the result's dims its slices take
+        whole (an even cut; else whole); each device gathers its own
+        indices' slices from its own chunk."""
         rank = inst.shape.rank
-        if mapping is None or s.kind != "tiled":
-            return self.whole(inst, "gather is not partitioned") if s.kind == "tiled" else \
-                self.local(inst, s, [HloSharding.replicated()] * 2)
+        if s.kind != "tiled":
+            return self.local(inst, s, [HloSharding.replicated()] * 2)
+        mapping = gather_batch_dims(inst) or {}
+        back = {out: index for index, out in mapping.items()}
+        through = {out: d for d, out in gather_passthrough_dims(inst).items()}
         counts = s.counts(rank)
         cut = [d for d in range(rank) if counts[d] > 1]
-        back = {out: index for index, out in mapping.items()}
-        if any(d not in back for d in cut):
+        if any(d not in back and d not in through for d in cut) or \
+                (any(d in through for d in cut) and not s.is_even_for(inst.shape.dims)):
             return self.whole(inst, "gather cut along its slices")
-        indices = inst.operands[1].shape
-        want = remap_sharding(s, back, rank, indices.rank)
-        if want is None:
-            return self.whole(inst, "gather is not partitioned")
-        return self.local(inst, s, [HloSharding.replicated(), want])
+        wants = []
+        for dims, operand in ((through, inst.operands[0]), (back, inst.operands[1])):
+            kept = replicate_dims(s, rank, [d for d in cut if d not in dims],
+                                  keep=list(range(rank)))
+            want = remap_sharding(kept, dims, rank, operand.shape.rank)
+            if want is None:
+                return self.whole(inst, "gather is not partitioned")
+            wants.append(want)
+        new, s = self.local(inst, s, wants)
+        local_operand = new.operands[0].shape.dims
+        sizes = list(inst.attrs["slice_sizes"])
+        for out in cut:
+            if out in through:
+                sizes[through[out]] = local_operand[through[out]]
+        new.attrs["slice_sizes"] = tuple(sizes)
+        return new, s
 
     def emit_convolution(self, inst, s: HloSharding):
         """The input cut along its batch and spatial dims as the result is,

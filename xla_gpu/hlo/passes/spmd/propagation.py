@@ -62,7 +62,7 @@ __all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map",
            "reshape_sharding", "merge",
            "permute_sharding", "remap_sharding", "gather_batch_dims",
            "convolution_batch_dims", "convolution_feature_dims", "convolution_group_dims",
-           "convolution_group_layout",
+           "convolution_group_layout", "gather_passthrough_dims",
            "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS", "PASS_THROUGH_TARGETS"]
 
 MANUAL_ENTRY_TARGETS = frozenset({"xla.sdy.GlobalToLocalShape", "SPMDFullToShardShape"})
@@ -147,8 +147,12 @@ def reshape_sharding(s: HloSharding, source: Sequence[int],
     if s.has_manual_subgroup:
         return None
     counts = s.counts(len(source))
-    if any(n == 1 and c > 1 for n, c in zip(source, counts)):
-        return None
+    padded_ones = [d for d, (n, c) in enumerate(zip(source, counts)) if n == 1 and c > 1]
+    if padded_ones:
+        # A dim of one element cut several ways (a slice of a cut dim) holds
+        # it in one chunk: its cut becomes replication, as in XLA.
+        s = replicate_dims(s, len(source), padded_ones, keep=list(range(len(source))))
+        counts = s.counts(len(source))
     src = [(n, c) for n, c in zip(source, counts) if n != 1]
     dst = [n for n in target if n != 1]
     out: list[int] = []
@@ -239,6 +243,26 @@ def gather_batch_dims(inst: HloInstruction) -> dict[int, int] | None:
     if len(batch_in) != len(batch_out):
         return None
     return dict(zip(batch_in, batch_out))
+
+
+def gather_passthrough_dims(inst: HloInstruction) -> dict[int, int]:
+    """A gather's operand dim -> its result dim, for the operand dims that
+    every slice takes whole and no index picks (XLA's passthrough dims): a
+    cut of them carries through, each device gathering from its own chunk.
+    Empty for gathers with operand batching dims."""
+    a = inst.attrs
+    if a.get("operand_batching_dims") or a.get("start_indices_batching_dims"):
+        return {}
+    operand = inst.operands[0].shape
+    collapsed = set(a.get("collapsed_slice_dims", ()))
+    indexed = set(a.get("start_index_map", ()))
+    sizes = list(a.get("slice_sizes", ()))
+    offset = sorted(a.get("offset_dims", ()))
+    kept = [d for d in range(operand.rank) if d not in collapsed]
+    if len(kept) != len(offset) or len(sizes) != operand.rank:
+        return {}
+    return {d: out for d, out in zip(kept, offset)
+            if d not in indexed and sizes[d] == operand.dims[d]}
 
 
 def convolution_batch_dims(inst: HloInstruction) -> tuple[int, int] | None:
@@ -491,11 +515,22 @@ class _Propagation:
                                          for s in ops])
         if op == "copy" and ops[0] is not None:
             return ops[0]
-        if op == "gather" and ops[1] is not None and ops[1].kind == "tiled":
+        if op == "gather":
+            # (the indices' batch cut, and the operand's cut of the dims the
+            # slices take whole, merged)
+            found = []
             mapping = gather_batch_dims(inst)
-            if mapping is not None:
-                return remap_sharding(ops[1], mapping, inst.operands[1].shape.rank, rank)
-            return None
+            if ops[1] is not None and ops[1].kind == "tiled" and mapping is not None:
+                found.append(remap_sharding(ops[1], mapping, inst.operands[1].shape.rank, rank))
+            through = gather_passthrough_dims(inst)
+            if ops[0] is not None and ops[0].kind == "tiled" and through:
+                op_rank = inst.operands[0].shape.rank
+                kept = replicate_dims(ops[0], op_rank,
+                                      [d for d in range(op_rank) if d not in through],
+                                      keep=list(range(op_rank)))
+                found.append(remap_sharding(kept, through, op_rank, rank))
+            found = [f for f in found if f is not None]
+            return _best(found, rank, self.n) if found else None
         if op == "convolution":
             return self.convolution_forward(inst, ops[0], ops[1], rank)
         if op == "while" and ops[0] is not None:
