@@ -282,6 +282,51 @@ def test_a_loop_keeps_its_state_cut(dim):
                                            else Counter())
 
 
+def test_a_loop_takes_the_cut_its_body_constrains_its_carry_to():
+    """A scan whose body constrains its carry (with_sharding_constraint in
+    a scan over layers) and whose initial value nobody placed: the state
+    is cut as the body says, as XLA's propagation gives it, so each
+    iteration works on its chunk with no collective; the initial value is
+    sliced once on the way in."""
+    text = """HloModule m
+cut {
+  p = f32[16,8] parameter(0)
+  ROOT c = f32[16,8] custom-call(p), custom_call_target="Sharding", sharding={devices=[8,1]<=[8]}
+}
+body {
+  t = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  x = f32[16,8] get-tuple-element(t), index=1
+  half = f32[] constant(0.5)
+  halves = f32[16,8] broadcast(half), dimensions={}
+  y = f32[16,8] multiply(x, halves)
+  z = f32[16,8] call(y), to_apply=cut
+  ROOT r = (s32[], f32[16,8]) tuple(next, z)
+}
+cond {
+  t = (s32[], f32[16,8]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(i, three), direction=LT
+}
+ENTRY e {
+  x = f32[16,8] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[16,8]) tuple(zero, x)
+  w = (s32[], f32[16,8]) while(init), condition=cond, body=body
+  ROOT out = f32[16,8] get-tuple-element(w), index=1
+}"""
+    x = np.random.default_rng(5).standard_normal((16, 8)).astype(np.float32)
+    (got,), result = run_partitioned(text, 8, [x])
+    np.testing.assert_allclose(got, x * 0.125, rtol=1e-6)
+    assert result.output_shardings[0].counts(2) == (8, 1)
+    body = next(c for c in result.module.computations if c.name.startswith("body"))
+    assert body.parameters[0].shape.tuple_shapes[1].dims == (2, 8)
+    assert _collectives(result.module) == Counter()
+
+
 @pytest.mark.parametrize("branch", [0, 1, 5])
 def test_conditional_branches_are_partitioned(branch):
     text = """

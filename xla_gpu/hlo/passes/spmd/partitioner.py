@@ -485,10 +485,15 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         return self.comp.add_instruction(copy, name=inst.name), s
 
     def emit_while(self, inst, s: HloSharding):
-        """A loop partitioned with its state cut as its initial value is:
-        body and condition partitioned for that state, the body's result
-        resharded to it."""
+        """A loop partitioned with its state cut as propagation chose (its
+        initial value's cut, or its body's constraints'): the initial value
+        resharded to it, body and condition partitioned for it, the body's
+        result resharded to it."""
         init, state = self.values[id(inst.operands[0])]
+        if s != state and not _has_manual(s) and not _has_manual(state) and \
+                s.is_tuple == inst.shape.is_tuple:
+            init = self.reshard(init, state, s, inst.operands[0].shape)
+            state = s
         body, cond = inst.attrs["body"], inst.attrs["condition"]
         if _has_manual(state) or any(any(self.mark_manual(c).values()) for c in (body, cond)):
             return self.whole(inst, "a while loop over manual values")

@@ -265,6 +265,60 @@ def gather_passthrough_dims(inst: HloInstruction) -> dict[int, int]:
             if d not in indexed and sizes[d] == operand.dims[d]}
 
 
+def _loop_state(loop: HloInstruction, init: HloSharding | None,
+                n: int) -> HloSharding | None:
+    """A while loop's state sharding: its initial value's, where the body's
+    root does not carry a stated cut (a tiled constraint) of that element
+    that is more specific (the initial one not tiled)."""
+    body = loop.attrs.get("body")
+    root = getattr(body, "root", None)
+    if root is None:
+        return init
+    if not loop.shape.is_tuple:
+        carried = _stated_cut(root, n)
+        return carried if carried is not None and (init is None or init.kind != "tiled") \
+            else init
+    if root.opcode != "tuple":
+        return init
+    count = len(loop.shape.tuple_shapes)
+    elements = list(init.elements) if init is not None and init.is_tuple and \
+        len(init.elements) == count else [None] * count
+    changed = False
+    for k, value in enumerate(root.operands[:count]):
+        carried = _stated_cut(value, n)
+        if carried is not None and (elements[k] is None or elements[k].kind != "tiled"):
+            elements[k] = carried
+            changed = True
+    if not changed:
+        return init
+    return HloSharding.tuple_of([e if e is not None else HloSharding.replicated()
+                                 for e in elements])
+
+
+def _stated_cut(value: HloInstruction, n: int) -> HloSharding | None:
+    """The tiled sharding a constraint states for `value`, looking through
+    copies, bitcasts and the calls jax wraps a loop body's code in."""
+    for _ in range(16):
+        op = value.opcode
+        if op in ("copy", "bitcast"):
+            value = value.operands[0]
+        elif op == "get-tuple-element" and value.operands[0].opcode == "call":
+            callee_root = value.operands[0].called_computations[0].root
+            if callee_root.opcode != "tuple":
+                return None
+            value = callee_root.operands[value.attrs["index"]]
+        elif op == "call":
+            value = value.called_computations[0].root
+        elif op == "custom-call" and value.attrs.get("custom_call_target") in \
+                CONSTRAINT_TARGETS and open_dims(value) is None:
+            stated = sharding_of(value, n)
+            return stated if stated is not None and stated.kind == "tiled" and \
+                not stated.has_manual_subgroup else None
+        else:
+            return None
+    return None
+
+
 def convolution_batch_dims(inst: HloInstruction) -> tuple[int, int] | None:
     """(input batch dim, result batch dim) of a convolution whose batch
     can be cut (no batch groups: feature groups leave the batch free);
@@ -533,8 +587,11 @@ class _Propagation:
             return _best(found, rank, self.n) if found else None
         if op == "convolution":
             return self.convolution_forward(inst, ops[0], ops[1], rank)
-        if op == "while" and ops[0] is not None:
-            return ops[0]     # the loop keeps its state cut as it starts
+        if op == "while":
+            # the loop keeps its state cut as it starts, or as its body's
+            # constraints cut what it carries over (the more specific: a
+            # scan over layers whose body constrains its carry)
+            return _loop_state(inst, ops[0], self.n)
         return None
 
     def convolution_forward(self, inst, lhs: HloSharding | None, rhs: HloSharding | None,
