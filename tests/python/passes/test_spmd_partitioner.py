@@ -233,13 +233,24 @@ def test_uneven_parameters_are_passed_whole_and_cut_padded():
     assert _collectives(result.module) == Counter({"all-reduce": 1})
 
 
-_LOOP = MODULE_WITH_ADD + """cond {
+# Three iterations over (counter, f32[16,8]) state, and the ENTRY that runs
+# them on x (XSHARDING: its placement).
+_COND_3 = """cond {
   p = (s32[], f32[16,8]) parameter(0)
   i = s32[] get-tuple-element(p), index=0
   n = s32[] constant(3)
   ROOT lt = pred[] compare(i, n), direction=LT
 }
-body {
+"""
+_LOOP_ENTRY = """ENTRY e {
+  x = f32[16,8] parameter(0)XSHARDING
+  zero = s32[] constant(0)
+  init = (s32[], f32[16,8]) tuple(zero, x)
+  w = (s32[], f32[16,8]) while(init), condition=cond, body=body
+  ROOT r = f32[16,8] get-tuple-element(w), index=1RSHARDING
+}"""
+
+_LOOP = MODULE_WITH_ADD + _COND_3 + """body {
   p = (s32[], f32[16,8]) parameter(0)
   i = s32[] get-tuple-element(p), index=0
   one = s32[] constant(1)
@@ -254,13 +265,8 @@ body {
   c3 = f32[16,8] add(c2, sb)
   ROOT t = (s32[], f32[16,8]) tuple(j, c3)
 }
-ENTRY e {
-  x = f32[16,8] parameter(0), sharding={devices=[8,1]<=[8]}
-  zero = s32[] constant(0)
-  init = (s32[], f32[16,8]) tuple(zero, x)
-  w = (s32[], f32[16,8]) while(init), condition=cond, body=body
-  ROOT r = f32[16,8] get-tuple-element(w), index=1, sharding={devices=[8,1]<=[8]}
-}"""
+""" + _LOOP_ENTRY.replace("XSHARDING", ", sharding={devices=[8,1]<=[8]}").replace(
+    "RSHARDING", ", sharding={devices=[8,1]<=[8]}")
 
 
 @pytest.mark.parametrize("dim", [0, 1])
@@ -288,8 +294,7 @@ def test_a_loop_takes_the_cut_its_body_constrains_its_carry_to():
     is cut as the body says, as XLA's propagation gives it, so each
     iteration works on its chunk with no collective; the initial value is
     sliced once on the way in."""
-    text = """HloModule m
-cut {
+    text = "HloModule m\n" + _COND_3 + """cut {
   p = f32[16,8] parameter(0)
   ROOT c = f32[16,8] custom-call(p), custom_call_target="Sharding", sharding={devices=[8,1]<=[8]}
 }
@@ -305,19 +310,7 @@ body {
   z = f32[16,8] call(y), to_apply=cut
   ROOT r = (s32[], f32[16,8]) tuple(next, z)
 }
-cond {
-  t = (s32[], f32[16,8]) parameter(0)
-  i = s32[] get-tuple-element(t), index=0
-  three = s32[] constant(3)
-  ROOT lt = pred[] compare(i, three), direction=LT
-}
-ENTRY e {
-  x = f32[16,8] parameter(0)
-  zero = s32[] constant(0)
-  init = (s32[], f32[16,8]) tuple(zero, x)
-  w = (s32[], f32[16,8]) while(init), condition=cond, body=body
-  ROOT out = f32[16,8] get-tuple-element(w), index=1
-}"""
+""" + _LOOP_ENTRY.replace("XSHARDING", "").replace("RSHARDING", "")
     x = np.random.default_rng(5).standard_normal((16, 8)).astype(np.float32)
     (got,), result = run_partitioned(text, 8, [x])
     np.testing.assert_allclose(got, x * 0.125, rtol=1e-6)
