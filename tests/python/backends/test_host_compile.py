@@ -212,10 +212,12 @@ ENTRY e {{
     assert not {"emit", "pipeline", "llvm"} & set(cached.timings), cached.timings
 
 
+# (cheap elementwise work: LLVM's unrollers change this loop's code on every
+# host; a tanh's long vector body stays as it is on AVX-512 hosts)
 LOOP = """HloModule m
 fused {
   p = f32[64,96] parameter(0)
-  t = f32[64,96] tanh(p)
+  t = f32[64,96] add(p, p)
   ROOT m = f32[64,96] multiply(t, p)
 }
 ENTRY e {
