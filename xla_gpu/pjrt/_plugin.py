@@ -910,20 +910,25 @@ def _hlo_text(computation, code: bytes | None) -> str:
     function instead (`mhlo.layout_mode`: a layout, or "default" / none for
     row-major, "auto" for the compiler's choice: the converter's)."""
     text = computation.as_hlo_text(print_large_constants=True)
-    modes = _layout_modes(code) if code is not None else None
     header, newline, rest = text.partition("\n")
     m = _ENTRY_LAYOUT.search(header)
-    if modes is None or m is None:
+    if code is None or m is None:
         return text
     from ..hlo.parser import parse_program_shape
     try:
         params, result = parse_program_shape(m.group(1))
     except Exception:  # noqa: BLE001 - left as jax printed it
         return text
-    arg_modes, result_modes = modes
     results = result.tuple_shapes if result.is_tuple else (result,)
-    if len(arg_modes) != len(params) or len(result_modes) != len(results):
-        return text
+    if b"mhlo.layout_mode" in code:   # (reading the program costs ~40 ms on a large one)
+        modes = _layout_modes(code)
+        if modes is None:
+            return text
+        arg_modes, result_modes = modes
+        if len(arg_modes) != len(params) or len(result_modes) != len(results):
+            return text
+    else:
+        arg_modes, result_modes = [""] * len(params), [""] * len(results)
     params = [_in_layout_mode(p, mode) for p, mode in zip(params, arg_modes)]
     results = [_in_layout_mode(r, mode) for r, mode in zip(results, result_modes)]
     laid_out = "(" + ", ".join(map(str, results)) + ")" if result.is_tuple else str(results[0])
