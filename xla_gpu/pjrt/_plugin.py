@@ -965,11 +965,8 @@ def _layout_modes(code: bytes) -> tuple[list[str], list[str]] | None:
 def _modes_of(func, key: str) -> list[str]:
     from jax._src.lib.mlir import ir
     if key not in func.attributes:
-        count = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-                    .inputs if key == "arg_attrs" else
-                    ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-                    .results)
-        return [""] * count
+        kind = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        return [""] * len(kind.inputs if key == "arg_attrs" else kind.results)
     out = []
     for attrs in ir.ArrayAttr(func.attributes[key]):
         attrs = ir.DictAttr(attrs)
@@ -980,7 +977,7 @@ def _modes_of(func, key: str) -> list[str]:
 
 def _in_layout_mode(shape, mode: str):
     """`shape` in the layout its mode asks for (tuples and tokens as they are)."""
-    from ..hlo.shape import Shape
+    from ..hlo.shape import Shape, default_layout
     if shape.is_tuple or shape.element_type == "token" or mode == "auto" or not shape.rank:
         return shape   # auto: the layout the converter gives, as XLA's assignment would
     layout = None
@@ -992,7 +989,7 @@ def _in_layout_mode(shape, mode: str):
         if layout is not None and sorted(layout) != list(range(shape.rank)):
             layout = None
     return Shape(shape.element_type, shape.dims,
-                 layout if layout is not None else tuple(range(shape.rank - 1, -1, -1)))
+                 layout if layout is not None else default_layout(shape.rank))
 
 
 # jax hands over the program with its sharding annotations (Shardy's), not

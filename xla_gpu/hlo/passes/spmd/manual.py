@@ -44,9 +44,7 @@ class ManualRegions:
         if target in MANUAL_ENTRY_TARGETS:
             return self.emit_manual_entry(inst)
         if target == "InspectSharding":   # per-device code: the value is manual
-            config = inst.attrs.get("backend_config")
-            self.inspected.append((config if isinstance(config, str) else "",
-                                   HloSharding.manual()))
+            self.note_inspection(inst, HloSharding.manual())
             return self.values[id(inst.operands[0])][0], s
         operands = []
         for o in inst.operands:
@@ -81,6 +79,12 @@ class ManualRegions:
                                       "is computed whole along the mesh axes it leaves "
                                       "automatic")
 
+    def note_inspection(self, inst: HloInstruction, sharding: HloSharding) -> None:
+        """An InspectSharding call's jaxlib callback (its backend_config)
+        and the sharding its value has, for the caller to report."""
+        config = inst.attrs.get("backend_config")
+        self.inspected.append((config if isinstance(config, str) else "", sharding))
+
     def take_inspections(self, call: HloInstruction) -> None:
         """jax's inspect_array_sharding in a shard_map body sees a manual
         value: noted (`inspected`) and taken out of the body, as XLA's
@@ -89,9 +93,7 @@ class ManualRegions:
             for inner in list(comp.instructions):
                 if annotation_target(inner) != "InspectSharding" or len(inner.operands) != 1:
                     continue
-                config = inner.attrs.get("backend_config")
-                self.inspected.append((config if isinstance(config, str) else "",
-                                       HloSharding.manual()))
+                self.note_inspection(inner, HloSharding.manual())
                 operand = inner.operands[0]
                 if inner is comp.root:
                     comp.set_root(operand)

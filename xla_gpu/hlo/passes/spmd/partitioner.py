@@ -541,8 +541,7 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
                 return self.reshard(new, given, s, inst.shape), s
             return new, s
         if target == "InspectSharding":
-            config = inst.attrs.get("backend_config")
-            self.inspected.append((config if isinstance(config, str) else "", s))
+            self.note_inspection(inst, s)
             return self.value(inst.operands[0], s), s
         if target in CONSTRAINT_TARGETS or target in _DROPPED_TARGETS:
             return self.value(inst.operands[0], s), s
