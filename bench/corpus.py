@@ -158,6 +158,25 @@ def adam(p, g, m, v, step):
     return p - lr * mhat / (jnp.sqrt(vhat) + eps), m, v
 
 
+def gemm_seed(a, b):
+    # The seed's running example: an s8 operand converted in the GEMM's
+    # load, the scale and negate in its store (one GEMM fusion on XLA:GPU).
+    _, jnp = _jnp()
+    return -((a.astype(jnp.bfloat16) @ b) * jnp.bfloat16(0.125))
+
+
+def gemm_bf16(a, b):
+    return a @ b
+
+
+def gemm_bias_relu(x, w, bias):
+    # an MLP's up-projection: bias and ReLU after the GEMM (a chain of
+    # single-user ops, all in the GEMM's epilogue; tanh GELU reads its
+    # input four times and stays a kernel of its own)
+    _, jnp = _jnp()
+    return jnp.maximum(x @ w + bias, 0)
+
+
 # -- input fixups: realistic values where uniform [-2, 2) is not ----------------
 
 def _adam_inputs(inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -212,6 +231,14 @@ class Case:
     donate: tuple[int, ...] = ()        # XLA on the GPU: donated (in place) args
     min_bytes: Callable | None = None   # (inputs, outputs) -> bytes; default all in + out
     notes: list[str] = field(default_factory=list)
+    gemm: bool = False                  # a [M,K] @ [K,N] product of the first two args
+
+    def flops(self, size: str = "gpu") -> int:
+        """2·M·N·K of a GEMM case (TFLOP/s); 0 for the others."""
+        if not self.gemm:
+            return 0
+        (m, k), (_, n) = self.args[size][0][0], self.args[size][1][0]
+        return 2 * m * n * k
 
     def hlo_path(self, size: str = "gpu") -> Path:
         return CORPUS_DIR / (f"{self.name}.hlo" if size == "gpu" else f"{self.name}.{size}.hlo")
@@ -241,7 +268,7 @@ class Case:
 
 
 _JNP_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "s32": "int32",
-               "pred": "bool"}
+               "s8": "int8", "pred": "bool"}
 
 
 def _case(name, fn, gpu: list[Arg], cpu: list[Arg], what: str, **kw) -> Case:
@@ -311,6 +338,18 @@ CASES: list[Case] = [
           [((256 << 10,), "f32")] * 4 + [((), "f32")],
           "Adam update: p, m, v from p, g, m, v, step (3-output loop)",
           fix_inputs=_adam_inputs),
+    # GEMM fusions (the GEMM emitter's one kernel) against XLA:GPU's own
+    # choice (its autotuned Triton GEMM or cuBLAS), and cuBLAS alone.
+    _case("gemm_seed", gemm_seed, [((1024, 512), "s8"), ((512, 2048), "bf16")],
+          [((128, 64), "s8"), ((64, 256), "bf16")],
+          "-((s8 @ bf16) * 0.125): convert prologue, scale/negate epilogue (GEMM)",
+          gemm=True),
+    _case("gemm_bf16", gemm_bf16, [((4096, 4096), "bf16"), ((4096, 4096), "bf16")],
+          [((128, 128), "bf16"), ((128, 128), "bf16")], "plain bf16 GEMM (GEMM)", gemm=True),
+    _case("gemm_bias_relu", gemm_bias_relu,
+          [((8192, 1024), "bf16"), ((1024, 4096), "bf16"), ((4096,), "bf16")],
+          [((128, 64), "bf16"), ((64, 256), "bf16"), ((256,), "bf16")],
+          "MLP up-projection: relu(x @ w + bias), bf16 (GEMM)", gemm=True),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

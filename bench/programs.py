@@ -201,16 +201,47 @@ def prepare_gpu(out: Path, names, arch: str) -> int:
     return 0 if prepared else 1
 
 
-def run_gpu(directory: Path, target: str, iterations: int, budget: float) -> dict:
+def _jax_outputs(prog, inputs: list[np.ndarray], backend: str) -> list[np.ndarray] | None:
+    """jax.jit's outputs (flattened) on `backend` for the stored inputs;
+    None when the program's jax inputs are not those leaves."""
+    import jax
+    args = prog.make_inputs(np.random.default_rng(0))
+    leaves = jax.tree_util.tree_leaves(args)
+    if len(leaves) != len(inputs) or not all(
+            np.array_equal(np.asarray(a), b) for a, b in zip(leaves, inputs)):
+        return None
+    with jax.enable_x64(prog.x64):
+        args = jax.device_put(args, jax.devices(backend)[0])
+        out = jax.jit(prog.fn, keep_unused=True)(*args)
+        return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
+
+
+def _register_cuda_handlers(ffi_directory: Path | None) -> None:
+    """The ffi_call program's handler for "cuda": bench/gpu_check.py
+    prepare builds it (bench/ffi_gpu_check.py) into build/gpu_check/ffi."""
+    if ffi_directory is None or not (ffi_directory / "ffi_cases.json").exists():
+        return
+    sys.path.insert(0, str(HERE))
+    import ffi_gpu_check
+    ffi_gpu_check.register_cuda_handlers(ffi_directory)
+
+
+def run_gpu(directory: Path, target: str, iterations: int, budget: float,
+            ffi_directory: Path | None = None) -> dict:
     """Ours (both variants) against jax.jit on the programs `prepare_gpu`
-    wrote; outputs checked against jax's stored ones."""
+    wrote; outputs checked against jax's stored ones (XLA:CPU's) and, on a
+    GPU, against XLA:GPU's on the same inputs, with TF32's tolerance where
+    f32 dots compute in it (as on XLA:GPU)."""
     from xla_gpu import hlo
     from xla_gpu.runtime.program import load_program
     index = json.loads((directory / "index.json").read_text())
     jax_programs = _jax_programs()
     backend = "gpu" if target == "cuda" else "cpu"
+    tf32 = target == "cuda"
     if target == "cpu":
         _register_python_handlers()
+    else:
+        _register_cuda_handlers(ffi_directory)
     results = {"target": target, "programs": []}
     deadline = time.perf_counter() + budget
     for name in index["programs"]:
@@ -221,6 +252,11 @@ def run_gpu(directory: Path, target: str, iterations: int, budget: float) -> dic
         row: dict = {"program": name}
         try:
             module = hlo.parse_module((data.folder / FORMS["after"]).read_text())
+            xla_out = None
+            if jax_programs and name in jax_programs and target == "cuda":
+                if jax_programs[name].setup is not None:
+                    jax_programs[name].setup()
+                xla_out = _jax_outputs(jax_programs[name], data.inputs, backend)
             for variant in ("cb", "nocb"):
                 exe = load_program(directory / name / variant, trusted=True)
                 if target == "cpu":
@@ -234,7 +270,15 @@ def run_gpu(directory: Path, target: str, iterations: int, budget: float) -> dic
                     kwargs = {"device_outputs": True}
                 out = exe.run(*args, **kwargs)
                 host = [o if isinstance(o, np.ndarray) else o.to_host() for o in out]
-                row[f"{variant}_match"] = not data.mismatches(host, module)
+                found = data.mismatches(host, module, tf32=tf32)
+                row[f"{variant}_match"] = not found
+                if found:
+                    row[f"{variant}_mismatches"] = [f[:160] for f in found[:3]]
+                if xla_out is not None:
+                    found = data.mismatches(host, module, tf32=tf32, expected=xla_out)
+                    row[f"{variant}_match_xla"] = not found
+                    if found:
+                        row[f"{variant}_mismatches_xla"] = [f[:160] for f in found[:3]]
                 row[f"{variant}_ms"] = _time(lambda: exe.run(*args, **kwargs),
                                              iterations) * 1e3
                 launches = exe.kernel_launches()
@@ -263,18 +307,26 @@ def _as_cpu(exe, data):
 
 def gpu_report(results: dict) -> str:
     lines = ["| program | launches/run | ours ms (graphs) | ours ms (no graphs) | XLA ms | "
-             "issue us/kernel (graphs / none) | outputs |", "|---|---|---|---|---|---|---|"]
+             "issue us/kernel (graphs / none) | outputs vs XLA:CPU (stored) / XLA:GPU |",
+             "|---|---|---|---|---|---|---|"]
+    details = []
     for row in results["programs"]:
         if "error" in row or "skipped" in row:
             lines.append(f"| {row['program']} | {row.get('error', row.get('skipped'))} |")
             continue
         ok = "ok" if row.get("cb_match") and row.get("nocb_match") else "MISMATCH"
+        if "cb_match_xla" in row:
+            ok += " / " + ("ok" if row["cb_match_xla"] and row.get("nocb_match_xla")
+                           else "MISMATCH")
         lines.append(
             f"| {row['program']} | {row.get('launches')} | {_fmt(row.get('cb_ms'), '.3f')} | "
             f"{_fmt(row.get('nocb_ms'), '.3f')} | {_fmt(row.get('xla_ms'), '.3f')} | "
             f"{_fmt(row.get('cb_issue_us_per_kernel'), '.1f')} / "
             f"{_fmt(row.get('nocb_issue_us_per_kernel'), '.1f')} | {ok} |")
-    return "\n".join(lines)
+        for key, against in (("cb_mismatches", "XLA:CPU"), ("cb_mismatches_xla", "XLA:GPU")):
+            for text in row.get(key, ()):
+                details.append(f"- {row['program']} vs {against}: {text}")
+    return "\n".join(lines + ([""] + details if details else []))
 
 
 def main(argv=None) -> int:
@@ -292,9 +344,12 @@ def main(argv=None) -> int:
         p.add_argument("--target", choices=["cuda", "cpu"], default="cuda")
         p.add_argument("--iterations", type=int, default=50)
         p.add_argument("--budget", type=float, default=300.0)
+        p.add_argument("--ffi", type=Path, default=ROOT / "build" / "gpu_check" / "ffi",
+                       help="the cuda FFI handlers bench/gpu_check.py prepare built")
         p.add_argument("--out", type=Path, default=None, help="a folder for programs.json")
         args = p.parse_args(argv[1:])
-        results = run_gpu(args.directory, args.target, args.iterations, args.budget)
+        results = run_gpu(args.directory, args.target, args.iterations, args.budget,
+                          args.ffi)
         print(gpu_report(results))
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)

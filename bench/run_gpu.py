@@ -85,8 +85,13 @@ def prepare(out: Path, sizes: str, arch: str, cases) -> int:
         entry = {"case": case.name, "hlo": f"{case.name}.hlo"}
         t0 = time.perf_counter()
         try:
-            exe = xla_gpu.compile(text, target="cuda", arch=arch, cache=False,
-                                  fusion=bl.entry_name(text))
+            kernel_text, fusion = text, bl.entry_name(text)
+            if case.gemm:
+                kernel_text, fusion = gemm_fusion_text(text)
+                (out / f"{case.name}.kernel.hlo").write_text(kernel_text)
+                entry.update(kernel_hlo=f"{case.name}.kernel.hlo", fusion=fusion)
+            exe = xla_gpu.compile(kernel_text, target="cuda", arch=arch, cache=False,
+                                  fusion=fusion)
         except Exception as e:  # recorded: the table says "not supported yet"
             entry["error"] = f"{type(e).__name__}: {e}"
         else:
@@ -120,6 +125,28 @@ def prepare(out: Path, sizes: str, arch: str, cases) -> int:
     return 0
 
 
+def gemm_fusion_text(text: str) -> tuple[str, str]:
+    """A GEMM case's kernel: xla_gpu's HLO passes on jax's text, plain
+    products fused too (else they stay library calls), -> (the optimized
+    module's text, its GEMM fusion's name)."""
+    from xla_gpu import hlo
+    from xla_gpu.hlo.passes import optimize
+    from xla_gpu.hlo.passes.gemm_fusion import GemmFusion
+    from xla_gpu.hlo.printer import module_to_text
+    module = optimize(hlo.parse_module(text))
+    GemmFusion(enabled=True, pure_matmuls=True).run(module)
+    fusions = [i for i in module.entry.instructions
+               if i.opcode == "fusion" and str(i.attrs.get("kind")) == "kCustom"]
+    entry = module.entry
+    if len(fusions) != 1 or entry.root is not fusions[0] or \
+            list(fusions[0].operands) != list(entry.parameters):
+        # The run feeds the kernel the case's arguments: it must be the
+        # whole program, on the parameters in their order.
+        raise ValueError("the passes did not make the case one GEMM fusion of the "
+                         "parameters in order")
+    return module_to_text(module), fusions[0].name
+
+
 # -- run (numpy + cuda-python + jax; no MLIR for --target cuda) -----------------------
 
 def _copy_bandwidth_host() -> float:
@@ -145,7 +172,11 @@ class _Ours:
             self.spec = self.kernel.spec
         else:
             import xla_gpu
-            self.kernel = xla_gpu.compile(text, target="cpu", fusion=bl.entry_name(text))
+            if "kernel_hlo" in entry:
+                text, fusion = (directory / entry["kernel_hlo"]).read_text(), entry["fusion"]
+            else:
+                fusion = bl.entry_name(text)
+            self.kernel = xla_gpu.compile(text, target="cpu", fusion=fusion)
             self.spec = self.kernel.spec
         self.device_inputs = None
 
@@ -192,15 +223,32 @@ class _Ours:
 
 class _Xla:
     """jax.jit(f) on the same inputs; donated arguments carry each call's
-    result into the next."""
+    result into the next. `options`: XLA compiler options (DebugOptions
+    fields), e.g. {"xla_gpu_enable_triton_gemm": False} for cuBLAS alone."""
 
-    def __init__(self, case, inputs, donate: bool):
+    def __init__(self, case, inputs, donate: bool, options: dict | None = None):
         import jax
         self.jax = jax
         self.donate = case.donate if donate else ()
         self.fn = jax.jit(case.fn, donate_argnums=self.donate)
         self.inputs = inputs
         self.state = [jax.device_put(a) for a in inputs]
+        self.compiled_text = ""
+        if options:
+            compiled = self.fn.lower(*self.state).compile(compiler_options=options)
+            self.compiled_text = compiled.as_text() or ""
+            self.fn = compiled
+        elif case.gemm:
+            self.compiled_text = self.fn.lower(*self.state).compile().as_text() or ""
+
+    def gemm_kind(self) -> str | None:
+        """Which GEMM XLA compiled: its Triton GEMM fusion or cuBLAS."""
+        text = self.compiled_text
+        if "__triton_gemm" in text or '"kind":"__triton' in text:
+            return "triton"
+        if "__cublas" in text:
+            return "cuBLAS"
+        return None
 
     def outputs(self) -> tuple[np.ndarray, ...]:
         args = [self.jax.device_put(a) for a in self.inputs]   # fresh: may be donated
@@ -264,19 +312,28 @@ def run(directory: Path, target: str, rounds: int, round_seconds: float, budget:
         if only and name not in only:
             continue
         case = corpus.BY_NAME[name]
-        row = {"case": name, "emitter": entry.get("emitter"), "launch": entry.get("launch")}
+        row = {"case": name, "emitter": entry.get("emitter"), "launch": entry.get("launch"),
+               "flops": case.flops(index["sizes"])}
         rows.append(row)
         if time.perf_counter() - start > budget:
             row["skipped"] = "time budget"
             log(f"[skip] {name}: past the {budget:.0f} s budget")
             continue
         log(f"[case] {name}")
-        ours = xla = None
+        ours = xla = xla_lib = None
         try:
             text = (directory / entry["hlo"]).read_text()
             _, comp = fusion_computation(hlo.parse_module(text, source=name))
             inputs = case.inputs(comp, seed=1)
             xla = _Xla(case, inputs, donate=True)
+            if case.gemm and target == "cuda":
+                row["xla_gemm"] = xla.gemm_kind()
+                try:
+                    xla_lib = _Xla(case, inputs, donate=True,
+                                   options={"xla_gpu_enable_triton_gemm": False})
+                    row["xla_lib_gemm"] = xla_lib.gemm_kind()
+                except Exception as e:  # the table goes on without cuBLAS alone
+                    row["xla_lib_error"] = f"{type(e).__name__}: {e}"[:200]
             want = xla.outputs()
             row["bytes"] = case.bytes_moved(inputs, list(want))
             if "error" in entry:
@@ -295,13 +352,17 @@ def run(directory: Path, target: str, rounds: int, round_seconds: float, budget:
             if ours is not None:
                 _, t_o = ours.time(3)
                 n_o = _iterations(t_o, round_seconds)
-            ev, wall, xt = [], [], []
+            ev, wall, xt, lt = [], [], [], []
             for _ in range(rounds):
                 if ours is not None:
                     e, w = ours.time(n_o)
                     ev.append(e)
                     wall.append(w)
                 xt.append(xla.time(n_x))
+                if xla_lib is not None:
+                    lt.append(xla_lib.time(n_x))
+            if lt:
+                row["xla_lib_s"] = bl.median(lt)
             row["ours_events_s"] = bl.median(ev) if any(e is not None for e in ev) else None
             row["ours_wall_s"] = bl.median(wall) if wall else None
             row["xla_s"] = bl.median(xt)
@@ -310,10 +371,10 @@ def run(directory: Path, target: str, rounds: int, round_seconds: float, budget:
             row["failure"] = f"{type(e).__name__}: {e}"
             traceback.print_exc(file=sys.stderr)
         finally:
-            for side in (ours, xla):
+            for side in (ours, xla, xla_lib):
                 if side is not None:
                     side.release()
-            ours = xla = None
+            ours = xla = xla_lib = None
             gc.collect()
     return {"meta": {"target": target, "device": device, "copy_bw": copy_bw,
                      "jax": jax.__version__, "backend": backend, "sizes": index["sizes"],
@@ -377,10 +438,34 @@ def report(result: dict, command: str) -> str:
     table.append(["**geomean**", "", "", "", "", "", "", f"**{bl.fmt_ratio(bl.geomean(ratios))}**",
                   "", ""])
     out += [bl.md_table(header, table, "llll" + "r" * 6), ""]
+    out += _gemm_table(rows, cuda, xla_name)
     bad = [r["case"] for r in rows if r.get("ok") is False or r.get("failure")]
     if bad:
         out += [f"Mismatches or failures: {', '.join(bad)}.", ""]
     return "\n".join(out)
+
+
+def _gemm_table(rows: list[dict], cuda: bool, xla_name: str) -> list[str]:
+    """The GEMM cases again in TFLOP/s, with XLA's own choice (its Triton
+    GEMM or cuBLAS) and cuBLAS alone (Triton GEMMs turned off)."""
+    gemms = [r for r in rows if r.get("flops") and r.get("xla_s")]
+    if not gemms:
+        return []
+    tflops = lambda r, s: "-" if not s else f"{r['flops'] / s / 1e12:.1f}"  # noqa: E731
+    us = lambda s: bl.fmt(None if s is None else s * 1e6)  # noqa: E731
+    header = ["case", "ours (GEMM emitter) µs", f"{xla_name} µs (its choice)",
+              f"{xla_name} cuBLAS alone µs", "ours TFLOP/s", f"{xla_name} TFLOP/s",
+              "cuBLAS TFLOP/s", f"ratio ours/{xla_name.split(':')[0]}"]
+    table = []
+    for r in gemms:
+        ours = r.get("ours_events_s") if cuda else r.get("ours_wall_s")
+        choice = f" ({r['xla_gemm']})" if r.get("xla_gemm") else ""
+        table.append([r["case"], us(ours), us(r.get("xla_s")) + choice,
+                      us(r.get("xla_lib_s")), tflops(r, ours), tflops(r, r.get("xla_s")),
+                      tflops(r, r.get("xla_lib_s")),
+                      bl.fmt_ratio(bl.ratio(r.get("ours_wall_s"), r.get("xla_s")))])
+    return ["GEMMs (the flops of the product, 2·M·N·K, per second):", "",
+            bl.md_table(header, table, "l" + "r" * 7), ""]
 
 
 def main(argv=None) -> int:

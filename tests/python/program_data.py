@@ -71,17 +71,20 @@ class ProgramData:
         return [rec["type"] for rec in self.meta["outputs"]]
 
     def mismatches(self, results: Sequence[np.ndarray],
-                   module: HloModule) -> list[str]:
+                   module: HloModule, tf32: bool = False,
+                   expected: Sequence[np.ndarray] | None = None) -> list[str]:
         """Differences between `results` (the entry's flattened outputs)
         and jax's, each output within xla_gpu.hlo.numerics' tolerance of
         the least precise float type the module computes in, relative to
         the output's scale (complex: both parts as floats); integers and
-        pred exactly."""
-        if len(results) != len(self.outputs):
-            return [f"{len(results)} outputs, jax gave {len(self.outputs)}"]
+        pred exactly. `tf32`: results of a GPU, whose f32 dots compute in
+        TF32; `expected`: other outputs than the stored ones (XLA:GPU's)."""
+        outputs = self.outputs if expected is None else [np.asarray(e) for e in expected]
+        if len(results) != len(outputs):
+            return [f"{len(results)} outputs, jax gave {len(outputs)}"]
         found = []
         for i, (actual, expected, etype) in enumerate(
-                zip(results, self.outputs, self.output_types)):
+                zip(results, outputs, self.output_types)):
             actual = np.asarray(actual)
             if actual.dtype != expected.dtype:
                 found.append(f"output {i}: dtype {actual.dtype}, jax gave "
@@ -93,7 +96,7 @@ class ProgramData:
                 actual = np.stack([actual.real, actual.imag], axis=-1)
                 expected = np.stack([expected.real, expected.imag], axis=-1)
                 etype = part
-            loosest = numerics.tolerance_type(module.entry, etype)
+            loosest = numerics.tolerance_type(module.entry, etype, tf32=tf32)
             bad = numerics.compare(actual, expected, etype, i, loosest,
                                    scale_relative=True)
             if bad is not None:

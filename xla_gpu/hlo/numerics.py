@@ -34,25 +34,41 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     # Complex values: each part as its float type.
     "c64": (2e-5, 1e-6),
     "c128": (1e-10, 1e-12),
+    # TF32 (f32's range, 10 explicit mantissa bits, as f16): what the GPU's
+    # f32 dots and convolutions compute in below HIGHEST precision, as on
+    # XLA:GPU; a product's inputs are rounded to it.
+    "tf32": (2e-3, 1e-4),
 }
 
 
-def tolerance_type(comp: HloComputation, output_type: str) -> str:
+def tolerance_type(comp: HloComputation, output_type: str, tf32: bool = False) -> str:
     """The element type whose tolerance applies to an output: the least
     precise float type the computation (or what it calls) computes in, when
     it is less precise than the output's (an f64 output of f32 math is only
-    as exact as f32)."""
+    as exact as f32). `tf32`: the results come from a GPU, whose f32 dots
+    and convolutions below HIGHEST precision compute in TF32."""
     if not is_float(output_type):
         return output_type
     loosest = output_type
+
+    def looser(t: str) -> bool:
+        return TOLERANCES.get(t, (0, 0))[0] > TOLERANCES.get(loosest, (0, 0))[0]
+
     for c in reachable([comp], lambda c: callees(c)[::-1]):
         for inst in c.instructions:
             for leaf in inst.shape.leaves():
                 t = leaf.element_type
-                if is_float(t) and TOLERANCES.get(t, (0, 0))[0] > \
-                        TOLERANCES.get(loosest, (0, 0))[0]:
+                if is_float(t) and looser(t):
                     loosest = t
+            if tf32 and _computes_in_tf32(inst) and looser("tf32"):
+                loosest = "tf32"
     return loosest
+
+
+def _computes_in_tf32(inst) -> bool:
+    return inst.opcode in ("dot", "convolution") and \
+        any(o.shape.element_type == "f32" for o in inst.operands if not o.shape.is_tuple) and \
+        "highest" not in str(inst.attrs.get("operand_precision", "")).lower()
 
 
 @dataclass
@@ -199,7 +215,20 @@ def _constrained_uses(comp: HloComputation):
                     if d < len(upd) and d < ops[0].shape.rank:
                         note(start, c, "index", ops[0].shape.dims[d] - upd[d])
             elif op in ("gather", "scatter") and len(ops) >= 2:
-                note(ops[1], c, "index", max(min(ops[0].shape.dims or (1,)) - 1, 0))
+                # A scatter's indices follow its operands: (operands...,
+                # indices, updates...).
+                indices = ops[(len(ops) - 1) // 2] if op == "scatter" else ops[1]
+                note(indices, c, "index", max(min(ops[0].shape.dims or (1,)) - 1, 0))
+                if op == "scatter" and (inst.attrs.get("unique_indices")
+                                        or inst.attrs.get("indices_are_sorted")):
+                    # A kernel may rely on these promises (no atomics for
+                    # unique indices): inputs that break them have no one
+                    # right answer.
+                    note(indices, c, "index_vectors",
+                         (inst.attrs.get("index_vector_dim", indices.shape.rank),
+                          bool(inst.attrs.get("unique_indices")),
+                          bool(inst.attrs.get("indices_are_sorted")),
+                          _scatter_start_bound(inst)))
             elif op in ("reduce", "reduce-window") and ops:
                 reducer = inst.attrs.get("to_apply")
                 half = len(ops) // 2
@@ -213,6 +242,25 @@ def _constrained_uses(comp: HloComputation):
                 for operand in ops:
                     note(operand, c, "distinct", None)
     return uses
+
+
+def _scatter_start_bound(scatter: HloInstruction) -> int:
+    """How many window starts fit along every operand dimension that a
+    scatter's index vector addresses (operand size - window size + 1, the
+    least over the vector's components)."""
+    ops = scatter.operands
+    operand, updates = ops[0], ops[-1]
+    attrs = scatter.attrs
+    inserted = set(attrs.get("inserted_window_dims", ())) | \
+        set(attrs.get("input_batching_dims", ()))
+    window_dims = list(attrs.get("update_window_dims", ()))
+    window = {}
+    for d in range(operand.shape.rank):
+        if d not in inserted and window_dims:
+            window[d] = updates.shape.dims[window_dims.pop(0)]
+    bounds = [operand.shape.dims[d] - window.get(d, 1) + 1
+              for d in attrs.get("scatter_dims_to_operand_dims", ())]
+    return max(min(bounds, default=1), 1)
 
 
 def _identity_candidates(element_type: str) -> list:
@@ -320,9 +368,12 @@ def random_inputs(comp: HloComputation, seed: int = 0) -> list[np.ndarray]:
     limits: dict[int, int] = {}
     inits: dict[int, tuple] = {}
     distinct: set[int] = set()
+    vectors: dict[int, tuple[int, bool, bool, int]] = {}
     for number, kind, detail in _constrained_uses(comp):
         if kind == "index":
             limits[number] = min(limits.get(number, detail), detail)
+        elif kind == "index_vectors":
+            vectors.setdefault(number, detail)
         elif kind == "init":
             inits.setdefault(number, detail)
         else:
@@ -353,7 +404,9 @@ def random_inputs(comp: HloComputation, seed: int = 0) -> list[np.ndarray]:
                     else (0, 1 << bits)
             if n in limits:
                 lo, hi = 0, limits[n] + 1
-            if n in distinct and n not in limits:
+            if n in vectors:
+                value = _index_vectors(dims, *vectors[n], rng)
+            elif n in distinct and n not in limits:
                 count = max(shape.num_elements, 1)
                 base = -(count // 2) if t.startswith("s") else 0
                 value = (rng.permutation(count) + base).reshape(dims)
@@ -369,6 +422,36 @@ def random_inputs(comp: HloComputation, seed: int = 0) -> list[np.ndarray]:
             value = rng.uniform(-2, 2, dims).astype(np.float32).astype(shape.dtype)
         out.append(np.asarray(value, dtype=shape.dtype).reshape(dims))
     return out
+
+
+def _index_vectors(dims: tuple[int, ...], vector_dim: int, unique: bool, ordered: bool,
+                   bound: int, rng: np.random.Generator) -> np.ndarray:
+    """Scatter indices in [0, bound) as XLA's harness makes them for a
+    scatter that promises unique or sorted indices: the index vectors (along
+    `vector_dim`; one element each when it is the rank) distinct where
+    there are enough of them, and in lexicographic order where sorted."""
+    dims = tuple(dims)
+    rank = len(dims)
+    length = dims[vector_dim] if vector_dim < rank else 1
+    count = int(np.prod(dims, dtype=np.int64)) // max(length, 1)
+    space = bound ** length if length else 1
+    if unique and count <= space:
+        if space <= 1 << 24:
+            codes = rng.choice(space, size=count, replace=False)
+        else:  # a space too large to list: draw, and redraw repeats
+            codes = np.unique(rng.integers(0, space, 2 * count + 16, dtype=np.int64))
+            codes = rng.permutation(codes)[:count]
+        flat = np.stack([(codes // bound ** (length - 1 - k)) % bound
+                         for k in range(length)], axis=-1) if length else \
+            np.zeros((count, 0), np.int64)
+    else:  # more vectors than distinct values: repeats cannot be avoided
+        flat = rng.integers(0, max(bound, 1), (count, length))
+    if ordered and count:
+        flat = flat[np.lexsort(flat.T[::-1])] if length else flat
+    if vector_dim >= rank:
+        return flat.reshape(dims)
+    rest = dims[:vector_dim] + dims[vector_dim + 1:]
+    return np.moveaxis(flat.reshape(rest + (length,)), -1, vector_dim)
 
 
 def _distinct_floats(count: int, element_type: str, rng: np.random.Generator) -> np.ndarray:

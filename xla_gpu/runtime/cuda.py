@@ -262,29 +262,95 @@ def _free(pointer: int) -> None:
         pass
 
 
+def _array_bytes(shape, dtype: np.dtype) -> int:
+    if any(d < 0 for d in shape):
+        raise ArgumentError(f"negative extent in shape {list(shape)}")
+    size = 1
+    for d in shape:          # Python ints: no silent overflow
+        size *= d
+    return size * dtype.itemsize
+
+
+def _allocate(nbytes: int, what: str) -> int:
+    """cuMemAlloc of `nbytes` (at least 1), refused with ResourceError when
+    a large request exceeds the free memory."""
+    with current_context():
+        free, _ = _check("cuMemGetInfo", _driver().cuMemGetInfo()) \
+            if nbytes > (1 << 30) else (None, None)
+        if free is not None and nbytes > free:
+            raise ResourceError(f"{what} of {nbytes} bytes; the GPU has {free} bytes free")
+        return int(_check("cuMemAlloc", _driver().cuMemAlloc(max(nbytes, 1))))
+
+
+class _DeviceBlock:
+    """One allocation that several DeviceArrays share (see
+    DeviceArray.group); freed when the last of them goes."""
+
+    def __init__(self, nbytes: int):
+        self.ptr = _allocate(nbytes, "device arrays")
+        self._finalizer = weakref.finalize(self, _free, self.ptr)
+
+
+# Arrays up to this size share one allocation in DeviceArray.group: for
+# them the allocation and the (synchronizing) free cost more than the work,
+# and what a kept one holds of its dead siblings' memory stays small.
+GROUPED_ARRAY_BYTES = 1 << 20
+_ALLOCATION_ALIGNMENT = 256   # what cuMemAlloc gives
+
+
+def group_layout(sizes: Sequence[int]) -> tuple[dict[int, int], int]:
+    """Where DeviceArray.group puts arrays of these byte sizes: {index:
+    offset} for those that share the allocation (up to
+    GROUPED_ARRAY_BYTES each, 256-byte aligned; none when fewer than two
+    qualify) and the allocation's size."""
+    small = [k for k, n in enumerate(sizes) if n <= GROUPED_ARRAY_BYTES]
+    if len(small) < 2:
+        return {}, 0
+    offsets, total = {}, 0
+    for k in small:
+        offsets[k] = total
+        total += -(-sizes[k] // _ALLOCATION_ALIGNMENT) * _ALLOCATION_ALIGNMENT
+    return offsets, max(total, 1)
+
+
 class DeviceArray:
     """Device memory holding one array; frees itself (from any thread).
     Exposes `__cuda_array_interface__` so other libraries can read it."""
 
+    _block: _DeviceBlock | None = None
+    _finalizer = None
+
     def __init__(self, shape, dtype, nbytes: int | None = None):
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
-        if any(d < 0 for d in self.shape):
-            raise ArgumentError(f"negative extent in shape {list(self.shape)}")
-        size = 1
-        for d in self.shape:          # Python ints: no silent overflow
-            size *= d
-        self.nbytes = size * self.dtype.itemsize if nbytes is None else int(nbytes)
-        self.ptr = 0
-        with current_context():
-            free, _ = _check("cuMemGetInfo", _driver().cuMemGetInfo()) \
-                if self.nbytes > (1 << 30) else (None, None)
-            if free is not None and self.nbytes > free:
-                raise ResourceError(f"a device array of {self.nbytes} bytes "
-                                    f"({self.dtype}{list(self.shape)}); the GPU has "
-                                    f"{free} bytes free")
-            self.ptr = int(_check("cuMemAlloc", _driver().cuMemAlloc(max(self.nbytes, 1))))
+        size = _array_bytes(self.shape, self.dtype)
+        self.nbytes = size if nbytes is None else int(nbytes)
+        self.ptr = _allocate(self.nbytes, f"a device array ({self.dtype}{list(self.shape)})")
         self._finalizer = weakref.finalize(self, _free, self.ptr)
+
+    @staticmethod
+    def group(specs: Sequence[tuple[Sequence[int], Any]]) -> list["DeviceArray"]:
+        """Device arrays of these (shape, dtype)s, the small ones (up to
+        GROUPED_ARRAY_BYTES) in one allocation at aligned offsets: a run's
+        many small outputs cost one cuMemAlloc and one cuMemFree instead of
+        one each. Their memory is freed when the last of them is."""
+        specs = [(tuple(int(d) for d in shape), np.dtype(dtype)) for shape, dtype in specs]
+        sizes = [_array_bytes(shape, dtype) for shape, dtype in specs]
+        offsets, total = group_layout(sizes)
+        out: list[DeviceArray | None] = [None] * len(specs)
+        if offsets:
+            block = _DeviceBlock(total)
+            for k in sorted(offsets):
+                view = DeviceArray.__new__(DeviceArray)
+                view.shape, view.dtype = specs[k]
+                view.nbytes = sizes[k]
+                view.ptr = block.ptr + offsets[k]
+                view._block = block
+                out[k] = view
+        for k, (shape, dtype) in enumerate(specs):
+            if out[k] is None:
+                out[k] = DeviceArray(shape, dtype)
+        return out
 
     @staticmethod
     def from_host(array: np.ndarray, stream=None) -> "DeviceArray":
@@ -327,9 +393,13 @@ class DeviceArray:
                 "version": 3, "strides": None, "stream": None}
 
     def free(self) -> None:
-        """Frees the memory now (also done when the array is collected)."""
+        """Frees the memory now (also done when the array is collected); an
+        array of a group gives up its share (the group's memory goes with
+        the last)."""
         self.ptr = 0
-        self._finalizer()
+        if self._finalizer is not None:
+            self._finalizer()
+        self._block = None
 
 
 # -- kernels ----------------------------------------------------------------------
@@ -415,6 +485,9 @@ class CudaKernel:
         self._launch_checked = False
         self.loaded_from: str | None = None     # "cubin" or "ptx" once loaded
         self.attributes: dict[str, int] = {}    # the function's, once loaded
+        # Packed kernelParams by argument pointers: a program launches each
+        # kernel with the same buffers run after run.
+        self._packed: dict[tuple[int, ...], tuple[Any, Any, int]] = {}
 
     # loading
 
@@ -490,16 +563,24 @@ class CudaKernel:
                          s.shared_bytes)
             self._launch_checked = True
         handle = stream_handle(stream)
-        values = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
-        params = (ctypes.c_void_p * max(len(pointers), 1))(
-            *[ctypes.addressof(values) + i * ctypes.sizeof(ctypes.c_void_p)
-              for i in range(len(pointers))])
+        key = tuple(pointers)
+        packed = self._packed.get(key)
+        if packed is None:
+            values = (ctypes.c_void_p * max(len(key), 1))(*key)
+            params = (ctypes.c_void_p * max(len(key), 1))(
+                *[ctypes.addressof(values) + i * ctypes.sizeof(ctypes.c_void_p)
+                  for i in range(len(key))])
+            if len(self._packed) >= 64:   # buffers that change every launch
+                self._packed.clear()
+            packed = self._packed[key] = (values, params, ctypes.addressof(params))
         with current_context():
             function = self._load()
-            _check(f"cuLaunchKernel({s.name}, grid={s.blocks}, block={s.threads})",
-                   _driver().cuLaunchKernel(function, s.blocks, getattr(s, "blocks_y", 1), 1,
-                                            s.threads, 1, 1,
-                                            s.shared_bytes, handle, ctypes.addressof(params), 0))
+            cu = _driver()
+            result = cu.cuLaunchKernel(function, s.blocks, getattr(s, "blocks_y", 1), 1,
+                                       s.threads, 1, 1, s.shared_bytes, handle, packed[2], 0)
+            err = result[0] if isinstance(result, tuple) else result
+            if err != cu.CUresult.CUDA_SUCCESS:   # the message is built only on failure
+                _check(f"cuLaunchKernel({s.name}, grid={s.blocks}, block={s.threads})", result)
 
     def prepare(self, args: Sequence[Any], stream=None):
         """Device buffers for one launch: (pointers, outputs, keep-alive).
@@ -541,9 +622,12 @@ class CudaKernel:
                     copies[j] = buf
                     keep.append(buf)
                     params.append(buf.ptr)
+            fresh = iter(DeviceArray.group([(o.shape, o.storage_dtype)
+                                            for k, o in enumerate(spec.outputs)
+                                            if k not in spec.aliases]))
             outputs: list[DeviceArray] = [
-                copies[spec.aliases[k]] if k in spec.aliases
-                else DeviceArray(o.shape, o.storage_dtype) for k, o in enumerate(spec.outputs)]
+                copies[spec.aliases[k]] if k in spec.aliases else next(fresh)
+                for k in range(len(spec.outputs))]
         pointers = [params[i] if kind == "param" else outputs[i].ptr
                     for kind, i in spec.kernel_args]
         return pointers, outputs, keep

@@ -44,15 +44,21 @@ def _capture_stream(ctx: Any):
     return stream, True
 
 
+_order_events: dict = {}
+
+
 def _order_after(cu, _check, waiter, producer) -> None:
-    """`waiter` waits for the work queued so far on `producer`."""
-    event = _check("cuEventCreate", cu.cuEventCreate(
-        cu.CUevent_flags.CU_EVENT_DISABLE_TIMING))
-    try:
-        _check("cuEventRecord", cu.cuEventRecord(event, producer))
-        _check("cuStreamWaitEvent", cu.cuStreamWaitEvent(waiter, event, 0))
-    finally:
-        cu.cuEventDestroy(event)
+    """`waiter` waits for the work queued so far on `producer`. One event
+    per (waiter, producer) pair, made once: a wait takes the event's state
+    when it is queued, so recording it again later is safe, and each run
+    saves an event's creation and destruction."""
+    key = (int(waiter), int(producer))
+    event = _order_events.get(key)
+    if event is None:
+        event = _order_events[key] = _check("cuEventCreate", cu.cuEventCreate(
+            cu.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+    _check("cuEventRecord", cu.cuEventRecord(event, producer))
+    _check("cuStreamWaitEvent", cu.cuStreamWaitEvent(waiter, event, 0))
 
 
 def execute(thunk: Any, ctx: Any) -> None:

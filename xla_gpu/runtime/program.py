@@ -938,8 +938,9 @@ class ProgramExecutable:
             self.timings["last_issue"] = time.perf_counter() - start
             self.stats = dict(ctx.stats)
             results = []
-            for ref in self._array_outputs:
-                out = DeviceArray(ref.physical_dims, ref.storage_dtype)
+            fresh = DeviceArray.group([(ref.physical_dims, ref.storage_dtype)
+                                       for ref in self._array_outputs])
+            for ref, out in zip(self._array_outputs, fresh):
                 out.copy_from_device(ctx.pointer(ref.slice), handle)
                 if device_outputs and ref.is_row_major:
                     results.append(out)

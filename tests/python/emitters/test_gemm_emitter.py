@@ -616,6 +616,36 @@ ENTRY main {
     _check(exe, text)
 
 
+INT_DOT = """HloModule int_dot
+ENTRY main {
+  a = LHS parameter(0)
+  b = RHS parameter(1)
+  ROOT d = s32[M,N] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={RC}
+}
+"""
+
+
+@pytest.mark.parametrize("lhs, rhs, rc, m, n, library", [
+    ("s8[8,16]", "s8[12,16]", 1, 8, 12, True),    # IMMA's "TN": K minor on both sides
+    ("s8[8,16]", "s8[16,12]", 0, 8, 12, False),   # the rhs's K is major
+    ("s8[6,16]", "s8[5,16]", 1, 6, 5, False),     # M, N not multiples of 4
+    ("s32[8,16]", "s32[12,16]", 1, 8, 12, False),  # no integer GEMM but s8 in cuBLASLt
+    ("u8[8,16]", "u8[12,16]", 1, 8, 12, False),
+])
+def test_integer_dots_the_library_cannot_run_become_gemm_fusions(lhs, rhs, rc, m, n, library):
+    """A pure integer dot stays a gemm thunk only in the form cuBLASLt's
+    IMMA takes (it refused int8_matmul's 6x16x5 s8 dot on the GPU with
+    CUBLAS_STATUS_NOT_SUPPORTED); any other is the GEMM emitter's."""
+    text = INT_DOT.replace("LHS", lhs).replace("RHS", rhs).replace("RC", str(rc)) \
+        .replace("M,N", f"{m},{n}")
+    exe = _compile(text, target="cuda", cache=False)
+    kinds = [t.kind for t in _thunks(exe)]
+    assert kinds == (["gemm"] if library else ["kernel"]), exe.thunk_sequence_text()
+    if not library:
+        assert len(_gemm_kernels(exe)) == 1
+        _check(_compile(text, cache=False), text)
+
+
 def test_gemm_fusion_can_be_turned_off(monkeypatch):
     """XLA_GPU_GEMM_FUSION=0: the gemm thunk with separate convert and
     epilogue kernels (the path before GEMM fusions)."""

@@ -220,11 +220,11 @@ def test_cuda_programs_compile_without_a_gpu_and_run_where_one_is(tmp_path):
     if not runtime.cuda_available():
         return
     module = hlo.parse_module(text)
-    assert not data.mismatches(loaded.run(*data.inputs), module)
+    assert not data.mismatches(loaded.run(*data.inputs), module, tf32=True)
     from xla_gpu.runtime.cuda import DeviceArray
     device = [DeviceArray.from_host(np.require(a, requirements="C")) for a in data.inputs]
     out = loaded.run(*device, device_outputs=True)
-    assert not data.mismatches([o.to_host() for o in out], module)
+    assert not data.mismatches([o.to_host() for o in out], module, tf32=True)
 
 
 _ADD = "add {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"

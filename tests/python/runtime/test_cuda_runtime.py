@@ -636,3 +636,32 @@ def test_gpu_check_cuda_path_runs_on_the_cpu_target(tmp_path, capsys):
                       "dlpack": "ok", "launch_limits": "ok", "unload": "skip",
                       "misaligned": "ok", "fft": "ok", "gemm": "ok", "nccl": "ok",
                       "plugin": "ok"}
+
+
+def test_small_outputs_share_one_allocation():
+    """A run's small outputs (rng_bit_generator: 11 of them; its run took
+    0.47 ms on the H200, about 0.42 of it outside the kernels) are laid out
+    in one allocation at 256-byte offsets; large ones get their own."""
+    big = cuda.GROUPED_ARRAY_BYTES + 1
+    offsets, total = cuda.group_layout([4, 0, 300, big, 256])
+    assert offsets == {0: 0, 1: 256, 2: 256, 4: 768}
+    assert total == 1024
+    assert cuda.group_layout([4]) == ({}, 0)            # one array: its own
+    assert cuda.group_layout([big, big]) == ({}, 0)
+    assert cuda.group_layout([0, 0]) == ({0: 0, 1: 0}, 1)
+
+
+@pytest.mark.skipif(not cuda.cuda_available(), reason="needs a GPU")
+def test_grouped_device_arrays_round_trip_and_outlive_their_siblings():
+    arrays = [np.arange(n, dtype=np.float32) * k for k, n in enumerate((3, 70, 1, 0), 1)]
+    group = cuda.DeviceArray.group([(a.shape, a.dtype) for a in arrays])
+    assert group[0]._block is not None and len({id(g._block) for g in group}) == 1
+    for device, host in zip(group, arrays):
+        device.copy_from_host(host)
+    kept = group[1]
+    del group
+    import gc
+    gc.collect()
+    np.testing.assert_array_equal(kept.to_host(), arrays[1])
+    kept.free()
+    assert kept.ptr == 0

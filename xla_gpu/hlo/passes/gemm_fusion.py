@@ -55,7 +55,7 @@ from ...errors import XlaGpuError
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from ..opcodes import FLOAT_MATH
 from ..fusions import ELEMENTWISE_OPCODES
-from ..shape import bit_width, is_complex
+from ..shape import bit_width, is_complex, is_integral
 from .pipeline import ComputationPass
 from .util import array_shape, is_effective_scalar
 
@@ -90,6 +90,26 @@ def _dot_supported(dot: HloInstruction) -> bool:
     if is_complex(t) or t == "pred" or bit_width(t) < 8:
         return False
     return not any(o.shape.is_tuple or is_complex(o.shape.element_type) for o in dot.operands)
+
+
+def library_runs(dot: HloInstruction) -> bool:
+    """Whether the GEMM library takes this dot as it is. Float dots: always.
+    Integer dots: cuBLASLt's only integer GEMM is IMMA, s8 x s8 -> s32 with
+    the contracting dimension the most minor of both operands ("TN") and
+    M, N, K multiples of 4 (XLA arranges this with layouts and padding);
+    any other integer dot is the GEMM emitter's, even a pure one."""
+    if not is_integral(dot.shape.element_type):
+        return True
+    lhs, rhs = dot.operands
+    if (lhs.shape.element_type, rhs.shape.element_type, dot.shape.element_type) != \
+            ("s8", "s8", "s32"):
+        return False
+    dims = dot_dims(dot)
+    for operand, contracting in ((lhs, dims.lhs_contracting), (rhs, dims.rhs_contracting)):
+        layout = operand.shape.minor_to_major
+        if len(contracting) != 1 or not layout or layout[0] != contracting[0]:
+            return False
+    return all(size % 4 == 0 for size in (dims.M, dims.N, dims.K))
 
 
 def _fusible(inst: HloInstruction, comp: HloComputation, opcodes) -> bool:
@@ -205,13 +225,15 @@ class _BodyBuilder:
 class GemmFusion(ComputationPass):
     """See the module text. `tiling` replaces the heuristic table for every
     fusion formed (tests, benchmarks); `enabled` overrides
-    XLA_GPU_GEMM_FUSION."""
+    XLA_GPU_GEMM_FUSION; `pure_matmuls` fuses pure matmuls too (the GEMM
+    emitter measured against the library on plain products)."""
     name = "gemm-fusion"
 
     def __init__(self, tiling: GemmTiling | None = None, enabled: bool | None = None,
-                 max_multiply_adds: int | None = None):
+                 max_multiply_adds: int | None = None, pure_matmuls: bool = False):
         self.tiling = tiling
         self.enabled = enabled
+        self.pure_matmuls = pure_matmuls
         # Larger dots stay gemm thunks (the cpu target, whose emulated GEMM
         # kernel is slower than BLAS past small sizes); None: no limit.
         self.max_multiply_adds = max_multiply_adds
@@ -232,7 +254,8 @@ class GemmFusion(ComputationPass):
     def _fuse(self, comp: HloComputation, dot: HloInstruction) -> bool:
         prologues = [_plan_prologue(o, comp) for o in dot.operands]
         epilogue = _plan_epilogue(dot, comp)
-        if all(i.opcode in _DATA_MOVEMENT for i in [*prologues[0], *prologues[1], *epilogue]):
+        if all(i.opcode in _DATA_MOVEMENT for i in [*prologues[0], *prologues[1], *epilogue]) \
+                and library_runs(dot) and not self.pure_matmuls:
             return False   # a pure matmul: the gemm thunk's
         builder = _BodyBuilder(f"gemm_fusion_{dot.name}_computation")
         # The full walk this replaces read `comp.instructions`, whose sort
