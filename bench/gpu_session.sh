@@ -8,11 +8,20 @@
 #                                            build/run_gpu_programs)
 #
 # What comes back under $OUT (at most 8 files): env.txt, gpu_check.log,
-# run_gpu.log, run_gpu.md, run_gpu.json, programs.log, programs.json,
-# profile.txt. Each step has its own time limit so that a hang in one
-# leaves the rest their time; GPU_SESSION_STEPS picks steps (default: the
-# first three), RUN_GPU_CASES the kernels' cases (default: all),
-# PROFILE_PROGRAMS the saved programs the profile step runs.
+# run_gpu.log, run_gpu.md, run_gpu.json, programs.log (with the profile
+# step's output), programs.json, tests.log. Each step has its own time
+# limit so that a hang in one leaves the rest their time.
+#   GPU_SESSION_STEPS  the steps (default: check kernels programs):
+#     check     bench/gpu_check.py run (the cuda path, every kernel, FFI)
+#     kernels   bench/run_gpu.py run: the corpus and GEMMs vs jax.jit
+#     programs  whole programs, with and without CUDA graphs, vs jax.jit
+#     profile   where the host's time goes in PROFILE_PROGRAMS' runs
+#     tests     the pytest files GPU_TESTS (default: those that need a GPU) and
+#     plugin    jax through the PJRT plugin on the GPU: both need the compiler
+#               there, carried by bench/gpu_bundle.py (make here; receive each
+#               chunk there, a call each; install in this call, before this
+#               script)
+#   RUN_GPU_CASES  the kernels' cases (default: all)
 set -o pipefail
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export XLA_GPU_CACHE_DIR=$(mktemp -d)
@@ -20,6 +29,10 @@ OUT=${OUT:-$(mktemp -d)}
 PY=${PYTHON:-python3}
 STEPS=${GPU_SESSION_STEPS:-"check kernels programs"}
 PROFILE_PROGRAMS=${PROFILE_PROGRAMS:-"random_dropout/cb random_dropout/nocb"}
+# The test files with cases that run only where a GPU is (skipped elsewhere).
+GPU_TEST_FILES="tests/python/runtime tests/python/program/test_program.py
+  tests/python/emitters/test_numerics_cpu.py tests/python/pjrt/test_pjrt_cuda.py
+  tests/python/kernel_compiler/test_kernel_cache_and_artifacts.py"
 start=$(date +%s)
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
@@ -58,7 +71,15 @@ for step in $STEPS; do
       for program in $PROFILE_PROGRAMS; do
         timeout -k 5 ${PROFILE_TIMEOUT:-60} $PY bench/profile_program_run.py \
           build/run_gpu_programs "$program" || code=1
-      done > "$OUT/profile.txt" 2>&1 ;;
+      done >> "$OUT/programs.log" 2>&1 ;;
+    tests)
+      PYTHONPATH="$PWD:/tmp/xla_gpu_site" timeout -k 5 ${TESTS_TIMEOUT:-240} $PY -m pytest \
+        -q -p no:cacheprovider -rfEs ${GPU_TESTS:-$GPU_TEST_FILES} 2>&1 \
+        | tee -a "$OUT/tests.log" || code=1 ;;
+    plugin)
+      PYTHONPATH="/tmp/xla_gpu_site_jax:$PWD:/tmp/xla_gpu_site" timeout -k 5 \
+        ${PLUGIN_TIMEOUT:-180} $PY bench/gpu_check.py run build/gpu_check --cuda-path-only \
+        --cases plugin 2>&1 | tee -a "$OUT/tests.log" || code=1 ;;
     *) echo "unknown step $step"; code=2 ;;
   esac
 done
