@@ -28,6 +28,9 @@
 //           register tiles (AVX-512 or AVX2, as the host has them), the
 //           rest in a plain loop.
 //   COUNT   8 stat                            stats[stat] += 1
+//   FOR     10 count body_len <body>          runs <body> count times: a while
+//                                             loop whose trip count is known
+//                                             (no condition, no predicate)
 //   SPLIT   9 whole blocks_fn nargs blocks parts probe runs reprobe
 //           (alloc offset)*nargs
 //           a kernel large enough to run as `parts` block ranges on the
@@ -87,7 +90,7 @@ namespace {
 
 enum Opcode : int64_t {
   kKernel = 1, kCopy = 2, kMemset = 3, kWhile = 4, kConditional = 5,
-  kCall = 6, kGemm = 7, kCount = 8, kSplitKernel = 9,
+  kCall = 6, kGemm = 7, kCount = 8, kSplitKernel = 9, kFor = 10,
 };
 // A SPLIT kernel's probe slot: how it runs now, then per way (one thread,
 // split) the runs timed and the fastest in ns, and the runs since the choice.
@@ -532,6 +535,19 @@ struct Machine {
         for (;;) {
           if (int64_t rc = run(cond, body)) return rc;
           if (*reinterpret_cast<const uint8_t *>(pred) == 0) break;
+          if (int64_t rc = run(body, next)) return rc;
+          stats[kWhileIterations] += 1;
+          if (int64_t rc = checkpoint()) return rc;
+        }
+        pc = next;
+        break;
+      }
+      case kFor: {
+        if (!need(3)) return fail(at);
+        int64_t count = w[1], body_len = w[2];
+        if (count < 0 || body_len < 0 || !need(3 + body_len)) return fail(at);
+        int64_t body = pc + 3, next = body + body_len;
+        for (int64_t i = 0; i < count; ++i) {
           if (int64_t rc = run(body, next)) return rc;
           stats[kWhileIterations] += 1;
           if (int64_t rc = checkpoint()) return rc;

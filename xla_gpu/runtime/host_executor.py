@@ -43,7 +43,7 @@ from .thunks import (CommandBufferThunk, ConditionalThunk, CopyThunk, ExecutionC
 
 __all__ = ["HostProgram", "native_executor", "native_block_runner", "host_program"]
 
-KERNEL, COPY, MEMSET, WHILE, CONDITIONAL, CALL, GEMM, COUNT, SPLIT = range(1, 10)
+KERNEL, COPY, MEMSET, WHILE, CONDITIONAL, CALL, GEMM, COUNT, SPLIT, FOR = range(1, 11)
 # int64 words of a SPLIT kernel's probe slot (kProbeWords).
 PROBE_WORDS = 8
 # The executor's counters, in its order, as ExecutionContext.stats names them.
@@ -325,9 +325,14 @@ class HostProgram:
             else:
                 words += gemm
         elif isinstance(thunk, WhileThunk) and depth < MAX_NESTING and \
+                thunk.trip_count is not None:
+            body: list[int] = []   # a known count: the body alone, as WhileThunk runs it
+            self._encode(thunk.body, launchers, body, depth + 1)
+            words += [FOR, thunk.trip_count, len(body), *body]
+        elif isinstance(thunk, WhileThunk) and depth < MAX_NESTING and \
                 thunk.predicate.element_type == "pred":
             condition: list[int] = []
-            body: list[int] = []
+            body = []
             self._encode(thunk.condition, launchers, condition, depth + 1)
             self._encode(thunk.body, launchers, body, depth + 1)
             words += [WHILE, thunk.predicate.slice.allocation, thunk.predicate.slice.offset,

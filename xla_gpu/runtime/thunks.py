@@ -424,8 +424,10 @@ class FftThunk(Thunk):
 @dataclass
 class WhileThunk(Thunk):
     """Runs `condition`, reads the predicate back, runs `body` while it is
-    true. `trip_count`, when known at compile time, is recorded for the
-    dump (the predicate is still read, as XLA does without unrolling)."""
+    true. With `trip_count` known at compile time (the loop's
+    known_trip_count), runs `body` that many times and neither the
+    condition nor the read, as XLA's WhileThunk does: on a GPU each read is
+    a copy to the host and a wait for the stream."""
     kind: ClassVar[str] = "while"
     condition: list[Thunk] = field(default_factory=list)
     predicate: ArrayRef = None
@@ -442,10 +444,14 @@ class WhileThunk(Thunk):
     def execute(self, ctx: ExecutionContext) -> None:
         iterations = 0
         profiler = ctx.profiler
+        known = self.trip_count
         while True:
             started = time.perf_counter() if profiler is not None else 0.0
-            _run_sequence(self.condition, ctx)
-            if not bool(ctx.read_scalar(self.predicate)):
+            if known is None:
+                _run_sequence(self.condition, ctx)
+                if not bool(ctx.read_scalar(self.predicate)):
+                    break
+            elif iterations >= known:
                 break
             _run_sequence(self.body, ctx)
             if profiler is not None:

@@ -45,13 +45,28 @@ def test_loops_copies_memsets_and_kernels_match_the_python_executor(monkeypatch)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert native.stats == python.stats
-    assert native.stats["while_iterations"] == 5 and native.kernel_launches() == 16
+    # 5 iterations of a loop of known trip count: the condition's kernel
+    # never runs (16 launches when it did).
+    assert native.stats["while_iterations"] == 5 and native.kernel_launches() == 10
     assert native._native_program().callbacks == []
     y = np.arange(16, dtype=np.float32)
     native, got, python, want = _both(KERNEL_COPY_MEMSET, y, monkeypatch=monkeypatch)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert native.stats == python.stats and native.stats["memsets"] >= 1
+
+
+def test_a_loop_of_unknown_trip_count_tests_its_condition_in_both_executors(monkeypatch):
+    # The counter starts at a parameter: no count is known, the native
+    # WHILE command runs the condition and reads the predicate.
+    text = WHILE.replace("zero = s32[] constant(0)", "zero = s32[] parameter(1)") \
+        .replace(', backend_config={"known_trip_count":{"n":"5"}}', "")
+    x = np.linspace(-1, 1, 8).astype(np.float32)
+    native, got, python, want = _both(text, x, np.int32(2), monkeypatch=monkeypatch)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert native.stats == python.stats
+    assert native.stats["while_iterations"] == 3 and native.kernel_launches() == 10
 
 
 @pytest.mark.parametrize("index", [-3, 0, 1, 2, 7])

@@ -64,6 +64,7 @@ from .rng_bit_generator_expander import RngBitGeneratorExpander
 from .select_and_scatter_expander import SelectAndScatterExpander
 from .sharding_annotations import ShardingAnnotationRemover
 from .tuple_simplifier import TupleSimplifier
+from .while_loop_trip_count import WhileLoopTripCountAnnotator
 
 __all__ = ["optimize", "optimization_pipeline"]
 
@@ -105,6 +106,7 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None,
         ])),
         _simplification("post-layout-simplification"),
         LayoutNormalization(),
+        WhileLoopTripCountAnnotator(),
         GemmFusion(max_multiply_adds=gemm_fusion_max_multiply_adds),
         *([GemmRewriter()] if gemm_epilogues else []),
         PriorityFusion(),
