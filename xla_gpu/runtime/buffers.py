@@ -178,7 +178,10 @@ class ArrayRef:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> "ArrayRef":
-        return ArrayRef(BufferSlice.from_list(data["slice"]), str(data["type"]),
+        element_type = str(data["type"])
+        if element_type != TOKEN_TYPE and element_type not in ELEMENT_TYPES:
+            raise ValueError(f"unknown element type '{element_type}'")
+        return ArrayRef(BufferSlice.from_list(data["slice"]), element_type,
                         tuple(int(d) for d in data["dims"]),
                         None if data.get("layout") is None
                         else tuple(int(d) for d in data["layout"]))

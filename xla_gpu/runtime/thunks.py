@@ -471,9 +471,11 @@ class WhileThunk(Thunk):
 
     @classmethod
     def _from_dict(cls, d):
+        trip_count = None if d.get("trip_count") is None else int(d["trip_count"])
+        if trip_count is not None and trip_count < 0:
+            raise ValueError(f"while loop '{d['name']}' with a trip count of {trip_count}")
         return cls(d["name"], _sequence_from(d["condition"]), ArrayRef.from_dict(d["predicate"]),
-                   _sequence_from(d["body"]),
-                   None if d.get("trip_count") is None else int(d["trip_count"]))
+                   _sequence_from(d["body"]), trip_count)
 
     def describe(self) -> str:
         trip = f", trip count {self.trip_count}" if self.trip_count is not None else ""

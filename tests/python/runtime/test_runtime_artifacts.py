@@ -144,6 +144,26 @@ def test_a_constant_shorter_than_its_allocation_is_refused(program, tmp_path):
         runtime.load(directory, trusted=True)
 
 
+def test_an_unknown_element_type_or_a_negative_trip_count_is_an_artifact_error(
+        program, tmp_path):
+    """Found by the artifact-loader fuzzer: an output typed 'f18' failed with
+    a KeyError where the sizes were checked."""
+    def retype(manifest):
+        manifest["outputs"][0]["type"] = "f18"
+    directory = program.save(tmp_path / "p")
+    _edit_program_json(directory, retype)
+    with pytest.raises(xla_gpu.ArtifactError, match="unknown element type 'f18'"):
+        runtime.load(directory, trusted=True)
+
+    def count(manifest):
+        manifest["thunks"] = [{"kind": "while", "name": "w", "condition": [], "body": [],
+                               "predicate": manifest["outputs"][0], "trip_count": -2}]
+    directory = program.save(tmp_path / "q")
+    _edit_program_json(directory, count)
+    with pytest.raises(xla_gpu.ArtifactError, match="trip count of -2"):
+        runtime.load(directory, trusted=True)
+
+
 def test_a_deeply_nested_program_json_is_an_artifact_error(program, tmp_path):
     directory = program.save(tmp_path / "p")
     depth = 100_000
