@@ -176,8 +176,10 @@ HEADER = ("| program | form | result | kernels | launches/run | temp B | XLA tem
 # -- the GPU side -------------------------------------------------------------------
 
 
-def prepare_gpu(out: Path, names, arch: str) -> int:
-    """cuda programs (with and without command buffers) for the GPU machine."""
+def prepare_gpu(out: Path, names, arch: str, form: str = "before") -> int:
+    """cuda programs (with and without command buffers) for the GPU machine,
+    from jax's text through xla_gpu's passes ("before", what jax.jit gives
+    XLA:GPU too) or from XLA:CPU's optimized text ("after")."""
     import xla_gpu
     if out.exists():
         shutil.rmtree(out)
@@ -185,7 +187,7 @@ def prepare_gpu(out: Path, names, arch: str) -> int:
     prepared = []
     for name in names:
         data = load_data(name)
-        text = (data.folder / FORMS["after"]).read_text()
+        text = (data.folder / FORMS[form]).read_text()
         try:
             for variant, buffers in (("cb", True), ("nocb", False)):
                 exe = xla_gpu.compile(text, target="cuda", arch=arch,
@@ -197,7 +199,8 @@ def prepare_gpu(out: Path, names, arch: str) -> int:
             continue
         prepared.append(name)
         print(f"{name}: {len(exe.kernels)} kernels")
-    (out / "index.json").write_text(json.dumps({"programs": prepared, "arch": arch}))
+    (out / "index.json").write_text(json.dumps({"programs": prepared, "arch": arch,
+                                                "form": form}))
     return 0 if prepared else 1
 
 
@@ -251,7 +254,8 @@ def run_gpu(directory: Path, target: str, iterations: int, budget: float,
         data = load_data(name)
         row: dict = {"program": name}
         try:
-            module = hlo.parse_module((data.folder / FORMS["after"]).read_text())
+            form = index.get("form", "after")
+            module = hlo.parse_module((data.folder / FORMS[form]).read_text())
             xla_out = None
             if jax_programs and name in jax_programs and target == "cuda":
                 if jax_programs[name].setup is not None:
@@ -260,7 +264,7 @@ def run_gpu(directory: Path, target: str, iterations: int, budget: float,
             for variant in ("cb", "nocb"):
                 exe = load_program(directory / name / variant, trusted=True)
                 if target == "cpu":
-                    exe = _as_cpu(exe, data)
+                    exe = _as_cpu(exe, data, form)
                     args = data.inputs
                     kwargs = {}
                 else:
@@ -297,11 +301,11 @@ def run_gpu(directory: Path, target: str, iterations: int, budget: float,
     return results
 
 
-def _as_cpu(exe, data):
+def _as_cpu(exe, data, form: str):
     """A cuda program cannot run on the cpu target: recompile (the logic
     check of run-gpu without a GPU)."""
     import xla_gpu
-    return xla_gpu.compile((data.folder / FORMS["after"]).read_text(), target="cpu",
+    return xla_gpu.compile((data.folder / FORMS[form]).read_text(), target="cpu",
                            command_buffers=exe.command_buffers)
 
 
@@ -336,8 +340,10 @@ def main(argv=None) -> int:
         p.add_argument("names", nargs="*")
         p.add_argument("--out", type=Path, default=ROOT / "build" / "run_gpu_programs")
         p.add_argument("--arch", default="sm_90")
+        p.add_argument("--form", choices=["before", "after"], default="before",
+                       help="jax's text through our passes, or XLA:CPU's optimized text")
         args = p.parse_args(argv[1:])
-        return prepare_gpu(args.out, args.names or program_names(), args.arch)
+        return prepare_gpu(args.out, args.names or program_names(), args.arch, args.form)
     if argv and argv[0] == "run-gpu":
         p = argparse.ArgumentParser(prog="programs.py run-gpu")
         p.add_argument("directory", type=Path)
