@@ -61,6 +61,17 @@ def _order_after(cu, _check, waiter, producer) -> None:
     _check("cuStreamWaitEvent", cu.cuStreamWaitEvent(waiter, event, 0))
 
 
+def _count_replay(sequence, stats, times: int) -> None:
+    """The launches and loop iterations a replay stands for: what recording
+    `sequence` counted (unrolled loops of known trip count included)."""
+    for command in sequence:
+        if command.kind in ("kernel", "gemm"):
+            stats[command.kind + "s"] += times
+        elif command.kind == "while":
+            stats["while_iterations"] += times * command.trip_count
+            _count_replay(command.body, stats, times * command.trip_count)
+
+
 def execute(thunk: Any, ctx: Any) -> None:
     """Runs a CommandBufferThunk's commands as one CUDA graph."""
     from .cuda import _check, _driver
@@ -107,7 +118,6 @@ def execute(thunk: Any, ctx: Any) -> None:
         recorded = False
     _check("cuGraphLaunch", cu.cuGraphLaunch(state.exec, stream))
     if not recorded:   # the replay launches what the recording launched
-        ctx.stats["kernels"] += sum(1 for c in thunk.sequence if c.kind == "kernel")
-        ctx.stats["gemms"] += sum(1 for c in thunk.sequence if c.kind == "gemm")
+        _count_replay(thunk.sequence, ctx.stats, 1)
     if private:   # later work on the default stream sees the graph's results
         _order_after(cu, _check, ctx.stream or 0, stream)

@@ -240,6 +240,35 @@ def test_command_buffers_on_and_off_give_identical_results():
         np.testing.assert_array_equal(a, b)
 
 
+def test_counted_loops_join_command_buffers_unrolled(monkeypatch):
+    """A loop of known trip count whose body is device commands alone is
+    recorded into the surrounding command buffer, unrolled (one graph
+    launch for the whole loop on cuda); over the unroll limit, or of
+    unknown count, it stays a loop around its body's command buffer."""
+    from xla_gpu.runtime import command_buffer
+    x = np.linspace(-1, 1, 8).astype(np.float32)
+    off = xla_gpu.compile(WHILE, target="cpu", command_buffers=False)
+    want = off.run(x)
+    on = xla_gpu.compile(WHILE, target="cpu", cache=False)
+    assert [t.kind for t in on.thunks] == ["command_buffer"]
+    (loop,) = [t for t in on.thunks[0].thunks if t.kind == "while"]
+    assert loop.trip_count == 5 and command_buffer.unrolled_size(loop) == 10
+    assert {t.kind for t in loop.body} == {"kernel"}          # not a nested buffer
+    for a, b in zip(on.run(x), want):
+        np.testing.assert_array_equal(a, b)
+    assert on.stats["while_iterations"] == off.stats["while_iterations"] == 5
+    assert on.kernel_launches() == off.kernel_launches()
+
+    monkeypatch.setattr(command_buffer, "UNROLL_LIMIT", 9)
+    over = xla_gpu.compile(WHILE, target="cpu", cache=False)
+    (loop,) = [t for t in over.thunks if t.kind == "while"]
+    assert [t.kind for t in loop.body] == ["command_buffer"]
+    uncounted = WHILE.replace(', backend_config={"known_trip_count":{"n":"5"}}', "") \
+        .replace("zero = s32[] constant(0)", "zero = s32[] parameter(1)")
+    exe = xla_gpu.compile(uncounted, target="cpu", cache=False)
+    assert any(t.kind == "while" for t in exe.thunks)
+
+
 CUSTOM = """HloModule m
 ENTRY e {
   x = f32[4,8] parameter(0)
@@ -305,7 +334,7 @@ def test_every_thunk_kind_round_trips_through_json():
 
 
 def test_thunk_sequence_text_nests_loops_and_branches():
-    text = xla_gpu.compile(WHILE, target="cpu").thunk_sequence_text()
+    text = xla_gpu.compile(WHILE, target="cpu", command_buffers=False).thunk_sequence_text()
     lines = text.splitlines()
     assert any(line.startswith("0") and " while w " in f" {line} " for line in lines)
     assert "  condition:" in lines and "  body:" in lines
