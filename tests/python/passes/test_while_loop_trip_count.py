@@ -150,3 +150,38 @@ def test_a_known_count_runs_without_the_condition(tmp_path, name, iterations, lo
         assert counted.stats["kernels"] == kernels - iterations - loops
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
+
+
+def test_random_loops_run_as_many_times_as_the_interpreter_runs_them():
+    """Loops of random start, step, limit, direction and type that run (the
+    step towards the limit), compiled (a counted loop runs its body the
+    annotated number of times, its condition never) against the
+    interpreter, which tests the condition every iteration: the counter and
+    the doubled vector agree."""
+    rng = np.random.default_rng(5)
+    x = np.linspace(-1, 1, 4).astype(np.float32)
+    directions = set()
+    for _ in range(40):
+        t = str(rng.choice(["s32", "s8", "u8", "s64"]))
+        # (an unsigned counter only counts up: its step is positive)
+        direction = str(rng.choice(["LT", "LE", "NE"] if t == "u8" else
+                                   ["LT", "LE", "GT", "GE", "NE"]))
+        magnitude = int(rng.integers(1, 6))
+        low, high = sorted(int(v) for v in rng.integers(0 if t == "u8" else -20, 30, 2))
+        if direction in ("LT", "LE") or (direction == "NE" and (t == "u8" or rng.random() < 0.5)):
+            start, limit, step = low, high, magnitude
+        else:
+            start, limit, step = high, low, -magnitude
+        if direction == "NE":   # a limit the steps land on
+            limit = start + step * int(rng.integers(0, 9))
+        count = _count(_loop(start, step, direction, limit, t=t))
+        assert count is not None, (t, start, step, direction, limit)
+        directions.add(direction)
+        text = LOOP.substitute(t=t, start=start, step=step, limit=limit,
+                               direction=direction, lhs="i", rhs="limit")
+        want = hlo.evaluate(hlo.parse_module(text), x)
+        got = xla_gpu.compile(text, target="cpu", cache=False).run(x)
+        assert int(got[0]) == int(np.asarray(want[0])), (t, start, step, direction, limit)
+        np.testing.assert_array_equal(got[1], np.asarray(want[1]))
+        np.testing.assert_array_equal(got[1], x * np.float32(2.0) ** count)
+    assert directions == {"LT", "LE", "GT", "GE", "NE"}
