@@ -435,15 +435,22 @@ def _index_vectors(dims: tuple[int, ...], vector_dim: int, unique: bool, ordered
     length = dims[vector_dim] if vector_dim < rank else 1
     count = int(np.prod(dims, dtype=np.int64)) // max(length, 1)
     space = bound ** length if length else 1
-    if unique and count <= space:
-        if space <= 1 << 24:
-            codes = rng.choice(space, size=count, replace=False)
-        else:  # a space too large to list: draw, and redraw repeats
-            codes = np.unique(rng.integers(0, space, 2 * count + 16, dtype=np.int64))
-            codes = rng.permutation(codes)[:count]
+    if unique and count <= space and space <= 1 << 24:
+        codes = rng.choice(space, size=count, replace=False)
         flat = np.stack([(codes // bound ** (length - 1 - k)) % bound
                          for k in range(length)], axis=-1) if length else \
             np.zeros((count, 0), np.int64)
+    elif unique and count <= space:
+        # A space too large to list: draw, and redraw the repeated vectors
+        # (few: the space is over 2^24 and the draws at most the array).
+        flat = rng.integers(0, bound, (count, length))
+        for _ in range(16):
+            distinct_rows = np.unique(flat, axis=0)
+            if len(distinct_rows) == count:
+                break
+            flat = np.concatenate([distinct_rows, rng.integers(
+                0, bound, (count - len(distinct_rows), length))])
+        flat = rng.permutation(flat)
     else:  # more vectors than distinct values: repeats cannot be avoided
         flat = rng.integers(0, max(bound, 1), (count, length))
     if ordered and count:

@@ -76,3 +76,12 @@ def test_each_row_is_written_once():
     expected[i[:, 0]] = x[i[:, 0]] + u
     (got,) = hlo.evaluate(comp, x, i, u)
     np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_unique_vectors_in_a_space_too_large_to_list():
+    # 3-long vectors into a [300,300,300] operand: 2.7e7 starts, drawn.
+    comp = _scatter("300,300,300", "50,3", "50", "", "0,1,2", "0,1,2", "1",
+                    "unique_indices=true,")
+    indices = random_inputs(comp.entry, 4)[1]
+    assert indices.shape == (50, 3) and len({tuple(v) for v in indices}) == 50
+    assert indices.min() >= 0 and indices.max() <= 299
