@@ -84,8 +84,10 @@ def execute(thunk: Any, ctx: Any) -> None:
     if state.exec is None or state.addresses != addresses:
         for command in thunk.sequence:   # no library set-up inside a capture
             command.prepare(ctx)
-        saved = ctx.stream
-        ctx.stream = stream
+        # Nothing inside a capture is timed on its own (the profiler times
+        # the whole graph; events recorded while capturing are no times).
+        saved, saved_profiler = ctx.stream, ctx.profiler
+        ctx.stream, ctx.profiler = stream, None
         try:
             _check("cuStreamBeginCapture", cu.cuStreamBeginCapture(
                 stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
@@ -95,7 +97,7 @@ def execute(thunk: Any, ctx: Any) -> None:
             finally:
                 graph = _check("cuStreamEndCapture", cu.cuStreamEndCapture(stream))
         finally:
-            ctx.stream = saved
+            ctx.stream, ctx.profiler = saved, saved_profiler
         updated = False
         if state.exec is not None:
             result = cu.cuGraphExecUpdate(state.exec, graph)
