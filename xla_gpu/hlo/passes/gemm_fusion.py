@@ -24,7 +24,9 @@ The rules:
 * a dot whose fusion would be only bitcasts and reshapes around it (a
   "pure matmul": no prologue or epilogue work) is left to the gemm thunk
   (cuBLASLt on cuda, numpy on the cpu target), which is faster for a plain
-  f32 / f64 / bf16 product; so is a dot the GEMM emitter refuses.
+  f32 / f64 / bf16 product, unless cuBLASLt cannot run it (`library_runs`:
+  an integer dot other than IMMA's s8 x s8 -> s32 "TN" form); so is a dot
+  the GEMM emitter refuses.
 
 The tiling is the heuristic table's (`analysis.gemm.default_tiling`;
 XLA's default configs when nothing is autotuned), written into the
