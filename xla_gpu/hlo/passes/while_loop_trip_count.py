@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from ..module import HloComputation, HloInstruction, HloModule
 from ..shape import bit_width, is_integral
+from .algebraic_simplifier import scalar_constant_value
 from .pipeline import HloPass
 from .util import program_computations
 
@@ -39,15 +38,12 @@ _FLIPPED = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "NE": "NE"}
 
 
 def _constant_int(inst: HloInstruction) -> int | None:
-    """The value of a scalar integer constant (through bitcasts and
-    copies); None otherwise."""
-    while inst.opcode in ("copy", "bitcast") and len(inst.operands) == 1:
-        inst = inst.operands[0]
-    if inst.opcode != "constant" or inst.literal is None or inst.shape.is_tuple:
+    """The value of a scalar integer constant; None otherwise."""
+    if inst.shape.is_tuple or not is_integral(inst.shape.element_type) or \
+            inst.shape.num_elements != 1:
         return None
-    if not is_integral(inst.shape.element_type) or inst.shape.num_elements != 1:
-        return None
-    return int(np.asarray(inst.literal).reshape(-1)[0])
+    value = scalar_constant_value(inst)
+    return None if value is None else int(value)
 
 
 def _state_element(inst: HloInstruction, param: HloInstruction, index: int | None) -> bool:
