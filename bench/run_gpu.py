@@ -234,12 +234,12 @@ class _Xla:
         self.inputs = inputs
         self.state = [jax.device_put(a) for a in inputs]
         self.compiled_text = ""
-        if options:
-            compiled = self.fn.lower(*self.state).compile(compiler_options=options)
+        if options or case.gemm:   # compiled once, its text read (which GEMM XLA chose)
+            lowered = self.fn.lower(*self.state)
+            compiled = lowered.compile(compiler_options=options) if options else \
+                lowered.compile()
             self.compiled_text = compiled.as_text() or ""
             self.fn = compiled
-        elif case.gemm:
-            self.compiled_text = self.fn.lower(*self.state).compile().as_text() or ""
 
     def gemm_kind(self) -> str | None:
         """Which GEMM XLA compiled: its Triton GEMM fusion or cuBLAS."""

@@ -340,11 +340,11 @@ class DeviceArray:
         out: list[DeviceArray | None] = [None] * len(specs)
         if offsets:
             block = _DeviceBlock(total)
-            for k in sorted(offsets):
+            for k, offset in offsets.items():
                 view = DeviceArray.__new__(DeviceArray)
                 view.shape, view.dtype = specs[k]
                 view.nbytes = sizes[k]
-                view.ptr = block.ptr + offsets[k]
+                view.ptr = block.ptr + offset
                 view._block = block
                 out[k] = view
         for k, (shape, dtype) in enumerate(specs):
