@@ -722,17 +722,35 @@ LogicalResult AtomicRMWOp::verify() {
 LogicalResult AtomicRMWOp::verifyRegions() {
   Type element = getElementType();
   Block &body = getComputation().front();
-  if (body.getNumArguments() != 1 || body.getArgument(0).getType() != element)
+  Type current = body.getNumArguments() == 1 ? body.getArgument(0).getType()
+                                             : Type();
+  // vector<N x element>: N consecutive elements of the innermost dimension.
+  auto vector = dyn_cast_or_null<VectorType>(current);
+  bool lanes = vector && vector.getRank() == 1 && !vector.isScalable() &&
+               vector.getNumElements() >= 2 &&
+               vector.getElementType() == element &&
+               element.isIntOrFloat();
+  if (current != element && !lanes)
     return emitOpError("the region takes one argument, the current value (")
-           << element << ")";
+           << element << ", or a vector of 2 or more " << element
+           << " for consecutive elements)";
   auto yield = body.empty() ? nullptr : dyn_cast<YieldOp>(&body.back());
   if (!yield)
     return emitOpError("the region must end in xla_gpu.yield");
   if (yield.getValues().size() != 1 ||
-      yield.getValues().front().getType() != element)
+      yield.getValues().front().getType() != current)
     return yield.emitOpError("yields (")
            << yield.getValues().getTypes() << ") but the atomic_rmw needs one "
-           << element;
+           << current;
+  if (lanes) {
+    auto tensor = cast<RankedTensorType>(getInput().getType());
+    int64_t minor = tensor.getRank() ? tensor.getShape().back() : 1;
+    if (!ShapedType::isDynamic(minor) && minor < vector.getNumElements())
+      return emitOpError("updates ")
+             << vector.getNumElements()
+             << " consecutive elements, more than the innermost dimension ("
+             << minor << ") holds";
+  }
   return success();
 }
 

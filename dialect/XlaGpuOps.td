@@ -295,6 +295,14 @@ def XlaGpu_AtomicRMWOp : XlaGpu_Op<"atomic_rmw", [
     update the same element; the result is the updated tensor. The region
     may run more than once (a compare-and-swap loop); what it computes from
     values other than `%current` must not have side effects.
+
+    With a `vector<N x T>` argument the op updates the N consecutive
+    elements of the innermost dimension from `[%i, %j]` on, each
+    atomically (not the N as one update), the region combining them lane
+    by lane. sm_90 adds N f32 at once (`red.global.add.v4.f32`), which a
+    scatter-add of contiguous rows uses; N must fit the innermost
+    dimension, and the region must map to a hardware atomic (one add, min,
+    max, or, and, xor or an exchange of 32- or 64-bit elements).
   }];
   let arguments = (ins AnyRankedTensor:$input, Variadic<Index>:$indices);
   let results = (outs AnyRankedTensor:$result);

@@ -176,11 +176,19 @@ def LowerTensorsPass : Pass<"xla-lower-tensors", "mlir::ModuleOp"> {
     expands it to a CAS loop itself on older GPUs. The host keeps the CAS
     loop (x86 has no 16-bit float atomics, and bf16 rounding there needs a
     runtime library call).
+
+    An `atomic_rmw` on a vector of N consecutive elements is one atomic per
+    lane, except that with `vector-float-add` (the cuda pipeline) N = 2 or
+    4 f32 adds are one `red.global.add.v{2,4}.f32` (sm_90, PTX ISA 8.1),
+    written as inline PTX: NVPTX has no vector atomicrmw.
   }];
   let options = [
     Option<"native16BitFloatAdd", "native-16bit-float-add", "bool",
            /*default=*/"false",
            "Lower f16/bf16 atomic adds to llvm.atomicrmw fadd (NVPTX)">,
+    Option<"vectorFloatAdd", "vector-float-add", "bool", /*default=*/"false",
+           "Lower f32 atomic adds of 2 or 4 lanes to one red.global.add.v4.f32 "
+           "(NVPTX, sm_90)">,
   ];
   let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::gpu::GPUDialect",
                            "mlir::arith::ArithDialect", "mlir::scf::SCFDialect",

@@ -4,6 +4,7 @@
 #include "TensorTypeConversion.h"
 #include "XlaGpuDialect.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 namespace mlir::xla_gpu {
@@ -68,6 +69,31 @@ struct FlattenInsert : OpConversionPattern<tensor::InsertOp> {
   }
 };
 
+// An in-bounds read of a 1-d vector along the innermost dimension (a
+// scatter's row of updates): the same read of the flat tensor.
+struct FlattenTransferRead : OpConversionPattern<vector::TransferReadOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(vector::TransferReadOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto type = dyn_cast<RankedTensorType>(op.getBase().getType());
+    if (!type || !needsFlattening(type)) return failure();
+    VectorType vector = op.getVectorType();
+    if (vector.getRank() != 1 || op.getMask() ||
+        !op.getPermutationMap().isMinorIdentity() || !op.getInBoundsValues()[0])
+      return rewriter.notifyMatchFailure(
+          op, "only in-bounds 1-d reads along the innermost dimension");
+    Location loc = op.getLoc();
+    Value index = linearIndex(rewriter, loc, type, adaptor.getIndices());
+    rewriter.replaceOpWithNewOp<vector::TransferReadOp>(
+        op, vector, adaptor.getBase(), ValueRange{index},
+        AffineMapAttr::get(AffineMap::getMinorIdentityMap(1, 1, op.getContext())),
+        adaptor.getPadding(), /*mask=*/Value(),
+        rewriter.getBoolArrayAttr({true}));
+    return success();
+  }
+};
+
 // The op keeps its region (the element type does not change).
 struct FlattenAtomicRMW : OpConversionPattern<AtomicRMWOp> {
   using OpConversionPattern::OpConversionPattern;
@@ -116,6 +142,7 @@ struct FlattenTensorsPass
 
     populateTensorTypeConversion(converter, patterns, target, needsFlattening);
     patterns.add<FlattenExtract, FlattenInsert, FlattenConstant, FlattenAtomicRMW,
+                 FlattenTransferRead,
                  RetypeOp<AllocateSharedOp>, RetypeOp<SyncThreadsOp>,
                  RetypeOp<PureCallOp>>(converter, ctx);
     ConversionConfig config;

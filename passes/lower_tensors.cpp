@@ -436,10 +436,12 @@ Value fromBits(OpBuilder &b, Location loc, Value bits, Type element) {
 
 struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
   LowerAtomicRMW(const TypeConverter &converter, MLIRContext *ctx,
-                 bool native16BitFloatAdd)
+                 bool native16BitFloatAdd, bool vectorFloatAdd)
       : OpConversionPattern(converter, ctx),
-        native16BitFloatAdd(native16BitFloatAdd) {}
+        native16BitFloatAdd(native16BitFloatAdd),
+        vectorFloatAdd(vectorFloatAdd) {}
   bool native16BitFloatAdd;
+  bool vectorFloatAdd;
 
   LogicalResult
   matchAndRewrite(AtomicRMWOp op, OpAdaptor adaptor,
@@ -449,6 +451,15 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
     Type storage = storageType(element);
     Value addr = elementAddress(rewriter, loc, adaptor.getInput(), element,
                                 adaptor.getIndices());
+    if (auto lanes = dyn_cast<VectorType>(op.getCurrentValue().getType())) {
+      // Consecutive elements: one hardware atomic per lane, or one vector
+      // reduction (the analysis refused any other region).
+      std::optional<AtomicPlan> plan = planAtomic(op, native16BitFloatAdd);
+      if (!plan) return rewriter.notifyMatchFailure(op, "no atomic plan");
+      emitLanes(rewriter, loc, *plan, addr, lanes, storage);
+      rewriter.replaceOp(op, adaptor.getInput());
+      return success();
+    }
     if (auto complex = dyn_cast<ComplexType>(element)) {
       // An addition is two float atomics; any other update (a scatter's
       // replacement, a product...) a CAS loop on the whole element as one
@@ -481,6 +492,61 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
           ArrayRef<LLVM::GEPArg>{k}, LLVM::GEPNoWrapFlags::inbounds);
       LLVM::AtomicRMWOp::create(rewriter, loc, LLVM::AtomicBinOp::fadd,
                                 partAddr, parts[k],
+                                LLVM::AtomicOrdering::monotonic);
+    }
+  }
+
+  // `plan` on the lanes of a vector atomic_rmw at `addr` on: sm_90's
+  // vector reduction for 2 or 4 f32 adds, else one atomic per lane.
+  void emitLanes(ConversionPatternRewriter &rewriter, Location loc,
+                 const AtomicPlan &plan, Value addr, VectorType lanes,
+                 Type storage) const {
+    if (plan.kind == AtomicPlan::kNothing) return;
+    IRMapping mapping;
+    for (Operation *inner : plan.independent) rewriter.clone(*inner, mapping);
+    Value operand = mapping.lookupOrDefault(plan.operand);
+    int64_t count = lanes.getNumElements();
+    SmallVector<Value> values;
+    for (int64_t k = 0; k < count; ++k) {
+      Value position = LLVM::ConstantOp::create(
+          rewriter, loc, rewriter.getI32Type(), rewriter.getI32IntegerAttr(k));
+      values.push_back(
+          LLVM::ExtractElementOp::create(rewriter, loc, operand, position));
+    }
+    if (vectorFloatAdd && plan.kind == AtomicPlan::kBinary &&
+        plan.binOp == LLVM::AtomicBinOp::fadd && storage.isF32() &&
+        (count == 2 || count == 4)) {
+      // NVPTX has no vector atomicrmw (LLVM would split it, or worse), so
+      // the PTX is written here. `red`, not `atom`: the old values are not
+      // wanted. The address is generic; CUDA maps global memory one to one.
+      std::string text = "red.global.add.v" + std::to_string(count) +
+                         ".f32 [$0], {";
+      std::string constraints = "l";
+      for (int64_t k = 0; k < count; ++k) {
+        text += (k ? ", $" : "$") + std::to_string(k + 1);
+        constraints += ",f";
+      }
+      text += "};";
+      SmallVector<Value> operands{addr};
+      operands.append(values);
+      LLVM::InlineAsmOp::create(
+          rewriter, loc, TypeRange{}, operands, text, constraints,
+          /*has_side_effects=*/true, /*is_align_stack=*/false,
+          LLVM::tailcallkind::TailCallKind::None,
+          LLVM::AsmDialectAttr::get(rewriter.getContext(),
+                                    LLVM::AsmDialect::AD_ATT),
+          /*operand_attrs=*/ArrayAttr());
+      return;
+    }
+    auto binOp = plan.kind == AtomicPlan::kExchange ? LLVM::AtomicBinOp::xchg
+                                                     : plan.binOp;
+    for (int64_t k = 0; k < count; ++k) {
+      Value laneAddr = k == 0 ? addr
+                              : LLVM::GEPOp::create(
+                                    rewriter, loc, addr.getType(), storage,
+                                    addr, ArrayRef<LLVM::GEPArg>{int32_t(k)},
+                                    LLVM::GEPNoWrapFlags::inbounds);
+      LLVM::AtomicRMWOp::create(rewriter, loc, binOp, laneAddr, values[k],
                                 LLVM::AtomicOrdering::monotonic);
     }
   }
@@ -697,6 +763,17 @@ LogicalResult analyze(func::FuncOp func, Analysis &analysis) {
         return op->emitOpError("xla-lower-tensors: no atomic update of ")
                << atomic.getElementType()
                << " elements (8, 16, 32 or 64 bits, or complex<f64>)";
+      // Lanes are one hardware atomic each: a CAS loop would need the
+      // region per lane.
+      if (isa<VectorType>(atomic.getCurrentValue().getType())) {
+        std::optional<AtomicPlan> plan =
+            planAtomic(atomic, /*native16BitFloatAdd=*/false);
+        if (!plan || plan->kind == AtomicPlan::kWordBitwise || bits < 32)
+          return op->emitOpError(
+              "on a vector of elements needs a region that one hardware "
+              "atomic does (an add, min, max, or, and, xor or exchange of "
+              "32- or 64-bit elements)");
+      }
     }
     Value dest;
     if (auto insert = dyn_cast<tensor::InsertOp>(op)) dest = insert.getDest();
@@ -751,7 +828,8 @@ struct LowerTensorsPass : impl::LowerTensorsPassBase<LowerTensorsPass> {
     patterns.add<LowerInsert, LowerTransferWrite, LowerAllocateShared,
                  LowerSyncThreads, LowerTensorConstant, RetypeOp<PureCallOp>>(
         converter, ctx);
-    patterns.add<LowerAtomicRMW>(converter, ctx, native16BitFloatAdd);
+    patterns.add<LowerAtomicRMW>(converter, ctx, native16BitFloatAdd,
+                                  vectorFloatAdd);
     // Without rollback: these patterns never fail after changing the IR,
     // nor leave IR the conversion cannot legalize, so the driver need not
     // record each change to undo it (the same final modules on 478 kernels,

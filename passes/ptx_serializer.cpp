@@ -35,6 +35,7 @@
 #include "mlir/Target/LLVM/NVVM/Utils.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/InstrTypes.h"
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/LLVMContext.h"
@@ -102,6 +103,7 @@ bool callsFunctions(const llvm::Module &module) {
     for (const llvm::BasicBlock &block : function)
       for (const llvm::Instruction &instruction : block)
         if (const auto *call = dyn_cast<llvm::CallBase>(&instruction)) {
+          if (call->isInlineAsm()) continue;  // no call sequence
           const llvm::Function *callee = call->getCalledFunction();
           if (!callee || !callee->isIntrinsic())
             return true;
@@ -121,26 +123,45 @@ bool swaps128Bits(const llvm::Module &module) {
   return false;
 }
 
+// Whether `module` has sm_90's vector reductions (`red.global.add.v4.f32`,
+// written as inline PTX by xla-lower-tensors for scatter-adds of rows).
+bool reducesVectors(const llvm::Module &module) {
+  for (const llvm::Function &function : module)
+    for (const llvm::BasicBlock &block : function)
+      for (const llvm::Instruction &instruction : block)
+        if (const auto *call = dyn_cast<llvm::CallBase>(&instruction))
+          if (const auto *assembly =
+                  dyn_cast<llvm::InlineAsm>(call->getCalledOperand()))
+            if (StringRef(assembly->getAsmString()).starts_with("red.global.add.v"))
+              return true;
+  return false;
+}
+
 // The target features a module is compiled with. NVPTX has a 128-bit CAS
-// (atom.cas.b128) on sm_90 and later from PTX ISA 8.3 on; the PTX is
-// otherwise the target's (7.8 for sm_90 unless its features say), so only
-// a module that needs the wide CAS asks drivers for 8.3. On an older chip
-// NVPTX would abort the process: the module is refused here instead.
+// (atom.cas.b128) on sm_90 and later from PTX ISA 8.3 on, and vector
+// reductions from 8.1 on; the PTX is otherwise the target's (7.8 for sm_90
+// unless its features say), so only a module that needs one of them asks
+// drivers for more. On an older chip NVPTX would abort the process (ptxas
+// refuse the vector reduction): the module is refused here instead.
 FailureOr<std::string> featuresFor(gpu::GPUModuleOp module,
                                    NVVM::NVVMTargetAttr target,
                                    const llvm::Module &llvmModule) {
   std::string features = target.getFeatures().str();
-  if (!swaps128Bits(llvmModule)) return features;
+  bool swaps = swaps128Bits(llvmModule);
+  if (!swaps && !reducesVectors(llvmModule)) return features;
   StringRef chip = target.getChip();
   unsigned version = 0;
   if (!chip.consume_front("sm_") || chip.take_while(llvm::isDigit).getAsInteger(10, version) ||
       version < 90)
     return module.emitError()
-           << "a 128-bit compare-and-swap (an atomic update of complex<f64> "
-              "elements other than an addition) needs sm_90 or newer, not "
-           << target.getChip();
+           << (swaps ? "a 128-bit compare-and-swap (an atomic update of "
+                       "complex<f64> elements other than an addition)"
+                     : "a vector reduction (red.global.add.v4.f32: a "
+                       "scatter-add of f32 rows)")
+           << " needs sm_90 or newer, not " << target.getChip();
   if (StringRef(features).contains("+ptx")) return features;  // chosen already
-  return features.empty() ? std::string("+ptx83") : features + ",+ptx83";
+  std::string ptx = swaps ? "+ptx83" : "+ptx81";
+  return features.empty() ? ptx : features + "," + ptx;
 }
 
 // Whether `module` declares a function it does not define (other than

@@ -106,9 +106,9 @@ LOOP_TRANSFORMATION = Stage("loop-transformation", (
 
 
 def _lowering(native_16bit_float_add: bool) -> Stage:
-    # cuda: f16/bf16 atomic adds are native (atom.add.noftz); the host keeps
-    # them as CAS loops.
-    lower_tensors = "xla-lower-tensors{native-16bit-float-add=true}" \
+    # cuda: f16/bf16 atomic adds are native (atom.add.noftz) and f32 adds of
+    # 2 or 4 lanes one vector reduction; the host keeps CAS loops and lanes.
+    lower_tensors = "xla-lower-tensors{native-16bit-float-add=true vector-float-add=true}" \
         if native_16bit_float_add else "xla-lower-tensors"
     return Stage("lowering", (
         "func.func(xla-convert-pure-call-ops)",

@@ -64,10 +64,15 @@ def build_shuffle_reduce(combiner, values: Sequence[_ir.Value],
     return list(op.results)
 
 
-def build_atomic_rmw(tensor: _ir.Value, indices: Sequence[_ir.Value]) -> AtomicRMWOp:
+def build_atomic_rmw(tensor: _ir.Value, indices: Sequence[_ir.Value],
+                     lanes: int = 1) -> AtomicRMWOp:
     """An `xla_gpu.atomic_rmw %tensor[indices]` with its body block created:
-    one argument, the element's current value. Fill it and end it with
-    `xla_gpu.YieldOp([new_value])`; the op's result is the updated tensor."""
+    one argument, the element's current value (with `lanes` > 1, the
+    vector of that many consecutive elements of the innermost dimension).
+    Fill it and end it with `xla_gpu.YieldOp([new_value])`; the op's result
+    is the updated tensor."""
     op = AtomicRMWOp(tensor.type, tensor, list(indices))
-    op.regions[0].blocks.append(_ir.RankedTensorType(tensor.type).element_type)
+    element = _ir.RankedTensorType(tensor.type).element_type
+    op.regions[0].blocks.append(
+        _ir.VectorType.get([lanes], element) if lanes > 1 else element)
     return op

@@ -16,6 +16,12 @@ in-place dynamic-update-slice), so only updated elements are written.
 Combiners that map to hardware atomics (add, min, max, or, and, exchange...)
 become `llvm.atomicrmw` in lower-tensors; others a compare-and-swap loop.
 
+An f32 scatter-add of whole rows (the window's minor dimension is the
+operand's, not indexed, and a multiple of 4 or 2 long) gives each thread 4
+(or 2) consecutive update elements and one atomic_rmw on a vector of them,
+as XLA:GPU does on sm_90: one `red.global.add.v4.f32` instead of four
+scalar reductions (the cpu target and older GPUs do one atomic per lane).
+
 A variadic scatter (N operands, one indices array, N updates; the combiner
 takes the N current values then the N updates and returns an N-tuple) is
 emitted as XLA does for unique indices: one thread per update element reads
@@ -31,15 +37,16 @@ whose operands are not fusion parameters, epilogues.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, scf, tensor
+from mlir.dialects import arith, scf, tensor, vector
 
 from ..analysis.fusion import scatter_refusal
 from ..analysis.indexing import indexing_map, sym
 from ..dialects import xla_gpu
 from ..hlo import HloError
+from ..hlo.interpreter.reductions import simple_binary
 from ..hlo.shape import is_unsigned_int
 from .base import KernelEmitter, LaunchDims
-from .loop_config import loop_config, thread_to_output_map
+from .loop_config import loop_config, thread_to_output_map, with_unroll
 
 __all__ = ["ScatterEmitter"]
 
@@ -74,6 +81,35 @@ class ScatterEmitter(KernelEmitter):
         self.unique = bool(a.get("unique_indices", False))
         # Several outputs with repeated indices: one thread does every update.
         self.serial = n > 1 and not self.unique
+        self.lanes = self._vector_lanes(fusion.device)
+        if self.lanes > 1:
+            # A thread per `lanes` consecutive update elements of a row.
+            units = self.updates_dims[:-1] + [self.updates_dims[-1] // self.lanes]
+            self.config = with_unroll(loop_config(
+                units, fusion.computation.instructions,
+                [o.shape.element_type for o in self.operands], fusion.device), 1)
+
+    def _vector_lanes(self, device) -> int:
+        """4 or 2 when each thread can add that many consecutive f32 update
+        elements into the operand with one vector atomic (sm_90's
+        red.global.add.v4.f32 wants them 16- or 8-byte aligned), else 1."""
+        s, operand = self.scatter, self.operands[0]
+        a = s.attrs
+        rank = len(self.updates_dims)
+        minor = operand.shape.rank - 1
+        if (self.count != 1 or self.unique or device.compute_capability < 90 or
+                operand.shape.element_type != "f32" or rank == 0 or minor < 0 or
+                simple_binary(a["to_apply"], "f32") != "add"):
+            return 1
+        # The update's minor dimension must be the window's minor one, laid
+        # on the operand's minor dimension, which no index moves (so the
+        # row starts at offset 0 of the operand's row).
+        if (rank - 1 not in a.get("update_window_dims", ()) or
+                minor in a.get("inserted_window_dims", ()) or
+                minor in a.get("scatter_dims_to_operand_dims", ())):
+            return 1
+        row, operand_row = self.updates_dims[-1], operand.shape.dims[minor]
+        return next((k for k in (4, 2) if row % k == 0 and operand_row % k == 0), 1)
 
     def launch_dims(self) -> LaunchDims:
         if self.serial:
@@ -90,6 +126,9 @@ class ScatterEmitter(KernelEmitter):
         return inst is self.scatter
 
     def _loop_map(self):
+        if self.lanes > 1:
+            units = self.updates_dims[:-1] + [self.updates_dims[-1] // self.lanes]
+            return thread_to_output_map(self.config, units)
         if not self.serial:
             return thread_to_output_map(self.config, self.updates_dims)
         # One thread: every update index is a loop symbol.
@@ -115,6 +154,8 @@ class ScatterEmitter(KernelEmitter):
             args = list(block.arguments)
             u_index = args[-n - rank:-n]
             outs = args[-n:]
+            if self.lanes > 1:   # the loop runs over units of `lanes` elements
+                u_index[-1] = arith.muli(u_index[-1], arith.constant(index, self.lanes))
             emitter = self.function_emitter(params, lambda i: False)
             batch = [d for i, d in enumerate(u_index) if i not in window_dims]
             window = [d for i, d in enumerate(u_index) if i in window_dims]
@@ -149,10 +190,15 @@ class ScatterEmitter(KernelEmitter):
                 ok = c if ok is None else arith.andi(ok, c)
             target = [off if st is None else st if off is None else arith.addi(st, off)
                       for st, off in zip(starts, offsets)]
-            values = [emitter.emit1(u, u_index) for u in self.updates]
+            if self.lanes > 1:
+                values = [self._lane_values(emitter, params, u_index)]
+            else:
+                values = [emitter.emit1(u, u_index) for u in self.updates]
             combiner = s.attrs["to_apply"]
 
             def update() -> list[ir.Value]:
+                if self.lanes > 1:
+                    return [self._vector_add(outs[0], target, values[0])]
                 if self.unique or self.serial:
                     current = [tensor.extract(o, target) for o in outs]
                     new = self.call_computation(combiner, current + values)
@@ -170,6 +216,33 @@ class ScatterEmitter(KernelEmitter):
                 result = list(if_op.results)
             xla_gpu.YieldOp(result)
         return list(loop.results)
+
+    def _lane_values(self, emitter, params, u_index) -> ir.Value:
+        """The thread's `lanes` consecutive update elements from `u_index`
+        on, as one vector: one vector load where the updates are a fusion
+        parameter (a row's lanes are aligned as the vector atomic's are)."""
+        updates = self.updates[0]
+        f32 = ir.F32Type.get()
+        lanes_type = ir.VectorType.get([self.lanes], f32)
+        if updates.opcode == "parameter":
+            rank = len(u_index)
+            return vector.transfer_read(
+                lanes_type, params[updates.parameter_number], u_index,
+                ir.AffineMapAttr.get(ir.AffineMap.get_minor_identity(rank, 1)),
+                arith.constant(f32, 0.0), [True])
+        index = ir.IndexType.get()
+        lanes = [emitter.emit1(updates, u_index)]
+        for k in range(1, self.lanes):
+            at = u_index[:-1] + [arith.addi(u_index[-1], arith.constant(index, k))]
+            lanes.append(emitter.emit1(updates, at))
+        return vector.from_elements(lanes_type, lanes)
+
+    def _vector_add(self, out, target, value) -> ir.Value:
+        op = xla_gpu.build_atomic_rmw(out, target, lanes=self.lanes)
+        with ir.InsertionPoint(op.regions[0].blocks[0]):
+            current = op.regions[0].blocks[0].arguments[0]
+            xla_gpu.YieldOp([arith.addf(current, value)])
+        return op.result
 
     def _atomic(self, out, target, combiner, value) -> ir.Value:
         op = xla_gpu.build_atomic_rmw(out, target)

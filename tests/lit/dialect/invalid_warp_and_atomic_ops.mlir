@@ -175,7 +175,7 @@ func.func @f(%t: tensor<4x8xf32>, %i: index, %v: f32) -> tensor<4x8xf32> {
 // -----
 
 func.func @f(%t: tensor<8xf32>, %i: index, %v: f16) -> tensor<8xf32> {
-  // expected-error @+1 {{'xla_gpu.atomic_rmw' op the region takes one argument, the current value ('f32')}}
+  // expected-error @+1 {{'xla_gpu.atomic_rmw' op the region takes one argument, the current value ('f32', or a vector of 2 or more 'f32' for consecutive elements)}}
   %r = xla_gpu.atomic_rmw %t[%i] : tensor<8xf32> {
   ^bb0(%current: f16):
     xla_gpu.yield %v : f16
@@ -186,7 +186,7 @@ func.func @f(%t: tensor<8xf32>, %i: index, %v: f16) -> tensor<8xf32> {
 // -----
 
 func.func @f(%t: tensor<8xf32>, %i: index, %v: f32) -> tensor<8xf32> {
-  // expected-error @+1 {{'xla_gpu.atomic_rmw' op the region takes one argument, the current value ('f32')}}
+  // expected-error @+1 {{'xla_gpu.atomic_rmw' op the region takes one argument, the current value ('f32', or a vector of 2 or more 'f32' for consecutive elements)}}
   %r = xla_gpu.atomic_rmw %t[%i] : tensor<8xf32> {
   ^bb0(%current: f32, %extra: f32):
     xla_gpu.yield %v : f32
@@ -250,4 +250,49 @@ func.func @f(%t: tensor<8xf32>, %i: index, %v: f32) -> tensor<4xf32> {
     xla_gpu.yield %v : f32
   }) : (tensor<8xf32>, index) -> tensor<4xf32>
   return %r : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%t: tensor<8xf32>, %i: index, %v: vector<4xf16>) -> tensor<8xf32> {
+  // expected-error @+1 {{'xla_gpu.atomic_rmw' op the region takes one argument, the current value ('f32', or a vector of 2 or more 'f32' for consecutive elements)}}
+  %r = xla_gpu.atomic_rmw %t[%i] : tensor<8xf32> {
+  ^bb0(%current: vector<4xf16>):
+    xla_gpu.yield %v : vector<4xf16>
+  }
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+func.func @f(%t: tensor<8xf32>, %i: index, %v: vector<1xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'xla_gpu.atomic_rmw' op the region takes one argument}}
+  %r = xla_gpu.atomic_rmw %t[%i] : tensor<8xf32> {
+  ^bb0(%current: vector<1xf32>):
+    xla_gpu.yield %v : vector<1xf32>
+  }
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+func.func @f(%t: tensor<4x2xf32>, %i: index, %j: index, %v: vector<4xf32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'xla_gpu.atomic_rmw' op updates 4 consecutive elements, more than the innermost dimension (2) holds}}
+  %r = xla_gpu.atomic_rmw %t[%i, %j] : tensor<4x2xf32> {
+  ^bb0(%current: vector<4xf32>):
+    %n = arith.addf %current, %v : vector<4xf32>
+    xla_gpu.yield %n : vector<4xf32>
+  }
+  return %r : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @f(%t: tensor<8xf32>, %i: index, %v: f32) -> tensor<8xf32> {
+  %r = xla_gpu.atomic_rmw %t[%i] : tensor<8xf32> {
+  ^bb0(%current: vector<2xf32>):
+    // expected-error @+1 {{'xla_gpu.yield' op yields ('f32') but the atomic_rmw needs one 'vector<2xf32>'}}
+    xla_gpu.yield %v : f32
+  }
+  return %r : tensor<8xf32>
 }

@@ -61,3 +61,19 @@ func.func @atomic(%t: tensor<4x8xf32>, %x: index, %y: index, %v: f32) -> tensor<
   } {tag}
   return %s : tensor<4x8xf32>
 }
+
+// A vector region: 4 consecutive elements of the row from [%x, %y] on.
+// CHECK-LABEL: func.func @atomic_lanes(
+// CHECK-SAME: %[[T:[^:]*]]: tensor<4x8xf32>, %[[X:[^:]*]]: index, %[[Y:[^:]*]]: index, %[[V:[^:]*]]: vector<4xf32>)
+// CHECK: xla_gpu.atomic_rmw %[[T]][%[[X]], %[[Y]]] : tensor<4x8xf32> {
+// CHECK-NEXT: ^bb0(%[[CUR:.*]]: vector<4xf32>):
+// CHECK-NEXT: %[[N:.*]] = arith.addf %[[CUR]], %[[V]] : vector<4xf32>
+// CHECK-NEXT: xla_gpu.yield %[[N]] : vector<4xf32>
+func.func @atomic_lanes(%t: tensor<4x8xf32>, %x: index, %y: index, %v: vector<4xf32>) -> tensor<4x8xf32> {
+  %r = xla_gpu.atomic_rmw %t[%x, %y] : tensor<4x8xf32> {
+  ^bb0(%current: vector<4xf32>):
+    %n = arith.addf %current, %v : vector<4xf32>
+    xla_gpu.yield %n : vector<4xf32>
+  }
+  return %r : tensor<4x8xf32>
+}

@@ -83,10 +83,11 @@ def test_pipeline_targets():
     cuda, cpu_passes = pipeline.passes_for("cuda"), pipeline.passes_for("cpu")
     assert cuda == pipeline.PASSES
     shared = cuda.index("xla-expand-float-ops") + 1
-    # The same passes; only cuda's lower-tensors has native 16-bit float atomics.
+    # The same passes; only cuda's lower-tensors has native 16-bit float
+    # atomics and vector f32 reductions.
     assert [pipeline.pass_name(p) for p in cpu_passes[:shared]] == \
         [pipeline.pass_name(p) for p in cuda[:shared]]
-    assert "xla-lower-tensors{native-16bit-float-add=true}" in cuda
+    assert "xla-lower-tensors{native-16bit-float-add=true vector-float-add=true}" in cuda
     assert "xla-lower-tensors" in cpu_passes
     assert "xla-lower-to-llvm" not in cpu_passes and "xla-lower-to-host" in cpu_passes
     text = pipeline.pipeline_string(target="cpu", threads=128, blocks=960)
