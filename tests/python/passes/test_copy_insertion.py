@@ -523,3 +523,69 @@ def test_loop_on_a_branch_parameter_starts_from_a_copy():
     assert loop.opcode == "while" and loop.operands[0].opcode == "copy"
     x = np.array([1, 2, 3, 4], np.float32)
     _check_compiled(_LOOP_ON_BRANCH_PARAMETER, (np.bool_(True), x), (np.bool_(False), x))
+
+
+# A conditional in a loop body handed the carried values (jax's lax.cond on
+# the carry, as expm's squaring loop does): its result is the new state, so
+# without copies the branch that computes would write element 1 while
+# reading the old element 1 for element 2.
+_CONDITIONAL_ON_THE_CARRY = """
+HloModule cond_on_carry
+
+square {
+  s = (f32[4], f32[4]) parameter(0)
+  x = f32[4] get-tuple-element(s), index=0
+  y = f32[4] get-tuple-element(s), index=1
+  xx = f32[4] multiply(x, x)
+  xy = f32[4] add(x, y)
+  ROOT t = (f32[4], f32[4]) tuple(xx, xy)
+}
+
+keep {
+  s = (f32[4], f32[4]) parameter(0)
+  x = f32[4] get-tuple-element(s), index=0
+  y = f32[4] get-tuple-element(s), index=1
+  ROOT t = (f32[4], f32[4]) tuple(x, y)
+}
+
+body {
+  s = (s32[], f32[4], f32[4]) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  next = s32[] add(k, one)
+  x = f32[4] get-tuple-element(s), index=1
+  y = f32[4] get-tuple-element(s), index=2
+  pair = (f32[4], f32[4]) tuple(x, y)
+  odd = s32[] and(k, one)
+  c = (f32[4], f32[4]) conditional(odd, pair, pair), branch_computations={square, keep}
+  nx = f32[4] get-tuple-element(c), index=0
+  ny = f32[4] get-tuple-element(c), index=1
+  ROOT t = (s32[], f32[4], f32[4]) tuple(next, nx, ny)
+}
+
+cond {
+  s = (s32[], f32[4], f32[4]) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(k, n), direction=LT
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  zero = s32[] constant(0)
+  init = (s32[], f32[4], f32[4]) tuple(zero, x, y)
+  loop = (s32[], f32[4], f32[4]) while(init), condition=cond, body=body
+  a = f32[4] get-tuple-element(loop), index=1
+  b = f32[4] get-tuple-element(loop), index=2
+  ROOT r = (f32[4], f32[4]) tuple(a, b)
+}
+"""
+
+
+def test_conditional_on_the_loop_carry_writes_the_state_through_copies():
+    inserted = _inserted(_CONDITIONAL_ON_THE_CARRY)
+    assert _root_opcodes(inserted, "body")[1:] == ["copy", "copy"]
+    x = np.array([0.5, -1.0, 1.5, 2.0], np.float32)
+    y = np.array([1.0, 2.0, -3.0, 0.25], np.float32)
+    _check_compiled(_CONDITIONAL_ON_THE_CARRY, (x, y), (y, x))

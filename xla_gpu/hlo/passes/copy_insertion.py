@@ -13,7 +13,9 @@ their own:
 * a while body's result elements that are not the loop state's own element
   passed through (another element's value, a constant, a duplicate — a
   value and a bitcast of it are one buffer, so a duplicate too), so that
-  each carried buffer is written once per iteration;
+  each carried buffer is written once per iteration; and those that an
+  inner loop or a conditional computes while it still reads the old value
+  of the element (its branches would overwrite what they read);
 * the ENTRY's outputs that are parameters, constants or the same value
   twice (each output gets its own buffer), except a parameter returned at
   the output that must alias it;
@@ -96,6 +98,37 @@ def _passed_through(body: HloComputation) -> set[int]:
     return {k for k, e in enumerate(root.operands)
             if e.opcode == "get-tuple-element" and e.operands[0] is params[0]
             and e.attrs["index"] == k}
+
+
+def _reads_state_element(value: HloInstruction, param: HloInstruction, k: int) -> bool:
+    """Whether `value` (through tuples and bitcasts) holds element k of the
+    loop state `param`, or the whole state."""
+    stack, seen = [value], set()
+    while stack:
+        v = through_bitcasts(stack.pop())
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v is param or (v.opcode == "get-tuple-element" and v.operands[0] is param
+                          and v.attrs["index"] == k):
+            return True
+        if v.opcode == "tuple":
+            stack.extend(v.operands)
+    return False
+
+
+def _conditional_reads_element(result: HloInstruction, param: HloInstruction,
+                               k: int) -> bool:
+    """Whether loop-state element k of a while body is `result`, an element
+    of a conditional that is handed the body's own element k (jax's
+    `lax.cond` on the carry, as in expm's squaring loop). Without a copy the
+    conditional's result would live in the state's buffer k: a branch would
+    write it there while its other ops still read the old value."""
+    if result.opcode != "get-tuple-element":
+        return False
+    cond = result.operands[0]
+    return cond.opcode == "conditional" and any(
+        _reads_state_element(operand, param, k) for operand in cond.operands[1:])
 
 
 def _inner_loop_carries_element(result: HloInstruction, param: HloInstruction,
@@ -213,7 +246,8 @@ class CopyInsertion(HloPass):
             # the later element gets a copy.
             if source.opcode == "constant" or other_element or id(source) in seen or \
                     (source.opcode == "parameter") or \
-                    _inner_loop_carries_element(source, param, k):
+                    _inner_loop_carries_element(source, param, k) or \
+                    _conditional_reads_element(source, param, k):
                 root.replace_operand_with(k, self._copy(body, element))
                 changed = True
             seen.add(id(source))
