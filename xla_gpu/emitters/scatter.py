@@ -18,9 +18,10 @@ become `llvm.atomicrmw` in lower-tensors; others a compare-and-swap loop.
 
 An f32 scatter-add of whole rows (the window's minor dimension is the
 operand's, not indexed, and a multiple of 4 or 2 long) gives each thread 4
-(or 2) consecutive update elements and one atomic_rmw on a vector of them,
-as XLA:GPU does on sm_90: one `red.global.add.v4.f32` instead of four
-scalar reductions (the cpu target and older GPUs do one atomic per lane).
+(or 2) consecutive update elements, read as one vector, as XLA:GPU does; on
+sm_90 one atomic_rmw on the vector adds them (one `red.global.add.v4.f32`
+instead of four scalar reductions; the cpu target does one atomic per
+lane), on older GPUs one atomic_rmw per lane.
 
 A variadic scatter (N operands, one indices array, N updates; the combiner
 takes the N current values then the N updates and returns an N-tuple) is
@@ -82,6 +83,7 @@ class ScatterEmitter(KernelEmitter):
         # Several outputs with repeated indices: one thread does every update.
         self.serial = n > 1 and not self.unique
         self.lanes = self._vector_lanes(fusion.device)
+        self.vector_atomics = fusion.device.compute_capability >= 90
         if self.lanes > 1:
             # A thread per `lanes` consecutive update elements of a row.
             units = self.updates_dims[:-1] + [self.updates_dims[-1] // self.lanes]
@@ -91,13 +93,14 @@ class ScatterEmitter(KernelEmitter):
 
     def _vector_lanes(self, device) -> int:
         """4 or 2 when each thread can add that many consecutive f32 update
-        elements into the operand with one vector atomic (sm_90's
-        red.global.add.v4.f32 wants them 16- or 8-byte aligned), else 1."""
+        elements into the operand, read as one vector and added by one
+        vector atomic (sm_90's red.global.add.v4.f32 wants them 16- or
+        8-byte aligned; older GPUs do one atomic per lane), else 1."""
         s, operand = self.scatter, self.operands[0]
         a = s.attrs
         rank = len(self.updates_dims)
         minor = operand.shape.rank - 1
-        if (self.count != 1 or self.unique or device.compute_capability < 90 or
+        if (self.count != 1 or self.unique or
                 operand.shape.element_type != "f32" or rank == 0 or minor < 0 or
                 simple_binary(a["to_apply"], "f32") != "add"):
             return 1
@@ -238,7 +241,17 @@ class ScatterEmitter(KernelEmitter):
         return vector.from_elements(lanes_type, lanes)
 
     def _vector_add(self, out, target, value) -> ir.Value:
-        op = xla_gpu.build_atomic_rmw(out, target, lanes=self.lanes)
+        if not self.vector_atomics:   # one atomic per lane
+            index = ir.IndexType.get()
+            for k in range(self.lanes):
+                at = target[:-1] + [arith.addi(target[-1], arith.constant(index, k))]
+                out = self._add(out, at, vector.extract(value, [], [k]), lanes=1)
+            return out
+        return self._add(out, target, value, self.lanes)
+
+    @staticmethod
+    def _add(out, target, value, lanes: int) -> ir.Value:
+        op = xla_gpu.build_atomic_rmw(out, target, lanes=lanes)
         with ir.InsertionPoint(op.regions[0].blocks[0]):
             current = op.regions[0].blocks[0].arguments[0]
             xla_gpu.YieldOp([arith.addf(current, value)])
