@@ -311,6 +311,15 @@ class FunctionEmitter:
         args = [self.emit1(o, indices) for o in inst.operands]
         return self.call_computation(inst.attrs["to_apply"], args)
 
+    def _call(self, inst, indices):
+        # A call of scalars (in a reducer or comparator) is a map of them; a
+        # call of arrays is inlined by the HLO passes before any fusion.
+        if inst.shape.is_tuple or inst.shape.rank or any(o.shape.rank for o in inst.operands):
+            raise inst.unsupported("a call of arrays inside a fusion is not supported "
+                                   "(the call inliner runs first)")
+        return self.call_computation(inst.attrs["to_apply"],
+                                     [self.emit1(o, []) for o in inst.operands])
+
     # -- index transformations --------------------------------------------
     def _through_map(self, inst: HloInstruction, indices: Values) -> Values:
         indexing = output_to_input(inst, 0)
@@ -673,6 +682,7 @@ _HANDLERS: dict[str, Callable] = {
     "dot": FunctionEmitter._dot,
     "get-tuple-element": FunctionEmitter._get_tuple_element,
     "map": FunctionEmitter._map,
+    "call": FunctionEmitter._call,
     "bitcast-convert": FunctionEmitter._bitcast_convert,
 }
 

@@ -9,6 +9,8 @@ import os
 import numpy as np
 import pytest
 
+import xla_gpu
+
 from xla_gpu.hlo import HloError, evaluate, module_to_text, parse_module
 from xla_gpu.hlo.numerics import compare, random_inputs
 from xla_gpu.hlo.passes import (AlgebraicSimplifier, BatchedGatherScatterNormalizer,
@@ -240,6 +242,69 @@ ENTRY main {
     assert [c.name for c in result.computations] == ["main"]
     names = [i.name for i in result.entry.instructions]
     assert len(names) == len(set(names))
+
+
+# An argmax whose reducer calls its comparator (jax's approx_max_k lowers
+# so): the call inside the reducer is inlined too, and the program, as well
+# as the fusion on its own, compiles and matches the interpreter.
+_REDUCER_CALLING_A_COMPARATOR = """
+HloModule argmax_with_comparator
+
+greater {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT gt = pred[] compare(a, b), direction=GT
+}
+
+pick {
+  a = f32[] parameter(0)
+  i = s32[] parameter(1)
+  b = f32[] parameter(2)
+  j = s32[] parameter(3)
+  better = pred[] call(a, b, i, j), to_apply=greater
+  v = f32[] select(better, a, b)
+  k = s32[] select(better, i, j)
+  ROOT t = (f32[], s32[]) tuple(v, k)
+}
+
+ENTRY main {
+  x = f32[16,40] parameter(0)
+  iota = s32[40] iota(), iota_dimension=0
+  idx = s32[16,40] broadcast(iota), dimensions={1}
+  low = f32[] constant(-inf)
+  none = s32[] constant(-1)
+  ROOT r = (f32[16], s32[16]) reduce(x, idx, low, none), dimensions={1}, to_apply=pick
+}
+"""
+
+
+def test_call_inliner_inlines_calls_in_reducers():
+    _, result, changed = run_pass(_REDUCER_CALLING_A_COMPARATOR, CallInliner())
+    assert changed
+    assert all(i.opcode != "call" for c in result.computations for i in c.instructions)
+    assert "greater" not in [c.name for c in result.computations]
+    module = parse_module(_REDUCER_CALLING_A_COMPARATOR)
+    x = random_inputs(module.entry, seed=3)[0]
+    want = evaluate(module, x)
+    exe = xla_gpu.compile(_REDUCER_CALLING_A_COMPARATOR, target="cpu", cache=False)
+    for got, expected in zip(exe.run(x), want):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+def test_a_fusion_whose_reducer_calls_a_computation_compiles():
+    fused = _REDUCER_CALLING_A_COMPARATOR.replace("ENTRY main {", "fused {") + """
+ENTRY e {
+  x = f32[16,40] parameter(0)
+  ROOT f = (f32[16], s32[16]) fusion(x), kind=kInput, calls=fused
+}
+"""
+    module = parse_module(fused)
+    x = random_inputs(module.entry, seed=4)[0]
+    exe = xla_gpu.compile(fused, target="cpu", cache=False, fusion="f")
+    for got, expected in zip(exe.run(x), evaluate(module, x)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
 
 
 def test_tuple_simplifier():

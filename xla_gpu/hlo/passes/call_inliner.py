@@ -1,10 +1,13 @@
-"""CallInliner: every `call` in a program computation is replaced by the
-called computation's instructions (fresh module-unique names); computations
-left uncalled are dropped by DCE."""
+"""CallInliner: every `call` is replaced by the called computation's
+instructions (fresh module-unique names), in the program's computations and
+in those its instructions apply (a reducer or comparator that calls another:
+jax's approx_max_k reduces with a combiner that calls its comparator);
+computations left uncalled are dropped."""
 
 from __future__ import annotations
 
-from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction
+from ..graph import post_order
+from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from .pipeline import InstructionPass
 
 __all__ = ["CallInliner", "inline_call"]
@@ -45,11 +48,24 @@ def inline_call(call: HloInstruction) -> HloInstruction:
     return result
 
 
+def _callees(comp: HloComputation) -> list[HloComputation]:
+    return [called for inst in comp.instructions for called in inst.called_computations]
+
+
 class CallInliner(InstructionPass):
-    """Inlines every call; program computations are visited callees first,
-    so a callee's own calls are inlined before it is."""
+    """Inlines every call; every computation the ENTRY reaches is visited
+    callees first, so a callee's own calls are inlined before it is."""
     name = "call-inliner"
     prunes_computations = True
+
+    def run(self, module: HloModule) -> bool:
+        module.link()
+        changed = False
+        for comp in post_order([module.entry], _callees):
+            changed |= self.run_on(comp)
+        if changed:
+            module.remove_unreachable_computations()
+        return changed
 
     def visit(self, comp: HloComputation, inst: HloInstruction) -> bool:
         if inst.opcode != "call" or not isinstance(inst.attrs.get("to_apply"), HloComputation):
