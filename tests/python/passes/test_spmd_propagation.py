@@ -111,3 +111,23 @@ ENTRY e {{
     assert got["n"] == COLS8
     # 6 rows do not split 8 ways: chunks of one row, the last two padding
     assert got["y"] == ROWS8
+
+
+def test_a_one_element_slice_of_a_cut_vector_squeezes_to_a_replicated_scalar():
+    # x_ref[0] += 1 on a sharded ref (jax's mutable arrays): slice [0:1] of
+    # a cut vector, reshaped to a scalar. Nothing stays cut; the reshape's
+    # sharding is replicated (the propagation crashed on it).
+    got = _shardings("""
+HloModule m
+ENTRY e {
+  x = f32[8] parameter(0), sharding={devices=[2]<=[2]}
+  s = f32[1] slice(x), slice={[0:1]}
+  r = f32[] reshape(s)
+  one = f32[] constant(1)
+  a = f32[] add(r, one)
+  b = f32[1] reshape(a)
+  zero = s32[] constant(0)
+  ROOT u = f32[8] dynamic-update-slice(x, b, zero), sharding={devices=[2]<=[2]}
+}""", n=2)
+    assert got["r"] == "{replicated}" and got["a"] == "{replicated}"
+    assert got["u"] == "{devices=[2]<=[2]}"

@@ -152,6 +152,8 @@ def reshape_sharding(s: HloSharding, source: Sequence[int],
         # A dim of one element cut several ways (a slice of a cut dim) holds
         # it in one chunk: its cut becomes replication, as in XLA.
         s = replicate_dims(s, len(source), padded_ones, keep=list(range(len(source))))
+        if s.kind != "tiled":
+            return s   # nothing left cut (a [1] slice of a cut vector, squeezed)
         counts = s.counts(len(source))
     src = [(n, c) for n, c in zip(source, counts) if n != 1]
     dst = [n for n in target if n != 1]
