@@ -160,3 +160,28 @@ ENTRY e {
     want[0] += 1
     want[1] += 5
     np.testing.assert_array_equal(got, want)
+
+
+_PLACED = """HloModule placed
+ENTRY e {
+  x = f32[8,4] parameter(0), sharding={devices=[2,1]<=[2]}
+  two = f32[] constant(2)
+  b = f32[8,4] broadcast(two), dimensions={}
+  m = f32[8,4] multiply(x, b)
+  p = f32[8,4] custom-call(m), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="device"}
+  ROOT n = f32[8,4] negate(p), sharding={devices=[2,1]<=[2]}
+}"""
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_memory_placement_annotations_are_the_value_itself(partitions):
+    # jax's compute_on / memory kinds annotate values with the memory they
+    # live in; xla_gpu keeps every value in device memory. No handler is
+    # needed at run time, and the partitioner keeps the value cut.
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no "computed whole on every device"
+        exe = xla_gpu.compile(_PLACED, num_partitions=partitions, target="cpu", cache=False)
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    (got,) = exe.run(x)
+    np.testing.assert_array_equal(got, -2 * x)

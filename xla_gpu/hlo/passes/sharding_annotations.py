@@ -15,6 +15,10 @@ On one device every annotation is the value itself:
                                has no value (an empty tuple) and no users
   LayoutConstraint             jax's with_sharding_constraint with a layout:
                                a copy into that layout
+  annotate_device_placement    the memory a value should live in (jax's
+                               compute_on and memory kinds): xla_gpu keeps
+                               every value in its device's memory, so the
+                               placement is the value itself
 
 Any other `xla.sdy.*` target is an annotation too when it looks like one:
 its result is its operand (one operand, same shape), or its operands as a
@@ -34,7 +38,7 @@ ANNOTATION_TARGETS = frozenset({
     "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
     "xla.sdy.FuncResultSharding", "xla.sdy.GlobalToLocalShape",
     "xla.sdy.LocalToGlobalShape", "xla.sdy.PropagationBarrier",
-    "xla.sdy.ShardingGroup", "LayoutConstraint",
+    "xla.sdy.ShardingGroup", "LayoutConstraint", "annotate_device_placement",
 })
 _SHARDY_PREFIX = "xla.sdy."
 

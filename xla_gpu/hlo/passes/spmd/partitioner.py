@@ -163,7 +163,8 @@ __all__ = ["partition_module", "PartitionResult", "needs_partitioning",
            "CONSTRAINT_TARGETS", "SpmdFallbackWarning"]
 
 # (a layout constraint is kept by the per-device program's layouts, not here)
-_DROPPED_TARGETS = frozenset({"xla.sdy.PropagationBarrier", "LayoutConstraint"})
+_DROPPED_TARGETS = frozenset({"xla.sdy.PropagationBarrier", "LayoutConstraint",
+                              "annotate_device_placement"})
 _LOCAL_DATA_MOVEMENT = frozenset({"slice", "pad", "concatenate", "reduce-window",
                                   "dynamic-slice", "dynamic-update-slice", "reverse"})
 # Ops that can keep a cut dim cut (moves); where they cannot, the dims

@@ -70,8 +70,9 @@ MANUAL_EXIT_TARGETS = frozenset({"xla.sdy.LocalToGlobalShape", "SPMDShardToFullS
 
 CONSTRAINT_TARGETS = frozenset({"Sharding", "xla.sdy.FuncResultSharding"})
 # Custom calls that pass their operand through (in another layout; showing
-# its sharding to a callback): its sharding too.
-PASS_THROUGH_TARGETS = frozenset({"LayoutConstraint", "InspectSharding"})
+# its sharding to a callback; placed in a memory): its sharding too.
+PASS_THROUGH_TARGETS = frozenset({"LayoutConstraint", "InspectSharding",
+                                  "annotate_device_placement"})
 _DIM_PRESERVING = frozenset({"slice", "pad", "concatenate", "reduce-window",
                              "dynamic-slice", "dynamic-update-slice", "reverse"})
 
