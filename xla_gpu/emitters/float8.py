@@ -15,6 +15,9 @@ to the even code); NaN -> the type's NaN; beyond the largest finite value
 the sign goes on last (fnuz types have no -0: it becomes 0). f4e2m1fn has
 neither infinity nor NaN: beyond its largest value it saturates (keeping the
 sign) and NaN becomes -0, as ml_dtypes converts.
+
+f8e8m0fnu (a biased exponent and nothing else) is encoded from f32's
+exponent field instead (`_encode_e8m0`).
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ def decode(bits: ir.Value, t: str) -> ir.Value:
 
 def encode(value: ir.Value, t: str) -> ir.Value:
     """The f8 code (i8) nearest to the f32 `value`, ties to even."""
+    if t == "f8e8m0fnu":
+        return _encode_e8m0(value)
     i8 = ir.IntegerType.get_signless(8)
     values = _values(t)
     finfo = ml_dtypes.finfo(ELEMENT_TYPES[t])
@@ -162,3 +167,31 @@ def encode(value: ir.Value, t: str) -> ir.Value:
 
     return _call(_helper(f"xla_f32_to_{t}", ir.F32Type.get(), i8, body), value, i8)
 
+
+
+def _encode_e8m0(value: ir.Value) -> ir.Value:
+    """f8e8m0fnu's code (its biased exponent) for the f32 `value`, as
+    ml_dtypes rounds: f32's exponent, plus one when the mantissa is at least
+    half (ties up); f32 subnormals go to 2^-127 (code 0) below 1.5 * 2^-127
+    and to 2^-126 from there; zero, negatives, infinities, NaN and what
+    rounds past 2^127 are NaN (code 255)."""
+    i8, i32 = ir.IntegerType.get_signless(8), ir.IntegerType.get_signless(32)
+
+    def body(x):
+        def c(v):
+            return arith.constant(i32, v)
+        bits = arith.bitcast(i32, x)
+        exponent = arith.andi(arith.shrui(bits, c(23)), c(0xFF))
+        mantissa = arith.andi(bits, c(0x7FFFFF))
+        normal = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.uge, mantissa, c(0x400000)))
+        subnormal = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.uge, mantissa, c(0x600000)))
+        is_subnormal = arith.cmpi(arith.CmpIPredicate.eq, exponent, c(0))
+        code = arith.select(is_subnormal, subnormal, arith.addi(exponent, normal))
+        # Not a positive finite number (sign set, zero, inf, NaN) or too large.
+        invalid = arith.ori(
+            arith.cmpi(arith.CmpIPredicate.slt, bits, c(1)),
+            arith.cmpi(arith.CmpIPredicate.ugt, code, c(254)))
+        invalid = arith.ori(invalid, arith.cmpi(arith.CmpIPredicate.eq, exponent, c(0xFF)))
+        return arith.trunci(i8, arith.select(invalid, c(0xFF), code))
+
+    return _call(_helper("xla_f32_to_f8e8m0fnu", ir.F32Type.get(), i8, body), value, i8)

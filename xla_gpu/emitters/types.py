@@ -18,6 +18,7 @@ _FLOATS = {
     "f8e4m3fn": ir.Float8E4M3FNType.get, "f8e4m3b11fnuz": ir.Float8E4M3B11FNUZType.get,
     "f8e5m2fnuz": ir.Float8E5M2FNUZType.get, "f8e4m3fnuz": ir.Float8E4M3FNUZType.get,
     "f8e4m3": ir.Float8E4M3Type.get, "f8e3m4": ir.Float8E3M4Type.get,
+    "f8e8m0fnu": ir.Float8E8M0FNUType.get,
 }
 
 

@@ -31,6 +31,8 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "f8e4m3fnuz": (0.125, 1e-2), "f8e5m2fnuz": (0.25, 1e-2),
     "f8e4m3b11fnuz": (0.125, 1e-2), "f8e3m4": (0.0625, 1e-2),
     "f4e2m1fn": (0.5, 0.25),
+    # Powers of two: one rounding step is a factor of two.
+    "f8e8m0fnu": (1.0, 0.0),
     # Complex values: each part as its float type.
     "c64": (2e-5, 1e-6),
     "c128": (1e-10, 1e-12),
@@ -418,6 +420,8 @@ def random_inputs(comp: HloComputation, seed: int = 0) -> list[np.ndarray]:
             # of a grid (so that sorts and top-k have one right answer).
             count = max(shape.num_elements, 1)
             value = _distinct_floats(count, t, rng).reshape(dims)
+        elif t == "f8e8m0fnu":   # no sign, no zero: positive powers of two
+            value = rng.uniform(1 / 16, 4, dims).astype(np.float32).astype(shape.dtype)
         else:
             value = rng.uniform(-2, 2, dims).astype(np.float32).astype(shape.dtype)
         out.append(np.asarray(value, dtype=shape.dtype).reshape(dims))

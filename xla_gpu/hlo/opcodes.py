@@ -86,7 +86,7 @@ MIN_ARITY: dict[str, int] = {
 }
 
 F8_TYPES = ("f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz",
-            "f8e4m3", "f8e3m4")
+            "f8e4m3", "f8e3m4", "f8e8m0fnu")
 F4_TYPES = ("f4e2m1fn",)
 # Floats of 8 bits or fewer: no LLVM type; held as their bit pattern in a
 # byte and computed in f32.

@@ -30,6 +30,9 @@ _TYPES: dict[str, type | str] = {
     "f8e5m2": "float8_e5m2", "f8e4m3fn": "float8_e4m3fn",
     "f8e4m3b11fnuz": "float8_e4m3b11fnuz", "f8e5m2fnuz": "float8_e5m2fnuz",
     "f8e4m3fnuz": "float8_e4m3fnuz", "f8e4m3": "float8_e4m3", "f8e3m4": "float8_e3m4",
+    # 8 exponent bits and nothing else (MX block scales): the powers of two
+    # 2^-127 .. 2^127, and NaN; no sign, zero or infinity.
+    "f8e8m0fnu": "float8_e8m0fnu",
     # 4-bit float (1 sign, 2 exponent, 1 mantissa bits; no inf or NaN),
     # held one element per byte as the sub-byte integers are.
     "f4e2m1fn": "float4_e2m1fn",

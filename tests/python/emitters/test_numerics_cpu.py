@@ -78,6 +78,7 @@ f {{
     "pred", "s2", "s4", "s8", "s16", "s32", "s64", "u2", "u4", "u8", "u16", "u32", "u64",
     "f16", "bf16", "f32", "f64",
     "f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz", "f8e4m3", "f8e3m4",
+    "f8e8m0fnu",
 ])
 def test_every_element_type_on_both_targets(t):
     text = _DTYPE_SWEEP.format(t=t, op="and" if t == "pred" else "add")
@@ -90,7 +91,7 @@ def test_every_element_type_on_both_targets(t):
 
 
 @pytest.mark.parametrize("t", ["f8e5m2", "f8e4m3fn", "f8e4m3b11fnuz", "f8e5m2fnuz",
-                               "f8e4m3fnuz", "f8e4m3", "f8e3m4"])
+                               "f8e4m3fnuz", "f8e4m3", "f8e3m4", "f8e8m0fnu"])
 def test_f8_conversions_are_exact(t):
     """f32 -> f8 -> f32 matches ml_dtypes bit for bit: every code, every
     midpoint between neighbours (ties to even), overflow, NaN, signed zeros."""
@@ -101,7 +102,9 @@ def test_f8_conversions_are_exact(t):
     mids = ((finite[:-1] + finite[1:]) / 2).astype(np.float32)
     top = float(ml_dtypes.finfo(dt).max)
     special = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, top * 1.5, -top * 1.5,
-                        top * 1.0625, top * 1.03125, 1e-30, -1e-30], np.float32)
+                        top * 1.0625, top * 1.03125, 1e-30, -1e-30,
+                        # f32 subnormals around 1.5 * 2^-127 (f8e8m0fnu's rounding)
+                        8.8e-39, 8.9e-39, 1e-40, 6e-39], np.float32)
     x = np.concatenate([values, mids, special,
                         np.random.default_rng(0).uniform(-top, top, 500).astype(np.float32)])
     text = (f"HloModule m\nf {{\n p = f32[{x.size}] parameter(0)\n"
