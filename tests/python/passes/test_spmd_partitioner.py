@@ -203,6 +203,36 @@ ENTRY e {
     assert _collectives(result.module)["all-gather"] == 1
 
 
+
+def test_argsort_along_whole_rows_keeps_the_rows_cut():
+    # jnp.argsort(x, axis=1) on rows cut over 4 devices: a sort of (keys,
+    # iota) with a tuple result. Each device sorts its own rows; nothing is
+    # gathered, and the result stays cut as the rows are.
+    text = """HloModule m
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  iota = s32[8,16] iota(), iota_dimension=1
+  s = (f32[8,16], s32[8,16]) sort(x, iota), dimensions={1}, is_stable=true, to_apply=lt
+  ROOT i = s32[8,16] get-tuple-element(s), index=1, sharding={devices=[4,1]<=[4]}
+}"""
+    x = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpmdFallbackWarning)
+        (got,), result = run_partitioned(text, 4, [x])
+    np.testing.assert_array_equal(got, np.argsort(x, axis=1, kind="stable"))
+    assert sum(_collectives(result.module).values()) == 0
+    sort = next(i for c in result.module.computations for i in c.instructions
+                if i.opcode == "sort")
+    assert [t.dims for t in sort.shape.tuple_shapes] == [(2, 16), (2, 16)]
+
 def test_an_unread_parameter_stays_in_the_signature():
     text = """
 HloModule m

@@ -572,6 +572,10 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
             device = _unique_device(sharding_of(inst, self.n))
             if device is not None:
                 return self.emit_on_one_device(inst, device)
+        if op == "sort":
+            done = self.emit_sort(inst, s)
+            if done is not None:
+                return done
         if s.is_tuple or inst.shape.is_tuple:
             return self.whole(inst, f"{op} with a tuple result")
         if (op in ELEMENTWISE or op == "copy") and \
@@ -607,6 +611,26 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         if op == "convolution" and s.kind == "tiled":
             return self.emit_convolution(inst, s)
         return self.whole(inst, f"{op} is not partitioned")
+
+    def emit_sort(self, inst, s: HloSharding):
+        """A sort keeps the cuts of the dims it does not sort along (as
+        XLA's partitioner does): each device sorts the rows of its chunk,
+        the sorted dim gathered whole first; every operand (keys, the
+        indices of an argsort) cut alike. None where nothing would stay cut
+        (the sort is then computed whole)."""
+        shape = inst.operands[0].shape
+        rank = shape.rank
+        leaves = s.elements if s.is_tuple else [s]
+        first = leaves[0] if leaves else None
+        if first is None or first.kind != "tiled" or first.has_manual_subgroup:
+            return None
+        rows = replicate_dims(first, rank, list(inst.attrs["dimensions"]),
+                              keep=list(range(rank)))
+        if rows.kind != "tiled" or not rows.is_even_for(shape.dims):
+            return None
+        result = HloSharding.tuple_of([rows] * len(inst.operands)) \
+            if inst.shape.is_tuple else rows
+        return self.local(inst, result, [rows] * len(inst.operands))
 
     def emit_iota(self, inst, s: HloSharding):
         """An evenly cut iota is made per device, as XLA makes it: the

@@ -541,6 +541,14 @@ class _Propagation:
             return ops[0]
         if op == "reshape" and ops[0] is not None:
             return reshape_sharding(ops[0], inst.operands[0].shape.dims, inst.shape.dims)
+        if op == "sort" and ops[0] is not None and ops[0].kind == "tiled" and \
+                not ops[0].has_manual_subgroup:
+            # the rows keep their cuts; the sorted dim is whole on each device
+            operand_rank = inst.operands[0].shape.rank
+            rows = replicate_dims(ops[0], operand_rank, list(inst.attrs["dimensions"]),
+                                  keep=list(range(operand_rank)))
+            return HloSharding.tuple_of([rows] * len(inst.operands)) \
+                if inst.shape.is_tuple else rows
         if op == "reduce" and ops[0] is not None and not inst.shape.is_tuple:
             operand_rank = inst.operands[0].shape.rank
             return replicate_dims(ops[0], operand_rank, inst.attrs["dimensions"])
