@@ -137,6 +137,12 @@ def scatter_add(x, idx, upd):
     return x.at[idx].add(upd)
 
 
+def segment_sum_sorted(x, idx, upd):
+    # jax.ops.segment_sum(..., indices_are_sorted=True) into existing rows:
+    # runs of equal, sorted indices (a graph's edges grouped by node)
+    return x.at[idx].add(upd, indices_are_sorted=True)
+
+
 def concatenate(a, b, c):
     _, jnp = _jnp()
     return jnp.concatenate([jnp.sin(a), b * 2, c], axis=1)
@@ -198,6 +204,14 @@ def _scatter_inputs(inputs: list[np.ndarray]) -> list[np.ndarray]:
     x, idx, upd = inputs
     rng = np.random.default_rng(7)
     return [x, rng.integers(0, x.shape[0], idx.shape).astype(idx.dtype), upd]
+
+
+def _sorted_segment_inputs(inputs: list[np.ndarray]) -> list[np.ndarray]:
+    # Sorted rows, about 64 updates each (runs of equal indices).
+    x, idx, upd = inputs
+    rng = np.random.default_rng(7)
+    rows = np.sort(rng.integers(0, x.shape[0], idx.shape))
+    return [x, rows.astype(idx.dtype), upd]
 
 
 def _norm_inputs(inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -325,6 +339,11 @@ CASES: list[Case] = [
           [((1024, 512), "f32"), ((256,), "s32"), ((256, 512), "f32")],
           "x.at[idx].add(rows) (scatter)", donate=(0,), min_bytes=_scatter_bytes,
           fix_inputs=_scatter_inputs),
+    _case("segment_sum_sorted", segment_sum_sorted,
+          [((4096, 128), "f32"), ((262144,), "s32"), ((262144, 128), "f32")],
+          [((256, 128), "f32"), ((16384,), "s32"), ((16384, 128), "f32")],
+          "x.at[sorted idx].add(rows) (sorted-indices scatter)", donate=(0,),
+          min_bytes=_scatter_bytes, fix_inputs=_sorted_segment_inputs),
     _case("concatenate", concatenate,
           [((8192, 1024), "f32"), ((8192, 2048), "f32"), ((8192, 1024), "f32")],
           [((128, 1024), "f32"), ((128, 2048), "f32"), ((128, 1024), "f32")],
