@@ -86,3 +86,25 @@ def run_stored_case(folder: Path, name: str, expected: dict):
     xla = parse_module((folder / f"{name}.partitioned.hlo").read_text())
     assert collective_counts(xla) == Counter(expected)
     return result
+
+
+# jax's `x_ref[0] += 1; x_ref[1] += 5` on a mutable array cut over two
+# devices: one-element slices of a cut vector, squeezed to scalars.
+ONE_ELEMENT_UPDATES = """HloModule m, input_output_alias={ {}: (0, {}, may-alias) }
+ENTRY e {
+  x = f32[8] parameter(0), sharding={devices=[2]<=[2]}
+  s0 = f32[1] slice(x), slice={[0:1]}
+  r0 = f32[] reshape(s0)
+  one = f32[] constant(1)
+  a0 = f32[] add(r0, one)
+  b0 = f32[1] reshape(a0)
+  zero = s32[] constant(0)
+  u0 = f32[8] dynamic-update-slice(x, b0, zero)
+  s1 = f32[1] slice(u0), slice={[1:2]}
+  r1 = f32[] reshape(s1)
+  five = f32[] constant(5)
+  a1 = f32[] add(r1, five)
+  b1 = f32[1] reshape(a1)
+  first = s32[] constant(1)
+  ROOT u1 = f32[8] dynamic-update-slice(u0, b1, first), sharding={devices=[2]<=[2]}
+}"""

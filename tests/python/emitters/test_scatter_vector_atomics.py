@@ -18,41 +18,14 @@ from xla_gpu.analysis.fusion import select_fusion
 from xla_gpu.backends.cuda import codegen
 from xla_gpu.errors import CompileError
 from xla_gpu.hlo.numerics import compare
+from test_sorted_scatter import scatter_text
 
 PTXAS = codegen.find_ptxas()
 
-# x.at[idx].add(rows) as jax gives it after XLA's passes: rows of `width`.
-SCATTER = """HloModule m
-add {{
-  a = {t}[] parameter(0)
-  b = {t}[] parameter(1)
-  ROOT s = {t}[] {combiner}(a, b)
-}}
-fused {{
-  x = {t}[64,{width}] parameter(0)
-  i = s32[{n},1] parameter(1)
-  u = {t}[{n},{width}] parameter(2){updates}
-  ROOT r = {t}[64,{width}] scatter(x, i, {scattered}), update_window_dims={{1}},
-      inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}},
-      index_vector_dim=1, indices_are_sorted=false, unique_indices={unique}, to_apply=add
-}}
-ENTRY e {{
-  x = {t}[64,{width}] parameter(0)
-  i = s32[{n},1] parameter(1)
-  u = {t}[{n},{width}] parameter(2)
-  ROOT f = {t}[64,{width}] fusion(x, i, u), kind=kInput, calls=fused
-}}
-"""
-
-
 def _text(width=32, n=40, t="f32", combiner="add", unique="false", fused_updates=False):
-    updates, scattered = "", "u"
-    if fused_updates:   # the updates computed in the fusion (a scaled gradient)
-        updates = f"\n  h = {t}[] constant(0.5)\n  b = {t}[{n},{width}] broadcast(h), " \
-                  f"dimensions={{}}\n  m = {t}[{n},{width}] multiply(u, b)"
-        scattered = "m"
-    return SCATTER.format(width=width, n=n, t=t, combiner=combiner, unique=unique,
-                          updates=updates, scattered=scattered)
+    """x.at[idx].add(rows): rows of `width` into 64."""
+    return scatter_text(n=n, operand=f"64,{width}", window=f",{width}", t=t, op=combiner,
+                        sorted="false", unique=unique, fused_updates=fused_updates)
 
 
 def _ptx(text: str, arch: str = "sm_90") -> str:

@@ -20,8 +20,9 @@ from xla_gpu.emitters.scatter import ScatterEmitter
 from xla_gpu.hlo.numerics import compare
 from xla_gpu.runtime.device import H200, HOST_EMULATION, RTX_A6000
 
-# segment_sum's scatter: rows of updates added into the rows their sorted
-# indices name.
+# A scatter fusion as jax's x.at[idx].add(rows) gives it after XLA's
+# passes (segment_sum's: rows of updates added into the rows their indices
+# name); test_scatter_vector_atomics.py builds its cases from it too.
 TEXT = """HloModule m
 combine {{
   a = {t}[] parameter(0)
@@ -31,10 +32,11 @@ combine {{
 fused {{
   x = {t}[{operand}] parameter(0)
   i = {it}[{n}{ivec}] parameter(1)
-  u = {t}[{n}{window}] parameter(2)
-  ROOT s = {t}[{operand}] scatter(x, i, u), update_window_dims={{{uwd}}},
+  u = {t}[{n}{window}] parameter(2){updates}
+  ROOT s = {t}[{operand}] scatter(x, i, {scattered}), update_window_dims={{{uwd}}},
       inserted_window_dims={{{inserted}}}, scatter_dims_to_operand_dims={{{to_operand}}},
-      index_vector_dim=1, indices_are_sorted={sorted}, unique_indices=false, to_apply=combine
+      index_vector_dim=1, indices_are_sorted={sorted}, unique_indices={unique},
+      to_apply=combine
 }}
 ENTRY e {{
   x = {t}[{operand}] parameter(0)
@@ -45,10 +47,22 @@ ENTRY e {{
 """
 
 
-def _text(n=2048, operand="64,24", window=",24", uwd="1", inserted="0", to_operand="0",
-          ivec=",1", t="f32", it="s32", op="add", sorted="true"):
+def scatter_text(n=2048, operand="64,24", window=",24", uwd="1", inserted="0",
+                 to_operand="0", ivec=",1", t="f32", it="s32", op="add", sorted="true",
+                 unique="false", fused_updates=False):
+    """The fusion's HLO; `fused_updates`: the updates scaled by 0.5 inside
+    the fusion (a gradient's), not a parameter."""
+    updates, scattered = "", "u"
+    if fused_updates:
+        updates = (f"\n  h = {t}[] constant(0.5)\n  b = {t}[{n}{window}] broadcast(h), "
+                   f"dimensions={{}}\n  m = {t}[{n}{window}] multiply(u, b)")
+        scattered = "m"
     return TEXT.format(n=n, operand=operand, window=window, uwd=uwd, inserted=inserted,
-                       to_operand=to_operand, ivec=ivec, t=t, it=it, op=op, sorted=sorted)
+                       to_operand=to_operand, ivec=ivec, t=t, it=it, op=op, sorted=sorted,
+                       unique=unique, updates=updates, scattered=scattered)
+
+
+_text = scatter_text
 
 
 def _emitter(text: str, device=H200) -> ScatterEmitter:

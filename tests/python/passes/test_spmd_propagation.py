@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from xla_gpu.hlo import parse_module
 from xla_gpu.hlo.passes.spmd import parse_sharding, propagate, sharding_of
-from spmd_cases import MODULE_WITH_ADD
+from spmd_cases import MODULE_WITH_ADD, ONE_ELEMENT_UPDATES
 
 ROWS8 = "{devices=[8,1]<=[8]}"
 COLS8 = "{devices=[1,8]<=[8]}"
@@ -119,17 +119,6 @@ def test_a_one_element_slice_of_a_cut_vector_squeezes_to_a_replicated_scalar():
     # x_ref[0] += 1 on a sharded ref (jax's mutable arrays): slice [0:1] of
     # a cut vector, reshaped to a scalar. Nothing stays cut; the reshape's
     # sharding is replicated (the propagation crashed on it).
-    got = _shardings("""
-HloModule m
-ENTRY e {
-  x = f32[8] parameter(0), sharding={devices=[2]<=[2]}
-  s = f32[1] slice(x), slice={[0:1]}
-  r = f32[] reshape(s)
-  one = f32[] constant(1)
-  a = f32[] add(r, one)
-  b = f32[1] reshape(a)
-  zero = s32[] constant(0)
-  ROOT u = f32[8] dynamic-update-slice(x, b, zero), sharding={devices=[2]<=[2]}
-}""", n=2)
-    assert got["r"] == "{replicated}" and got["a"] == "{replicated}"
-    assert got["u"] == "{devices=[2]<=[2]}"
+    got = _shardings(ONE_ELEMENT_UPDATES, n=2)
+    assert got["r0"] == "{replicated}" and got["a0"] == "{replicated}"
+    assert got["u1"] == "{devices=[2]<=[2]}"

@@ -11,7 +11,7 @@ import pytest
 import xla_gpu
 from xla_gpu.errors import ArgumentError, HloError
 from xla_gpu.program.spmd import PartitionedProgram
-from spmd_cases import CASES, MODULE_WITH_ADD, SPMD, global_arrays
+from spmd_cases import CASES, MODULE_WITH_ADD, ONE_ELEMENT_UPDATES, SPMD, global_arrays
 
 @pytest.mark.parametrize("name", CASES)
 def test_compiled_partitioned_program_matches_jax(name):
@@ -135,32 +135,13 @@ def test_uneven_cuts_compiled_on_padded_chunks():
 
 def test_updating_one_element_of_a_cut_vector_compiled():
     # jax's `x_ref[0] += 1; x_ref[1] += 5` on a ref cut over two devices.
-    text = """HloModule m, input_output_alias={ {}: (0, {}, may-alias) }
-ENTRY e {
-  x = f32[8] parameter(0), sharding={devices=[2]<=[2]}
-  s0 = f32[1] slice(x), slice={[0:1]}
-  r0 = f32[] reshape(s0)
-  one = f32[] constant(1)
-  a0 = f32[] add(r0, one)
-  b0 = f32[1] reshape(a0)
-  zero = s32[] constant(0)
-  u0 = f32[8] dynamic-update-slice(x, b0, zero)
-  s1 = f32[1] slice(u0), slice={[1:2]}
-  r1 = f32[] reshape(s1)
-  five = f32[] constant(5)
-  a1 = f32[] add(r1, five)
-  b1 = f32[1] reshape(a1)
-  first = s32[] constant(1)
-  ROOT u1 = f32[8] dynamic-update-slice(u0, b1, first), sharding={devices=[2]<=[2]}
-}"""
-    exe = xla_gpu.compile(text, num_partitions=2, target="cpu", cache=False)
+    exe = xla_gpu.compile(ONE_ELEMENT_UPDATES, num_partitions=2, target="cpu", cache=False)
     x = np.arange(8, dtype=np.float32)
     (got,) = exe.run(x)
     want = x.copy()
     want[0] += 1
     want[1] += 5
     np.testing.assert_array_equal(got, want)
-
 
 _PLACED = """HloModule placed
 ENTRY e {
