@@ -18,6 +18,7 @@ from typing import Sequence
 from mlir import ir as _ir
 
 from . import _native
+from ._ctypes_arrays import array_of, char_buffer
 
 __all__ = ["Context", "KERNEL_DIALECTS", "register_dialect", "IndexingMap", "Variable",
            "Constraint", "is_indexing_map"]
@@ -256,10 +257,8 @@ class IndexingMap:
         """The attribute of the parts, built through the C API."""
 
         def variables(vars_: Sequence[Variable]):
-            names = (_native._StringRef * max(len(vars_), 1))(
-                *[_native.string_ref(v.name) for v in vars_])
-            bounds = (ctypes.c_int64 * max(2 * len(vars_), 1))(
-                *[b for v in vars_ for b in (v.lower, v.upper)])
+            names = array_of(_native._StringRef, [_native.string_ref(v.name) for v in vars_])
+            bounds = array_of(ctypes.c_int64, [b for v in vars_ for b in (v.lower, v.upper)])
             return names, bounds
 
         if len(self.dims) != self.affine_map.n_dims or \
@@ -271,11 +270,9 @@ class IndexingMap:
         dim_names, dim_bounds = variables(self.dims)
         sym_names, sym_bounds = variables(self.symbols)
         n = len(self.constraints)
-        exprs = (_native._Handle * max(n, 1))(
-            *[_native.to_handle(c.expr) for c in self.constraints])
-        bounds = (ctypes.c_int64 * max(2 * n, 1))(
-            *[b for c in self.constraints for b in (c.lower, c.upper)])
-        error = ctypes.create_string_buffer(512)
+        exprs = array_of(_native._Handle, [_native.to_handle(c.expr) for c in self.constraints])
+        bounds = array_of(ctypes.c_int64, [b for c in self.constraints for b in (c.lower, c.upper)])
+        error = char_buffer(512)
         handle = _native.lib().xlaGpuIndexingMapAttrGet(
             _native.to_handle(self.affine_map.context),
             _native.to_handle(self.affine_map), dim_names, dim_bounds,
@@ -289,7 +286,7 @@ class IndexingMap:
                       context: _ir.Context | None = None) -> "IndexingMap":
         """`(d0, ..., dn) -> (row-major linear index)` over a tensor of `shape`."""
         context = context or _ir.Context.current
-        dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        dims = array_of(ctypes.c_int64, shape)
         handle = _native.lib().xlaGpuIndexingMapAttrGetLinearization(
             _native.to_handle(context), len(shape), dims)
         return IndexingMap.from_attr(_native.from_handle(_ir.Attribute, handle))

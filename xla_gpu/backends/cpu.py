@@ -62,6 +62,7 @@ from typing import Sequence
 from mlir import ir as _ir
 from mlir.execution_engine import ExecutionEngine
 
+from .._ctypes_arrays import array_of
 from .. import ir as _xla_ir
 from .. import pipeline as _pipeline
 from .._trace import complete
@@ -183,9 +184,9 @@ class JitKernel:
         if workers <= 1 or self.blocks <= 1:
             # _mlir_ciface_k_host(void **args), called through its packed
             # wrapper: one slot, pointing to `args`.
-            args = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+            args = array_of(ctypes.c_void_p, pointers)
             slot = ctypes.c_void_p(ctypes.addressof(args))
-            self._grid((ctypes.c_void_p * 1)(ctypes.addressof(slot)))
+            self._grid(array_of(ctypes.c_void_p, [ctypes.addressof(slot)]))
             return
         workers = min(workers, self.blocks)
         bounds = [self.blocks * w // workers for w in range(workers + 1)]
@@ -195,8 +196,7 @@ class JitKernel:
             # slot per argument, pointing to its value.
             slots: list = [ctypes.c_void_p(p) for p in pointers]
             slots += [ctypes.c_int64(first), ctypes.c_int64(end)]
-            packed = (ctypes.c_void_p * len(slots))(
-                *[ctypes.addressof(s) for s in slots])
+            packed = array_of(ctypes.c_void_p, [ctypes.addressof(s) for s in slots])
             self._blocks_fn(packed)
 
         # The first range runs on this thread, the others on the shared

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from .._ctypes_arrays import array_of
+
 __all__ = ["host_codegen_without_lsr", "device_codegen_begins", "lsr_disabled"]
 
 _lock = threading.Lock()
@@ -33,7 +35,7 @@ def _set_options(lib, *options: str) -> bool:
     except AttributeError:
         return False
     argv = [b"xla_gpu"] + [o.encode() for o in options]
-    parse(len(argv), (ctypes.c_char_p * len(argv))(*argv), None)
+    parse(len(argv), array_of(ctypes.c_char_p, argv), None)
     return True
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .._ctypes_arrays import array_of, array_type, char_buffer
 from ..errors import HloError, UnsupportedError
 from . import _native, registry
 from .base import (ERROR_CODES, STAGES, TYPED_FFI, CHandler, FfiError, LegacyHandler,
@@ -61,10 +62,10 @@ class Buffers:
 
     def __init__(self, specs: Sequence[tuple[int, Sequence[int]]]):
         self.count = len(specs)
-        self.array = (_native.BufferDesc * max(self.count, 1))()
+        self.array = array_type(_native.BufferDesc, max(self.count, 1))()
         self._dims = []
         for i, (code, dims) in enumerate(specs):
-            extents = (ctypes.c_int64 * max(len(dims), 1))(*[int(d) for d in dims])
+            extents = array_of(ctypes.c_int64, [int(d) for d in dims])
             self._dims.append(extents)
             desc = self.array[i]
             desc.dtype = code
@@ -92,7 +93,7 @@ def _check_api_version(registration: CHandler, where: str) -> None:
     execute = registration.bundle[3]
     if execute in _supported_handlers:
         return
-    error = ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+    error = char_buffer(_native.ERROR_CAPACITY)
     code = _native.lib().XlaGpuFfiCheckHandler(execute or None, error, len(error))
     if code:
         message = error.value.decode(errors="replace")
@@ -115,8 +116,8 @@ class CallSite:
             raise HloError(f"{where}: {e}") from None
         _check_api_version(registration, where)
         lib = _native.lib()
-        bundle = (ctypes.c_void_p * 4)(*[a or None for a in registration.bundle])
-        error = ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+        bundle = array_of(ctypes.c_void_p, [a or None for a in registration.bundle])
+        error = char_buffer(_native.ERROR_CAPACITY)
         handle = lib.XlaGpuFfiInstanceCreate(bundle, blob, len(blob), error, len(error))
         if not handle:
             raise HloError(f"{where}: {error.value.decode(errors='replace')}")
@@ -174,9 +175,9 @@ def _legacy_convention(platform: str, api_version: str, where: str) -> int:
 
 def _call_legacy(registration: LegacyHandler, convention: int, stream: int, out: int,
                  buffers: Sequence[int], opaque: str, where: str) -> None:
-    table = (ctypes.c_void_p * max(len(buffers), 1))(*[b or None for b in buffers])
+    table = array_of(ctypes.c_void_p, [b or None for b in buffers])
     data = opaque.encode("utf-8", errors="surrogateescape")
-    error = ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+    error = char_buffer(_native.ERROR_CAPACITY)
     code = _native.lib().XlaGpuFfiCallLegacy(registration.address, convention, stream or None,
                                             out or None, table, data, len(data), error,
                                             len(error))

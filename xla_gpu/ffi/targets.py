@@ -13,6 +13,7 @@ import os
 import threading
 from typing import Any
 
+from .._ctypes_arrays import char_buffer
 from . import _native
 from .base import (STAGES, TYPED_FFI, CHandler, FfiRegistrationError, LegacyHandler,
                    PythonHandler, canonical_platform)
@@ -158,7 +159,7 @@ def pycapsule(funcptr: Any) -> Any:
 
 
 def _error_buffer():
-    return ctypes.create_string_buffer(_native.ERROR_CAPACITY)
+    return char_buffer(_native.ERROR_CAPACITY)
 
 
 def _lib():

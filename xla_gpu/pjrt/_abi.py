@@ -18,6 +18,8 @@ import ctypes as C
 
 import numpy as np
 
+from .._ctypes_arrays import array_type
+
 API_MAJOR = 0
 API_MINOR = 112
 
@@ -471,7 +473,7 @@ def wr_bool(addr: int, off: int, value: bool) -> None:
 
 
 def rd_i64s(addr: int, n: int) -> list[int]:
-    return list((i64 * n).from_address(addr)) if n else []
+    return list(array_type(i64, n).from_address(addr)) if n else []
 
 
 def rd_bytes(addr: int, n: int) -> bytes:
@@ -479,14 +481,23 @@ def rd_bytes(addr: int, n: int) -> bytes:
 
 
 class CString:
-    """A NUL-terminated byte string kept alive with its owner."""
+    """A NUL-terminated byte string kept alive with its owner. Held in a
+    bytearray, not a `create_string_buffer`: that makes a ctypes array type
+    per length, which lives in reference cycles once dropped (jax's tests
+    count the garbage a jit call leaves)."""
     __slots__ = ("buf", "addr", "size")
 
     def __init__(self, text: str | bytes):
         data = text.encode() if isinstance(text, str) else text
-        self.buf = C.create_string_buffer(data, len(data) + 1)
-        self.addr = C.addressof(self.buf)
+        self.buf = bytearray(data)
+        self.buf.append(0)
+        self.addr = C.addressof(C.c_char.from_buffer(self.buf))
         self.size = len(data)
+
+    @property
+    def data(self) -> bytes:
+        """The string's bytes (without the NUL)."""
+        return bytes(self.buf[:self.size])
 
 
 class NamedValues:
@@ -494,7 +505,7 @@ class NamedValues:
 
     def __init__(self, items: list[tuple[str, object]]):
         self.keep: list = []
-        self.array = (C.c_uint8 * (NAMED_VALUE.size * max(1, len(items))))()
+        self.array = array_type(C.c_uint8, NAMED_VALUE.size * max(1, len(items)))()
         self.addr = C.addressof(self.array)
         self.count = len(items)
         for k, (name, value) in enumerate(items):
@@ -522,7 +533,7 @@ class NamedValues:
                 wr(nv, NAMED_VALUE.value_size, 1)
             else:
                 values = list(value)
-                arr = (i64 * max(1, len(values)))(*values)
+                arr = array_type(i64, max(1, len(values)))(*values)
                 self.keep.append(arr)
                 wr_i32(nv, NAMED_VALUE.type, NV_INT64_LIST)
                 wr(nv, NAMED_VALUE.int64_array_value, C.addressof(arr))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes as C
 import hashlib
 import logging
+import functools
 import os
 import re
 import struct
@@ -37,6 +38,7 @@ import warnings
 
 import numpy as np
 
+from .._ctypes_arrays import array_type
 from . import _abi as A
 from ._abi import rd, rd_i32, wr, wr_bool, wr_i32
 from ..runtime.spec import aligned_empty
@@ -126,7 +128,7 @@ class Error(_Handle):
         self.message = A.CString(message)
 
     def copy(self) -> "Error":
-        return Error(self.code, self.message.buf.value.decode(errors="replace"))
+        return Error(self.code, self.message.data.decode(errors="replace"))
 
 
 def _err_destroy(e):
@@ -151,7 +153,7 @@ def _err_payloads(e, visitor, user_arg):
 
 def _vtable(layout: A.Struct, **fields: int):
     """A process-lifetime vtable laid out as `layout`, fields set by name."""
-    table = _keep_alive((A.u64 * (layout.size // 8))())
+    table = _keep_alive(array_type(A.u64, layout.size // 8)())
     for name, value in fields.items():
         wr(C.addressof(table), getattr(layout, name), value)
     return table
@@ -246,8 +248,8 @@ class Device(_Handle):
         self.description = DeviceDescription(self)
         self.memory = Memory(index)
         self.memory.device = self
-        self.memories_array = (A.u64 * 1)(self.memory.addr)
-        self.memory.devices_array = (A.u64 * 1)(self.addr)
+        self.memories_array = array_type(A.u64, 1)(self.memory.addr)
+        self.memory.devices_array = array_type(A.u64, 1)(self.addr)
 
 
 class DeviceDescription(_Handle):
@@ -269,8 +271,8 @@ class Client(_Handle):
     def __init__(self, num_devices: int = 1):
         super().__init__()
         self.devices = [Device(i) for i in range(num_devices)]
-        self.devices_array = (A.u64 * num_devices)(*[d.addr for d in self.devices])
-        self.memories_array = (A.u64 * num_devices)(*[d.memory.addr for d in self.devices])
+        self.devices_array = array_type(A.u64, num_devices)(*[d.addr for d in self.devices])
+        self.memories_array = array_type(A.u64, num_devices)(*[d.memory.addr for d in self.devices])
 
 
 _CLIENT: Client | None = None
@@ -449,8 +451,8 @@ def _shape_arrays(shape: tuple) -> tuple:
     arrays = _SHAPE_ARRAYS.get(shape)
     if arrays is None:
         n = max(1, len(shape))
-        dims = (A.i64 * n)(*shape)
-        arrays = (dims, (A.i64 * n)(*reversed(range(len(shape)))), C.addressof(dims))
+        dims = array_type(A.i64, n)(*shape)
+        arrays = (dims, array_type(A.i64, n)(*reversed(range(len(shape)))), C.addressof(dims))
         if len(_SHAPE_ARRAYS) >= _SHAPE_ARRAYS_MAX:
             _SHAPE_ARRAYS.clear()
         _SHAPE_ARRAYS[shape] = arrays
@@ -495,7 +497,7 @@ class Buffer(_Handle):
         and frees it at Buffer_Destroy."""
         self = cls.__new__(cls)
         self._block = block = _HandleBlock.from_address(addr)
-        shape = tuple((A.i64 * block[_W_NUM_DIMS]).from_address(block[_W_DIMS]))
+        shape = tuple(array_type(A.i64, block[_W_NUM_DIMS]).from_address(block[_W_DIMS]))
         self.dims, self.minor_to_major, _ = _shape_arrays(shape)
         self.nbytes = block[_W_SIZE]
         self._array = array if block[_W_ARRAY] else None
@@ -567,6 +569,18 @@ def _token_buffer(device: Device) -> Buffer:
     return buf
 
 
+class _HostMemory:
+    """`size` bytes at `addr` as numpy sees them (read-only), without a
+    ctypes array type: `c_char * size` makes a new type for each size,
+    which lives in reference cycles (jax's tests count a jit call's
+    garbage)."""
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, addr: int, size: int):
+        self.__array_interface__ = {"data": (addr, True), "shape": (size,),
+                                    "typestr": "|u1", "version": 3}
+
+
 def _host_array(addr: int, dtype: np.dtype, dims: list[int], strides: list[int]) -> np.ndarray:
     """Copies a host buffer (any byte strides) into a fresh C-ordered array,
     aligned as the runtime's pooled buffers are (64 bytes), so that a
@@ -578,7 +592,7 @@ def _host_array(addr: int, dtype: np.dtype, dims: list[int], strides: list[int])
         strides = list(np.zeros(dims, dtype).strides) if dims else []
     lo = sum((d - 1) * s for d, s in zip(dims, strides) if s < 0)
     hi = sum((d - 1) * s for d, s in zip(dims, strides) if s > 0) + dtype.itemsize
-    raw = (C.c_char * (hi - lo)).from_address(addr + lo)
+    raw = np.asarray(_HostMemory(addr + lo, hi - lo))
     view = np.ndarray(dims, dtype, buffer=raw, offset=-lo, strides=strides)
     out = aligned_empty(tuple(dims), dtype, _DONATED_ALIGNMENT)
     out[...] = view
@@ -608,11 +622,11 @@ class Executable(_Handle):
         self.num_replicas = getattr(exe, "num_replicas", 1)
         self.num_partitions = getattr(exe, "num_partitions", 1)
         n = len(self.devices)
-        self.devices_array = (A.u64 * n)(*[d.addr for d in self.devices])
+        self.devices_array = array_type(A.u64, n)(*[d.addr for d in self.devices])
         self.assignment = A.CString(_device_assignment_proto(
             [d.index for d in self.devices], self.num_replicas, self.num_partitions))
         # PJRT_LogicalDeviceIds {replica, partition} of each device.
-        self.logical_ids = (C.c_int32 * (2 * n))(
+        self.logical_ids = array_type(C.c_int32, 2 * n)(
             *[v for k in range(n) for v in divmod(k, self.num_partitions)])
         # The per-device program XLA's partitioner made (StableHLO bytecode):
         # what jax reads the output shardings from.
@@ -643,15 +657,15 @@ class Executable(_Handle):
                              for s, t in zip(leaves, self.out_tokens)]
             self.num_outputs = len(leaves)
         n = max(1, self.num_outputs)
-        self.out_types = (C.c_int * n)(*[A.BUFFER_TYPE["TOKEN"] if d is None else
+        self.out_types = array_type(C.c_int, n)(*[A.BUFFER_TYPE["TOKEN"] if d is None else
                                          A.DTYPE_CODES.get(d, 0) for d in self.out_dtypes])
         flat = [d for dims in self.out_dims for d in dims]
-        self.out_flat_dims = (A.i64 * max(1, len(flat)))(*flat)
-        self.out_dim_sizes = (C.c_size_t * n)(*[len(d) for d in self.out_dims])
+        self.out_flat_dims = array_type(A.i64, max(1, len(flat)))(*flat)
+        self.out_dim_sizes = array_type(C.c_size_t, n)(*[len(d) for d in self.out_dims])
         kinds = max(1, self.num_outputs, self.num_params)
         self.kind = A.CString(MEMORY_KIND)
-        self.kinds = (A.u64 * kinds)(*([self.kind.addr] * kinds))
-        self.kind_sizes = (C.c_size_t * kinds)(*([self.kind.size] * kinds))
+        self.kinds = array_type(A.u64, kinds)(*([self.kind.addr] * kinds))
+        self.kind_sizes = array_type(C.c_size_t, kinds)(*([self.kind.size] * kinds))
         self.name = A.CString(computation.name())
         text = exe.as_text()
         self.fingerprint = A.CString(hashlib.sha256(f"{TARGET}\n{text}".encode()).hexdigest())
@@ -1103,6 +1117,17 @@ def _report_sharding(config: str, sharding: str) -> None:
                          f"{message}")
 
 
+def _layout_attribute(ir, shape):
+    """A shape's layout as the module attribute jax reads (its minor-to-major
+    order; a tuple's, element by element). At module level: a nested
+    function that calls itself is a reference cycle, garbage after each
+    compile."""
+    if shape.is_tuple:
+        return ir.ArrayAttr.get([_layout_attribute(ir, sub) for sub in shape.tuple_shapes])
+    order = shape.minor_to_major if shape.element_type != "token" else ()
+    return ir.DenseElementsAttr.get(np.array(order, dtype=np.int64), type=ir.IndexType.get())
+
+
 def _with_module_attributes(code: bytes, hlo_text: str,
                             shardings: tuple[str, list[str]] | None = None) -> bytes:
     """The program's bytecode (HLO text `hlo_text` imported) with the module
@@ -1117,13 +1142,7 @@ def _with_module_attributes(code: bytes, hlo_text: str,
     from ..hlo.parser import parse_program_shape
     m = _ENTRY_LAYOUT.search(hlo_text.split("\n", 1)[0])
     params, result = parse_program_shape(m.group(1)) if m else (None, None)
-
-    def layout(shape):
-        if shape.is_tuple:
-            return ir.ArrayAttr.get([layout(sub) for sub in shape.tuple_shapes])
-        order = shape.minor_to_major if shape.element_type != "token" else ()
-        return ir.DenseElementsAttr.get(np.array(order, dtype=np.int64),
-                                        type=ir.IndexType.get())
+    layout = functools.partial(_layout_attribute, ir)
 
     with mlir.make_ir_context():
         module = ir.Module.parse(code)
@@ -1958,7 +1977,7 @@ def _use_library_execute(e: Executable) -> None:
         outputs = run.outputs()
         if len(outputs) != e.num_outputs:
             return
-        plan = (A.u64 * (A.OUTPUT.size // 8 * max(1, e.num_outputs)))()
+        plan = array_type(A.u64, A.OUTPUT.size // 8 * max(1, e.num_outputs))()
         at = C.addressof(e.out_flat_dims)
         words = A.OUTPUT.size // 8
         for j, (made, dtype, dims, code) in enumerate(zip(outputs, e.out_dtypes, e.out_dims,
@@ -1971,7 +1990,7 @@ def _use_library_execute(e: Executable) -> None:
             plan[j * words:(j + 1) * words] = [code, len(dims), count * dtype.itemsize, at]
             at += C.sizeof(A.i64) * len(dims)
         donated = sorted(e.donated)
-        e.donated_array = (A.i64 * max(1, len(donated)))(*donated)
+        e.donated_array = array_type(A.i64, max(1, len(donated)))(*donated)
         e.host_run, e.output_plan = run, plan
         block = e._block
         block[_W_DEVICE], block[_W_MEMORY] = e.device.addr, e.device.memory.addr
@@ -2025,7 +2044,7 @@ def _write_outputs(e: Executable, outs, out_list: int, device: Device) -> None:
     """One Buffer per output of a run, written to jaxlib's output list."""
     if not outs:
         return
-    slots = (A.u64 * len(outs)).from_address(out_list)
+    slots = array_type(A.u64, len(outs)).from_address(out_list)
     for j, (out, (token, dtype, dims, code)) in enumerate(zip(outs, e.out_plan)):
         if token:
             slots[j] = _token_buffer(device).addr
@@ -2054,7 +2073,7 @@ def _argument_buffers(arg_lists: int, list_index: int, num_args: int, device, na
     arg_list = _u64_at(arg_lists + A.POINTER * list_index).value
     bufs = []
     get = _objects.get
-    for i, addr in enumerate((A.u64 * num_args).from_address(arg_list)):
+    for i, addr in enumerate(array_type(A.u64, num_args).from_address(arg_list)):
         buf = get(addr)
         if buf.__class__ is not Buffer:
             buf = _get(addr, Buffer, f"PJRT_LoadedExecutable_Execute argument {i}{where}")
@@ -2449,7 +2468,7 @@ def api_table() -> int:
     with _lock:
         if _TABLE is None:
             api, v = A.API, A.API_VERSION
-            table = (A.u64 * (api.size // 8))()
+            table = array_type(A.u64, api.size // 8)()
             base = C.addressof(table)
             wr(base, api.struct_size, api.size)
             wr(base, api.extension_start, 0)

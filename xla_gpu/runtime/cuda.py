@@ -60,6 +60,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._ctypes_arrays import array_of
 from ..errors import ArgumentError, CudaError, CudaUnavailableError, ResourceError
 from .interop import LEGACY_DEFAULT_STREAM, ForeignArray
 from .device import (DeviceDescription, check_launch, for_arch,  # noqa: F401  (re-exported)
@@ -566,10 +567,10 @@ class CudaKernel:
         key = tuple(pointers)
         packed = self._packed.get(key)
         if packed is None:
-            values = (ctypes.c_void_p * max(len(key), 1))(*key)
-            params = (ctypes.c_void_p * max(len(key), 1))(
-                *[ctypes.addressof(values) + i * ctypes.sizeof(ctypes.c_void_p)
-                  for i in range(len(key))])
+            values = array_of(ctypes.c_void_p, key)
+            params = array_of(ctypes.c_void_p,
+                              [ctypes.addressof(values) + i * ctypes.sizeof(ctypes.c_void_p)
+                               for i in range(len(key))])
             if len(self._packed) >= 64:   # buffers that change every launch
                 self._packed.clear()
             packed = self._packed[key] = (values, params, ctypes.addressof(params))

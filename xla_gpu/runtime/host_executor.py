@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._ctypes_arrays import array_of, array_type
 from ..errors import DeadlineExceededError
 from .host_blas import HOST_BLAS_SPLIT_MACS
 from .thunks import (CommandBufferThunk, ConditionalThunk, CopyThunk, ExecutionContext,
@@ -255,8 +256,7 @@ class HostProgram:
         words: list[int] = []
         self._encode(thunks, launchers, words, 0)
         self.code = np.asarray(words, np.int64)
-        self._kernels = (ctypes.c_void_p * max(len(self._kernel_addresses), 1))(
-            *self._kernel_addresses)
+        self._kernels = array_of(ctypes.c_void_p, self._kernel_addresses)
         # The SPLIT kernels' probe slots: zero is "not timed yet".
         self._probes = np.zeros(max(self._split_kernels, 1) * PROBE_WORDS, np.int64)
         self._current = threading.local()
@@ -391,7 +391,7 @@ class HostProgram:
         Python thunks run on); returns the counters by their stats names.
         Ctrl-C stops it between iterations of a while loop, as does
         `deadline_ns` (time.monotonic_ns()) once passed."""
-        stats = (ctypes.c_int64 * _COUNTERS)()
+        stats = array_type(ctypes.c_int64, _COUNTERS)()
         error_at = ctypes.c_int64(-1)
         control = _Control(self._poll, None, deadline_ns or 0)
         self._current.ctx, self._current.error = ctx, None
@@ -403,7 +403,7 @@ class HostProgram:
                 control.deadline_ns = ctx.deadline_ns
         try:
             rc = self._entry(self._code_address, len(self._code),
-                             (ctypes.c_void_p * max(len(bases), 1))(*bases), len(bases),
+                             array_of(ctypes.c_void_p, bases), len(bases),
                              self._kernels, len(self._kernel_addresses),
                              self._probes.ctypes.data, self._split_kernels, self._callback,
                              stats, ctypes.byref(error_at), ctypes.byref(control))

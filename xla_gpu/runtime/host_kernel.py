@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._ctypes_arrays import array_of
 from ..errors import ArtifactError
 from .memory import check_host_memory
 from .spec import KernelSpec
@@ -131,12 +132,12 @@ class HostKernel:
             self.split, self._probe = None, {False: [], True: []}
 
     def _run_whole(self, pointers: Sequence[int]) -> None:
-        packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        packed = array_of(ctypes.c_void_p, pointers)
         self._entry(packed)
 
     def _run_split(self, pointers: Sequence[int]) -> None:
         if self._run_blocks is not None:
-            packed = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+            packed = array_of(ctypes.c_void_p, pointers)
             if self._run_blocks(self._blocks_address, packed, len(pointers),
                                 self.spec.blocks, self.workers) == 0:
                 return

@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .._ctypes_arrays import array_of
 from .._trace import current as current_trace, trace_file
 from ..errors import (ArgumentError, ArtifactError, CudaUnavailableError, ResourceError,
                       UnsupportedError)
@@ -143,9 +144,9 @@ class _JitLauncher:
         self.host = host_kernel
 
     def launch(self, pointers: Sequence[int], stream=None) -> None:
-        args = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        args = array_of(ctypes.c_void_p, pointers)
         slot = ctypes.c_void_p(ctypes.addressof(args))
-        self.host._grid((ctypes.c_void_p * 1)(ctypes.addressof(slot)))
+        self.host._grid(array_of(ctypes.c_void_p, [ctypes.addressof(slot)]))
 
 
 class _CudaLauncher:

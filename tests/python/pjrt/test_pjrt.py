@@ -488,3 +488,24 @@ def test_large_constants_reach_the_compiler_with_their_values():
         print(json.dumps(np.asarray(f(x)).tolist()))
     """)
     assert out == [1, 6, 9]
+
+
+def test_a_jit_call_leaves_no_ctypes_types_as_garbage():
+    # The plugin's strings and host copies used to make a ctypes array type
+    # per length (`create_string_buffer`, `c_char * n`): types live in
+    # reference cycles, so every compile left some for the collector (jax's
+    # core_test counts a jit call's garbage).
+    out = run_jax("""
+        import ctypes, gc
+        gc.collect()
+        f = jax.jit(lambda x: x.sum() * 2)
+        f(jnp.arange(69.0)).block_until_ready()
+        jax.device_put(np.arange(7, dtype=np.int8)).block_until_ready()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        types = [o.__name__ for o in gc.garbage if isinstance(o, type)
+                 and issubclass(o, ctypes.Array)]
+        gc.set_debug(0)
+        print(json.dumps({"types": types}))
+    """)
+    assert out["types"] == []
