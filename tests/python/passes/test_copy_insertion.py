@@ -589,3 +589,68 @@ def test_conditional_on_the_loop_carry_writes_the_state_through_copies():
     x = np.array([0.5, -1.0, 1.5, 2.0], np.float32)
     y = np.array([1.0, 2.0, -3.0, 0.25], np.float32)
     _check_compiled(_CONDITIONAL_ON_THE_CARRY, (x, y), (y, x))
+
+
+# The same with the branch's operand a tuple: the loop starts from an
+# element of the branch's parameter (jax's expm gradient: a fori_loop inside
+# lax.cond on several values), a buffer of the caller read again after the
+# conditional.
+_LOOP_ON_A_BRANCH_TUPLE_ELEMENT = """
+HloModule branch_tuple_while
+
+cond {
+  s = (s32[], f32[4]) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(k, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[4]) parameter(0)
+  k = s32[] get-tuple-element(s), index=0
+  one = s32[] constant(1)
+  next = s32[] add(k, one)
+  v = f32[4] get-tuple-element(s), index=1
+  two = f32[] constant(2)
+  t = f32[4] broadcast(two), dimensions={}
+  w = f32[4] multiply(v, t)
+  ROOT r = (s32[], f32[4]) tuple(next, w)
+}
+
+grow {
+  p = (f32[4], f32[4]) parameter(0)
+  x = f32[4] get-tuple-element(p), index=0
+  y = f32[4] get-tuple-element(p), index=1
+  zero = s32[] constant(0)
+  init = (s32[], f32[4]) tuple(zero, x)
+  loop = (s32[], f32[4]) while(init), condition=cond, body=body
+  grown = f32[4] get-tuple-element(loop), index=1
+  ROOT sum = f32[4] add(grown, y)
+}
+
+keep {
+  p = (f32[4], f32[4]) parameter(0)
+  x = f32[4] get-tuple-element(p), index=0
+  ROOT n = f32[4] negate(x)
+}
+
+ENTRY main {
+  b = pred[] parameter(0)
+  x0 = f32[4] parameter(1)
+  one = f32[] constant(1)
+  ones = f32[4] broadcast(one), dimensions={}
+  x = f32[4] add(x0, ones)
+  pair = (f32[4], f32[4]) tuple(x, x0)
+  c = f32[4] conditional(b, pair, pair), true_computation=grow, false_computation=keep
+  ROOT t = (f32[4], f32[4]) tuple(c, x)
+}
+"""
+
+
+def test_loop_on_a_branch_tuple_element_starts_from_a_copy():
+    inserted = _inserted(_LOOP_ON_A_BRANCH_TUPLE_ELEMENT)
+    init = inserted.computation("grow").instructions
+    loop_init = next(i for i in init if i.opcode == "while").operands[0]
+    assert loop_init.operands[1].opcode == "copy"
+    x = np.array([0.5, -1.0, 2.0, 3.0], np.float32)
+    _check_compiled(_LOOP_ON_A_BRANCH_TUPLE_ELEMENT, (np.bool_(True), x), (np.bool_(False), x))

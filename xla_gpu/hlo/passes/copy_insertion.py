@@ -64,6 +64,10 @@ def _is_read_only(value: HloInstruction, comp: HloComputation,
     conditional's operand, a buffer of the caller that may be an ENTRY
     parameter or read after the conditional)."""
     source = through_bitcasts(value)
+    # An element of a tuple parameter (a branch's operand tuple) is that
+    # parameter's buffer as much as the parameter is.
+    while source.opcode == "get-tuple-element":
+        source = through_bitcasts(source.operands[0])
     return source.opcode == "constant" or (source.opcode == "parameter" and (
         comp.is_entry or id(comp) in borrowed))
 
