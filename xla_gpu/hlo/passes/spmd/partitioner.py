@@ -154,7 +154,8 @@ from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_
                           convolution_batch_dims, convolution_feature_dims,
                           convolution_group_dims, convolution_group_layout,
                           gather_batch_dims, gather_passthrough_dims, permute_sharding,
-                          propagate, remap_sharding, reshape_sharding, touched_dims)
+                          propagate, remap_sharding, reshape_sharding, sort_rows_sharding,
+                          touched_dims)
 from .reshard import Emitter
 from .sharding import (HloSharding, ShardingError, open_dims, parse_sdy_shardings,
                        sharding_of)
@@ -618,15 +619,12 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         the sorted dim gathered whole first; every operand (keys, the
         indices of an argsort) cut alike. None where nothing would stay cut
         (the sort is then computed whole)."""
-        shape = inst.operands[0].shape
-        rank = shape.rank
         leaves = s.elements if s.is_tuple else [s]
         first = leaves[0] if leaves else None
         if first is None or first.kind != "tiled" or first.has_manual_subgroup:
             return None
-        rows = replicate_dims(first, rank, list(inst.attrs["dimensions"]),
-                              keep=list(range(rank)))
-        if rows.kind != "tiled" or not rows.is_even_for(shape.dims):
+        rows = sort_rows_sharding(inst, first)
+        if rows.kind != "tiled" or not rows.is_even_for(inst.operands[0].shape.dims):
             return None
         result = HloSharding.tuple_of([rows] * len(inst.operands)) \
             if inst.shape.is_tuple else rows

@@ -63,7 +63,8 @@ __all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map",
            "permute_sharding", "remap_sharding", "gather_batch_dims",
            "convolution_batch_dims", "convolution_feature_dims", "convolution_group_dims",
            "convolution_group_layout", "gather_passthrough_dims",
-           "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS", "PASS_THROUGH_TARGETS"]
+           "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS", "PASS_THROUGH_TARGETS",
+           "sort_rows_sharding"]
 
 MANUAL_ENTRY_TARGETS = frozenset({"xla.sdy.GlobalToLocalShape", "SPMDFullToShardShape"})
 MANUAL_EXIT_TARGETS = frozenset({"xla.sdy.LocalToGlobalShape", "SPMDShardToFullShape"})
@@ -228,6 +229,14 @@ def reshape_sharding(s: HloSharding, source: Sequence[int],
             full.append(out[k])
             k += 1
     return HloSharding.tiled(array.reshape(full + subgroups), s.subgroups)
+
+
+def sort_rows_sharding(sort: HloInstruction, s: HloSharding) -> HloSharding:
+    """The sharding a sort's operands (and results) take from `s`: the cuts
+    of the dims it does not sort along kept, the sorted dim whole on each
+    device (each device sorts the rows of its chunk)."""
+    rank = sort.operands[0].shape.rank
+    return replicate_dims(s, rank, list(sort.attrs["dimensions"]), keep=list(range(rank)))
 
 
 def gather_batch_dims(inst: HloInstruction) -> dict[int, int] | None:
@@ -543,10 +552,7 @@ class _Propagation:
             return reshape_sharding(ops[0], inst.operands[0].shape.dims, inst.shape.dims)
         if op == "sort" and ops[0] is not None and ops[0].kind == "tiled" and \
                 not ops[0].has_manual_subgroup:
-            # the rows keep their cuts; the sorted dim is whole on each device
-            operand_rank = inst.operands[0].shape.rank
-            rows = replicate_dims(ops[0], operand_rank, list(inst.attrs["dimensions"]),
-                                  keep=list(range(operand_rank)))
+            rows = sort_rows_sharding(inst, ops[0])
             return HloSharding.tuple_of([rows] * len(inst.operands)) \
                 if inst.shape.is_tuple else rows
         if op == "reduce" and ops[0] is not None and not inst.shape.is_tuple:
