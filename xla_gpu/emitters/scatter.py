@@ -176,7 +176,7 @@ class ScatterEmitter(KernelEmitter):
         self.serial = n > 1 and not self.unique
         self.sorted = None if n > 1 else sorted_scatter_plan(
             s, self.operands[0], self.indices, self.updates_dims, fusion.device)
-        self.lanes = 1 if self.sorted else self._vector_lanes(fusion.device)
+        self.lanes = 1 if self.sorted else self._vector_lanes()
         self.vector_atomics = fusion.device.compute_capability >= 90
         if self.lanes > 1:
             # A thread per `lanes` consecutive update elements of a row.
@@ -185,11 +185,17 @@ class ScatterEmitter(KernelEmitter):
                 units, fusion.computation.instructions,
                 [o.shape.element_type for o in self.operands], fusion.device), 1)
 
-    def _vector_lanes(self, device) -> int:
+    def _vector_lanes(self) -> int:
         """4 or 2 when each thread can add that many consecutive f32 update
         elements into the operand, read as one vector and added by one
         vector atomic (sm_90's red.global.add.v4.f32 wants them 16- or
         8-byte aligned; older GPUs do one atomic per lane), else 1."""
+        return next((k for k in (4, 2) if self._adds_rows_of(k)), 1)
+
+    def _adds_rows_of(self, k: int) -> bool:
+        """Whether the scatter adds f32 rows whose elements, `k` at a time
+        from a multiple of `k`, are consecutive and `k`-aligned in the
+        operand: what a vector atomic of `k` lanes needs."""
         s, operand = self.scatter, self.operands[0]
         a = s.attrs
         rank = len(self.updates_dims)
@@ -197,16 +203,15 @@ class ScatterEmitter(KernelEmitter):
         if (self.count != 1 or self.unique or
                 operand.shape.element_type != "f32" or rank == 0 or minor < 0 or
                 simple_binary(a["to_apply"], "f32") != "add"):
-            return 1
+            return False
         # The update's minor dimension must be the window's minor one, laid
         # on the operand's minor dimension, which no index moves (so the
         # row starts at offset 0 of the operand's row).
         if (rank - 1 not in a.get("update_window_dims", ()) or
                 minor in a.get("inserted_window_dims", ()) or
                 minor in a.get("scatter_dims_to_operand_dims", ())):
-            return 1
-        row, operand_row = self.updates_dims[-1], operand.shape.dims[minor]
-        return next((k for k in (4, 2) if row % k == 0 and operand_row % k == 0), 1)
+            return False
+        return self.updates_dims[-1] % k == 0 and operand.shape.dims[minor] % k == 0
 
     def launch_dims(self) -> LaunchDims:
         if self.serial:
@@ -454,17 +459,29 @@ class ScatterEmitter(KernelEmitter):
                 result.append(target)
             return result
 
+        # sm_90: a step's `vector` slots are consecutive elements of a row,
+        # added by one vector atomic (as XLA vectorizes the atomics of the
+        # lane's vector loop).
+        lanes = plan.vector if self.vector_atomics and plan.vector > 1 and \
+            self._adds_rows_of(plan.vector) else 1
+
         def flush(starts, acc, out):
-            for (_, inside), target, value in zip(slots, targets(starts), acc):
+            places = targets(starts)
+            for first in range(0, len(slots), lanes):
+                inside, target = slots[first][1], places[first]
+                if lanes > 1:   # (the row's length is a multiple of `lanes`)
+                    value = vector.from_elements(
+                        ir.VectorType.get([lanes], value_type), acc[first:first + lanes])
+
+                    def write(o, target=target, value=value):
+                        return self._add(o, target, value, lanes)
+                else:
+                    def write(o, target=target, value=acc[first]):
+                        return self._atomic(o, target, combiner, value)
                 if inside is None:
-                    out = self._atomic(out, target, combiner, value)
-                    continue
-                if_op = scf.IfOp(inside, [out.type], has_else=True)
-                with ir.InsertionPoint(if_op.then_block):
-                    scf.YieldOp([self._atomic(out, target, combiner, value)])
-                with ir.InsertionPoint(if_op.else_block):
-                    scf.YieldOp([out])
-                out = if_op.results[0]
+                    out = write(out)
+                else:
+                    (out,) = if_then(inside, lambda o: [write(o[0])], [out])
             return out
 
         def if_then(cond, then, state):

@@ -93,6 +93,7 @@ def _inputs(text: str, seed: int) -> list[np.ndarray]:
     dict(it="u32"),                                      # unsigned indices
     dict(window=",3,5", operand="64,3,5", uwd="1,2"),    # a 2-D window
     dict(window=",150", operand="64,150"),               # several steps, a ragged end
+    dict(window=",128", operand="64,128"),               # 4 lanes: vector atomics
     dict(operand="64", window="", uwd="", ivec=""),      # one element per index
     # a 2-D index vector: rows and a column window start
     dict(operand="16,40", window=",8", ivec=",2", inserted="0", to_operand="0,1"),
@@ -135,3 +136,16 @@ def test_launch_and_atomics():
     # One f32 add per element where a run ends: hardware atomics, no CAS loop.
     assert re.search(r"(atom|red)\.global\.add\.f32", exe.ptx)
     assert "atom.global.cas" not in exe.ptx and ".cas." not in exe.ptx
+
+
+def test_rows_of_f32_adds_are_written_by_vector_reductions():
+    # A lane's 4 (2) consecutive row elements: one red.global.add.v4.f32
+    # (v2) where a run ends, on sm_90; one atomic each before it.
+    for window, lanes in ((128, 4), (150, 2)):
+        text = _text(window=f",{window}", operand=f"64,{window}")
+        ptx = xla_gpu.compile(text, target="cuda", cache=False).ptx
+        assert set(re.findall(r"red\.global\.add\.v(\d)\.f32", ptx)) == {str(lanes)}
+        older = xla_gpu.compile(text, target="cuda", arch="sm_80", cache=False).ptx
+        assert not re.search(r"\.v\d\.f32", older)
+        assert re.search(r"(red|atom)\.global\.add\.f32", older)
+
