@@ -481,9 +481,7 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
 
   void emitComplexAdd(ConversionPatternRewriter &rewriter, Location loc,
                       const AtomicPlan &plan, Value addr, Type part) const {
-    IRMapping mapping;
-    for (Operation *inner : plan.independent) rewriter.clone(*inner, mapping);
-    Value operand = mapping.lookupOrDefault(plan.operand);
+    Value operand = planOperand(rewriter, plan);
     Value parts[2] = {complex::ReOp::create(rewriter, loc, operand),
                       complex::ImOp::create(rewriter, loc, operand)};
     for (int k = 0; k < 2; ++k) {
@@ -496,15 +494,22 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
     }
   }
 
+  // The value `plan` combines with %current, its region's independent ops
+  // cloned before the atomic (they run once).
+  static Value planOperand(ConversionPatternRewriter &rewriter,
+                           const AtomicPlan &plan) {
+    IRMapping mapping;
+    for (Operation *inner : plan.independent) rewriter.clone(*inner, mapping);
+    return mapping.lookupOrDefault(plan.operand);
+  }
+
   // `plan` on the lanes of a vector atomic_rmw at `addr` on: sm_90's
   // vector reduction for 2 or 4 f32 adds, else one atomic per lane.
   void emitLanes(ConversionPatternRewriter &rewriter, Location loc,
                  const AtomicPlan &plan, Value addr, VectorType lanes,
                  Type storage) const {
     if (plan.kind == AtomicPlan::kNothing) return;
-    IRMapping mapping;
-    for (Operation *inner : plan.independent) rewriter.clone(*inner, mapping);
-    Value operand = mapping.lookupOrDefault(plan.operand);
+    Value operand = planOperand(rewriter, plan);
     int64_t count = lanes.getNumElements();
     SmallVector<Value> values;
     for (int64_t k = 0; k < count; ++k) {
@@ -555,9 +560,7 @@ struct LowerAtomicRMW : OpConversionPattern<AtomicRMWOp> {
                   AtomicRMWOp op, const AtomicPlan &plan, Value addr,
                   Type storage) const {
     if (plan.kind == AtomicPlan::kNothing) return;
-    IRMapping mapping;
-    for (Operation *inner : plan.independent) rewriter.clone(*inner, mapping);
-    Value operand = mapping.lookupOrDefault(plan.operand);
+    Value operand = planOperand(rewriter, plan);
     auto monotonic = LLVM::AtomicOrdering::monotonic;
     if (plan.kind != AtomicPlan::kWordBitwise) {
       LLVM::AtomicRMWOp::create(

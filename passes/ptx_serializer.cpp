@@ -111,30 +111,32 @@ bool callsFunctions(const llvm::Module &module) {
   return false;
 }
 
-// Whether `module` compares and swaps 128 bits (the CAS loop of an atomic
-// update of a complex<f64> element other than an addition).
-bool swaps128Bits(const llvm::Module &module) {
-  for (const llvm::Function &function : module)
-    for (const llvm::BasicBlock &block : function)
-      for (const llvm::Instruction &instruction : block)
-        if (const auto *cas = dyn_cast<llvm::AtomicCmpXchgInst>(&instruction))
-          if (cas->getNewValOperand()->getType()->getPrimitiveSizeInBits() == 128)
-            return true;
-  return false;
-}
+// What in `module` needs sm_90 and a newer PTX ISA than the target's: a
+// 128-bit compare-and-swap (the CAS loop of an atomic update of a
+// complex<f64> element other than an addition) or a vector reduction
+// (`red.global.add.v4.f32`, inline PTX from xla-lower-tensors for
+// scatter-adds of rows). One walk over the module.
+struct Sm90Needs {
+  bool swaps128Bits = false;
+  bool reducesVectors = false;
+};
 
-// Whether `module` has sm_90's vector reductions (`red.global.add.v4.f32`,
-// written as inline PTX by xla-lower-tensors for scatter-adds of rows).
-bool reducesVectors(const llvm::Module &module) {
+Sm90Needs sm90Needs(const llvm::Module &module) {
+  Sm90Needs needs;
   for (const llvm::Function &function : module)
     for (const llvm::BasicBlock &block : function)
-      for (const llvm::Instruction &instruction : block)
-        if (const auto *call = dyn_cast<llvm::CallBase>(&instruction))
-          if (const auto *assembly =
-                  dyn_cast<llvm::InlineAsm>(call->getCalledOperand()))
+      for (const llvm::Instruction &instruction : block) {
+        if (const auto *cas = dyn_cast<llvm::AtomicCmpXchgInst>(&instruction)) {
+          if (cas->getNewValOperand()->getType()->getPrimitiveSizeInBits() == 128)
+            needs.swaps128Bits = true;
+        } else if (const auto *call = dyn_cast<llvm::CallBase>(&instruction)) {
+          if (const auto *assembly = dyn_cast<llvm::InlineAsm>(call->getCalledOperand()))
             if (StringRef(assembly->getAsmString()).starts_with("red.global.add.v"))
-              return true;
-  return false;
+              needs.reducesVectors = true;
+        }
+        if (needs.swaps128Bits && needs.reducesVectors) return needs;
+      }
+  return needs;
 }
 
 // The target features a module is compiled with. NVPTX has a 128-bit CAS
@@ -147,8 +149,9 @@ FailureOr<std::string> featuresFor(gpu::GPUModuleOp module,
                                    NVVM::NVVMTargetAttr target,
                                    const llvm::Module &llvmModule) {
   std::string features = target.getFeatures().str();
-  bool swaps = swaps128Bits(llvmModule);
-  if (!swaps && !reducesVectors(llvmModule)) return features;
+  Sm90Needs needs = sm90Needs(llvmModule);
+  bool swaps = needs.swaps128Bits;
+  if (!swaps && !needs.reducesVectors) return features;
   StringRef chip = target.getChip();
   unsigned version = 0;
   if (!chip.consume_front("sm_") || chip.take_while(llvm::isDigit).getAsInteger(10, version) ||

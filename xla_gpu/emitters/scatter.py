@@ -55,22 +55,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import gcd, prod
+from typing import Sequence
 
 from mlir import ir
 from mlir.dialects import arith, scf, tensor, vector
 
 from ..analysis.fusion import scatter_refusal
-from ..analysis.indexing import indexing_map, sym
+from ..analysis.indexing import delinearize, dim, indexing_map, sym
 from ..dialects import xla_gpu
 from ..hlo import HloError
 from ..hlo.interpreter.reductions import simple_binary
 from ..hlo.shape import bit_width, is_complex, is_unsigned_int
 from .base import KernelEmitter, LaunchDims
 from .elemental import emit_elementwise
-from .types import element_type, scalar_attr
 from .loop_config import loop_config, thread_to_output_map, with_unroll
+from .types import element_type, scalar_attr
 
-__all__ = ["ScatterEmitter", "SortedScatterPlan", "sorted_scatter_plan"]
+__all__ = ["ScatterEmitter", "SortedScatterPlan", "sorted_scatter_plan", "window_extents"]
 
 # The sorted-indices scatter's blocks: 4 warps (XLA's kNumWarpsPerBlock).
 _WARPS_PER_BLOCK = 4
@@ -95,6 +96,14 @@ class SortedScatterPlan:
     @property
     def blocks(self) -> int:
         return -(-self.slices // (self.per_warp * _WARPS_PER_BLOCK))
+
+
+def window_extents(scatter, operand_rank: int, window: Sequence[int]) -> list[int]:
+    """The update window's extent along each operand dimension (`window`:
+    the update's window dimensions' sizes; 1 for an inserted dimension)."""
+    inserted = set(scatter.attrs.get("inserted_window_dims", ()))
+    sizes = iter(window)
+    return [1 if dim in inserted else next(sizes) for dim in range(operand_rank)]
 
 
 def sorted_scatter_plan(scatter, operand, indices, updates_dims, device):
@@ -123,10 +132,7 @@ def sorted_scatter_plan(scatter, operand, indices, updates_dims, device):
     warps = _WARPS_PER_BLOCK * device.core_count
     if slices <= warps:
         return None
-    inserted = set(a.get("inserted_window_dims", ()))
-    sizes, window = [], iter(updates_dims[1:])
-    for dim in range(operand.shape.rank):
-        sizes.append(1 if dim in inserted else next(window))
+    sizes = window_extents(scatter, operand.shape.rank, updates_dims[1:])
     # How many distinct valid index vectors there are: more warps than that
     # would only split runs of equal indices.
     possible = prod(max(operand.shape.dims[d] - sizes[d] + 1, 0)
@@ -281,19 +287,9 @@ class ScatterEmitter(KernelEmitter):
                 position = list(batch)
                 if ivd < indices.shape.rank:
                     position.insert(ivd, arith.constant(index, k))
-                value = emitter.emit1(indices, position)
-                cast = arith.index_castui if is_unsigned_int(indices.shape.element_type) \
-                    else arith.index_cast
-                starts[dim] = cast(index, value)
-            ok = None
-            for dim, start in enumerate(starts):
-                if start is None:
-                    continue
-                c = arith.andi(
-                    arith.cmpi(arith.CmpIPredicate.sge, start, arith.constant(index, 0)),
-                    arith.cmpi(arith.CmpIPredicate.sle, start, arith.constant(
-                        index, operand.shape.dims[dim] - sizes[dim])))
-                ok = c if ok is None else arith.andi(ok, c)
+                starts[dim] = self._start(emitter.emit1(indices, position))
+            ok = self._fits({dim: st for dim, st in enumerate(starts) if st is not None},
+                            sizes)
             target = [off if st is None else st if off is None else arith.addi(st, off)
                       for st, off in zip(starts, offsets)]
             if self.lanes > 1:
@@ -323,6 +319,28 @@ class ScatterEmitter(KernelEmitter):
             xla_gpu.YieldOp(result)
         return list(loop.results)
 
+    def _start(self, value: ir.Value) -> ir.Value:
+        """An element of an index vector as an index (unsigned ones
+        zero-extended)."""
+        cast = arith.index_castui if is_unsigned_int(self.indices.shape.element_type) \
+            else arith.index_cast
+        return cast(ir.IndexType.get(), value)
+
+    def _fits(self, starts: dict, sizes: Sequence[int]) -> ir.Value | None:
+        """Whether the window at `starts` (operand dimension -> start)
+        lies inside the operand (else the update is skipped); None when no
+        dimension is indexed."""
+        index = ir.IndexType.get()
+        dims = self.operands[0].shape.dims
+        ok = None
+        for dim, start in starts.items():
+            inside = arith.andi(
+                arith.cmpi(arith.CmpIPredicate.sge, start, arith.constant(index, 0)),
+                arith.cmpi(arith.CmpIPredicate.sle, start,
+                           arith.constant(index, dims[dim] - sizes[dim])))
+            ok = inside if ok is None else arith.andi(ok, inside)
+        return ok
+
     def _lane_values(self, emitter, params, u_index) -> ir.Value:
         """The thread's `lanes` consecutive update elements from `u_index`
         on, as one vector: one vector load where the updates are a fusion
@@ -344,24 +362,19 @@ class ScatterEmitter(KernelEmitter):
         return vector.from_elements(lanes_type, lanes)
 
     def _vector_add(self, out, target, value) -> ir.Value:
+        combiner = self.scatter.attrs["to_apply"]
         if not self.vector_atomics:   # one atomic per lane
             index = ir.IndexType.get()
             for k in range(self.lanes):
                 at = target[:-1] + [arith.addi(target[-1], arith.constant(index, k))]
-                out = self._add(out, at, vector.extract(value, [], [k]), lanes=1)
+                out = self._atomic(out, at, combiner, vector.extract(value, [], [k]))
             return out
-        return self._add(out, target, value, self.lanes)
+        return self._atomic(out, target, combiner, value, self.lanes)
 
-    @staticmethod
-    def _add(out, target, value, lanes: int) -> ir.Value:
+    def _atomic(self, out, target, combiner, value, lanes: int = 1) -> ir.Value:
+        """combiner(out[target], value), atomically; with `lanes` > 1 on
+        that many consecutive elements (`value` a vector)."""
         op = xla_gpu.build_atomic_rmw(out, target, lanes=lanes)
-        with ir.InsertionPoint(op.regions[0].blocks[0]):
-            current = op.regions[0].blocks[0].arguments[0]
-            xla_gpu.YieldOp([arith.addf(current, value)])
-        return op.result
-
-    def _atomic(self, out, target, combiner, value) -> ir.Value:
-        op = xla_gpu.build_atomic_rmw(out, target)
         with ir.InsertionPoint(op.regions[0].blocks[0]):
             current = op.regions[0].blocks[0].arguments[0]
             xla_gpu.YieldOp([self._combine(combiner, current, value)])
@@ -384,21 +397,13 @@ class ScatterEmitter(KernelEmitter):
 
     # -- sorted indices -----------------------------------------------------
 
-    def _window_sizes(self) -> list[int]:
-        """The update window's extent along each operand dimension (1 for
-        an inserted one)."""
-        inserted = set(self.scatter.attrs.get("inserted_window_dims", ()))
-        window = iter(self.updates_dims[1:])
-        return [1 if dim in inserted else next(window)
-                for dim in range(self.operands[0].shape.rank)]
-
     def _emit_sorted(self, params, outputs, thread_id, block_id):
         plan = self.sorted
         s, operand, indices = self.scatter, self.operands[0], self.indices
         a = s.attrs
         to_operand = list(a.get("scatter_dims_to_operand_dims", ()))
         inserted = set(a.get("inserted_window_dims", ()))
-        sizes = self._window_sizes()
+        sizes = window_extents(s, operand.shape.rank, self.updates_dims[1:])
         combiner = a["to_apply"]
         index = ir.IndexType.get()
         i1 = ir.IntegerType.get_signless(1)
@@ -416,6 +421,9 @@ class ScatterEmitter(KernelEmitter):
         # The lane's slots: window element lane * vector + v + step * 32 * vector,
         # its coordinates, and whether it is inside the window (None: always).
         window_dims = self.updates_dims[1:]
+        # A window element's linear index -> its coordinates.
+        coordinates = self.index_map(indexing_map(
+            [("linear", plan.window)], [], delinearize(dim(0), window_dims)))
         slots = []
         for step in range(plan.steps):
             for v in range(plan.vector):
@@ -425,22 +433,12 @@ class ScatterEmitter(KernelEmitter):
                 if base + (_WARP - 1) * plan.vector >= plan.window:
                     inside = arith.cmpi(arith.CmpIPredicate.ult, linear, c(plan.window))
                     linear = arith.minui(linear, c(plan.window - 1))  # a safe read
-                coords, rest = [], linear
-                for k, size in enumerate(window_dims):
-                    inner = prod(window_dims[k + 1:])
-                    coords.append(arith.divui(rest, c(inner)) if inner > 1 else rest)
-                    if inner > 1:
-                        rest = arith.remui(rest, c(inner))
-                slots.append((coords, inside))
+                slots.append((xla_gpu.build_apply_indexing(coordinates, [linear]), inside))
 
         def starts_at(position):
-            cast = arith.index_castui if is_unsigned_int(indices.shape.element_type) \
-                else arith.index_cast
-            out = []
-            for k in range(len(to_operand)):
-                at = [position] if indices.shape.rank == 1 else [position, c(k)]
-                out.append(cast(index, emitter.emit1(indices, at)))
-            return out
+            return [self._start(emitter.emit1(
+                        indices, [position] if indices.shape.rank == 1 else [position, c(k)]))
+                    for k in range(len(to_operand))]
 
         def targets(starts):
             """Each slot's operand index for the index vector `starts`."""
@@ -469,15 +467,11 @@ class ScatterEmitter(KernelEmitter):
             places = targets(starts)
             for first in range(0, len(slots), lanes):
                 inside, target = slots[first][1], places[first]
-                if lanes > 1:   # (the row's length is a multiple of `lanes`)
-                    value = vector.from_elements(
-                        ir.VectorType.get([lanes], value_type), acc[first:first + lanes])
+                value = acc[first] if lanes == 1 else vector.from_elements(
+                    ir.VectorType.get([lanes], value_type), acc[first:first + lanes])
 
-                    def write(o, target=target, value=value):
-                        return self._add(o, target, value, lanes)
-                else:
-                    def write(o, target=target, value=acc[first]):
-                        return self._atomic(o, target, combiner, value)
+                def write(o, target=target, value=value):
+                    return self._atomic(o, target, combiner, value, lanes)
                 if inside is None:
                     out = write(out)
                 else:
@@ -517,13 +511,9 @@ class ScatterEmitter(KernelEmitter):
                 later = arith.cmpi(arith.CmpIPredicate.ne, p, c(0))
                 write = arith.andi(arith.andi(later, changed), in_bounds)
                 (out,) = if_then(write, lambda o: [flush(prev, acc, o[0])], [out])
-                fits = arith.constant(i1, 1)
-                for dim, start in zip(to_operand, starts):
-                    fits = arith.andi(fits, arith.andi(
-                        arith.cmpi(arith.CmpIPredicate.sge, start, c(0)),
-                        arith.cmpi(arith.CmpIPredicate.sle, start,
-                                   c(operand.shape.dims[dim] - sizes[dim]))))
-                in_bounds = arith.select(changed, fits, in_bounds)
+                fits = self._fits(dict(zip(to_operand, starts)), sizes)
+                in_bounds = arith.constant(i1, 1) if fits is None else \
+                    arith.select(changed, fits, in_bounds)
 
                 def accumulate(acc):
                     new = []
