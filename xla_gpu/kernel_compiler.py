@@ -371,19 +371,31 @@ def compile_kernel(fusion, target: str, arch: str = "sm_90", *, device=None,
 
 
 # Instructions whose elements each read many elements of their operands in
-# ways not worth modelling here (a sort's compare-exchanges, a
-# convolution's windows, a custom call's anything): counted as every
-# output element reading every operand element, a bound that keeps any of
-# them of some size out of the cold kernels.
-_ALL_TO_ALL_OPCODES = frozenset({"sort", "convolution", "custom-call", "reduce-window",
+# ways not worth modelling here (a convolution's windows, a custom call's
+# anything): counted as every output element reading every operand
+# element, a bound that keeps any of them of some size out of the cold
+# kernels.
+_ALL_TO_ALL_OPCODES = frozenset({"convolution", "custom-call", "reduce-window",
                                  "select-and-scatter", "while", "call", "conditional"})
+
+
+def _sort_steps(inst) -> int:
+    """The compare-exchange steps of the bitonic network that sorts `inst`
+    (a sort): L (L + 1) / 2 for L = ceil(log2 n), n the length of its
+    sorted dimension. Each step touches every element once."""
+    dims = inst.operands[0].shape.dims
+    dim = int(inst.attrs.get("dimensions", [len(dims) - 1])[0]) if dims else 0
+    n = dims[dim] if dims else 1
+    stages = max(1, (n - 1).bit_length())
+    return stages * (stages + 1) // 2
 
 
 def kernel_work(fusion) -> int:
     """About how many scalar operations the kernel of `fusion` does: the
     elements every instruction of its computation (and of the fusions
-    nested in it) reads or produces, each dot's multiply-adds, and the
-    bound of `_ALL_TO_ALL_OPCODES` for the rest. The launch grid says
+    nested in it) reads or produces, each dot's multiply-adds, each sort's
+    elements once per step of its network, and the bound of
+    `_ALL_TO_ALL_OPCODES` for the rest. The launch grid says
     nothing of this (a gemm tile's block or a long reduction row loops
     inside its threads). A function of the fusion's computation alone
     (shapes, opcodes, contracting dimensions), whose fingerprint its
@@ -404,6 +416,8 @@ def kernel_work(fusion) -> int:
                 for d in inst.attrs.get("lhs_contracting_dims", ()):
                     contracted *= lhs[int(d)]
                 work += out * contracted
+            elif inst.opcode == "sort":
+                work += out * _sort_steps(inst)
             elif inst.opcode in _ALL_TO_ALL_OPCODES:
                 work += out * sum(leaf.num_elements for o in inst.operands
                                   for leaf in o.shape.leaves())

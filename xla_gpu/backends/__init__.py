@@ -264,9 +264,7 @@ class CpuBackend(Backend):
                 # comes when the batch is compiled (`cpu.HostBatcher`).
                 binary.host_pending, full = host_batch.add(module, name, llvm, lines, timings)
             else:
-                binary.host_object = cpu.host_object(
-                    module, name, opt_level=llvm.opt_level, unroll_loops=llvm.unroll_loops,
-                    vectorize=llvm.vectorize)
+                binary.host_object = cpu.host_object(module, name, pipeline=llvm)
                 if not lower_only:
                     binary.host_library = cpu.link_objects([binary.host_object])
         except cpu.HostCompileError as e:

@@ -463,20 +463,17 @@ def _engine_api():
         return None
 
 
-def _object_code(module_op, symbol: str, opt_level: int, *,
-                 unroll_loops: bool = True, vectorize: bool = True) -> bytes:
+def _object_code(module_op, symbol: str, pipeline: HostPipeline) -> bytes:
     """The ELF object of LLVM-dialect `module_op` (a builtin.module, left as
     it is): the code MLIR's ExecutionEngine makes of it (position
-    independent, for this machine's CPU, `opt_level`'s LLVM pipeline),
-    made by LLVM's C API without the JIT around it where it can
-    (`_llvm_object`; `unroll_loops=False` leaves LLVM's loop unrollers
-    out, `vectorize=False` its loop and SLP vectorizers), else by the
-    engine (`_engine_object`, which looks `symbol` up to compile, and
-    always unrolls and vectorizes)."""
+    independent, for this machine's CPU), made by LLVM's C API without the
+    JIT around it, as `pipeline` says, where it can (`_llvm_object`), else
+    by the engine (`_engine_object`, which looks `symbol` up to compile,
+    and runs default<O`pipeline.opt_level`> with its unrollers and
+    vectorizers)."""
     if _llvm_api() is None:
-        return _engine_object(module_op, symbol, opt_level)
-    return _llvm_object(module_op, opt_level, unroll_loops=unroll_loops,
-                        vectorize=vectorize)
+        return _engine_object(module_op, symbol, pipeline.opt_level)
+    return _llvm_object(module_op, pipeline)
 
 
 # Whether LLVM's loop unrollers (full and partial) run on a kernel's host
@@ -531,22 +528,53 @@ HOST_COLD_OPT_LEVEL = 1
 HOST_COLD_UNROLL_LOOPS = False
 HOST_COLD_VECTORIZE = False
 
+# Tiny kernels (the cold kernels doing the least work: what the small
+# programs of a test suite going through the PJRT plugin are made of) skip
+# most of even the O1 pipeline, whose loop passes (loop-load elimination,
+# induction-variable simplification, the full unroller: 60% of its time)
+# take 5 ms on a reduction over 12 elements, and get code generation
+# without optimization (fast instruction selection and register
+# allocation: a quarter of the default level's time). What is left folds
+# the emulated grid's constants and cleans the control flow. Measured on
+# the cpu target against O1 (medians of 200 runs): up to 2K units of work
+# each kernel ran 0.3-6 us slower, at 4K a row reduction 66 us slower
+# (16 -> 82 us), which is why this stops at 2K; the LLVM time of a small
+# program's kernel went from 6-12 ms to 2-4 ms.
+HOST_TINY_WORK = 1 << 11
+HOST_TINY_PASSES = "function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg)"
+HOST_TINY_CODEGEN_LEVEL = 0
+
 
 @dataclass(frozen=True)
 class HostPipeline:
     """How LLVM compiles a kernel's host code: the default<O`opt_level`>
-    pipeline, with or without its loop unrollers and its vectorizers;
-    `cold`: chosen for a cold kernel."""
+    pipeline, with or without its loop unrollers and its vectorizers, or
+    the textual pipeline `passes` instead; code generation at LLVM's
+    `codegen_level` (LLVMCodeGenOptLevel: 0 none, 2 default); `cold`:
+    chosen for a cold kernel."""
     opt_level: int = 3
     unroll_loops: bool = True
     vectorize: bool = True
     cold: bool = False
+    passes: str = ""
+    codegen_level: int = 2
+
+    @property
+    def pass_pipeline(self) -> str:
+        """What LLVMRunPasses runs."""
+        return self.passes or f"default<O{self.opt_level}>"
 
     def describe(self) -> str:
-        left_out = [what for what, kept in (("loop unrolling", self.unroll_loops),
-                                            ("vectorization", self.vectorize)) if not kept]
-        return f"LLVM default<O{self.opt_level}>" + \
-            (f" without {' or '.join(left_out)}" if left_out else "")
+        if self.passes:
+            text = f"LLVM passes {self.passes}"
+        else:
+            left_out = [what for what, kept in (("loop unrolling", self.unroll_loops),
+                                                ("vectorization", self.vectorize)) if not kept]
+            text = f"LLVM default<O{self.opt_level}>" + \
+                (f" without {' or '.join(left_out)}" if left_out else "")
+        if self.codegen_level != 2:
+            text += f", code generation at level {self.codegen_level}"
+        return text
 
 
 def host_pipeline(emitter: str = "", host_lines: int = 0,
@@ -556,6 +584,9 @@ def host_pipeline(emitter: str = "", host_lines: int = 0,
     which does `work` (None: not known, never cold). A pure function of
     its arguments, which the kernel's HLO decides: a cached kernel was
     compiled by the pipeline this would choose for it."""
+    if work is not None and work <= HOST_TINY_WORK:
+        return HostPipeline(0, False, False, cold=True, passes=HOST_TINY_PASSES,
+                            codegen_level=HOST_TINY_CODEGEN_LEVEL)
     if work is not None and work <= HOST_COLD_WORK:
         return HostPipeline(HOST_COLD_OPT_LEVEL, HOST_COLD_UNROLL_LOOPS,
                             HOST_COLD_VECTORIZE, cold=True)
@@ -682,7 +713,7 @@ class _LlvmApi:
         if self.LLVMGetTargetFromTriple(self.triple, ctypes.byref(self.target),
                                         ctypes.byref(error)):
             raise AttributeError(self._message(error.value).decode(errors="replace"))
-        self._machines: list[int] = []
+        self._machines: dict[int, list[int]] = {}     # by code generation level
         self._lock = threading.Lock()
 
     def _message(self, pointer) -> bytes:
@@ -691,25 +722,27 @@ class _LlvmApi:
             self.LLVMDisposeMessage(pointer)
         return text
 
-    def take_machine(self) -> int:
+    def take_machine(self, codegen_level: int = 2) -> int:
         """A target machine no other thread uses (LLVM's are not thread
         safe): the ExecutionEngine C API's, position independent code at
-        the default codegen level (the level it compiles at whatever
-        opt_level the IR pipeline runs at), the JIT's code model."""
+        `codegen_level` (the default: the level the engine compiles at
+        whatever opt_level the IR pipeline runs at), the JIT's code
+        model."""
         with self._lock:
-            if self._machines:
-                return self._machines.pop()
-        # LLVMCodeGenLevelDefault, LLVMRelocPIC, LLVMCodeModelJITDefault
+            pool = self._machines.get(codegen_level)
+            if pool:
+                return pool.pop()
+        # LLVMRelocPIC, LLVMCodeModelJITDefault
         machine = self.LLVMCreateTargetMachine(self.target, self.triple, self.cpu,
-                                               self.features, 2, 2, 1)
+                                               self.features, codegen_level, 2, 1)
         if not machine:
             raise HostCompileError("LLVM could not make a target machine for "
                                    f"{self.triple.decode()} ({self.cpu.decode()})")
         return machine
 
-    def give_machine(self, machine: int) -> None:
+    def give_machine(self, machine: int, codegen_level: int = 2) -> None:
         with self._lock:
-            self._machines.append(machine)
+            self._machines.setdefault(codegen_level, []).append(machine)
 
 
 # Whether LLVM's loop strength reduction runs in the host code's code
@@ -743,14 +776,14 @@ def _llvm_api() -> _LlvmApi | None:
     return api
 
 
-def _llvm_object(module_op, opt_level: int, *, unroll_loops: bool = True,
-                 vectorize: bool = True) -> bytes:
+def _llvm_object(module_op, pipeline: HostPipeline) -> bytes:
     """`_object_code` through LLVM's C API: what the ExecutionEngine does
     to a module (translation, the host's triple and data layout, LLVM's
     default<O`opt_level`> pipeline tuned as MLIR's optimizing transformer
     tunes it, then codegen by the target machine it makes), without the
     JIT session, its packed wrappers and its in-memory linking: the same
-    machine code for the module's own functions, in less time. Without
+    machine code for the module's own functions, in less time; or the
+    pipeline's own passes and code generation level. Without
     `unroll_loops` LLVM's loop unrollers stay out; without `vectorize` the
     options ask its loop vectorizer (and interleaving) and SLP vectorizer
     to stay out. (Measured on this LLVM 22: at O1, where cold kernels go,
@@ -764,8 +797,7 @@ def _llvm_object(module_op, opt_level: int, *, unroll_loops: bool = True,
     module = None
     try:
         module = _translate(api, module_op, context)
-        return _emit_object(api, module, opt_level, unroll_loops=unroll_loops,
-                            vectorize=vectorize)
+        return _emit_object(api, module, pipeline)
     finally:
         if module:
             api.LLVMDisposeModule(module)
@@ -798,19 +830,19 @@ def _translate(api: _LlvmApi, module_op, context) -> int:
     return module
 
 
-def _emit_object(api: _LlvmApi, module, opt_level: int, *, unroll_loops: bool,
-                 vectorize: bool) -> bytes:
-    """LLVM module `module` (left for the caller to dispose) through the
-    default<O`opt_level`> pipeline and code generation: its ELF object."""
-    machine = api.take_machine()
+def _emit_object(api: _LlvmApi, module, pipeline: HostPipeline) -> bytes:
+    """LLVM module `module` (left for the caller to dispose) through
+    `pipeline`'s passes and code generation: its ELF object."""
+    level = pipeline.codegen_level
+    machine = api.take_machine(level)
     try:
         options = api.LLVMCreatePassBuilderOptions()
-        api.LLVMPassBuilderOptionsSetLoopUnrolling(options, int(unroll_loops))
+        api.LLVMPassBuilderOptionsSetLoopUnrolling(options, int(pipeline.unroll_loops))
         for setter in (api.LLVMPassBuilderOptionsSetLoopInterleaving,
                        api.LLVMPassBuilderOptionsSetLoopVectorization,
                        api.LLVMPassBuilderOptionsSetSLPVectorization):
-            setter(options, int(vectorize))
-        error = api.LLVMRunPasses(module, f"default<O{opt_level}>".encode(), machine, options)
+            setter(options, int(pipeline.vectorize))
+        error = api.LLVMRunPasses(module, pipeline.pass_pipeline.encode(), machine, options)
         api.LLVMDisposePassBuilderOptions(options)
         if error:
             pointer = api.LLVMGetErrorMessage(error)
@@ -829,7 +861,7 @@ def _emit_object(api: _LlvmApi, module, opt_level: int, *, unroll_loops: bool,
         finally:
             api.LLVMDisposeMemoryBuffer(buffer)
     finally:
-        api.give_machine(machine)
+        api.give_machine(machine, level)
 
 
 def _engine_object(module_op, symbol: str, opt_level: int) -> bytes:
@@ -1026,7 +1058,7 @@ def _builtin_object(name: str) -> bytes | None:
     if _llvm_api() is None:
         return None
     helper = _ir.Module.parse(_HOST_BUILTINS[name], _xla_ir.Context())
-    return _llvm_object(helper.operation, 3)
+    return _llvm_object(helper.operation, HostPipeline())
 
 
 def _run_linker(command: list[str]) -> subprocess.CompletedProcess:
@@ -1090,7 +1122,7 @@ def require_linker() -> str:
 
 def host_object(module: _ir.Module, name: str = "main", *,
                 opt_level: int = 3, unroll_loops: bool | None = None,
-                vectorize: bool = True) -> bytes:
+                vectorize: bool = True, pipeline: HostPipeline | None = None) -> bytes:
     """The machine code of the cpu-pipeline output `module` (LLVM dialect,
     after `pipeline.run(module, target="cpu")`) as an ELF relocatable
     object defining `<name>_host(void **args)` and
@@ -1098,13 +1130,15 @@ def host_object(module: _ir.Module, name: str = "main", *,
     machine's CPU (the JIT's target). The module is left as it was.
     `unroll_loops`: whether LLVM's loop unrollers run (None: they do, as
     the ExecutionEngine runs them; see `unrolls_loops`); `vectorize`:
-    whether its vectorizers do (`host_pipeline` chooses all three by
-    kernel)."""
+    whether its vectorizers do. `pipeline` (`host_pipeline` chooses one
+    by kernel) stands for all three, with its own passes and code
+    generation level where it has them."""
     copy = _object_module(module, name)
-    if unroll_loops is None:
-        unroll_loops = unrolls_loops()
-    return _object_code(copy, f"{name}_host", opt_level, unroll_loops=unroll_loops,
-                        vectorize=vectorize)
+    if pipeline is None:
+        if unroll_loops is None:
+            unroll_loops = unrolls_loops()
+        pipeline = HostPipeline(opt_level, unroll_loops, vectorize)
+    return _object_code(copy, f"{name}_host", pipeline)
 
 
 def _object_module(module: _ir.Module, name: str):
@@ -1416,9 +1450,7 @@ class HostBatcher:
                 failure = None
                 if members and not batch.broken:
                     try:
-                        code = _emit_object(api, batch.module, batch.pipeline.opt_level,
-                                            unroll_loops=batch.pipeline.unroll_loops,
-                                            vectorize=batch.pipeline.vectorize)
+                        code = _emit_object(api, batch.module, batch.pipeline)
                         outcome = {id(m): (code, None) for m in members}
                     except HostCompileError as e:
                         failure = str(e)
@@ -1427,10 +1459,8 @@ class HostBatcher:
                     # that fails (the others keep working).
                     for m in members:
                         try:
-                            outcome[id(m)] = (_emit_object(
-                                api, m._module, batch.pipeline.opt_level,
-                                unroll_loops=batch.pipeline.unroll_loops,
-                                vectorize=batch.pipeline.vectorize), None)
+                            outcome[id(m)] = (_emit_object(api, m._module, batch.pipeline),
+                                              None)
                         except HostCompileError as e:
                             outcome[id(m)] = (None, (
                                 f"{e} (compiling the host code of {m.name} alone, after "

@@ -1,7 +1,8 @@
 """Cold kernels on the cpu target: a kernel that does little work
 (`kernel_compiler.kernel_work`, from its fusion, not from its launch grid)
 has its host code compiled by LLVM's cheaper pipeline
-(`backends.cpu.host_pipeline`), a hot one by the O3 pipeline; both still
+(`backends.cpu.host_pipeline`), a tiny one by a few passes and code
+generation without optimization, a hot one by the O3 pipeline; all still
 compute what the reference interpreter does."""
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ ENTRY e {
 }
 """
 
-# The same round over 256K elements: hot.
+# The same round over 1600 elements: cold, not tiny; over 256K: hot.
+WARM = COLD.replace("u32[10]", "u32[40,40]")
 HOT = COLD.replace("u32[10]", "u32[512,512]")
 
 # Few threads, much work: an 8x8 output whose every element sums 4096
@@ -76,6 +78,24 @@ ENTRY e {
 """
 
 
+# A row sort of 60 elements: 21 compare-exchange steps over its elements.
+ROW_SORT = """HloModule m
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+fused {
+  p = f32[7,60] parameter(0)
+  ROOT s = f32[7,60] sort(p), dimensions={1}, to_apply=lt
+}
+ENTRY e {
+  p = f32[7,60] parameter(0)
+  ROOT f = f32[7,60] fusion(p), kind=kLoop, calls=fused
+}
+"""
+
+
 def _work(text: str) -> int:
     return kernel_compiler.kernel_work(select_fusion(hlo.parse_module(text)))
 
@@ -93,7 +113,7 @@ def _check_numerics(text: str, exe) -> None:
 
 
 def test_work_counts_what_a_kernel_computes_not_its_threads():
-    assert _work(COLD) <= cpu.HOST_COLD_WORK < _work(HOT)
+    assert _work(COLD) <= cpu.HOST_TINY_WORK < _work(WARM) <= cpu.HOST_COLD_WORK < _work(HOT)
     # Each instruction's elements: two parameters, five values and two
     # broadcasts of ten elements, two scalar constants.
     assert _work(COLD) == 9 * 10 + 2
@@ -101,14 +121,28 @@ def test_work_counts_what_a_kernel_computes_not_its_threads():
     assert _work(SMALL_GEMM_LONG_K) >= 8 * 8 * 4096 > cpu.HOST_COLD_WORK
     # A reduction counts the elements it reads, however few it writes.
     assert _work(LONG_ROWS) >= 2 * 65536 > cpu.HOST_COLD_WORK
+    # A sort counts its elements (parameter, result) and each once more per
+    # step of its network (ceil(log2 60) = 6 stages, 21 steps), not every
+    # element against every other: a small one is cold, a long one hot.
+    assert _work(ROW_SORT) == 2 * 420 + 420 * 21 <= cpu.HOST_COLD_WORK
+    long_sort = ROW_SORT.replace("f32[7,60]", "f32[1,4096]")
+    assert _work(long_sort) == 2 * 4096 + 4096 * 78 > cpu.HOST_COLD_WORK
 
 
 def test_the_pipeline_is_chosen_by_work_alone():
     cold = cpu.host_pipeline("loop", 100, cpu.HOST_COLD_WORK)
-    assert cold.cold and cold == cpu.host_pipeline("gemm", 5000, 0)
+    assert cold.cold and cold == cpu.host_pipeline("gemm", 5000, cpu.HOST_TINY_WORK + 1)
     assert (cold.opt_level, cold.unroll_loops, cold.vectorize) == (
         cpu.HOST_COLD_OPT_LEVEL, cpu.HOST_COLD_UNROLL_LOOPS, cpu.HOST_COLD_VECTORIZE)
     assert cold.opt_level < 3 and not cold.vectorize
+    assert cold.pass_pipeline == f"default<O{cpu.HOST_COLD_OPT_LEVEL}>"
+    assert cold.codegen_level == 2
+    # The least work: the tiny kernels' passes, code generation unoptimized.
+    tiny = cpu.host_pipeline("loop", 100, cpu.HOST_TINY_WORK)
+    assert tiny.cold and tiny == cpu.host_pipeline("gemm", 5000, 0)
+    assert (tiny.pass_pipeline, tiny.codegen_level) == (cpu.HOST_TINY_PASSES,
+                                                        cpu.HOST_TINY_CODEGEN_LEVEL)
+    assert tiny != cold and "code generation at level 0" in tiny.describe()
     # Above the threshold, or not known: the emitter's O3 pipeline.
     for work in (cpu.HOST_COLD_WORK + 1, None):
         assert cpu.host_pipeline("loop", 100, work) == cpu.HostPipeline(3, True, True)
@@ -122,8 +156,9 @@ def _host_module(exe):
     return module
 
 
-@pytest.mark.parametrize("text, cold", [(COLD, True), (HOT, False), (LONG_ROWS, False)],
-                         ids=["cold", "hot", "long-rows"])
+@pytest.mark.parametrize("text, cold", [(COLD, True), (WARM, True), (HOT, False),
+                                        (LONG_ROWS, False)],
+                         ids=["tiny", "cold", "hot", "long-rows"])
 def test_cold_and_hot_kernels_get_their_pipelines(text, cold):
     exe = xla_gpu.compile(text, target="cpu", fusion="fused", cache=False)
     notes = [n for n in exe.notes if n.startswith("cold kernel")]
@@ -139,5 +174,9 @@ def test_cold_and_hot_kernels_get_their_pipelines(text, cold):
     cheap = cpu.host_object(module, name, opt_level=cpu.HOST_COLD_OPT_LEVEL,
                             unroll_loops=cpu.HOST_COLD_UNROLL_LOOPS,
                             vectorize=cpu.HOST_COLD_VECTORIZE)
-    assert o3 != cheap          # the two pipelines make different code of it
-    assert exe.host_object == (cheap if cold else o3)
+    tiny = cpu.host_object(module, name, pipeline=cpu.host_pipeline(work=0))
+    # The three pipelines make different code of it.
+    assert len({o3, cheap, tiny}) == 3
+    work = _work(text)
+    assert exe.host_object == (tiny if work <= cpu.HOST_TINY_WORK else
+                               cheap if cold else o3)

@@ -136,7 +136,7 @@ def test_llvm_makes_the_code_the_execution_engine_makes(text):
     pipeline.run(module, target="cpu", threads=exe.spec.threads, blocks=exe.spec.blocks)
     copy = module.operation.clone()
     cpu._one_body(copy, exe.spec.name)
-    ours = _function_bytes(cpu._llvm_object(copy, 3))
+    ours = _function_bytes(cpu._llvm_object(copy, cpu.HostPipeline()))
     engine = _function_bytes(cpu._engine_object(copy, f"{exe.spec.name}_host", 3))
     assert {f"{exe.spec.name}_host", f"{exe.spec.name}_host_blocks"} <= set(ours)
     for name, code in ours.items():
@@ -153,7 +153,7 @@ def _object(ctx, body: str, declarations: str = "") -> bytes:
     llvm.return
   }}
 }}""", ctx)
-    return cpu._object_code(module.operation, "k_host", 3)
+    return cpu._object_code(module.operation, "k_host", cpu.HostPipeline())
 
 
 @pytest.mark.parametrize("kind", ["nothing outside", "libm", "libc"])
@@ -264,8 +264,8 @@ def test_llvm_unrolls_the_host_loops_by_emitter(text, emitter, unrolled, monkeyp
     copy = module.operation.clone()
     cpu._one_body(copy, exe.spec.name)
     body = f"{exe.spec.name}_host_blocks"
-    with_unrolling = len(_function_bytes(cpu._llvm_object(copy, 3))[body])
-    without = len(_function_bytes(cpu._llvm_object(copy, 3, unroll_loops=False))[body])
+    with_unrolling = len(_function_bytes(cpu._llvm_object(copy, cpu.HostPipeline()))[body])
+    without = len(_function_bytes(cpu._llvm_object(copy, cpu.HostPipeline(unroll_loops=False)))[body])
     assert with_unrolling != without       # the unrollers change this kernel's code
     assert _symbol_sizes(exe.host_library)[body] == (with_unrolling if unrolled else without)
 
@@ -291,6 +291,6 @@ def test_a_gemm_kernel_too_large_to_unroll_is_not_unrolled(monkeypatch):
     copy = module.operation.clone()
     cpu._one_body(copy, exe.spec.name)
     body = f"{exe.spec.name}_host_blocks"
-    without = len(_function_bytes(cpu._llvm_object(copy, 3, unroll_loops=False))[body])
+    without = len(_function_bytes(cpu._llvm_object(copy, cpu.HostPipeline(unroll_loops=False)))[body])
     assert _symbol_sizes(smaller.host_library)[body] == without
     assert _symbol_sizes(exe.host_library)[body] != without
