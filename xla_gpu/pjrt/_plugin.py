@@ -688,26 +688,31 @@ class Executable(_Handle):
         _add_live(self.addr)   # the blocks are filled: getters may read them
         _add_live(self.view.addr)
 
-    def optimized_program(self) -> tuple[bytes, A.CString]:
-        """Our optimized module as StableHLO bytecode (format "mlir"): jaxlib
-        turns it back into HLO for `compiled.as_text()`. Falls back to the
-        program jax handed over where XLA cannot parse our text."""
+    def optimized_program(self) -> tuple[A.CString, bytes, A.CString]:
+        """(its format, the program, the program as a C string): our
+        optimized module as an HloModuleProtoWithConfig ("hlo_with_config"),
+        which jaxlib reads its layouts and shardings from after every
+        compile (four times) and prints for `compiled.as_text()`: a
+        protobuf it parses directly, where StableHLO bytecode ("mlir") costs
+        it an MLIR context, a legalization and a conversion each time. A
+        partitioned program (its shardings in module attributes), and one
+        whose text XLA cannot parse (then the program jax handed over), go
+        as StableHLO."""
         with _lock:
             if self._optimized is None and self.partitioned_program is not None:
                 code = self.partitioned_program
-                self._optimized = (code, A.CString(code))
+                self._optimized = (_MLIR_FORMAT, code, A.CString(code))
             if self._optimized is None:
                 try:
-                    from jax._src.lib import _jax
                     import jaxlib._hlo as hlo
-                    text = _IMPORTER_UNSAFE.sub("", self.exe.as_text())
-                    proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
-                    code = _with_module_attributes(bytes(_jax.mlir.hlo_to_stablehlo(proto)),
-                                                   text)
+                    proto = hlo.hlo_module_from_text(
+                        self.exe.as_text()).as_serialized_hlo_module_proto()
+                    code = _hlo_module_with_config(bytes(proto))
+                    self._optimized = (_HLO_FORMAT, code, A.CString(code))
                 except Exception as exc:  # noqa: BLE001 - a view, never fatal
-                    logger.debug("xla_gpu: optimized HLO not convertible for jax: %s", exc)
+                    logger.debug("xla_gpu: optimized HLO not readable by XLA: %s", exc)
                     code = self.mlir_code
-                self._optimized = (code, A.CString(code))
+                    self._optimized = (_MLIR_FORMAT, code, A.CString(code))
             return self._optimized
 
     def cost(self) -> A.NamedValues:
@@ -717,13 +722,6 @@ class Executable(_Handle):
                 moved = m.argument_size_in_bytes + m.output_size_in_bytes
                 self._cost = A.NamedValues([("bytes accessed", float(moved))])
             return self._cost
-
-
-# jaxlib's HLO-to-StableHLO importer crashes the process (a null attribute,
-# not an error) on dot algorithms StableHLO cannot spell, e.g.
-# dot_bf16_bf16_f32_x9. The optimized program is a view for `as_text()` and
-# jax's sharding queries, which never read the algorithm: it is left out.
-_IMPORTER_UNSAFE = re.compile(r",\s*algorithm=[\w]+")
 
 
 class _ExecutableView(_Handle):
@@ -882,6 +880,57 @@ def _debug_option_type(key: str) -> int | None:
         found = None
     _option_types[key] = found
     return found
+
+
+def _proto_fields(data: bytes) -> dict[int, bytes]:
+    """The length-delimited top-level fields of serialized protobuf message
+    `data` (the last of each number), by field number."""
+    fields, at = {}, 0
+    while at < len(data):
+        at, tag = _read_varint(data, at)
+        kind = tag & 7
+        if kind == 0:
+            at, _ = _read_varint(data, at)
+        elif kind == 1:
+            at += 8
+        elif kind == 5:
+            at += 4
+        elif kind == 2:
+            at, size = _read_varint(data, at)
+            fields[tag >> 3] = data[at:at + size]
+            at += size
+        else:
+            raise ValueError(f"protobuf wire type {kind} at byte {at}")
+    return fields
+
+
+def _proto_field(number: int, payload: bytes | int) -> bytes:
+    """Field `number` of a protobuf message: a varint, or length-delimited
+    bytes."""
+    def varint(v: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((v & 0x7F) | (0x80 if v > 0x7F else 0))
+            v >>= 7
+            if not v:
+                return bytes(out)
+    if isinstance(payload, int):
+        return varint(number << 3) + varint(payload)
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def _hlo_module_with_config(module: bytes, replicas: int = 1, partitions: int = 1) -> bytes:
+    """The HloModuleProtoWithConfig (hlo_module = 1, config = 2) of
+    serialized HloModuleProto `module`: the config's entry computation
+    layout (its field 1) is the module's host program shape (the module's
+    field 4, the ENTRY's layouts), with the replica and partition counts
+    (fields 4 and 5), as XLA checks them against the module."""
+    shape = _proto_fields(module).get(4)
+    if shape is None:
+        raise ValueError("the HloModuleProto has no host program shape")
+    config = (_proto_field(1, shape) + _proto_field(4, replicas) +
+              _proto_field(5, partitions))
+    return _proto_field(1, module) + _proto_field(2, config)
 
 
 def _read_varint(data, at: int) -> tuple[int, int]:
@@ -1734,6 +1783,7 @@ def Executable_Fingerprint(a):
 
 
 _MLIR_FORMAT = _keep_alive(A.CString("mlir"))
+_HLO_FORMAT = _keep_alive(A.CString("hlo_with_config"))
 
 
 @slot
@@ -1742,9 +1792,9 @@ def Executable_OptimizedProgram(a):
     f, p = A.EXECUTABLE_OPTIMIZED_PROGRAM, A.PROGRAM
     e = _executable(rd(a, f.executable), "PJRT_Executable_OptimizedProgram")
     program = rd(a, f.program)
-    code, buf = e.optimized_program()
-    wr(program, p.format, _MLIR_FORMAT.addr)
-    wr(program, p.format_size, _MLIR_FORMAT.size)
+    fmt, code, buf = e.optimized_program()
+    wr(program, p.format, fmt.addr)
+    wr(program, p.format_size, fmt.size)
     if rd(program, p.code):
         if rd(program, p.code_size) < len(code):
             raise _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: OptimizedProgram buffer too small")

@@ -509,3 +509,49 @@ def test_a_jit_call_leaves_no_ctypes_types_as_garbage():
         print(json.dumps({"types": types}))
     """)
     assert out["types"] == []
+
+
+def test_the_optimized_program_jax_reads_back_is_ours():
+    # After every compile jaxlib reads the program back (layouts, shardings,
+    # `compiled.as_text()`): the plugin hands it our optimized HLO as a
+    # protobuf. A dot algorithm StableHLO cannot spell stays in it (the
+    # StableHLO importer crashed on it), and a transposed result keeps the
+    # row-major layout jax asked for.
+    out = run_jax("""
+        g = jax.devices("xla_gpu")[0]
+        a = jax.device_put(np.ones((4, 8), np.float32), g)
+        b = jax.device_put(np.ones((8, 3), np.float32), g)
+        f = lambda a, b: (jnp.dot(a, b, precision=jax.lax.DotAlgorithmPreset.BF16_BF16_F32_X9),
+                          (a * 2).T)
+        compiled = jax.jit(f).lower(a, b).compile()
+        dot, moved = compiled(a, b)
+        print(json.dumps({
+            "text": compiled.as_text(),
+            "layouts": [list(o.layout.major_to_minor) for o in compiled.output_formats],
+            "dot": np.asarray(dot).tolist(), "moved": list(moved.shape)}))
+    """)
+    assert out["text"].startswith("HloModule jit__lambda")
+    assert "algorithm=dot_bf16_bf16_f32_x9" in out["text"]
+    assert "kind=kLoop" in out["text"]           # our fusions, as we compiled them
+    assert out["layouts"] == [[0, 1], [0, 1]]
+    assert out["dot"] == [[8.0] * 3] * 4 and out["moved"] == [8, 4]
+
+
+def test_the_optimized_program_is_a_module_with_its_config():
+    hlo = pytest.importorskip("jaxlib._hlo")
+    from xla_gpu.pjrt import _plugin
+    module = bytes(hlo.hlo_module_from_text(
+        "HloModule m, entry_computation_layout={(f32[2,3]{0,1})->f32[2,3]{1,0}}\n"
+        "ENTRY e {\n  p = f32[2,3]{0,1} parameter(0)\n"
+        "  ROOT c = f32[2,3]{1,0} copy(p)\n}\n").as_serialized_hlo_module_proto())
+    wrapped = _plugin._hlo_module_with_config(module, replicas=2, partitions=3)
+    fields = _plugin._proto_fields(wrapped)
+    assert fields[1] == module
+    config = _plugin._proto_fields(fields[2])
+    # The config's entry layout is the module's program shape, layouts and all.
+    assert config[1] == _plugin._proto_fields(module)[4]
+    assert _plugin._proto_field(4, 2) in fields[2] and _plugin._proto_field(5, 3) in fields[2]
+    back = hlo.HloModule.from_serialized_hlo_module_proto(fields[1])
+    assert "copy" in back.to_string()
+    with pytest.raises(ValueError, match="host program shape"):
+        _plugin._hlo_module_with_config(_plugin._proto_field(1, b"m"))
