@@ -18,8 +18,8 @@ from xla_gpu.hlo.passes import (AlgebraicSimplifier, BatchedGatherScatterNormali
                                 DumpOptions, HloConstantFolding, HloCSE, HloDCE, HloPass,
                                 HloPassFix, HloPassPipeline, LayoutNormalization,
                                 PassContext, ReductionDimensionGrouper, ReductionSplitter,
-                                ShardingAnnotationRemover, TreeReductionRewriter,
-                                TupleSimplifier, verify_module)
+                                ShardingAnnotationRemover, TransposeFolding,
+                                TreeReductionRewriter, TupleSimplifier, verify_module)
 
 
 def run_pass(text: str, *passes, check: bool = True, seed: int = 0):
@@ -639,6 +639,65 @@ ENTRY main {{
     nb = dot.shape.rank - 2
     assert dot.attrs.get("lhs_batch_dims", ()) == tuple(range(nb))
     assert len(dot.attrs["lhs_contracting_dims"]) == len(dot.attrs["rhs_contracting_dims"]) == 1
+
+
+# --------------------------------------------------------- transpose folding
+
+
+@pytest.mark.parametrize("operands,dims,folded", [
+    # x @ x.T: one gemm of x with itself, its rhs read transposed
+    (("x = f32[9,42] parameter(0)", "t = f32[42,9] transpose(x), dimensions={1,0}",
+      "ROOT d = f32[9,9] dot(x, t)"),
+     "lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+     {"rhs_contracting_dims": (1,)}),
+    # a transposed lhs of a batched product: the batch dim stays leading
+    (("x = f32[4,5,6] parameter(0)", "y = f32[4,5,7] parameter(1)",
+      "t = f32[4,6,5] transpose(x), dimensions={0,2,1}", "ROOT d = f32[4,6,7] dot(t, y)"),
+     "lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}",
+     {"lhs_contracting_dims": (1,), "lhs_batch_dims": (0,)}),
+    # the batch dim would move from the front: a gemm would need it back
+    (("x = f32[5,4,6] parameter(0)", "y = f32[4,6,7] parameter(1)",
+      "t = f32[4,5,6] transpose(x), dimensions={1,0,2}", "ROOT d = f32[4,5,7] dot(t, y)"),
+     "lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}",
+     None),
+    # the transpose reorders the free dims (and so the result's): kept
+    (("x = f32[2,3,5] parameter(0)", "y = f32[5,7] parameter(1)",
+      "t = f32[3,2,5] transpose(x), dimensions={1,0,2}", "ROOT d = f32[3,2,7] dot(t, y)"),
+     "lhs_contracting_dims={2}, rhs_contracting_dims={0}",
+     None),
+])
+def test_transpose_folding(operands, dims, folded):
+    body = "\n  ".join(operands)
+    text = f"""
+HloModule fold
+ENTRY main {{
+  {body}, {dims}
+}}
+"""
+    _, result, changed = run_pass(text, TransposeFolding(), HloDCE())
+    dot = result.entry.root
+    assert changed == (folded is not None)
+    if folded is None:
+        assert any(o.opcode == "transpose" for o in dot.operands)
+        return
+    assert "transpose" not in opcodes(result)
+    for key, value in folded.items():
+        assert dot.attrs[key] == value, (key, dot.attrs)
+
+
+def test_a_folded_dot_compiles_to_one_gemm_and_no_kernel():
+    text = """
+HloModule xxt
+ENTRY main {
+  x = f32[9,42] parameter(0)
+  t = f32[42,9] transpose(x), dimensions={1,0}
+  ROOT d = f32[9,9] dot(x, t), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    assert [t.kind for t in exe.thunks] == ["gemm"] and exe.num_kernels == 0
+    x = np.random.default_rng(0).standard_normal((9, 42)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(exe.run(x)[0]), x @ x.T, rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------ reduction rewrites

@@ -31,6 +31,7 @@ from .layout_assignment import LayoutAssignment
 from .custom_call_layouts import CustomCallLayouts
 from .layout_normalization import LayoutNormalization
 from .dot_canonicalization import DotCanonicalization
+from .transpose_folding import TransposeFolding
 from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
                                  TreeReductionRewriter)
 from .cost_model import NodeCost, fused_cost, kernel_time, node_cost
@@ -52,7 +53,8 @@ __all__ = [
     "AlgebraicSimplifier", "HloConstantFolding", "BatchedGatherScatterNormalizer",
     "OptimizationBarrierExpander",
     "SelectAndScatterExpander", "RngBitGeneratorExpander",
-    "LayoutAssignment", "CustomCallLayouts", "LayoutNormalization", "DotCanonicalization", "ReductionDimensionGrouper",
+    "LayoutAssignment", "CustomCallLayouts", "LayoutNormalization", "TransposeFolding", "DotCanonicalization",
+    "ReductionDimensionGrouper",
     "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
     "fused_cost", "kernel_time", "GemmFusion", "GemmRewriter", "PriorityFusion", "MultiOutputFusion",
     "FusionWrapper", "RenameFusions", "CopyInsertion",

@@ -23,7 +23,7 @@ from ..module import HloComputation, HloInstruction
 from .pipeline import InstructionPass
 from .util import array_shape
 
-__all__ = ["DotCanonicalization", "is_canonical_dot"]
+__all__ = ["DotCanonicalization", "dims_are_canonical", "is_canonical_dot"]
 
 _DIM_KEYS = ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims",
              "rhs_contracting_dims")
@@ -36,13 +36,20 @@ def _dims(inst: HloInstruction):
 
 def is_canonical_dot(inst: HloInstruction) -> bool:
     lb, rb, lc, rc = _dims(inst)
-    lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+    return dims_are_canonical(lb, rb, lc, rc, inst.operands[0].shape.rank,
+                              inst.operands[1].shape.rank)
+
+
+def dims_are_canonical(lb, rb, lc, rc, lhs_rank: int, rhs_rank: int) -> bool:
+    """Whether a dot of these batch and contracting dims (lhs, rhs) of
+    operands of these ranks is a gemm as it is (see the module text)."""
+    lb, rb, lc, rc = tuple(lb), tuple(rb), tuple(lc), tuple(rc)
     nb = len(lb)
     if nb > 1 or len(lc) != 1 or len(rc) != 1:
         return False
     if nb and (lb != (0,) or rb != (0,)):
         return False
-    if lhs.rank != nb + 2 or rhs.rank != nb + 2:
+    if lhs_rank != nb + 2 or rhs_rank != nb + 2:
         return False
     return lc[0] in (nb, nb + 1) and rc[0] in (nb, nb + 1)
 

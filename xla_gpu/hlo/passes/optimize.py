@@ -63,6 +63,7 @@ from .rename_fusions import RenameFusions
 from .rng_bit_generator_expander import RngBitGeneratorExpander
 from .select_and_scatter_expander import SelectAndScatterExpander
 from .sharding_annotations import ShardingAnnotationRemover
+from .transpose_folding import TransposeFolding
 from .tuple_simplifier import TupleSimplifier
 from .while_loop_trip_count import WhileLoopTripCountAnnotator
 
@@ -100,6 +101,7 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None,
         LayoutAssignment(),
         CustomCallLayouts(),
         LayoutNormalization(),
+        TransposeFolding(),
         DotCanonicalization(),
         HloPassFix(HloPassPipeline("reduction-rewrites", [
             ReductionDimensionGrouper(), ReductionSplitter(), TreeReductionRewriter(),
