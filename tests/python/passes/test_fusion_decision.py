@@ -224,3 +224,44 @@ def test_a_large_reduce_is_not_fused_into_the_reduction_that_reads_it(inner, ker
     exe = xla_gpu.compile(text, target="cpu", cache=False)
     x = np.random.default_rng(0).standard_normal((4, 16, inner)).astype(np.float32)
     np.testing.assert_allclose(exe.run(x)[0], evaluate(parse_module(text), x)[0], rtol=1e-5)
+
+
+_ARGMAX = """
+HloModule argmax
+pick {
+  v = f32[] parameter(0)
+  i = s32[] parameter(1)
+  w = f32[] parameter(2)
+  j = s32[] parameter(3)
+  gt = pred[] compare(v, w), direction=GT
+  eq = pred[] compare(v, w), direction=EQ
+  lt = pred[] compare(i, j), direction=LT
+  first = pred[] and(eq, lt)
+  take = pred[] or(gt, first)
+  mv = f32[] select(take, v, w)
+  mi = s32[] select(take, i, j)
+  ROOT t = (f32[], s32[]) tuple(mv, mi)
+}
+ENTRY e {
+  x = f32[9,42] parameter(0)
+  iota = s32[9,42] iota(), iota_dimension=1
+  ninf = f32[] constant(-inf)
+  zero = s32[] constant(0)
+  r = (f32[9], s32[9]) reduce(x, iota, ninf, zero), dimensions={1}, to_apply=pick
+  ROOT index = s32[9] get-tuple-element(r), index=1
+}
+"""
+
+
+def test_producers_fuse_into_a_variadic_reduction():
+    # jnp.argmax: a reduce of (values, iota) has a tuple shape, but it is one
+    # hero (not a multi-output fusion): the iota (after the simplifier, an
+    # iota of a row broadcast to the rows) is fused into it, one kernel.
+    optimized = optimize(parse_module(_ARGMAX))
+    fusions = [i for i in optimized.entry.instructions if i.opcode == "fusion"]
+    assert len(fusions) == 1
+    assert {i.opcode for i in fusions[0].attrs["calls"].instructions} >= {"iota", "reduce"}
+    exe = xla_gpu.compile(_ARGMAX, target="cpu", cache=False)
+    assert exe.num_kernels == 1
+    x = np.random.default_rng(0).standard_normal((9, 42)).astype(np.float32)
+    np.testing.assert_array_equal(exe.run(x)[0], np.argmax(x, axis=1))

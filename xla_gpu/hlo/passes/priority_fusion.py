@@ -236,6 +236,15 @@ def _scratch_body(consumer: HloInstruction, producer: HloInstruction | None) -> 
     return body
 
 
+def _reduce_rooted(inst: HloInstruction) -> bool:
+    """Whether tuple-shaped `inst` is a variadic reduce, or a fusion whose
+    root is one (a single hero with several results, as an argmax's value
+    and index: not a multi-output fusion, whose root is a tuple)."""
+    if inst.opcode == "fusion":
+        inst = inst.attrs["calls"].root
+    return inst.opcode == "reduce"
+
+
 class FusionPass(ComputationPass):
     """A fusion pass within XLA's limits: at most `max_fusion_instructions`
     instructions in a fusion, `max_operands` operands and outputs together.
@@ -403,7 +412,7 @@ class _PriorityFusionRun:
             return False  # the bitcast fuses into its own consumers first
         if not is_fusible(consumer):
             return False
-        if consumer.shape.is_tuple and not (consumer.opcode == "reduce"):
+        if consumer.shape.is_tuple and not _reduce_rooted(consumer):
             return False
         return True
 
