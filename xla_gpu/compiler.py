@@ -296,6 +296,11 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
                                   cache=cache, dump_dir=dump_dir, dump_regex=dump_regex,
                                   num_replicas=replicas, num_partitions=partitions,
                                   autotune=tune, **program_options)
+        if program._hlo_module is not None and program._hlo_module is not module:
+            # The parsed input, done with (the program keeps its own module,
+            # which may share computations with it): unlinked, it is freed
+            # now rather than left as cyclic garbage by every compile.
+            module.release(keep=program._hlo_module)
         if use_cache:
             with span("store in the compile cache", "compile"):
                 disk.put_program(raw_key, program)

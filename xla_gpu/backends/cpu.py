@@ -332,6 +332,27 @@ def _one_body(module, entry: str) -> None:
 HOST_INLINE_MAX_OPS = 4000
 
 
+def _inlined_size(name: str, own: dict[str, int], calls: dict[str, list[str]],
+                  sizes: dict[str, float], active: frozenset = frozenset()) -> float:
+    """The LLVM operations of function `name` with its callees inlined
+    (`own` operations and `calls` per function; `sizes` memoizes), counted
+    as a tree, stopping once past HOST_INLINE_MAX_OPS; infinite for a
+    recursive one. (A module function: a recursive closure would be a
+    reference cycle left for the collector on every compile.)"""
+    if name in sizes:
+        return sizes[name]
+    if name in active:            # recursion: never inlined always
+        return math.inf
+    total = float(own[name])
+    for callee in calls[name]:
+        if callee in own:
+            total += _inlined_size(callee, own, calls, sizes, active | {name})
+        if total > HOST_INLINE_MAX_OPS:
+            break
+    sizes[name] = total
+    return total
+
+
 def _inline_element_functions(module, entry: str) -> None:
     """Marks the element functions of host module `module` (every defined
     function but the grid's entries @<entry>_host*, and the C-interface
@@ -368,24 +389,10 @@ def _inline_element_functions(module, entry: str) -> None:
         op.operation.walk(visit)
         own[name], calls[name] = count, callees
     sizes: dict[str, float] = {}
-
-    def size(name: str, active: frozenset = frozenset()) -> float:
-        if name in sizes:
-            return sizes[name]
-        if name in active:            # recursion: never inlined always
-            return math.inf
-        total = float(own[name])
-        for callee in calls[name]:
-            if callee in own:
-                total += size(callee, active | {name})
-            if total > HOST_INLINE_MAX_OPS:
-                break
-        sizes[name] = total
-        return total
-
     context = module.operation.context
     internal = _ir.Attribute.parse("#llvm.linkage<internal>", context)
-    inlined = [op for name, op in functions.items() if size(name) <= HOST_INLINE_MAX_OPS]
+    inlined = [op for name, op in functions.items()
+               if _inlined_size(name, own, calls, sizes) <= HOST_INLINE_MAX_OPS]
     if not inlined:
         return
     for op in inlined:

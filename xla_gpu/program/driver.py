@@ -159,10 +159,11 @@ def _dump_after(exe: ProgramExecutable, prepared: HloModule, assignment, dump_di
     """The optimized module (text and graph), the buffer assignment (text
     and picture) and the thunk sequence."""
     from ..service.memory_picture import write_memory_dumps
+    # The graph first: printing the text releases the module.
+    _dump_graph(prepared, dump_dir, "after_optimizations")
     Path(dump_dir, "after_optimizations.txt").write_text(exe.hlo_text)
     Path(dump_dir, "buffer-assignment.txt").write_text(exe.buffer_assignment)
     Path(dump_dir, "thunk-sequence.txt").write_text(exe.thunk_sequence_text())
-    _dump_graph(prepared, dump_dir, "after_optimizations")
     write_memory_dumps(assignment, dump_dir, exe.memory)
 
 

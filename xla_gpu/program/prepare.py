@@ -382,6 +382,7 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     from ..hlo.passes import loop_state_ordering
     from ..hlo.passes.copy_insertion import CopyInsertion
     notes: list[str] = []
+    given = module
     entry = module.entry
     has_fusions = any(i.opcode == "fusion" for c in reachable_computations(entry)
                       for i in c.instructions)
@@ -427,6 +428,10 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
     builder = _ModuleBuilder(module, HOST_SHARED_MAX_MACS if emulates_grid and not optimized
                              else max_macs)
     prepared = builder.build()
+    if module is not given:
+        # The optimized copy the builder read (the caller has the module it
+        # gave): what `prepared` does not share of it is done with.
+        module.release(keep=prepared)
     if builder.wrapped:
         notes.append(f"{builder.wrapped} op(s) outside fusions wrapped in their own fusion")
     # Copies where an in-place update or a loop would overwrite a value still

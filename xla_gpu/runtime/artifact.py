@@ -36,6 +36,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .._readable_json import readable_json
 from ..errors import ArgumentError, ArtifactError
 from .spec import KernelSpec
 
@@ -166,8 +167,8 @@ def write_artifact(directory: str | os.PathLike, files: dict[str, bytes]) -> str
     if not isinstance(directory, (str, os.PathLike)):
         raise ArgumentError(f"save() takes a directory path, got {directory!r}")
     directory = Path(directory)
-    manifest = json.dumps({name: hashlib.sha256(data).hexdigest()
-                           for name, data in files.items()}, indent=1).encode()
+    manifest = readable_json({name: hashlib.sha256(data).hexdigest()
+                              for name, data in files.items()}).encode()
     try:
         if directory.is_symlink():
             raise ArtifactError(f"{directory}: a symlink (refused: save writes only into "

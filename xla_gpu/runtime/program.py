@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._ctypes_arrays import array_of
+from .._readable_json import readable_json
 from .._trace import current as current_trace, trace_file
 from ..errors import (ArgumentError, ArtifactError, CudaUnavailableError, ResourceError,
                       UnsupportedError)
@@ -272,6 +273,11 @@ class ProgramExecutable:
                     module = self._hlo_module
                     self._hlo_text = "" if module is None else module_to_text(module)
                     self._hlo_module = None
+                    if module is not None:
+                        # Printed, the module is done with (nothing else
+                        # holds it): unlinked, it is freed now, not left as
+                        # cyclic garbage.
+                        module.release()
         return self._hlo_text
 
     def as_text(self) -> str:
@@ -1005,7 +1011,7 @@ class ProgramExecutable:
         if binaries:
             manifest["binaries"] = binaries
         files: dict[str, bytes] = {
-            "program.json": json.dumps(manifest, indent=1).encode(),
+            "program.json": readable_json(manifest).encode(),
             "optimized.hlo": self.hlo_text.encode(),
             "buffer-assignment.txt": self.buffer_assignment.encode(),
             "thunk-sequence.txt": self.thunk_sequence_text().encode(),

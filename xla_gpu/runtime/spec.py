@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._readable_json import readable_json
 from ..errors import ArgumentError
 from ..hlo.shape import ELEMENT_TYPES
 
@@ -147,7 +148,7 @@ class KernelSpec:
     def to_json(self) -> str:
         data = asdict(self)
         data["aliases"] = {str(k): v for k, v in self.aliases.items()}
-        return json.dumps(data, indent=1)
+        return readable_json(data)
 
     @staticmethod
     def from_json(text: str) -> "KernelSpec":

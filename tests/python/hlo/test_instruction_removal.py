@@ -128,3 +128,58 @@ def test_unique_names_as_xla_gives_them():
     assert names == ["p1.1", "add", "add.1", "add.7", "add.8", "add.9", "x.y", "x.y.1",
                      "p1.0"]
     assert module.unique_name("") == "instruction"
+
+
+_CALLS = """HloModule calls
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+twice {
+  x = f32[4] parameter(0)
+  ROOT y = f32[4] add(x, x)
+}
+ENTRY e {
+  p = f32[4] parameter(0)
+  c = f32[4] call(p), to_apply=twice
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(c, z), dimensions={0}, to_apply=add
+}
+"""
+
+
+def test_a_released_module_keeps_what_another_shares():
+    # A compile's input module shares computations with the program's own
+    # module: releasing the input unlinks only what it alone has (its
+    # instructions point at each other: left linked, cyclic garbage).
+    import gc
+    module = parse_module(_CALLS).link()
+    by_name = {c.name: c for c in module.computations}
+    kept = HloModule("kept", [by_name["add"]])
+    entry = by_name["e"]
+    root = entry.root
+    module.release(keep=kept)
+    assert module.computations == [] and entry.root is None and root.parent is None
+    assert root.operands == [] and root.users == []
+    assert [i.name for i in by_name["add"].instructions] == ["a", "b", "s"]
+    assert by_name["add"].root.operands[0].name == "a"
+    del module, entry, root, by_name
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        assert gc.collect() == 0, gc.garbage
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+def test_unreachable_computations_are_released_as_they_go():
+    module = parse_module(_CALLS).link()
+    twice = module.computation("twice")
+    call = module.entry.find("c")
+    call.replace_all_uses_with(call.operands[0])
+    module.entry.remove_dead()
+    assert module.remove_unreachable_computations() == 1
+    assert twice.instructions == [] and twice.root is None and twice.module is None
+    assert [c.name for c in module.computations] == ["add", "e"]

@@ -121,7 +121,9 @@ class AlgebraicSimplifier(ComputationPass):
 
     def run_on(self, comp: HloComputation) -> bool:
         changed = False
-        # opcode -> its visit_ method, or None (looked up once per opcode).
+        # opcode -> its visit_ function, or None (looked up once per opcode;
+        # the class's functions, not methods bound to the pass: a bound
+        # method kept on the pass would make every pipeline cyclic garbage).
         handlers = self.__dict__.setdefault("_handlers", {})
         for inst in list(comp.instructions):
             if inst.parent is not comp:
@@ -130,10 +132,10 @@ class AlgebraicSimplifier(ComputationPass):
             handler = handlers.get(opcode, handlers)
             if handler is handlers:
                 handler = handlers[opcode] = getattr(
-                    self, "visit_" + opcode.replace("-", "_"), None)
+                    type(self), "visit_" + opcode.replace("-", "_"), None)
             if handler is None or has_side_effect(inst):
                 continue
-            new = handler(comp, inst)
+            new = handler(self, comp, inst)
             if new is None or new is inst:
                 continue
             if not same_shape(new.shape, inst.shape):

@@ -349,18 +349,13 @@ def _trial_clone(body: HloComputation, source: HloInstruction,
 
 
 def release_trial(body: HloComputation) -> None:
-    """Unlinks a trial body once analysed: its instructions point at each
-    other (operands, users, parent), so without this each trial would stay
-    in memory until the cyclic garbage collector found it, and the fusion
-    passes build thousands (whose collection rescans the whole module each
-    time). What the analysis returned (a BodyInfo's heroes) stays readable
-    as detached instructions."""
-    for inst in body._instructions:
-        inst.operands = []
-        inst.users = []
-        inst.parent = None
-    body._instructions = []
-    body.root = None
+    """Unlinks a trial body once analysed (`HloComputation.release`):
+    without this each trial would stay in memory until the cyclic garbage
+    collector found it, and the fusion passes build thousands (whose
+    collection rescans the whole module each time). What the analysis
+    returned (a BodyInfo's heroes) stays readable as detached
+    instructions."""
+    body.release()
 
 
 def _parameters_by_number(body: HloComputation) -> dict[int, HloInstruction]:
