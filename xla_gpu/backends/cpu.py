@@ -913,8 +913,17 @@ def _engine_object(module_op, symbol: str, opt_level: int) -> bytes:
 # -- linking ---------------------------------------------------------------------
 
 def _linker() -> str | None:
+    """The C compiler driver whose linker makes the shared objects (the
+    first of cc, gcc, clang, c++ on PATH), or None."""
+    return _linker_on(os.environ.get("PATH", os.defpath))
+
+
+@functools.lru_cache(maxsize=8)
+def _linker_on(search_path: str) -> str | None:
+    # Looked up once per PATH: every compile asks (twice), and a search of
+    # PATH takes a quarter of a millisecond.
     for name in ("cc", "gcc", "clang", "c++"):
-        path = shutil.which(name)
+        path = shutil.which(name, path=search_path)
         if path:
             return path
     return None
