@@ -774,11 +774,11 @@ def _device_assignment_proto(device_ids: list[int], replicas: int = 1,
     computation_devices: one per partition, {replica_device_ids: the
     device of each replica}}; device (replica r, partition p) is
     device_ids[r * partitions + p]."""
-    out = b"\x08" + _varint(replicas) + b"\x10" + _varint(partitions)
+    out = _proto_field(1, replicas) + _proto_field(2, partitions)
     for p in range(partitions):
-        ids = b"".join(b"\x08" + _varint(device_ids[r * partitions + p])
+        ids = b"".join(_proto_field(1, device_ids[r * partitions + p])
                        for r in range(replicas))
-        out += b"\x1a" + _varint(len(ids)) + ids
+        out += _proto_field(3, ids)
     return out
 
 
@@ -907,16 +907,9 @@ def _proto_fields(data: bytes) -> dict[int, bytes]:
 def _proto_field(number: int, payload: bytes | int) -> bytes:
     """Field `number` of a protobuf message: a varint, or length-delimited
     bytes."""
-    def varint(v: int) -> bytes:
-        out = bytearray()
-        while True:
-            out.append((v & 0x7F) | (0x80 if v > 0x7F else 0))
-            v >>= 7
-            if not v:
-                return bytes(out)
     if isinstance(payload, int):
-        return varint(number << 3) + varint(payload)
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
+        return _varint(number << 3) + _varint(payload)
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def _hlo_module_with_config(module: bytes, replicas: int = 1, partitions: int = 1) -> bytes:
