@@ -23,19 +23,22 @@ from ..module import HloComputation, HloInstruction
 from .pipeline import InstructionPass
 from .util import array_shape
 
-__all__ = ["DotCanonicalization", "dims_are_canonical", "is_canonical_dot"]
+__all__ = ["DOT_DIM_KEYS", "DotCanonicalization", "dims_are_canonical",
+           "dot_dimension_numbers", "is_canonical_dot"]
 
-_DIM_KEYS = ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims",
-             "rhs_contracting_dims")
+DOT_DIM_KEYS = ("lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims",
+                "rhs_contracting_dims")
 
 
-def _dims(inst: HloInstruction):
+def dot_dimension_numbers(inst: HloInstruction) -> tuple[tuple, tuple, tuple, tuple]:
+    """(lhs batch, rhs batch, lhs contracting, rhs contracting) dims of dot
+    `inst`, in DOT_DIM_KEYS order."""
     a = inst.attrs
-    return tuple(tuple(a.get(k, ())) for k in _DIM_KEYS)
+    return tuple(tuple(a.get(k, ())) for k in DOT_DIM_KEYS)
 
 
 def is_canonical_dot(inst: HloInstruction) -> bool:
-    lb, rb, lc, rc = _dims(inst)
+    lb, rb, lc, rc = dot_dimension_numbers(inst)
     return dims_are_canonical(lb, rb, lc, rc, inst.operands[0].shape.rank,
                               inst.operands[1].shape.rank)
 
@@ -60,7 +63,7 @@ class DotCanonicalization(InstructionPass):
     def visit(self, comp: HloComputation, inst: HloInstruction) -> bool:
         if inst.opcode != "dot" or inst.shape.is_tuple or is_canonical_dot(inst):
             return False
-        lb, rb, lc, rc = _dims(inst)
+        lb, rb, lc, rc = dot_dimension_numbers(inst)
         if not lc:
             return False  # an outer product: the simplifier's multiply
         self._canonicalize(comp, inst)
@@ -96,7 +99,7 @@ class DotCanonicalization(InstructionPass):
         return value, k_position, f
 
     def _canonicalize(self, comp: HloComputation, inst: HloInstruction) -> None:
-        lb, rb, lc, rc = _dims(inst)
+        lb, rb, lc, rc = dot_dimension_numbers(inst)
         lhs, rhs = inst.operands
         lvalue, lk, m = self._side(comp, lhs, list(lb), list(lc), True)
         rvalue, rk, n = self._side(comp, rhs, list(rb), list(rc), False)
@@ -113,7 +116,7 @@ class DotCanonicalization(InstructionPass):
             dot.attrs.pop("lhs_batch_dims")
             dot.attrs.pop("rhs_batch_dims")
         # Keep XLA's attribute order: dimension numbers first.
-        ordered = {k: dot.attrs[k] for k in _DIM_KEYS if k in dot.attrs}
+        ordered = {k: dot.attrs[k] for k in DOT_DIM_KEYS if k in dot.attrs}
         ordered.update({k: v for k, v in dot.attrs.items() if k not in ordered})
         dot.attrs = ordered
         comp.add_instruction(dot, name="dot")
