@@ -67,6 +67,22 @@
 // each other, which the GPU does not order either (without a barrier,
 // threads that share data race).
 //
+// Loops with barriers. A top-level scf.for with constant bounds whose body
+// has barriers among its own ops (the sort's steps, one per iteration)
+// is cut the same way inside: the phases of its body run, in order, inside
+// a block-level loop over its counter,
+//   scf.for %i = lb to ub step s {                  // the kernel's loop
+//     for %thread = 0 to T { phase k(%i) }          // up to its 1st barrier
+//     for %thread = 0 to T { phase k+1(%i) }        // ...
+//   }
+// The loop's start and end, and each iteration's end, are barriers too
+// (every thread finishes the phase before the next starts), which orders
+// threads more than the GPU does, never less. Its loop-carried values are
+// buffers of one slot per thread: a phase reads its thread's slot (the
+// initial value on the first iteration), the loop's last phase with ops
+// writes the next value, and the code after the loop reads the final one.
+// Warp shuffles in such a loop are not emulated (an error).
+//
 // Warp shuffles. An xla_gpu.shuffle_reduce cuts the kernel like a barrier
 // (every lane of a warp must have its operands before any lane reads the
 // others'). The phase before stores each thread's operands into a buffer
@@ -143,19 +159,43 @@ enum class SyncKind {
 struct UniformLoop {
   int64_t lower, upper, step;
 };
-std::optional<UniformLoop> liftableLoop(Operation *op) {
-  auto loop = dyn_cast<scf::ForOp>(op);
-  if (!loop) return std::nullopt;
+// The bounds of `loop` when they are constants with a positive step, and
+// its results values that a buffer can keep.
+std::optional<UniformLoop> uniformBounds(scf::ForOp loop) {
   APInt lower, upper, step;
   if (!matchPattern(loop.getLowerBound(), m_ConstantInt(&lower)) ||
       !matchPattern(loop.getUpperBound(), m_ConstantInt(&upper)) ||
       !matchPattern(loop.getStep(), m_ConstantInt(&step)))
     return std::nullopt;
   UniformLoop bounds{lower.getSExtValue(), upper.getSExtValue(), step.getSExtValue()};
-  if (bounds.step <= 0 || bounds.upper - bounds.lower < 2 * bounds.step)
-    return std::nullopt;
+  if (bounds.step <= 0) return std::nullopt;
   for (Type type : loop.getResultTypes())
     if (!type.isIndex() && !LLVM::isCompatibleType(type)) return std::nullopt;
+  return bounds;
+}
+
+bool hasOwnBarrier(scf::ForOp loop) {
+  return llvm::any_of(loop.getBody()->without_terminator(),
+                      [](Operation &op) { return isa<gpu::BarrierOp>(op); });
+}
+
+std::optional<UniformLoop> liftableLoop(Operation *op) {
+  auto loop = dyn_cast<scf::ForOp>(op);
+  if (!loop || hasOwnBarrier(loop)) return std::nullopt;
+  std::optional<UniformLoop> bounds = uniformBounds(loop);
+  if (!bounds || bounds->upper - bounds->lower < 2 * bounds->step) return std::nullopt;
+  return bounds;
+}
+
+// A scf.for whose body has barriers among its own ops and whose bounds
+// are constants (every thread reaches each barrier the same number of
+// times), run at least once: at the kernel's top level, its body is cut
+// into phases inside a block-level loop (see "Loops with barriers").
+std::optional<UniformLoop> barrierLoop(Operation *op) {
+  auto loop = dyn_cast<scf::ForOp>(op);
+  if (!loop || !hasOwnBarrier(loop)) return std::nullopt;
+  std::optional<UniformLoop> bounds = uniformBounds(loop);
+  if (!bounds || bounds->upper <= bounds->lower) return std::nullopt;
   return bounds;
 }
 
@@ -656,6 +696,24 @@ private:
     // What a value of an earlier phase, or a grid query, is in this phase.
     llvm::DenseMap<Value, Value> values;
     Value threadI64;
+    // The loop with barriers this phase is part of (an index into
+    // barrierLoops_), if any; `forced`: it gets a thread loop even without
+    // ops (the one that writes that loop's carried values).
+    std::optional<unsigned> inLoop;
+    bool forced = false;
+  };
+  // A top-level scf.for with barriers in its body: phases [first, last]
+  // run inside `outer`, a block-level loop over its counter. Its carried
+  // values are buffers of one slot per thread, written at the end of phase
+  // `writes` (the last of them with ops) with `next`, the yielded values
+  // as that phase sees them.
+  struct BarrierLoop {
+    scf::ForOp loop, outer;
+    UniformLoop bounds{};
+    unsigned first = 0, last = 0, writes = 0;
+    SmallVector<Value> carried;
+    SmallVector<Type> carriedTypes;
+    SmallVector<Value> next;
   };
   struct Kept {
     Value buffer;  // one slot per thread
@@ -678,6 +736,8 @@ private:
   LogicalResult check();
   LogicalResult replaceSharedMemory();
   void cutIntoPhases();
+  void cutIntoPhases(Block &block);
+  void newPhase(SyncKind kind, Operation *sync);
   void buildLoops();
   LogicalResult rewriteOperands();
   void moveOpsAndKeepValues();
@@ -690,6 +750,8 @@ private:
   void dissolveLiftedLoop(unsigned index);
 
   std::optional<unsigned> definingPhase(Value value) const;
+  BarrierLoop *barrierLoopOf(Block *body);
+  FailureOr<Value> carriedValue(BarrierLoop &loop, unsigned k, unsigned phase);
   bool recomputable(Value value, int depth);
   FailureOr<Value> valueIn(Value value, unsigned phase);
   Value gridValue(Operation *query, unsigned phase);
@@ -721,7 +783,10 @@ private:
   // that follow each other with nothing between (a multi-output
   // reduction's rows), which run between the same two phases.
   llvm::MapVector<unsigned, SmallVector<Shuffle, 1>> shuffles_;
-  llvm::DenseMap<Operation *, unsigned> phaseOf_;  // top-level op -> phase
+  // Top-level ops (of the kernel, or of a loop with barriers) -> phase.
+  llvm::DenseMap<Operation *, unsigned> phaseOf_;
+  SmallVector<BarrierLoop> barrierLoops_;
+  llvm::DenseMap<Block *, unsigned> barrierLoopOfBody_;
   llvm::MapVector<Value, Kept> kept_;
   llvm::DenseMap<Value, bool> recomputable_;
   llvm::DenseMap<int64_t, Value> constants_;
@@ -740,13 +805,22 @@ LogicalResult KernelEmulation::check() {
   WalkResult walk = kernel_.walk([&](Operation *op) -> WalkResult {
     if (std::optional<SyncKind> kind = getSyncKind(op)) {
       bool barrier = *kind == SyncKind::kBlockBarrier;
-      if (op->getBlock() != &body_)
-        return op->emitOpError("inside '")
-               << op->getParentOp()->getName()
-               << "' cannot be emulated on the host: the kernel is cut into "
-                  "phases at "
-               << (barrier ? "barriers" : "warp shuffles")
-               << ", which must be at the top level of the kernel";
+      Operation *parent = op->getParentOp();
+      bool inBarrierLoop = barrier && parent->getBlock() == &body_ &&
+                           barrierLoop(parent).has_value();
+      if (op->getBlock() != &body_ && !inBarrierLoop) {
+        InFlightDiagnostic error = op->emitOpError("inside '");
+        error << parent->getName()
+              << "' cannot be emulated on the host: the kernel is cut into "
+                 "phases at ";
+        if (barrier)
+          error << "barriers, which must be at the top level of the kernel "
+                   "or of a loop there with constant bounds";
+        else
+          error << "warp shuffles, which must be at the top level of the "
+                   "kernel";
+        return error;
+      }
       // A butterfly up to distance m exchanges values within groups of 2m
       // lanes: the block must be whole groups (a lane a partial group lacks
       // has no value to shuffle on the GPU either).
@@ -820,9 +894,23 @@ LogicalResult KernelEmulation::replaceSharedMemory() {
   return success();
 }
 
+void KernelEmulation::newPhase(SyncKind kind, Operation *sync) {
+  syncs_.push_back(kind);
+  syncOps_.push_back(sync);
+  phases_.emplace_back();
+}
+
 void KernelEmulation::cutIntoPhases() {
   phases_.emplace_back();
-  for (Operation &op : body_.without_terminator()) {
+  cutIntoPhases(body_);
+}
+
+// The ops of `block` (the kernel's body, or a loop's with barriers) into
+// phases, from the last one on.
+void KernelEmulation::cutIntoPhases(Block &block) {
+  // The synthetic cuts around a lifted loop or a loop with barriers.
+  auto cutHere = [&] { newPhase(SyncKind::kLiftedLoop, nullptr); };
+  for (Operation &op : block.without_terminator()) {
     if (prologue_.contains(&op)) continue;
     if (std::optional<SyncKind> kind = getSyncKind(&op)) {
       if (*kind == SyncKind::kWarpCollective) {
@@ -849,24 +937,42 @@ void KernelEmulation::cutIntoPhases() {
         }
         shuffles_[phases_.size() - 1].push_back(std::move(shuffle));
       }
-      syncs_.push_back(*kind);
-      syncOps_.push_back(&op);
-      phases_.emplace_back();
+      newPhase(*kind, &op);
+      continue;
+    }
+    bool startsPhase = !phases_.back().ops.empty() || shuffles_.count(phases_.size() - 1);
+    if (std::optional<UniformLoop> bounds;
+        &block == &body_ && (bounds = barrierLoop(&op))) {
+      if (startsPhase) cutHere();
+      unsigned index = barrierLoops_.size();
+      barrierLoops_.push_back({});
+      barrierLoops_[index].loop = cast<scf::ForOp>(op);
+      barrierLoops_[index].bounds = *bounds;
+      barrierLoops_[index].first = phases_.size() - 1;
+      barrierLoopOfBody_[barrierLoops_[index].loop.getBody()] = index;
+      phaseOf_[&op] = phases_.size() - 1;
+      cutIntoPhases(*barrierLoops_[index].loop.getBody());
+      BarrierLoop &loop = barrierLoops_[index];
+      loop.last = phases_.size() - 1;
+      // The carried values are written where the iteration's last ops
+      // run; no phase after it in the loop reads them.
+      loop.writes = loop.last;
+      while (loop.writes > loop.first && phases_[loop.writes].ops.empty())
+        --loop.writes;
+      if (phases_[loop.writes].lifted) loop.writes = loop.last;
+      if (phases_[loop.writes].ops.empty() && loop.loop.getNumResults())
+        phases_[loop.writes].forced = true;
+      for (unsigned i = loop.first; i <= loop.last; ++i) phases_[i].inLoop = index;
+      cutHere();
       continue;
     }
     if (std::optional<UniformLoop> bounds = liftableLoop(&op)) {
-      auto newPhase = [&] {
-        syncs_.push_back(SyncKind::kLiftedLoop);
-        syncOps_.push_back(nullptr);
-        phases_.emplace_back();
-      };
-      if (!phases_.back().ops.empty() || shuffles_.count(phases_.size() - 1))
-        newPhase();
+      if (startsPhase) cutHere();
       phaseOf_[&op] = phases_.size() - 1;
       phases_.back().ops.push_back(&op);
       phases_.back().lifted = cast<scf::ForOp>(op);
       phases_.back().bounds = *bounds;
-      newPhase();
+      cutHere();
       continue;
     }
     phaseOf_[&op] = phases_.size() - 1;
@@ -905,24 +1011,38 @@ void KernelEmulation::buildLoops() {
   b.setInsertionPoint(blockLoop.getBody()->getTerminator());
   for (auto [i, phase] : llvm::enumerate(phases_)) {
     if (i > 0) emitBetweenPhases(b, i - 1);
+    BarrierLoop *around = phase.inLoop ? &barrierLoops_[*phase.inLoop] : nullptr;
+    if (around && around->first == i) {
+      for (Type type : around->loop.getResultTypes()) {
+        Type stored = type.isIndex() ? b.getI64Type() : type;
+        around->carriedTypes.push_back(stored);
+        around->carried.push_back(threadBuffer(around->loop.getLoc(), stored));
+      }
+      around->outer = scf::ForOp::create(b, loc, indexConstant(around->bounds.lower),
+                                         indexConstant(around->bounds.upper),
+                                         indexConstant(around->bounds.step));
+      b.setInsertionPoint(around->outer.getBody()->getTerminator());
+    }
     // A phase that ends in a shuffle stores its operands, even when it
     // has no ops of its own.
-    if (phase.ops.empty() && !shuffles_.count(i)) continue;
-    if (phase.lifted) {
-      for (Type type : phase.lifted.getResultTypes()) {
-        Type stored = type.isIndex() ? b.getI64Type() : type;
-        phase.carriedTypes.push_back(stored);
-        phase.carried.push_back(threadBuffer(phase.lifted.getLoc(), stored));
+    if (!phase.ops.empty() || shuffles_.count(i) || phase.forced) {
+      if (phase.lifted) {
+        for (Type type : phase.lifted.getResultTypes()) {
+          Type stored = type.isIndex() ? b.getI64Type() : type;
+          phase.carriedTypes.push_back(stored);
+          phase.carried.push_back(threadBuffer(phase.lifted.getLoc(), stored));
+        }
+        phase.outer = scf::ForOp::create(b, loc, indexConstant(phase.bounds.lower),
+                                         indexConstant(phase.bounds.upper),
+                                         indexConstant(phase.bounds.step));
+        OpBuilder inOuter(phase.outer.getBody()->getTerminator());
+        phase.loop = scf::ForOp::create(inOuter, loc, zero, threads, one);
+      } else {
+        phase.loop = scf::ForOp::create(b, loc, zero, threads, one);
       }
-      phase.outer = scf::ForOp::create(b, loc, indexConstant(phase.bounds.lower),
-                                       indexConstant(phase.bounds.upper),
-                                       indexConstant(phase.bounds.step));
-      OpBuilder inOuter(phase.outer.getBody()->getTerminator());
-      phase.loop = scf::ForOp::create(inOuter, loc, zero, threads, one);
-    } else {
-      phase.loop = scf::ForOp::create(b, loc, zero, threads, one);
+      phase.thread = phase.loop.getInductionVar();
     }
-    phase.thread = phase.loop.getInductionVar();
+    if (around && around->last == i) b.setInsertionPointAfter(around->outer);
   }
 }
 
@@ -1079,7 +1199,12 @@ void KernelEmulation::emitButterfly(OpBuilder &b, Shuffle &shuffle) {
 std::optional<unsigned> KernelEmulation::definingPhase(Value value) const {
   Operation *def = value.getDefiningOp();
   if (!def) return std::nullopt;  // a kernel argument, or local to its op
-  Operation *top = body_.findAncestorOpInBlock(*def);
+  // The op holding `def` that is one of a phase's: in the kernel's body,
+  // or in a loop's with barriers.
+  Operation *top = def;
+  while (top && top->getBlock() != &body_ &&
+         !barrierLoopOfBody_.count(top->getBlock()))
+    top = top->getParentOp();
   auto it = top ? phaseOf_.find(top) : phaseOf_.end();
   if (it == phaseOf_.end()) return std::nullopt;
   return it->second;
@@ -1090,8 +1215,12 @@ bool KernelEmulation::recomputable(Value value, int depth) {
     return it->second;
   Operation *def = value.getDefiningOp();
   bool result;
-  if (!def) result = value.getParentBlock() == &body_;  // kernel argument
-  else if (isGridQuery(def)) result = true;
+  if (!def)  // a kernel argument, or the counter of a loop with barriers
+    result = value.getParentBlock() == &body_ ||
+             (barrierLoopOf(value.getParentBlock()) &&
+              cast<BlockArgument>(value).getArgNumber() == 0);
+  else if (isGridQuery(def) || prologue_.contains(def))
+    result = true;  // the prologue (shared memory, constants) is everywhere
   else if (getSyncKind(def)) result = false;  // a shuffle's results
   else if (depth > kMaxRecomputeDepth || def->getNumRegions() != 0 ||
            !isMemoryEffectFree(def))
@@ -1149,6 +1278,37 @@ Value KernelEmulation::threadBuffer(Location loc, Type stored) {
       LLVM::LLVMArrayType::get(stored, threads_), i64One(), /*alignment=*/0);
 }
 
+KernelEmulation::BarrierLoop *KernelEmulation::barrierLoopOf(Block *body) {
+  auto it = barrierLoopOfBody_.find(body);
+  return it == barrierLoopOfBody_.end() ? nullptr : &barrierLoops_[it->second];
+}
+
+// Carried value `k` of `loop` as phase `phase` sees it: inside the loop,
+// the thread's slot, or the initial value on the first iteration; after
+// it, the slot (the last iteration's value).
+FailureOr<Value> KernelEmulation::carriedValue(BarrierLoop &loop, unsigned k,
+                                               unsigned phase) {
+  Location loc = loop.loop.getLoc();
+  Value init = loop.loop.getInitArgs()[k];
+  Type type = init.getType();
+  Value initial;  // none after the loop
+  if (phase <= loop.last) {
+    FailureOr<Value> mapped = valueIn(init, phase);
+    if (failed(mapped)) return failure();
+    initial = *mapped;
+  }
+  OpBuilder b = atPhaseEnd(phase);
+  Value saved = LLVM::LoadOp::create(
+      b, loc, loop.carriedTypes[k],
+      threadSlot(b, loc, loop.carried[k], loop.carriedTypes[k], phase));
+  if (type.isIndex()) saved = arith::IndexCastOp::create(b, loc, type, saved);
+  if (!initial) return saved;
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                      loop.outer.getInductionVar(),
+                                      indexConstant(loop.bounds.lower));
+  return arith::SelectOp::create(b, loc, first, initial, saved).getResult();
+}
+
 FailureOr<Value> KernelEmulation::reload(Value value, unsigned phase) {
   auto it = kept_.find(value);
   if (it == kept_.end()) {
@@ -1182,7 +1342,19 @@ FailureOr<Value> KernelEmulation::valueIn(Value value, unsigned phase) {
   Value result = value;
   Operation *def = value.getDefiningOp();
   std::optional<unsigned> defined = definingPhase(value);
-  if (def && isGridQuery(def)) {
+  auto arg = dyn_cast<BlockArgument>(value);
+  BarrierLoop *inLoop = arg ? barrierLoopOf(arg.getOwner()) : nullptr;
+  auto forOp = dyn_cast_or_null<scf::ForOp>(def);
+  BarrierLoop *ofLoop = forOp ? barrierLoopOf(forOp.getBody()) : nullptr;
+  if (inLoop && arg.getArgNumber() == 0) {
+    result = inLoop->outer.getInductionVar();
+  } else if (inLoop || ofLoop) {
+    // A carried value in the loop, or a result after it.
+    unsigned k = inLoop ? arg.getArgNumber() - 1 : cast<OpResult>(value).getResultNumber();
+    FailureOr<Value> carried = carriedValue(inLoop ? *inLoop : *ofLoop, k, phase);
+    if (failed(carried)) return failure();
+    result = *carried;
+  } else if (def && isGridQuery(def)) {
     result = gridValue(def, phase);
   } else if (isa_and_nonnull<ShuffleReduceOp>(def)) {
     // This thread's slot of the butterfly's last buffers.
@@ -1253,6 +1425,16 @@ LogicalResult KernelEmulation::rewriteOperands() {
       });
       if (walk.wasInterrupted()) return failure();
     }
+    // The values a loop with barriers carries to its next iteration, as
+    // the phase that writes them sees them.
+    if (phase.inLoop && barrierLoops_[*phase.inLoop].writes == i) {
+      BarrierLoop &loop = barrierLoops_[*phase.inLoop];
+      for (Value yielded : loop.loop.getBody()->getTerminator()->getOperands()) {
+        FailureOr<Value> value = valueIn(yielded, i);
+        if (failed(value)) return failure();
+        loop.next.push_back(*value);
+      }
+    }
     // A shuffle's operands as this phase sees them, stored at its end.
     if (auto it = shuffles_.find(i); it != shuffles_.end())
       for (Shuffle &shuffle : it->second)
@@ -1321,6 +1503,24 @@ void KernelEmulation::moveOpsAndKeepValues() {
     }
     for (Operation *op : phase.ops)
       op->moveBefore(phase.loop.getBody()->getTerminator());
+  }
+  // The loops with barriers are empty now but for their barriers: each
+  // iteration's carried values go to the thread's slots.
+  for (BarrierLoop &loop : barrierLoops_) {
+    Location loc = loop.loop.getLoc();
+    OpBuilder b = atPhaseEnd(loop.writes);
+    for (auto [k, value] : llvm::enumerate(loop.next)) {
+      Value stored = value;
+      if (value.getType().isIndex())
+        stored = arith::IndexCastOp::create(b, loc, loop.carriedTypes[k], value);
+      LLVM::StoreOp::create(
+          b, loc, stored,
+          threadSlot(b, loc, loop.carried[k], loop.carriedTypes[k], loop.writes));
+    }
+    for (auto [result, init] : llvm::zip(loop.loop.getResults(), loop.loop.getInitArgs()))
+      result.replaceAllUsesWith(init);
+    loop.loop->dropAllReferences();
+    loop.loop.erase();
   }
   for (auto &[value, kept] : kept_) {
     Location loc = value.getLoc();

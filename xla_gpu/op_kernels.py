@@ -110,11 +110,17 @@ def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
     except UnsupportedError as e:
         raise inst.unsupported(str(e)) from None
     kernels = []
+    # A long sort repeats kernels (the same tiled steps after every merge
+    # across tiles, the same global step in several stages): each one is
+    # compiled once and launched where the plan has it.
+    built: dict[SortKernelConfig, Any] = {}
     for k, config in enumerate(plan.kernels):
-        fusion = sort_kernel_fusion(inst, config, name=f"{inst.name}_{k}" if
-                                    len(plan.kernels) > 1 else inst.name)
-        exe = kernel_compiler.compile_kernel(fusion, target, arch, cache=cache,
-                                             lower_only=lower_only)
+        exe = built.get(config)
+        if exe is None:
+            fusion = sort_kernel_fusion(inst, config, name=f"{inst.name}_{k}" if
+                                        len(plan.kernels) > 1 else inst.name)
+            exe = built[config] = kernel_compiler.compile_kernel(
+                fusion, target, arch, cache=cache, lower_only=lower_only)
         kernels.append(SortKernel(config, exe))
     copy_first = not kernels or not kernels[0].reads_operands
     return CompiledSort(inst.name, kernels, [o.shape for o in inst.operands],

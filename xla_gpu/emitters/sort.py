@@ -64,8 +64,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 from mlir import ir
-from mlir.dialects import arith, tensor
+from mlir.dialects import arith, scf, tensor
 
 from ..analysis.fusion import Fusion
 from ..analysis.indexing import delinearize, map_text
@@ -81,6 +82,11 @@ from .partitioner import sanitize
 from .types import element_type
 
 __all__ = ["SortEmitter", "scalar_computation"]
+
+# A tiled kernel with more steps than this runs them as a loop over a table
+# of their masks (one comparator in the code, not one per step); fewer are
+# unrolled, each with its pair's index arithmetic folded to constants.
+STEP_LOOP_MIN_STEPS = 3
 
 
 # -- the comparator ------------------------------------------------------------------
@@ -337,27 +343,12 @@ class SortEmitter(KernelEmitter):
             limit = self.maps.apply(str(IndexingMap.parse(map_text(
                 [("bl_x", launch.blocks)], [], [f"{c.n} - {tile_start}"])).simplified()),
                 [ids[1]])[0]
-        for mask in c.masks:
-            i, j = self._pair("th_x", mask)
-            pair_map = self._map(dims_ranges, [], [i, j])
-            loop = xla_gpu.build_loop(pair_map, ids, current)
-            block = loop.region.blocks[0]
-            with ir.InsertionPoint(block):
-                args = list(block.arguments)
-                li, lj = args[0], args[1]
-                iters = args[2:]
-                a = [tensor.extract(t, [li]) for t in iters]
-                b = [tensor.extract(t, [lj]) for t in iters]
-                ai = a[n_values] if c.index_tile else None
-                bi = b[n_values] if c.index_tile else None
-                valid = None
-                if partial:
-                    valid = arith.cmpi(arith.CmpIPredicate.ult, lj, limit)
-                new_i, new_j = self._compare_swap(a, b, ai, bi, valid)
-                written = [tensor.insert(y, tensor.insert(x, t, [li]), [lj])
-                           for x, y, t in zip(new_i, new_j, iters)]
-                xla_gpu.YieldOp(written)
-            current = list(xla_gpu.SyncThreadsOp(list(loop.results)).results)
+        if len(c.masks) > STEP_LOOP_MIN_STEPS:
+            current = self._step_loop(current, ids, dims_ranges, limit)
+        else:
+            for mask in c.masks:
+                current = self._step(current, ids, self._map(
+                    dims_ranges, [], list(self._pair("th_x", mask))), limit)
 
         # Store: every thread writes back the elements it loaded.
         if c.top_k is not None:
@@ -384,6 +375,72 @@ class SortEmitter(KernelEmitter):
             written = [tensor.insert(v, it, element) for v, it in zip(values, iters)]
             xla_gpu.YieldOp(written)
         del index
+        return list(loop.results)
+
+    def _step(self, current, ids, pair_map, limit, step=None):
+        """One step of the network on the tiles `current`: every thread
+        compares and swaps its pair, then waits at a barrier. `pair_map`
+        gives the pair (i, j) of a thread; or, with `step` (index values
+        (mask, h, 2^h - 1) of a step chosen at run time, h the mask's
+        highest bit), gives the thread t, and the pair is computed: i is t
+        with a 0 bit inserted at bit h, j = i ^ mask (which is (i, i + 2^h)
+        for a power of two, and the block of 2^(h+1) reversed against
+        itself for a flip)."""
+        c = self.config
+        n_values = len(self.operands)
+        loop = xla_gpu.build_loop(pair_map, ids, current)
+        block = loop.region.blocks[0]
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)
+            if step is None:
+                li, lj = args[0], args[1]
+                iters = args[2:]
+            else:
+                mask, high_bit, below = step
+                thread, iters = args[0], args[1:]
+                one = arith.constant(ir.IndexType.get(), 1)
+                above = arith.shli(arith.shrui(thread, high_bit), one)
+                li = arith.ori(arith.shli(above, high_bit), arith.andi(thread, below))
+                lj = arith.xori(li, mask)
+            a = [tensor.extract(t, [li]) for t in iters]
+            b = [tensor.extract(t, [lj]) for t in iters]
+            ai = a[n_values] if c.index_tile else None
+            bi = b[n_values] if c.index_tile else None
+            valid = None
+            if limit is not None:
+                valid = arith.cmpi(arith.CmpIPredicate.ult, lj, limit)
+            new_i, new_j = self._compare_swap(a, b, ai, bi, valid)
+            written = [tensor.insert(y, tensor.insert(x, t, [li]), [lj])
+                       for x, y, t in zip(new_i, new_j, iters)]
+            xla_gpu.YieldOp(written)
+        return list(xla_gpu.SyncThreadsOp(list(loop.results)).results)
+
+    def _step_loop(self, current, ids, dims_ranges, limit):
+        """The steps as a loop over a table of their masks: one copy of the
+        comparator instead of one per step (a tile of 1024 elements has 55
+        steps), a barrier at the end of each iteration."""
+        masks = self.config.masks
+        i32 = ir.IntegerType.get_signless(32)
+        index = ir.IndexType.get()
+
+        def table(values):
+            t = ir.RankedTensorType.get([len(values)], i32)
+            return arith.constant(t, ir.DenseElementsAttr.get(
+                np.asarray(values, dtype=np.int32), type=t))
+
+        mask_table = table(masks)
+        high_bit_table = table([m.bit_length() - 1 for m in masks])
+        thread_map = self._map(dims_ranges, [], ["th_x"])
+        loop = scf.ForOp(arith.constant(index, 0), arith.constant(index, len(masks)),
+                         arith.constant(index, 1), list(current))
+        with ir.InsertionPoint(loop.body):
+            step = loop.induction_variable
+            mask = arith.index_cast(index, tensor.extract(mask_table, [step]))
+            high_bit = arith.index_cast(index, tensor.extract(high_bit_table, [step]))
+            one = arith.constant(index, 1)
+            below = arith.subi(arith.shli(one, high_bit), one)
+            scf.YieldOp(self._step(list(loop.inner_iter_args), ids, thread_map, limit,
+                                   (mask, high_bit, below)))
         return list(loop.results)
 
     def _emit_global(self, outputs, ids):

@@ -5,7 +5,7 @@
 func.func @barrier_in_if(%p: !llvm.ptr) {
   %c = llvm.load %p : !llvm.ptr -> i1
   scf.if %c {
-    // expected-error @+1 {{'gpu.barrier' op inside 'scf.if' cannot be emulated on the host: the kernel is cut into phases at barriers, which must be at the top level of the kernel}}
+    // expected-error @+1 {{'gpu.barrier' op inside 'scf.if' cannot be emulated on the host: the kernel is cut into phases at barriers, which must be at the top level of the kernel or of a loop there with constant bounds}}
     gpu.barrier
   }
   return
@@ -13,13 +13,54 @@ func.func @barrier_in_if(%p: !llvm.ptr) {
 
 // -----
 
-func.func @barrier_in_loop() {
+// A loop's barriers: only where every thread reaches them the same number
+// of times, known when the pass runs (constant bounds).
+func.func @barrier_in_loop_of_unknown_trip_count(%p: !llvm.ptr) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n64 = llvm.load %p : !llvm.ptr -> i64
+  %n = arith.index_cast %n64 : i64 to index
+  scf.for %i = %c0 to %n step %c1 {
+    // expected-error @+1 {{'gpu.barrier' op inside 'scf.for' cannot be emulated on the host: the kernel is cut into phases at barriers, which must be at the top level of the kernel or of a loop there with constant bounds}}
+    gpu.barrier
+  }
+  return
+}
+
+// -----
+
+// Loops with barriers do not nest.
+func.func @barrier_in_nested_loop() {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c4 = arith.constant 4 : index
   scf.for %i = %c0 to %c4 step %c1 {
-    // expected-error @+1 {{'gpu.barrier' op inside 'scf.for' cannot be emulated}}
     gpu.barrier
+    scf.for %j = %c0 to %c4 step %c1 {
+      // expected-error @+1 {{'gpu.barrier' op inside 'scf.for' cannot be emulated}}
+      gpu.barrier
+    }
+  }
+  return
+}
+
+// -----
+
+func.func private @add(%a: f32, %b: f32) -> f32 {
+  %s = arith.addf %a, %b : f32
+  return %s : f32
+}
+func.func @shuffle_in_loop(%p: !llvm.ptr) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %tid = gpu.thread_id x {xla.range = [0 : index, 31 : index]}
+  scf.for %i = %c0 to %c4 step %c1 {
+    %x = llvm.load %p : !llvm.ptr -> f32
+    gpu.barrier
+    // expected-error @+1 {{'xla_gpu.shuffle_reduce' op inside 'scf.for' cannot be emulated on the host: the kernel is cut into phases at warp shuffles, which must be at the top level of the kernel}}
+    %r = xla_gpu.shuffle_reduce(%x) to 16 combiner=@add : f32
+    llvm.store %r, %p : f32, !llvm.ptr
   }
   return
 }
