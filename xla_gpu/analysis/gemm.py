@@ -40,19 +40,24 @@ from .shared_memory import static_shared_budget
 __all__ = ["GemmTiling", "GemmPlan", "DotDims", "dot_dims", "dot_hero", "gemm_refusal",
            "default_tiling", "plan_gemm", "fusion_backend_kind", "triton_gemm_tiling",
            "TRITON_GEMM_KINDS", "accumulator_type", "is_gemm_fusion_kind",
-           "HOST_UNROLLED_K_STEPS", "HOST_SHARED_MAX_MACS", "multiply_adds", "MmaPlan",
+           "HOST_SHARED_MAX_K_STEPS", "HOST_UNROLLED_K_STEPS", "HOST_SHARED_MAX_MACS", "multiply_adds", "MmaPlan",
            "mma_operand_type"]
 
 # XLA:GPU's fusion kinds whose body is one GEMM for its Triton emitter.
 TRITON_GEMM_KINDS = ("__triton_gemm", "__triton_nested_gemm_fusion")
-# The cpu target emulates a block's threads phase by phase between barriers,
-# which must be at the top level of the kernel: a k loop with barriers
-# cannot run there. Small GEMMs (at most HOST_SHARED_MAX_MACS multiply-adds,
-# at most HOST_UNROLLED_K_STEPS steps of block_k) run the GPU's staged
-# kernel with its k loop unrolled, step by step (what the cpu target's
-# tests check); larger ones have each thread read its operands directly,
-# its accumulators in registers through each step (5x faster there).
-HOST_UNROLLED_K_STEPS = 16
+# The cpu target emulates a block's threads phase by phase between barriers.
+# Small GEMMs (at most HOST_SHARED_MAX_MACS multiply-adds, at most
+# HOST_SHARED_MAX_K_STEPS steps of block_k) run the GPU's staged kernel
+# (what the cpu target's tests check): its k loop with barriers runs as a
+# loop around the phases of a step, or unrolled when it has at most
+# HOST_UNROLLED_K_STEPS steps (measured on a 64x48 bf16 GEMM fusion with
+# 16x32 tiles: each unrolled step costs ~40 ms of compile and saves a few
+# microseconds of run time; at 4 steps the loop compiled in 80 ms against
+# 159, ran in 26 us against 23). Larger GEMMs have each thread read its
+# operands directly, its accumulators in registers through each step (5x
+# faster there).
+HOST_SHARED_MAX_K_STEPS = 16
+HOST_UNROLLED_K_STEPS = 2
 HOST_SHARED_MAX_MACS = 1 << 22
 # The host's direct reads give each thread rows of this many adjacent
 # columns where the tile allows (a SIMD vector of f32).
@@ -495,7 +500,7 @@ class GemmPlan:
     lhs_k_fastest: bool               # the lhs tile is loaded along k first
     rhs_k_fastest: bool
     staging: str                      # "shared" or "registers" (host, long k)
-    unrolled: bool                    # the k loop unrolled (host, few steps)
+    unrolled: bool                    # the k loop unrolled (host, 1 or 2 steps)
     # A thread's columns side by side (the host's registers staging: its
     # loads and FMAs along n vectorize) rather than threads_x apart.
     contiguous_columns: bool = False
@@ -605,7 +610,7 @@ def plan_gemm(dot: HloInstruction, tiling: GemmTiling | None = None,
     threads = min(tiling.num_warps * WARP_SIZE, bm * bn)
     k_steps = -(-dims.K // bk)
     if staging is None:
-        small = k_steps <= HOST_UNROLLED_K_STEPS and \
+        small = k_steps <= HOST_SHARED_MAX_K_STEPS and \
             dims.B * dims.M * dims.N * dims.K <= HOST_SHARED_MAX_MACS
         staging = "registers" if host and not small else "shared"
     if staging not in ("shared", "registers"):
@@ -619,7 +624,8 @@ def plan_gemm(dot: HloInstruction, tiling: GemmTiling | None = None,
         max(-(-dims.M // bm), 1), max(-(-dims.N // bn), 1),
         k_steps, t, accumulator_type(t), lhs_s, rhs_s,
         lhs_minor in dims.lhs_contracting, rhs_minor in dims.rhs_contracting,
-        staging, host and staging == "shared", host and staging == "registers",
+        staging, host and staging == "shared" and k_steps <= HOST_UNROLLED_K_STEPS,
+        host and staging == "registers",
         tuple(notes))
     if tensor_cores is False or (host and not tensor_cores) or staging != "shared" \
             or dims.K == 0:

@@ -44,9 +44,10 @@ kernel with each mma computed lane by lane from the registers the other
 lanes loaded, found through the documented layouts, so that the cpu
 target checks the fragment loads' index arithmetic and packing.
 
-On the cpu target (grid emulation) barriers must stay at the top level of
-the kernel: small GEMMs (`analysis.gemm.HOST_SHARED_MAX_MACS`) run the
-GPU's code with the k loop unrolled, step by step; larger ones have each
+On the cpu target (grid emulation) small GEMMs
+(`analysis.gemm.HOST_SHARED_MAX_MACS`) run the GPU's code, its k loop
+around the two phases of a step (unrolled for one or two steps); larger
+ones have each
 thread read its operands directly (the prologue at each element, no shared
 memory, `staging="registers"`): a loop over the steps of block_k, which
 the emulation runs over all threads per step, around a loop over the

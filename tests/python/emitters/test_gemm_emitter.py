@@ -228,7 +228,7 @@ def test_dot_forms_as_one_kernel_with_the_configured_grid(name):
 
 
 def test_long_contracting_dimension_on_the_host_reads_operands_directly():
-    """Beyond HOST_UNROLLED_K_STEPS steps of block_k the cpu target's
+    """Beyond HOST_SHARED_MAX_K_STEPS steps of block_k the cpu target's
     kernel has each thread read its operands in a k loop of its own; the
     result is the same."""
     text = _gemm_module(("bf16", (20, 700)), ("f32", (700, 30)), ("f32", (20, 30)),
@@ -242,7 +242,8 @@ def test_long_contracting_dimension_on_the_host_reads_operands_directly():
 
 @pytest.mark.parametrize("staging", ["shared", "registers"])
 def test_both_stagings_match_the_interpreter(staging):
-    """The GPU's shared-memory staging (its k loop unrolled on the host)
+    """The GPU's shared-memory staging (its k loop around the phases of a
+    step on the host)
     and the direct reads, each emitted for one fusion and run on the host."""
     from xla_gpu.analysis.device import HOST_EMULATION
     from xla_gpu.backends import cpu
