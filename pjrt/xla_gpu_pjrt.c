@@ -74,7 +74,11 @@ static err_fetch_fn g_fetch;
 static err_restore_fn g_restore;
 static uint64_t g_table[HEADER_WORDS + MAX_SLOTS];
 
+static int python_shutting_down(void);
+static int defer_destroy(int slot, void *args);
+
 static void *call_slot(int i, void *args) {
+  if (python_shutting_down() || defer_destroy(i, args)) return NULL;
   int gil = g_ensure();
   void *type = NULL, *value = NULL, *traceback = NULL;
   g_fetch(&type, &value, &traceback);
@@ -114,6 +118,125 @@ typedef struct {
 
 static fast_hooks g_fast;
 static _Atomic(int) g_fast_on = 0;
+
+/* Whether the interpreter is shutting down. A thread that takes the GIL
+ * then is ended on the spot (pthread_exit), and jaxlib's threads call the
+ * slots from noexcept destructors (an executable whose asynchronous
+ * compile finished as the process exits): the unwinding would end the
+ * process in std::terminate. So nothing enters Python then: a slot returns
+ * no error and leaks what it would have freed, as the Python slots do once
+ * finalizing. (Py_IsFinalizing reads one atomic word: no GIL needed.) */
+static int python_shutting_down(void) {
+  return atomic_load(&g_fast_on) && g_fast.is_finalizing();
+}
+
+/* ------------------------------------------- destroys on foreign threads --- */
+
+/* A destroy that jaxlib calls on a thread Python has never seen (its
+ * thread pools drop the last reference to an executable whose asynchronous
+ * compile finished there) does not take the GIL there: its arguments are
+ * queued, and the interpreter runs it on its main thread at its next
+ * pending call (Py_AddPendingCall needs no GIL). Such a thread waiting for
+ * the GIL when the interpreter starts shutting down is ended inside
+ * jaxlib's noexcept destructor, and with it the process (std::terminate;
+ * checking python_shutting_down first leaves that window open); a queued
+ * destroy is only never run (a leak at exit). */
+typedef struct deferred_destroy {
+  struct deferred_destroy *next;
+  int slot;
+  uint64_t args[8];  /* a copy of the PJRT_*_Destroy_Args (3 words) */
+} deferred_destroy;
+
+static const char *const k_slot_names[] = {
+#define XLA_GPU_PJRT_SLOT_NAME_(ret, name) #name,
+  XLA_GPU_PJRT_SLOTS(XLA_GPU_PJRT_SLOT_NAME_)
+#undef XLA_GPU_PJRT_SLOT_NAME_
+};
+static bool g_is_destroy[MAX_SLOTS];
+static void *(*g_this_thread_state)(void);            /* PyGILState_GetThisThreadState */
+static int (*g_add_pending_call)(int (*)(void *), void *);   /* Py_AddPendingCall */
+static _Atomic(int) g_defer_on = 0;
+static _Atomic(int) g_drain_scheduled = 0;
+static atomic_flag g_deferred_flag = ATOMIC_FLAG_INIT;
+static deferred_destroy *g_deferred_head, *g_deferred_tail;
+
+static void deferred_lock(void) {
+  for (unsigned spins = 0;
+       atomic_flag_test_and_set_explicit(&g_deferred_flag, memory_order_acquire); ++spins) {
+    if (spins >= 64) sched_yield();
+  }
+}
+
+static void deferred_unlock(void) {
+  atomic_flag_clear_explicit(&g_deferred_flag, memory_order_release);
+}
+
+/* The pending call: the queued destroys, in order, through the table's
+ * entries (a fast path where there is one), on the main thread. */
+static int run_deferred_destroys(void *unused) {
+  (void)unused;
+  atomic_store(&g_drain_scheduled, 0);
+  deferred_lock();
+  deferred_destroy *d = g_deferred_head;
+  g_deferred_head = g_deferred_tail = NULL;
+  deferred_unlock();
+  while (d) {
+    deferred_destroy *next = d->next;
+    slot_fn entry = (slot_fn)(uintptr_t)g_table[HEADER_WORDS + d->slot];
+    entry(d->args);
+    free(d);
+    d = next;
+  }
+  return 0;
+}
+
+/* Queues destroy `slot`'s `args` when the calling thread is foreign to
+ * Python; returns 1 if queued (the destroy is done, as far as the caller
+ * goes), 0 to run it here. */
+static int defer_destroy(int slot, void *args) {
+  if (!atomic_load(&g_defer_on) || slot < 0 || slot >= MAX_SLOTS || !g_is_destroy[slot] ||
+      g_this_thread_state() != NULL)
+    return 0;
+  size_t size = *(const size_t *)args;  /* struct_size comes first */
+  deferred_destroy *d = malloc(sizeof *d);
+  if (!d || size > sizeof d->args) {
+    free(d);
+    return 0;
+  }
+  memset(d->args, 0, sizeof d->args);
+  memcpy(d->args, args, size);
+  d->slot = slot;
+  d->next = NULL;
+  deferred_lock();
+  if (g_deferred_tail) g_deferred_tail->next = d;
+  else g_deferred_head = d;
+  g_deferred_tail = d;
+  deferred_unlock();
+  /* One pending call at a time; one that could not be added (Python's
+   * queue full) is asked for again by the next destroy. */
+  if (!atomic_exchange(&g_drain_scheduled, 1) &&
+      g_add_pending_call(run_deferred_destroys, NULL) != 0)
+    atomic_store(&g_drain_scheduled, 0);
+  return 1;
+}
+
+/* Switches the deferral on (after XlaGpuPjrtEnableFastPaths, whose
+ * shutdown check it relies on): `this_thread_state` is
+ * PyGILState_GetThisThreadState, `add_pending_call` Py_AddPendingCall.
+ * Returns 0, or -1 (off) when the fast paths are off or a pointer is
+ * missing. */
+XLA_GPU_PJRT_EXPORT int XlaGpuPjrtEnableDeferredDestroys(void *this_thread_state,
+                                                         void *add_pending_call) {
+  if (!atomic_load(&g_fast_on) || !this_thread_state || !add_pending_call) return -1;
+  for (size_t i = 0; i < sizeof k_slot_names / sizeof *k_slot_names && i < MAX_SLOTS; ++i) {
+    size_t n = strlen(k_slot_names[i]);
+    g_is_destroy[i] = n > 8 && strcmp(k_slot_names[i] + n - 8, "_Destroy") == 0;
+  }
+  g_this_thread_state = (void *(*)(void))this_thread_state;
+  g_add_pending_call = (int (*)(int (*)(void *), void *))add_pending_call;
+  atomic_store(&g_defer_on, 1);
+  return 0;
+}
 /* The event of finished work: always ready, no error, never destroyed. */
 static _Atomic(const void *) g_ready_event = NULL;
 
@@ -270,7 +393,7 @@ XLA_GPU_PJRT_EXPORT void XlaGpuPjrtRemoveLive(const void *handle) {
       if (!h || live_find((uintptr_t)h) == SIZE_MAX || h->kind != (want)) h = NULL;   \
       if (h) { __VA_ARGS__; }                                                         \
       live_unlock();                                                                  \
-      if (h) return NULL;                                                             \
+      if (h || python_shutting_down()) return NULL;                                  \
       py_scope scope;                                                                 \
       py_enter(&scope);                                                               \
       h = live_handle(args->field, want, NULL);                                       \
@@ -309,6 +432,7 @@ FAST_GETTER(Memory_Kind, memory, XLA_GPU_PJRT_HANDLE_MEMORY,
  * the handle). */
 static void *fast_Buffer_Destroy(void *p) {
   PJRT_Buffer_Destroy_Args *args = (PJRT_Buffer_Destroy_Args *)p;
+  if (python_shutting_down() || defer_destroy(XLA_GPU_PJRT_SLOT_Buffer_Destroy, p)) return NULL;
   if (atomic_load(&g_fast_on)) {
     py_scope scope;
     py_enter(&scope);
@@ -627,7 +751,7 @@ release:
 }
 
 static void *fast_LoadedExecutable_Execute(void *p) {
-  if (atomic_load(&g_execute_on)) {
+  if (atomic_load(&g_execute_on) && !python_shutting_down()) {
     py_scope scope;
     py_enter(&scope);
     int done = execute_here((PJRT_LoadedExecutable_Execute_Args *)p);
@@ -694,6 +818,7 @@ static void *fast_Buffer_ReadyEvent(void *p) {
       args->event = (PJRT_Event *)atomic_load(&g_ready_event);
       return NULL;
     }
+    if (python_shutting_down()) return NULL;
     py_scope scope;
     py_enter(&scope);
     const XlaGpuPjrt_Handle *h = live_handle(args->buffer, XLA_GPU_PJRT_HANDLE_BUFFER, NULL);

@@ -132,6 +132,14 @@ def _enable_fast_paths(lib) -> None:
     if enable(*fast_path_handles(), *hooks) != 0:
         logger.debug("xla_gpu: the PJRT library's fast paths are off")
         return
+    # Destroys on jaxlib's own threads run on the main thread (see
+    # pjrt/xla_gpu_pjrt.c: taking the GIL there can end the process at exit).
+    defer = getattr(lib, "XlaGpuPjrtEnableDeferredDestroys", None)
+    if defer is not None:
+        defer.argtypes = [ctypes.c_void_p] * 2
+        defer.restype = ctypes.c_int
+        defer(ctypes.cast(py.PyGILState_GetThisThreadState, ctypes.c_void_p).value,
+              ctypes.cast(py.Py_AddPendingCall, ctypes.c_void_p).value)
     add, remove = (getattr(lib, name, None) for name in ("XlaGpuPjrtAddLive",
                                                           "XlaGpuPjrtRemoveLive"))
     if add is not None and remove is not None:

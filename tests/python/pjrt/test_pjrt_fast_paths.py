@@ -253,3 +253,66 @@ def test_memory_user_data_lives_in_the_library():
     assert out["first"] == 1001 and out["second"] == 1002 and out["other_key"] is None
     assert out["deleted"] == [1001]
     assert out["y"] == [3.0, 4.0, 5.0, 6.0]
+
+
+# Calls a table entry on a thread of its own, which Python never sees (as
+# jaxlib's thread pools call destroys), and waits for it.
+_FOREIGN_THREAD_C = r"""
+#include <pthread.h>
+#include <stddef.h>
+typedef void *(*entry_fn)(void *);
+struct job { entry_fn fn; void *args; };
+static void *run(void *p) {
+  struct job *j = (struct job *)p;
+  j->fn(j->args);
+  return NULL;
+}
+int call_on_foreign_thread(void *fn, void *args) {
+  struct job j = {(entry_fn)fn, args};
+  pthread_t t;
+  if (pthread_create(&t, NULL, run, &j) != 0) return -1;
+  return pthread_join(t, NULL);
+}
+"""
+
+
+def test_a_destroy_on_a_foreign_thread_runs_on_the_main_thread(tmp_path):
+    """A destroy jaxlib calls on one of its own threads is queued and run
+    on the interpreter's main thread: taking the GIL on such a thread as
+    the interpreter shuts down ended the process (std::terminate inside
+    jaxlib's executable destructor, about one exit in 25 under load)."""
+    import shutil
+    import subprocess
+    cc = next((shutil.which(c) for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+    if cc is None:
+        pytest.skip("no C compiler")
+    src, so = tmp_path / "foreign.c", tmp_path / "foreign.so"
+    src.write_text(_FOREIGN_THREAD_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-pthread", str(src), "-o", str(so)], check=True)
+    out = run_counted(f"""
+        import xla_gpu.pjrt as plugin
+        threads = []
+        _destroy = P._err_destroy
+        def _recording(e):
+            threads.append(threading.current_thread() is threading.main_thread())
+            return _destroy(e)
+        P._err_destroy = _recording
+        helper = ctypes.CDLL({str(so)!r})
+        helper.call_on_foreign_thread.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        api = ctypes.CDLL(plugin.library_path()).GetPjrtApi
+        api.restype = ctypes.c_void_p
+        table = (ctypes.c_uint64 * 3).from_address(api() + 40)  # Error_Destroy: slot 0
+        errors = [P.Error(3, "deferred") for _ in range(3)]
+        args = []
+        for e in errors:
+            a = (ctypes.c_uint64 * 3)(24, 0, e.addr)  # struct_size, extension_start, error
+            args.append(a)
+            assert helper.call_on_foreign_thread(table[0], ctypes.addressof(a)) == 0
+        for _ in range(1000):                        # the main thread's pending call
+            if len(threads) == 3:
+                break
+        print(json.dumps({{"threads": threads,
+                          "released": [P._objects.get(e.addr) is None for e in errors]}}))
+    """)
+    assert out["threads"] == [True, True, True], out
+    assert out["released"] == [True, True, True], out
