@@ -130,9 +130,11 @@ def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
 
 def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
                  cache: bool = True, lower_only: bool = False) -> CompiledSort:
-    """The one kernel of a top-k (a `topk` op or a TopK custom call) whose
-    rows fit a tile: reads the operand, writes (values, indices). Longer
-    rows are decomposed into a sort first (hlo.passes.topk_decomposer).
+    """The one kernel of a top-k (a `topk` op or a TopK custom call): reads
+    the operand, writes (values, indices). A row that fits a tile is sorted
+    there; a longer one, with k at most `analysis.sort.TOPK_SELECT_MAX_K`,
+    has each thread select its best k of a part of the row first; other
+    top-ks are decomposed into a sort (hlo.passes.topk_decomposer).
     `lower_only`: as `kernel_compiler.compile_kernel`'s."""
     from .emitters.types import check_supported
     k = topk_k(inst)

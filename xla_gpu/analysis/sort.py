@@ -32,10 +32,15 @@ __all__ = ["SortKernelConfig", "SortLaunch", "SortPlan", "plan_sort", "bitonic_m
            "choose_tile", "sort_kernel_fusion", "topk_kernel_fusion", "needs_index_operand",
            "fits_one_kernel", "topk_k", "topk_comparator", "topk_operand_comparator",
            "comparator_of", "check_comparator", "check_sort", "is_topk", "is_stable",
-           "sort_geometry", "MAX_TILE", "MAX_SHARED_BYTES", "INDEX_TYPE"]
+           "sort_geometry", "MAX_TILE", "MAX_SHARED_BYTES", "INDEX_TYPE", "TOPK_SELECT_MAX_K"]
 
 # XLA: at most 2 * 1024 elements per tile (one thread per pair).
 MAX_TILE = 2048
+# A top-k over rows longer than a tile, with k at most this, is one kernel
+# that selects candidates per thread (`SortKernelConfig.select`), as
+# XLA:GPU's TopK kernel does for k <= 16; a larger k is a sort
+# (hlo.passes.topk_decomposer).
+TOPK_SELECT_MAX_K = 16
 # Static shared memory a block may use without opting in to more (the
 # budget every emitter's tiles keep to: `shared_memory`).
 MAX_SHARED_BYTES = STATIC_SHARED_BUDGET
@@ -72,7 +77,10 @@ class SortKernelConfig:
     in shared memory (the stable tie-break, top-k's indices). tie_break:
     elements neither of which goes first are ordered by that index.
     top_k: only the first k elements along `dim` are written, as (values,
-    indices) (top-k's kernel)."""
+    indices) (top-k's kernel). select: a top-k over rows longer than the
+    tile: each of tile // select threads keeps the best `select` elements
+    of its strided part of the row, and the tile sorts those (one block a
+    row)."""
     dims: tuple[int, ...]
     dim: int
     masks: tuple[int, ...]
@@ -82,6 +90,7 @@ class SortKernelConfig:
     index_tile: bool = False
     tie_break: bool = False
     top_k: int | None = None
+    select: int = 0
 
     @property
     def n(self) -> int:
@@ -93,13 +102,15 @@ class SortKernelConfig:
 
     @property
     def num_tiles(self) -> int:
-        return -(-self.n // self.tile)
+        return 1 if self.select else -(-self.n // self.tile)
 
     @property
     def padded(self) -> int:
         return 1 << _stages(self.n)
 
     def launch(self) -> "SortLaunch":
+        if self.select:
+            return SortLaunch(self.tile // self.select, self.rows)
         if self.tiled:
             return SortLaunch(self.tile // 2, self.rows * self.num_tiles)
         pairs = self.rows * (self.padded // 2)
@@ -113,6 +124,8 @@ class SortKernelConfig:
         else:
             masks = ",".join(hex(m) for m in self.masks)
         where = f"tiles of {self.tile} in shared memory" if self.tiled else "global"
+        if self.select:
+            where += f", the best {self.select} of each thread's part of a row of {self.n}"
         return f"masks [{masks}] ({where}{', reads the operands' if self.reads_operands else ''})"
 
 
@@ -137,6 +150,37 @@ def choose_tile(n: int, bytes_per_element: int) -> int:
     while tile >= 2 and tile * bytes_per_element > budget:
         tile //= 2
     return tile if tile >= 2 else 0
+
+
+def _topk_candidates(n: int, k: int, tile: int) -> int:
+    """How many candidates a top-k of rows of n selects per row (the tile
+    that sorts them; 0: sort the row in one tile instead), with k at most
+    TOPK_SELECT_MAX_K: a 32nd of the row, at least 128 (and 2 slots a
+    thread), at most the tile. On the cpu target fewer candidates ran
+    faster, the candidates' sort costing more than the selection (a row of
+    65536, k = 8: 173 us with 128, 248 us with 2048); a GPU wants threads
+    enough to scan a long row in parallel. A row that fits the tile selects
+    only where every thread scans 4 elements per slot or more and the
+    selection and the candidates' sort do under half the work of sorting
+    the row (n * select insertion steps against the bitonic network's
+    pairs: a row of 1000, k = 8: 10K against 28K)."""
+    if not tile or k > TOPK_SELECT_MAX_K:
+        return 0
+    padded = 1 << _stages(n)
+    select = max(2, 1 << _stages(k))
+    whole = padded if padded == n else padded // 2      # the largest power of 2 <= n
+    candidates = min(tile, max(128, whole // 32))
+    if candidates < 2 * select:
+        return 0
+    if tile < padded:
+        return candidates       # (< n: every thread has `select` elements)
+    if 4 * candidates > n:
+        return 0
+
+    def network(size: int) -> int:
+        return len(bitonic_masks(size)) * size // 2
+
+    return candidates if 2 * (n * select + network(candidates)) < network(padded) else 0
 
 
 @dataclass
@@ -165,6 +209,15 @@ def plan_sort(dims: Sequence[int], dim: int, element_types: Sequence[str],
     base = dict(dims=dims, dim=dim, tile=tile, index_tile=index_tile,
                 tie_break=index_tile, top_k=top_k)
     if top_k is not None:
+        candidates = _topk_candidates(n, top_k, tile)
+        if candidates:
+            # Each thread selects its best `select` (at least 2: a pair per
+            # thread in the tile) of a strided part (at least `select`
+            # elements, as n >= candidates), the tile sorts the candidates.
+            select = max(2, 1 << _stages(top_k))
+            return SortPlan([SortKernelConfig(masks=tuple(bitonic_masks(candidates)),
+                                              tiled=True, reads_operands=True, select=select,
+                                              **{**base, "tile": candidates})], candidates)
         if tile == 0 or tile < (1 << _stages(n)):
             raise UnsupportedError(f"top-k over {n} elements does not fit one tile "
                                    f"(at most {tile or 1} elements here)")

@@ -37,6 +37,12 @@ element before writing any); every other kernel works in place on the
 results (its outputs alias its parameters), after a copy of the operands
 into the results when the first kernel is a global one.
 
+A top-k whose rows are longer than the tile (k at most 16) is one kernel
+too, one block a row, as XLA:GPU's TopK kernel: each thread keeps its best
+k (a power of two, `SortKernelConfig.select`) of a strided part of the
+row in registers, inserting each element into its sorted slots, and the
+tile's steps sort the candidates of all threads (`_emit_selected`).
+
 Several operands are sorted together (the comparator sees a pair of
 scalars of each). The tile is 2048 elements (1024 threads) at most, halved
 until the tiles of all operands fit in 48 KiB of shared memory.
@@ -223,6 +229,8 @@ class SortEmitter(KernelEmitter):
     def emit_entry(self, params, outputs, thread_id, block_id):
         c = self.config
         ids = [thread_id, block_id]
+        if c.select:
+            return self._emit_selected(params, outputs, ids)
         if c.tiled:
             return self._emit_tiled(params, outputs, ids)
         return self._emit_global(outputs, ids)
@@ -396,8 +404,10 @@ class SortEmitter(KernelEmitter):
                 li, lj = args[0], args[1]
                 iters = args[2:]
             else:
+                # (the map's symbols, a thread's pairs, come first)
                 mask, high_bit, below = step
-                thread, iters = args[0], args[1:]
+                symbols = len(args) - 1 - len(current)
+                thread, iters = args[symbols], args[symbols + 1:]
                 one = arith.constant(ir.IndexType.get(), 1)
                 above = arith.shli(arith.shrui(thread, high_bit), one)
                 li = arith.ori(arith.shli(above, high_bit), arith.andi(thread, below))
@@ -415,10 +425,11 @@ class SortEmitter(KernelEmitter):
             xla_gpu.YieldOp(written)
         return list(xla_gpu.SyncThreadsOp(list(loop.results)).results)
 
-    def _step_loop(self, current, ids, dims_ranges, limit):
+    def _step_loop(self, current, ids, dims_ranges, limit, pairs_per_thread: int = 1):
         """The steps as a loop over a table of their masks: one copy of the
         comparator instead of one per step (a tile of 1024 elements has 55
-        steps), a barrier at the end of each iteration."""
+        steps), a barrier at the end of each iteration. Thread t handles
+        pairs t, t + threads, ... (`pairs_per_thread` of them)."""
         masks = self.config.masks
         i32 = ir.IntegerType.get_signless(32)
         index = ir.IndexType.get()
@@ -430,7 +441,12 @@ class SortEmitter(KernelEmitter):
 
         mask_table = table(masks)
         high_bit_table = table([m.bit_length() - 1 for m in masks])
-        thread_map = self._map(dims_ranges, [], ["th_x"])
+        if pairs_per_thread > 1:
+            threads = dims_ranges[0][1]
+            thread_map = self._map(dims_ranges, [("p", pairs_per_thread)],
+                                   [f"th_x + p * {threads}"])
+        else:
+            thread_map = self._map(dims_ranges, [], ["th_x"])
         loop = scf.ForOp(arith.constant(index, 0), arith.constant(index, len(masks)),
                          arith.constant(index, 1), list(current))
         with ir.InsertionPoint(loop.body):
@@ -441,6 +457,101 @@ class SortEmitter(KernelEmitter):
             below = arith.subi(arith.shli(one, high_bit), one)
             scf.YieldOp(self._step(list(loop.inner_iter_args), ids, thread_map, limit,
                                    (mask, high_bit, below)))
+        return list(loop.results)
+
+    def _emit_selected(self, params, outputs, ids):
+        """A top-k over rows longer than the tile, one block a row (XLA:GPU's
+        TopK kernel's plan): thread t keeps the best `select` (value, index)
+        pairs of elements t, t + T, t + 2T, ... (T threads) in slots that
+        start empty (index -1), inserting each element into the sorted
+        slots (a compare-and-swap chain), writes them to the tile at
+        t * select, and the tile's bitonic steps sort the T * select
+        candidates; the first k are the row's top k. Every thread has at
+        least `select` elements (n >= T * select), so no slot stays empty."""
+        c = self.config
+        slots, tile, n = c.select, c.tile, c.n
+        launch = c.launch()
+        threads = launch.threads
+        dims_ranges = [("th_x", threads), ("bl_x", launch.blocks)]
+        index = ir.IndexType.get()
+        i32 = ir.IntegerType.get_signless(32)
+        thread = ids[0]
+
+        # The row's other coordinates, from the block.
+        others = [d for k, d in enumerate(c.dims) if k != c.dim]
+        row = self.maps.apply(str(IndexingMap.parse(map_text(
+            [("bl_x", launch.blocks)], [], delinearize("bl_x", others) if others else
+            ["0"])).simplified()), [ids[1]]) if others else []
+
+        def element(position):
+            """(value, s32 index) of the row's element at `position`."""
+            rest = iter(row)
+            at = [position if k == c.dim else next(rest) for k in range(len(c.dims))]
+            return [tensor.extract(params[0], at), arith.index_cast(i32, position)]
+
+        empty = arith.constant(i32, -1)
+
+        def insert(best, candidate, valid):
+            """`candidate` into the sorted slots `best` (best first; empty
+            ones, of index -1, last): a compare-and-swap down the chain;
+            the last one drops out."""
+            out = []
+            for slot in best:
+                swap = arith.ori(arith.cmpi(arith.CmpIPredicate.eq, slot[1], empty),
+                                 self._less(candidate, slot, candidate[1], slot[1]))
+                real = arith.cmpi(arith.CmpIPredicate.ne, candidate[1], empty)
+                swap = arith.andi(swap, arith.andi(real, valid))
+                out.append([arith.select(swap, x, y) for x, y in zip(candidate, slot)])
+                candidate = [arith.select(swap, y, x) for x, y in zip(candidate, slot)]
+            return out
+
+        def position_of(i):
+            return arith.addi(arith.muli(i, arith.constant(index, threads)), thread)
+
+        # Empty slots at first (any value: the thread's first element's).
+        first = element(thread)[0]
+        steps = -(-n // threads)
+        loop = scf.ForOp(arith.constant(index, 0), arith.constant(index, steps),
+                         arith.constant(index, 1), [first, empty] * slots)
+        with ir.InsertionPoint(loop.body):
+            carried = list(loop.inner_iter_args)
+            position = position_of(loop.induction_variable)
+            valid = arith.cmpi(arith.CmpIPredicate.ult, position, arith.constant(index, n))
+            safe = arith.select(valid, position, arith.constant(index, 0))
+            kept = insert([carried[2 * j:2 * j + 2] for j in range(slots)],
+                          element(safe), valid)
+            scf.YieldOp([v for slot in kept for v in slot])
+        final = list(loop.results)
+
+        # The candidates into the tile: thread t's slots at t * select.
+        tiles = [xla_gpu.AllocateSharedOp(ir.RankedTensorType.get([tile], t)).result
+                 for t in (self._stored_type(0), i32)]
+        base = arith.muli(thread, arith.constant(index, slots))
+        for j in range(slots):
+            at = [arith.addi(base, arith.constant(index, j))] if j else [base]
+            tiles = [tensor.insert(self._encode(0, final[2 * j]), tiles[0], at),
+                     tensor.insert(final[2 * j + 1], tiles[1], at)]
+        current = list(xla_gpu.SyncThreadsOp(tiles).results)
+        current = self._step_loop(current, ids, dims_ranges, None,
+                                  pairs_per_thread=tile // 2 // threads)
+
+        # The first k of the tile: values and indices of the row.
+        out_dims = list(c.dims)
+        out_dims[c.dim] = c.top_k
+        per_thread = -(-c.top_k // threads)
+        position = f"e * {threads} + th_x" if per_thread > 1 else "th_x"
+        store_map = self._map(dims_ranges, [("e", per_thread)],
+                              self._full_index("bl_x", position, out_dims) + [position],
+                              [(position, 0, c.top_k - 1)])
+        loop = xla_gpu.build_loop(store_map, ids, list(outputs))
+        block = loop.region.blocks[0]
+        rank = len(c.dims)
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)[1:]   # after the symbol
+            at, slot, iters = args[:rank], args[rank], args[rank + 1:]
+            values = [self._decode(0, tensor.extract(current[0], [slot])),
+                      tensor.extract(current[1], [slot])]
+            xla_gpu.YieldOp([tensor.insert(v, it, at) for v, it in zip(values, iters)])
         return list(loop.results)
 
     def _emit_global(self, outputs, ids):

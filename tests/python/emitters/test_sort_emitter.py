@@ -318,8 +318,43 @@ def test_xla_cpu_topk_custom_call():
     np.testing.assert_array_equal(indices, prog.outputs[3])
 
 
+@pytest.mark.parametrize("k,n,largest,max_tile", [
+    (5, 40, True, 16),        # 2 threads of 8 slots, 4 pairs each in the tile
+    (1, 37, False, 8),        # 4 threads of 2 slots
+    (16, 3000, True, None),   # 8 threads of 16 slots
+    (3, 2500, False, None),   # 32 threads of 4 slots
+    (8, 70000, True, None),   # 256 threads of 8 slots (a 32nd of the row)
+    # Rows that fit a tile, long against k: 128 candidates.
+    (8, 1000, True, None),
+    (2, 1024, False, None),
+])
+def test_topk_of_long_rows_selects_per_thread(monkeypatch, k, n, largest, max_tile):
+    """A row longer than the tile (or long against k), k <=
+    TOPK_SELECT_MAX_K: one kernel, one block a row; each thread keeps the
+    best of its strided part, the tile sorts the candidates. Ties (lower
+    index first) and NaNs included."""
+    if max_tile is not None:
+        monkeypatch.setattr(sort_plan, "MAX_TILE", max_tile)
+    module = _topk_module(k, n, largest, rows=3)
+    compiled = op_kernels.compile_topk(module.entry.root, target="cpu")
+    (kernel,) = compiled.kernels
+    config = kernel.config
+    assert config.select >= max(k, 2) and config.select * config.launch().threads == \
+        config.tile < n
+    assert config.launch().blocks == 3
+    x = numerics.random_inputs(module.entry)[0]
+    x[0, ::3] = x[0, 1]              # a third of a row tied
+    x[1, n // 2] = np.nan
+    x[2, :] = np.round(x[2, :])      # few distinct values
+    values, indices = compiled.run(x)
+    ref_values, ref_indices = hlo.evaluate(module, x)
+    np.testing.assert_array_equal(values, ref_values)
+    np.testing.assert_array_equal(indices, ref_indices)
+
+
 def test_topk_too_long_is_decomposed(monkeypatch):
     monkeypatch.setattr(sort_plan, "MAX_TILE", 16)
+    monkeypatch.setattr(sort_plan, "TOPK_SELECT_MAX_K", 4)    # k = 5: a sort
     module = _topk_module(5, 40, rows=3)
     assert not sort_plan.fits_one_kernel(module.entry.root)
     rewritten, notes = rewrite_for_op_kernels(module)
@@ -336,6 +371,7 @@ def test_xla_cpu_topk_too_long_is_decomposed(monkeypatch):
     # XLA:CPU's TopK (a comparator over (value, index) pairs) as sort +
     # slice: the iota it adds is the stable tie-break (reused, not added).
     monkeypatch.setattr(sort_plan, "MAX_TILE", 4)
+    monkeypatch.setattr(sort_plan, "TOPK_SELECT_MAX_K", 0)
     from program_data import load_program
     prog = load_program("sort_topk")
     module = hlo.parse_module(prog.after_path.read_text())

@@ -49,7 +49,14 @@ def _check(text: str, x: np.ndarray, want_values: np.ndarray, want_indices: np.n
     ((10,), 3, np.float32, False),
     ((4, 100), 1, np.float32, True),
     ((3, 5, 50), 7, np.float32, True),
-    ((2, 3000), 40, np.float32, False),     # longer than one sort tile
+    ((2, 3000), 40, np.float32, False),     # longer than one sort tile: a sort
+    # Longer than a tile, k <= 16: one kernel, each thread's best k of its
+    # part of the row, then the tile sorts the candidates.
+    ((2, 3000), 8, np.float32, True),
+    ((3, 5000), 1, np.float32, True),
+    ((1, 70000), 16, np.float32, True),
+    ((4, 2049), 3, np.float32, False),
+    ((3, 4100), 5, "bfloat16", False),
     # XLA:CPU sorts other element types (no TopK call): the same answers.
     ((6, 64), 20, np.float64, True),
     ((4, 100), 3, np.int32, False),
@@ -110,7 +117,7 @@ def _reference_top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("shape, k", [((12,), 5), ((3, 40), 6), ((2, 2, 9), 9),
-                                      ((2, 2500), 17)])
+                                      ((2, 2500), 17), ((2, 2500), 9), ((2, 3, 2100), 2)])
 def test_comparator_over_values_only(shape, k):
     x = _rows(shape, np.float32, seed=k, nans=True)
     out = shape[:-1] + (k,)

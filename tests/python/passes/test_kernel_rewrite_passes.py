@@ -70,7 +70,9 @@ ENTRY e {
 
 
 def test_topk_decomposer_rewrites_rows_longer_than_a_tile(monkeypatch):
+    # k = 5 above TOPK_SELECT_MAX_K (else one kernel selects per thread).
     monkeypatch.setattr(sort_plan, "MAX_TILE", 16)
+    monkeypatch.setattr(sort_plan, "TOPK_SELECT_MAX_K", 4)
     module = hlo.parse_module(TOPK)
     x = _ties((3, 40))
     expected = hlo.evaluate(module, x)

@@ -1,6 +1,7 @@
-"""TopkDecomposer: XLA's pass of that name, for the top-k ops whose rows do
-not fit one kernel (`analysis.sort.fits_one_kernel`; the others run as the
-sort emitter's one top-k kernel). Such a top-k becomes a stable sort of
+"""TopkDecomposer: XLA's pass of that name, for the top-k ops that are not
+one kernel (`analysis.sort.fits_one_kernel`: rows longer than a tile with
+k above TOPK_SELECT_MAX_K; the others run as the sort emitter's one top-k
+kernel). Such a top-k becomes a stable sort of
 (values, an s32 iota along the last dimension) with its comparator,
 followed by slices of the first k columns; the sort then runs as the sort
 emitter's sequence of kernels (after StableSortExpander gives it its
