@@ -160,16 +160,21 @@ static _Atomic(int) g_drain_scheduled = 0;
 static atomic_flag g_deferred_flag = ATOMIC_FLAG_INIT;
 static deferred_destroy *g_deferred_head, *g_deferred_tail;
 
-static void deferred_lock(void) {
-  for (unsigned spins = 0;
-       atomic_flag_test_and_set_explicit(&g_deferred_flag, memory_order_acquire); ++spins) {
+/* A spin lock for a few reads and writes; a thread that keeps finding it
+ * taken yields the CPU (the holder may have been preempted). */
+static void spin_lock(atomic_flag *flag) {
+  for (unsigned spins = 0; atomic_flag_test_and_set_explicit(flag, memory_order_acquire);
+       ++spins) {
     if (spins >= 64) sched_yield();
   }
 }
 
-static void deferred_unlock(void) {
-  atomic_flag_clear_explicit(&g_deferred_flag, memory_order_release);
+static void spin_unlock(atomic_flag *flag) {
+  atomic_flag_clear_explicit(flag, memory_order_release);
 }
+
+static void deferred_lock(void) { spin_lock(&g_deferred_flag); }
+static void deferred_unlock(void) { spin_unlock(&g_deferred_flag); }
 
 /* The pending call: the queued destroys, in order, through the table's
  * entries (a fast path where there is one), on the main thread. */
@@ -304,16 +309,8 @@ static size_t g_live_capacity, g_live_used;   /* used: entries and removed slots
  * (the holder may have been preempted). */
 static atomic_flag g_live_flag = ATOMIC_FLAG_INIT;
 
-static void live_lock(void) {
-  for (unsigned spins = 0;
-       atomic_flag_test_and_set_explicit(&g_live_flag, memory_order_acquire); ++spins) {
-    if (spins >= 64) sched_yield();
-  }
-}
-
-static void live_unlock(void) {
-  atomic_flag_clear_explicit(&g_live_flag, memory_order_release);
-}
+static void live_lock(void) { spin_lock(&g_live_flag); }
+static void live_unlock(void) { spin_unlock(&g_live_flag); }
 
 static size_t live_slot(uintptr_t key, size_t capacity) {
   key ^= key >> 17;
