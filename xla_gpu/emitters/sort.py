@@ -37,8 +37,9 @@ element before writing any); every other kernel works in place on the
 results (its outputs alias its parameters), after a copy of the operands
 into the results when the first kernel is a global one.
 
-A top-k whose rows are longer than the tile (k at most 16) is one kernel
-too, one block a row, as XLA:GPU's TopK kernel: each thread keeps its best
+A top-k whose rows are long (longer than the tile, or long against k; k at
+most 16) is one kernel too, one block a row, as XLA:GPU's TopK kernel (the
+plan: `analysis.sort.plan_sort`): each thread keeps its best
 k (a power of two, `SortKernelConfig.select`) of a strided part of the
 row in registers, inserting each element into its sorted slots, and the
 tile's steps sort the candidates of all threads (`_emit_selected`).
@@ -460,8 +461,8 @@ class SortEmitter(KernelEmitter):
         return list(loop.results)
 
     def _emit_selected(self, params, outputs, ids):
-        """A top-k over rows longer than the tile, one block a row (XLA:GPU's
-        TopK kernel's plan): thread t keeps the best `select` (value, index)
+        """A top-k over long rows, one block a row (XLA:GPU's TopK kernel's
+        plan): thread t keeps the best `select` (value, index)
         pairs of elements t, t + T, t + 2T, ... (T threads) in slots that
         start empty (index -1), inserting each element into the sorted
         slots (a compare-and-swap chain), writes them to the tile at

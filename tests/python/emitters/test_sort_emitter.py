@@ -352,6 +352,23 @@ def test_topk_of_long_rows_selects_per_thread(monkeypatch, k, n, largest, max_ti
     np.testing.assert_array_equal(indices, ref_indices)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f64", "s32", "u8"])
+def test_topk_of_long_rows_in_other_types(dtype):
+    """The selecting kernel's slots hold the element type (16-bit floats go
+    through the tile as their bits); u8's few values tie often."""
+    module = _module(f"""
+ENTRY e {{
+  x = {dtype}[3,3000] parameter(0)
+  ROOT t = ({dtype}[3,6], s32[3,6]) topk(x), k=6, largest=false
+}}""")
+    compiled = op_kernels.compile_topk(module.entry.root, target="cpu")
+    (kernel,) = compiled.kernels
+    assert kernel.config.select == 8
+    x = numerics.random_inputs(module.entry)[0]
+    for got, want in zip(compiled.run(x), hlo.evaluate(module, x)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_topk_too_long_is_decomposed(monkeypatch):
     monkeypatch.setattr(sort_plan, "MAX_TILE", 16)
     monkeypatch.setattr(sort_plan, "TOPK_SELECT_MAX_K", 4)    # k = 5: a sort
