@@ -679,6 +679,15 @@ public:
   LogicalResult run();
 
 private:
+  // A kernel's scf.for (`source`) run as a block-level loop over the same
+  // counter (`outer`) around the thread loops of phases of its body; one
+  // buffer of one slot per thread per loop-carried value.
+  struct CarriedLoop {
+    scf::ForOp source, outer;
+    UniformLoop bounds{};
+    SmallVector<Value> carried;
+    SmallVector<Type> carriedTypes;
+  };
   struct Phase {
     SmallVector<Operation *> ops;
     // The innermost loop over the threads of the block: over all of them,
@@ -686,13 +695,8 @@ private:
     scf::ForOp loop;
     Value thread;      // the thread id (index)
     Value warp, lane;  // index, once the loop is warps x lanes (splitIntoWarps)
-    // A lifted uniform loop: the kernel's scf.for, the block-level loop
-    // that replaces it around the thread loop, and one buffer of one slot
-    // per thread per loop-carried value.
-    scf::ForOp lifted, outer;
-    UniformLoop bounds{};
-    SmallVector<Value> carried;
-    SmallVector<Type> carriedTypes;
+    // A lifted uniform loop (its `source` is null otherwise).
+    CarriedLoop lifted;
     // What a value of an earlier phase, or a grid query, is in this phase.
     llvm::DenseMap<Value, Value> values;
     Value threadI64;
@@ -703,16 +707,11 @@ private:
     bool forced = false;
   };
   // A top-level scf.for with barriers in its body: phases [first, last]
-  // run inside `outer`, a block-level loop over its counter. Its carried
-  // values are buffers of one slot per thread, written at the end of phase
-  // `writes` (the last of them with ops) with `next`, the yielded values
-  // as that phase sees them.
-  struct BarrierLoop {
-    scf::ForOp loop, outer;
-    UniformLoop bounds{};
+  // run inside its block-level loop. Its carried values are written at the
+  // end of phase `writes` (the last of them with ops) with `next`, the
+  // yielded values as that phase sees them.
+  struct BarrierLoop : CarriedLoop {
     unsigned first = 0, last = 0, writes = 0;
-    SmallVector<Value> carried;
-    SmallVector<Type> carriedTypes;
     SmallVector<Value> next;
   };
   struct Kept {
@@ -751,7 +750,13 @@ private:
 
   std::optional<unsigned> definingPhase(Value value) const;
   BarrierLoop *barrierLoopOf(Block *body);
+  void openCarriedLoop(OpBuilder &b, CarriedLoop &loop);
+  Value firstIteration(OpBuilder &b, CarriedLoop &loop);
   FailureOr<Value> carriedValue(BarrierLoop &loop, unsigned k, unsigned phase);
+  Value loadSlot(OpBuilder &b, Location loc, Value buffer, Type stored, Type type,
+                 unsigned phase);
+  void storeSlot(OpBuilder &b, Location loc, Value value, Value buffer, Type stored,
+                 unsigned phase);
   bool recomputable(Value value, int depth);
   FailureOr<Value> valueIn(Value value, unsigned phase);
   Value gridValue(Operation *query, unsigned phase);
@@ -946,12 +951,12 @@ void KernelEmulation::cutIntoPhases(Block &block) {
       if (startsPhase) cutHere();
       unsigned index = barrierLoops_.size();
       barrierLoops_.push_back({});
-      barrierLoops_[index].loop = cast<scf::ForOp>(op);
+      barrierLoops_[index].source = cast<scf::ForOp>(op);
       barrierLoops_[index].bounds = *bounds;
       barrierLoops_[index].first = phases_.size() - 1;
-      barrierLoopOfBody_[barrierLoops_[index].loop.getBody()] = index;
+      barrierLoopOfBody_[barrierLoops_[index].source.getBody()] = index;
       phaseOf_[&op] = phases_.size() - 1;
-      cutIntoPhases(*barrierLoops_[index].loop.getBody());
+      cutIntoPhases(*barrierLoops_[index].source.getBody());
       BarrierLoop &loop = barrierLoops_[index];
       loop.last = phases_.size() - 1;
       // The carried values are written where the iteration's last ops
@@ -959,8 +964,8 @@ void KernelEmulation::cutIntoPhases(Block &block) {
       loop.writes = loop.last;
       while (loop.writes > loop.first && phases_[loop.writes].ops.empty())
         --loop.writes;
-      if (phases_[loop.writes].lifted) loop.writes = loop.last;
-      if (phases_[loop.writes].ops.empty() && loop.loop.getNumResults())
+      if (phases_[loop.writes].lifted.source) loop.writes = loop.last;
+      if (phases_[loop.writes].ops.empty() && loop.source.getNumResults())
         phases_[loop.writes].forced = true;
       for (unsigned i = loop.first; i <= loop.last; ++i) phases_[i].inLoop = index;
       cutHere();
@@ -970,8 +975,8 @@ void KernelEmulation::cutIntoPhases(Block &block) {
       if (startsPhase) cutHere();
       phaseOf_[&op] = phases_.size() - 1;
       phases_.back().ops.push_back(&op);
-      phases_.back().lifted = cast<scf::ForOp>(op);
-      phases_.back().bounds = *bounds;
+      phases_.back().lifted.source = cast<scf::ForOp>(op);
+      phases_.back().lifted.bounds = *bounds;
       cutHere();
       continue;
     }
@@ -1013,33 +1018,18 @@ void KernelEmulation::buildLoops() {
     if (i > 0) emitBetweenPhases(b, i - 1);
     BarrierLoop *around = phase.inLoop ? &barrierLoops_[*phase.inLoop] : nullptr;
     if (around && around->first == i) {
-      for (Type type : around->loop.getResultTypes()) {
-        Type stored = type.isIndex() ? b.getI64Type() : type;
-        around->carriedTypes.push_back(stored);
-        around->carried.push_back(threadBuffer(around->loop.getLoc(), stored));
-      }
-      around->outer = scf::ForOp::create(b, loc, indexConstant(around->bounds.lower),
-                                         indexConstant(around->bounds.upper),
-                                         indexConstant(around->bounds.step));
+      openCarriedLoop(b, *around);
       b.setInsertionPoint(around->outer.getBody()->getTerminator());
     }
     // A phase that ends in a shuffle stores its operands, even when it
     // has no ops of its own.
     if (!phase.ops.empty() || shuffles_.count(i) || phase.forced) {
-      if (phase.lifted) {
-        for (Type type : phase.lifted.getResultTypes()) {
-          Type stored = type.isIndex() ? b.getI64Type() : type;
-          phase.carriedTypes.push_back(stored);
-          phase.carried.push_back(threadBuffer(phase.lifted.getLoc(), stored));
-        }
-        phase.outer = scf::ForOp::create(b, loc, indexConstant(phase.bounds.lower),
-                                         indexConstant(phase.bounds.upper),
-                                         indexConstant(phase.bounds.step));
-        OpBuilder inOuter(phase.outer.getBody()->getTerminator());
-        phase.loop = scf::ForOp::create(inOuter, loc, zero, threads, one);
-      } else {
-        phase.loop = scf::ForOp::create(b, loc, zero, threads, one);
+      OpBuilder inner = b;
+      if (phase.lifted.source) {
+        openCarriedLoop(b, phase.lifted);
+        inner.setInsertionPoint(phase.lifted.outer.getBody()->getTerminator());
       }
+      phase.loop = scf::ForOp::create(inner, loc, zero, threads, one);
       phase.thread = phase.loop.getInductionVar();
     }
     if (around && around->last == i) b.setInsertionPointAfter(around->outer);
@@ -1283,14 +1273,47 @@ KernelEmulation::BarrierLoop *KernelEmulation::barrierLoopOf(Block *body) {
   return it == barrierLoopOfBody_.end() ? nullptr : &barrierLoops_[it->second];
 }
 
+// The block-level loop of `loop` at `b`, and its buffers.
+void KernelEmulation::openCarriedLoop(OpBuilder &b, CarriedLoop &loop) {
+  for (Type type : loop.source.getResultTypes()) {
+    Type stored = type.isIndex() ? b.getI64Type() : type;
+    loop.carriedTypes.push_back(stored);
+    loop.carried.push_back(threadBuffer(loop.source.getLoc(), stored));
+  }
+  loop.outer = scf::ForOp::create(b, kernel_.getLoc(), indexConstant(loop.bounds.lower),
+                                  indexConstant(loop.bounds.upper),
+                                  indexConstant(loop.bounds.step));
+}
+
+Value KernelEmulation::firstIteration(OpBuilder &b, CarriedLoop &loop) {
+  return arith::CmpIOp::create(b, loop.source.getLoc(), arith::CmpIPredicate::eq,
+                               loop.outer.getInductionVar(),
+                               indexConstant(loop.bounds.lower));
+}
+
+// The thread's slot of `buffer` (of `stored` values) in `phase`, as a value
+// of `type` (an index is kept as i64).
+Value KernelEmulation::loadSlot(OpBuilder &b, Location loc, Value buffer, Type stored,
+                                Type type, unsigned phase) {
+  Value loaded = LLVM::LoadOp::create(b, loc, stored,
+                                      threadSlot(b, loc, buffer, stored, phase));
+  if (type.isIndex()) loaded = arith::IndexCastOp::create(b, loc, type, loaded);
+  return loaded;
+}
+
+void KernelEmulation::storeSlot(OpBuilder &b, Location loc, Value value, Value buffer,
+                                Type stored, unsigned phase) {
+  if (value.getType().isIndex())
+    value = arith::IndexCastOp::create(b, loc, stored, value);
+  LLVM::StoreOp::create(b, loc, value, threadSlot(b, loc, buffer, stored, phase));
+}
+
 // Carried value `k` of `loop` as phase `phase` sees it: inside the loop,
 // the thread's slot, or the initial value on the first iteration; after
 // it, the slot (the last iteration's value).
 FailureOr<Value> KernelEmulation::carriedValue(BarrierLoop &loop, unsigned k,
                                                unsigned phase) {
-  Location loc = loop.loop.getLoc();
-  Value init = loop.loop.getInitArgs()[k];
-  Type type = init.getType();
+  Value init = loop.source.getInitArgs()[k];
   Value initial;  // none after the loop
   if (phase <= loop.last) {
     FailureOr<Value> mapped = valueIn(init, phase);
@@ -1298,15 +1321,12 @@ FailureOr<Value> KernelEmulation::carriedValue(BarrierLoop &loop, unsigned k,
     initial = *mapped;
   }
   OpBuilder b = atPhaseEnd(phase);
-  Value saved = LLVM::LoadOp::create(
-      b, loc, loop.carriedTypes[k],
-      threadSlot(b, loc, loop.carried[k], loop.carriedTypes[k], phase));
-  if (type.isIndex()) saved = arith::IndexCastOp::create(b, loc, type, saved);
+  Value saved = loadSlot(b, loop.source.getLoc(), loop.carried[k], loop.carriedTypes[k],
+                         init.getType(), phase);
   if (!initial) return saved;
-  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                      loop.outer.getInductionVar(),
-                                      indexConstant(loop.bounds.lower));
-  return arith::SelectOp::create(b, loc, first, initial, saved).getResult();
+  return arith::SelectOp::create(b, loop.source.getLoc(), firstIteration(b, loop), initial,
+                                 saved)
+      .getResult();
 }
 
 FailureOr<Value> KernelEmulation::reload(Value value, unsigned phase) {
@@ -1324,13 +1344,8 @@ FailureOr<Value> KernelEmulation::reload(Value value, unsigned phase) {
     it = kept_.insert({value, Kept{buffer, stored, *definingPhase(value)}}).first;
   }
   const Kept &kept = it->second;
-  Location loc = value.getLoc();
   OpBuilder b = atPhaseEnd(phase);
-  Value loaded = LLVM::LoadOp::create(
-      b, loc, kept.stored, threadSlot(b, loc, kept.buffer, kept.stored, phase));
-  if (value.getType().isIndex())
-    loaded = arith::IndexCastOp::create(b, loc, value.getType(), loaded);
-  return loaded;
+  return loadSlot(b, value.getLoc(), kept.buffer, kept.stored, value.getType(), phase);
 }
 
 // `value` as phase `phase` sees it. While operands are rewritten, the
@@ -1375,18 +1390,14 @@ FailureOr<Value> KernelEmulation::valueIn(Value value, unsigned phase) {
     result = LLVM::LoadOp::create(b, loc, s.stored[k], slot);
     if (value.getType().isIndex())
       result = arith::IndexCastOp::create(b, loc, value.getType(), result);
-  } else if (defined && *defined < phase && phases_[*defined].lifted &&
-             def == phases_[*defined].lifted.getOperation()) {
+  } else if (defined && *defined < phase && phases_[*defined].lifted.source &&
+             def == phases_[*defined].lifted.source.getOperation()) {
     // A lifted loop's result: its thread's slot of the carried buffer.
-    Phase &loopPhase = phases_[*defined];
+    const CarriedLoop &lifted = phases_[*defined].lifted;
     unsigned k = cast<OpResult>(value).getResultNumber();
-    Location loc = value.getLoc();
     OpBuilder b = atPhaseEnd(phase);
-    result = LLVM::LoadOp::create(
-        b, loc, loopPhase.carriedTypes[k],
-        threadSlot(b, loc, loopPhase.carried[k], loopPhase.carriedTypes[k], phase));
-    if (value.getType().isIndex())
-      result = arith::IndexCastOp::create(b, loc, value.getType(), result);
+    result = loadSlot(b, value.getLoc(), lifted.carried[k], lifted.carriedTypes[k],
+                      value.getType(), phase);
   } else if (defined && *defined < phase) {
     if (recomputable(value, 0)) {
       IRMapping mapping;
@@ -1429,7 +1440,7 @@ LogicalResult KernelEmulation::rewriteOperands() {
     // the phase that writes them sees them.
     if (phase.inLoop && barrierLoops_[*phase.inLoop].writes == i) {
       BarrierLoop &loop = barrierLoops_[*phase.inLoop];
-      for (Value yielded : loop.loop.getBody()->getTerminator()->getOperands()) {
+      for (Value yielded : loop.source.getBody()->getTerminator()->getOperands()) {
         FailureOr<Value> value = valueIn(yielded, i);
         if (failed(value)) return failure();
         loop.next.push_back(*value);
@@ -1453,38 +1464,29 @@ LogicalResult KernelEmulation::rewriteOperands() {
 // (the initial values on the first iteration) and go back there.
 void KernelEmulation::dissolveLiftedLoop(unsigned index) {
   Phase &phase = phases_[index];
-  scf::ForOp loop = phase.lifted;
+  CarriedLoop &lifted = phase.lifted;
+  scf::ForOp loop = lifted.source;
   Location loc = loop.getLoc();
   OpBuilder b = atPhaseEnd(index);
-  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                      phase.outer.getInductionVar(),
-                                      indexConstant(phase.bounds.lower));
+  Value first = firstIteration(b, lifted);
   SmallVector<Value> current;
   for (auto [k, init] : llvm::enumerate(loop.getInitArgs())) {
-    Value slot = threadSlot(b, loc, phase.carried[k], phase.carriedTypes[k], index);
-    Value saved = LLVM::LoadOp::create(b, loc, phase.carriedTypes[k], slot);
-    if (init.getType().isIndex())
-      saved = arith::IndexCastOp::create(b, loc, init.getType(), saved);
+    Value saved = loadSlot(b, loc, lifted.carried[k], lifted.carriedTypes[k],
+                           init.getType(), index);
     current.push_back(arith::SelectOp::create(b, loc, first, init, saved));
   }
   Block *body = loop.getBody();
   auto yield = cast<scf::YieldOp>(body->getTerminator());
   SmallVector<Value> next(yield.getOperands());
-  loop.getInductionVar().replaceAllUsesWith(phase.outer.getInductionVar());
+  loop.getInductionVar().replaceAllUsesWith(lifted.outer.getInductionVar());
   for (auto [arg, value] : llvm::zip(loop.getRegionIterArgs(), current))
     arg.replaceAllUsesWith(value);
   Operation *end = phase.loop.getBody()->getTerminator();
   end->getBlock()->getOperations().splice(end->getIterator(), body->getOperations(),
                                           body->begin(), yield->getIterator());
   b.setInsertionPoint(end);
-  for (auto [k, value] : llvm::enumerate(next)) {
-    Value stored = value;
-    if (value.getType().isIndex())
-      stored = arith::IndexCastOp::create(b, loc, phase.carriedTypes[k], value);
-    LLVM::StoreOp::create(
-        b, loc, stored,
-        threadSlot(b, loc, phase.carried[k], phase.carriedTypes[k], index));
-  }
+  for (auto [k, value] : llvm::enumerate(next))
+    storeSlot(b, loc, value, lifted.carried[k], lifted.carriedTypes[k], index);
   // Uses left are operands of the shuffle_reduce ops that end the phases
   // after (their operands were read into `operandsInPhase`, and the ops
   // are erased once emulated): they take the initial values instead, of
@@ -1492,12 +1494,12 @@ void KernelEmulation::dissolveLiftedLoop(unsigned index) {
   for (auto [result, init] : llvm::zip(loop.getResults(), loop.getInitArgs()))
     result.replaceAllUsesWith(init);
   loop.erase();
-  phase.lifted = nullptr;
+  lifted.source = nullptr;
 }
 
 void KernelEmulation::moveOpsAndKeepValues() {
   for (auto [i, phase] : llvm::enumerate(phases_)) {
-    if (phase.lifted) {
+    if (phase.lifted.source) {
       dissolveLiftedLoop(i);
       continue;
     }
@@ -1507,44 +1509,26 @@ void KernelEmulation::moveOpsAndKeepValues() {
   // The loops with barriers are empty now but for their barriers: each
   // iteration's carried values go to the thread's slots.
   for (BarrierLoop &loop : barrierLoops_) {
-    Location loc = loop.loop.getLoc();
     OpBuilder b = atPhaseEnd(loop.writes);
-    for (auto [k, value] : llvm::enumerate(loop.next)) {
-      Value stored = value;
-      if (value.getType().isIndex())
-        stored = arith::IndexCastOp::create(b, loc, loop.carriedTypes[k], value);
-      LLVM::StoreOp::create(
-          b, loc, stored,
-          threadSlot(b, loc, loop.carried[k], loop.carriedTypes[k], loop.writes));
-    }
-    for (auto [result, init] : llvm::zip(loop.loop.getResults(), loop.loop.getInitArgs()))
+    for (auto [k, value] : llvm::enumerate(loop.next))
+      storeSlot(b, loop.source.getLoc(), value, loop.carried[k], loop.carriedTypes[k],
+                loop.writes);
+    for (auto [result, init] :
+         llvm::zip(loop.source.getResults(), loop.source.getInitArgs()))
       result.replaceAllUsesWith(init);
-    loop.loop->dropAllReferences();
-    loop.loop.erase();
+    loop.source->dropAllReferences();
+    loop.source.erase();
   }
   for (auto &[value, kept] : kept_) {
-    Location loc = value.getLoc();
     OpBuilder b = atPhaseEnd(kept.phase);
-    Value stored = value;
-    if (value.getType().isIndex())
-      stored = arith::IndexCastOp::create(b, loc, kept.stored, value);
-    LLVM::StoreOp::create(
-        b, loc, stored,
-        threadSlot(b, loc, kept.buffer, kept.stored, kept.phase));
+    storeSlot(b, value.getLoc(), value, kept.buffer, kept.stored, kept.phase);
   }
   for (auto &[phase, ending] : shuffles_)
     for (Shuffle &shuffle : ending) {
-      Location loc = shuffle.op.getLoc();
       OpBuilder b = atPhaseEnd(phase);
-      for (auto [k, value] : llvm::enumerate(shuffle.operandsInPhase)) {
-        Value stored = value;
-        if (value.getType().isIndex())
-          stored = arith::IndexCastOp::create(b, loc, shuffle.stored[k], value);
-        Value buffer = shuffle.buffers[0][k];
-        LLVM::StoreOp::create(
-            b, loc, stored,
-            threadSlot(b, loc, buffer, shuffle.stored[k], phase));
-      }
+      for (auto [k, value] : llvm::enumerate(shuffle.operandsInPhase))
+        storeSlot(b, shuffle.op.getLoc(), value, shuffle.buffers[0][k], shuffle.stored[k],
+                  phase);
     }
 }
 
@@ -1683,7 +1667,7 @@ LogicalResult KernelEmulation::run() {
   // longer compiles (and vectorizes, as masked scatters) a loop of 32
   // iterations that store nothing but in the first.
   for (Phase &phase : phases_)
-    if (phase.loop && !phase.outer && onlyFirstIterationActs(phase.loop))
+    if (phase.loop && !phase.lifted.outer && onlyFirstIterationActs(phase.loop))
       phase.loop.setUpperBound(indexConstant(1));
   for (Phase &phase : phases_)
     if (phase.loop) markThreadsIndependent(phase.loop);

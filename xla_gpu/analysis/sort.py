@@ -36,9 +36,10 @@ __all__ = ["SortKernelConfig", "SortLaunch", "SortPlan", "plan_sort", "bitonic_m
 
 # XLA: at most 2 * 1024 elements per tile (one thread per pair).
 MAX_TILE = 2048
-# A top-k over rows longer than a tile, with k at most this, is one kernel
-# that selects candidates per thread (`SortKernelConfig.select`), as
-# XLA:GPU's TopK kernel does for k <= 16; a larger k is a sort
+# A top-k over long rows (longer than a tile, or long against k), with k at
+# most this, is one kernel that selects candidates per thread
+# (`SortKernelConfig.select`), as XLA:GPU's TopK kernel does for k <= 16;
+# over rows longer than a tile a larger k is a sort
 # (hlo.passes.topk_decomposer).
 TOPK_SELECT_MAX_K = 16
 # Static shared memory a block may use without opting in to more (the
@@ -77,10 +78,10 @@ class SortKernelConfig:
     in shared memory (the stable tie-break, top-k's indices). tie_break:
     elements neither of which goes first are ordered by that index.
     top_k: only the first k elements along `dim` are written, as (values,
-    indices) (top-k's kernel). select: a top-k over rows longer than the
-    tile: each of tile // select threads keeps the best `select` elements
-    of its strided part of the row, and the tile sorts those (one block a
-    row)."""
+    indices) (top-k's kernel). select: a top-k over long rows (longer than
+    the tile, or long against k): each of tile // select threads keeps the
+    best `select` elements of its strided part of the row, and the tile
+    sorts those (one block a row)."""
     dims: tuple[int, ...]
     dim: int
     masks: tuple[int, ...]
@@ -167,10 +168,9 @@ def _topk_candidates(n: int, k: int, tile: int) -> int:
     if not tile or k > TOPK_SELECT_MAX_K:
         return 0
     padded = 1 << _stages(n)
-    select = max(2, 1 << _stages(k))
-    whole = padded if padded == n else padded // 2      # the largest power of 2 <= n
+    whole = 1 << (n.bit_length() - 1)      # the largest power of 2 <= n
     candidates = min(tile, max(128, whole // 32))
-    if candidates < 2 * select:
+    if candidates < 2 * _topk_slots(k):
         return 0
     if tile < padded:
         return candidates       # (< n: every thread has `select` elements)
@@ -180,7 +180,14 @@ def _topk_candidates(n: int, k: int, tile: int) -> int:
     def network(size: int) -> int:
         return len(bitonic_masks(size)) * size // 2
 
-    return candidates if 2 * (n * select + network(candidates)) < network(padded) else 0
+    return candidates if 2 * (n * _topk_slots(k) + network(candidates)) < network(padded) \
+        else 0
+
+
+def _topk_slots(k: int) -> int:
+    """The slots a selecting thread keeps: k as a power of two, at least 2
+    (a pair per thread in the candidates' tile)."""
+    return max(2, 1 << _stages(k))
 
 
 @dataclass
@@ -211,12 +218,12 @@ def plan_sort(dims: Sequence[int], dim: int, element_types: Sequence[str],
     if top_k is not None:
         candidates = _topk_candidates(n, top_k, tile)
         if candidates:
-            # Each thread selects its best `select` (at least 2: a pair per
-            # thread in the tile) of a strided part (at least `select`
-            # elements, as n >= candidates), the tile sorts the candidates.
-            select = max(2, 1 << _stages(top_k))
+            # Each thread selects its best of a strided part (at least as
+            # many elements as slots, as n >= candidates), the tile sorts
+            # the candidates.
             return SortPlan([SortKernelConfig(masks=tuple(bitonic_masks(candidates)),
-                                              tiled=True, reads_operands=True, select=select,
+                                              tiled=True, reads_operands=True,
+                                              select=_topk_slots(top_k),
                                               **{**base, "tile": candidates})], candidates)
         if tile == 0 or tile < (1 << _stages(n)):
             raise UnsupportedError(f"top-k over {n} elements does not fit one tile "

@@ -90,10 +90,10 @@ from .types import element_type
 
 __all__ = ["SortEmitter", "scalar_computation"]
 
-# A tiled kernel with more steps than this runs them as a loop over a table
-# of their masks (one comparator in the code, not one per step); fewer are
-# unrolled, each with its pair's index arithmetic folded to constants.
-STEP_LOOP_MIN_STEPS = 3
+# A tiled kernel with at most this many steps unrolls them, each with its
+# pair's index arithmetic folded to constants; more run as a loop over a
+# table of their masks (one comparator in the code, not one per step).
+MAX_UNROLLED_STEPS = 3
 
 
 # -- the comparator ------------------------------------------------------------------
@@ -311,7 +311,6 @@ class SortEmitter(KernelEmitter):
         position = _join([tile_start, local])
         partial = c.n % tile != 0
         in_range = [(position, 0, c.n - 1)] if partial else []
-        index = ir.IndexType.get()
         i32 = ir.IntegerType.get_signless(32)
 
         source = list(params) if c.reads_operands else list(outputs)
@@ -352,7 +351,7 @@ class SortEmitter(KernelEmitter):
             limit = self.maps.apply(str(IndexingMap.parse(map_text(
                 [("bl_x", launch.blocks)], [], [f"{c.n} - {tile_start}"])).simplified()),
                 [ids[1]])[0]
-        if len(c.masks) > STEP_LOOP_MIN_STEPS:
+        if len(c.masks) > MAX_UNROLLED_STEPS:
             current = self._step_loop(current, ids, dims_ranges, limit)
         else:
             for mask in c.masks:
@@ -361,29 +360,41 @@ class SortEmitter(KernelEmitter):
 
         # Store: every thread writes back the elements it loaded.
         if c.top_k is not None:
-            out_dims = list(c.dims)
-            out_dims[c.dim] = c.top_k
-            store_map = self._map(dims_ranges, [("e", 2)],
-                                  self._full_index(row, position, out_dims) + [local],
-                                  [(position, 0, c.top_k - 1)])
-        else:
-            store_map = load_map
-        loop = xla_gpu.build_loop(store_map, ids, list(outputs))
+            return self._store_top_k(current, outputs, ids, dims_ranges, row, half, 2)
+        loop = xla_gpu.build_loop(load_map, ids, list(outputs))
         block = loop.region.blocks[0]
         with ir.InsertionPoint(block):
             args = list(block.arguments)
             element = args[1:1 + rank]
             slot = args[1 + rank]
             iters = args[2 + rank:]
-            if c.top_k is not None:
-                values = [self._decode(0, tensor.extract(current[0], [slot])),
-                          tensor.extract(current[n_values], [slot])]
-            else:
-                values = [self._decode(k, tensor.extract(t, [slot]))
-                          for k, t in enumerate(current[:n_values])]
+            values = [self._decode(k, tensor.extract(t, [slot]))
+                      for k, t in enumerate(current[:n_values])]
             written = [tensor.insert(v, it, element) for v, it in zip(values, iters)]
             xla_gpu.YieldOp(written)
-        del index
+        return list(loop.results)
+
+    def _store_top_k(self, current, outputs, ids, dims_ranges, row: str, threads: int,
+                     per_thread: int):
+        """The first k elements of the sorted tiles `current` (values, then
+        their indices) into the outputs' row `row`: element e * threads +
+        th_x for e < per_thread."""
+        c = self.config
+        out_dims = list(c.dims)
+        out_dims[c.dim] = c.top_k
+        position = f"e * {threads} + th_x" if per_thread > 1 else "th_x"
+        store_map = self._map(dims_ranges, [("e", per_thread)],
+                              self._full_index(row, position, out_dims) + [position],
+                              [(position, 0, c.top_k - 1)])
+        loop = xla_gpu.build_loop(store_map, ids, list(outputs))
+        block = loop.region.blocks[0]
+        rank = len(c.dims)
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)
+            element, slot, iters = args[1:1 + rank], args[1 + rank], args[2 + rank:]
+            values = [self._decode(0, tensor.extract(current[0], [slot])),
+                      tensor.extract(current[-1], [slot])]
+            xla_gpu.YieldOp([tensor.insert(v, it, element) for v, it in zip(values, iters)])
         return list(loop.results)
 
     def _step(self, current, ids, pair_map, limit, step=None):
@@ -537,23 +548,8 @@ class SortEmitter(KernelEmitter):
                                   pairs_per_thread=tile // 2 // threads)
 
         # The first k of the tile: values and indices of the row.
-        out_dims = list(c.dims)
-        out_dims[c.dim] = c.top_k
-        per_thread = -(-c.top_k // threads)
-        position = f"e * {threads} + th_x" if per_thread > 1 else "th_x"
-        store_map = self._map(dims_ranges, [("e", per_thread)],
-                              self._full_index("bl_x", position, out_dims) + [position],
-                              [(position, 0, c.top_k - 1)])
-        loop = xla_gpu.build_loop(store_map, ids, list(outputs))
-        block = loop.region.blocks[0]
-        rank = len(c.dims)
-        with ir.InsertionPoint(block):
-            args = list(block.arguments)[1:]   # after the symbol
-            at, slot, iters = args[:rank], args[rank], args[rank + 1:]
-            values = [self._decode(0, tensor.extract(current[0], [slot])),
-                      tensor.extract(current[1], [slot])]
-            xla_gpu.YieldOp([tensor.insert(v, it, at) for v, it in zip(values, iters)])
-        return list(loop.results)
+        return self._store_top_k(current, outputs, ids, dims_ranges, "bl_x", threads,
+                                 -(-c.top_k // threads))
 
     def _emit_global(self, outputs, ids):
         c = self.config
