@@ -27,9 +27,12 @@ and the geometric means of the ratios, after a line naming the kernels of
 numpy's OpenBLAS (the cpu target's larger products run on it; an
 environment that forces an older family with OPENBLAS_CORETYPE slows them).
 Sizes: --size small (default; what
-the issue's table measured) or --size large (for a GPU machine).
+the issue's table measured) or --size large (for a GPU machine: a step of
+the large models needs more memory than a 24 GiB host has for both sides;
+`--compile-only` measures their compiles alone, which need none).
 
     python bench/models.py [--only gpt,convnet] [--repeat 5] [--compile-repeat 3] [--no-cuda]
+    python bench/models.py --size large --compile-only --no-cuda
 """
 
 from __future__ import annotations
@@ -226,7 +229,8 @@ MODELS = {"gpt": gpt, "convnet": convnet, "lstm": lstm, "dpsgd": dpsgd,
           "scanned_transformer": scanned_transformer}
 
 
-def measure(name: str, size: str, repeat: int, compile_repeat: int) -> dict[str, Any]:
+def measure(name: str, size: str, repeat: int, compile_repeat: int,
+            compile_only: bool = False) -> dict[str, Any]:
     import xla_gpu
     jax, _, _, _ = _jax()
     step, args = MODELS[name](size)
@@ -256,6 +260,10 @@ def measure(name: str, size: str, repeat: int, compile_repeat: int) -> dict[str,
                 compiled, xla_compile = made, min(xla_compile, seconds)
             else:
                 exe, ours_compile = made, min(ours_compile, seconds)
+    row = {"model": name, "lines": text.count("\n"), "compile": ours_compile,
+           "xla_compile": xla_compile, "kernels": len(exe.kernels), "text": text}
+    if compile_only:
+        return row
     leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(args)]
     result = compiled(*args)
     expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(result)]
@@ -276,10 +284,7 @@ def measure(name: str, size: str, repeat: int, compile_repeat: int) -> dict[str,
     param_err = max(float(np.max(np.abs(a - b))) for a, b in
                     zip(got64[:num_params], want64[:num_params]) if a.size) / scale
     loss_err = float(abs(got64[-1] - want64[-1]).max() / max(abs(want64[-1]).max(), 1e-30))
-    row = {"model": name, "lines": text.count("\n"), "compile": ours_compile,
-           "xla_compile": xla_compile, "run": ours_run, "xla_run": xla_run,
-           "param_err": param_err, "loss_err": loss_err, "kernels": len(exe.kernels),
-           "text": text}
+    row.update(run=ours_run, xla_run=xla_run, param_err=param_err, loss_err=loss_err)
     return row
 
 
@@ -302,6 +307,8 @@ def main() -> None:
     parser.add_argument("--compile-repeat", type=int, default=3,
                         help="compiles per model on each side (the best counts)")
     parser.add_argument("--no-cuda", action="store_true", help="skip the cuda compile")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="compile both sides, run neither")
     args = parser.parse_args()
     jax = _jax()[0]
     jax.config.update("jax_enable_compilation_cache", False)
@@ -322,18 +329,24 @@ def main() -> None:
           "run (ms) | XLA:CPU run (ms) | ratio | cuda compile | loss err | param err |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     compile_ratios, run_ratios = [], []
-    rows = [measure(name, args.size, args.repeat, args.compile_repeat) for name in names]
+    rows = [measure(name, args.size, args.repeat, args.compile_repeat, args.compile_only)
+            for name in names]
     for r in rows:
         r["cuda"] = "-" if args.no_cuda else cuda_compile(r["text"])
         compile_ratios.append(r["compile"] / r["xla_compile"])
-        run_ratios.append(r["run"] / r["xla_run"])
+        ran = "run" in r
+        if ran:
+            run_ratios.append(r["run"] / r["xla_run"])
+        run = (f"{r['run'] * 1e3:.1f} | {r['xla_run'] * 1e3:.1f} | {run_ratios[-1]:.2f}x"
+               if ran else "- | - | -")
+        errors = f"{r['loss_err']:.1e} | {r['param_err']:.1e}" if ran else "- | -"
         print(f"| {r['model']} | {r['lines']} | {r['kernels']} | {r['compile']:.2f} | "
-              f"{r['xla_compile']:.2f} | {compile_ratios[-1]:.2f}x | {r['run'] * 1e3:.1f} | "
-              f"{r['xla_run'] * 1e3:.1f} | {run_ratios[-1]:.2f}x | {r['cuda']} | "
-              f"{r['loss_err']:.1e} | {r['param_err']:.1e} |", flush=True)
+              f"{r['xla_compile']:.2f} | {compile_ratios[-1]:.2f}x | {run} | {r['cuda']} | "
+              f"{errors} |", flush=True)
+    runs = (f", run {geomean(run_ratios):.2f}x (max {max(run_ratios):.2f}x)"
+            if run_ratios else "")
     print(f"\ngeomean: compile {geomean(compile_ratios):.2f}x XLA:CPU (max "
-          f"{max(compile_ratios):.2f}x), run {geomean(run_ratios):.2f}x (max "
-          f"{max(run_ratios):.2f}x)")
+          f"{max(compile_ratios):.2f}x){runs}")
 
 
 if __name__ == "__main__":

@@ -8,14 +8,16 @@ compiler: a sort (the sort emitter's sequence of bitonic kernels), a top-k
 
 The plan of a sort's kernels is `analysis.sort`'s; each kernel's fusion is
 compiled by `kernel_compiler.compile_kernel` (one cache, one key recipe: a
-kernel's config is part of its key). Laying the kernels over a program's
-buffers is the thunk emitter's (`xla_gpu.program.thunk_emitter`).
+kernel's config is part of its key), or by the caller's `build` (a program
+builds them on its compile threads, from `op_kernel_fusions`). Laying the
+kernels over a program's buffers is the thunk emitter's
+(`xla_gpu.program.thunk_emitter`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -27,8 +29,18 @@ from .analysis.sort import (INDEX_TYPE, SortKernelConfig, check_comparator, chec
 from .errors import HloError, UnsupportedError
 from .hlo import HloInstruction, Shape
 
-__all__ = ["compile_sort", "compile_topk", "compile_convolution", "CompiledSort",
-           "SortKernel", "CompiledConvolution"]
+__all__ = ["compile_sort", "compile_topk", "compile_convolution", "op_kernel_fusions",
+           "CompiledSort", "SortKernel", "CompiledConvolution", "Build"]
+
+# What compiles one kernel fusion of an op: `fusion -> Executable`.
+Build = Callable[[Any], Any]
+
+
+def _default_build(target: str, arch: str, cache: bool, lower_only: bool) -> Build:
+    def build(fusion):
+        return kernel_compiler.compile_kernel(fusion, target, arch, cache=cache,
+                                              lower_only=lower_only)
+    return build
 
 
 @dataclass
@@ -90,12 +102,8 @@ class CompiledSort:
         return tuple(s.logical_from_physical(a) for a, s in zip(current, shapes))
 
 
-def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
-                 cache: bool = True, lower_only: bool = False) -> CompiledSort:
-    """The kernels of an HLO `sort` instruction for `target` ("cpu" or
-    "cuda"). A stable sort that needs several kernels must have had its
-    tie-break index made an operand (hlo.passes.stable_sort_expander).
-    `lower_only`: as `kernel_compiler.compile_kernel`'s."""
+def _sort_plan(inst: HloInstruction):
+    """The checked sort's kernel plan (`analysis.sort.plan_sort`)."""
     from .emitters.types import check_supported
     if inst.opcode != "sort":
         raise inst.error("compile_sort takes a sort instruction")
@@ -106,22 +114,37 @@ def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
     check_comparator(inst, comparator_of(inst), types)
     dims, dim, _ = sort_geometry(sort_kernel_fusion(inst, None).roots[0])
     try:
-        plan = plan_sort(dims, dim, types, stable=is_stable(inst))
+        return plan_sort(dims, dim, types, stable=is_stable(inst))
     except UnsupportedError as e:
         raise inst.unsupported(str(e)) from None
-    kernels = []
-    # A long sort repeats kernels (the same tiled steps after every merge
-    # across tiles, the same global step in several stages): each one is
-    # compiled once and launched where the plan has it.
-    built: dict[SortKernelConfig, Any] = {}
+
+
+def _sort_fusions(inst: HloInstruction, plan) -> dict[SortKernelConfig, Any]:
+    """The fusion of each distinct kernel of the plan, in plan order: a long
+    sort repeats kernels (the same tiled steps after every merge across
+    tiles, the same global step in several stages), each compiled once and
+    launched where the plan has it."""
+    fusions: dict[SortKernelConfig, Any] = {}
     for k, config in enumerate(plan.kernels):
-        exe = built.get(config)
-        if exe is None:
-            fusion = sort_kernel_fusion(inst, config, name=f"{inst.name}_{k}" if
-                                        len(plan.kernels) > 1 else inst.name)
-            exe = built[config] = kernel_compiler.compile_kernel(
-                fusion, target, arch, cache=cache, lower_only=lower_only)
-        kernels.append(SortKernel(config, exe))
+        if config not in fusions:
+            fusions[config] = sort_kernel_fusion(
+                inst, config, name=f"{inst.name}_{k}" if len(plan.kernels) > 1 else inst.name)
+    return fusions
+
+
+def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
+                 cache: bool = True, lower_only: bool = False,
+                 build: Build | None = None) -> CompiledSort:
+    """The kernels of an HLO `sort` instruction for `target` ("cpu" or
+    "cuda"). A stable sort that needs several kernels must have had its
+    tie-break index made an operand (hlo.passes.stable_sort_expander).
+    `lower_only`: as `kernel_compiler.compile_kernel`'s. `build`: compiles
+    each kernel's fusion instead (then `target`, `arch`, `cache` and
+    `lower_only` are its own)."""
+    plan = _sort_plan(inst)
+    build = build or _default_build(target, arch, cache, lower_only)
+    built = {config: build(fusion) for config, fusion in _sort_fusions(inst, plan).items()}
+    kernels = [SortKernel(config, built[config]) for config in plan.kernels]
     copy_first = not kernels or not kernels[0].reads_operands
     return CompiledSort(inst.name, kernels, [o.shape for o in inst.operands],
                         list(inst.shape.leaves()), copy_first,
@@ -129,13 +152,27 @@ def compile_sort(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
 
 
 def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
-                 cache: bool = True, lower_only: bool = False) -> CompiledSort:
+                 cache: bool = True, lower_only: bool = False,
+                 build: Build | None = None) -> CompiledSort:
     """The one kernel of a top-k (a `topk` op or a TopK custom call): reads
     the operand, writes (values, indices). A row that fits a tile is sorted
     there; a longer one, with k at most `analysis.sort.TOPK_SELECT_MAX_K`,
     has each thread select its best k of a part of the row first; other
     top-ks are decomposed into a sort (hlo.passes.topk_decomposer).
-    `lower_only`: as `kernel_compiler.compile_kernel`'s."""
+    `lower_only`, `build`: as `compile_sort`'s."""
+    k, x, leaves, config = _topk_plan(inst)
+    if config is None:
+        return CompiledSort(inst.name, [], [x], list(leaves), False,
+                            ["empty result: nothing to launch"])
+    build = build or _default_build(target, arch, cache, lower_only)
+    exe = build(topk_kernel_fusion(inst, config))
+    return CompiledSort(inst.name, [SortKernel(config, exe)], [x], list(leaves), False,
+                        [f"top-{k}: " + config.describe()])
+
+
+def _topk_plan(inst: HloInstruction):
+    """(k, operand shape, result shapes, the kernel's config or None when
+    there is nothing to launch) of a checked top-k."""
     from .emitters.types import check_supported
     k = topk_k(inst)
     x = inst.operands[0].shape
@@ -148,8 +185,7 @@ def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
                                + ", ".join(map(str, (x, *leaves))))
     check_comparator(inst, topk_operand_comparator(inst), [x.element_type, INDEX_TYPE])
     if k == 0 or x.num_elements == 0:
-        return CompiledSort(inst.name, [], [x], list(leaves), False,
-                            ["empty result: nothing to launch"])
+        return k, x, leaves, None
     try:
         plan = plan_sort(x.physical_shape().dims, physical_last_dim(x), [x.element_type],
                          top_k=k)
@@ -157,10 +193,7 @@ def compile_topk(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_9
         raise inst.unsupported(f"{e}: decompose it into a sort first "
                                "(hlo.passes.topk_decomposer)") from None
     (config,) = plan.kernels
-    exe = kernel_compiler.compile_kernel(topk_kernel_fusion(inst, config), target, arch,
-                                         cache=cache, lower_only=lower_only)
-    return CompiledSort(inst.name, [SortKernel(config, exe)], [x], list(leaves), False,
-                        [f"top-{k}: " + config.describe()])
+    return k, x, leaves, config
 
 
 @dataclass
@@ -201,14 +234,30 @@ class CompiledConvolution:
 
 
 def compile_convolution(inst: HloInstruction, *, target: str = "cpu", arch: str = "sm_90",
-                        cache: bool = True, lower_only: bool = False) -> CompiledConvolution:
+                        cache: bool = True, lower_only: bool = False,
+                        build: Build | None = None) -> CompiledConvolution:
     """The direct-convolution kernel of an HLO convolution or a cuDNN
-    convolution custom call, for `target` ("cpu" or "cuda"). `lower_only`:
-    as `kernel_compiler.compile_kernel`'s."""
+    convolution custom call, for `target` ("cpu" or "cuda"). `lower_only`,
+    `build`: as `compile_sort`'s."""
     from .emitters.convolution import convolution_kernel_fusion
     fusion = convolution_kernel_fusion(inst)
     if fusion.config.result_shape.num_elements == 0:
         return CompiledConvolution(inst.name, None, fusion.config)
-    exe = kernel_compiler.compile_kernel(fusion, target, arch, cache=cache,
-                                         lower_only=lower_only)
-    return CompiledConvolution(inst.name, exe, fusion.config)
+    build = build or _default_build(target, arch, cache, lower_only)
+    return CompiledConvolution(inst.name, build(fusion), fusion.config)
+
+
+def op_kernel_fusions(inst: HloInstruction) -> list:
+    """The fusions `compile_sort`, `compile_topk` or `compile_convolution`
+    (by `inst`'s opcode) hands its `build`, in the order it does; none for
+    another op. Raises what those raise for an op they refuse."""
+    if inst.opcode == "sort":
+        return list(_sort_fusions(inst, _sort_plan(inst)).values())
+    if inst.opcode == "topk":
+        config = _topk_plan(inst)[3]
+        return [] if config is None else [topk_kernel_fusion(inst, config)]
+    if inst.opcode == "convolution":
+        from .emitters.convolution import convolution_kernel_fusion
+        fusion = convolution_kernel_fusion(inst)
+        return [] if fusion.config.result_shape.num_elements == 0 else [fusion]
+    return []

@@ -1420,6 +1420,11 @@ class HostBatcher:
 
     def __init__(self, lines: int | None = None):
         self.lines = HOST_BATCH_LINES if lines is None else lines
+        # At most this many kernels in a batch (None: no bound but the
+        # lines): the program sets it once it knows how many it builds, so
+        # that a program of a few kernels fills a batch per compile thread
+        # rather than one, compiled by one thread while the others wait.
+        self.members: int | None = None
         self._lock = threading.Lock()
         self._open: dict[HostPipeline, list[_Batch]] = {}
         self.batches = 0          # compiled
@@ -1454,7 +1459,8 @@ class HostBatcher:
             batch.members.append(pending)
             batch.lines += lines
             batch.adding += 1
-            if batch.lines >= self.lines:
+            if batch.lines >= self.lines or \
+                    (self.members is not None and len(batch.members) >= self.members):
                 batches.remove(batch)
                 full = batch
         with batch.cond:

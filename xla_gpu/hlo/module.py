@@ -726,7 +726,10 @@ class HloComputation:
             self._hint_scans += 1
             insts.remove(inst)
             return
-        if hints is None or len(deleted) > 512:
+        if hints is None or len(deleted) > 512 or \
+                len(insts) - (self._hint_length - len(deleted)) > 512:
+            # (also when 512 instructions came after the hinted ones: each
+            # of those is found by a scan of them all)
             hints = self._hints = dict(zip(map(id, insts), range(len(insts))))
             deleted = self._hint_deleted = []
             self._hint_length = len(insts)

@@ -16,7 +16,7 @@ from ..hlo.printer import module_to_text
 from ..runtime import command_buffer
 from ..runtime.program import KernelImage, MemoryAnalysis, ProgramExecutable
 from .constants import constants
-from .kernels import ProgramKernels, kernel_fusions
+from .kernels import ProgramKernels, kernel_fusions, op_kernel_instructions
 from .prepare import prepare_module
 from .shapes import leaves
 from .thunk_emitter import ThunkEmitter
@@ -96,6 +96,7 @@ def _compile_program(module: HloModule, *, text: str, target: str, arch: str, ca
     kernels = ProgramKernels(target, arch, cache, prepared)
     try:
         if memory_limit is None:
+            kernels.prefetch_op_kernels(op_kernel_instructions(entry))
             kernels.prefetch(kernel_fusions(entry))
         stage("scheduling")
         t0 = time.perf_counter()
@@ -104,6 +105,7 @@ def _compile_program(module: HloModule, *, text: str, target: str, arch: str, ca
         timings["schedule"] = time.perf_counter() - t0
         complete("schedule", "compile", t0)
         if memory_limit is not None:
+            kernels.prefetch_op_kernels(op_kernel_instructions(entry))
             kernels.prefetch(kernel_fusions(entry))
         stage("buffer assignment")
         t0 = time.perf_counter()

@@ -24,7 +24,7 @@ from typing import Any
 from .. import backends, compile_cache, kernel_compiler
 from .. import _progress
 from .._trace import carry, span
-from ..errors import CompileError
+from ..errors import CompileError, XlaGpuError
 from ..hlo import HloComputation, HloInstruction, HloModule, Shape
 from ..hlo.fusions import fusion_text, inline_calls
 from ..runtime.program import KernelImage
@@ -121,6 +121,9 @@ class ProgramKernels:
         self._kernel_comps: dict[int, HloComputation] = {}
         # Key -> a Future of `_build` or a cached kernel (prefetch).
         self._pending: dict[str, Any] = {}
+        # (id of a sort, top-k or convolution, its kernel fusion's name) ->
+        # a Future of that kernel's build (`prefetch_op_kernels`).
+        self._op_pending: dict[tuple[int, str], Any] = {}
         self._pool = None
         # Pool tasks that compile batched code once no build is left.
         self._drains: list = []
@@ -132,6 +135,9 @@ class ProgramKernels:
         self._batcher: Any = None
         self._batcher_made = False
         self._batcher_lock = threading.Lock()
+        # Kernels the compile threads were given to build (`prefetch`,
+        # `prefetch_op_kernels`): what bounds a host-code batch's members.
+        self._builds = 0
         # Kernels built whose stage times are counted once their batch is
         # compiled (their "llvm" time is a share of the batch's).
         self._uncounted: list = []
@@ -165,7 +171,24 @@ class ProgramKernels:
             if not self._batcher_made:
                 self._batcher = self.backend.host_batcher()
                 self._batcher_made = True
+                self._bound_batches()
             return self._batcher
+
+    def _count_builds(self, builds: int) -> None:
+        with self._batcher_lock:
+            self._builds += builds
+            self._bound_batches()
+
+    def _bound_batches(self) -> None:
+        """A batch holds at most its share of the kernels being built (one
+        batch per compile thread, at least), and no fewer than
+        HOST_BATCH_MIN_SHARE: a dozen kernels (a long sort's) compile side
+        by side, while two or three small ones share one LLVM run, whose
+        fixed cost is most of their time. (Called with the batcher's lock
+        held.)"""
+        if self._batcher is not None and hasattr(self._batcher, "members") and self._builds:
+            workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
+            self._batcher.members = max(HOST_BATCH_MIN_SHARE, -(-self._builds // workers))
 
     def _build(self, inst: HloInstruction, kernel_comp: HloComputation, key: str):
         """The kernel of fusion `inst`, compiled (and cached, unless it is
@@ -218,6 +241,7 @@ class ProgramKernels:
                 self._pool = _compile_pool(workers)
             self._pending[key] = future = self._pool.submit(build, inst, kernel_comp, key)
             futures.append(future)
+        self._count_builds(len(futures))
         if futures and self.link_kernels:
             # Behind the builds in the pool's queue: a thread that finds no
             # build left compiles the kernels' batched code gathered so far.
@@ -229,6 +253,46 @@ class ProgramKernels:
             for future in futures:     # (called at once for those already done)
                 future.add_done_callback(lambda _: progress.kernel_done())
 
+    def _build_op_kernel(self, fusion):
+        """A kernel of a sort, top-k or convolution (`xla_gpu.op_kernels`),
+        as the program builds its fusions' (cached unless still to link,
+        its host code batched with theirs)."""
+        return kernel_compiler.compile_kernel(
+            fusion, self.target, self.arch, cache=self.cache, lower_only=self.link_kernels,
+            disk=self.disk, keep_emitted=self.cache, host_batch=self._host_batcher())
+
+    def prefetch_op_kernels(self, insts: list[HloInstruction]) -> None:
+        """Starts building the kernels of the sorts, top-ks and convolutions
+        `insts` on the compile threads, each kernel a task of its own (a
+        long sort has a dozen), as `prefetch` does the fusions'. One whose
+        fusions cannot be made is left to `op_build`'s caller, which
+        raises where the serial compile would."""
+        from .. import op_kernels
+        workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
+        if workers < 2:
+            return
+        build = carry(self._build_op_kernel)
+        for inst in insts:
+            try:
+                fusions = op_kernels.op_kernel_fusions(inst)
+            except XlaGpuError:
+                continue
+            for fusion in fusions:
+                if self._pool is None:
+                    self._pool = _compile_pool(workers)
+                self._op_pending[(id(inst), fusion.name)] = self._pool.submit(build, fusion)
+            self._count_builds(len(fusions))
+
+    def op_build(self, inst: HloInstruction) -> "op_kernels.Build":
+        """The `build` of `op_kernels.compile_sort` (and the others) for
+        `inst`: the kernel `prefetch_op_kernels` started, else built now."""
+        def build(fusion):
+            future = self._op_pending.pop((id(inst), fusion.name), None)
+            if future is not None:
+                return future.result()
+            return self._build_op_kernel(fusion)
+        return build
+
     def _drain_batches(self) -> None:
         batcher = self._host_batcher()
         if batcher is not None:
@@ -238,13 +302,15 @@ class ProgramKernels:
         """Cancels what was prefetched and not used (a compile that failed
         part way) and lets the threads go."""
         from concurrent.futures import Future, wait
-        running = [item for item in [*self._pending.values(), *self._drains]
+        running = [item for item in [*self._pending.values(), *self._op_pending.values(),
+                                     *self._drains]
                    if isinstance(item, Future) and not item.cancel()]
         # The pool outlives this compile; what still runs for it finishes
         # before the compile returns (its errors are not wanted).
         wait(running)
         self._pool = None
         self._pending.clear()
+        self._op_pending.clear()
         self._drains.clear()
         if self._batcher is not None:
             self.backend.discard_batches(self._batcher)
@@ -321,7 +387,9 @@ class ProgramKernels:
         if self._batcher is not None:
             # The batches still open, compiled side by side; then every
             # kernel built now has its object, and is cached with it.
-            backend.finish_batches(self._batcher, _compile_pool(workers).map)
+            pool = _compile_pool(workers)
+            backend.finish_batches(self._batcher,
+                                   lambda fn, batches: pool.map(carry(fn), batches))
             unlinked = []
             for image, exe, key, item in self._unlinked:
                 pending = exe.host_pending
@@ -418,6 +486,8 @@ def _link_group(group, backend, arch: str):
 STAGES = ("emit", "pipeline", "llvm", "ptx", "cubin")
 # Host threads that compile a program's kernels side by side.
 PREFETCH_THREADS = 8
+# The fewest kernels a host-code batch is bounded to (`_bound_batches`).
+HOST_BATCH_MIN_SHARE = 4
 # A program's kernels share binaries (cuda: PTX modules and cubins; cpu:
 # shared libraries) (False: one binary per kernel, as a single fusion's
 # compile makes).
@@ -466,6 +536,21 @@ def kernel_fusions(entry: HloComputation) -> list[tuple[HloInstruction, HloCompu
                     and not all_outputs_empty(inst):
                 found.append((inst, body))
     return found
+
+
+# The ops whose kernels `xla_gpu.op_kernels` compiles (the thunk emitter's
+# sort, topk and convolution instructions).
+OP_KERNEL_OPCODES = frozenset({"sort", "topk", "convolution"})
+
+
+def op_kernel_instructions(entry: HloComputation) -> list[HloInstruction]:
+    """The program's sorts, top-ks and convolutions (outside fusion
+    bodies), in the order the thunks are emitted."""
+    comps = reachable_computations(entry)
+    bodies = {id(inst.attrs["calls"]) for comp in comps for inst in comp.instructions
+              if inst.opcode == "fusion" and isinstance(inst.attrs.get("calls"), HloComputation)}
+    return [inst for comp in reversed(comps) if id(comp) not in bodies
+            for inst in comp.instructions if inst.opcode in OP_KERNEL_OPCODES]
 
 
 def all_outputs_empty(inst: HloInstruction) -> bool:

@@ -507,9 +507,7 @@ class ThunkEmitter:
     def emit_sort(self, inst: HloInstruction) -> Thunk:
         """The sort emitter's kernels (bitonic stages; see emitters.sort),
         from the operands' slices into the results'."""
-        compiled = op_kernels.compile_sort(inst, target=self.target, arch=self.kernels.arch,
-                                           cache=self.kernels.cache,
-                                           lower_only=self.kernels.link_kernels)
+        compiled = op_kernels.compile_sort(inst, build=self.kernels.op_build(inst))
         operands = [self.slice(o) for o in inst.operands]
         results = [self.slice(inst, index) for index, _ in leaves(inst.shape)]
         return SortThunk(inst.name, self._sort_kernels(inst.name, compiled, operands, results),
@@ -519,9 +517,7 @@ class ThunkEmitter:
         """One kernel sorting each row in shared memory and writing the
         first k (values, indices); longer rows were decomposed into sort +
         slice before buffer assignment (hlo.passes.topk_decomposer)."""
-        compiled = op_kernels.compile_topk(inst, target=self.target, arch=self.kernels.arch,
-                                           cache=self.kernels.cache,
-                                           lower_only=self.kernels.link_kernels)
+        compiled = op_kernels.compile_topk(inst, build=self.kernels.op_build(inst))
         results = [self.slice(inst, index) for index, _ in leaves(inst.shape)]
         return TopKThunk(inst.name, self._sort_kernels(inst.name, compiled,
                                                        [self.slice(operand)], results),
@@ -572,10 +568,7 @@ class ThunkEmitter:
         if inst.opcode == "custom-call" and target not in CUDNN_CONV_TARGETS:
             raise inst.unsupported(f"cuDNN call '{target}' is not supported "
                                    f"(supported: {', '.join(CUDNN_CONV_TARGETS)})")
-        compiled = op_kernels.compile_convolution(inst, target=self.target,
-                                                  arch=self.kernels.arch,
-                                                  cache=self.kernels.cache,
-                                                  lower_only=self.kernels.link_kernels)
+        compiled = op_kernels.compile_convolution(inst, build=self.kernels.op_build(inst))
         thunks: list[Thunk] = []
         if compiled.executable is not None:
             spec = compiled.executable.spec

@@ -164,6 +164,44 @@ def test_a_thread_out_of_builds_compiles_the_open_batches(llvm_runs, monkeypatch
     _check_three(exe.run(X, Y))
 
 
+# Eight fusions, eight distinct kernels.
+_UNARY = ["negate", "exponential", "tanh", "sine", "cosine", "floor", "ceil", "abs"]
+EIGHT = "HloModule eight\n" + "".join(
+    f"f{k} {{\n  p = f32[64] parameter(0)\n  ROOT r = f32[64] {op}(p)\n}}\n"
+    for k, op in enumerate(_UNARY)) + "ENTRY e {\n  x = f32[64] parameter(0)\n" + "".join(
+    f"  k{k} = f32[64] fusion(x), kind=kLoop, calls=f{k}\n" for k in range(8)) + \
+    "  ROOT o = (" + ", ".join(["f32[64]"] * 8) + ") tuple(" + \
+    ", ".join(f"k{k}" for k in range(8)) + ")\n}\n"
+
+
+def test_a_batch_holds_its_share_of_a_small_programs_kernels(monkeypatch):
+    # Eight small kernels on two compile threads: at most four in a batch,
+    # so that both threads compile host code (one batch of eight would leave
+    # one thread waiting for the other's LLVM run).
+    monkeypatch.setattr(program_kernels, "PREFETCH_THREADS", 2)
+    monkeypatch.setattr(program_kernels.os, "cpu_count", lambda: 2)
+    sizes, batchers = [], []
+    compile_batch, make = cpu.HostBatcher.compile, cpu.HostBatcher.__init__
+
+    def spy(self, batch):
+        sizes.append(len(batch.members))
+        return compile_batch(self, batch)
+
+    def made(self, *args, **kwargs):
+        make(self, *args, **kwargs)
+        batchers.append(self)
+
+    monkeypatch.setattr(cpu.HostBatcher, "compile", spy)
+    monkeypatch.setattr(cpu.HostBatcher, "__init__", made)
+    exe = xla_gpu.compile(EIGHT, target="cpu", cache=False)
+    assert [b.members for b in batchers] == [4]
+    assert sum(sizes) == 8 and max(sizes) <= 4, sizes
+    got = exe.run(X)
+    for k, op in enumerate([np.negative, np.exp, np.tanh, np.sin, np.cos, np.floor,
+                            np.ceil, np.abs]):
+        np.testing.assert_allclose(got[k], op(X), rtol=2e-6, atol=1e-6)
+
+
 def test_kernels_named_alike_go_to_different_batches(llvm_runs, linker_runs):
     exe = xla_gpu.compile(NAMED_ALIKE, target="cpu", cache=False)
     names = [image.spec.name for image in exe.kernels.values()]

@@ -116,10 +116,13 @@ def test_the_shortcuts_change_no_merge(monkeypatch, path):
 
 @pytest.mark.parametrize("path", PROGRAMS, ids=lambda p: p.parent.name)
 def test_the_order_after_a_merge_is_the_sorts(monkeypatch, path):
-    placed = []
+    placed, wide_readers = [], []
     order_after = multi_output_fusion._sorted_after_merge
 
     def checked(insts, kept, readers, removed_at, positions, fusion):
+        # (a reader of many operands, as the program's root tuple, is
+        # searched for its new operands alone)
+        wide_readers.extend(r for r in readers if len(r.operands) > 8)
         order = order_after(insts, kept, readers, removed_at, positions, fusion)
         comp = fusion.parent
         saved = comp._instructions, comp._unordered, comp._valid_prefix
@@ -136,6 +139,7 @@ def test_the_order_after_a_merge_is_the_sorts(monkeypatch, path):
     _optimized(path)
     if path.name == "gpt_adamw_1layer.hlo":
         assert len(placed) > 20
+        assert wide_readers
 
 
 def test_the_hero_walk_is_find_heros():

@@ -638,7 +638,8 @@ def _sorted_after_merge(insts: list[HloInstruction], kept: int,
     when the list is not that."""
     if kept >= len(insts) or insts[kept] is not fusion:
         return None
-    new = set(map(id, insts[kept:]))
+    added = insts[kept:]
+    new = set(map(id, added))
 
     def index(x: HloInstruction) -> int:
         at = positions[id(x)]
@@ -659,6 +660,28 @@ def _sorted_after_merge(insts: list[HloInstruction], kept: int,
         return [d for d in x.operands if id(d) not in pulled and
                 (id(d) in new or positions[id(d)] >= start)]
 
+    def unplaced_of_reader(reader: HloInstruction) -> list[HloInstruction]:
+        # `unplaced(reader)` for an old reader at the place the loop below
+        # has come to: what it read before came before it in the old
+        # order, so only new operands can be unplaced, found by the list's
+        # own search (a program's root tuple reads hundreds of values).
+        operands = reader.operands
+        if len(operands) <= 8:
+            return unplaced(reader)
+        found = []
+        for d in added:
+            if id(d) in pulled:
+                continue
+            k = -1
+            while True:
+                try:
+                    k = operands.index(d, k + 1)   # identity: no `__eq__`
+                except ValueError:
+                    break
+                found.append((k, d))
+        found.sort(key=lambda item: item[0])
+        return [d for _, d in found]
+
     order: list[HloInstruction] = []
 
     def place_until(end: int) -> None:
@@ -669,8 +692,12 @@ def _sorted_after_merge(insts: list[HloInstruction], kept: int,
             start = at + 1
         order.extend(insts[start:end])
 
-    def walk(x: HloInstruction) -> None:
-        walked = post_order([x], unplaced, refuse_cycle)
+    def walk(x: HloInstruction, reader: bool = False) -> None:
+        successors = unplaced
+        if reader:
+            def successors(y: HloInstruction) -> list[HloInstruction]:
+                return unplaced_of_reader(y) if y is x else unplaced(y)
+        walked = post_order([x], successors, refuse_cycle)
         for w in walked:
             pulled.add(id(w))
             if id(w) not in new:
@@ -686,8 +713,8 @@ def _sorted_after_merge(insts: list[HloInstruction], kept: int,
         threshold[0] = positions[id(insts[done])] if done < kept else inf
         if id(reader) in pulled:
             continue
-        if unplaced(reader):
-            walk(reader)
+        if unplaced_of_reader(reader):
+            walk(reader, reader=True)
         else:
             order.append(reader)
     place_until(kept)

@@ -46,6 +46,11 @@ MAX_OPERANDS_AND_OUTPUTS = 96
 
 _LOOPLIKE = ("loop", "concatenate", "input_slices")
 
+# A producer with at least this many consumers keeps its priority's terms
+# between evaluations (`_PriorityFusionRun.wide`): a scalar read by a
+# hundred fusions is pushed again each time one of them grows.
+WIDE_PRODUCER_CONSUMERS = 8
+
 
 # Lone instructions the loop emitter takes, whatever their operands: no
 # hero of another emitter (reduce, transpose, concatenate, scatter, dot,
@@ -296,6 +301,11 @@ class _PriorityFusionRun:
         # Per fusion whose cost is cached, its parameters' counts when
         # `grown_fusion_cost` may start from them.
         self.counts: dict[int, list[float]] = {}
+        # Per producer of at least WIDE_PRODUCER_CONSUMERS consumers: its
+        # version key when the entry was made, and per consumer (by id) the
+        # consumer, its time and its time with the producer fused in, for
+        # the consumers that have not changed since (see `_wide_priority`).
+        self.wide: dict[int, tuple[tuple[int, int], dict[int, tuple]]] = {}
         self.max_size = options.max_fusion_instructions
         self.max_operands = options.max_operands
 
@@ -337,6 +347,16 @@ class _PriorityFusionRun:
         self.as_consumer.pop(key, None)
         # Its pairs as a producer were computed at an older version.
         self.pairs.pop(key, None)
+        wide = self.wide
+        if wide:
+            wide.pop(key, None)
+            # Its terms in the priorities of the wide producers it reads:
+            # it changed, or it goes (a consumer replaced by a fusion, a
+            # producer fused everywhere), or it reads them anew.
+            for o in inst.operands:
+                entry = wide.get(id(o))
+                if entry is not None:
+                    entry[1].pop(key, None)
         versions = self.node_version
         versions[key] = versions.get(key, 0) + 1
 
@@ -626,6 +646,8 @@ class _PriorityFusionRun:
             info = self.info(producer)
         # `producer_key`
         vp = (versions.get(key, 0), len(users) if info.kind == "reduction" else -1)
+        if len(consumers) >= WIDE_PRODUCER_CONSUMERS:
+            return self._wide_priority(producer, consumers, vp)
         mine = pairs.get(key) or {}
         entries = []
         for c in consumers:
@@ -645,6 +667,37 @@ class _PriorityFusionRun:
             cost = costs.get(id(c))
             unfused += (cost if cost is not None else self.cost(c)).time
             fused += time
+        return unfused - fused
+
+    def _wide_priority(self, producer: HloInstruction, consumers: list[HloInstruction],
+                       vp: tuple[int, int]) -> float | None:
+        """`priority` of a producer with many consumers, from the terms of
+        the last evaluation for the consumers unchanged since. A consumer
+        that changes, goes or reads the producer anew passes through
+        `forget`, which drops its term; a change of the producer drops the
+        entry. The sums are `priority`'s, in the same order (the same
+        floats); legality of every consumer comes first, as there."""
+        key = id(producer)
+        entry = self.wide.get(key)
+        if entry is None or entry[0] != vp:
+            entry = self.wide[key] = (vp, {})
+        terms = entry[1]
+        missing = []
+        for c in consumers:
+            term = terms.get(id(c))
+            if term is None or term[0] is not c:
+                pair = self.legal(producer, c, vp)
+                if not pair[2]:
+                    return None
+                missing.append((c, pair))
+        for c, pair in missing:
+            terms[id(c)] = (c, self.cost(c).time, self.fused_time(producer, c, pair))
+        unfused = self.cost(producer).time
+        fused = 0.0
+        for c in consumers:
+            term = terms[id(c)]
+            unfused += term[1]
+            fused += term[2]
         return unfused - fused
 
     def push(self, inst: HloInstruction) -> None:
