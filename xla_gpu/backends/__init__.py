@@ -128,6 +128,10 @@ class Backend(ABC):
     def finish_batches(self, batcher, map_fn=map) -> None:
         """Compiles what `batcher` still holds (by `map_fn`: side by side)."""
 
+    def bound_batches(self, batcher, members: int) -> None:
+        """Puts at most `members` kernels in one unit of `batcher` from now
+        on."""
+
     def drain_batches(self, batcher) -> None:
         """Compiles what `batcher` holds now, one unit at a time, in the
         calling thread (a compile thread that has no kernel left to build);
@@ -294,6 +298,9 @@ class CpuBackend(Backend):
 
     def finish_batches(self, batcher, map_fn=map) -> None:
         batcher.finish(map_fn)
+
+    def bound_batches(self, batcher, members: int) -> None:
+        batcher.max_members = members
 
     def drain_batches(self, batcher) -> None:
         while batcher.compile_next():

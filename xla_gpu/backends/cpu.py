@@ -1424,7 +1424,7 @@ class HostBatcher:
         # lines): the program sets it once it knows how many it builds, so
         # that a program of a few kernels fills a batch per compile thread
         # rather than one, compiled by one thread while the others wait.
-        self.members: int | None = None
+        self.max_members: int | None = None
         self._lock = threading.Lock()
         self._open: dict[HostPipeline, list[_Batch]] = {}
         self.batches = 0          # compiled
@@ -1460,7 +1460,7 @@ class HostBatcher:
             batch.lines += lines
             batch.adding += 1
             if batch.lines >= self.lines or \
-                    (self.members is not None and len(batch.members) >= self.members):
+                    (self.max_members is not None and len(batch.members) >= self.max_members):
                 batches.remove(batch)
                 full = batch
         with batch.cond:

@@ -186,9 +186,10 @@ class ProgramKernels:
         by side, while two or three small ones share one LLVM run, whose
         fixed cost is most of their time. (Called with the batcher's lock
         held.)"""
-        if self._batcher is not None and hasattr(self._batcher, "members") and self._builds:
+        if self._batcher is not None and self._builds:
             workers = min(os.cpu_count() or 1, PREFETCH_THREADS)
-            self._batcher.members = max(HOST_BATCH_MIN_SHARE, -(-self._builds // workers))
+            self.backend.bound_batches(self._batcher,
+                                       max(HOST_BATCH_MIN_SHARE, -(-self._builds // workers)))
 
     def _build(self, inst: HloInstruction, kernel_comp: HloComputation, key: str):
         """The kernel of fusion `inst`, compiled (and cached, unless it is
@@ -519,17 +520,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
+def _thunk_computations(entry: HloComputation) -> list[HloComputation]:
+    """The program's computations that become thunks (not fusion bodies),
+    in the order the thunks are emitted."""
+    comps = reachable_computations(entry)
+    bodies = {id(inst.attrs["calls"]) for comp in comps for inst in comp.instructions
+              if inst.opcode == "fusion" and isinstance(inst.attrs.get("calls"), HloComputation)}
+    return [comp for comp in reversed(comps) if id(comp) not in bodies]
+
+
 def kernel_fusions(entry: HloComputation) -> list[tuple[HloInstruction, HloComputation]]:
     """The fusions of the program that may become kernels, in the order
     the thunks are emitted (fusions inside fusion bodies and those that
     are a broadcast constant, a memset, left out)."""
-    comps = reachable_computations(entry)
-    bodies = {id(inst.attrs["calls"]) for comp in comps for inst in comp.instructions
-              if inst.opcode == "fusion" and isinstance(inst.attrs.get("calls"), HloComputation)}
     found = []
-    for comp in reversed(comps):
-        if id(comp) in bodies:
-            continue
+    for comp in _thunk_computations(entry):
         for inst in comp.instructions:
             body = inst.attrs.get("calls") if inst.opcode == "fusion" else None
             if isinstance(body, HloComputation) and broadcast_constant(body) is None \
@@ -546,10 +551,7 @@ OP_KERNEL_OPCODES = frozenset({"sort", "topk", "convolution"})
 def op_kernel_instructions(entry: HloComputation) -> list[HloInstruction]:
     """The program's sorts, top-ks and convolutions (outside fusion
     bodies), in the order the thunks are emitted."""
-    comps = reachable_computations(entry)
-    bodies = {id(inst.attrs["calls"]) for comp in comps for inst in comp.instructions
-              if inst.opcode == "fusion" and isinstance(inst.attrs.get("calls"), HloComputation)}
-    return [inst for comp in reversed(comps) if id(comp) not in bodies
+    return [inst for comp in _thunk_computations(entry)
             for inst in comp.instructions if inst.opcode in OP_KERNEL_OPCODES]
 
 

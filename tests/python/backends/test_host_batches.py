@@ -194,7 +194,7 @@ def test_a_batch_holds_its_share_of_a_small_programs_kernels(monkeypatch):
     monkeypatch.setattr(cpu.HostBatcher, "compile", spy)
     monkeypatch.setattr(cpu.HostBatcher, "__init__", made)
     exe = xla_gpu.compile(EIGHT, target="cpu", cache=False)
-    assert [b.members for b in batchers] == [4]
+    assert [b.max_members for b in batchers] == [4]
     assert sum(sizes) == 8 and max(sizes) <= 4, sizes
     got = exe.run(X)
     for k, op in enumerate([np.negative, np.exp, np.tanh, np.sin, np.cos, np.floor,
