@@ -46,6 +46,7 @@ from .cse import HloCSE
 from .custom_call_layouts import CustomCallLayouts
 from .dce import HloDCE
 from .dot_canonicalization import DotCanonicalization
+from .dot_merger import DotMerger
 from .fusion_wrapper import FusionWrapper
 from .gemm_fusion import GemmFusion
 from .gemm_rewriter import GemmRewriter
@@ -107,6 +108,7 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None,
             ReductionDimensionGrouper(), ReductionSplitter(), TreeReductionRewriter(),
         ])),
         _simplification("post-layout-simplification"),
+        DotMerger(),
         LayoutNormalization(),
         WhileLoopTripCountAnnotator(),
         GemmFusion(max_multiply_adds=gemm_fusion_max_multiply_adds),
