@@ -110,6 +110,22 @@ def test_three_dots_of_one_operand_become_one():
     _same_values(before, after, args)
 
 
+def _two_dots(w1: str, w2: str, out: str, b_contracting: int = 0) -> str:
+    """x = f32[8,8] times w1 and times w2 (rhs contracting dimension 0, or
+    `b_contracting` for the second)."""
+    return f"""
+HloModule m
+ENTRY e {{
+  x = f32[8,8] parameter(0)
+  w1 = {w1} parameter(1)
+  w2 = {w2} parameter(2)
+  a = {out} dot(x, w1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  b = {out} dot(x, w2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{{b_contracting}}}
+  ROOT t = ({out}, {out}) tuple(a, b)
+}}
+"""
+
+
 @pytest.mark.parametrize("why, text", [
     # b's other operand is computed from a: one product cannot hold both.
     ("dependent", """
@@ -123,39 +139,9 @@ ENTRY e {
   ROOT t = (f32[8,8], f32[8,8]) tuple(a, b)
 }
 """),
-    ("other dimension numbers", """
-HloModule m
-ENTRY e {
-  x = f32[8,8] parameter(0)
-  w1 = f32[8,4] parameter(1)
-  w2 = f32[4,8] parameter(2)
-  a = f32[8,4] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  b = f32[8,4] dot(x, w2), lhs_contracting_dims={1}, rhs_contracting_dims={1}
-  ROOT t = (f32[8,4], f32[8,4]) tuple(a, b)
-}
-"""),
-    ("other types", """
-HloModule m
-ENTRY e {
-  x = f32[8,8] parameter(0)
-  w1 = f32[8,4] parameter(1)
-  w2 = bf16[8,4] parameter(2)
-  a = f32[8,4] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  b = f32[8,4] dot(x, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT t = (f32[8,4], f32[8,4]) tuple(a, b)
-}
-"""),
-    ("two free dimensions", """
-HloModule m
-ENTRY e {
-  x = f32[8,8] parameter(0)
-  w1 = f32[8,2,3] parameter(1)
-  w2 = f32[8,2,3] parameter(2)
-  a = f32[8,2,3] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  b = f32[8,2,3] dot(x, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT t = (f32[8,2,3], f32[8,2,3]) tuple(a, b)
-}
-"""),
+    ("other dimension numbers", _two_dots("f32[8,4]", "f32[4,8]", "f32[8,4]", b_contracting=1)),
+    ("other types", _two_dots("f32[8,4]", "bf16[8,4]", "f32[8,4]")),
+    ("two free dimensions", _two_dots("f32[8,2,3]", "f32[8,2,3]", "f32[8,2,3]")),
 ])
 def test_dots_that_differ_stay_apart(why, text):
     module = parse_module(text)

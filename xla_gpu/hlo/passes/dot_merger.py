@@ -7,8 +7,8 @@ that read one operand on the same side, with the same dimension numbers,
 become one product over the two other operands joined along their one
 free (non-contracting, non-batch) dimension, and the two results slices of
 it. A transformer's query, key and value projections of one input are then
-one gemm, as are their weight gradients: fewer launches, and products that
-fill a GPU (or a BLAS call) better than three small ones.
+one gemm: fewer launches, and products that fill a GPU (or a BLAS call)
+better than three small ones.
 
 Merged only when the two agree on everything but that free dimension
 (dimension numbers, types, precision, the other operand's remaining
@@ -127,11 +127,11 @@ def _mergeable(a: HloInstruction, b: HloInstruction, side: int) -> int | None:
             {k: v for k, v in b.attrs.items() if k not in _IGNORED_ATTRS}:
         return None
     if a.shape.element_type != b.shape.element_type or \
-            not _default_layout(a.shape) or not _default_layout(b.shape):
+            not a.shape.is_row_major or not b.shape.is_row_major:
         return None
     x, y = a.operands[1 - side], b.operands[1 - side]
     if x.shape.element_type != y.shape.element_type or x.shape.rank != y.shape.rank or \
-            not _default_layout(x.shape) or not _default_layout(y.shape):
+            not x.shape.is_row_major or not y.shape.is_row_major:
         return None
     lb, rb, lc, rc = dot_dimension_numbers(a)
     batch, contracting = (rb, rc) if side == 0 else (lb, lc)
@@ -142,11 +142,6 @@ def _mergeable(a: HloInstruction, b: HloInstruction, side: int) -> int | None:
     if any(x.shape.dims[k] != y.shape.dims[k] for k in range(x.shape.rank) if k != d):
         return None
     return d
-
-
-def _default_layout(shape) -> bool:
-    layout = shape.layout
-    return layout is None or tuple(layout) == tuple(reversed(range(shape.rank)))
 
 
 def _room(a: HloInstruction, b: HloInstruction,
