@@ -8,7 +8,12 @@ lives in `xla_gpu.ir` (contexts, the dialect, indexing maps) and
 
 from __future__ import annotations
 
-from ._paths import (__version__, cmake_dir, include_dir, library_path,  # noqa: F401
+from ._source_first import install as _install_source_first
+
+# (before any module that may have a compiled twin is imported)
+_install_source_first()
+
+from ._paths import (__version__, cmake_dir, include_dir, library_path,  # noqa: F401,E402
                      native_dir, plugin_path)
 from .errors import (ArgumentError, ArtifactError, CompileError,  # noqa: E402
                      CudaError, CudaUnavailableError, DeadlineExceededError, HloError,

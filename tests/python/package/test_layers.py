@@ -31,7 +31,7 @@ PACKAGE = Path(xla_gpu.__file__).resolve().parent
 LAYERS = {
     "xla_gpu.errors": 0, "xla_gpu._input": 0, "xla_gpu._lazy": 0, "xla_gpu._paths": 0,
     "xla_gpu._trace": 0, "xla_gpu._progress": 0, "xla_gpu._ctypes_arrays": 0,
-    "xla_gpu._readable_json": 0,
+    "xla_gpu._readable_json": 0, "xla_gpu._source_first": 0,
     "xla_gpu.hlo": 1,
     "xla_gpu.runtime": 2, "xla_gpu.ffi": 2,
     "xla_gpu.hlo.passes": 3, "xla_gpu.analysis": 3, "xla_gpu.service": 3,

@@ -1,0 +1,75 @@
+"""The hottest modules of the HLO passes, compiled by Cython at install time
+(cmake/CompiledPython.cmake), against their Python sources: an installed
+package loads the compiled twins, XLA_GPU_PURE_PYTHON=1 loads the sources
+instead, and both give the same optimized programs. Run in subprocesses,
+which import the installed package (the tests' environment keeps the
+source tree off their sys.path); where the install has no twins (an
+editable install, a build without Cython) both sides are the sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
+
+
+def _hot_modules() -> list[str]:
+    text = (REPO / "cmake" / "CompiledPython.cmake").read_text()
+    listed = re.search(r"set\(XLA_GPU_HOT_MODULES\s+(.*?)\)", text, re.S).group(1)
+    return ["xla_gpu." + m.replace("/", ".") for m in listed.split()]
+
+
+# What the subprocess prints: where each hot module was loaded from, and a
+# digest of each program as the pass pipeline leaves it (both settings of
+# the cpu target's grid emulation: the GEMM fusion bounds differ).
+_REPORT = """
+import hashlib, importlib, json, sys
+from xla_gpu.hlo import parse_module
+from xla_gpu.hlo.printer import module_to_text
+from xla_gpu.program.prepare import prepare_module
+modules, paths = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+files = {m: importlib.import_module(m).__file__ for m in modules}
+digests = {}
+for path in paths:
+    for grid in (True, False):
+        prepared, _ = prepare_module(parse_module(open(path).read()), emulates_grid=grid)
+        digests[f"{path}:{grid}"] = hashlib.sha256(module_to_text(prepared).encode()).hexdigest()
+print(json.dumps({"files": files, "digests": digests}))
+"""
+
+
+def _report(pure: bool, programs: list[str]) -> dict:
+    env = dict(os.environ)
+    env.pop("XLA_GPU_PURE_PYTHON", None)
+    if pure:
+        env["XLA_GPU_PURE_PYTHON"] = "1"
+    out = subprocess.run([sys.executable, "-c", _REPORT, json.dumps(_hot_modules()),
+                          json.dumps(programs)],
+                         env=env, capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(out.stdout)
+
+
+def test_every_listed_module_has_a_source():
+    for module in _hot_modules():
+        assert (REPO / (module.replace(".", "/") + ".py")).is_file(), module
+
+
+def test_compiled_twins_give_the_programs_the_sources_give():
+    programs = [str(PROGRAMS / name / "before_optimizations.hlo")
+                for name in ("transformer_block", "adam_step", "softmax_xent", "scan_rnn")]
+    default, pure = _report(False, programs), _report(True, programs)
+    # The switch loads every hot module from its source...
+    assert all(f.endswith(".py") for f in pure["files"].values()), pure["files"]
+    # ...and without it an installed twin is what runs.
+    for module, loaded in default["files"].items():
+        source = Path(pure["files"][module])
+        twins = sorted(source.parent.glob(source.stem + ".cpython-*.so"))
+        if twins:
+            assert loaded.endswith(".so"), (module, loaded)
+    assert default["digests"] == pure["digests"]
