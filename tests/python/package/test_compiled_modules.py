@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
@@ -73,3 +75,31 @@ def test_compiled_twins_give_the_programs_the_sources_give():
         if twins:
             assert loaded.endswith(".so"), (module, loaded)
     assert default["digests"] == pure["digests"]
+
+
+def test_ctrl_c_stops_a_compile_running_the_compiled_passes():
+    # A compile spends most of its time in the compiled modules (priority
+    # fusion above all); Ctrl-C must still end it at once: the twins call
+    # back into interpreted code (the emitters' analyses, the other passes),
+    # where the interpreter raises KeyboardInterrupt, and pass it up.
+    model = PROGRAMS.parent / "hlo_inputs" / "models" / "gpt_adamw_1layer.hlo"
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, xla_gpu\n"
+         "text = open(sys.argv[1]).read()\n"
+         "print('compiling', flush=True)\n"
+         "while True:\n"
+         "    xla_gpu.compiler.clear_memory_cache()\n"
+         "    xla_gpu.compile(text, target='cpu', cache=False)\n", str(model)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "compiling\n"
+        time.sleep(1.5)
+        child.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        _, err = child.communicate(timeout=30)
+        waited = time.monotonic() - start
+    finally:
+        child.kill()
+    assert "KeyboardInterrupt" in err, err[-2000:]
+    assert waited < 3, waited
