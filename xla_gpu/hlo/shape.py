@@ -193,10 +193,21 @@ class Shape:
         return np.transpose(array, np.argsort(self.major_to_minor))
 
     def leaves(self) -> list["Shape"]:
-        """The array shapes, depth first (itself when not a tuple)."""
+        """The array shapes, depth first (itself when not a tuple). Without
+        recursion: compiled (the package's Cython build) a recursive walk
+        would overflow the C stack on a deep enough tuple, where the
+        interpreter raises RecursionError."""
         if not self.is_tuple:
             return [self]
-        return [leaf for s in self.tuple_shapes for leaf in s.leaves()]
+        found = []
+        stack = [self]
+        while stack:
+            shape = stack.pop()
+            if shape.tuple_shapes is None:
+                found.append(shape)
+            else:
+                stack.extend(reversed(shape.tuple_shapes))
+        return found
 
     def with_dims(self, dims, element_type: str | None = None) -> "Shape":
         return Shape(element_type or self.element_type, tuple(dims), None)
@@ -213,10 +224,17 @@ class Shape:
 def same_shape(a: Shape, b: Shape, layouts: bool = True) -> bool:
     """Equal shapes, tuples element by element; a missing layout is the
     default one, and `layouts=False` compares element types and dimensions
-    only."""
-    if a.is_tuple or b.is_tuple:
-        return a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes) \
-            and all(same_shape(x, y, layouts) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
-    if a.element_type != b.element_type or tuple(a.dims) != tuple(b.dims):
-        return False
-    return not layouts or a.element_type == "token" or a.minor_to_major == b.minor_to_major
+    only. (Without recursion, as `Shape.leaves`.)"""
+    pairs = [(a, b)]
+    while pairs:
+        a, b = pairs.pop()
+        if a.is_tuple or b.is_tuple:
+            if not (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)):
+                return False
+            pairs.extend(zip(reversed(a.tuple_shapes), reversed(b.tuple_shapes)))
+            continue
+        if a.element_type != b.element_type or tuple(a.dims) != tuple(b.dims):
+            return False
+        if layouts and a.element_type != "token" and a.minor_to_major != b.minor_to_major:
+            return False
+    return True

@@ -103,3 +103,24 @@ def test_ctrl_c_stops_a_compile_running_the_compiled_passes():
         child.kill()
     assert "KeyboardInterrupt" in err, err[-2000:]
     assert waited < 3, waited
+
+
+def test_a_deep_tuple_shape_is_walked_without_recursion():
+    # Compiled code does not count its own recursion against Python's
+    # limit: a recursive walk of a deep enough tuple overflows the C stack
+    # (a crash) where the interpreter raises RecursionError. The compiled
+    # modules' walks are loops; deeper than Python's limit, they still work.
+    script = (
+        "from xla_gpu.hlo.shape import Shape, same_shape\n"
+        "def deep(n):\n"
+        "    s = Shape('f32', (2,))\n"
+        "    for _ in range(n):\n"
+        "        s = Shape('', (), None, (s, Shape('s32', ())))\n"
+        "    return s\n"
+        "a, b = deep(200000), deep(200000)\n"
+        "assert len(a.leaves()) == 200001 and a.leaves()[0] == Shape('f32', (2,))\n"
+        "assert same_shape(a, b) and not same_shape(a, deep(199999))\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout == "ok\n", (out.returncode, out.stderr[-2000:])
