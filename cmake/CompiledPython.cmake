@@ -57,8 +57,9 @@ if(XLA_GPU_COMPILE_HOT_MODULES AND NOT "${SKBUILD_STATE}" STREQUAL "editable")
       Python_add_library(${target} MODULE WITH_SOABI "${c_file}")
       set_target_properties(${target} PROPERTIES
         OUTPUT_NAME "${name}" LIBRARY_OUTPUT_DIRECTORY "${out_dir}")
-      # (-O2: -O3 doubles the C compile time of Cython's output for no
-      # measurable gain; its generated code warns by design.)
+      # (-O2 rather than the build's -O3: Cython's C is large, and what the
+      # twin saves is the interpreter's dispatch, not what -O3 adds; the
+      # generated code warns by design.)
       target_compile_options(${target} PRIVATE -O2 -w)
       install(TARGETS ${target} LIBRARY DESTINATION "${XLA_GPU_PYTHON_DIR}/${folder}")
     endforeach()
