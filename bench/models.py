@@ -33,11 +33,13 @@ the large models needs more memory than a 24 GiB host has for both sides;
 
     python bench/models.py [--only gpt,convnet] [--repeat 5] [--compile-repeat 3] [--no-cuda]
     python bench/models.py --size large --compile-only --no-cuda
+    python bench/models.py --only gpt --gpt-layers 16 --compile-only --no-cuda
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from typing import Any, Callable
@@ -67,12 +69,14 @@ def _train_step(model, tx, loss_of: Callable):
     return step
 
 
-def gpt(size: str):
+def gpt(size: str, layers: int | None = None):
     """A GPT-style LM: token and position embeddings, pre-LN blocks with
-    causal self-attention and a GELU MLP, tied output; adamw."""
+    causal self-attention and a GELU MLP, tied output; adamw. `layers`:
+    another depth than the size's (--gpt-layers)."""
     jax, jnp, nn, optax = _jax()
-    layers, width, heads, vocab, seq, batch = (4, 256, 4, 2048, 64, 8) if size == "small" \
+    depth, width, heads, vocab, seq, batch = (4, 256, 4, 2048, 64, 8) if size == "small" \
         else (12, 768, 12, 32768, 512, 16)
+    layers = depth if layers is None else layers
 
     class Block(nn.Module):
         @nn.compact
@@ -309,7 +313,13 @@ def main() -> None:
     parser.add_argument("--no-cuda", action="store_true", help="skip the cuda compile")
     parser.add_argument("--compile-only", action="store_true",
                         help="compile both sides, run neither")
+    parser.add_argument("--gpt-layers", type=int, default=None,
+                        help="gpt's depth instead of the size's (compile time grows with it)")
     args = parser.parse_args()
+    if args.gpt_layers is not None:
+        if args.gpt_layers < 1:
+            parser.error("--gpt-layers: at least 1")
+        MODELS["gpt"] = functools.partial(gpt, layers=args.gpt_layers)
     jax = _jax()[0]
     jax.config.update("jax_enable_compilation_cache", False)
 
@@ -340,7 +350,9 @@ def main() -> None:
         run = (f"{r['run'] * 1e3:.1f} | {r['xla_run'] * 1e3:.1f} | {run_ratios[-1]:.2f}x"
                if ran else "- | - | -")
         errors = f"{r['loss_err']:.1e} | {r['param_err']:.1e}" if ran else "- | -"
-        print(f"| {r['model']} | {r['lines']} | {r['kernels']} | {r['compile']:.2f} | "
+        model = r["model"] if r["model"] != "gpt" or args.gpt_layers is None else \
+            f"gpt ({args.gpt_layers} layers)"
+        print(f"| {model} | {r['lines']} | {r['kernels']} | {r['compile']:.2f} | "
               f"{r['xla_compile']:.2f} | {compile_ratios[-1]:.2f}x | {run} | {r['cuda']} | "
               f"{errors} |", flush=True)
     runs = (f", run {geomean(run_ratios):.2f}x (max {max(run_ratios):.2f}x)"
