@@ -46,14 +46,21 @@ print(json.dumps({"files": files, "digests": digests}))
 """
 
 
-def _report(pure: bool, programs: list[str]) -> dict:
+def _python(script: str, *args: str, pure: bool = False,
+            timeout: int = 600) -> subprocess.CompletedProcess:
+    """`script` run by a fresh interpreter on the installed package, with
+    or without XLA_GPU_PURE_PYTHON."""
     env = dict(os.environ)
     env.pop("XLA_GPU_PURE_PYTHON", None)
     if pure:
         env["XLA_GPU_PURE_PYTHON"] = "1"
-    out = subprocess.run([sys.executable, "-c", _REPORT, json.dumps(_hot_modules()),
-                          json.dumps(programs)],
-                         env=env, capture_output=True, text=True, timeout=600, check=True)
+    return subprocess.run([sys.executable, "-c", script, *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _report(pure: bool, programs: list[str]) -> dict:
+    out = _python(_REPORT, json.dumps(_hot_modules()), json.dumps(programs), pure=pure)
+    assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 
 
@@ -121,6 +128,5 @@ def test_a_deep_tuple_shape_is_walked_without_recursion():
         "assert len(a.leaves()) == 200001 and a.leaves()[0] == Shape('f32', (2,))\n"
         "assert same_shape(a, b) and not same_shape(a, deep(199999))\n"
         "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=300)
+    out = _python(script, timeout=300)
     assert out.returncode == 0 and out.stdout == "ok\n", (out.returncode, out.stderr[-2000:])
