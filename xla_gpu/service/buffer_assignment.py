@@ -711,13 +711,23 @@ class _Occupancy:
             self.ends.insert(k, iv.end)
             self.roots.insert(k, root)
 
-    def overlapping(self, intervals: list[Interval]) -> list[int]:
+    def touching(self, intervals: list[Interval]) -> list[int] | None:
+        """The buffers placed here whose intervals meet `intervals`, when
+        each such meeting is one buffer's last use at the other's first
+        write (`_interferes` asks whether that is a legal sharing); None
+        when some overlap more than that (they interfere, whatever the
+        instruction there does)."""
+        starts, ends, roots = self.starts, self.ends, self.roots
         out: list[int] = []
         for iv in intervals:
-            k = bisect.bisect_left(self.ends, iv.start)
-            while k < len(self.starts) and self.starts[k] <= iv.end:
-                if self.roots[k] not in out:
-                    out.append(self.roots[k])
+            start, end = iv.start, iv.end
+            k = bisect.bisect_left(ends, start)
+            while k < len(starts) and starts[k] <= end:
+                s, e = starts[k], ends[k]
+                if not ((e == start and s < start) or (end == s and start < s)):
+                    return None
+                if roots[k] not in out:
+                    out.append(roots[k])
                 k += 1
         return out
 
@@ -807,24 +817,29 @@ def _place_in_output_allocations(ba: BufferAssignment, buffers: _BufferSet,
             occupants[allocation].add(root, buffers.intervals[root])
     reused = set()
     # The reusable allocations, the smallest first (sizes do not change
-    # here): sorted once, not once per temporary.
+    # here): sorted once, not once per temporary; those too small for a
+    # temporary are skipped by bisection.
     smallest_first = sorted(reusable, key=lambda a: (allocations[a].size, a))
+    sizes = [allocations[a].size for a in smallest_first]
     for root in sorted(temps, key=lambda r: (-size_of[r], min(v.id for v in groups[r]))):
+        size = size_of[root]
         candidates = []
         for value in groups[root]:
             for operand in value.instruction.operands:
                 for _, operand_value in df.leaf_values(operand):
                     where_, _ = ba._placement.get(alias.find(operand_value), (None, 0))
-                    if where_ in reusable and where_ not in candidates:
+                    if where_ in reusable and where_ not in candidates and \
+                            size <= allocations[where_].size:
                         candidates.append(where_)
         # Then any of them, the smallest first.
-        candidates += [a for a in smallest_first if a not in candidates]
+        first = set(candidates)
+        candidates += [a for a in smallest_first[bisect.bisect_left(sizes, size):]
+                       if a not in first]
+        mine = buffers.intervals[root]
         for allocation in candidates:
-            if size_of[root] > allocations[allocation].size:
-                continue
-            mine = buffers.intervals[root]
-            if all(not _interferes(ba, root, other, buffers)
-                   for other in occupants[allocation].overlapping(mine)):
+            touching = occupants[allocation].touching(mine)
+            if touching is not None and \
+                    not any(_interferes(ba, root, other, buffers) for other in touching):
                 ba._placement[root] = (allocation, 0)
                 occupants[allocation].add(root, mine)
                 reused.add(root)

@@ -1,11 +1,13 @@
 """MultiOutputFusion decides most pairs without building their merged body:
 `_surely_refused` refuses from shapes and heroes what `_shapes_compatible`
-would refuse, the scans look again only at the instructions a merge
-changed, an accepted trial body becomes the merged fusion's body, and the
-order after a merge is made where it changed. Each shortcut is held here
-to the plain rule it replaces: a trial body for every pair, every round
-scanning the whole computation, every merged body built again, the
-computation's own sort."""
+would refuse (asked before whether either reaches the other), reachability
+far past the rows built is a walk of the graph, the scans look again only
+at the instructions a merge changed, an accepted trial body becomes the
+merged fusion's body, and the order after a merge is made where it
+changed. Each shortcut is held here to the plain rule it replaces: a trial
+body for every pair, reachability from rows only, every round scanning the
+whole computation, every merged body built again, the computation's own
+sort."""
 
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ def test_the_precheck_refuses_only_what_the_trial_refuses(monkeypatch, path):
         asked["accepted"] += ok
         return ok
 
+    # Every pair reaches the trial: the precheck's verdict is taken there.
+    monkeypatch.setattr(MultiOutputFusion, "_refused_by_sides", lambda self, a, b: False)
     monkeypatch.setattr(MultiOutputFusion, "_acceptable", both)
     _optimized(path)
     if path.name == "gpt_adamw_1layer.hlo":
@@ -96,8 +100,11 @@ def _merges(monkeypatch, path: Path, plain: bool) -> tuple[str, list[tuple[str, 
         if plain:
             m.setattr(multi_output_fusion, "_common_prefix", lambda before, after: 0)
             m.setattr(MultiOutputFusion, "_one_merge", rescanning)
+            m.setattr(MultiOutputFusion, "_refused_by_sides", lambda self, a, b: False)
             m.setattr(MultiOutputFusion, "_acceptable",
                       lambda self, a, b: multi_output_fusion._merge_acceptable(a, b))
+            # Reachability from rows only, however far ahead of those built.
+            m.setattr(multi_output_fusion, "_ROWS_BUILT_AHEAD", 1 << 60)
             m.setattr(multi_output_fusion, "_sorted_after_merge", lambda *args: None)
         text = _optimized(path)
     return text, merged, adopted[0]

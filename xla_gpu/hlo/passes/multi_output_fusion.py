@@ -100,9 +100,55 @@ class ReachabilityMap:
         pa, pb = position[id(a)], position[id(b)]
         if pb > pa:
             return False   # the order puts what a reads before a
-        if len(self._ancestors) <= pa:
+        ancestors = self._ancestors
+        if len(ancestors) <= pa:
+            if pa - len(ancestors) > _ROWS_BUILT_AHEAD:
+                return pa == pb or self._search(a, pb)
             self._build(pa)
-        return bool(self._ancestors[pa] >> pb & 1)
+        return bool(ancestors[pa] >> pb & 1)
+
+    def _search(self, a: HloInstruction, pb: int) -> bool:
+        """`depends(a, b)` (`b` at position `pb`) for an `a` far past the
+        rows built, by a walk up from `a` over what it reads, through the
+        instructions after `b` that have no row yet (those with a row
+        answer from it). Rows built that far would mostly be dropped
+        again at the next merge before they are read, and the instructions
+        such a question is asked about (two readers of one value, far
+        apart: a forward and a backward op) almost always depend, which
+        the walk, taking the earliest operand first, finds in a few steps."""
+        order, position, ancestors = self._order, self._position, self._ancestors
+        built = len(ancestors)
+        seen = {id(a)}
+        stack = [a]
+        while stack:
+            inst = stack.pop()
+            reads = list(inst.operands)
+            preds = inst.attrs.get(CONTROL_PREDECESSORS)
+            if preds:
+                if self._by_name is None:
+                    self._by_name = {i.name: i for i in order}
+                reads += [p for p in map(self._by_name.get, preds) if p is not None]
+            ahead = []
+            for o in reads:
+                if id(o) in seen:
+                    continue
+                seen.add(id(o))
+                at = position[id(o)]
+                if at < pb:
+                    continue
+                if at == pb or (at < built and ancestors[at] >> pb & 1):
+                    return True
+                if at >= built:
+                    ahead.append((at, o))
+            # (the earliest popped first: the walk heads for `b`)
+            ahead.sort(key=lambda item: item[0], reverse=True)
+            stack.extend(o for _, o in ahead)
+        return False
+
+
+# How many rows past those built `ReachabilityMap.depends` builds to answer
+# a question; further than that, it walks the graph instead.
+_ROWS_BUILT_AHEAD = 64
 
 
 _NOT_CANDIDATES = frozenset({"parameter", "constant", "tuple", "get-tuple-element",
@@ -388,13 +434,16 @@ class MultiOutputFusion(FusionPass):
             side = self._sides[id(inst)] = _Side(inst)
         return side
 
+    def _refused_by_sides(self, first: HloInstruction, second: HloInstruction) -> bool:
+        """`_surely_refused` of the pair: most pairs the pass asks about
+        are refused here, before the questions that cost more (whether
+        either reaches the other, the trial body)."""
+        return _surely_refused(self._side(first), self._side(second))
+
     def _acceptable(self, first: HloInstruction, second: HloInstruction) -> bool:
-        """`_merge_acceptable`, without a trial body where the merge is
-        sure to be refused (most pairs the pass asks about). An accepted
-        trial of two fusions is kept for `_merge` to adopt (`merge_fusions`
-        builds the same body again otherwise)."""
-        if _surely_refused(self._side(first), self._side(second)):
-            return False
+        """`_merge_acceptable` of a pair `_refused_by_sides` did not
+        refuse. An accepted trial of two fusions is kept for `_merge` to
+        adopt (`merge_fusions` builds the same body again otherwise)."""
         trial = trial_merge(first, second)
         info = body_acceptable(trial.body)
         ok = _shapes_compatible(trial.body, info)
@@ -543,8 +592,10 @@ class MultiOutputFusion(FusionPass):
                     if not any(u is not consumer for u in producer.users):
                         lonely.append((producer, list(producer.users)))
                         continue   # no other user: PriorityFusion's case
-                    if any(reach.depends(o, producer) for o in consumer.operands
-                           if o is not producer) or not self._fits(producer, consumer) or \
+                    if not self._fits(producer, consumer) or \
+                            self._refused_by_sides(producer, consumer) or \
+                            any(reach.depends(o, producer) for o in consumer.operands
+                                if o is not producer) or \
                             not self._acceptable(producer, consumer):
                         refused[key] = (producer, consumer)
                         continue
@@ -592,8 +643,9 @@ class MultiOutputFusion(FusionPass):
                     key = (id(a), id(b))
                     if key in refused:
                         continue
-                    if reach.depends(a, b) or reach.depends(b, a) or \
-                            not self._fits(a, b) or not self._acceptable(a, b):
+                    if not self._fits(a, b) or self._refused_by_sides(a, b) or \
+                            reach.depends(a, b) or reach.depends(b, a) or \
+                            not self._acceptable(a, b):
                         refused[key] = (a, b)
                         continue
                     self._merge(a, b)
