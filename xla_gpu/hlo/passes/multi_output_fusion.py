@@ -54,7 +54,9 @@ class ReachabilityMap:
     that left the first `unchanged` instructions of the order as they were
     (`reorder`), only the rows after them are built again, and only as far
     as a question needs them (the row of the later of the two asked
-    about): most questions are about pairs near the head of what changed."""
+    about): most questions are about pairs near the head of what changed.
+    A question about an instruction far past the rows built is answered by
+    a walk of the graph instead (`_search`)."""
 
     def __init__(self, order: list[HloInstruction]):
         self._order: list[HloInstruction] = []
