@@ -271,7 +271,12 @@ def _compile(text: str, source: str, target: str, arch: str, fusion: str | None,
     # Compiling frees and allocates the same megabytes again and again: keep
     # them in the heap (see _malloc_tuning).
     _malloc_tuning.tune_for_compilation()
-    with span("parse HLO", "compile"):
+    # The cyclic collector is paused while parsing too, as for the compile
+    # after it: a training step's text makes tens of thousands of linked
+    # objects, and the full collections their allocation triggers walk all
+    # of them again (a sixth of the parse on a 32-layer GPT step).
+    from .hlo.passes.optimize import cyclic_gc_paused
+    with span("parse HLO", "compile"), cyclic_gc_paused():
         module = hlo.parse_module(text, source=source)
     program_options = dict(program_options or {})
     if fusion is None and (program_options.get("num_partitions") or 1) > 1:
