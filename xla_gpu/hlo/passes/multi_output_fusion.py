@@ -45,6 +45,11 @@ from .util import byte_size, is_effective_scalar
 __all__ = ["MultiOutputFusion", "ReachabilityMap"]
 
 
+# How many rows past those built `ReachabilityMap.depends` builds to answer
+# a question; further than that, it walks the graph instead.
+_ROWS_BUILT_AHEAD = 64
+
+
 class ReachabilityMap:
     """For each instruction of a computation's order, the set of
     instructions it depends on (itself included; operands and control
@@ -142,15 +147,11 @@ class ReachabilityMap:
                     return True
                 if at >= built:
                     ahead.append((at, o))
-            # (the earliest popped first: the walk heads for `b`)
-            ahead.sort(key=lambda item: item[0], reverse=True)
+            # (the earliest popped first: the walk heads for `b`; positions
+            # are distinct, so the pairs sort by position alone)
+            ahead.sort(reverse=True)
             stack.extend(o for _, o in ahead)
         return False
-
-
-# How many rows past those built `ReachabilityMap.depends` builds to answer
-# a question; further than that, it walks the graph instead.
-_ROWS_BUILT_AHEAD = 64
 
 
 _NOT_CANDIDATES = frozenset({"parameter", "constant", "tuple", "get-tuple-element",
