@@ -1073,6 +1073,13 @@ def _partition_ourselves(computation, partitions: int,
     from ..hlo.printer import module_to_text
     try:
         module = parse_module(_hlo_text(computation, code))
+        callback = _partitioned_by_callback(module)
+        if callback is not None:
+            # jax.experimental.custom_partitioning: the rule that cuts the
+            # call is Python that jax registered with XLA's partitioner.
+            logger.debug("xla_gpu: %s is partitioned by jax's callback: XLA's SPMD "
+                         "partitioner calls it", callback)
+            return None
         stated = [sharding_of(p, partitions) for p in module.entry.parameters]
         with warnings.catch_warnings(record=True) as fallbacks:
             warnings.simplefilter("always")
@@ -1123,6 +1130,23 @@ def _partition_ourselves(computation, partitions: int,
     for config, sharding in result.inspected:
         _report_sharding(config, str(sharding))
     return text, partitioned
+
+
+# Custom calls whose partitioning is a callback jax registers with XLA's
+# partitioner (jaxlib's register_custom_call_partitioner), not an op ours
+# knows how to cut.
+_CALLBACK_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
+
+
+def _partitioned_by_callback(module) -> str | None:
+    """The name of the first custom call in `module` that only a
+    registered callback can partition, else None."""
+    for computation in module.computations:
+        for inst in computation.instructions:
+            if inst.opcode == "custom-call" and \
+                    inst.attrs.get("custom_call_target") in _CALLBACK_PARTITIONED_TARGETS:
+                return inst.name
+    return None
 
 
 class _InspectArgs(C.Structure):

@@ -264,3 +264,52 @@ def test_inspect_array_sharding_reports_what_the_partitioner_chose():
     assert [s.replace("PartitionSpec", "P") for s in out["seen"]] == \
         ["P('a', 'b')", "manual P()"], out
     assert out["counts"] == {"xla_gpu": 2, "xla": 0}, out
+
+
+def test_custom_partitioning_goes_to_the_partitioner_that_calls_jax_back():
+    """jax.experimental.custom_partitioning cuts a call by Python rules it
+    registers with XLA's partitioner: such a program is left to XLA's (ours
+    cannot call them), and it runs through the rule's per-shard body and
+    collectives, as on jax's cpu backend."""
+    out = run_jax("""
+        from jax.experimental.custom_partitioning import custom_partitioning
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from xla_gpu.pjrt import _plugin
+        res = {}
+
+        @custom_partitioning
+        def row_sums(x):
+            return jnp.sum(x, axis=1)
+
+        calls = []
+
+        def partition(mesh, arg_shapes, result_shape):
+            calls.append(mesh.shape)
+            spec = arg_shapes[0].sharding.spec
+            # Each device sums its rows (plus a mark the default body lacks).
+            return mesh, (lambda x: jnp.sum(x, axis=1) + 1000.0), \\
+                NamedSharding(mesh, P(spec[0])), (NamedSharding(mesh, P(spec[0], None)),)
+
+        def infer(mesh, arg_shapes, result_shape):
+            return NamedSharding(mesh, P(arg_shapes[0].sharding.spec[0]))
+
+        row_sums.def_partition(infer_sharding_from_operands=infer, partition=partition,
+                               sharding_rule="i j -> i")
+        x = np.arange(32, dtype=np.float32).reshape(8, 4)
+        outs = {}
+        for platform in ("xla_gpu", "cpu"):
+            mesh = Mesh(np.array(jax.devices(platform)), ("x",))
+            got = jax.jit(row_sums)(jax.device_put(x, NamedSharding(mesh, P("x", None))))
+            outs[platform] = np.asarray(got).tolist()
+            res[platform + " spec"] = list(got.sharding.spec)
+        res["same"] = outs["xla_gpu"] == outs["cpu"]
+        res["marked"] = outs["xla_gpu"] == (x.sum(1) + 1000.0).tolist()
+        res["rule called"] = len(calls) >= 2
+        res["counts"] = dict(_plugin.partitioner_counts)
+        print(json.dumps(res))
+    """, platforms="xla_gpu,cpu", extra_env={
+        "XLA_GPU_NUM_DEVICES": "4",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert out["same"] and out["marked"] and out["rule called"], out
+    assert out["xla_gpu spec"] == out["cpu spec"] == ["x"], out
+    assert out["counts"] == {"xla_gpu": 0, "xla": 1}, out
