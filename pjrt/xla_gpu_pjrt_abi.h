@@ -610,6 +610,11 @@ struct PJRT_Client_PlatformVersion_Args {
   const char *platform_version; /* out */
   size_t platform_version_size; /* out */
 };
+struct PJRT_Client_TopologyDescription_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  PJRT_Client *client;
+  PJRT_TopologyDescription *topology; /* out, owned by the client */
+};
 struct PJRT_Client_Devices_Args {
   XLA_GPU_PJRT_ARGS_HEAD;
   PJRT_Client *client;
@@ -886,6 +891,69 @@ struct PJRT_Executable_DeserializeAndLoad_Args {
   /* One input appended after 0.94 (jaxlib 0.10.2 passes struct_size 72);
    * its name is not known here and xla_gpu does not read it. */
   const void *unnamed_after_0_94;
+};
+/* Topologies: the devices a program is compiled for, with or without a
+ * client (jax's ahead-of-time compiles). */
+typedef struct PJRT_SerializedTopology PJRT_SerializedTopology;
+struct PJRT_TopologyDescription_Create_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  const char *topology_name;
+  size_t topology_name_size;
+  const PJRT_NamedValue *create_options;
+  size_t num_options;
+  PJRT_TopologyDescription *topology; /* out */
+};
+struct PJRT_TopologyDescription_Destroy_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  PJRT_TopologyDescription *topology;
+};
+struct PJRT_TopologyDescription_PlatformName_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  const PJRT_TopologyDescription *topology;
+  const char *platform_name; /* out, owned by the topology */
+  size_t platform_name_size; /* out */
+};
+struct PJRT_TopologyDescription_PlatformVersion_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  PJRT_TopologyDescription *topology;
+  const char *platform_version; /* out, owned by the topology */
+  size_t platform_version_size; /* out */
+};
+struct PJRT_TopologyDescription_GetDeviceDescriptions_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  const PJRT_TopologyDescription *topology;
+  PJRT_DeviceDescription *const *descriptions; /* out, owned by the topology */
+  size_t num_descriptions; /* out */
+};
+struct PJRT_TopologyDescription_Serialize_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  PJRT_TopologyDescription *topology;
+  const char *serialized_bytes; /* out, owned by serialized_topology */
+  size_t serialized_bytes_size; /* out */
+  PJRT_SerializedTopology *serialized_topology; /* out */
+  void (*serialized_topology_deleter)(PJRT_SerializedTopology *topology); /* out */
+};
+struct PJRT_TopologyDescription_Deserialize_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  const char *serialized_topology;
+  size_t serialized_topology_size;
+  PJRT_TopologyDescription *topology; /* out */
+};
+struct PJRT_TopologyDescription_Attributes_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  PJRT_TopologyDescription *topology;
+  const PJRT_NamedValue *attributes; /* out, owned by the topology */
+  size_t num_attributes; /* out */
+};
+/* A compile for a topology: the executable is not loaded on any client. */
+struct PJRT_Compile_Args {
+  XLA_GPU_PJRT_ARGS_HEAD;
+  const PJRT_TopologyDescription *topology;
+  const PJRT_Program *program;
+  const char *compile_options; /* a serialized CompileOptionsProto */
+  size_t compile_options_size;
+  PJRT_Client *client; /* optional */
+  PJRT_Executable *executable; /* out */
 };
 struct PJRT_Executable_OutputElementTypes_Args {
   XLA_GPU_PJRT_ARGS_HEAD;
@@ -1298,6 +1366,16 @@ XLA_GPU_PJRT_PASSED(PJRT_Executable_ParameterMemoryKinds_Args, memory_kind_sizes
 XLA_GPU_PJRT_PASSED(PJRT_Executable_OptimizedProgram_Args, program, 32);
 XLA_GPU_PJRT_PASSED(PJRT_Executable_Serialize_Args, serialized_executable_deleter, 56);
 XLA_GPU_PJRT_PASSED(PJRT_Executable_DeserializeAndLoad_Args, unnamed_after_0_94, 72);
+XLA_GPU_PJRT_PASSED(PJRT_TopologyDescription_Create_Args, topology, 56);
+XLA_GPU_PJRT_PASSED(PJRT_TopologyDescription_Destroy_Args, topology, 24);
+XLA_GPU_PJRT_PASSED(PJRT_TopologyDescription_PlatformName_Args, platform_name_size, 40);
+XLA_GPU_PJRT_PASSED(PJRT_TopologyDescription_PlatformVersion_Args, platform_version_size, 40);
+XLA_GPU_PJRT_PASSED(PJRT_TopologyDescription_GetDeviceDescriptions_Args, num_descriptions, 40);
+XLA_GPU_PJRT_PASSED(PJRT_TopologyDescription_Serialize_Args, serialized_topology_deleter, 56);
+XLA_GPU_PJRT_PASSED(PJRT_TopologyDescription_Deserialize_Args, topology, 40);
+XLA_GPU_PJRT_PASSED(PJRT_TopologyDescription_Attributes_Args, num_attributes, 40);
+XLA_GPU_PJRT_PASSED(PJRT_Compile_Args, executable, 64);
+XLA_GPU_PJRT_PASSED(PJRT_Client_TopologyDescription_Args, topology, 32);
 XLA_GPU_PJRT_PASSED(PJRT_Executable_Fingerprint_Args, executable_fingerprint_size, 40);
 XLA_GPU_PJRT_PASSED(PJRT_Executable_OutputDimensions_Args, dim_sizes, 48);
 XLA_GPU_PJRT_AT(PJRT_Executable_OutputDimensions_Args, num_outputs, 24);

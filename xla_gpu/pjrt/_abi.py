@@ -349,6 +349,25 @@ EXECUTABLE_DESERIALIZE_AND_LOAD = _args(
     serialized_executable_size=32, loaded_executable=40,
     overridden_serialized_compile_options=48, overridden_serialized_compile_options_size=56,
     unnamed_after_0_94=64)
+TOPOLOGY_CREATE = _args("TopologyDescription_Create", 56, topology_name=16,
+                        topology_name_size=24, create_options=32, num_options=40, topology=48)
+TOPOLOGY_DESTROY = _args("TopologyDescription_Destroy", 24, topology=16)
+TOPOLOGY_PLATFORM_NAME = _args("TopologyDescription_PlatformName", 40, topology=16,
+                               platform_name=24, platform_name_size=32)
+TOPOLOGY_PLATFORM_VERSION = _args("TopologyDescription_PlatformVersion", 40, topology=16,
+                                  platform_version=24, platform_version_size=32)
+TOPOLOGY_GET_DEVICE_DESCRIPTIONS = _args("TopologyDescription_GetDeviceDescriptions", 40,
+                                         topology=16, descriptions=24, num_descriptions=32)
+TOPOLOGY_SERIALIZE = _args("TopologyDescription_Serialize", 56, topology=16,
+                           serialized_bytes=24, serialized_bytes_size=32,
+                           serialized_topology=40, serialized_topology_deleter=48)
+TOPOLOGY_DESERIALIZE = _args("TopologyDescription_Deserialize", 40, serialized_topology=16,
+                             serialized_topology_size=24, topology=32)
+TOPOLOGY_ATTRIBUTES = _args("TopologyDescription_Attributes", 40, topology=16, attributes=24,
+                            num_attributes=32)
+COMPILE = _args("Compile", 64, topology=16, program=24, compile_options=32,
+                compile_options_size=40, client=48, executable=56)
+CLIENT_TOPOLOGY_DESCRIPTION = _args("Client_TopologyDescription", 32, client=16, topology=24)
 EXECUTABLE_OUTPUT_ELEMENT_TYPES = _args("Executable_OutputElementTypes", 40, executable=16,
                                         output_types=24, num_output_types=32)
 EXECUTABLE_OUTPUT_DIMENSIONS = _args("Executable_OutputDimensions", 48, executable=16,

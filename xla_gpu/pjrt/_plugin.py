@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes as C
 import hashlib
+import json
 import logging
 import functools
 import os
@@ -35,6 +36,7 @@ import struct
 import sys
 import threading
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -245,7 +247,8 @@ class Device(_Handle):
     def __init__(self, index: int):
         super().__init__()
         self.index = index
-        self.description = DeviceDescription(self)
+        self.description = DeviceDescription(
+            index, TARGET, None if _CUDA is None else _CUDA.arch, _CUDA)
         self.memory = Memory(index)
         self.memory.device = self
         self.memories_array = array_type(A.u64, 1)(self.memory.addr)
@@ -253,18 +256,28 @@ class Device(_Handle):
 
 
 class DeviceDescription(_Handle):
-    def __init__(self, device: Device):
+    """What jax reads of a device, a client's or a topology's: its id, kind,
+    attributes and text. `arch` is the GPU architecture of a cuda device
+    (None on the cpu target); `cuda` the client's GPU, where there is one."""
+
+    def __init__(self, index: int, target: str, arch: str | None = None,
+                 cuda: "_CudaMemory | None" = None):
         super().__init__()
-        self.device = device
+        self.index = index
         self.attributes: A.NamedValues | None = None
-        if _CUDA is None:
-            self.kind = A.CString(f"xla_gpu ({TARGET} target)")
-        else:
-            self.kind = A.CString(f"{_CUDA.name} (xla_gpu cuda target)")
+        if cuda is not None:
+            self.kind = A.CString(f"{cuda.name} (xla_gpu cuda target)")
             # As jax's cuda plugin reports them (device.compute_capability).
-            self.attributes = A.NamedValues([("compute_capability", _CUDA.compute_capability),
-                                             ("core_count", _CUDA.core_count)])
-        self.text = A.CString(f"XlaGpuDevice(id={device.index}, target={TARGET})")
+            self.attributes = A.NamedValues([("compute_capability", cuda.compute_capability),
+                                             ("core_count", cuda.core_count)])
+        elif arch is not None:
+            self.kind = A.CString(f"xla_gpu cuda target ({arch})")
+            digits = arch.removeprefix("sm_").rstrip("a")
+            self.attributes = A.NamedValues([("compute_capability",
+                                              f"{digits[:-1]}.{digits[-1]}")])
+        else:
+            self.kind = A.CString(f"xla_gpu ({target} target)")
+        self.text = A.CString(f"XlaGpuDevice(id={index}, target={target})")
 
 
 class Client(_Handle):
@@ -610,9 +623,15 @@ class Executable(_Handle):
     PJRT_LoadedExecutable (this object) and its PJRT_Executable view."""
 
     def __init__(self, exe, computation, mlir_code: bytes, hlo_text: str, device: Device,
-                 devices: list[Device] | None = None, partitioned_program: bytes | None = None):
+                 devices: list[Device] | None = None, partitioned_program: bytes | None = None,
+                 compile_options: dict | None = None):
         super().__init__(0, A.HANDLE_KIND.EXECUTABLE)
         self.exe = exe
+        # xla_gpu.compile's target options it was compiled with.
+        self.compile_options = dict(compile_options or _compile_options())
+        # False when compiled for a topology: then jaxlib holds only its
+        # PJRT_Executable view, and destroying that frees it.
+        self.on_client = True
         # The devices it runs on, device d of the program (replica d //
         # num_partitions, partition d % num_partitions) on devices[d] (its
         # device assignment), and that assignment as jaxlib reads it back
@@ -782,18 +801,33 @@ def _device_assignment_proto(device_ids: list[int], replicas: int = 1,
     return out
 
 
-def _assigned_devices(build, count: int) -> list[Device]:
+class _Place(NamedTuple):
+    """Where a compile's program will run: the devices it may be assigned
+    (a client's, or a topology's when compiling ahead of time),
+    xla_gpu.compile's target options for them, and how an error names
+    them."""
+    devices: list
+    compile_options: dict
+    owner: str
+
+
+def _client_place() -> _Place:
+    client = _client()
+    return _Place(client.devices, _compile_options(),
+                  f"this client has {len(client.devices)} (set {NUM_DEVICES_ENV} for more)")
+
+
+def _assigned_devices(build, count: int, place: _Place) -> list:
     """The devices of a compile for `count` devices (replicas x
     partitions), device (replica r, partition p) at r * partitions + p:
-    its device assignment's, else the client's first `count`."""
-    client = _client()
-    if count > len(client.devices):
+    its device assignment's, else the place's first `count`."""
+    devices = place.devices
+    if count > len(devices):
         raise _PjrtError(A.INVALID_ARGUMENT,
-                         f"xla_gpu: the program runs on {count} devices; this client has "
-                         f"{len(client.devices)} (set {NUM_DEVICES_ENV} for more)")
+                         f"xla_gpu: the program runs on {count} devices; {place.owner}")
     assignment = getattr(build, "device_assignment", None)
     if assignment is None:
-        return client.devices[:count]
+        return devices[:count]
     text = str(assignment)   # DeviceAssignment{..., Computation0{0 4} Computation1{1 5}}
     computations = re.findall(r"Computation(\d+)\{([\d ]*)\}", text)
     partitions = len(computations)
@@ -805,11 +839,11 @@ def _assigned_devices(build, count: int) -> list[Device]:
     out = []
     for d in range(count):
         index = table.get(divmod(d, partitions))
-        if index is None or index >= len(client.devices):
+        if index is None or index >= len(devices):
             raise _PjrtError(A.INVALID_ARGUMENT,
-                             f"xla_gpu: the device assignment {text} names a device this "
-                             f"client does not have ({len(client.devices)} devices)")
-        out.append(client.devices[index])
+                             f"xla_gpu: the device assignment {text} names a device that "
+                             f"is not there: {place.owner}")
+        out.append(devices[index])
     return out
 
 
@@ -938,7 +972,7 @@ def _read_varint(data, at: int) -> tuple[int, int]:
         shift += 7
 
 
-def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
+def _compile(code: bytes, fmt: str, options: bytes, place: _Place | None = None) -> Executable:
     if fmt != "mlir":
         raise _PjrtError(A.INVALID_ARGUMENT,
                          f"xla_gpu: program format '{fmt}' is not supported (expected 'mlir')")
@@ -949,13 +983,14 @@ def _compile(code: bytes, fmt: str, options: bytes) -> Executable:
     computation = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False,
                                                              return_tuple=False)
     import xla_gpu
+    place = place or _client_place()
     if build.num_replicas > 1 or build.num_partitions > 1:
-        return _compile_partitioned(code, options, computation, build)
+        return _compile_partitioned(code, options, computation, build, place)
     # Every constant with its values (the default prints a large one as {...}).
     text = _hlo_text(computation, code)
-    (device,) = _assigned_devices(build, 1)
-    exe = xla_gpu.compile(text, **_compile_options())
-    return Executable(exe, computation, code, text, device)
+    (device,) = _assigned_devices(build, 1, place)
+    exe = xla_gpu.compile(text, **place.compile_options)
+    return Executable(exe, computation, code, text, device, compile_options=place.compile_options)
 
 
 def _hlo_text(computation, code: bytes | None) -> str:
@@ -1238,21 +1273,23 @@ def _xla_partitioner(count: int):
         return client
 
 
-def _compile_partitioned(code: bytes, options: bytes, computation, build) -> Executable:
+def _compile_partitioned(code: bytes, options: bytes, computation, build,
+                         place: _Place) -> Executable:
     import xla_gpu
     from jax._src.lib import _jax, xla_client
     replicas, partitions = build.num_replicas, build.num_partitions
     count = replicas * partitions
-    devices = _assigned_devices(build, count)
+    devices = _assigned_devices(build, count, place)
     if replicas == 1 and os.environ.get("XLA_GPU_SPMD_PARTITIONER", "").lower() != "xla":
         ours = _partition_ourselves(computation, partitions, code)
         if ours is not None:
             text, partitioned = ours
-            exe = xla_gpu.compile(text, num_partitions=partitions, **_compile_options())
+            exe = xla_gpu.compile(text, num_partitions=partitions, **place.compile_options)
             partitioner_counts["xla_gpu"] += 1
-            return Executable(exe, computation, code, text, devices[0], devices, partitioned)
+            return Executable(exe, computation, code, text, devices[0], devices, partitioned,
+                              compile_options=place.compile_options)
     partitioner_counts["xla"] += 1
-    partitioner = _xla_partitioner(len(_client().devices))
+    partitioner = _xla_partitioner(len(place.devices))
     try:
         loaded = partitioner.compile_and_load(
             code, partitioner.devices()[:count], xla_client.CompileOptions.ParseFromString(options))
@@ -1267,8 +1304,9 @@ def _compile_partitioned(code: bytes, options: bytes, computation, build) -> Exe
     text = module.to_string(printing)
     partitioned = bytes(_jax.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto()))
     exe = xla_gpu.compile(text, num_replicas=replicas, num_partitions=partitions,
-                          **_compile_options())
-    return Executable(exe, computation, code, text, devices[0], devices, partitioned)
+                          **place.compile_options)
+    return Executable(exe, computation, code, text, devices[0], devices, partitioned,
+                      compile_options=place.compile_options)
 
 
 # jaxlib calls Compile on its own worker threads, whose stacks are too small
@@ -1302,42 +1340,133 @@ def _on_big_stack(fn, *args):
     raise value
 
 
-# Serialized executables (jax's persistent compilation cache): the HLO text
-# and the program jax handed over; loading compiles the text again, which
-# xla_gpu's own compile cache answers.
-_SERIAL_MAGIC = b"XLA_GPU_PJRT_EXE2\0"
+# Serialized executables (jax.experimental.serialize_executable, and what
+# a compile for a topology hands over to be loaded elsewhere): a header (the
+# target, the devices), the HLO text xla_gpu compiled, the program jax
+# handed over, the per-device program jax reads shardings from, and the
+# compiled program itself (its saved directory's files), which loading
+# uses without compiling again; where a program cannot be saved (a Python
+# callback lives only in this process), loading compiles the text again.
+_SERIAL_MAGIC = b"XLA_GPU_PJRT_EXE3\0"
+_SECTIONS = ("text", "code", "partitioned", "program")
+
+
+def _pack_files(files: dict[str, bytes]) -> bytes:
+    index = json.dumps([[name, len(data)] for name, data in files.items()]).encode()
+    return len(index).to_bytes(4, "little") + index + b"".join(files.values())
+
+
+def _unpack_files(blob: bytes) -> dict[str, bytes]:
+    size = int.from_bytes(blob[:4], "little")
+    index = json.loads(blob[4:4 + size])
+    files, at = {}, 4 + size
+    for name, n in index:
+        if not isinstance(name, str) or not isinstance(n, int) or n < 0 or at + n > len(blob):
+            raise ValueError("a file of the compiled program is cut short")
+        files[name] = blob[at:at + n]
+        at += n
+    return files
+
+
+def _saved_program(e: Executable) -> bytes:
+    """The compiled program's files, packed; empty where the program cannot
+    be saved."""
+    from ..errors import XlaGpuError
+    try:
+        return _pack_files(e.exe.artifact_files())
+    except XlaGpuError as exc:
+        logger.debug("xla_gpu: the program is serialized as text only: %s", exc)
+        return b""
 
 
 def _serialize(e: Executable) -> bytes:
-    if len(e.devices) > 1:
-        raise _PjrtError(A.UNIMPLEMENTED, "xla_gpu: serializing a program of several devices "
-                         "is not supported")
-    text = e.hlo_text.encode()
-    return (_SERIAL_MAGIC + e.device.index.to_bytes(4, "little") +
-            len(text).to_bytes(8, "little") + text + e.mlir_code)
+    program = _saved_program(e)
+    sections = {"text": e.hlo_text.encode(), "code": e.mlir_code,
+                "partitioned": e.partitioned_program or b"", "program": program}
+    header = json.dumps({
+        "target": e.compile_options, "devices": [d.index for d in e.devices],
+        "num_replicas": e.num_replicas, "num_partitions": e.num_partitions,
+        "partitioned": e.partitioned_program is not None, "program_sha256": hashlib.sha256(program).hexdigest(),
+        "sizes": [len(sections[k]) for k in _SECTIONS]}).encode()
+    return (_SERIAL_MAGIC + len(header).to_bytes(4, "little") + header +
+            b"".join(sections[k] for k in _SECTIONS))
+
+
+def _target_words(options: dict) -> str:
+    arch = options.get("arch")
+    return f"the {options.get('target')} target" + (f" ({arch})" if arch else "")
+
+
+def _read_serialized(blob: bytes) -> tuple[dict, dict[str, bytes]]:
+    """(the header, the sections) of a serialized executable."""
+    bad = _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: not a serialized xla_gpu executable "
+                     "(or one from another version of the plugin)")
+    n = len(_SERIAL_MAGIC)
+    if not blob.startswith(_SERIAL_MAGIC) or len(blob) < n + 4:
+        raise bad
+    size = int.from_bytes(blob[n:n + 4], "little")
+    try:
+        header = json.loads(blob[n + 4:n + 4 + size])
+        sizes = [int(k) for k in header["sizes"]]
+        devices = [int(d) for d in header["devices"]]
+        target = dict(header["target"])
+    except (ValueError, KeyError, TypeError):
+        raise bad from None
+    if len(sizes) != len(_SECTIONS) or min(sizes) < 0 or not devices or \
+            n + 4 + size + sum(sizes) != len(blob):
+        raise _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: truncated serialized executable")
+    sections, at = {}, n + 4 + size
+    for name, k in zip(_SECTIONS, sizes):
+        sections[name] = blob[at:at + k]
+        at += k
+    header["devices"], header["target"] = devices, target
+    return header, sections
+
+
+def _load_saved_program(packed: bytes, sha256: str):
+    """The compiled program of a serialized executable, checked whole
+    against the digest taken when it was serialized, then by the
+    runtime's loader (every file, manifest and slice) as a saved program
+    directory is."""
+    import tempfile
+    from ..runtime.artifact import write_artifact
+    from ..runtime.program import load_program
+    if hashlib.sha256(packed).hexdigest() != sha256:
+        raise _PjrtError(A.ERROR_CODE.DATA_LOSS, "xla_gpu: the serialized executable's compiled program "
+                         "does not match its digest (changed or cut short)")
+    with tempfile.TemporaryDirectory(prefix="xla_gpu-deserialize-") as tmp:
+        root = os.path.join(tmp, "program")
+        digest = write_artifact(root, _unpack_files(packed))
+        return load_program(root, expected_digest=digest)
 
 
 def _deserialize(blob: bytes) -> Executable:
-    if not blob.startswith(_SERIAL_MAGIC) or len(blob) < len(_SERIAL_MAGIC) + 12:
-        raise _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: not a serialized xla_gpu executable "
-                         "(or one from another version of the plugin)")
-    n = len(_SERIAL_MAGIC) + 4
-    index = int.from_bytes(blob[n - 4:n], "little")
-    devices = _client().devices
-    if index >= len(devices):
-        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: the serialized executable runs on device "
-                         f"{index}; this client has {len(devices)}")
-    size = int.from_bytes(blob[n:n + 8], "little")
-    if n + 8 + size > len(blob):
-        raise _PjrtError(A.INVALID_ARGUMENT, "xla_gpu: truncated serialized executable")
-    text = blob[n + 8:n + 8 + size].decode()
-    code = blob[n + 8 + size:]
+    header, sections = _read_serialized(blob)
+    mine = _compile_options()
+    if header["target"] != mine:
+        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: the serialized executable was "
+                         f"compiled for {_target_words(header['target'])}; this client "
+                         f"runs {_target_words(mine)}")
+    client_devices = _client().devices
+    for index in header["devices"]:
+        if not 0 <= index < len(client_devices):
+            raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: the serialized executable runs "
+                             f"on device {index}; this client has {len(client_devices)}")
+    devices = [client_devices[i] for i in header["devices"]]
+    text = sections["text"].decode()
+    code = sections["code"]
     from jax._src.lib import _jax
     computation = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False,
                                                              return_tuple=False)
-    import xla_gpu
-    return Executable(xla_gpu.compile(text, **_compile_options()), computation, code, text,
-                      devices[index])
+    if sections["program"]:
+        exe = _load_saved_program(sections["program"], str(header.get("program_sha256")))
+    else:
+        import xla_gpu
+        counts = {k: int(header.get(k) or 1) for k in ("num_replicas", "num_partitions")}
+        exe = xla_gpu.compile(text, **counts, **mine)
+    partitioned = sections["partitioned"] if header.get("partitioned") else None
+    return Executable(exe, computation, code, text, devices[0], devices, partitioned,
+                      compile_options=mine)
 
 
 # ----------------------------------------------------------------------------- the slots
@@ -1452,17 +1581,23 @@ def Client_Destroy(a):
 _PLATFORM_NAME = _keep_alive(A.CString(PLATFORM))
 
 
-def _platform_version() -> A.CString:
-    # Part of jax's persistent-cache key (so the target and GPU arch are in
-    # it). Never contains "cuda": jax's test utilities read that word as
-    # "running on CUDA" (jax's own cuda plugin).
+def platform_version_text(target: str, arch: str | None) -> str:
+    """The platform version of a client or topology of `target` (`arch`
+    the GPU's architecture on the cuda target). Part of jax's
+    persistent-cache key (so the target and GPU arch are in it). Never
+    contains "cuda": jax's test utilities read that word as "running on
+    CUDA" (jax's own cuda plugin)."""
     from importlib.metadata import PackageNotFoundError, version
     try:
         v = version("xla_gpu")
     except PackageNotFoundError:
         v = "unknown"
-    where = f"{TARGET} target" if _CUDA is None else f"GPU target, {_CUDA.arch}"
-    return A.CString(f"xla_gpu {v} ({where})")
+    where = f"GPU target, {arch}" if target == "cuda" else f"{target} target"
+    return f"xla_gpu {v} ({where})"
+
+
+def _platform_version() -> A.CString:
+    return A.CString(platform_version_text(TARGET, None if _CUDA is None else _CUDA.arch))
 
 
 _PLATFORM_VERSION: A.CString | None = None   # made after the client (its target)
@@ -1547,6 +1682,17 @@ def Client_DefaultDeviceAssignment(a):
         C.c_int.from_address(out + C.sizeof(C.c_int) * i).value = i
 
 
+def compile_for(code: bytes, fmt: str, options: bytes, place: _Place | None = None) -> Executable:
+    """The Executable of the program jax hands over, for `place` (the
+    client's devices by default), compiled on a thread of ours."""
+    try:
+        return _on_big_stack(_compile, code, fmt, options, place)
+    except _PjrtError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
+        raise _PjrtError(_error_code_of(exc), f"xla_gpu compile: {type(exc).__name__}: {exc}") from exc
+
+
 @slot
 def Client_Compile(a):
     f, p = A.CLIENT_COMPILE, A.PROGRAM
@@ -1554,13 +1700,7 @@ def Client_Compile(a):
     code = A.rd_bytes(rd(program, p.code), rd(program, p.code_size))
     fmt = A.rd_bytes(rd(program, p.format), rd(program, p.format_size)).decode(errors="replace")
     options = A.rd_bytes(rd(a, f.compile_options), rd(a, f.compile_options_size))
-    try:
-        exe = _on_big_stack(_compile, code, fmt, options)
-    except _PjrtError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - becomes the jax exception's message
-        raise _PjrtError(_error_code_of(exc), f"xla_gpu compile: {type(exc).__name__}: {exc}") from exc
-    wr(a, f.executable, exe.addr)
+    wr(a, f.executable, compile_for(code, fmt, options).addr)
 
 
 @slot
@@ -1594,7 +1734,7 @@ def Client_BufferFromHostBuffer(a):
 def DeviceDescription_Id(a):
     f = A.DEVICE_DESCRIPTION_ID
     wr_i32(a, f.id, _get(rd(a, f.device_description), DeviceDescription,
-                         "PJRT_DeviceDescription_Id").device.index)
+                         "PJRT_DeviceDescription_Id").index)
 
 
 @slot
@@ -1715,7 +1855,11 @@ def Memory_AddressableByDevices(a):
 
 @slot
 def Executable_Destroy(a):
-    return None   # the view goes with its loaded executable
+    # A view goes with its loaded executable; one compiled for a topology
+    # (never loaded) goes with its view.
+    view = _objects.get(rd(a, A.EXECUTABLE_DESTROY.executable))
+    if isinstance(view, _ExecutableView) and not view.loaded.on_client:
+        _release_executable(view.loaded)
 
 
 @slot
@@ -1890,10 +2034,14 @@ def Executable_DeserializeAndLoad(a):
 def LoadedExecutable_Destroy(a):
     e = _objects.get(rd(a, A.LOADED_EXECUTABLE_DESTROY.executable))
     if isinstance(e, Executable):
-        _remove_live(e.view.addr)   # before the blocks can go
-        _remove_live(e.addr)
-        e.view.release()
-        e.release()
+        _release_executable(e)
+
+
+def _release_executable(e: Executable) -> None:
+    _remove_live(e.view.addr)   # before the blocks can go
+    _remove_live(e.addr)
+    e.view.release()
+    e.release()
 
 
 @slot
@@ -2551,3 +2699,6 @@ def api_table() -> int:
             _keep.append(table)
             _TABLE = table
         return C.addressof(_TABLE)
+
+
+from . import _topology  # noqa: E402,F401 - its slots (topologies, PJRT_Compile)

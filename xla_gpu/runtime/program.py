@@ -1006,6 +1006,13 @@ class ProgramExecutable:
         """Writes the program directory `load_program` reads (never through
         a link planted in it) and returns its path; sets `artifact_digest`,
         which pins it: `load_program(dir, expected_digest=...)`."""
+        from .artifact import write_artifact
+        self.artifact_digest = write_artifact(directory, self.artifact_files())
+        return Path(directory)
+
+    def artifact_files(self) -> dict[str, bytes]:
+        """The files of the program directory `save` writes (digests.json
+        aside), by relative name."""
         binaries = self._shared_binaries()
         manifest = self.manifest()
         if binaries:
@@ -1042,9 +1049,7 @@ class ProgramExecutable:
             elif self.target == "cpu":
                 raise ArtifactError(f"kernel {image.spec.name} has no shared object (no "
                                     "linker when it was compiled): the program cannot be saved")
-        from .artifact import write_artifact
-        self.artifact_digest = write_artifact(directory, files)
-        return Path(directory)
+        return files
 
 
 def _deadline(timeout: Any) -> int | None:
