@@ -86,7 +86,7 @@ class CollectiveTimeoutError(CollectiveError, TimeoutError):
 COLLECTIVE_OPCODES = frozenset({
     "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
     "collective-broadcast", "all-reduce-start", "all-gather-start",
-    "collective-permute-start"})
+    "collective-permute-start", "ragged-all-to-all"})
 ASYNC_COLLECTIVE_STARTS = {"all-reduce-start": "all-reduce", "all-gather-start": "all-gather",
                            "collective-permute-start": "collective-permute"}
 _USES_GLOBAL_DEVICE_IDS = frozenset({"all-reduce", "all-gather", "reduce-scatter",
@@ -710,3 +710,67 @@ def collective_broadcast(values: Sequence[Sequence[np.ndarray]]) -> list[list[np
     """Every participant receives the operands of the group's first member."""
     _same_shapes(values, "collective-broadcast")
     return [[np.array(v, copy=True) for v in values[0]] for _ in values]
+
+
+# The operands of a ragged-all-to-all, in order.
+RAGGED_OPERANDS = ("input", "output", "input_offsets", "send_sizes", "output_offsets",
+                   "recv_sizes")
+
+
+def ragged_all_to_all(values: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
+    """Each participant's entry is (input, output, input_offsets,
+    send_sizes, output_offsets, recv_sizes); the offsets and sizes hold N
+    numbers (any shape, read in row-major order), N a multiple of the
+    group size n, so that numbers i of a participant are about its update
+    i % (N/n) for participant i // (N/n). Participant s sends rows
+    input[input_offsets[i]:][:send_sizes[i]] (leading dimension) to that
+    participant, which writes them at output_offsets[i] of its output.
+    Every participant receives its output with the rows sent to it written
+    in; recv_sizes must state what it is sent (recv_sizes[s*N/n + j] of
+    the receiver, for update j of sender s)."""
+    n = len(values)
+    entries = []
+    for k, entry in enumerate(values):
+        if len(entry) != len(RAGGED_OPERANDS):
+            raise HloError(f"ragged-all-to-all: participant {k} has {len(entry)} operands, "
+                           f"not {len(RAGGED_OPERANDS)} ({', '.join(RAGGED_OPERANDS)})")
+        data = [np.asarray(entry[0]), np.asarray(entry[1])]
+        numbers = [np.asarray(v).reshape(-1).astype(np.int64) for v in entry[2:]]
+        if len({len(v) for v in numbers}) != 1:
+            raise HloError(f"ragged-all-to-all: participant {k}'s offsets and sizes have "
+                           f"{[len(v) for v in numbers]} numbers, not one count")
+        entries.append((data, numbers))
+    count = len(entries[0][1][0])
+    for k, (_, numbers) in enumerate(entries):
+        if len(numbers[0]) != count:
+            raise HloError(f"ragged-all-to-all: participant {k} has {len(numbers[0])} "
+                           f"updates, participant 0 {count}")
+    if count % n:
+        raise HloError(f"ragged-all-to-all: {count} updates do not split among {n} "
+                       "participants")
+    per_peer = count // n
+    results = [np.array(data[1], copy=True) for data, _ in entries]
+    for s, ((source, _), (input_offsets, send_sizes, output_offsets, _)) in \
+            enumerate(entries):
+        for i in range(count):
+            d, j = divmod(i, per_peer)
+            rows, start, at = int(send_sizes[i]), int(input_offsets[i]), int(output_offsets[i])
+            expected = int(entries[d][1][3][s * per_peer + j])
+            if rows != expected:
+                raise HloError(f"ragged-all-to-all: participant {s} sends {rows} rows to "
+                               f"participant {d} (update {j}), which expects {expected} "
+                               "(recv_sizes)")
+            if rows == 0:
+                continue
+            out = results[d]
+            if rows < 0 or start < 0 or start + rows > source.shape[0] or at < 0 or \
+                    at + rows > out.shape[0]:
+                raise HloError(f"ragged-all-to-all: participant {s}'s update {i} moves rows "
+                               f"[{start}, {start + rows}) of an input of {source.shape[0]} "
+                               f"to rows [{at}, {at + rows}) of participant {d}'s output of "
+                               f"{out.shape[0]}")
+            if source.shape[1:] != out.shape[1:]:
+                raise HloError(f"ragged-all-to-all: rows of {list(source.shape)} do not fit an "
+                               f"output of {list(out.shape)}")
+            out[at:at + rows] = source[start:start + rows]
+    return results

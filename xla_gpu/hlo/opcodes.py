@@ -113,7 +113,7 @@ SIDE_EFFECTING = frozenset({
     "reduce-scatter", "all-reduce-start", "all-reduce-done",
     "collective-permute-start", "collective-permute-done", "domain",
     "collective-broadcast", "all-gather-start", "all-gather-done",
-    "add-dependency", "opt-barrier", "optimization-barrier",
+    "add-dependency", "opt-barrier", "optimization-barrier", "ragged-all-to-all",
 })
 
 

@@ -13,6 +13,8 @@ deep in emission or evaluation. No third-party imports.
 
 from __future__ import annotations
 
+import math
+
 from ..errors import HloError
 from . import collectives as _collectives
 from .module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
@@ -678,6 +680,31 @@ def _check_all_to_all(inst, header):
                     f"({', '.join(map(str, operands))}), not {inst.shape}")
 
 
+def _check_ragged_all_to_all(inst, header):
+    operands = _array_operands(inst)
+    _collective_groups(inst, header)
+    names = _collectives.RAGGED_OPERANDS
+    if len(operands) != len(names):
+        _fail(inst, f"ragged-all-to-all takes {len(names)} operands ({', '.join(names)}), "
+                    f"has {len(operands)}")
+    data, output = operands[0], operands[1]
+    if data.element_type != output.element_type or data.rank != output.rank or \
+            data.rank == 0 or tuple(data.dims[1:]) != tuple(output.dims[1:]):
+        _fail(inst, f"ragged-all-to-all moves rows of its input {data} into its output "
+                    f"{output}: the same element type and the same dimensions after the "
+                    "first")
+    numbers = operands[2:]
+    for name, shape in zip(names[2:], numbers):
+        if shape.element_type not in ("s32", "s64"):
+            _fail(inst, f"ragged-all-to-all's {name} is {shape}; offsets and sizes are s32 "
+                        "or s64")
+    counts = {math.prod(s.dims) for s in numbers}
+    if len(counts) != 1:
+        _fail(inst, f"ragged-all-to-all's offsets and sizes hold "
+                    f"{[math.prod(s.dims) for s in numbers]} numbers, not one count")
+    _results_shape(inst, [output])
+
+
 def _check_collective_permute(inst, header):
     _collective_groups(inst, header)
     raw = inst.attrs.get("source_target_pairs")
@@ -738,6 +765,7 @@ _COLLECTIVE_CHECKS = {
     "collective-permute": _check_collective_permute,
     "collective-permute-start": _check_collective_permute,
     "collective-broadcast": _check_collective_broadcast,
+    "ragged-all-to-all": _check_ragged_all_to_all,
 }
 
 _CHECKS = {

@@ -42,7 +42,7 @@ THUNK_OPCODES = frozenset({
     "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
     "collective-broadcast", "all-reduce-start", "all-reduce-done", "all-gather-start",
     "all-gather-done", "collective-permute-start", "collective-permute-done",
-    "async-start", "async-update", "async-done",
+    "async-start", "async-update", "async-done", "ragged-all-to-all",
 })
 # The cpu target, a module the HLO pass pipeline fuses: dots of at most
 # this many multiply-adds become GEMM kernels (grid-emulated), larger ones

@@ -22,7 +22,8 @@ from ..hlo import collectives as C
 from ..runtime.buffers import TOKEN_TYPE, BufferSlice, token_ref
 from ..runtime.collective_thunks import (AllGatherThunk, AllReduceThunk, AllToAllThunk,
                                          CollectiveBroadcastThunk, CollectivePermuteThunk,
-                                         CollectiveThunk, DeviceIdThunk, ReduceScatterThunk)
+                                         CollectiveThunk, DeviceIdThunk, RaggedAllToAllThunk,
+                                         ReduceScatterThunk)
 from ..runtime.fft import FftConfig, cufft_layout_error
 from ..runtime.gemm import EPILOGUES, CublasPlanError, GemmConfig, cublas_plan
 from ..runtime.spec import ArgSpec
@@ -44,6 +45,7 @@ _COLLECTIVE_THUNKS: dict[str, type[CollectiveThunk]] = {
     "reduce-scatter": ReduceScatterThunk, "all-to-all": AllToAllThunk,
     "collective-permute": CollectivePermuteThunk,
     "collective-broadcast": CollectiveBroadcastThunk,
+    "ragged-all-to-all": RaggedAllToAllThunk,
 }
 # A reducer whose root is one of these on its two parameters is an
 # all-reduce's ReductionKind.
@@ -249,7 +251,11 @@ class ThunkEmitter:
         elif opcode == "all-to-all" and len(refs) != len(results):
             raise inst.error(f"the tuple all-to-all has {len(refs)} operands and "
                              f"{len(results)} results")
-        if len(results) != len(refs) and opcode != "all-to-all":
+        if opcode == "ragged-all-to-all":
+            if len(refs) != 6 or len(results) != 1:
+                raise inst.error(f"ragged-all-to-all takes 6 operands to 1 result, has "
+                                 f"{len(refs)} to {len(results)}")
+        elif len(results) != len(refs) and opcode != "all-to-all":
             raise inst.error(f"{len(refs)} operands but {len(results)} results")
         thunk = _COLLECTIVE_THUNKS[opcode](
             inst.name, operands=refs, results=results, replica_groups=[list(g) for g in groups],

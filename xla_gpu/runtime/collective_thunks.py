@@ -1,5 +1,5 @@
 """Collective thunks: all-reduce, all-gather, reduce-scatter, all-to-all,
-collective-permute and collective-broadcast (their async starts included:
+ragged-all-to-all, collective-permute and collective-broadcast (their async starts included:
 the work is done at the start, the done is the start's result), and
 replica-id / partition-id of a program run on many devices.
 
@@ -15,7 +15,7 @@ execution's stream, over device buffers: `nccl_ops` says what this rank
 does (all-reduce, reduce-scatter and all-gather of the flat buffers,
 grouped sends and receives for all-to-all and collective-permute, a
 broadcast from the group's first member), `nccl_refusal` what NCCL cannot
-do with the buffers as laid out (the thunk emitter refuses those at
+do with the buffers as laid out (or at all: a ragged all-to-all) (the thunk emitter refuses those at
 compile time). replica-id / partition-id write the device's id with a
 memset.
 
@@ -39,7 +39,7 @@ from .nccl import NcclOp
 from .thunks import ExecutionContext, Thunk, ThunkError, _register
 
 __all__ = ["CollectiveThunk", "AllReduceThunk", "AllGatherThunk", "ReduceScatterThunk",
-           "AllToAllThunk", "CollectivePermuteThunk", "CollectiveBroadcastThunk",
+           "AllToAllThunk", "RaggedAllToAllThunk", "CollectivePermuteThunk", "CollectiveBroadcastThunk",
            "DeviceIdThunk", "REDUCTION_KINDS", "reduction_function", "COLLECTIVE_KINDS"]
 
 # XLA's ReductionKind (sum, product, min, max) and the logical reducers
@@ -624,6 +624,25 @@ class AllToAllThunk(CollectiveThunk):
 
     def describe_kind(self) -> str:
         return "tuple form" if self.dimension is None else f"dimension={self.dimension}"
+
+
+@_register
+@dataclass
+class RaggedAllToAllThunk(CollectiveThunk):
+    """Rows of each participant's input to the others, at the offsets and
+    in the sizes its operands hold (read when it runs): operands input,
+    output, input_offsets, send_sizes, output_offsets, recv_sizes; the
+    result is the output operand with the rows received written in."""
+    kind: ClassVar[str] = "ragged_all_to_all"
+    opcode: ClassVar[str] = "ragged-all-to-all"
+
+    def compute(self, entries, ids):
+        return [[r] for r in C.ragged_all_to_all(entries)]
+
+    def nccl_refusal(self):
+        # The sizes live in device memory: NCCL's sends and receives would
+        # have to wait for a copy of them to the host.
+        return "a ragged all-to-all over NCCL is not supported yet"
 
 
 @_register

@@ -303,6 +303,61 @@ ENTRY e {
     np.testing.assert_array_equal(out[1][1], x[2][1:2])   # group {2,1}: 1 is rank 1
 
 
+RAGGED = """
+ENTRY e {
+  x = f32[6,2] parameter(0)
+  out = f32[5,2] parameter(1)
+  io = s32[4] parameter(2)
+  ss = s32[4] parameter(3)
+  oo = s32[4] parameter(4)
+  rs = s32[2,2] parameter(5)
+  ROOT r = f32[5,2] ragged-all-to-all(x, out, io, ss, oo, rs), channel_id=1, replica_groups={{0,1}}
+}"""
+
+
+def ragged_args():
+    """Two devices, two updates for each peer (offsets and sizes of 4
+    numbers, recv_sizes laid out [sender, update])."""
+    x = [(np.arange(12) + 100 * d).reshape(6, 2).astype(np.float32) for d in range(2)]
+    out = [np.full((5, 2), -1.0 - d, np.float32) for d in range(2)]
+    io = [np.array([0, 2, 1, 4], np.int32), np.array([5, 0, 1, 3], np.int32)]
+    ss = [np.array([1, 0, 2, 1], np.int32), np.array([1, 2, 0, 2], np.int32)]
+    oo = [np.array([4, 0, 0, 3], np.int32), np.array([0, 2, 0, 1], np.int32)]
+    # Device d's recv_sizes[s, j]: what sender s's update j for d holds.
+    rs = [np.array([[1, 0], [1, 2]], np.int32), np.array([[2, 1], [0, 2]], np.int32)]
+    return [[x[d], out[d], io[d], ss[d], oo[d], rs[d]] for d in range(2)], x
+
+
+def test_ragged_all_to_all_moves_rows_at_the_offsets_given():
+    args, x = ragged_args()
+    out = evaluate_devices(module(RAGGED, partitions=2), args, num_partitions=2)
+    want0 = np.full((5, 2), -1.0, np.float32)
+    want0[4] = x[0][0]           # its own update 0 (1 row from 0 at 4)
+    want0[0:1] = x[1][5:6]       # device 1's update 0 for it: row 5 at 0
+    want0[2:4] = x[1][0:2]       # device 1's update 1: rows 0..1 at 2
+    want1 = np.full((5, 2), -2.0, np.float32)
+    want1[0:2] = x[0][1:3]       # device 0's update 2 (its first for device 1)
+    want1[3:4] = x[0][4:5]       # device 0's update 3
+    want1[1:3] = x[1][3:5]       # its own update 3 (2 rows from 3 at 1)
+    np.testing.assert_array_equal(out[0][0], want0)
+    np.testing.assert_array_equal(out[1][0], want1)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: a[1][5].__setitem__((0, 0), 3), "participant 0 sends 2 rows to participant 1 "
+     r"\(update 0\), which expects 3"),
+    (lambda a: a[0][2].__setitem__(0, 6), r"moves rows \[6, 7\) of an input of 6"),
+    (lambda a: a[0][4].__setitem__(0, 5), r"to rows \[5, 6\) of participant 0's output of 5"),
+    (lambda a: (a[0][3].__setitem__(0, -1), a[0][5].__setitem__((0, 0), -1)),
+     r"moves rows \[0, -1\)"),
+])
+def test_ragged_all_to_all_refuses_sizes_and_offsets_that_do_not_fit(change, message):
+    args, _ = ragged_args()
+    change(args)
+    with pytest.raises(XlaGpuError, match=message):
+        evaluate_devices(module(RAGGED, partitions=2), args, num_partitions=2)
+
+
 def test_collective_permute_cycle_and_partial():
     out = run("""
 ENTRY e {
@@ -633,6 +688,11 @@ ENTRY e {
     ("f32[3] all-reduce(x), channel_id=1, replica_groups={{0,1,2,3}}, "
      "use_global_device_ids=true, to_apply=add", r"gives f32\[2\], not f32\[3\]"),
     ("s32[] partition-id()", "produces u32"),
+    ("f32[2] ragged-all-to-all(x, x, x, x, x), channel_id=1, replica_groups={{0,1,2,3}}",
+     r"takes 6 operands \(input, output, input_offsets, send_sizes, output_offsets, "
+     r"recv_sizes\), has 5"),
+    ("f32[2] ragged-all-to-all(x, x, x, x, x, x), channel_id=1, replica_groups={{0,1,2,3}}",
+     "offsets and sizes are s32 or s64"),
 ])
 def test_verifier_refuses_inconsistent_collectives(inst, message):
     with pytest.raises(HloParseError, match=message):

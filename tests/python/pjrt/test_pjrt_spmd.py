@@ -313,3 +313,38 @@ def test_custom_partitioning_goes_to_the_partitioner_that_calls_jax_back():
     assert out["same"] and out["marked"] and out["rule called"], out
     assert out["xla_gpu spec"] == out["cpu spec"] == ["x"], out
     assert out["counts"] == {"xla_gpu": 0, "xla": 1}, out
+
+
+def test_ragged_all_to_all_in_a_shard_map():
+    """jax.lax.ragged_all_to_all (which jax's cpu backend cannot run)
+    through the plugin, against jax's own description of it: rows
+    operand[input_offsets[i]:][:send_sizes[i]] go to device i // (N/n),
+    at that device's output_offsets as its sender states them."""
+    out = run_jax("""
+        from jax.sharding import Mesh, PartitionSpec as P
+        n = 4
+        mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
+        rng = np.random.default_rng(3)
+        sizes = rng.integers(0, 3, size=(n, n))       # sizes[s, d]: rows s sends d
+        operand = rng.standard_normal((n, 8, 2)).astype(np.float32)
+        io = np.zeros((n, n), np.int32); oo = np.zeros((n, n), np.int32)
+        for s in range(n):
+            io[s] = np.concatenate([[0], np.cumsum(sizes[s])[:-1]])
+            for d in range(n):
+                oo[s, d] = sizes[:s, d].sum()
+        rs = sizes.T.copy()                              # rs[d, s] = sizes[s, d]
+        want = np.full((n, 12, 2), -1.0, np.float32)
+        for s in range(n):
+            for d in range(n):
+                k = sizes[s, d]
+                want[d, oo[s, d]:oo[s, d] + k] = operand[s, io[s, d]:io[s, d] + k]
+        f = jax.jit(jax.shard_map(
+            lambda *a: jax.lax.ragged_all_to_all(*a, axis_name="x"), mesh=mesh,
+            in_specs=(P("x"),) * 6, out_specs=P("x")))
+        got = f(operand.reshape(n * 8, 2), np.full((n * 12, 2), -1.0, np.float32),
+                io.reshape(-1), sizes.astype(np.int32).reshape(-1), oo.reshape(-1),
+                rs.astype(np.int32).reshape(-1))
+        print(json.dumps({"match": bool(np.array_equal(np.asarray(got), want.reshape(-1, 2))),
+                          "moved": int(sizes.sum())}))
+    """, extra_env={"XLA_GPU_NUM_DEVICES": "4"})
+    assert out["match"] is True and out["moved"] > 0, out

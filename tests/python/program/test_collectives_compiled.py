@@ -668,3 +668,47 @@ ENTRY e {
     with pytest.raises(UnsupportedError, match="'a'.*cuda target \\(NCCL\\).*over s16"):
         xla_gpu.compile(text, target="cuda")
     xla_gpu.compile(PSUM, target="cuda")
+
+
+def test_ragged_all_to_all_compiled_matches_the_interpreter_and_round_trips(tmp_path):
+    """Its own thunk on the cpu target, the rows moved as the interpreter
+    moves them (updates for every peer, recv_sizes of rank 2), saved and
+    loaded; refused on cuda (no NCCL form yet), naming the instruction."""
+    text = module_text("""
+ENTRY e {
+  x = f32[8,3] parameter(0)
+  out = f32[6,3] parameter(1)
+  io = s64[6] parameter(2)
+  ss = s64[6] parameter(3)
+  oo = s64[6] parameter(4)
+  rs = s64[3,2] parameter(5)
+  ROOT r = f32[6,3] ragged-all-to-all(x, out, io, ss, oo, rs), channel_id=1, replica_groups={{0,1,2}}
+}""", partitions=3)
+    rng = np.random.default_rng(1)
+    # Device s sends sizes[s][d] rows to device d (two updates each), from
+    # consecutive rows of its input, into consecutive rows of d's output.
+    sizes = rng.integers(0, 2, size=(3, 3, 2))
+    args = []
+    for s in range(3):
+        counts = sizes[s].reshape(-1)
+        io = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        oo = np.zeros(6, np.int64)
+        for d in range(3):
+            # Where d puts sender s's updates: after senders 0..s-1's.
+            before = sizes[:s, d].sum()
+            oo[2 * d] = before
+            oo[2 * d + 1] = before + sizes[s, d, 0]
+        recv = sizes[:, s, :]   # recv_sizes of device s, [sender, update]
+        args.append([rng.standard_normal((8, 3)).astype(np.float32),
+                     np.full((6, 3), 7.0, np.float32), io.astype(np.int64),
+                     counts.astype(np.int64), oo, recv.astype(np.int64)])
+    exe, got = check(text, args)
+    (thunk,) = [t for t in walk(exe.thunks) if t.kind == "ragged_all_to_all"]
+    assert thunk_from_dict(json.loads(json.dumps(thunk.to_dict()))).to_dict() == thunk.to_dict()
+    assert not np.array_equal(got[0][0], args[0][1])
+    exe.save(tmp_path / "program")
+    loaded = load_program(tmp_path / "program", expected_digest=exe.artifact_digest)
+    for before, after in zip(got, loaded.run_partitioned(args)):
+        np.testing.assert_array_equal(before[0], after[0])
+    with pytest.raises(UnsupportedError, match="'r'.*ragged all-to-all over NCCL"):
+        xla_gpu.compile(text, target="cuda")

@@ -1,5 +1,5 @@
 """The collectives: all-reduce, all-gather, reduce-scatter, all-to-all,
-collective-permute, collective-broadcast, and the async pairs XLA prints
+ragged-all-to-all, collective-permute, collective-broadcast, and the async pairs XLA prints
 (all-reduce-start / -done, all-gather-start / -done, collective-permute-start
 / -done: the work is done at the start op).
 
@@ -85,6 +85,8 @@ def _compute(ev, inst, opcode: str, entries: list[list[np.ndarray]],
         return C.collective_permute(entries, ids, pairs)
     if opcode == "collective-broadcast":
         return C.collective_broadcast(entries)
+    if opcode == "ragged-all-to-all":
+        return [[r] for r in C.ragged_all_to_all(entries)]
     raise HloError(f"'{opcode}' is not a collective")
 
 
@@ -127,7 +129,7 @@ def _h_collective(ev, inst, ops, batch):
     result = _exchange(ev, inst, opcode, operands)
     shape = inst.shape
     if inst.opcode in ("all-reduce", "all-reduce-start", "all-gather", "reduce-scatter",
-                       "collective-permute", "collective-broadcast"):
+                       "collective-permute", "collective-broadcast", "ragged-all-to-all"):
         return _pack(result, shape.is_tuple)
     if inst.opcode == "all-to-all":
         return _pack(result, "dimensions" not in inst.attrs or shape.is_tuple)

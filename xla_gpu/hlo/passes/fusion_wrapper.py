@@ -24,7 +24,7 @@ NOT_WRAPPED = frozenset({
     "collective-broadcast", "all-reduce-start", "all-reduce-done", "all-gather-start",
     "all-gather-done", "collective-permute-start", "collective-permute-done",
     "triangular-solve", "add-dependency", "domain", "copy-start",
-    "copy-done", "async-start", "async-done", "async-update"})
+    "copy-done", "async-start", "async-done", "async-update", "ragged-all-to-all"})
 
 
 class FusionWrapper(InstructionPass):
