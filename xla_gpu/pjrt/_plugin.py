@@ -1153,7 +1153,8 @@ def _partition_ourselves(computation, partitions: int,
         stated = str(HloSharding.tuple_of([HloSharding.replicated()]))
     text = module_to_text(result.module)
     try:
-        proto = hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+        proto = hlo.hlo_module_from_text(_synchronous_view(result.module, text)
+                                         ).as_serialized_hlo_module_proto()
         partitioned = _with_module_attributes(
             bytes(_jax.mlir.hlo_to_stablehlo(proto)), text,
             (stated, [str(p) for p in result.parameter_shardings]))
@@ -1165,6 +1166,21 @@ def _partition_ourselves(computation, partitions: int,
     for config, sharding in result.inspected:
         _report_sharding(config, str(sharding))
     return text, partitioned
+
+
+def _synchronous_view(module, text: str) -> str:
+    """`text` (the per-device program) with its async collective pairs
+    made synchronous: what jax reads shardings and `as_text()` from, as
+    StableHLO, whose import into jaxlib refuses the pairs."""
+    from ..hlo.collectives import ASYNC_COLLECTIVE_STARTS
+    from ..hlo.passes.async_collectives_to_sync import AsyncCollectivesToSync
+    from ..hlo.printer import module_to_text
+    if not any(i.opcode in ASYNC_COLLECTIVE_STARTS
+               for c in module.computations for i in c.instructions):
+        return text
+    view = module.clone()
+    AsyncCollectivesToSync().run(view)
+    return module_to_text(view)
 
 
 # Custom calls whose partitioning is a callback jax registers with XLA's
@@ -2000,7 +2016,20 @@ def Executable_GetCompiledMemoryStats(a):
             wr(a, off, v)
 
 
-_SERIALIZED_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
+# Bytes handed out with an owner and its deleter (a serialized executable,
+# device assignment or topology) live as long as the object they describe:
+# no owner, and a deleter that does nothing.
+_NO_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
+
+
+def write_owned_bytes(a, fields: tuple[int, int, int, int], data: A.CString) -> None:
+    """Writes `data` into the (bytes, size, owner, deleter) out fields at
+    `fields` of the argument struct at `a`."""
+    at, size, owner, deleter = fields
+    wr(a, at, data.addr)
+    wr(a, size, data.size)
+    wr(a, owner, 0)
+    wr(a, deleter, C.cast(_NO_DELETER, C.c_void_p).value)
 
 
 @slot
@@ -2010,10 +2039,8 @@ def Executable_Serialize(a):
     blob = _serialize(e)
     with _lock:
         e.serialized = A.CString(blob)   # lives as long as the executable
-    wr(a, f.serialized_bytes, e.serialized.addr)
-    wr(a, f.serialized_bytes_size, len(blob))
-    wr(a, f.serialized_executable, 0)
-    wr(a, f.serialized_executable_deleter, C.cast(_SERIALIZED_DELETER, C.c_void_p).value)
+    write_owned_bytes(a, (f.serialized_bytes, f.serialized_bytes_size, f.serialized_executable,
+                          f.serialized_executable_deleter), e.serialized)
 
 
 @slot
@@ -2067,17 +2094,13 @@ def LoadedExecutable_AddressableDeviceLogicalIds(a):
     wr(a, f.num_addressable_device_logical_ids, len(e.devices))
 
 
-_NO_DELETER = _keep_alive(A.DELETER_FN(lambda p: None))
-
-
 @slot
 def LoadedExecutable_GetDeviceAssignment(a):
     f = A.LOADED_EXECUTABLE_GET_DEVICE_ASSIGNMENT
     e = _executable(rd(a, f.executable), "PJRT_LoadedExecutable_GetDeviceAssignment")
-    wr(a, f.serialized_bytes, e.assignment.addr)
-    wr(a, f.serialized_bytes_size, e.assignment.size)
-    wr(a, f.serialized_device_assignment, 0)
-    wr(a, f.serialized_device_assignment_deleter, C.cast(_NO_DELETER, C.c_void_p).value)
+    write_owned_bytes(a, (f.serialized_bytes, f.serialized_bytes_size,
+                          f.serialized_device_assignment,
+                          f.serialized_device_assignment_deleter), e.assignment)
 
 
 @slot

@@ -158,6 +158,23 @@ def _client_topology(client: "P.Client") -> Topology:
 
 
 # ----------------------------------------------------------------------------- the slots
+def _answer(a, f, what: str, attribute: str, fields: tuple[int, int]) -> None:
+    """Writes the topology's `attribute` (a CString, an array or named
+    values) and its length into the out fields at `fields`."""
+    t = _topology(rd(a, f.topology), f"PJRT_TopologyDescription_{what}")
+    value = getattr(t, attribute)
+    at, count = fields
+    if isinstance(value, A.CString):
+        wr(a, at, value.addr)
+        wr(a, count, value.size)
+    elif isinstance(value, A.NamedValues):
+        wr(a, at, value.addr)
+        wr(a, count, value.count)
+    else:
+        wr(a, at, C.addressof(value))
+        wr(a, count, len(value))
+
+
 @P.slot
 def TopologyDescription_Create(a):
     f = A.TOPOLOGY_CREATE
@@ -186,27 +203,23 @@ def TopologyDescription_PlatformName(a):
 @P.slot
 def TopologyDescription_PlatformVersion(a):
     f = A.TOPOLOGY_PLATFORM_VERSION
-    t = _topology(rd(a, f.topology), "PJRT_TopologyDescription_PlatformVersion")
-    wr(a, f.platform_version, t.platform_version.addr)
-    wr(a, f.platform_version_size, t.platform_version.size)
+    _answer(a, f, "PlatformVersion", "platform_version",
+            (f.platform_version, f.platform_version_size))
 
 
 @P.slot
 def TopologyDescription_GetDeviceDescriptions(a):
     f = A.TOPOLOGY_GET_DEVICE_DESCRIPTIONS
-    t = _topology(rd(a, f.topology), "PJRT_TopologyDescription_GetDeviceDescriptions")
-    wr(a, f.descriptions, C.addressof(t.descriptions_array))
-    wr(a, f.num_descriptions, t.num_devices)
+    _answer(a, f, "GetDeviceDescriptions", "descriptions_array",
+            (f.descriptions, f.num_descriptions))
 
 
 @P.slot
 def TopologyDescription_Serialize(a):
     f = A.TOPOLOGY_SERIALIZE
     t = _topology(rd(a, f.topology), "PJRT_TopologyDescription_Serialize")
-    wr(a, f.serialized_bytes, t.serialized.addr)
-    wr(a, f.serialized_bytes_size, t.serialized.size)
-    wr(a, f.serialized_topology, 0)
-    wr(a, f.serialized_topology_deleter, C.cast(P._SERIALIZED_DELETER, C.c_void_p).value)
+    P.write_owned_bytes(a, (f.serialized_bytes, f.serialized_bytes_size,
+                            f.serialized_topology, f.serialized_topology_deleter), t.serialized)
 
 
 @P.slot
@@ -227,9 +240,7 @@ def TopologyDescription_Deserialize(a):
 @P.slot
 def TopologyDescription_Attributes(a):
     f = A.TOPOLOGY_ATTRIBUTES
-    t = _topology(rd(a, f.topology), "PJRT_TopologyDescription_Attributes")
-    wr(a, f.attributes, t.attributes.addr)
-    wr(a, f.num_attributes, t.attributes.count)
+    _answer(a, f, "Attributes", "attributes", (f.attributes, f.num_attributes))
 
 
 @P.slot

@@ -167,3 +167,42 @@ def test_combined_programs_run_as_the_interpreter_says(text):
     for device in range(4):
         for g, w in zip(got[device], want[device]):
             np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_async_pairs_made_synchronous_compute_the_same():
+    """AsyncCollectivesToSync: each start/done pair whose start only its
+    done reads becomes the plain collective, on every device the same
+    values; a start read elsewhere, and the in-place permute, stay."""
+    from xla_gpu.hlo.passes.async_collectives_to_sync import AsyncCollectivesToSync
+    from xla_gpu.hlo.printer import module_to_text
+    text = """HloModule m, num_partitions=2
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[4] parameter(0)
+  g = (f32[4], f32[8]) all-gather-start(x), channel_id=1, replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true
+  gd = f32[8] all-gather-done(g)
+  r = f32[4] all-reduce-start(x), channel_id=2, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+  rd = f32[4] all-reduce-done(r)
+  p = (f32[4], f32[4], u32[], u32[]) collective-permute-start(x), channel_id=3, source_target_pairs={{0,1},{1,0}}
+  pd = f32[4] collective-permute-done(p)
+  q = (f32[4], f32[4], u32[], u32[]) collective-permute-start(rd), channel_id=4, source_target_pairs={{0,1},{1,0}}
+  q0 = f32[4] get-tuple-element(q), index=0
+  qd = f32[4] collective-permute-done(q)
+  ROOT t = (f32[8], f32[4], f32[4], f32[4], f32[4]) tuple(gd, rd, pd, qd, q0)
+}"""
+    module = parse_module(text)
+    assert AsyncCollectivesToSync().run(module)
+    ops = [i.opcode for i in module.entry.instructions]
+    assert {"all-gather", "all-reduce", "collective-permute"} <= set(ops)
+    assert ops.count("collective-permute-start") == 1   # q: read by its get-tuple-element
+    assert "all-gather-done" not in ops and "all-reduce-done" not in ops
+    args = [[np.arange(4, dtype=np.float32) + 10 * d] for d in range(2)]
+    before = evaluate_devices(parse_module(text), args, num_partitions=2)
+    after = evaluate_devices(parse_module(module_to_text(module)), args, num_partitions=2)
+    for b, a in zip(before, after):
+        for x, y in zip(b, a):
+            np.testing.assert_array_equal(x, y)

@@ -348,3 +348,25 @@ def test_ragged_all_to_all_in_a_shard_map():
                           "moved": int(sizes.sum())}))
     """, extra_env={"XLA_GPU_NUM_DEVICES": "4"})
     assert out["match"] is True and out["moved"] > 0, out
+
+
+def test_as_text_of_a_program_with_an_async_collective():
+    """jax's asynchronous all_gather (all-gather-start / -done in the
+    per-device program): it runs, and `compiled.as_text()` reads the
+    program back (jaxlib's importer refuses async pairs: it is shown
+    the synchronous form)."""
+    out = run_jax("""
+        from jax._src.lax import parallel
+        from jax.sharding import AxisType
+        mesh = jax.make_mesh((2,), ("i",), axis_types=(AxisType.Explicit,))
+        with jax.set_mesh(mesh):
+            @jax.jit
+            @jax.shard_map(out_specs=jax.P(None, reduced={"i"}))
+            def f(x):
+                return parallel.all_gather_start(x, "i", tiled=True, to="reduced").done()
+            x = jnp.arange(16.0, out_sharding=jax.P("i"))
+            got = np.asarray(f(x)).tolist()
+            text = f.lower(x).compile().as_text()
+        print(json.dumps({"got": got, "all-gather": "all-gather(" in text}))
+    """, extra_env={"XLA_GPU_NUM_DEVICES": "2"})
+    assert out["got"] == [float(v) for v in range(16)] and out["all-gather"], out
