@@ -1108,12 +1108,9 @@ def _partition_ourselves(computation, partitions: int,
     from ..hlo.printer import module_to_text
     try:
         module = parse_module(_hlo_text(computation, code))
-        callback = _partitioned_by_callback(module)
-        if callback is not None:
-            # jax.experimental.custom_partitioning: the rule that cuts the
-            # call is Python that jax registered with XLA's partitioner.
-            logger.debug("xla_gpu: %s is partitioned by jax's callback: XLA's SPMD "
-                         "partitioner calls it", callback)
+        reason = _left_to_xla(module)
+        if reason is not None:
+            logger.debug("xla_gpu: XLA's SPMD partitioner partitions the program: %s", reason)
             return None
         stated = [sharding_of(p, partitions) for p in module.entry.parameters]
         with warnings.catch_warnings(record=True) as fallbacks:
@@ -1183,20 +1180,30 @@ def _synchronous_view(module, text: str) -> str:
     return module_to_text(view)
 
 
-# Custom calls whose partitioning is a callback jax registers with XLA's
-# partitioner (jaxlib's register_custom_call_partitioner), not an op ours
-# knows how to cut.
-_CALLBACK_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
+# Custom calls that send a program to XLA's partitioner, and why:
+_XLA_PARTITIONS = {
+    # jax.experimental.custom_partitioning: the rule that cuts the call is
+    # Python that jax registers with XLA's partitioner
+    # (register_custom_call_partitioner), which calls it back.
+    "CustomSPMDPartitioning": "jax's partitioning rule for custom call '{}' is a callback "
+                              "registered with XLA",
+    # jax's shard_alike: the values of a group get the sharding Shardy's
+    # propagation settles on for all of them (an unplaced argument
+    # included), which jax then reports; ours ties the group's values
+    # together but does not reproduce Shardy's choices.
+    "xla.sdy.ShardingGroup": "'{}' ties values into a sharding group (shard_alike)",
+}
 
 
-def _partitioned_by_callback(module) -> str | None:
-    """The name of the first custom call in `module` that only a
-    registered callback can partition, else None."""
+def _left_to_xla(module) -> str | None:
+    """Why XLA's partitioner, not ours, partitions `module` (a custom call
+    of `_XLA_PARTITIONS`), else None."""
     for computation in module.computations:
         for inst in computation.instructions:
-            if inst.opcode == "custom-call" and \
-                    inst.attrs.get("custom_call_target") in _CALLBACK_PARTITIONED_TARGETS:
-                return inst.name
+            if inst.opcode == "custom-call":
+                why = _XLA_PARTITIONS.get(inst.attrs.get("custom_call_target"))
+                if why is not None:
+                    return why.format(inst.name)
     return None
 
 

@@ -122,3 +122,32 @@ def test_a_one_element_slice_of_a_cut_vector_squeezes_to_a_replicated_scalar():
     got = _shardings(ONE_ELEMENT_UPDATES, n=2)
     assert got["r0"] == "{replicated}" and got["a0"] == "{replicated}"
     assert got["u1"] == "{devices=[2]<=[2]}"
+
+
+def test_sharding_group_values_take_one_sharding():
+    """jax's shard_alike: the operands of xla.sdy.ShardingGroup calls with
+    one group id get one sharding: the stated one where a member has it,
+    else what propagation found for one of them; another group, and a
+    member of another shape, are left alone."""
+    got = _shardings(f"""
+HloModule m
+ENTRY e {{
+  x = f32[16,8] parameter(0), sharding={ROWS8}
+  i = s32[128] iota(), iota_dimension=0
+  r = s32[16,8] reshape(i)
+  c = f32[16,8] convert(r)
+  g0 = () custom-call(x), custom_call_target="xla.sdy.ShardingGroup", frontend_attributes={{xla.sdy.sharding_group_id="0 : i64"}}
+  g1 = () custom-call(c), custom_call_target="xla.sdy.ShardingGroup", frontend_attributes={{xla.sdy.sharding_group_id="0 : i64"}}
+  y = f32[16,8] parameter(1), sharding={COLS8}
+  t = f32[8,16] transpose(y), dimensions={{1,0}}
+  n = f32[8,16] negate(t)
+  k = f32[16,8] parameter(2)
+  h0 = () custom-call(n), custom_call_target="xla.sdy.ShardingGroup", frontend_attributes={{xla.sdy.sharding_group_id="1 : i64"}}
+  h1 = () custom-call(k), custom_call_target="xla.sdy.ShardingGroup", frontend_attributes={{xla.sdy.sharding_group_id="1 : i64"}}
+  ROOT o = (f32[16,8], f32[16,8], f32[8,16]) tuple(x, c, n)
+}}""")
+    # Group 0: the iota's value is cut as the stated x is (rows), and so is
+    # what it is computed from.
+    assert got["c"] == ROWS8 and got["r"] == ROWS8
+    # Group 1: n (rows of the transposed columns) and k, of another shape.
+    assert got["n"] == ROWS8 and got["k"] == "{replicated}"

@@ -4,6 +4,7 @@ jax's cpu backend on as many host devices."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from test_pjrt import run_jax
@@ -370,3 +371,22 @@ def test_as_text_of_a_program_with_an_async_collective():
         print(json.dumps({"got": got, "all-gather": "all-gather(" in text}))
     """, extra_env={"XLA_GPU_NUM_DEVICES": "2"})
     assert out["got"] == [float(v) for v in range(16)] and out["all-gather"], out
+
+
+def test_shard_alike_goes_to_xla_partitioner_and_keeps_the_group_together():
+    """jax.experimental.shard_alike ties values into a sharding group, which
+    XLA's partitioner (Shardy) settles: the result is cut as the argument."""
+    out = run_jax("""
+        from jax.experimental.shard_alike import shard_alike
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from xla_gpu.pjrt import _plugin
+        mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("x", "y"))
+        s = NamedSharding(mesh, P("x", "y"))
+        x = jax.device_put(np.arange(16).reshape(8, 2), s)
+        out = jax.jit(lambda v: shard_alike(v, jnp.arange(16).reshape(8, 2) * 3)[1])(x)
+        print(json.dumps({"spec": list(out.sharding.spec), "value": np.asarray(out).tolist(),
+                          "counts": dict(_plugin.partitioner_counts)}))
+    """, extra_env={"XLA_GPU_NUM_DEVICES": "4"})
+    assert out["spec"] == ["x", "y"], out
+    assert out["value"] == (np.arange(16).reshape(8, 2) * 3).tolist()
+    assert out["counts"] == {"xla_gpu": 0, "xla": 1}, out

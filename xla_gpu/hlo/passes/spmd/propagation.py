@@ -519,12 +519,49 @@ def _dot_forward(inst, lhs: HloSharding | None, rhs: HloSharding | None,
     return _best(candidates, out_rank, n)
 
 
+# jax's shard_alike: the operands of these custom calls with one group id
+# get one sharding (Shardy's sharding groups).
+SHARDING_GROUP_TARGET = "xla.sdy.ShardingGroup"
+
+
+def sharding_groups(order: list[HloInstruction]) -> list[list[HloInstruction]]:
+    """The values tied into each sharding group, in `order`."""
+    groups: dict[str, list[HloInstruction]] = {}
+    for inst in order:
+        if inst.opcode == "custom-call" and len(inst.operands) == 1 and \
+                inst.attrs.get("custom_call_target") == SHARDING_GROUP_TARGET:
+            key = str((inst.attrs.get("frontend_attributes") or {}).get(
+                "xla.sdy.sharding_group_id", "")).split(":")[0].strip()
+            members = groups.setdefault(key, [])
+            if not any(m is inst.operands[0] for m in members):
+                members.append(inst.operands[0])
+    return [m for m in groups.values() if len(m) > 1]
+
+
 class _Propagation:
-    def __init__(self, comp: HloComputation, fixed: dict[int, HloSharding], n: int):
+    def __init__(self, comp: HloComputation, fixed: dict[int, HloSharding], n: int,
+                 groups: list[list[HloInstruction]] | None = None):
         self.comp, self.n = comp, n
         self.fixed = fixed
         self.out: dict[int, HloSharding] = dict(fixed)
         self.first_round = True
+        self.groups = groups or []
+
+    def unify_groups(self) -> None:
+        """Every member of a sharding group takes the group's sharding: a
+        stated one first, else the first a member has; a member of another
+        shape is left alone."""
+        for members in self.groups:
+            known = [m for m in members if id(m) in self.fixed] or \
+                [m for m in members if id(m) in self.out]
+            if not known:
+                continue
+            lead = known[0]
+            s = self.out[id(lead)]
+            for m in members:
+                if id(m) not in self.fixed and m.shape.dims == lead.shape.dims and \
+                        not m.shape.is_tuple:
+                    self.out[id(m)] = s
 
     def get(self, inst: HloInstruction) -> HloSharding | None:
         return self.out.get(id(inst))
@@ -728,6 +765,7 @@ class _Propagation:
                     s = self.forward(inst)
                     if s is not None:
                         self.out[id(inst)] = s
+            self.unify_groups()
             for inst in reversed(order):
                 s = self.get(inst)
                 if s is None:
@@ -736,6 +774,7 @@ class _Propagation:
                     operand = inst.operands[i]
                     if id(operand) not in self.out and operand.opcode != "parameter":
                         self.out[id(operand)] = suggestion
+            self.unify_groups()
         return self.out
 
 
@@ -744,7 +783,7 @@ def propagate(comp: HloComputation, fixed: dict[int, HloSharding],
     """id(instruction) -> its sharding, for every instruction of `order`
     (the computation's instructions, operands first); `fixed`: the ones the
     module states. Non-tuple shardings come back normalized."""
-    out = _Propagation(comp, fixed, num_devices).run(order)
+    out = _Propagation(comp, fixed, num_devices, sharding_groups(order)).run(order)
     result = {}
     for inst in order:
         s = out.get(id(inst))
