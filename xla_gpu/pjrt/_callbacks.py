@@ -11,6 +11,12 @@ looks it up and calls it with numpy arrays. jax still gets the callable as
 a host callback of the module, which keeps it alive as long as the
 executable is, and which keeps such programs out of jax's persistent cache
 (the id means something only in this process).
+
+jax.experimental.buffer_callback, which jax lowers for cpu, cuda and rocm
+only, is lowered here the same way for "xla_gpu" (`BUFFER_TARGET`): the
+handler makes the results (an aliased one in its operand's memory) and
+hands them to the callable as writeable buffers next to its read-only
+operands.
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TARGET", "install"]
+__all__ = ["TARGET", "BUFFER_TARGET", "install"]
 
 TARGET = "xla_gpu_python_callback"
+# jax.experimental.buffer_callback: the callable gets buffers to fill.
+BUFFER_TARGET = "xla_gpu_python_buffer_callback"
 
 _lock = threading.Lock()
 _ids = itertools.count(1)
@@ -78,6 +86,8 @@ def install(platform: str) -> None:
     from jax._src import callback as jax_callback
     from ..ffi.registry import register_custom_call
     register_custom_call(TARGET, _run)
+    register_custom_call(BUFFER_TARGET, _run_buffers)
+    _install_buffer_callback(platform)
     original = jax_callback.emit_python_callback
     if getattr(original, "_xla_gpu", False):
         return
@@ -164,3 +174,132 @@ def _state_hlo_sharding(op, sharding) -> None:
     else:
         return
     op.attributes["mhlo.sharding"] = ir.StringAttr.get(text)
+
+
+# ----------------------------------------------------------------------------- buffer_callback
+class HostBuffer:
+    """What a buffer_callback's callable gets for each operand and result
+    on the cpu target (jaxlib's `Buffer` surface): shape, dtype,
+    writeable, and the memory through numpy (`np.asarray`) and DLPack.
+    The operands are read only; the results are filled in place."""
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array: np.ndarray, writeable: bool):
+        view = array.view()
+        view.flags.writeable = writeable
+        self._array = view
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._array.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._array.dtype
+
+    @property
+    def writeable(self) -> bool:
+        return bool(self._array.flags.writeable)
+
+    def __array__(self, dtype=None, copy=None):
+        if copy:
+            return np.array(self._array, dtype=dtype, copy=True)
+        return self._array if dtype is None else self._array.astype(dtype, copy=False)
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+    def __repr__(self) -> str:
+        return f"HostBuffer(shape={self.shape}, dtype={self.dtype}, writeable={self.writeable})"
+
+
+class HostExecutionContext:
+    """A buffer_callback's context on the cpu target: the execute stage,
+    and no GPU stream (as jaxlib's cpu context)."""
+
+    @property
+    def stage(self):
+        from jax._src.lib import ffi as ffi_lib
+        return ffi_lib.ExecutionStage.EXECUTE
+
+    @property
+    def stream(self):
+        from jax.errors import JaxRuntimeError
+        raise JaxRuntimeError("XLA FFI GPU context is not available (xla_gpu's cpu target)")
+
+
+def _run_buffers(*operands, callback_id):
+    """The runtime's handler of a buffer_callback: its results made (the
+    aliased ones from their operands' values), handed to the callable
+    with the operands, and returned."""
+    with _lock:
+        entry = _table.get(int(callback_id))
+    if entry is None:
+        raise RuntimeError(f"buffer_callback {int(callback_id)} is no longer alive in this "
+                           "process (its jax executable was deleted)")
+    outs = entry(*operands)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+class _BufferCall:
+    """One lowered buffer_callback: the callable, its trees, the results'
+    types and which operand each aliased result starts from."""
+
+    def __init__(self, callback, in_tree, out_tree, result_avals, aliases: dict[int, int]):
+        self.callback, self.in_tree, self.out_tree = callback, in_tree, out_tree
+        self.result_avals = result_avals
+        self.source = {out: arg for arg, out in aliases.items()}
+
+    def __call__(self, *operands):
+        from jax._src import tree_util
+        results = []
+        for k, aval in enumerate(self.result_avals):
+            arg = self.source.get(k)
+            if arg is not None:
+                operand = np.asarray(operands[arg])
+                # The runtime hands an aliased operand over in the result's
+                # own memory: filled in place, as XLA does.
+                results.append(operand if operand.flags.writeable else
+                               np.array(operand, copy=True))
+            else:
+                results.append(np.zeros(aval.shape, aval.dtype))
+        args = [HostBuffer(np.asarray(o), False) for o in operands]
+        outs = [HostBuffer(r, True) for r in results]
+        py_args, py_kwargs = tree_util.tree_unflatten(self.in_tree, args)
+        py_outs = tree_util.tree_unflatten(self.out_tree, outs)
+        if self.callback(HostExecutionContext(), py_outs, *py_args, **py_kwargs) is not None:
+            raise ValueError("buffer_callback callback must not return any values.")
+        return results
+
+
+def _install_buffer_callback(platform: str) -> None:
+    """jax lowers buffer_callback for cpu, cuda and rocm only: `platform`'s
+    lowering is this one (the cpu target; the cuda target refuses it)."""
+    try:
+        from jax._src import buffer_callback as jax_buffer_callback
+        from jax._src.interpreters import mlir
+    except ImportError:   # a jax without buffer_callback
+        return
+
+    def lower(ctx, *args, callback, in_tree, out_tree, has_side_effect,
+              input_output_aliases, command_buffer_compatible=False, **_):
+        from jax._src import ffi
+        from . import _plugin
+        if _plugin._CUDA is not None:
+            raise NotImplementedError("buffer_callback runs on xla_gpu's cpu target only; this "
+                                      "client runs the cuda target")
+        aliases = dict(input_output_aliases)
+        call = _BufferCall(callback, in_tree, out_tree, list(ctx.avals_out), aliases)
+        with _lock:
+            callback_id = next(_ids)
+            _table[callback_id] = call
+        ctx.module_context.add_host_callback(call)
+        rule = ffi.ffi_lowering(BUFFER_TARGET, has_side_effect=has_side_effect,
+                                operand_output_aliases=aliases)
+        return rule(ctx, *args, callback_id=np.uint64(callback_id))
+
+    mlir.register_lowering(jax_buffer_callback.buffer_callback_p, lower, platform=platform)

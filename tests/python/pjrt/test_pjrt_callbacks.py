@@ -129,3 +129,59 @@ def test_callbacks_in_sharded_programs_run_once_or_per_shard_as_on_jax_cpu():
     assert sorted(c for c in calls if c.startswith("shard")) == \
         ["shard 1.0", "shard 13.0", "shard 5.0", "shard 9.0"]
     assert out["counts"] == {"xla_gpu": 2, "xla": 0}, out
+
+
+def test_buffer_callback_fills_results_in_place():
+    """jax.experimental.buffer_callback on the cpu target: the callable gets
+    read-only operand buffers and writeable result buffers (numpy and
+    DLPack), an aliased result in the operand's memory (the caller's array
+    untouched), pytrees of arguments, and a side effect that runs though
+    nothing reads it; a callable that returns a value is an error."""
+    out = run_jax("""
+        from jax.experimental import buffer_callback as bc
+        res = {}
+        seen = {}
+
+        def add(ctx, out, x, y, *, scale):
+            seen["stage"] = str(ctx.stage)
+            seen["flags"] = [x.writeable, out["sum"].writeable]
+            seen["types"] = [str(out["sum"].dtype), list(out["sum"].shape)]
+            np.asarray(out["sum"])[...] = (np.from_dlpack(x) + np.asarray(y)) * scale
+            np.asarray(out["first"])[...] = np.asarray(x)[0]
+        f = bc.buffer_callback(add, {"sum": jax.ShapeDtypeStruct((4,), jnp.float32),
+                                     "first": jax.ShapeDtypeStruct((), jnp.float32)})
+        got = jax.jit(lambda x, y: f(x, y, scale=2.0))(jnp.arange(4.0), jnp.ones(4))
+        res["sum"] = np.asarray(got["sum"]).tolist()
+        res["first"] = float(got["first"])
+        res["seen"] = seen
+
+        def bump(ctx, out, x):
+            seen["same memory"] = np.asarray(out).ctypes.data == np.asarray(x).ctypes.data
+            np.asarray(out)[1] += 10
+        g = bc.buffer_callback(bump, jax.ShapeDtypeStruct((3,), jnp.int32),
+                               input_output_aliases={0: 0})
+        a = jnp.arange(3, dtype=jnp.int32)
+        res["bumped"] = np.asarray(jax.jit(g)(a)).tolist()
+        res["input kept"] = np.asarray(a).tolist()
+
+        calls = []
+        h = bc.buffer_callback(lambda ctx, out: calls.append(1),
+                               jax.ShapeDtypeStruct((), jnp.float32), has_side_effect=True)
+        jax.jit(lambda: (h(), 1.0)[1])()
+        res["side effect"] = len(calls)
+        try:
+            jax.jit(bc.buffer_callback(lambda ctx, out: 1,
+                                       jax.ShapeDtypeStruct((), jnp.float32)))()
+            res["returns"] = "accepted"
+        except Exception as e:
+            res["returns"] = str(e)
+        print(json.dumps(res))
+    """)
+    assert out["sum"] == [2.0, 4.0, 6.0, 8.0] and out["first"] == 0.0, out
+    assert out["seen"]["stage"] == "ExecutionStage.EXECUTE", out
+    assert out["seen"]["flags"] == [False, True], out
+    assert out["seen"]["types"] == ["float32", [4]], out
+    assert out["seen"]["same memory"] is True, out
+    assert out["bumped"] == [0, 11, 2] and out["input kept"] == [0, 1, 2], out
+    assert out["side effect"] == 1, out
+    assert "must not return any values" in out["returns"], out
