@@ -1175,7 +1175,9 @@ def _synchronous_view(module, text: str) -> str:
     if not any(i.opcode in ASYNC_COLLECTIVE_STARTS
                for c in module.computations for i in c.instructions):
         return text
+    from ..hlo.passes.control_dep_converter import ControlDepConverter
     view = module.clone()
+    ControlDepConverter().run(view)   # (a start ordered by control_dep calls)
     AsyncCollectivesToSync().run(view)
     return module_to_text(view)
 

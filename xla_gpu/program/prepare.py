@@ -412,6 +412,7 @@ def prepare_module(module: HloModule, *, optimize: bool | None = None,
         # thunks (one device: each is its operand), and loops read their
         # state in the layout their body declares.
         module = _without_sharding_annotations(module)
+        module = _without_control_dep_calls(module)
         module = _with_control_flow_layouts(module)
     # Top-k too long for one kernel -> sort + slice; stable sorts of several
     # kernels get their tie-break index as an operand (a buffer); large
@@ -453,6 +454,16 @@ def _without_sharding_annotations(module: HloModule) -> HloModule:
         return module
     module = module.clone()
     ShardingAnnotationRemover().run(module)
+    return module
+
+
+def _without_control_dep_calls(module: HloModule) -> HloModule:
+    """`module`, or a copy with jax's control_dep calls as control edges."""
+    from ..hlo.passes.control_dep_converter import ControlDepConverter, has_control_dep_calls
+    if not has_control_dep_calls(module):
+        return module
+    module = module.clone()
+    ControlDepConverter().run(module)
     return module
 
 

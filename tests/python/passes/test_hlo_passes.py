@@ -1004,3 +1004,32 @@ ENTRY e {
     module = parse_module(text)
     with pytest.raises(HloError, match="xla.sdy.GlobalToLocalShape.*more than one device"):
         ShardingAnnotationRemover().run(module)
+
+
+def test_control_dep_calls_become_control_edges():
+    """jax.experimental.control_deps' `control_dep(src, dst)` custom calls
+    become control edges (dst after src) and are dropped, before any other
+    pass; the program computes the same, and one that would close a cycle
+    is refused naming the call."""
+    from xla_gpu.hlo.passes.control_dep_converter import ControlDepConverter
+    text = """HloModule m
+ENTRY e {
+  x = f32[4,4] parameter(0)
+  a = f32[4,4] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  s = f32[4,4] sine(a)
+  b = f32[4,4] multiply(x, x)
+  c = f32[4,4] cosine(b)
+  cd = () custom-call(c, s), custom_call_target="control_dep", custom_call_has_side_effect=true, api_version=API_VERSION_TYPED_FFI
+  ROOT r = f32[4,4] add(s, c)
+}"""
+    _, module, changed = run_pass(text, ControlDepConverter(), check=False)
+    entry = module.entry
+    assert changed and "custom-call" not in opcodes(module)
+    by_name = {i.name: i for i in entry.instructions}
+    assert [p.name for p in by_name["s"].control_predecessors()] == ["c"]
+    x = np.arange(16, dtype=np.float32).reshape(4, 4) / 10
+    got = xla_gpu.compile(text, target="cpu").run(x)[0]
+    np.testing.assert_allclose(got, np.sin(x @ x) + np.cos(x * x), rtol=1e-5, atol=1e-5)
+    cycle = text.replace("custom-call(c, s)", "custom-call(s, a)")
+    with pytest.raises(HloError, match="control_dep from '%s' to '%a' closes a cycle"):
+        ControlDepConverter().run(parse_module(cycle))

@@ -390,3 +390,55 @@ def test_shard_alike_goes_to_xla_partitioner_and_keeps_the_group_together():
     assert out["spec"] == ["x", "y"], out
     assert out["value"] == (np.arange(16).reshape(8, 2) * 3).tolist()
     assert out["counts"] == {"xla_gpu": 0, "xla": 1}, out
+
+
+def test_control_deps_schedule_an_fsdp_scan_as_on_jax_cpu():
+    """jax.experimental.control_deps: `schedule` orders an async all-gather
+    of the next weights before the product with these inside a scan (the
+    gather's result is the next loop state, written while the old one is
+    still read: a copy keeps it), and a plain schedule of three products;
+    the values are jax cpu's."""
+    out = run_jax("""
+        from jax._src.lax import parallel
+        from jax.experimental.control_deps import schedule
+        res = {}
+        for platform in ("xla_gpu", "cpu"):
+            devices = jax.devices(platform)[:4]
+            mesh = jax.sharding.Mesh(np.array(devices), ("i",),
+                                     axis_types=(jax.sharding.AxisType.Explicit,))
+            with jax.set_mesh(mesh):
+                @jax.jit
+                @jax.shard_map(out_specs=jax.P("i"), check_vma=False)
+                def fsdp(x, ws):
+                    w0 = jax.lax.all_gather(ws[0], "i", tiled=True)
+
+                    def step(carry, w_shard):
+                        w, x = carry
+                        fut = parallel.all_gather_start(w_shard, "i", tiled=True)
+                        y = x @ w
+                        w_next = fut.done()
+                        schedule([fut.x, y, w_next])
+                        return (w_next, jnp.tanh(y)), None
+                    (w, x), _ = jax.lax.scan(step, (w0, x), ws[1:])
+                    return x @ w
+
+                rng = np.random.default_rng(0)
+                x = jax.device_put(rng.standard_normal((64, 256)).astype(np.float32),
+                                   jax.NamedSharding(mesh, jax.P("i", None)))
+                ws = jax.device_put(rng.standard_normal((3, 256, 256)).astype(np.float32) / 16,
+                                    jax.NamedSharding(mesh, jax.P(None, "i", None)))
+                res[platform] = np.asarray(fsdp(x, ws)).tolist()
+
+            def three(a, b, c):
+                p, q, r = jnp.sin(a @ a), jnp.cos(b @ b), jnp.exp(c @ c / 10)
+                schedule([r, q, p])
+                return p + q + r
+            m = jax.device_put(rng.standard_normal((6, 6)).astype(np.float32), devices[0])
+            res[platform + " three"] = np.asarray(jax.jit(three)(m, m + 1, m - 1)).tolist()
+        res["fsdp close"] = bool(np.allclose(res["xla_gpu"], res["cpu"], rtol=1e-4, atol=1e-4))
+        res["three close"] = bool(np.allclose(res["xla_gpu three"], res["cpu three"],
+                                              rtol=1e-4, atol=1e-4))
+        print(json.dumps({k: v for k, v in res.items() if "close" in k}))
+    """, platforms="xla_gpu,cpu", extra_env={
+        "XLA_GPU_NUM_DEVICES": "4", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert out == {"fsdp close": True, "three close": True}, out

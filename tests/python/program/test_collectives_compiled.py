@@ -712,3 +712,44 @@ ENTRY e {
         np.testing.assert_array_equal(before[0], after[0])
     with pytest.raises(UnsupportedError, match="'r'.*ragged all-to-all over NCCL"):
         xla_gpu.compile(text, target="cuda")
+
+
+
+def test_async_start_ordered_before_a_reader_of_the_loop_state_it_replaces():
+    """A while body whose all-gather-start (control edges, as XLA orders
+    jax's control_dep) runs before the dot that reads the state element
+    the gather's result replaces: copy insertion gives the result a buffer
+    of its own, and the values are the interpreter's."""
+    text = module_text("""cond {
+  p = (s32[], f32[4,4], f32[2,4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  c = s32[] constant(3)
+  ROOT lt = pred[] compare(i, c), direction=LT
+}
+body {
+  p = (s32[], f32[4,4], f32[2,4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  w = f32[4,4] get-tuple-element(p), index=1
+  x = f32[2,4] get-tuple-element(p), index=2
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  half = f32[2,4] slice(w), slice={[1:3], [0:4]}
+  neg = f32[2,4] negate(half)
+  s = (f32[2,4], f32[4,4]) all-gather-start(neg), channel_id=1, replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true
+  y = f32[2,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, control-predecessors={s}
+  d = f32[4,4] all-gather-done(s), control-predecessors={y}
+  ROOT t = (s32[], f32[4,4], f32[2,4]) tuple(i1, d, y)
+}
+ENTRY e {
+  w0 = f32[4,4] parameter(0)
+  x0 = f32[2,4] parameter(1)
+  z = s32[] constant(0)
+  init = (s32[], f32[4,4], f32[2,4]) tuple(z, w0, x0)
+  loop = (s32[], f32[4,4], f32[2,4]) while(init), condition=cond, body=body
+  ROOT r = f32[2,4] get-tuple-element(loop), index=2
+}""", partitions=2)
+    rng = np.random.default_rng(0)
+    args = [[rng.standard_normal((4, 4)).astype(np.float32),
+             rng.standard_normal((2, 4)).astype(np.float32)] for _ in range(2)]
+    exe, _ = check(text, args)
+    assert "all_gather" in kinds(exe)

@@ -15,7 +15,9 @@ their own:
   value and a bitcast of it are one buffer, so a duplicate too), so that
   each carried buffer is written once per iteration; and those that an
   inner loop or a conditional computes while it still reads the old value
-  of the element (its branches would overwrite what they read);
+  of the element (its branches would overwrite what they read), or that
+  an async collective's start writes while a reader of the old value may
+  still run after it;
 * the ENTRY's outputs that are parameters, constants or the same value
   twice (each output gets its own buffer), except a parameter returned at
   the output that must alias it;
@@ -156,6 +158,46 @@ def _inner_loop_carries_element(result: HloInstruction, param: HloInstruction,
     return False
 
 
+# The done of each async collective: its value is written by the start.
+_ASYNC_DONES = frozenset({"all-reduce-done", "all-gather-done", "collective-permute-done"})
+
+
+def _ancestors(inst: HloInstruction) -> set[int]:
+    """ids of what `inst` needs: operands and control predecessors,
+    transitively, `inst` included."""
+    seen, stack = set(), [inst]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        stack.extend(v.operands)
+        stack.extend(v.control_predecessors())
+    return seen
+
+
+def _async_result_overwrites_element(result: HloInstruction, param: HloInstruction,
+                                     k: int) -> bool:
+    """Whether loop-state element k of a while body is `result`, the done
+    of an async collective whose start may run before a reader of the
+    body's own element k (jax's control_dep schedules such a start before
+    the reads, as an FSDP loop gathers the next weights while multiplying
+    by these). The start writes the result: without a copy, into the
+    state's buffer k while the old value is still read."""
+    if result.opcode not in _ASYNC_DONES or not result.operands:
+        return False
+    start = result.operands[0]
+    before = _ancestors(start)
+    body = param.parent
+    for inst in body.instructions:
+        if inst.opcode in ("get-tuple-element", "bitcast", "tuple") or inst is start or \
+                id(inst) in before:
+            continue
+        if any(_reads_state_element(o, param, k) for o in inst.operands):
+            return True
+    return False
+
+
 class CopyInsertion(HloPass):
     name = "copy-insertion"
 
@@ -251,7 +293,8 @@ class CopyInsertion(HloPass):
             if source.opcode == "constant" or other_element or id(source) in seen or \
                     (source.opcode == "parameter") or \
                     _inner_loop_carries_element(source, param, k) or \
-                    _conditional_reads_element(source, param, k):
+                    _conditional_reads_element(source, param, k) or \
+                    _async_result_overwrites_element(source, param, k):
                 root.replace_operand_with(k, self._copy(body, element))
                 changed = True
             seen.add(id(source))

@@ -40,6 +40,7 @@ from .algebraic_simplifier import AlgebraicSimplifier
 from .call_inliner import CallInliner
 from .collective_combiners import AllGatherCombiner, AllReduceCombiner, ReduceScatterCombiner
 from .constant_folding import HloConstantFolding
+from .control_dep_converter import ControlDepConverter
 from .control_flow_layouts import ControlFlowLayouts
 from .copy_insertion import CopyInsertion
 from .cse import HloCSE
@@ -90,6 +91,7 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None,
     applying the epilogue in the gemm thunk)."""
     return HloPassPipeline("optimization", [
         ShardingAnnotationRemover(),
+        ControlDepConverter(),
         ControlFlowLayouts(),
         CallInliner(),
         OptimizationBarrierExpander(),

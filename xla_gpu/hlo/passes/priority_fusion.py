@@ -273,6 +273,15 @@ class _PriorityFusionRun:
     def __init__(self, options: PriorityFusion, comp: HloComputation):
         self.options = options
         self.comp = comp
+        # Nodes something must run after (control successors): never fused
+        # into a consumer, which their successor may itself feed (the
+        # fusion would then have to run both before and after it). Those
+        # with control predecessors are not fusible at all (is_fusible).
+        # A fusion made around such a node takes its edges, and its place
+        # here (fuse_everywhere).
+        self.ordered_before: set[int] = {
+            id(p) for i in comp.instructions for p in i.control_predecessors()
+        } if comp.has_control_edges() else set()
         self.costs: dict[int, NodeCost] = {}
         self.infos: dict[int, BodyInfo] = {}
         self.reducer_cache: dict = {}
@@ -402,6 +411,8 @@ class _PriorityFusionRun:
 
     # -- legality ---------------------------------------------------------
     def producer_ok(self, producer: HloInstruction) -> bool:
+        if self.ordered_before and id(producer) in self.ordered_before:
+            return False
         ok = self.as_producer.get(id(producer))
         if ok is None:
             ok = self._producer_kind_ok(producer)
@@ -741,6 +752,8 @@ class _PriorityFusionRun:
         consumers = list(dict.fromkeys(producer.users))
         if producer.opcode == "fusion" and len(consumers) == 1 and \
                 self.size(producer) > self.size(consumers[0]):
+            if id(consumers[0]) in self.ordered_before:   # its successors are the fusion's
+                self.ordered_before.add(id(producer))
             self.absorb(producer, consumers[0])
             return
         touched: list[HloInstruction] = []
@@ -766,7 +779,10 @@ class _PriorityFusionRun:
             if consumer.opcode != "fusion":
                 self.forget(consumer)
                 self.version[id(consumer)] = self.version.get(id(consumer), 0) + 1
+                wrapped = consumer
                 consumer = create_fusion(consumer)
+                if id(wrapped) in self.ordered_before:   # the fusion took its edges
+                    self.ordered_before.add(id(consumer))
             fuse_producer(consumer, producer)
             self.forget(consumer)
             if before is not None:
