@@ -420,17 +420,28 @@ class _ThunkSite:
                              for r in thunk.results])
 
 
-def _thunk_site(registration: CHandler, thunk: Any, platform: str) -> _ThunkSite:
-    state = getattr(thunk, "_xla_gpu_ffi_site", None)
+def _thunk_site(registration: CHandler, thunk: Any, platform: str,
+                device: int = 0) -> _ThunkSite:
+    """The thunk's site on `device`. A program run on several devices runs
+    each thunk on all of them at once (a thread each): every device has a
+    site of its own (its argument tables, its handler instance and state),
+    or one device's buffers would reach another's call."""
+    sites = thunk.__dict__.setdefault("_xla_gpu_ffi_sites", {})   # atomic under the GIL
+    state = sites.get(device)
     if state is None or state.key != (registration.bundle, platform) or state.site.broken:
-        state = _ThunkSite(registration, thunk, platform)
-        thunk._xla_gpu_ffi_site = state
+        state = sites[device] = _ThunkSite(registration, thunk, platform)
     return state
+
+
+def _device_of(ctx: Any) -> int:
+    """The device a context runs on (0 on one device)."""
+    endpoint = getattr(ctx, "collectives", None)
+    return 0 if endpoint is None else int(endpoint.device)
 
 
 def _run_c_thunk(registration: CHandler, ctx: Any, thunk: Any) -> None:
     platform = ctx.target
-    state = _thunk_site(registration, thunk, platform)
+    state = _thunk_site(registration, thunk, platform, _device_of(ctx))
     run_id = _run_id(ctx)
     # Buffers are handed over as they lie, in their layouts (XLA's FFI
     # passes no layout): the compiler put each operand in the layout the call

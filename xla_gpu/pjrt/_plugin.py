@@ -624,7 +624,7 @@ class Executable(_Handle):
 
     def __init__(self, exe, computation, mlir_code: bytes, hlo_text: str, device: Device,
                  devices: list[Device] | None = None, partitioned_program: bytes | None = None,
-                 compile_options: dict | None = None):
+                 compile_options: dict | None = None, partitioned_format: str = "mlir"):
         super().__init__(0, A.HANDLE_KIND.EXECUTABLE)
         self.exe = exe
         # xla_gpu.compile's target options it was compiled with.
@@ -647,9 +647,11 @@ class Executable(_Handle):
         # PJRT_LogicalDeviceIds {replica, partition} of each device.
         self.logical_ids = array_type(C.c_int32, 2 * n)(
             *[v for k in range(n) for v in divmod(k, self.num_partitions)])
-        # The per-device program XLA's partitioner made (StableHLO bytecode):
+        # The per-device program (ours as StableHLO bytecode, "mlir"; XLA's
+        # partitioner's as an HloModuleProtoWithConfig, "hlo_with_config"):
         # what jax reads the output shardings from.
         self.partitioned_program = partitioned_program
+        self.partitioned_format = partitioned_format
         self.mlir_code = mlir_code
         self.hlo_text = hlo_text
         # Parameters jax donated (input_output_alias): consumed by a run.
@@ -720,7 +722,8 @@ class Executable(_Handle):
         with _lock:
             if self._optimized is None and self.partitioned_program is not None:
                 code = self.partitioned_program
-                self._optimized = (_MLIR_FORMAT, code, A.CString(code))
+                fmt = _HLO_FORMAT if self.partitioned_format == "hlo_with_config" else _MLIR_FORMAT
+                self._optimized = (fmt, code, A.CString(code))
             if self._optimized is None:
                 try:
                     import jaxlib._hlo as hlo
@@ -1327,11 +1330,14 @@ def _compile_partitioned(code: bytes, options: bytes, computation, build,
     printing = hlo.HloPrintOptions.short_parsable()
     printing.print_large_constants = True
     text = module.to_string(printing)
-    partitioned = bytes(_jax.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto()))
+    # XLA's own module, as XLA hands it to jax: its output and parameter
+    # shardings are fields of the proto (which StableHLO would drop).
+    partitioned = _hlo_module_with_config(bytes(module.as_serialized_hlo_module_proto()),
+                                          replicas, partitions)
     exe = xla_gpu.compile(text, num_replicas=replicas, num_partitions=partitions,
                           **place.compile_options)
     return Executable(exe, computation, code, text, devices[0], devices, partitioned,
-                      compile_options=place.compile_options)
+                      compile_options=place.compile_options, partitioned_format="hlo_with_config")
 
 
 # jaxlib calls Compile on its own worker threads, whose stacks are too small
@@ -1411,7 +1417,9 @@ def _serialize(e: Executable) -> bytes:
     header = json.dumps({
         "target": e.compile_options, "devices": [d.index for d in e.devices],
         "num_replicas": e.num_replicas, "num_partitions": e.num_partitions,
-        "partitioned": e.partitioned_program is not None, "program_sha256": hashlib.sha256(program).hexdigest(),
+        "partitioned": e.partitioned_program is not None,
+        "partitioned_format": e.partitioned_format,
+        "program_sha256": hashlib.sha256(program).hexdigest(),
         "sizes": [len(sections[k]) for k in _SECTIONS]}).encode()
     return (_SERIAL_MAGIC + len(header).to_bytes(4, "little") + header +
             b"".join(sections[k] for k in _SECTIONS))
@@ -1490,8 +1498,9 @@ def _deserialize(blob: bytes) -> Executable:
         counts = {k: int(header.get(k) or 1) for k in ("num_replicas", "num_partitions")}
         exe = xla_gpu.compile(text, **counts, **mine)
     partitioned = sections["partitioned"] if header.get("partitioned") else None
+    fmt = "hlo_with_config" if header.get("partitioned_format") == "hlo_with_config" else "mlir"
     return Executable(exe, computation, code, text, devices[0], devices, partitioned,
-                      compile_options=mine)
+                      compile_options=mine, partitioned_format=fmt)
 
 
 # ----------------------------------------------------------------------------- the slots

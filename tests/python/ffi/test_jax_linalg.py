@@ -285,3 +285,28 @@ def test_an_explicit_registration_wins():
     if previous:   # jaxlib's comes back on the next lookup
         (out,) = xla_gpu.compile(text, target="cpu").run(a)
         np.testing.assert_allclose(out, np.linalg.cholesky(a), rtol=1e-4)
+
+
+def test_a_lapack_call_on_several_devices_at_once():
+    """A program run on 4 devices calls jaxlib's Cholesky kernel on all of
+    them at once (a thread each): each device's call has its own argument
+    tables and handler instance, so every device factors its own matrix
+    (one shared set of tables let one device's buffers reach another's
+    call: NaNs now and then)."""
+    from xla_gpu.runtime.thunks import walk
+    n = 96
+    text = f"""HloModule m, num_partitions=4
+ENTRY e {{
+  x = f32[{n},{n}] parameter(0)
+  c = (f32[{n},{n}]{{0,1}}, s32[]) custom-call(x), custom_call_target="lapack_spotrf_ffi", operand_layout_constraints={{f32[{n},{n}]{{0,1}}}}, output_to_operand_aliasing={{{{0}}: (0, {{}})}}, api_version=API_VERSION_TYPED_FFI, backend_config={{uplo = 76 : ui8}}
+  ROOT l = f32[{n},{n}] get-tuple-element(c), index=0
+}}"""
+    exe = xla_gpu.compile(text, target="cpu")
+    mats = [_spd(n, seed) for seed in range(4)]
+    for _ in range(5):
+        outs = exe.run_partitioned([[m] for m in mats])
+        for m, (got,) in zip(mats, outs):
+            np.testing.assert_allclose(np.tril(got), np.linalg.cholesky(m), rtol=1e-3,
+                                       atol=1e-3)
+    (thunk,) = [t for t in walk(exe.thunks) if t.kind == "custom_call"]
+    assert sorted(thunk._xla_gpu_ffi_sites) == [0, 1, 2, 3]

@@ -173,6 +173,8 @@ class LayoutAssignment(HloPass):
         changed = layout is not None and self._entry_parameters(module, layout[0])
         changed |= layout is not None and self._entry_result_producers(module, layout[1])
         for comp in program_computations(module):
+            changed |= self._element_reads(comp)
+        for comp in program_computations(module):
             changed |= self._assign(comp)
         changed |= layout is not None and self._entry_result(module, layout[1])
         return changed
@@ -195,6 +197,22 @@ class LayoutAssignment(HloPass):
             declared, param.shape = param.shape, wanted
             self._keep_readers(param, declared)
             changed = True
+        return changed
+
+    def _element_reads(self, comp: HloComputation) -> bool:
+        """A get-tuple-element is the element's buffer: one stated in
+        another layout than the tuple's element (hand-written text, or a
+        tuple whose layouts changed) takes the element's, and its readers
+        get a converted copy where they read the buffer."""
+        changed = False
+        for inst in list(comp.instructions):
+            if inst.opcode != "get-tuple-element" or not inst.operands[0].shape.is_tuple:
+                continue
+            element = inst.operands[0].shape.tuple_shapes[inst.attrs["index"]]
+            if not element.is_tuple and not same_shape(inst.shape, element):
+                old, inst.shape = inst.shape, element
+                self._keep_readers(inst, old)
+                changed = True
         return changed
 
     def _keep_readers(self, inst: HloInstruction, declared: Shape) -> None:
