@@ -442,3 +442,24 @@ def test_control_deps_schedule_an_fsdp_scan_as_on_jax_cpu():
     """, platforms="xla_gpu,cpu", extra_env={
         "XLA_GPU_NUM_DEVICES": "4", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
     assert out == {"fsdp close": True, "three close": True}, out
+
+
+def test_results_of_xla_partitioned_programs_have_a_placement():
+    """A program ours leaves to XLA's partitioner (a Cholesky of a matrix
+    cut by rows: jaxlib's LAPACK call) reports the shardings XLA chose,
+    kept in XLA's module as it hands it over: the result is an ordinary
+    array, the factor jax cpu computes."""
+    out = run_jax("""
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from xla_gpu.pjrt import _plugin
+        mesh = Mesh(np.array(jax.devices()[:2]), ("i",))
+        a = np.random.default_rng(0).standard_normal((6, 6)).astype(np.float32)
+        a = a @ a.T + 6 * np.eye(6, dtype=np.float32)
+        got = jax.jit(jax.lax.linalg.cholesky)(jax.device_put(a, NamedSharding(mesh, P("i"))))
+        print(json.dumps({"kind": type(got.sharding).__name__,
+                          "close": bool(np.allclose(np.asarray(got), np.linalg.cholesky(a),
+                                                    atol=1e-4)),
+                          "counts": dict(_plugin.partitioner_counts)}))
+    """, extra_env={"XLA_GPU_NUM_DEVICES": "2"})
+    assert out["kind"] == "NamedSharding" and out["close"], out
+    assert out["counts"]["xla"] == 1, out
