@@ -76,6 +76,7 @@ def _register() -> None:
                        "jaxlib %s is installed, so platform 'xla_gpu' is not registered "
                        "(pip install 'xla_gpu[jax]')", _SUPPORTED_JAXLIB, version)
         return
+    from . import _topology  # noqa: F401 - registers its slots (topologies, PJRT_Compile)
     from ._plugin import api_table
 
     table = api_table()

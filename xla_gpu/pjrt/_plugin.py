@@ -2087,6 +2087,7 @@ def _release_executable(e: Executable) -> None:
     _remove_live(e.addr)
     e.view.release()
     e.release()
+    e.view.loaded = None   # (the two point at each other: no cycle left to collect)
 
 
 @slot
@@ -2624,6 +2625,8 @@ def _make_slot(name: str, finalizing=sys.is_finalizing, base_exception=BaseExcep
     # and executables after the builtins and module globals are gone: any
     # lookup would crash, so a slot first asks `finalizing` (bound here, no
     # lookup) and then does nothing.
+    # A slot another module implements (`_topology`'s) may be registered
+    # after the table is built: looked up when it is called.
     fn = IMPL.get(name)
     if name.endswith("_Destroy") or name in A.VOID_SLOTS:
         # jaxlib aborts the process when a destroy fails: never report one
@@ -2633,8 +2636,9 @@ def _make_slot(name: str, finalizing=sys.is_finalizing, base_exception=BaseExcep
                 try:
                     if finalizing():
                         return None
-                    if fn is not None:
-                        fn(args)
+                    impl = fn or IMPL.get(name)
+                    if impl is not None:
+                        impl(args)
                     return None
                 except base_exception:
                     continue
@@ -2648,10 +2652,11 @@ def _make_slot(name: str, finalizing=sys.is_finalizing, base_exception=BaseExcep
             try:
                 if finalizing():
                     return None
-                if fn is None:
+                impl = fn or IMPL.get(name)
+                if impl is None:
                     raise _PjrtError(A.UNIMPLEMENTED,
                                      f"unimplemented: PJRT_{name} is not implemented by xla_gpu")
-                return fn(args) or None
+                return impl(args) or None
             except base_exception as exc:
                 try:
                     if isinstance(exc, _PjrtError):
@@ -2741,5 +2746,3 @@ def api_table() -> int:
             _TABLE = table
         return C.addressof(_TABLE)
 
-
-from . import _topology  # noqa: E402,F401 - its slots (topologies, PJRT_Compile)

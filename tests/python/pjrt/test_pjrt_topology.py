@@ -167,7 +167,7 @@ def _call(name: str, **fields) -> tuple[int, "ctypes.Array"]:
     import ctypes
 
     from xla_gpu.pjrt import _abi as A
-    from xla_gpu.pjrt import _plugin
+    from xla_gpu.pjrt import _plugin, _topology  # noqa: F401 - its slots
     layout = A.ARGS[name]
     words = (ctypes.c_uint64 * (layout.size // 8))()
     words[0] = layout.size
