@@ -185,3 +185,26 @@ def test_buffer_callback_fills_results_in_place():
     assert out["bumped"] == [0, 11, 2] and out["input kept"] == [0, 1, 2], out
     assert out["side effect"] == 1, out
     assert "must not return any values" in out["returns"], out
+
+
+def test_ordered_io_callback_carries_the_loop_state():
+    """An ordered io_callback computing a while loop's next state: the call
+    (its token and value the new state) reads the old value while writing
+    the new one, which gets a buffer of its own (it used to be refused:
+    "the module needs a copy there")."""
+    out = run_jax("""
+        from jax import core, lax
+        from jax.experimental import io_callback
+        seen = []
+
+        def step(x):
+            seen.append(float(x))
+            return (x + 1.0).astype(x.dtype)
+        f = jax.jit(lambda x: lax.while_loop(
+            lambda v: v < 5, lambda v: io_callback(step, core.ShapedArray((), v.dtype), v,
+                                                   ordered=True), x))
+        got = float(f(0.0))
+        jax.effects_barrier()
+        print(json.dumps({"got": got, "seen": seen}))
+    """, platforms="xla_gpu,cpu")
+    assert out == {"got": 5.0, "seen": [0.0, 1.0, 2.0, 3.0, 4.0]}, out

@@ -57,6 +57,8 @@ def order_loop_state_updates(module: HloModule) -> int:
                 continue
             param = body.parameters[0]
             by_name = {i.name: i for i in body.instructions}
+            if body.root.opcode == "custom-call" and body.root.shape.is_tuple:
+                _take_apart_root(body, by_name)
             if body.root.opcode != "tuple":
                 # An array loop state: the root writes the parameter's buffer.
                 if not body.root.shape.is_tuple and body.root is not param:
@@ -65,9 +67,38 @@ def order_loop_state_updates(module: HloModule) -> int:
             for k, value in enumerate(list(body.root.operands)):
                 old = [g for g in param.users
                        if g.opcode == "get-tuple-element" and g.attrs.get("index") == k]
-                if old and value not in old and not value.shape.is_tuple:
+                if old and value not in old and not value.shape.is_tuple and \
+                        value.shape.element_type != "token":   # (no buffer)
                     added += _order_element(body, by_name, old, value, k)
     return added
+
+
+def _take_apart_root(body: HloComputation, by_name: dict[str, HloInstruction]) -> None:
+    """A body whose root computes the whole new state (a custom call's
+    tuple: an ordered io_callback's token and value; the tuple simplifier
+    folds tuple(gte(call, 0), ...) into it) gets a root tuple of its
+    elements, so that each element can be ordered or copied on its own."""
+    root = body.root
+    parts = []
+    for k, shape in enumerate(root.shape.tuple_shapes):
+        part = HloInstruction(free_name(by_name, f"{root.name}.element"), "get-tuple-element",
+                              shape, [root], {"index": k}, None, None, root.location)
+        _append(body, by_name, part)
+        root.users.append(part)
+        parts.append(part)
+    state = HloInstruction(free_name(by_name, f"{root.name}.state"), "tuple", root.shape,
+                           parts, {}, None, None, root.location)
+    _append(body, by_name, state)
+    for part in parts:
+        part.users = [state]
+    body.set_root(state)
+
+
+def _append(body: HloComputation, by_name: dict[str, HloInstruction],
+            inst: HloInstruction) -> None:
+    body.instructions.append(inst)
+    by_name[inst.name] = inst
+    inst.parent = body
 
 
 def _order_element(body: HloComputation, by_name: dict[str, HloInstruction],
