@@ -166,3 +166,26 @@ def test_a_program_with_merged_dots_computes_numpys_products():
     ta, b = exe.run(x, w1, w2)
     np.testing.assert_allclose(ta, np.tanh(x @ w1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(b, x @ w2, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dot_reading_the_other_stays_apart():
+    """A @ (A @ c), as an unrolled scan's carry makes it (jax's
+    lax_control_flow test_scan_hoisting_consts): the two dots share their
+    lhs, but the second reads the first; merged, the dot would read itself
+    (a KeyError in the pass once). They stay apart; a third dot of the
+    same lhs that reads neither still merges with one of them."""
+    text = """
+HloModule m
+ENTRY e {
+  a = f32[2,2] parameter(0)
+  c = f32[2,1] parameter(1)
+  d = f32[2,1] parameter(2)
+  first = f32[2,1] dot(a, c), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  second = f32[2,1] dot(a, first), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  other = f32[2,1] dot(a, d), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (f32[2,1], f32[2,1]) tuple(second, other)
+}
+"""
+    before, after, changed, args = _merged(text)
+    assert changed and _opcodes(after).count("dot") == 2
+    _same_values(before, after, args)

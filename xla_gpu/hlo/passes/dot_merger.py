@@ -123,6 +123,10 @@ def _mergeable(a: HloInstruction, b: HloInstruction, side: int) -> int | None:
     if a.shape.is_tuple or b.shape.is_tuple or \
             a.attrs.get(CONTROL_PREDECESSORS) or b.attrs.get(CONTROL_PREDECESSORS):
         return None
+    if any(o is a for o in b.operands) or any(o is b for o in a.operands):
+        # One reads the other (a scan's products A @ (A @ c) unrolled): the
+        # merged dot would read itself. (Longer paths leave no room.)
+        return None
     if {k: v for k, v in a.attrs.items() if k not in _IGNORED_ATTRS} != \
             {k: v for k, v in b.attrs.items() if k not in _IGNORED_ATTRS}:
         return None
@@ -149,7 +153,8 @@ def _room(a: HloInstruction, b: HloInstruction,
     """Where in the order the merged dot goes: after everything the two
     read, before everything that reads either; None when something reading
     one comes before something the other reads (which is so when one
-    reaches the other)."""
+    reaches the other through another instruction; `_mergeable` refuses
+    one reading the other directly)."""
     low = max(position[id(o)] for o in (*a.operands, *b.operands))
     readers = [position[id(u)] for dot in (a, b) for u in dot.users]
     high = min(readers) if readers else low + 4.0
