@@ -7,10 +7,11 @@ already needed by src) is refused, naming the call."""
 
 from __future__ import annotations
 
+from ..graph import reachable
 from ..module import HloComputation, HloInstruction
 from .pipeline import ComputationPass
 
-__all__ = ["ControlDepConverter", "CONTROL_DEP_TARGET", "has_control_dep_calls"]
+__all__ = ["ControlDepConverter", "CONTROL_DEP_TARGET", "has_control_dep_calls", "needs"]
 
 CONTROL_DEP_TARGET = "control_dep"
 
@@ -24,20 +25,14 @@ def has_control_dep_calls(module) -> bool:
     return any(_is_control_dep(i) for c in module.computations for i in c.instructions)
 
 
+def needs(inst: HloInstruction) -> list[HloInstruction]:
+    """What `inst` runs after: its operands and control predecessors."""
+    return [*inst.operands, *inst.control_predecessors()]
+
+
 def _reaches(start: HloInstruction, goal: HloInstruction) -> bool:
-    """Whether `goal` is `start` or among what `start` needs (operands and
-    control predecessors, transitively)."""
-    seen, stack = set(), [start]
-    while stack:
-        inst = stack.pop()
-        if inst is goal:
-            return True
-        if id(inst) in seen:
-            continue
-        seen.add(id(inst))
-        stack.extend(inst.operands)
-        stack.extend(inst.control_predecessors())
-    return False
+    """Whether `goal` is `start` or among what `start` needs, transitively."""
+    return any(inst is goal for inst in reachable([start], needs))
 
 
 class ControlDepConverter(ComputationPass):

@@ -36,9 +36,10 @@ Tokens have no buffer and are never copied.
 
 from __future__ import annotations
 
-from ..graph import through_bitcasts
+from ..graph import reachable, through_bitcasts
 from ..in_place import in_place_outputs
 from ..module import HloComputation, HloInstruction, HloModule
+from .control_dep_converter import needs
 from .donation_copies import honour_must_alias_donations, own_output_indices
 from .pipeline import HloPass
 from .util import program_computations
@@ -165,15 +166,7 @@ _ASYNC_DONES = frozenset({"all-reduce-done", "all-gather-done", "collective-perm
 def _ancestors(inst: HloInstruction) -> set[int]:
     """ids of what `inst` needs: operands and control predecessors,
     transitively, `inst` included."""
-    seen, stack = set(), [inst]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        stack.extend(v.operands)
-        stack.extend(v.control_predecessors())
-    return seen
+    return {id(v) for v in reachable([inst], needs)}
 
 
 def _async_result_overwrites_element(result: HloInstruction, param: HloInstruction,
