@@ -53,7 +53,7 @@ import numpy as np
 from ..errors import HloError, XlaGpuError
 
 __all__ = ["CollectiveError", "CollectiveTimeoutError", "GroupMode", "COLLECTIVE_OPCODES",
-           "ASYNC_COLLECTIVE_STARTS", "parse_replica_groups", "iota_replica_groups",
+           "ASYNC_COLLECTIVE_STARTS", "ASYNC_COLLECTIVE_DONES", "parse_replica_groups", "iota_replica_groups",
            "mesh_axes_replica_groups",
            "parse_source_target_pairs", "group_mode", "group_mode_for",
            "participating_devices", "device_groups", "group_size", "group_size_for",
@@ -89,6 +89,10 @@ COLLECTIVE_OPCODES = frozenset({
     "collective-permute-start", "ragged-all-to-all"})
 ASYNC_COLLECTIVE_STARTS = {"all-reduce-start": "all-reduce", "all-gather-start": "all-gather",
                            "collective-permute-start": "collective-permute"}
+# The done of each async start.
+ASYNC_COLLECTIVE_DONES = {"all-reduce-start": "all-reduce-done",
+                          "all-gather-start": "all-gather-done",
+                          "collective-permute-start": "collective-permute-done"}
 _USES_GLOBAL_DEVICE_IDS = frozenset({"all-reduce", "all-gather", "reduce-scatter",
                                      "all-reduce-start", "all-gather-start"})
 

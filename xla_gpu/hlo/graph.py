@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence, TypeVar
 
-__all__ = ["post_order", "reachable", "through_bitcasts"]
+__all__ = ["needs", "post_order", "reachable", "through_bitcasts"]
 
 Node = TypeVar("Node")
 
@@ -109,3 +109,9 @@ def through_bitcasts(inst, keep_elements: bool = False):
             break
         inst = operand
     return inst
+
+
+def needs(inst) -> list:
+    """What an instruction runs after: its operands and control
+    predecessors."""
+    return [*inst.operands, *inst.control_predecessors()]

@@ -65,14 +65,20 @@ def _checked(callback, result_avals):
     return call
 
 
-def _run(*operands, callback_id, with_token=False):
-    """The runtime's handler: the registered callable on the operands (a
-    token operand first when the program threads one through)."""
+def _lookup(callback_id, what: str):
+    """The callable a program's custom call names."""
     with _lock:
         callback = _table.get(int(callback_id))
     if callback is None:
-        raise RuntimeError(f"Python callback {int(callback_id)} is no longer alive in this "
-                           "process (its jax executable was deleted)")
+        raise RuntimeError(f"{what} {int(callback_id)} is no longer alive in this process "
+                           "(its jax executable was deleted)")
+    return callback
+
+
+def _run(*operands, callback_id, with_token=False):
+    """The runtime's handler: the registered callable on the operands (a
+    token operand first when the program threads one through)."""
+    callback = _lookup(callback_id, "Python callback")
     if with_token:
         token, *args = operands
         return (token, *callback(*args))
@@ -236,12 +242,7 @@ def _run_buffers(*operands, callback_id):
     """The runtime's handler of a buffer_callback: its results made (the
     aliased ones from their operands' values), handed to the callable
     with the operands, and returned."""
-    with _lock:
-        entry = _table.get(int(callback_id))
-    if entry is None:
-        raise RuntimeError(f"buffer_callback {int(callback_id)} is no longer alive in this "
-                           "process (its jax executable was deleted)")
-    outs = entry(*operands)
+    outs = _lookup(callback_id, "buffer_callback")(*operands)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -250,12 +251,13 @@ class _BufferCall:
     types and which operand each aliased result starts from."""
 
     def __init__(self, callback, in_tree, out_tree, result_avals, aliases: dict[int, int]):
+        from jax._src import tree_util
+        self.unflatten = tree_util.tree_unflatten
         self.callback, self.in_tree, self.out_tree = callback, in_tree, out_tree
         self.result_avals = result_avals
         self.source = {out: arg for arg, out in aliases.items()}
 
     def __call__(self, *operands):
-        from jax._src import tree_util
         results = []
         for k, aval in enumerate(self.result_avals):
             arg = self.source.get(k)
@@ -269,8 +271,8 @@ class _BufferCall:
                 results.append(np.zeros(aval.shape, aval.dtype))
         args = [HostBuffer(np.asarray(o), False) for o in operands]
         outs = [HostBuffer(r, True) for r in results]
-        py_args, py_kwargs = tree_util.tree_unflatten(self.in_tree, args)
-        py_outs = tree_util.tree_unflatten(self.out_tree, outs)
+        py_args, py_kwargs = self.unflatten(self.in_tree, args)
+        py_outs = self.unflatten(self.out_tree, outs)
         if self.callback(HostExecutionContext(), py_outs, *py_args, **py_kwargs) is not None:
             raise ValueError("buffer_callback callback must not return any values.")
         return results
@@ -286,7 +288,7 @@ def _install_buffer_callback(platform: str) -> None:
         return
 
     def lower(ctx, *args, callback, in_tree, out_tree, has_side_effect,
-              input_output_aliases, command_buffer_compatible=False, **_):
+              input_output_aliases, **_):
         from jax._src import ffi
         from . import _plugin
         if _plugin._CUDA is not None:

@@ -689,7 +689,8 @@ class Executable(_Handle):
         self.kind_sizes = array_type(C.c_size_t, kinds)(*([self.kind.size] * kinds))
         self.name = A.CString(computation.name())
         text = exe.as_text()
-        self.fingerprint = A.CString(hashlib.sha256(f"{TARGET}\n{text}".encode()).hexdigest())
+        target = json.dumps(self.compile_options, sort_keys=True)
+        self.fingerprint = A.CString(hashlib.sha256(f"{target}\n{text}".encode()).hexdigest())
         self._optimized: tuple[bytes, A.CString] | None = None
         self._cost: A.NamedValues | None = None
         self.name_text = computation.name()
@@ -716,9 +717,10 @@ class Executable(_Handle):
         compile (four times) and prints for `compiled.as_text()`: a
         protobuf it parses directly, where StableHLO bytecode ("mlir") costs
         it an MLIR context, a legalization and a conversion each time. A
-        partitioned program (its shardings in module attributes), and one
-        whose text XLA cannot parse (then the program jax handed over), go
-        as StableHLO."""
+        program our partitioner made goes as StableHLO (its shardings in
+        module attributes), one XLA's partitioner made as XLA's own module
+        (its shardings in the proto), and one whose text XLA cannot parse
+        as the program jax handed over."""
         with _lock:
             if self._optimized is None and self.partitioned_program is not None:
                 code = self.partitioned_program
@@ -1185,28 +1187,31 @@ def _synchronous_view(module, text: str) -> str:
     return module_to_text(view)
 
 
-# Custom calls that send a program to XLA's partitioner, and why:
+# Custom calls that send a program to XLA's partitioner, and why (with
+# the sharding groups', see `_left_to_xla`):
 _XLA_PARTITIONS = {
     # jax.experimental.custom_partitioning: the rule that cuts the call is
     # Python that jax registers with XLA's partitioner
     # (register_custom_call_partitioner), which calls it back.
     "CustomSPMDPartitioning": "jax's partitioning rule for custom call '{}' is a callback "
                               "registered with XLA",
-    # jax's shard_alike: the values of a group get the sharding Shardy's
-    # propagation settles on for all of them (an unplaced argument
-    # included), which jax then reports; ours ties the group's values
-    # together but does not reproduce Shardy's choices.
-    "xla.sdy.ShardingGroup": "'{}' ties values into a sharding group (shard_alike)",
 }
 
 
 def _left_to_xla(module) -> str | None:
     """Why XLA's partitioner, not ours, partitions `module` (a custom call
-    of `_XLA_PARTITIONS`), else None."""
+    of `_XLA_PARTITIONS`, or a sharding group's), else None."""
+    from ..hlo.passes.spmd.propagation import SHARDING_GROUP_TARGET
+    # jax's shard_alike: the values of a group get the sharding Shardy's
+    # propagation settles on for all of them (an unplaced argument
+    # included), which jax then reports; ours ties the group's values
+    # together but does not reproduce Shardy's choices.
+    reasons = {**_XLA_PARTITIONS,
+               SHARDING_GROUP_TARGET: "'{}' ties values into a sharding group (shard_alike)"}
     for computation in module.computations:
         for inst in computation.instructions:
             if inst.opcode == "custom-call":
-                why = _XLA_PARTITIONS.get(inst.attrs.get("custom_call_target"))
+                why = reasons.get(inst.attrs.get("custom_call_target"))
                 if why is not None:
                     return why.format(inst.name)
     return None
@@ -1376,8 +1381,8 @@ def _on_big_stack(fn, *args):
 # target, the devices), the HLO text xla_gpu compiled, the program jax
 # handed over, the per-device program jax reads shardings from, and the
 # compiled program itself (its saved directory's files), which loading
-# uses without compiling again; where a program cannot be saved (a Python
-# callback lives only in this process), loading compiles the text again.
+# uses without compiling again; where a program cannot be saved, or
+# XLA_GPU_PJRT_LOAD_CODE=0, loading compiles the text again.
 _SERIAL_MAGIC = b"XLA_GPU_PJRT_EXE3\0"
 _SECTIONS = ("text", "code", "partitioned", "program")
 
@@ -1401,7 +1406,7 @@ def _unpack_files(blob: bytes) -> dict[str, bytes]:
 
 def _saved_program(e: Executable) -> bytes:
     """The compiled program's files, packed; empty where the program cannot
-    be saved."""
+    be saved (a cpu kernel compiled without a linker has no shared object)."""
     from ..errors import XlaGpuError
     try:
         return _pack_files(e.exe.artifact_files())
@@ -1456,21 +1461,28 @@ def _read_serialized(blob: bytes) -> tuple[dict, dict[str, bytes]]:
     return header, sections
 
 
+# XLA_GPU_PJRT_LOAD_CODE=0: a serialized executable's compiled program is
+# never run; loading compiles the HLO it carries instead.
+LOAD_CODE_ENV = "XLA_GPU_PJRT_LOAD_CODE"
+
+
 def _load_saved_program(packed: bytes, sha256: str):
-    """The compiled program of a serialized executable, checked whole
-    against the digest taken when it was serialized, then by the
-    runtime's loader (every file, manifest and slice) as a saved program
-    directory is."""
+    """The compiled program of a serialized executable. Its digest only
+    tells corruption apart (it travels with the bytes): running the code
+    is trusted as jax's `deserialize_and_load` is by its own contract (it
+    may run arbitrary code: never hand it untrusted bytes), and as XLA's
+    executables, which are machine code, are (SECURITY.md). The runtime's
+    loader still checks every file, manifest and slice."""
     import tempfile
     from ..runtime.artifact import write_artifact
     from ..runtime.program import load_program
     if hashlib.sha256(packed).hexdigest() != sha256:
-        raise _PjrtError(A.ERROR_CODE.DATA_LOSS, "xla_gpu: the serialized executable's compiled program "
-                         "does not match its digest (changed or cut short)")
+        raise _PjrtError(A.ERROR_CODE.DATA_LOSS, "xla_gpu: the serialized executable's compiled "
+                         "program does not match its digest (changed or cut short)")
     with tempfile.TemporaryDirectory(prefix="xla_gpu-deserialize-") as tmp:
         root = os.path.join(tmp, "program")
-        digest = write_artifact(root, _unpack_files(packed))
-        return load_program(root, expected_digest=digest)
+        write_artifact(root, _unpack_files(packed))
+        return load_program(root, trusted=True)
 
 
 def _deserialize(blob: bytes) -> Executable:
@@ -1485,17 +1497,28 @@ def _deserialize(blob: bytes) -> Executable:
         if not 0 <= index < len(client_devices):
             raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: the serialized executable runs "
                              f"on device {index}; this client has {len(client_devices)}")
+    counts = {k: int(header.get(k) or 1) for k in ("num_replicas", "num_partitions")}
+    if len(set(header["devices"])) != len(header["devices"]) or \
+            len(header["devices"]) != counts["num_replicas"] * counts["num_partitions"]:
+        raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: the serialized executable's devices "
+                         f"{header['devices']} are not one each for {counts['num_replicas']} "
+                         f"replica(s) x {counts['num_partitions']} partition(s)")
     devices = [client_devices[i] for i in header["devices"]]
     text = sections["text"].decode()
     code = sections["code"]
     from jax._src.lib import _jax
     computation = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False,
                                                              return_tuple=False)
-    if sections["program"]:
-        exe = _load_saved_program(sections["program"], str(header.get("program_sha256")))
-    else:
+    exe = None
+    if sections["program"] and os.environ.get(LOAD_CODE_ENV, "1") != "0":
+        from ..errors import ArtifactError
+        try:
+            exe = _load_saved_program(sections["program"], str(header.get("program_sha256")))
+        except ArtifactError as exc:   # (a runtime that reads another format)
+            logger.warning("xla_gpu: the serialized executable's compiled program does not "
+                           "load (%s); compiling its HLO", exc)
+    if exe is None:
         import xla_gpu
-        counts = {k: int(header.get(k) or 1) for k in ("num_replicas", "num_partitions")}
         exe = xla_gpu.compile(text, **counts, **mine)
     partitioned = sections["partitioned"] if header.get("partitioned") else None
     fmt = "hlo_with_config" if header.get("partitioned_format") == "hlo_with_config" else "mlir"
@@ -2054,9 +2077,10 @@ def write_owned_bytes(a, fields: tuple[int, int, int, int], data: A.CString) -> 
 def Executable_Serialize(a):
     f = A.EXECUTABLE_SERIALIZE
     e = _executable(rd(a, f.executable), "PJRT_Executable_Serialize")
-    blob = _serialize(e)
-    with _lock:
-        e.serialized = A.CString(blob)   # lives as long as the executable
+    if getattr(e, "serialized", None) is None:
+        blob = _serialize(e)   # (once: the program's files are packed and hashed)
+        with _lock:
+            e.serialized = A.CString(blob)   # lives as long as the executable
     write_owned_bytes(a, (f.serialized_bytes, f.serialized_bytes_size, f.serialized_executable,
                           f.serialized_executable_deleter), e.serialized)
 

@@ -28,7 +28,9 @@ from . import _plugin as P
 from ._abi import rd, wr
 
 _DEFAULT_ARCH = "sm_90"
-_ARCH = re.compile(r"sm_\d{2,3}a?")
+# (a client reports its GPU as sm_XY: no architecture-specific "a" forms,
+# which no client could load)
+_ARCH = re.compile(r"sm_\d{2,3}")
 _FORMAT = "xla_gpu-topology-1"
 _OPTIONS = ("num_devices", "topology")
 

@@ -252,8 +252,9 @@ class ThunkEmitter:
             raise inst.error(f"the tuple all-to-all has {len(refs)} operands and "
                              f"{len(results)} results")
         if opcode == "ragged-all-to-all":
-            if len(refs) != 6 or len(results) != 1:
-                raise inst.error(f"ragged-all-to-all takes 6 operands to 1 result, has "
+            if len(refs) != len(C.RAGGED_OPERANDS) or len(results) != 1:
+                raise inst.error(f"ragged-all-to-all takes {len(C.RAGGED_OPERANDS)} operands "
+                                 f"to 1 result, has "
                                  f"{len(refs)} to {len(results)}")
         elif len(results) != len(refs) and opcode != "all-to-all":
             raise inst.error(f"{len(refs)} operands but {len(results)} results")

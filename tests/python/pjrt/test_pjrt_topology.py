@@ -216,3 +216,24 @@ def test_topology_slots_through_the_table():
     _call("Error_Destroy", error=err)
     for handle in (topology, again):
         assert _call("TopologyDescription_Destroy", topology=handle)[0] == 0
+
+
+def test_load_code_off_compiles_the_hlo_instead():
+    """XLA_GPU_PJRT_LOAD_CODE=0: a serialized executable's compiled program
+    is never run; loading compiles the HLO it carries (the same values)."""
+    out = _run_aot("""
+        topo = topologies.get_topology_desc("cpu", platform="xla_gpu", num_devices=1)
+        blob, in_tree, out_tree = serialize(compile_for(topo, 4))
+        compiles = []
+        real = xla_gpu.compile
+        xla_gpu.compile = lambda *a, **k: compiles.append(1) or real(*a, **k)
+        loaded = deserialize_and_load(blob, in_tree, out_tree, backend="xla_gpu",
+                                      execution_devices=jax.devices("xla_gpu")[:1])
+        xla_gpu.compile = real
+        v = np.arange(16, dtype=np.float32).reshape(4, 4) / 5
+        want = np.tanh(v) @ np.ones((4, 3), np.float32) + v.sum()
+        res["compiles"] = len(compiles)
+        res["matches"] = bool(np.allclose(np.asarray(loaded(v)), want, rtol=1e-5, atol=1e-4))
+        print(json.dumps(res))
+    """, extra_env={"XLA_GPU_PJRT_LOAD_CODE": "0"})
+    assert out == {"compiles": 1, "matches": True}, out

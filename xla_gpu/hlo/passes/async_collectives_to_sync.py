@@ -7,16 +7,11 @@ jaxlib's StableHLO importer cannot read the pairs back."""
 
 from __future__ import annotations
 
-from ..collectives import ASYNC_COLLECTIVE_STARTS
+from ..collectives import ASYNC_COLLECTIVE_DONES, ASYNC_COLLECTIVE_STARTS
 from ..module import HloComputation, HloInstruction
 from .pipeline import InstructionPass
 
 __all__ = ["AsyncCollectivesToSync"]
-
-# The done of each async start.
-_DONE_OF = {"all-reduce-start": "all-reduce-done", "all-gather-start": "all-gather-done",
-            "collective-permute-start": "collective-permute-done"}
-assert set(_DONE_OF) == set(ASYNC_COLLECTIVE_STARTS)
 
 
 class AsyncCollectivesToSync(InstructionPass):
@@ -26,7 +21,7 @@ class AsyncCollectivesToSync(InstructionPass):
         if len(done.operands) != 1:
             return False
         start = done.operands[0]
-        if _DONE_OF.get(start.opcode) != done.opcode or len(start.users) != 1 or \
+        if ASYNC_COLLECTIVE_DONES.get(start.opcode) != done.opcode or len(start.users) != 1 or \
                 "slice_sizes" in start.attrs:   # the in-place permute has no plain form
             return False
         sync = comp.add_instruction(start.clone_with(

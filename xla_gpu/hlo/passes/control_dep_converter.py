@@ -7,11 +7,11 @@ already needed by src) is refused, naming the call."""
 
 from __future__ import annotations
 
-from ..graph import reachable
+from ..graph import needs, reachable
 from ..module import HloComputation, HloInstruction
 from .pipeline import ComputationPass
 
-__all__ = ["ControlDepConverter", "CONTROL_DEP_TARGET", "has_control_dep_calls", "needs"]
+__all__ = ["ControlDepConverter", "CONTROL_DEP_TARGET", "has_control_dep_calls"]
 
 CONTROL_DEP_TARGET = "control_dep"
 
@@ -23,11 +23,6 @@ def _is_control_dep(inst: HloInstruction) -> bool:
 
 def has_control_dep_calls(module) -> bool:
     return any(_is_control_dep(i) for c in module.computations for i in c.instructions)
-
-
-def needs(inst: HloInstruction) -> list[HloInstruction]:
-    """What `inst` runs after: its operands and control predecessors."""
-    return [*inst.operands, *inst.control_predecessors()]
 
 
 def _reaches(start: HloInstruction, goal: HloInstruction) -> bool:

@@ -36,10 +36,10 @@ Tokens have no buffer and are never copied.
 
 from __future__ import annotations
 
-from ..graph import reachable, through_bitcasts
+from ..collectives import ASYNC_COLLECTIVE_DONES
+from ..graph import needs, reachable, through_bitcasts
 from ..in_place import in_place_outputs
 from ..module import HloComputation, HloInstruction, HloModule
-from .control_dep_converter import needs
 from .donation_copies import honour_must_alias_donations, own_output_indices
 from .pipeline import HloPass
 from .util import program_computations
@@ -159,8 +159,8 @@ def _inner_loop_carries_element(result: HloInstruction, param: HloInstruction,
     return False
 
 
-# The done of each async collective: its value is written by the start.
-_ASYNC_DONES = frozenset({"all-reduce-done", "all-gather-done", "collective-permute-done"})
+# The dones of the async collectives: each one's value is written by its start.
+_ASYNC_DONES = frozenset(ASYNC_COLLECTIVE_DONES.values())
 
 
 def _ancestors(inst: HloInstruction) -> set[int]:

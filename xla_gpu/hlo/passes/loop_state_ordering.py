@@ -143,9 +143,7 @@ def _order_element(body: HloComputation, by_name: dict[str, HloInstruction],
     if self_read or after:
         copy = HloInstruction(free_name(by_name, f"{value.name}.state_copy"),
                               "copy", value.shape, [value], {}, None, None, value.location)
-        body.instructions.append(copy)
-        by_name[copy.name] = copy
-        copy.parent = body
+        _append(body, by_name, copy)
         if k is not None:
             body.root.operands[k] = copy
             copy.users = [body.root]

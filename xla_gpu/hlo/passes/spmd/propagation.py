@@ -520,7 +520,9 @@ def _dot_forward(inst, lhs: HloSharding | None, rhs: HloSharding | None,
 
 
 # jax's shard_alike: the operands of these custom calls with one group id
-# get one sharding (Shardy's sharding groups).
+# get one sharding (Shardy's sharding groups). For programs compiled from
+# their text (`xla_gpu.compile`); the jax plugin leaves such programs to
+# XLA's partitioner, whose choice jax reports.
 SHARDING_GROUP_TARGET = "xla.sdy.ShardingGroup"
 
 
