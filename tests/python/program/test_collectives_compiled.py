@@ -718,7 +718,7 @@ ENTRY e {
 def test_async_start_ordered_before_a_reader_of_the_loop_state_it_replaces():
     """A while body whose all-gather-start (control edges, as XLA orders
     jax's control_dep) runs before the dot that reads the state element
-    the gather's result replaces: copy insertion gives the result a buffer
+    the gather's result replaces: loop-state ordering gives the result a buffer
     of its own, and the values are the interpreter's."""
     text = module_text("""cond {
   p = (s32[], f32[4,4], f32[2,4]) parameter(0)

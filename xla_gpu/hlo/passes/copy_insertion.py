@@ -15,9 +15,7 @@ their own:
   value and a bitcast of it are one buffer, so a duplicate too), so that
   each carried buffer is written once per iteration; and those that an
   inner loop or a conditional computes while it still reads the old value
-  of the element (its branches would overwrite what they read), or that
-  an async collective's start writes while a reader of the old value may
-  still run after it;
+  of the element (its branches would overwrite what they read);
 * the ENTRY's outputs that are parameters, constants or the same value
   twice (each output gets its own buffer), except a parameter returned at
   the output that must alias it;
@@ -36,8 +34,7 @@ Tokens have no buffer and are never copied.
 
 from __future__ import annotations
 
-from ..collectives import ASYNC_COLLECTIVE_DONES
-from ..graph import needs, reachable, through_bitcasts
+from ..graph import through_bitcasts
 from ..in_place import in_place_outputs
 from ..module import HloComputation, HloInstruction, HloModule
 from .donation_copies import honour_must_alias_donations, own_output_indices
@@ -159,38 +156,6 @@ def _inner_loop_carries_element(result: HloInstruction, param: HloInstruction,
     return False
 
 
-# The dones of the async collectives: each one's value is written by its start.
-_ASYNC_DONES = frozenset(ASYNC_COLLECTIVE_DONES.values())
-
-
-def _ancestors(inst: HloInstruction) -> set[int]:
-    """ids of what `inst` needs: operands and control predecessors,
-    transitively, `inst` included."""
-    return {id(v) for v in reachable([inst], needs)}
-
-
-def _async_result_overwrites_element(result: HloInstruction, param: HloInstruction,
-                                     k: int) -> bool:
-    """Whether loop-state element k of a while body is `result`, the done
-    of an async collective whose start may run before a reader of the
-    body's own element k (jax's control_dep schedules such a start before
-    the reads, as an FSDP loop gathers the next weights while multiplying
-    by these). The start writes the result: without a copy, into the
-    state's buffer k while the old value is still read."""
-    if result.opcode not in _ASYNC_DONES or not result.operands:
-        return False
-    start = result.operands[0]
-    before = _ancestors(start)
-    body = param.parent
-    for inst in body.instructions:
-        if inst.opcode in ("get-tuple-element", "bitcast", "tuple") or inst is start or \
-                id(inst) in before:
-            continue
-        if any(_reads_state_element(o, param, k) for o in inst.operands):
-            return True
-    return False
-
-
 class CopyInsertion(HloPass):
     name = "copy-insertion"
 
@@ -286,8 +251,7 @@ class CopyInsertion(HloPass):
             if source.opcode == "constant" or other_element or id(source) in seen or \
                     (source.opcode == "parameter") or \
                     _inner_loop_carries_element(source, param, k) or \
-                    _conditional_reads_element(source, param, k) or \
-                    _async_result_overwrites_element(source, param, k):
+                    _conditional_reads_element(source, param, k):
                 root.replace_operand_with(k, self._copy(body, element))
                 changed = True
             seen.add(id(source))

@@ -13,12 +13,15 @@ scheduling and buffer assignment.
 from __future__ import annotations
 
 from ...service.alias_analysis import elementwise_share_pairs, in_place_pairs
+from ..collectives import ASYNC_COLLECTIVE_DONES
 from ..graph import reachable
 from ..module import CONTROL_PREDECESSORS, HloComputation, HloInstruction, HloModule
 from .pipeline import HloPass
 from .util import free_name
 
 __all__ = ["LoopStateOrdering", "order_loop_state_updates"]
+
+_ASYNC_DONES = frozenset(ASYNC_COLLECTIVE_DONES.values())
 
 
 class LoopStateOrdering(HloPass):
@@ -111,6 +114,9 @@ def _order_element(body: HloComputation, by_name: dict[str, HloInstruction],
     passing = ("get-tuple-element", "bitcast") if k is not None else ("bitcast",)
     writer = value
     while writer.opcode in passing and writer not in old and writer is not param:
+        writer = writer.operands[0]
+    if writer.opcode in _ASYNC_DONES and writer.operands:
+        # An async collective's value is written by its start.
         writer = writer.operands[0]
     if writer in old or writer is param or writer.opcode in ("parameter", "constant"):
         return 0
