@@ -151,3 +151,52 @@ ENTRY e {{
     assert got["c"] == ROWS8 and got["r"] == ROWS8
     # Group 1: n (rows of the transposed columns) and k, of another shape.
     assert got["n"] == ROWS8 and got["k"] == "{replicated}"
+
+
+SCAN_STACKING_STEPS = """
+HloModule m
+body {
+  s = (s32[], f32[4,8,16], f32[4,8,16], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  xs = f32[4,8,16] get-tuple-element(s), index=1
+  ys = f32[4,8,16] get-tuple-element(s), index=2
+  other = f32[8] get-tuple-element(s), index=3
+  z = s32[] constant(0)
+  step = f32[1,8,16] dynamic-slice(xs, i, z, z), dynamic_slice_sizes={1,8,16}
+  two = f32[] constant(2)
+  twos = f32[1,8,16] broadcast(two), dimensions={}
+  y = f32[1,8,16] multiply(step, twos)
+  written = f32[4,8,16] dynamic-update-slice(ys, y, i, z, z)
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  ROOT out = (s32[], f32[4,8,16], f32[4,8,16], f32[8]) tuple(next, xs, written, other)
+}
+cond {
+  s = (s32[], f32[4,8,16], f32[4,8,16], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+ENTRY e {
+  x = f32[4,8,16] parameter(0), sharding=%s
+  zero = f32[] constant(0)
+  init = f32[4,8,16] broadcast(zero), dimensions={}
+  o = f32[8] parameter(1), sharding={replicated}
+  i0 = s32[] constant(0)
+  t = (s32[], f32[4,8,16], f32[4,8,16], f32[8]) tuple(i0, x, init, o)
+  w = (s32[], f32[4,8,16], f32[4,8,16], f32[8]) while(t), condition=cond, body=body
+  ROOT ys = f32[4,8,16] get-tuple-element(w), index=2
+}
+"""
+
+
+def test_a_scans_stacked_outputs_are_cut_as_each_step_is():
+    # Each step's value is cut along dim 2 (the input's cut, untouched by
+    # the slice): the stack it is written into takes that cut, not a
+    # replicated one gathered at every step.
+    got = _shardings(SCAN_STACKING_STEPS % "{devices=[1,1,8]<=[8]}")
+    assert got["ys"] == "{devices=[1,1,8]<=[8]}", got
+    # A cut along the written dim would be a different slice per device:
+    # the stack stays as it starts.
+    got = _shardings(SCAN_STACKING_STEPS % "{devices=[8,1,1]<=[8]}")
+    assert got["ys"] == "{replicated}", got

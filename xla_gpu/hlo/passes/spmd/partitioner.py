@@ -164,8 +164,10 @@ __all__ = ["partition_module", "PartitionResult", "needs_partitioning",
            "CONSTRAINT_TARGETS", "SpmdFallbackWarning"]
 
 # (a layout constraint is kept by the per-device program's layouts, not here)
-_DROPPED_TARGETS = frozenset({"xla.sdy.PropagationBarrier", "LayoutConstraint",
-                              "annotate_device_placement"})
+_DROPPED_TARGETS = frozenset({"xla.sdy.PropagationBarrier", "LayoutConstraint"})
+# Kept on each device's chunk: a memory placement (an offload to host memory
+# and back is each device's own).
+_PER_DEVICE_TARGETS = frozenset({"annotate_device_placement"})
 _LOCAL_DATA_MOVEMENT = frozenset({"slice", "pad", "concatenate", "reduce-window",
                                   "dynamic-slice", "dynamic-update-slice", "reverse"})
 # Ops that can keep a cut dim cut (moves); where they cannot, the dims
@@ -391,6 +393,11 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         try:
             self.at_entry = entry
             self.manual = self.mark_manual(comp)
+            # Loop bodies' calls inlined first: propagation reads what a
+            # body writes into its state (a scan's stacked outputs).
+            for inst in comp.instructions:
+                if inst.opcode == "while" and not self.manual.get(id(inst)):
+                    self.inline_calls(inst.attrs["body"])
             order = comp.instructions
             fixed = self.stated_shardings(order)
             fixed.update(overrides)
@@ -547,6 +554,9 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
             return self.value(inst.operands[0], s), s
         if target in CONSTRAINT_TARGETS or target in _DROPPED_TARGETS:
             return self.value(inst.operands[0], s), s
+        if target in _PER_DEVICE_TARGETS and len(inst.operands) == 1 and \
+                not inst.shape.is_tuple and not s.is_tuple:
+            return self.local(inst, s, [s])
         if op == "iota":
             done = self.emit_iota(inst, s)
             if done is not None:
@@ -559,6 +569,11 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
             parts = [self.value(o, e) for o, e in zip(inst.operands, elements)]
             return self.add("tuple", Shape(tuple_shapes=tuple(p.shape for p in parts)),
                             parts), HloSharding.tuple_of(elements)
+        if op in ("opt-barrier", "optimization-barrier"):
+            # (a remat's barrier: each device's values pass through as
+            # they are cut; it orders, it computes nothing)
+            new, ts = self.values[id(inst.operands[0])]
+            return self.add(op, new.shape, [new]), ts
         if op == "get-tuple-element":
             new, ts = self.values[id(inst.operands[0])]
             element = ts.elements[inst.attrs["index"]] if ts.is_tuple else HloSharding.replicated()

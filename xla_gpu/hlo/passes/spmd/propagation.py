@@ -301,10 +301,55 @@ def _loop_state(loop: HloInstruction, init: HloSharding | None,
         if carried is not None and (elements[k] is None or elements[k].kind != "tiled"):
             elements[k] = carried
             changed = True
+    written = _written_cuts(body, elements, n)
+    for k, cut in written.items():
+        elements[k] = cut
+        changed = True
     if not changed:
         return init
     return HloSharding.tuple_of([e if e is not None else HloSharding.replicated()
                                  for e in elements])
+
+
+def _written_cuts(body, elements: list, n: int) -> dict[int, HloSharding]:
+    """The state elements a loop body only writes into, slice by slice (a
+    scan's stacked outputs: `dynamic-update-slice(state[k], update, i...)`
+    and nothing else reads state[k]), that start uncut: each takes the cut
+    its update gets from the rest of the state, where that cut leaves the
+    written dims whole. So the stacked result comes out cut as each step's
+    value is, as XLA's propagation through the loop gives it, instead of
+    being gathered whole on every device at every step."""
+    root, param = body.root, body.parameters[0] if body.parameters else None
+    if param is None or root.opcode != "tuple":
+        return {}
+    candidates = {}
+    for k, value in enumerate(root.operands[:len(elements)]):
+        if elements[k] is not None and elements[k].kind == "tiled":
+            continue
+        if value.opcode != "dynamic-update-slice" or value.users != [root]:
+            continue
+        target = value.operands[0]
+        if target.opcode != "get-tuple-element" or target.operands[0] is not param or \
+                target.attrs["index"] != k or target.users != [value]:
+            continue
+        candidates[k] = value
+    if not candidates:
+        return {}
+    order = body.instructions
+    start = HloSharding.tuple_of([HloSharding.replicated() if e is None else e
+                                  for e in elements])
+    found = propagate(body, {id(param): start}, n, order)
+    out = {}
+    for k, dus in candidates.items():
+        update = found.get(id(dus.operands[1]))
+        if update is None or update.kind != "tiled" or update.has_manual_subgroup:
+            continue
+        rank = dus.shape.rank
+        counts = update.counts(rank)
+        written = [d for d in range(rank) if dus.operands[1].shape.dims[d] != dus.shape.dims[d]]
+        if all(counts[d] == 1 for d in written) and any(c > 1 for c in counts):
+            out[k] = update
+    return out
 
 
 def _stated_cut(value: HloInstruction, n: int) -> HloSharding | None:
@@ -623,7 +668,7 @@ class _Propagation:
         if op == "tuple" and any(s is not None for s in ops):
             return HloSharding.tuple_of([HloSharding.replicated() if s is None else s
                                          for s in ops])
-        if op == "copy" and ops[0] is not None:
+        if op in ("copy", "opt-barrier", "optimization-barrier") and ops[0] is not None:
             return ops[0]
         if op == "gather":
             # (the indices' batch cut, and the operand's cut of the dims the
