@@ -52,6 +52,12 @@ PLATFORM = "xla_gpu"
 # "cpu" (host memory, the grid emulated) or "cuda" (device memory on GPU 0).
 TARGET = "cpu"
 MEMORY_KIND = "device"
+# The memories of each device, as XLA:GPU's client has them: its own
+# ("device") and the host's page-locked memory ("pinned_host"), where jax
+# keeps offloaded arrays (`memory_kind=`). On the cpu target both are host
+# memory; a value is just tagged with where the program said it lives.
+HOST_MEMORY_KIND = "pinned_host"
+MEMORY_KINDS = (MEMORY_KIND, HOST_MEMORY_KIND)
 # XLA_GPU_PJRT_TARGET=cpu|cuda|auto (default auto: cuda where a GPU and a
 # cubin compiler are usable, else cpu).
 TARGET_ENV = "XLA_GPU_PJRT_TARGET"
@@ -208,20 +214,32 @@ _READY_EVENT = Event()
 
 
 # ----------------------------------------------------------------------------- devices
-_MEMORY_KIND = _keep_alive(A.CString(MEMORY_KIND))
+_KIND_TEXTS = {kind: _keep_alive(A.CString(kind)) for kind in MEMORY_KINDS}
+_MEMORY_KIND = _KIND_TEXTS[MEMORY_KIND]
 
 
 class Memory(_Handle):
-    def __init__(self, index: int):
+    """One memory of one device: `kind` one of MEMORY_KINDS. Ids: device
+    d's own memory is d, its host memory num_devices + d (ids are unique
+    across the client, as jaxlib keys memories by them)."""
+
+    def __init__(self, index: int, kind: str = MEMORY_KIND):
         super().__init__(C.addressof(_MEMORY_VTABLE), A.HANDLE_KIND.MEMORY)
-        self._block[_W["memory_kind"]] = _MEMORY_KIND.addr
-        self._block[_W["memory_kind_size"]] = _MEMORY_KIND.size
+        self.kind = kind
+        self.kind_text = _KIND_TEXTS[kind]
+        self.kind_id = MEMORY_KINDS.index(kind)
+        self._block[_W["memory_kind"]] = self.kind_text.addr
+        self._block[_W["memory_kind_size"]] = self.kind_text.size
         self.index = index
         self.user_data: dict[int, tuple[int, int]] = {}
-        self.text = A.CString(f"XlaGpuMemory(id={index}, kind={MEMORY_KIND})")
+        self.text = A.CString(f"XlaGpuMemory(id={index}, kind={kind})")
         self.device: Device | None = None
         self.devices_array = None
         _add_live(self.addr)   # never removed: memories live as long as the process
+
+    @property
+    def on_host(self) -> bool:
+        return self.kind != MEMORY_KIND
 
 
 def _mem_get(m, key):
@@ -244,15 +262,20 @@ _MEMORY_VTABLE = _vtable(
 
 
 class Device(_Handle):
-    def __init__(self, index: int):
+    def __init__(self, index: int, num_devices: int = 1):
         super().__init__()
         self.index = index
         self.description = DeviceDescription(
             index, TARGET, None if _CUDA is None else _CUDA.arch, _CUDA)
-        self.memory = Memory(index)
-        self.memory.device = self
-        self.memories_array = array_type(A.u64, 1)(self.memory.addr)
-        self.memory.devices_array = array_type(A.u64, 1)(self.addr)
+        # Its own memory (the default) first, then the host's.
+        self.memories = [Memory(index), Memory(num_devices + index, HOST_MEMORY_KIND)]
+        self.memory = self.memories[0]
+        self.by_kind = {m.kind: m for m in self.memories}
+        for m in self.memories:
+            m.device = self
+            m.devices_array = array_type(A.u64, 1)(self.addr)
+        self.memories_array = array_type(A.u64, len(self.memories))(
+            *[m.addr for m in self.memories])
 
 
 class DeviceDescription(_Handle):
@@ -283,9 +306,12 @@ class DeviceDescription(_Handle):
 class Client(_Handle):
     def __init__(self, num_devices: int = 1):
         super().__init__()
-        self.devices = [Device(i) for i in range(num_devices)]
+        self.devices = [Device(i, num_devices) for i in range(num_devices)]
         self.devices_array = array_type(A.u64, num_devices)(*[d.addr for d in self.devices])
-        self.memories_array = array_type(A.u64, num_devices)(*[d.memory.addr for d in self.devices])
+        # Every device's own memory, then every device's host memory (by id).
+        memories = sorted((m for d in self.devices for m in d.memories), key=lambda m: m.index)
+        self.memories = memories
+        self.memories_array = array_type(A.u64, len(memories))(*[m.addr for m in memories])
 
 
 _CLIENT: Client | None = None
@@ -477,10 +503,12 @@ class Buffer(_Handle):
     # reference count live in its block, which the library's Execute reads
     # and, when a run consumes a donated buffer, writes (without Python: it
     # marks the block deleted, clears its array word and drops `_array`).
-    def __init__(self, array, device: Device, code: int | None = None):
-        """`array`: a numpy array (cpu target) or a device array (cuda:
-        shape, dtype, nbytes, ptr). `code`: the array's PJRT type where the
-        caller knows it."""
+    def __init__(self, array, device: Device, code: int | None = None,
+                 memory: "Memory | None" = None):
+        """`array`: a numpy array (cpu target, or host memory on cuda) or a
+        device array (cuda: shape, dtype, nbytes, ptr). `code`: the array's
+        PJRT type where the caller knows it. `memory`: one of the device's
+        memories (its own by default)."""
         # Made on every execute: the block is filled in one write, not
         # through _Handle.__init__.
         if code is None:
@@ -492,10 +520,13 @@ class Buffer(_Handle):
         self.dims, self.minor_to_major, dims_addr = _shape_arrays(shape)
         self.nbytes = nbytes = array.nbytes
         self._block = block = _HandleBlock()
-        _pack_buffer_head(block, 0, 0, _KIND_BUFFER, device.addr, device.memory.addr, dims_addr,
+        if memory is None:
+            memory = device.memory
+        _pack_buffer_head(block, 0, 0, _KIND_BUFFER, device.addr, memory.addr, dims_addr,
                           len(shape), nbytes, code, 0, _ON_CPU, 0, 0, 0, 0, 0, id(array))
         self._array = array
         self.device = device
+        self.memory = memory
         self.dtype = array.dtype
         self.code = code
         self.shape = shape
@@ -515,6 +546,7 @@ class Buffer(_Handle):
         self.nbytes = block[_W_SIZE]
         self._array = array if block[_W_ARRAY] else None
         self.device = _objects[block[_W_DEVICE]]
+        self.memory = _objects[block[_W_MEMORY]]
         self.dtype = array.dtype if array is not None else np.dtype(A.BUFFER_TYPES[block[_W_TYPE]])
         self.code = block[_W_TYPE]
         self.shape = shape
@@ -683,10 +715,16 @@ class Executable(_Handle):
         flat = [d for dims in self.out_dims for d in dims]
         self.out_flat_dims = array_type(A.i64, max(1, len(flat)))(*flat)
         self.out_dim_sizes = array_type(C.c_size_t, n)(*[len(d) for d in self.out_dims])
-        kinds = max(1, self.num_outputs, self.num_params)
-        self.kind = A.CString(MEMORY_KIND)
-        self.kinds = array_type(A.u64, kinds)(*([self.kind.addr] * kinds))
-        self.kind_sizes = array_type(C.c_size_t, kinds)(*([self.kind.size] * kinds))
+        # Where each parameter and output lives (jax's memory kinds); the
+        # C tables jaxlib reads them from.
+        kinds = _memory_kinds(mlir_code)
+        if kinds is None or len(kinds[0]) != self.num_params or \
+                len(kinds[1]) != self.num_outputs:
+            kinds = ([MEMORY_KIND] * self.num_params, [MEMORY_KIND] * self.num_outputs)
+        self.param_kinds, self.out_kinds = kinds
+        self.host_outputs = frozenset(j for j, k in enumerate(self.out_kinds) if k != MEMORY_KIND)
+        self.param_kind_table = _kind_table(self.param_kinds)
+        self.out_kind_table = _kind_table(self.out_kinds)
         self.name = A.CString(computation.name())
         text = exe.as_text()
         target = json.dumps(self.compile_options, sort_keys=True)
@@ -746,6 +784,15 @@ class Executable(_Handle):
                 moved = m.argument_size_in_bytes + m.output_size_in_bytes
                 self._cost = A.NamedValues([("bytes accessed", float(moved))])
             return self._cost
+
+
+def _kind_table(kinds: list[str]) -> tuple:
+    """(the kinds' C strings, their sizes) as PJRT's memory-kind getters
+    hand them out."""
+    n = max(1, len(kinds))
+    texts = [_KIND_TEXTS[k] for k in kinds] or [_MEMORY_KIND]
+    return (array_type(A.u64, n)(*[t.addr for t in texts]),
+            array_type(C.c_size_t, n)(*[t.size for t in texts]))
 
 
 class _ExecutableView(_Handle):
@@ -1027,9 +1074,64 @@ def _hlo_text(computation, code: bytes | None) -> str:
         arg_modes, result_modes = [""] * len(params), [""] * len(results)
     params = [_in_layout_mode(p, mode) for p, mode in zip(params, arg_modes)]
     results = [_in_layout_mode(r, mode) for r, mode in zip(results, result_modes)]
-    laid_out = "(" + ", ".join(map(str, results)) + ")" if result.is_tuple else str(results[0])
-    fixed = "{(" + ", ".join(map(str, params)) + ")->" + laid_out + "}"
-    return header[:m.start(1)] + fixed + header[m.end(1):] + newline + rest
+    return _restate_entry(header, m, params, results, result.is_tuple,
+                          _memory_kinds(code)) + newline + rest
+
+
+def _restate_entry(header: str, m, params, results, is_tuple: bool, kinds) -> str:
+    """`header` with its entry_computation_layout (`m`, _ENTRY_LAYOUT's match)
+    stated as `params` -> `results`, those in host memory (`kinds`, as
+    _memory_kinds gives them) in memory space 5."""
+    if kinds is None or len(kinds[0]) != len(params) or len(kinds[1]) != len(results):
+        kinds = ([MEMORY_KIND] * len(params), [MEMORY_KIND] * len(results))
+    texts = [_shape_text(p, kind) for p, kind in zip(params, kinds[0])]
+    outs = [_shape_text(r, kind) for r, kind in zip(results, kinds[1])]
+    laid_out = "(" + ", ".join(outs) + ")" if is_tuple else outs[0]
+    fixed = "{(" + ", ".join(texts) + ")->" + laid_out + "}"
+    return header[:m.start(1)] + fixed + header[m.end(1):]
+
+
+def _host_memory_kinds(code: bytes | None) -> tuple[list[str], list[str]] | None:
+    """The program's memory kinds (as _memory_kinds) where some parameter or
+    result lives in host memory; None where all live in the device's."""
+    kinds = _memory_kinds(code)
+    if kinds is None or all(k == MEMORY_KIND for k in kinds[0] + kinds[1]):
+        return None
+    return kinds
+
+
+def _with_memory_kinds(text: str, kinds) -> str:
+    """An HLO module's text (a partitioner's per-device program) with the
+    parameters and results that live in host memory (`kinds`, as
+    _host_memory_kinds gives them) in memory space 5 in its
+    entry_computation_layout, as XLA states them."""
+    if kinds is None:
+        return text
+    header, newline, rest = text.partition("\n")
+    m = _ENTRY_LAYOUT.search(header)
+    if m is None:
+        return text
+    from ..hlo.parser import parse_program_shape
+    try:
+        params, result = parse_program_shape(m.group(1))
+    except Exception:  # noqa: BLE001 - left as the partitioner printed it
+        return text
+    results = result.tuple_shapes if result.is_tuple else (result,)
+    return _restate_entry(header, m, params, results, result.is_tuple, kinds) + newline + rest
+
+
+# XLA's memory space of host memory in a layout (`f32[4]{0:S(5)}`).
+HOST_MEMORY_SPACE = 5
+
+
+def _shape_text(shape, kind: str) -> str:
+    """`shape` as the header states it: in host memory, its layout names
+    memory space 5, as XLA prints a pinned_host parameter or result."""
+    if kind == MEMORY_KIND or shape.is_tuple or shape.element_type == "token":
+        return str(shape)
+    dims = ",".join(map(str, shape.dims))
+    order = ",".join(map(str, shape.minor_to_major))
+    return f"{shape.element_type}[{dims}]{{{order}:S({HOST_MEMORY_SPACE})}}"
 
 
 _ENTRY_LAYOUT = re.compile(r"entry_computation_layout=(\{\(.*?\)->.*?\})(?:, \w+=|$)")
@@ -1038,6 +1140,30 @@ _ENTRY_LAYOUT = re.compile(r"entry_computation_layout=(\{\(.*?\)->.*?\})(?:, \w+
 def _layout_modes(code: bytes) -> tuple[list[str], list[str]] | None:
     """The `mhlo.layout_mode` of each argument and result of the program's
     main function ("" where none is given); None if it cannot be read."""
+    return _main_attributes(code, "mhlo.layout_mode")
+
+
+def _memory_kinds(code: bytes | None) -> tuple[list[str], list[str]] | None:
+    """The memory kind of each argument and result of the program's main
+    function (jax's `mhlo.memory_kind`; "device" where none is given), or
+    None when the program names none (or cannot be read): all "device"."""
+    if not code or b"mhlo.memory_kind" not in code:
+        return None
+    found = _main_attributes(code, "mhlo.memory_kind")
+    if found is None:
+        return None
+    args, results = ([kind or MEMORY_KIND for kind in kinds] for kinds in found)
+    for kind in args + results:
+        if kind not in MEMORY_KINDS:
+            raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: memory kind '{kind}' is not one "
+                             f"of this platform's ({', '.join(MEMORY_KINDS)})")
+    return args, results
+
+
+def _main_attributes(code: bytes, name: str) -> tuple[list[str], list[str]] | None:
+    """The string attribute `name` of each argument and result of the
+    program's main function ("" where none is given); None if it cannot be
+    read."""
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
     from jax._src.lib import _jax
@@ -1052,13 +1178,13 @@ def _layout_modes(code: bytes) -> tuple[list[str], list[str]] | None:
             for op in module.body.operations:
                 if op.operation.name == "func.func" and \
                         ir.StringAttr(op.attributes["sym_name"]).value == "main":
-                    return (_modes_of(op, "arg_attrs"), _modes_of(op, "res_attrs"))
+                    return (_modes_of(op, "arg_attrs", name), _modes_of(op, "res_attrs", name))
     except Exception:  # noqa: BLE001 - the header is then taken as it is
         return None
     return None
 
 
-def _modes_of(func, key: str) -> list[str]:
+def _modes_of(func, key: str, name: str) -> list[str]:
     from jax._src.lib.mlir import ir
     if key not in func.attributes:
         kind = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
@@ -1066,8 +1192,7 @@ def _modes_of(func, key: str) -> list[str]:
     out = []
     for attrs in ir.ArrayAttr(func.attributes[key]):
         attrs = ir.DictAttr(attrs)
-        out.append(ir.StringAttr(attrs["mhlo.layout_mode"]).value
-                   if "mhlo.layout_mode" in attrs else "")
+        out.append(ir.StringAttr(attrs[name]).value if name in attrs else "")
     return out
 
 
@@ -1100,10 +1225,13 @@ partitioner_counts: dict[str, int] = {"xla_gpu": 0, "xla": 0}
 
 
 def _partition_ourselves(computation, partitions: int,
-                         code: bytes | None = None) -> tuple[str, bytes] | None:
-    """The per-device HLO text and its StableHLO bytecode (what jax reads
-    the shardings back from) made by xla_gpu's partitioner; None where it
-    refuses the program or would cut a parameter otherwise than jax does."""
+                         code: bytes | None = None) -> tuple[str, bytes, str] | None:
+    """The per-device HLO text, the program jax reads the shardings back
+    from and its format ("mlir": StableHLO bytecode; "hlo_with_config"
+    where parameters or results live in host memory, whose memory space
+    StableHLO's entry layouts cannot state) made by xla_gpu's partitioner;
+    None where it refuses the program or would cut a parameter otherwise
+    than jax does."""
     from jax._src.lib import _jax
     import jaxlib._hlo as hlo
     from ..errors import XlaGpuError
@@ -1153,13 +1281,19 @@ def _partition_ourselves(computation, partitions: int,
         # refuses an output sharding list of any other length for it (XLA's
         # importer, a sharding on a root without results).
         stated = str(HloSharding.tuple_of([HloSharding.replicated()]))
-    text = module_to_text(result.module)
+    host = _host_memory_kinds(code)
+    text = _with_memory_kinds(module_to_text(result.module), host)
+    params = [str(p) for p in result.parameter_shardings]
+    fmt = "mlir" if host is None else "hlo_with_config"
     try:
-        proto = hlo.hlo_module_from_text(_synchronous_view(result.module, text)
-                                         ).as_serialized_hlo_module_proto()
-        partitioned = _with_module_attributes(
-            bytes(_jax.mlir.hlo_to_stablehlo(proto)), text,
-            (stated, [str(p) for p in result.parameter_shardings]))
+        proto = bytes(hlo.hlo_module_from_text(_synchronous_view(result.module, text)
+                                               ).as_serialized_hlo_module_proto())
+        if fmt == "mlir":
+            partitioned = _with_module_attributes(
+                bytes(_jax.mlir.hlo_to_stablehlo(proto)), text, (stated, params))
+        else:
+            partitioned = _hlo_module_with_config(
+                proto + _spmd_shardings_fields(stated, params), 1, partitions)
     except Exception as exc:  # noqa: BLE001 - XLA's parser's own message
         logger.debug("xla_gpu: our per-device program does not read back into XLA: %s", exc)
         return None
@@ -1167,7 +1301,19 @@ def _partition_ourselves(computation, partitions: int,
         warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
     for config, sharding in result.inspected:
         _report_sharding(config, str(sharding))
-    return text, partitioned
+    return text, partitioned, fmt
+
+
+def _spmd_shardings_fields(output: str, params: list[str]) -> bytes:
+    """HloModuleProto's spmd_output_sharding (12) and
+    spmd_parameters_shardings (14): where jaxlib reads a partitioned
+    program's output and parameter shardings from (XLA's partitioner sets
+    them in the module's config, which HLO text does not carry)."""
+    from jax._src.lib import xla_client
+    def op_sharding(text: str) -> bytes:
+        return xla_client.HloSharding.from_string(text).to_proto().SerializeToString()
+    return _proto_field(12, op_sharding(output)) + b"".join(
+        _proto_field(14, op_sharding(p)) for p in params)
 
 
 def _synchronous_view(module, text: str) -> str:
@@ -1316,11 +1462,11 @@ def _compile_partitioned(code: bytes, options: bytes, computation, build,
     if replicas == 1 and os.environ.get("XLA_GPU_SPMD_PARTITIONER", "").lower() != "xla":
         ours = _partition_ourselves(computation, partitions, code)
         if ours is not None:
-            text, partitioned = ours
+            text, partitioned, fmt = ours
             exe = xla_gpu.compile(text, num_partitions=partitions, **place.compile_options)
             partitioner_counts["xla_gpu"] += 1
             return Executable(exe, computation, code, text, devices[0], devices, partitioned,
-                              compile_options=place.compile_options)
+                              compile_options=place.compile_options, partitioned_format=fmt)
     partitioner_counts["xla"] += 1
     partitioner = _xla_partitioner(len(place.devices))
     try:
@@ -1334,7 +1480,7 @@ def _compile_partitioned(code: bytes, options: bytes, computation, build,
     import jaxlib._hlo as hlo
     printing = hlo.HloPrintOptions.short_parsable()
     printing.print_large_constants = True
-    text = module.to_string(printing)
+    text = _with_memory_kinds(module.to_string(printing), _host_memory_kinds(code))
     # XLA's own module, as XLA hands it to jax: its output and parameter
     # shardings are fields of the proto (which StableHLO would drop).
     partitioned = _hlo_module_with_config(bytes(module.as_serialized_hlo_module_proto()),
@@ -1722,7 +1868,7 @@ def Client_AddressableMemories(a):
     f = A.CLIENT_ADDRESSABLE_MEMORIES
     c = _get(rd(a, f.client), Client, "PJRT_Client_AddressableMemories")
     wr(a, f.addressable_memories, C.addressof(c.memories_array))
-    wr(a, f.num_addressable_memories, len(c.devices))
+    wr(a, f.num_addressable_memories, len(c.memories))
 
 
 @slot
@@ -1774,15 +1920,23 @@ def Client_BufferFromHostBuffer(a):
     if rd(a, f.device_layout):
         raise _PjrtError(A.UNIMPLEMENTED, "xla_gpu: device_layout in BufferFromHostBuffer")
     device_addr, memory_addr = rd(a, f.device), rd(a, f.memory)
-    if device_addr:
+    memory = None
+    if memory_addr:   # jaxlib names the memory where it has one (a memory kind)
+        memory = _get(memory_addr, Memory, "PJRT_Client_BufferFromHostBuffer memory")
+        device = memory.device
+        if device_addr and device_addr != device.addr:
+            raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: memory {memory.index} "
+                             f"({memory.kind}) is not a memory of the device asked for")
+    elif device_addr:
         device = _get(device_addr, Device, "PJRT_Client_BufferFromHostBuffer device")
-    elif memory_addr:
-        device = _get(memory_addr, Memory, "PJRT_Client_BufferFromHostBuffer memory").device
     else:
         device = c.devices[0]
+    memory = memory or device.memory
     array = _host_array(rd(a, f.data), dtype, dims, strides)
     # The data is copied: the host buffer is free again as soon as we return.
-    buf = Buffer(array, device) if _CUDA is None else Buffer(_CUDA.upload(array), device, code)
+    if _CUDA is not None and not memory.on_host:
+        array = _CUDA.upload(array)
+    buf = Buffer(array, device, code, memory)
     wr(a, f.done_with_host_buffer, _READY_EVENT.addr)
     wr(a, f.buffer, buf.addr)
 
@@ -1852,7 +2006,7 @@ def Device_AddressableMemories(a):
     f = A.DEVICE_ADDRESSABLE_MEMORIES
     d = _get(rd(a, f.device), Device, "PJRT_Device_AddressableMemories")
     wr(a, f.memories, C.addressof(d.memories_array))
-    wr(a, f.num_memories, 1)
+    wr(a, f.num_memories, len(d.memories))
 
 
 @slot
@@ -1881,13 +2035,15 @@ def Memory_Id(a):
 
 @slot
 def Memory_Kind(a):
-    wr(a, A.MEMORY_KIND.kind, _MEMORY_KIND.addr)
-    wr(a, A.MEMORY_KIND.kind_size, _MEMORY_KIND.size)
+    m = _get(rd(a, A.MEMORY_KIND.memory), Memory, "PJRT_Memory_Kind")
+    wr(a, A.MEMORY_KIND.kind, m.kind_text.addr)
+    wr(a, A.MEMORY_KIND.kind_size, m.kind_text.size)
 
 
 @slot
 def Memory_Kind_Id(a):
-    wr_i32(a, A.MEMORY_KIND_ID.kind_id, 0)
+    f = A.MEMORY_KIND_ID
+    wr_i32(a, f.kind_id, _get(rd(a, f.memory), Memory, "PJRT_Memory_Kind_Id").kind_id)
 
 
 @slot
@@ -1971,25 +2127,24 @@ def Executable_OutputDimensions(a):
     wr(a, f.dim_sizes, C.addressof(e.out_dim_sizes))
 
 
-def _write_memory_kinds(a, e, count, f, num: int):
-    # Outputs and parameters share one memory-kind table (every buffer is device memory).
+def _write_memory_kinds(a, table: tuple, count, f, num: int):
     wr(a, num, count)
-    wr(a, f.memory_kinds, C.addressof(e.kinds))
-    wr(a, f.memory_kind_sizes, C.addressof(e.kind_sizes))
+    wr(a, f.memory_kinds, C.addressof(table[0]))
+    wr(a, f.memory_kind_sizes, C.addressof(table[1]))
 
 
 @slot
 def Executable_OutputMemoryKinds(a):
     f = A.EXECUTABLE_OUTPUT_MEMORY_KINDS
     e = _executable(rd(a, f.executable), "PJRT_Executable_OutputMemoryKinds")
-    _write_memory_kinds(a, e, e.num_outputs, f, f.num_outputs)
+    _write_memory_kinds(a, e.out_kind_table, e.num_outputs, f, f.num_outputs)
 
 
 @slot
 def Executable_ParameterMemoryKinds(a):
     f = A.EXECUTABLE_PARAMETER_MEMORY_KINDS
     e = _executable(rd(a, f.executable), "PJRT_Executable_ParameterMemoryKinds")
-    _write_memory_kinds(a, e, e.num_params, f, f.num_parameters)
+    _write_memory_kinds(a, e.param_kind_table, e.num_params, f, f.num_parameters)
 
 
 @slot
@@ -2248,7 +2403,7 @@ def _use_library_execute(e: Executable) -> None:
         run = getattr(exe, "_host_run", None)
         if (not LIBRARY_EXECUTE or _CUDA is not None or TARGET != "cpu" or e.deleted
                 or len(e.devices) != 1 or (e.donated and not LIBRARY_DONATION)
-                or any(e.out_tokens) or not run
+                or any(e.out_tokens) or e.host_outputs or not run
                 or getattr(exe, "_has_tokens", True) or getattr(exe, "num_devices", 1) != 1
                 or not hasattr(run, "outputs")):
             return
@@ -2326,22 +2481,26 @@ def _write_outputs(e: Executable, outs, out_list: int, device: Device) -> None:
     if not outs:
         return
     slots = array_type(A.u64, len(outs)).from_address(out_list)
+    host = e.host_outputs
     for j, (out, (token, dtype, dims, code)) in enumerate(zip(outs, e.out_plan)):
         if token:
             slots[j] = _token_buffer(device).addr
             continue
+        memory = device.memories[1] if host and j in host else None
         if _CUDA is not None:   # a device array of the output's shape
             if tuple(out.shape) != dims:
                 raise _PjrtError(A.INTERNAL, f"xla_gpu run: output {j} has shape "
                                  f"{list(out.shape)}, expected {list(dims)}")
-            slots[j] = Buffer(out, device, code).addr
+            if memory is not None and not isinstance(out, np.ndarray):
+                out = _CUDA.download(out)   # the program put it in host memory
+            slots[j] = Buffer(out, device, code, memory).addr
             continue
         array = np.ascontiguousarray(out)
         if array.dtype is not dtype and array.dtype != dtype:
             array = array.astype(dtype)
         if array.shape != dims:
             array = array.reshape(dims)
-        slots[j] = Buffer(array, device, code).addr
+        slots[j] = Buffer(array, device, code, memory).addr
 
 
 def _argument_buffers(arg_lists: int, list_index: int, num_args: int, device, name: str,
@@ -2483,7 +2642,7 @@ def Buffer_Device(a):
 @slot
 def Buffer_Memory(a):
     f = A.BUFFER_MEMORY
-    wr(a, f.memory, _buffer(a, f.buffer, "PJRT_Buffer_Memory").device.memory.addr)
+    wr(a, f.memory, _buffer(a, f.buffer, "PJRT_Buffer_Memory").memory.addr)
 
 
 @slot
@@ -2569,10 +2728,21 @@ def _device_to_host(b: Buffer, payload) -> np.ndarray:
     return host
 
 
-def _copy_to(b: Buffer, device: Device) -> Buffer:
-    if _CUDA is not None:   # one device: a copy in device memory
-        return Buffer(_CUDA.copy(b.live_array("copy")), device, b.code)
-    return Buffer(b.live_array("copy").copy(), device)
+def _copy_to(b: Buffer, memory: "Memory") -> Buffer:
+    """A copy of `b` in `memory` (of its device or another). On cuda a
+    host memory holds a numpy array and the device's a device array: a
+    copy between them is a download or an upload."""
+    payload = b.live_array("copy")
+    if _CUDA is not None:
+        was_host = isinstance(payload, np.ndarray)
+        if memory.on_host:
+            payload = _device_to_host(b, payload) if not was_host else payload.copy()
+        elif was_host:
+            payload = _CUDA.upload(np.ascontiguousarray(payload))
+        else:
+            payload = _CUDA.copy(payload)
+        return Buffer(payload, memory.device, b.code, memory)
+    return Buffer(payload.copy(), memory.device, b.code, memory)
 
 
 @slot
@@ -2580,7 +2750,8 @@ def Buffer_CopyToDevice(a):
     f = A.BUFFER_COPY_TO_DEVICE
     b = _buffer(a, A.BUFFER_COPY_TO_DEVICE.buffer, "PJRT_Buffer_CopyToDevice")
     device = _get(rd(a, f.dst_device), Device, "PJRT_Buffer_CopyToDevice device")
-    wr(a, f.dst_buffer, _copy_to(b, device).addr)
+    # To the device's own memory, as XLA's CopyToDevice (its default memory).
+    wr(a, f.dst_buffer, _copy_to(b, device.memory).addr)
 
 
 @slot
@@ -2588,7 +2759,7 @@ def Buffer_CopyToMemory(a):
     f = A.BUFFER_COPY_TO_MEMORY
     b = _buffer(a, A.BUFFER_COPY_TO_MEMORY.buffer, "PJRT_Buffer_CopyToMemory")
     memory = _get(rd(a, f.dst_memory), Memory, "PJRT_Buffer_CopyToMemory memory")
-    wr(a, f.dst_buffer, _copy_to(b, memory.device).addr)
+    wr(a, f.dst_buffer, _copy_to(b, memory).addr)
 
 
 @slot
