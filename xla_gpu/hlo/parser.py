@@ -90,6 +90,9 @@ def _oversized_elements(etype: str, dims) -> int | None:
     return None
 
 
+# A layout's memory space (`{1,0:T(8,128)S(5)}`).
+_MEMORY_SPACE = re.compile(r"S\((\d+)\)")
+
 # `_PLAIN_SHAPE` texts already checked: (element type, dims, layout).
 _PLAIN_SHAPES: dict[str, tuple[str, tuple[int, ...], tuple[int, ...] | None]] = {}
 
@@ -214,6 +217,8 @@ class _Parser(LiteralParsing):
             self.line_starts.append(i + 1)
             i = text.find("\n", i + 1)
         self.inst_name: str | None = None
+        # The memory space of the layout `layout` read last (0: the device's).
+        self.memory_space = 0
         # (instruction, key, _PendingRef)
         self.pending_refs: list[tuple[HloInstruction, str, _PendingRef]] = []
         # instruction -> (operand names with positions)
@@ -482,8 +487,11 @@ class _Parser(LiteralParsing):
                 self.error(f"shape {etype}[{','.join(map(str, dims))}] has "
                            f"{elements} elements: its size does not fit in int64", start)
         layout = None
+        self.memory_space = 0
         if self.peek() == "{":  # the layout follows the ']' directly
             layout = self.layout(len(dims))
+        if self.memory_space:
+            return Shape(etype, tuple(dims), layout, None, self.memory_space)
         return Shape(etype, tuple(dims), layout)
 
     def _plain_shape(self) -> Shape | None:
@@ -532,15 +540,19 @@ class _Parser(LiteralParsing):
             elif self.peek() not in ("}", ":"):
                 self.error(f"expected ',' or '}}' in a layout, found "
                            f"{self.describe()}")
-        if self.peek() == ":":  # tiling, memory space...: skipped
+        if self.peek() == ":":  # tiling, element size...: skipped; the memory space kept
             depth = 1
             self.pos += 1
+            details = self.pos
             while self.pos < self.n and depth:
                 c = self.text[self.pos]
                 depth += {"{": 1, "}": -1}.get(c, 0)
                 self.pos += 1
             if depth:
                 self.error("unterminated layout", start)
+            space = _MEMORY_SPACE.search(self.text, details, self.pos)
+            if space is not None:
+                self.memory_space = int(space.group(1))
         else:
             self.expect("}")
         if minor_to_major and sorted(minor_to_major) != list(range(rank)):

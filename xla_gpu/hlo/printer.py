@@ -63,7 +63,9 @@ def _shape_text(shape: Shape, layout: bool) -> str:
     if shape.is_tuple:
         return "(" + ", ".join(shape_to_text(s, layout) for s in shape.tuple_shapes) + ")"
     text = f"{shape.element_type}[{','.join(map(str, shape.dims))}]"
-    if layout and shape.rank and shape.element_type != "token":
+    if layout and shape.memory_space:   # host memory: `f32[4]{0:S(5)}`, `f32[]{:S(5)}`
+        text += "{" + ",".join(map(str, shape.minor_to_major)) + f":S({shape.memory_space})}}"
+    elif layout and shape.rank and shape.element_type != "token":
         text += "{" + ",".join(map(str, shape.minor_to_major)) + "}"
     return text
 

@@ -111,6 +111,10 @@ def is_integral(t: str) -> bool:
     return t == "pred" or is_signed_int(t) or is_unsigned_int(t)
 
 
+# XLA's memory space of host memory (`f32[4]{0:S(5)}`).
+HOST_MEMORY_SPACE = 5
+
+
 def default_layout(rank: int) -> tuple[int, ...]:
     """XLA's default layout (minor-to-major): row-major, the last dimension
     minor."""
@@ -139,11 +143,15 @@ class Shape:
     """An array shape (`f32[2,3]{1,0}`) or a tuple of shapes (`(f32[2], s32[])`).
 
     `layout` is minor-to-major as printed; None when the text had none (XLA's
-    default, row-major)."""
+    default, row-major). `memory_space`: where the array lives, XLA's
+    layout memory space: 0 the device's memory, HOST_MEMORY_SPACE (5, printed
+    `{0:S(5)}`) the host's, where a program offloads a value it needs back
+    later."""
     element_type: str = ""
     dims: tuple[int, ...] = ()
     layout: tuple[int, ...] | None = None
     tuple_shapes: tuple["Shape", ...] | None = field(default=None)
+    memory_space: int = 0
 
     @property
     def is_tuple(self) -> bool:
@@ -216,9 +224,16 @@ class Shape:
         if self.is_tuple:
             return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
         text = f"{self.element_type}[{','.join(map(str, self.dims))}]"
-        if self.layout is not None:
+        if self.memory_space:
+            order = self.layout if self.layout is not None else default_layout(self.rank)
+            text += "{" + ",".join(map(str, order)) + f":S({self.memory_space})}}"
+        elif self.layout is not None:
             text += "{" + ",".join(map(str, self.layout)) + "}"
         return text
+
+    def in_memory_space(self, space: int) -> "Shape":
+        """This array shape in memory space `space` (its layout kept)."""
+        return Shape(self.element_type, self.dims, self.layout, None, space)
 
 
 def same_shape(a: Shape, b: Shape, layouts: bool = True) -> bool:
@@ -235,6 +250,7 @@ def same_shape(a: Shape, b: Shape, layouts: bool = True) -> bool:
             continue
         if a.element_type != b.element_type or tuple(a.dims) != tuple(b.dims):
             return False
-        if layouts and a.element_type != "token" and a.minor_to_major != b.minor_to_major:
+        if layouts and a.element_type != "token" and (
+                a.minor_to_major != b.minor_to_major or a.memory_space != b.memory_space):
             return False
     return True

@@ -266,6 +266,12 @@ CPU_LINALG_PRIMITIVES = frozenset({
 # platform, cpu's through the Python callbacks that xla_gpu.pjrt._callbacks
 # lowers for "xla_gpu".
 CPU_CALLBACK_PRIMITIVES = frozenset({"debug_callback", "debug_print", "check"})
+# A device_put to another memory inside a jitted function: jax states it
+# (annotate_device_placement) only for the platforms it knows to have
+# memories, gpu's and tpu's, and drops it elsewhere. xla_gpu's devices
+# have the GPU's memories (device, pinned_host) and offload as XLA:GPU
+# does, so device_put takes gpu's lowering.
+GPU_MEMORY_PRIMITIVES = frozenset({"device_put"})
 
 
 def _use_cpu_lowerings(mlir) -> None:
@@ -274,11 +280,12 @@ def _use_cpu_lowerings(mlir) -> None:
     if not hasattr(table, "get"):
         return
     ours = table.get(PLATFORM, {})
-    wanted = CPU_LINALG_PRIMITIVES | CPU_CALLBACK_PRIMITIVES
-    for primitive, entry in list(table.get("cpu", {}).items()):
-        if primitive.name in wanted and primitive not in ours:
-            mlir.register_lowering(primitive, entry.rule, platform=PLATFORM,
-                                   inline=entry.inline)
+    for source, wanted in (("cpu", CPU_LINALG_PRIMITIVES | CPU_CALLBACK_PRIMITIVES),
+                           ("cuda", GPU_MEMORY_PRIMITIVES)):
+        for primitive, entry in list(table.get(source, {}).items()):
+            if primitive.name in wanted and primitive not in ours:
+                mlir.register_lowering(primitive, entry.rule, platform=PLATFORM,
+                                       inline=entry.inline)
 
 
 def initialize() -> None:

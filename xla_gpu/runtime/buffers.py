@@ -46,6 +46,9 @@ class Allocation:
     output_index: tuple[int, ...] | None = None   # also an entry output leaf
     constant: str | None = None         # kind == "constant": the instruction
     alignment: int = 64                 # bytes; XLA:GPU aligns to 64 or more
+    # 0: the device's memory; 5 (XLA's host memory space): the host's, for
+    # the values a program offloads (kind "temp"; pinned memory on cuda).
+    memory_space: int = 0
 
     def __post_init__(self):
         if self.kind not in ALLOCATION_KINDS:

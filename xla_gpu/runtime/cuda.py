@@ -263,6 +263,36 @@ def _free(pointer: int) -> None:
         pass
 
 
+def _free_host(pointer: int) -> None:
+    """cuMemFreeHost in the primary context (a finalizer's helper, as _free)."""
+    try:
+        with current_context():
+            _driver().cuMemFreeHost(pointer)
+    except Exception:
+        pass
+
+
+class PinnedHostBuffer:
+    """Page-locked host memory the GPU reaches (cuMemHostAlloc, mapped and
+    portable): where a program keeps the values it offloads. With unified
+    addressing (every 64-bit CUDA platform) its device address is its host
+    address, so copies to and from device memory are plain memcpys on the
+    stream. Frees itself."""
+
+    # cuMemHostAlloc's flags: CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP.
+    _FLAGS = 0x01 | 0x02
+
+    def __init__(self, nbytes: int):
+        self.nbytes = max(int(nbytes), 1)
+        with current_context():
+            host = int(_check("cuMemHostAlloc", _driver().cuMemHostAlloc(self.nbytes,
+                                                                         self._FLAGS)))
+            self._finalizer = weakref.finalize(self, _free_host, host)
+            self.ptr = int(_check("cuMemHostGetDevicePointer",
+                                  _driver().cuMemHostGetDevicePointer(host, 0)))
+        self.host_ptr = host
+
+
 def _array_bytes(shape, dtype: np.dtype) -> int:
     if any(d < 0 for d in shape):
         raise ArgumentError(f"negative extent in shape {list(shape)}")

@@ -424,6 +424,8 @@ class ProgramExecutable:
         written = self._written_allocations()
         total = 0
         for a in self.allocations:
+            if a.memory_space and self.target != "cpu":
+                continue   # offloaded values: pinned host memory, not the device's
             if a.kind in ("temp", "output", "thread_local"):
                 total += a.size
             elif a.kind == "parameter" and a.index in written:
@@ -868,13 +870,18 @@ class ProgramExecutable:
     def _device_buffer(self, index: int, size: int):
         """Device memory of allocation `index` kept between runs (temps,
         outputs and parameter copies): the addresses stay the same, so a
-        recorded command buffer replays without being recorded again."""
-        from .cuda import DeviceArray
+        recorded command buffer replays without being recorded again. The
+        host allocation of offloaded values (memory space 5) is pinned host
+        memory."""
+        from .cuda import DeviceArray, PinnedHostBuffer
         if self._device_pool is None:
             self._device_pool = {}
         held = self._device_pool.get(index)
         if held is None or held.nbytes < size:
-            held = DeviceArray((max(size, 1),), np.uint8)
+            if self.allocations[index].memory_space:
+                held = PinnedHostBuffer(size)
+            else:
+                held = DeviceArray((max(size, 1),), np.uint8)
             self._device_pool[index] = held
         return held
 

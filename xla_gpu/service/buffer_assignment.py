@@ -45,6 +45,7 @@ import bisect
 
 from ..errors import HloError, ResourceError
 from ..hlo.module import CONTROL_PREDECESSORS, HloInstruction, HloModule
+from ..hlo.shape import HOST_MEMORY_SPACE
 from ..runtime.buffers import Allocation, BufferSlice
 from ..runtime.program import MemoryAnalysis
 from .alias_analysis import (AliasAnalysis, InputOutputAlias, elementwise_share_pairs,
@@ -117,6 +118,8 @@ class BufferAssignment:
         self.share_elementwise = True
         self.allocations: list[Allocation] = []
         self.temp_allocation: Allocation | None = None
+        # The values offloaded to host memory (memory space 5), if any.
+        self.host_temp_allocation: Allocation | None = None
         self.donations: list[InputOutputAlias] = []   # those honoured
         self.heap_order = ""
         # buffer root -> (allocation index, offset)
@@ -179,8 +182,11 @@ class BufferAssignment:
 
     def memory_analysis(self) -> MemoryAnalysis:
         """The allocations' sizes in jax's fields (generated code left 0)."""
-        argument = output = alias = temp = constant = 0
+        argument = output = alias = temp = constant = host_temp = 0
         for a in self.allocations:
+            if a.memory_space == HOST_MEMORY_SPACE:
+                host_temp += a.size
+                continue
             if a.kind == "parameter":
                 argument += a.size
                 if a.output_index is not None:
@@ -194,7 +200,7 @@ class BufferAssignment:
         return MemoryAnalysis(
             temp_size_in_bytes=temp, argument_size_in_bytes=argument,
             output_size_in_bytes=output, alias_size_in_bytes=alias,
-            constant_size_in_bytes=constant,
+            constant_size_in_bytes=constant, host_temp_size_in_bytes=host_temp,
             peak_memory_in_bytes=argument + output + temp - alias)
 
     # --------------------------------------------------------------- dumps
@@ -215,6 +221,8 @@ class BufferAssignment:
                 desc.append(f"constant {a.constant}")
             elif a.kind == "temp":
                 desc.append("preallocated-temp")
+            if a.memory_space:
+                desc.append(f"color {a.memory_space} (host memory)")
             elif a.kind == "output":
                 desc.append("output")
             if a.output_index is not None:
@@ -744,12 +752,26 @@ def _allocate(ba: BufferAssignment, groups: dict[int, list[HloValue]],
             raise ResourceError(f"a buffer of {size} bytes does not fit in int64")
     allocations = _fixed_allocations(ba, groups, size_of, params)
     temps = [root for root in groups if root not in ba._placement]
+    # Values offloaded to host memory: a host allocation of their own.
+    host = [root for root in temps if _in_host_memory(groups[root])]
+    if host:
+        offloaded = set(host)
+        temps = [root for root in temps if root not in offloaded]
     reused = _place_in_output_allocations(ba, buffers, groups, size_of, allocations, temps,
                                           donated_params)
     temps = [root for root in temps if root not in reused]
     if temps:
         allocations.append(_pack_temporaries(ba, buffers, size_of, allocations, temps))
+    if host:
+        allocations.append(_pack_temporaries(ba, buffers, size_of, allocations, host,
+                                             HOST_MEMORY_SPACE))
     ba.allocations = allocations
+
+
+def _in_host_memory(values: list[HloValue]) -> bool:
+    """Whether a buffer's values all live in host memory (memory space 5:
+    a program's offloaded values)."""
+    return all(v.shape.memory_space == HOST_MEMORY_SPACE for v in values)
 
 
 def _fixed_allocations(ba: BufferAssignment, groups: dict[int, list[HloValue]],
@@ -848,8 +870,10 @@ def _place_in_output_allocations(ba: BufferAssignment, buffers: _BufferSet,
 
 
 def _pack_temporaries(ba: BufferAssignment, buffers: _BufferSet, size_of: dict[int, int],
-                      allocations: list[Allocation], temps: list[int]) -> Allocation:
-    """The temp allocation: `temps` packed by the heap simulator."""
+                      allocations: list[Allocation], temps: list[int],
+                      memory_space: int = 0) -> Allocation:
+    """The temp allocation: `temps` packed by the heap simulator (in host
+    memory for memory space 5)."""
     items = [HeapItem(root, size_of[root], buffers.intervals[root]) for root in temps]
     result = pack(items, ba.alignment)
     heap_size = result.size
@@ -858,9 +882,12 @@ def _pack_temporaries(ba: BufferAssignment, buffers: _BufferSet, size_of: dict[i
         raise ResourceError(f"module '{ba.module.name}' needs {total} bytes, more "
                             "than int64 can address")
     temp = Allocation(index=len(allocations), size=heap_size, kind="temp",
-                      alignment=ba.alignment)
-    ba.temp_allocation = temp
-    ba.heap_order = result.order
+                      alignment=ba.alignment, memory_space=memory_space)
+    if memory_space:
+        ba.host_temp_allocation = temp
+    else:
+        ba.temp_allocation = temp
+        ba.heap_order = result.order
     for root in temps:
         ba._placement[root] = (temp.index, result.offsets[root])
     return temp

@@ -30,6 +30,14 @@ def _control_predecessors(inst: HloInstruction,
     return out
 
 
+
+def _device_bytes(value) -> int:
+    """The device memory a value takes: none for one offloaded to host
+    memory (memory space 5). So the schedulers, minimizing the device
+    peak, move a value to the host as soon as it is made and bring it back
+    only when it is read (the offload's point)."""
+    return 0 if value.shape.memory_space else value.size
+
 class ComputationMemoryModel:
     """What the schedulers of one computation need: for each instruction
     the buffers it writes (`defines`) and holds (its operands' buffers),
@@ -67,7 +75,7 @@ class ComputationMemoryModel:
             defined = []
             for value in dataflow.defined_values(inst):
                 b = alias.find(value)
-                self.size[b] = max(self.size.get(b, 0), value.size)
+                self.size[b] = max(self.size.get(b, 0), _device_bytes(value))
                 if b not in defined:
                     defined.append(b)
             if inst.opcode == "parameter":
@@ -76,7 +84,7 @@ class ComputationMemoryModel:
             for operand in inst.operands:
                 for _, value in dataflow.leaf_values(operand):
                     b = alias.find(value)
-                    self.size[b] = max(self.size.get(b, 0), value.size)
+                    self.size[b] = max(self.size.get(b, 0), _device_bytes(value))
                     if b not in held:
                         held.append(b)
             # A loop's state or a branch result is the operand's buffer:

@@ -157,6 +157,35 @@ x = jax.device_put(np.arange(4, dtype=np.float32), dev)
 z = add(x, jax.device_put(np.full(4, 2, np.float32), dev))
 out["donation"] = [x.is_deleted(), np.asarray(z).tolist()]
 
+# Host memory: arrays put there and back, a result placed there, and a
+# host array fed to the next call.
+host = jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host")
+hx = jax.device_put(np.arange(6, dtype=np.float32), host)
+hd = jax.device_put(hx, host.with_memory_kind("device"))
+twice = jax.jit(lambda v: v * 2, out_shardings=host)
+hr = twice(hd)
+hr2 = twice(hr)
+out["memories"] = [hx.sharding.memory_kind, hd.sharding.memory_kind, hr.sharding.memory_kind,
+                   np.asarray(hx).tolist(), np.asarray(hr2).tolist()]
+
+# A remat that offloads its residuals to pinned host memory: the program's
+# host allocation (cuMemHostAlloc) and the copies to it and back.
+from jax.ad_checkpoint import Offloadable
+
+def offload(prim, *avals, **params):
+    return Offloadable(src="device", dst="pinned_host")
+
+def residuals(x):
+    return jnp.sum(jnp.sin(jnp.sin(x) @ x))
+
+xo = (rng.standard_normal((16, 16)) * 0.3).astype(np.float32)
+grad = jax.jit(jax.grad(jax.remat(residuals, policy=offload)))
+offloaded = grad.lower(jax.device_put(xo, dev)).compile()
+g_dev = offloaded(jax.device_put(xo, dev))
+g_cpu = grad(jax.device_put(xo, cpu))
+out["offload"] = [float(np.max(np.abs(np.asarray(g_dev) - np.asarray(g_cpu)))),
+                  offloaded.memory_analysis().host_temp_size_in_bytes]
+
 def train(device, steps):
     with jax.default_device(device):
         k1, k2 = np.random.default_rng(1).standard_normal((2, 16, 16)).astype(np.float32)
@@ -196,6 +225,9 @@ def _check_common(out: dict) -> None:
     assert out["pointer"]
     assert out["to_cpu"]
     assert out["donation"] == [True, [2.0, 3.0, 4.0, 5.0]]
+    assert out["memories"] == ["pinned_host", "device", "pinned_host", [0, 1, 2, 3, 4, 5],
+                               [0, 4, 8, 12, 16, 20]], out["memories"]
+    assert out["offload"][0] < 1e-4 and out["offload"][1] > 0, out["offload"]
     assert out["where"] == "xla_gpu"
     # Device memory: the handle block tells jax (and the C fast path) so.
     assert out["on_cpu_words"] == [0], out["on_cpu_words"]

@@ -51,6 +51,9 @@ def is_fusible(inst: HloInstruction) -> bool:
         return False
     if inst.attrs.get(CONTROL_PREDECESSORS):
         return False
+    if inst.opcode == "copy" and not inst.shape.is_tuple and (
+            inst.shape.memory_space or inst.operands[0].shape.memory_space):
+        return False   # a move to or from host memory: a memcpy of its own
     if inst.opcode == "constant":
         return is_effective_scalar(inst.shape)
     if inst.opcode == "scatter":

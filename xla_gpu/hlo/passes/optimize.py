@@ -64,6 +64,7 @@ from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
 from .rename_fusions import RenameFusions
 from .rng_bit_generator_expander import RngBitGeneratorExpander
 from .select_and_scatter_expander import SelectAndScatterExpander
+from .host_offloading import HostOffloader
 from .sharding_annotations import ShardingAnnotationRemover
 from .transpose_folding import TransposeFolding
 from .tuple_simplifier import TupleSimplifier
@@ -123,6 +124,7 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None,
         HloCSE(),
         HloDCE(),
         FusionWrapper(),
+        HostOffloader(),
         RenameFusions(),
         CopyInsertion(),
         HloDCE(),
