@@ -624,3 +624,80 @@ ENTRY e {
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         for p in range(4):
             np.testing.assert_allclose(outs[r * 4 + p][1], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_gather_with_batching_dims_runs_on_each_devices_rows():
+    """take_along_axis as jax lowers it (operand and indices batching dims):
+    cut along the batch, each device gathers its rows from its rows."""
+    text = """
+HloModule m
+ENTRY e {
+  x = f32[8,4,6] parameter(0), sharding={devices=[8,1,1]<=[8]}
+  i = s32[8,4,1,1] parameter(1), sharding={devices=[8,1,1,1]<=[8]}
+  ROOT g = f32[8,4,1] gather(x, i), offset_dims={}, collapsed_slice_dims={2}, start_index_map={2}, operand_batching_dims={0,1}, start_indices_batching_dims={0,1}, index_vector_dim=3, slice_sizes={1,1,1}
+}"""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 4, 6)).astype(np.float32)
+    picks = rng.integers(0, 6, (8, 4, 1, 1)).astype(np.int32)
+    (got,), result = run_partitioned(text, 8, [x, picks])
+    np.testing.assert_array_equal(got, np.take_along_axis(x, picks[..., 0], axis=2))
+    assert _collectives(result.module) == Counter() and result.notes == []
+    assert result.output_shardings[0].counts(3) == (8, 1, 1)
+
+
+SCATTER_ADD = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+"""
+
+
+def test_a_data_parallel_embedding_gradient_scatters_locally_and_sums():
+    """The gradient of an embedding lookup with a batch-cut batch: each
+    device scatter-adds its rows into zeros, one all-reduce sums them (XLA's
+    way), not the whole scatter on every device."""
+    text = "HloModule m\n" + SCATTER_ADD + """
+ENTRY e {
+  table = f32[10,4] parameter(0), sharding={replicated}
+  ids = s32[8,3] parameter(1), sharding={devices=[8,1]<=[8]}
+  grads = f32[8,3,4] parameter(2), sharding={devices=[8,1,1]<=[8]}
+  ROOT s = f32[10,4] scatter(table, ids, grads), update_window_dims={2}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, to_apply=add
+}"""
+    rng = np.random.default_rng(4)
+    table = rng.standard_normal((10, 4)).astype(np.float32)
+    ids = rng.integers(0, 10, (8, 3)).astype(np.int32)
+    grads = rng.standard_normal((8, 3, 4)).astype(np.float32)
+    want = table.copy()
+    np.add.at(want, ids, grads)
+    (got,), result = run_partitioned(text, 8, [table, ids, grads])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert _collectives(result.module) == Counter({"all-reduce": 1}) and result.notes == []
+
+
+def test_a_scatter_along_the_dims_it_keeps_runs_chunk_by_chunk():
+    """Batching dims (take_along_axis's gradient) and window dims every
+    update covers whole keep their cut: no collective."""
+    text = "HloModule m\n" + SCATTER_ADD + """
+ENTRY e {
+  zero = f32[] constant(0)
+  base = f32[8,4,6] broadcast(zero), dimensions={}
+  i = s32[8,4,1,1] parameter(0), sharding={devices=[8,1,1,1]<=[8]}
+  u = f32[8,4,1] parameter(1), sharding={devices=[8,1,1]<=[8]}
+  s = f32[8,4,6] scatter(base, i, u), update_window_dims={}, inserted_window_dims={2}, scatter_dims_to_operand_dims={2}, input_batching_dims={0,1}, scatter_indices_batching_dims={0,1}, index_vector_dim=3, to_apply=add
+  one = s32[1] parameter(2), sharding={replicated}
+  w = f32[8,4] parameter(3), sharding={devices=[8,1]<=[8]}
+  col = f32[8,4,6] scatter(s, one, w), update_window_dims={0,1}, inserted_window_dims={2}, scatter_dims_to_operand_dims={2}, index_vector_dim=0, to_apply=add
+  ROOT r = f32[8,4,6] copy(col), sharding={devices=[8,1,1]<=[8]}
+}"""
+    rng = np.random.default_rng(5)
+    picks = rng.integers(0, 6, (8, 4, 1, 1)).astype(np.int32)
+    u = rng.standard_normal((8, 4, 1)).astype(np.float32)
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    want = np.zeros((8, 4, 6), np.float32)
+    np.put_along_axis(want, picks[..., 0], u, axis=2)
+    want[:, :, 2] += w
+    (got,), result = run_partitioned(text, 8, [picks, u, np.array([2], np.int32), w])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert _collectives(result.module) == Counter() and result.notes == []

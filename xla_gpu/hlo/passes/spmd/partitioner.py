@@ -153,8 +153,11 @@ from .placement import device_coords, groups_along, replicate_dims, same_placeme
 from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_TARGETS,
                           convolution_batch_dims, convolution_feature_dims,
                           convolution_group_dims, convolution_group_layout,
-                          gather_batch_dims, gather_passthrough_dims, permute_sharding,
-                          propagate, remap_sharding, reshape_sharding, sort_rows_sharding,
+                          gather_batch_dims, gather_operand_batch_dims,
+                          gather_passthrough_dims, permute_sharding,
+                          propagate, remap_sharding, reshape_sharding,
+                          scatter_operand_batch_dims, scatter_update_scatter_dims,
+                          scatter_window_dims, sort_rows_sharding,
                           touched_dims)
 from .reshard import Emitter
 from .sharding import (HloSharding, ShardingError, open_dims, parse_sdy_shardings,
@@ -620,6 +623,10 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
             return self.emit_data_movement(inst, s)
         if op == "gather":
             return self.emit_gather(inst, s)
+        if op == "scatter":
+            done = self.emit_scatter(inst, s)
+            if done is not None:
+                return done
         if op == "convolution":
             done = self.emit_convolution_over_features(inst, s)
             if done is not None:
@@ -785,13 +792,17 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         mapping = gather_batch_dims(inst) or {}
         back = {out: index for index, out in mapping.items()}
         through = {out: d for d, out in gather_passthrough_dims(inst).items()}
+        # (a batching dim: the operand's rows cut as the indices' are)
+        rows = {out: d for d, out in gather_operand_batch_dims(inst).items()}
         counts = s.counts(rank)
         cut = [d for d in range(rank) if counts[d] > 1]
         if any(d not in back and d not in through for d in cut) or \
-                (any(d in through for d in cut) and not s.is_even_for(inst.shape.dims)):
+                (any(d in through or d in rows for d in cut) and
+                 not s.is_even_for(inst.shape.dims)):
             return self.whole(inst, "gather cut along its slices")
         wants = []
-        for dims, operand in ((through, inst.operands[0]), (back, inst.operands[1])):
+        for dims, operand in (({**through, **rows}, inst.operands[0]),
+                              (back, inst.operands[1])):
             kept = replicate_dims(s, rank, [d for d in cut if d not in dims],
                                   keep=list(range(rank)))
             want = remap_sharding(kept, dims, rank, operand.shape.rank)
@@ -806,6 +817,61 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
                 sizes[through[out]] = local_operand[through[out]]
         new.attrs["slice_sizes"] = tuple(sizes)
         return new, s
+
+    def emit_scatter(self, inst, s: HloSharding):
+        """A one-operand scatter, as XLA's partitioner runs it: cut along
+        the dims it keeps (window dims every update covers whole, batching
+        dims), each device scatters its chunk of the updates into its
+        chunk; updates cut along their scatter dims (a data-parallel
+        embedding's gradient) under an add, each device scatters its
+        updates into zeros, an all-reduce sums them and the operand is
+        added. None where neither applies (computed whole)."""
+        if len(inst.operands) != 3 or inst.shape.is_tuple:
+            return None
+        operand, indices, updates = inst.operands
+        rank, irank, urank = inst.shape.rank, indices.shape.rank, updates.shape.rank
+        everything = list(range(rank))
+        window = scatter_window_dims(inst)
+        rows = scatter_operand_batch_dims(inst)
+        a = inst.attrs
+        rows_in_indices = dict(zip(a.get("input_batching_dims", ()),
+                                   a.get("scatter_indices_batching_dims", ())))
+        if s.kind == "tiled" and not s.has_manual_subgroup:
+            counts = s.counts(rank)
+            cut = [d for d in everything if counts[d] > 1]
+            if cut and all(d in window or d in rows for d in cut) and \
+                    s.is_even_for(inst.shape.dims):
+                to_updates = {d: {**window, **rows}[d] for d in cut}
+                updates_s = remap_sharding(s, to_updates, rank, urank)
+                only_rows = replicate_dims(s, rank, [d for d in cut if d not in rows],
+                                           keep=everything)
+                indices_s = remap_sharding(only_rows, {d: rows_in_indices[d] for d in cut
+                                                       if d in rows}, rank, irank)
+                if updates_s is not None and indices_s is not None:
+                    return self.local(inst, s, [s, indices_s, updates_s])
+        if _reducer_kind(a["to_apply"], inst.shape.element_type) != "add":
+            return None
+        y, us = self.values[id(updates)]
+        if us.kind != "tiled" or us.has_manual_subgroup or us.is_manual:
+            return None
+        scattered = scatter_update_scatter_dims(inst)
+        batching = set(rows_in_indices.values())
+        ucounts = us.counts(urank)
+        ucut = [d for d in range(urank) if ucounts[d] > 1]
+        if not ucut or any(d not in scattered or scattered[d] in batching for d in ucut) or \
+                not us.is_even_for(updates.shape.dims):
+            return None
+        indices_s = remap_sharding(us, {d: scattered[d] for d in ucut}, urank, irank)
+        if indices_s is None:
+            return None
+        x = self.value(indices, indices_s)
+        zeros = self.add("broadcast", inst.shape, [self.zero(inst.shape.element_type)],
+                         dimensions=())
+        local = self.add_clone(inst, [zeros, x, y], inst.shape)
+        summed = self.all_reduce(local, groups_along(us, urank, ucut), to_apply=a["to_apply"])
+        base = self.value(operand, HloSharding.replicated())
+        total = self.add("add", inst.shape, [base, summed])
+        return self.reshard(total, HloSharding.replicated(), s, inst.shape), s
 
     def emit_convolution(self, inst, s: HloSharding):
         """The input cut along its batch and spatial dims as the result is,

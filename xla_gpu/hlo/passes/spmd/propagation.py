@@ -62,7 +62,8 @@ __all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map",
            "reshape_sharding", "merge",
            "permute_sharding", "remap_sharding", "gather_batch_dims",
            "convolution_batch_dims", "convolution_feature_dims", "convolution_group_dims",
-           "convolution_group_layout", "gather_passthrough_dims",
+           "convolution_group_layout", "gather_passthrough_dims", "gather_operand_batch_dims",
+           "scatter_window_dims", "scatter_update_scatter_dims", "scatter_operand_batch_dims",
            "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS", "PASS_THROUGH_TARGETS",
            "sort_rows_sharding"]
 
@@ -241,12 +242,10 @@ def sort_rows_sharding(sort: HloInstruction, s: HloSharding) -> HloSharding:
 
 def gather_batch_dims(inst: HloInstruction) -> dict[int, int] | None:
     """A gather's indices dim -> its result dim, for the indices' batch
-    dims (all but index_vector_dim): a cut of them carries through, each
-    device gathering its indices' rows from the whole operand. None for
-    gathers with operand batching dims."""
+    dims (all but index_vector_dim; the batching dims among them): a cut of
+    them carries through, each device gathering its indices' rows from the
+    whole operand (from its own rows of a batching dim)."""
     a = inst.attrs
-    if a.get("operand_batching_dims") or a.get("start_indices_batching_dims"):
-        return None
     indices_rank = inst.operands[1].shape.rank
     vector = a.get("index_vector_dim", indices_rank)
     batch_in = [d for d in range(indices_rank) if d != vector]
@@ -257,16 +256,26 @@ def gather_batch_dims(inst: HloInstruction) -> dict[int, int] | None:
     return dict(zip(batch_in, batch_out))
 
 
+def gather_operand_batch_dims(inst: HloInstruction) -> dict[int, int]:
+    """A gather's operand batching dim -> its result dim (the indices'
+    batching dim's): a cut of it carries through when the operand and the
+    indices are cut alike, each device gathering its rows from its rows."""
+    a = inst.attrs
+    operand_dims = list(a.get("operand_batching_dims", ()))
+    indices_dims = list(a.get("start_indices_batching_dims", ()))
+    batch = gather_batch_dims(inst)
+    if not operand_dims or batch is None or len(operand_dims) != len(indices_dims):
+        return {}
+    return {o: batch[i] for o, i in zip(operand_dims, indices_dims) if i in batch}
+
+
 def gather_passthrough_dims(inst: HloInstruction) -> dict[int, int]:
     """A gather's operand dim -> its result dim, for the operand dims that
     every slice takes whole and no index picks (XLA's passthrough dims): a
-    cut of them carries through, each device gathering from its own chunk.
-    Empty for gathers with operand batching dims."""
+    cut of them carries through, each device gathering from its own chunk."""
     a = inst.attrs
-    if a.get("operand_batching_dims") or a.get("start_indices_batching_dims"):
-        return {}
     operand = inst.operands[0].shape
-    collapsed = set(a.get("collapsed_slice_dims", ()))
+    collapsed = set(a.get("collapsed_slice_dims", ())) | set(a.get("operand_batching_dims", ()))
     indexed = set(a.get("start_index_map", ()))
     sizes = list(a.get("slice_sizes", ()))
     offset = sorted(a.get("offset_dims", ()))
@@ -275,6 +284,70 @@ def gather_passthrough_dims(inst: HloInstruction) -> dict[int, int]:
         return {}
     return {d: out for d, out in zip(kept, offset)
             if d not in indexed and sizes[d] == operand.dims[d]}
+
+
+def scatter_update_scatter_dims(inst: HloInstruction) -> dict[int, int]:
+    """A one-operand scatter's updates dim -> its indices dim, for the
+    updates' scatter dims (all but update_window_dims, in order: the
+    indices' dims but index_vector_dim)."""
+    a = inst.attrs
+    indices_rank, updates_rank = inst.operands[1].shape.rank, inst.operands[2].shape.rank
+    vector = a.get("index_vector_dim", indices_rank)
+    window = set(a.get("update_window_dims", ()))
+    in_indices = [d for d in range(indices_rank) if d != vector]
+    in_updates = [d for d in range(updates_rank) if d not in window]
+    return dict(zip(in_updates, in_indices)) if len(in_indices) == len(in_updates) else {}
+
+
+def scatter_window_dims(inst: HloInstruction) -> dict[int, int]:
+    """A one-operand scatter's operand dim -> its updates dim, for the
+    window dims every update covers whole and no index picks (the
+    passthrough dims): a cut of both alike scatters chunk by chunk."""
+    a = inst.attrs
+    operand, updates = inst.operands[0].shape, inst.operands[2].shape
+    inserted = set(a.get("inserted_window_dims", ())) | set(a.get("input_batching_dims", ()))
+    kept = [d for d in range(operand.rank) if d not in inserted]
+    window = sorted(a.get("update_window_dims", ()))
+    if len(kept) != len(window):
+        return {}
+    indexed = set(a.get("scatter_dims_to_operand_dims", ()))
+    return {d: w for d, w in zip(kept, window)
+            if d not in indexed and updates.dims[w] == operand.dims[d]}
+
+
+def scatter_operand_batch_dims(inst: HloInstruction) -> dict[int, int]:
+    """A one-operand scatter's operand batching dim -> its updates dim (the
+    indices' batching dim's): a cut of the three alike scatters each
+    device's rows into its rows."""
+    a = inst.attrs
+    operand_dims = list(a.get("input_batching_dims", ()))
+    indices_dims = list(a.get("scatter_indices_batching_dims", ()))
+    if not operand_dims or len(operand_dims) != len(indices_dims):
+        return {}
+    back = {i: u for u, i in scatter_update_scatter_dims(inst).items()}
+    return {o: back[i] for o, i in zip(operand_dims, indices_dims) if i in back}
+
+
+def _scatter_forward(inst: HloInstruction, operand: HloSharding | None,
+                     updates: HloSharding | None, n: int) -> HloSharding | None:
+    """A scatter's result cut as its operand is, or as its updates are
+    along the window and batching dims (the dims a scatter keeps)."""
+    rank, urank = inst.shape.rank, inst.operands[2].shape.rank
+    kept = {**scatter_window_dims(inst), **scatter_operand_batch_dims(inst)}
+    found = []
+    if operand is not None and operand.kind == "tiled":
+        counts = operand.counts(rank)
+        if all(c == 1 or d in kept for d, c in enumerate(counts)):
+            found.append(operand)
+    if updates is not None and updates.kind == "tiled" and kept:
+        back = {u: d for d, u in kept.items()}
+        only = replicate_dims(updates, urank, [d for d in range(urank) if d not in back],
+                              keep=list(range(urank)))
+        carried = remap_sharding(only, back, urank, rank)
+        if carried is not None and carried.kind == "tiled" and any(
+                c > 1 for c in carried.counts(rank)):
+            found.append(carried)
+    return _best(found, rank, n) if found else None
 
 
 def _loop_state(loop: HloInstruction, init: HloSharding | None,
@@ -677,7 +750,7 @@ class _Propagation:
             mapping = gather_batch_dims(inst)
             if ops[1] is not None and ops[1].kind == "tiled" and mapping is not None:
                 found.append(remap_sharding(ops[1], mapping, inst.operands[1].shape.rank, rank))
-            through = gather_passthrough_dims(inst)
+            through = {**gather_passthrough_dims(inst), **gather_operand_batch_dims(inst)}
             if ops[0] is not None and ops[0].kind == "tiled" and through:
                 op_rank = inst.operands[0].shape.rank
                 kept = replicate_dims(ops[0], op_rank,
@@ -688,6 +761,8 @@ class _Propagation:
             return _best(found, rank, self.n) if found else None
         if op == "convolution":
             return self.convolution_forward(inst, ops[0], ops[1], rank)
+        if op == "scatter" and len(inst.operands) == 3 and not inst.shape.is_tuple:
+            return _scatter_forward(inst, ops[0], ops[2], self.n)
         if op == "while":
             # the loop keeps its state cut as it starts, or as its body's
             # constraints cut what it carries over (the more specific: a
@@ -802,6 +877,17 @@ class _Propagation:
             return {i: s for i in range(len(user.operands))}
         if op in ("dynamic-update-slice", "reverse") and s.kind == "tiled":
             return {0: s}
+        if op == "scatter" and s.kind == "tiled" and len(user.operands) == 3:
+            # (the operand as the result; the updates along the dims a
+            # scatter keeps, where those are all that is cut)
+            rank = user.shape.rank
+            kept = {**scatter_window_dims(user), **scatter_operand_batch_dims(user)}
+            cut = [d for d, c in enumerate(s.counts(rank)) if c > 1]
+            if any(d not in kept for d in cut):
+                return {}
+            updates = remap_sharding(s, {d: kept[d] for d in cut}, rank,
+                                     user.operands[2].shape.rank)
+            return {0: s, 2: updates} if updates is not None else {0: s}
         return {}
 
     def run(self, order: list[HloInstruction]) -> dict[int, HloSharding]:
