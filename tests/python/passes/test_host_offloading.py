@@ -161,3 +161,30 @@ def test_without_the_pipeline_offloads_still_run():
     exe = xla_gpu.compile(REMAT, target="cpu", cache=False, optimize=False)
     x, y = _inputs()
     np.testing.assert_allclose(exe.run(x, y)[0], _reference(x, y), rtol=1e-5, atol=1e-5)
+
+
+def test_parameters_and_results_the_caller_keeps_in_host_memory():
+    """A header stating host memory (jax's pinned_host parameters and
+    results): the caller places them, the program reads and writes device
+    memory, and the header keeps saying where the caller keeps them."""
+    text = f"""
+HloModule placed, entry_computation_layout={{(f32[4]{{0:S(5)}}, f32[4]{{0}})->(f32[4]{{0:S(5)}}, f32[4]{{0}})}}
+
+ENTRY main {{
+  x = f32[4]{{0}} parameter(0)
+  y = f32[4]{{0}} parameter(1)
+  a = f32[4]{{0}} add(x, y)
+{_placement("h", "a", "pinned_host", "f32[4]{0}")}
+  ROOT t = (f32[4]{{0}}, f32[4]{{0}}) tuple(h, a)
+}}
+"""
+    module = optimize(parse_module(text), verify=True)
+    assert not any(i.shape.memory_space for c in module.computations for i in c.instructions
+                   if not i.shape.is_tuple)
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    assert exe.as_text().startswith("HloModule placed, entry_computation_layout="
+                                    "{(f32[4]{0:S(5)}, f32[4]{0})->")
+    x, y = np.arange(4, dtype=np.float32), np.ones(4, np.float32)
+    h, a = exe.run(x, y)
+    np.testing.assert_array_equal(h, x + y)
+    np.testing.assert_array_equal(a, x + y)

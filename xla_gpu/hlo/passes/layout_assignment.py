@@ -48,7 +48,10 @@ __all__ = ["LayoutAssignment", "entry_computation_layout", "dot_operand_layout",
 
 def entry_computation_layout(module: HloModule) -> tuple[list[Shape], Shape] | None:
     """The header's `entry_computation_layout={(params...)->result}` as
-    (parameter shapes, result shape); None when the header has none."""
+    (parameter shapes, result shape); None when the header has none. Their
+    layouts only: a memory space there (`{0:S(5)}`, a parameter or result
+    the caller keeps in host memory) is the caller's to place (xla_gpu.pjrt
+    moves them), and the program reads and writes device memory."""
     raw = module.attrs.get("entry_computation_layout")
     if raw is None:
         return None
@@ -58,7 +61,13 @@ def entry_computation_layout(module: HloModule) -> tuple[list[Shape], Shape] | N
     except (HloParseError, ValueError) as e:
         raise HloError(f"module '{module.name}': malformed entry_computation_layout "
                        f"{raw!r}: {e}") from None
-    return list(params), result
+    return [_in_device_memory(p) for p in params], _in_device_memory(result)
+
+
+def _in_device_memory(shape: Shape) -> Shape:
+    if shape.is_tuple:
+        return Shape(tuple_shapes=tuple(_in_device_memory(s) for s in shape.tuple_shapes))
+    return shape.in_memory_space(0) if shape.memory_space else shape
 
 
 # ------------------------------------------------------------------ dots
