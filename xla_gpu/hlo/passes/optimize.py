@@ -3,7 +3,8 @@
   sharding annotations removed (one device: each is its operand),
   control-flow layouts (copies where a while, conditional or call and its
     computation disagree on a layout),
-  call inlining, optimization barriers expanded, batched gather/scatter
+  call inlining (optimization barriers kept, as XLA:GPU keeps them until
+    after scheduling: a remat's recomputation stays), batched gather/scatter
     normalization, select-and-scatter as reduce-window + scatter,
     rng-bit-generator as elementwise Philox / Threefry over iotas,
     cholesky and triangular-solve as loops (no solver library here)
@@ -24,7 +25,9 @@
   collective combiners (independent all-gathers, reduce-scatters and
     all-reduces of one kind as one variadic collective)
   CSE, DCE
-  fusion wrapper (every unfused kernel op in its own fusion), XLA's names
+  fusion wrapper (every unfused kernel op in its own fusion)
+  host offloading (values sent to host memory and back: copies to memory
+    space 5 and back), XLA's names
   copy insertion
 """
 
@@ -56,7 +59,6 @@ from .layout_assignment import LayoutAssignment
 from .layout_normalization import LayoutNormalization
 from .linalg_expanders import CholeskyExpander, TriangularSolveExpander
 from .multi_output_fusion import MultiOutputFusion
-from .optimization_barrier_expander import OptimizationBarrierExpander
 from .pipeline import DumpOptions, HloPassFix, HloPassPipeline, PassContext
 from .priority_fusion import PriorityFusion
 from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
@@ -95,7 +97,6 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None,
         ControlDepConverter(),
         ControlFlowLayouts(),
         CallInliner(),
-        OptimizationBarrierExpander(),
         BatchedGatherScatterNormalizer(),
         SelectAndScatterExpander(),
         RngBitGeneratorExpander(),
