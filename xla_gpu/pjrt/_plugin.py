@@ -1120,18 +1120,13 @@ def _with_memory_kinds(text: str, kinds) -> str:
     return _restate_entry(header, m, params, results, result.is_tuple, kinds) + newline + rest
 
 
-# XLA's memory space of host memory in a layout (`f32[4]{0:S(5)}`).
-HOST_MEMORY_SPACE = 5
-
-
 def _shape_text(shape, kind: str) -> str:
     """`shape` as the header states it: in host memory, its layout names
     memory space 5, as XLA prints a pinned_host parameter or result."""
     if kind == MEMORY_KIND or shape.is_tuple or shape.element_type == "token":
         return str(shape)
-    dims = ",".join(map(str, shape.dims))
-    order = ",".join(map(str, shape.minor_to_major))
-    return f"{shape.element_type}[{dims}]{{{order}:S({HOST_MEMORY_SPACE})}}"
+    from ..hlo.shape import HOST_MEMORY_SPACE
+    return str(shape.in_memory_space(HOST_MEMORY_SPACE))
 
 
 _ENTRY_LAYOUT = re.compile(r"entry_computation_layout=(\{\(.*?\)->.*?\})(?:, \w+=|$)")
@@ -2486,13 +2481,13 @@ def _write_outputs(e: Executable, outs, out_list: int, device: Device) -> None:
         if token:
             slots[j] = _token_buffer(device).addr
             continue
-        memory = device.memories[1] if host and j in host else None
+        memory = device.by_kind[HOST_MEMORY_KIND] if host and j in host else None
         if _CUDA is not None:   # a device array of the output's shape
             if tuple(out.shape) != dims:
                 raise _PjrtError(A.INTERNAL, f"xla_gpu run: output {j} has shape "
                                  f"{list(out.shape)}, expected {list(dims)}")
             if memory is not None and not isinstance(out, np.ndarray):
-                out = _CUDA.download(out)   # the program put it in host memory
+                out = _host_copy(out, code)   # jax placed it in host memory
             slots[j] = Buffer(out, device, code, memory).addr
             continue
         array = np.ascontiguousarray(out)
@@ -2721,8 +2716,13 @@ def _host_nbytes(b: Buffer) -> int:
 def _device_to_host(b: Buffer, payload) -> np.ndarray:
     """A device buffer's contents on the host, in its PJRT type's dtype
     (sub-byte integers are kept a byte each, as numpy's ml_dtypes do)."""
+    return _host_copy(payload, b.code)
+
+
+def _host_copy(payload, code: int) -> np.ndarray:
+    """`payload` (a device array, cuda) on the host in PJRT type `code`'s dtype."""
     host = _CUDA.download(payload)
-    dtype = A.BUFFER_TYPES.get(b.code)
+    dtype = A.BUFFER_TYPES.get(code)
     if dtype is not None and host.dtype != dtype:
         host = host.astype(dtype)
     return host

@@ -449,7 +449,7 @@ def _without_sharding_annotations(module: HloModule) -> HloModule:
     """`module`, or a copy without its sharding-annotation custom calls (its
     host offloads, the partitioner's or jax's, as copies to host memory and
     back)."""
-    from ..hlo.passes.host_offloading import HostOffloader, has_host_moves
+    from ..hlo.passes.host_offloading import HostOffloader, HostOffloadMarker, has_host_moves
     from ..hlo.passes.sharding_annotations import (ShardingAnnotationRemover,
                                                    is_sharding_annotation)
     if not any(is_sharding_annotation(i) for c in module.computations
@@ -457,6 +457,7 @@ def _without_sharding_annotations(module: HloModule) -> HloModule:
         return module
     module = module.clone()
     ShardingAnnotationRemover().run(module)
+    HostOffloadMarker().run(module)
     HostOffloader().run(module)
     return module
 

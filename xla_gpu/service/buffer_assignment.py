@@ -221,10 +221,10 @@ class BufferAssignment:
                 desc.append(f"constant {a.constant}")
             elif a.kind == "temp":
                 desc.append("preallocated-temp")
-            if a.memory_space:
-                desc.append(f"color {a.memory_space} (host memory)")
             elif a.kind == "output":
                 desc.append("output")
+            if a.memory_space:
+                desc.append(f"color {a.memory_space} (host memory)")
             if a.output_index is not None:
                 desc.append(f"maybe-live-out at output {{{','.join(map(str, a.output_index))}}}")
             lines.append(", ".join(desc) + ":")

@@ -13,7 +13,8 @@ import numpy as np
 import xla_gpu
 from xla_gpu.hlo import parse_module
 from xla_gpu.hlo.parser import parse_program_shape
-from xla_gpu.hlo.passes import HostOffloader, ShardingAnnotationRemover, optimize
+from xla_gpu.hlo.passes import (HostOffloader, HostOffloadMarker, ShardingAnnotationRemover,
+                                optimize)
 from xla_gpu.hlo.shape import HOST_MEMORY_SPACE, Shape, same_shape
 from xla_gpu.runtime.program import load_program
 
@@ -83,6 +84,7 @@ def test_an_offload_through_a_barrier_becomes_copies_to_host_memory_and_back():
     # element that pass the value on state where it is.
     module = parse_module(REMAT)
     ShardingAnnotationRemover().run(module)
+    HostOffloadMarker().run(module)
     assert HostOffloader().run(module)
     by_name = {i.name.split(".")[0]: i for i in module.entry.instructions}
     assert by_name["t"].shape.tuple_shapes[0].memory_space == HOST_MEMORY_SPACE
@@ -147,6 +149,7 @@ ENTRY main {{
 """
     module = parse_module(text)
     ShardingAnnotationRemover().run(module)
+    HostOffloadMarker().run(module)
     HostOffloader().run(module)
     assert not any(i.opcode in ("custom-call", "copy") for i in module.entry.instructions)
     exe = xla_gpu.compile(text, target="cpu", cache=False)
@@ -188,3 +191,69 @@ ENTRY main {{
     h, a = exe.run(x, y)
     np.testing.assert_array_equal(h, x + y)
     np.testing.assert_array_equal(a, x + y)
+
+
+def test_an_offload_across_calls_is_marked_after_inlining():
+    """jax puts a remat's forward and backward in calls of their own: the
+    move to the host is in one, the move back in the other."""
+    text = f"""
+HloModule calls
+
+forward {{
+  x = f32[64,64]{{1,0}} parameter(0)
+  s = f32[64,64]{{1,0}} sine(x)
+{_placement("h", "s", "pinned_host")}
+  ROOT t = (f32[64,64]{{1,0}}, f32[64,64]{{1,0}}) tuple(s, h)
+}}
+
+backward {{
+  r = f32[64,64]{{1,0}} parameter(0)
+  y = f32[64,64]{{1,0}} parameter(1)
+{_placement("d", "r", "device")}
+  ROOT m = f32[64,64]{{1,0}} multiply(d, y)
+}}
+
+ENTRY main {{
+  x = f32[64,64]{{1,0}} parameter(0)
+  y = f32[64,64]{{1,0}} parameter(1)
+  f = (f32[64,64]{{1,0}}, f32[64,64]{{1,0}}) call(x), to_apply=forward
+  s = f32[64,64]{{1,0}} get-tuple-element(f), index=0
+  h = f32[64,64]{{1,0}} get-tuple-element(f), index=1
+  a = f32[64,64]{{1,0}} dot(s, y), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  b = f32[64,64]{{1,0}} call(h, a), to_apply=backward
+  ROOT o = f32[64,64]{{1,0}} add(b, a)
+}}
+"""
+    module = optimize(parse_module(text), verify=True)
+    spaces = sorted(i.shape.memory_space for i in module.entry.instructions
+                    if i.opcode == "copy")
+    assert spaces == [0, HOST_MEMORY_SPACE], spaces
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    x, y = _inputs()
+    a = np.sin(x) @ y
+    np.testing.assert_allclose(exe.run(x, y)[0], np.sin(x) * a + a, rtol=1e-5, atol=1e-5)
+    assert exe.memory_analysis().host_temp_size_in_bytes > 0
+
+
+def test_a_barrier_passes_on_a_relaid_value_in_its_new_layout():
+    """A parameter the entry layout lays out column-major, through a tuple
+    and a remat's barrier: the barrier states the new layout, so what reads
+    it sees the values, not a transposition of them."""
+    text = """
+HloModule relaid, entry_computation_layout={(f32[3,4]{0,1}, f32[3,4]{1,0})->f32[3,4]{1,0}}
+
+ENTRY main {
+  p = f32[3,4]{1,0} parameter(0)
+  q = f32[3,4]{1,0} parameter(1)
+  t = (f32[3,4]{1,0}, f32[3,4]{1,0}) tuple(p, q)
+  b = (f32[3,4]{1,0}, f32[3,4]{1,0}) opt-barrier(t)
+  x = f32[3,4]{1,0} get-tuple-element(b), index=0
+  y = f32[3,4]{1,0} get-tuple-element(b), index=1
+  ROOT s = f32[3,4]{1,0} subtract(x, y)
+}
+"""
+    optimize(parse_module(text), verify=True)
+    exe = xla_gpu.compile(text, target="cpu", cache=False)
+    p = np.arange(12, dtype=np.float32).reshape(3, 4)
+    q = np.ones((3, 4), np.float32)
+    np.testing.assert_array_equal(exe.run(p, q)[0], p - q)

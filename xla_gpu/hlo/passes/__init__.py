@@ -40,7 +40,7 @@ from .gemm_rewriter import GemmRewriter
 from .priority_fusion import PriorityFusion
 from .multi_output_fusion import MultiOutputFusion
 from .fusion_wrapper import FusionWrapper
-from .host_offloading import HostOffloader
+from .host_offloading import HostOffloader, HostOffloadMarker
 from .rename_fusions import RenameFusions
 from .copy_insertion import CopyInsertion
 from .optimize import optimization_pipeline, optimize
@@ -58,5 +58,5 @@ __all__ = [
     "ReductionDimensionGrouper",
     "ReductionSplitter", "TreeReductionRewriter", "NodeCost", "node_cost",
     "fused_cost", "kernel_time", "GemmFusion", "GemmRewriter", "PriorityFusion", "MultiOutputFusion",
-    "FusionWrapper", "HostOffloader", "RenameFusions", "CopyInsertion",
+    "FusionWrapper", "HostOffloadMarker", "HostOffloader", "RenameFusions", "CopyInsertion",
 ]

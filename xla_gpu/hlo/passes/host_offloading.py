@@ -7,15 +7,16 @@ the program does other work, as XLA:GPU's host offloading does.
 jax states each move as `annotate_device_placement` with the memory it
 wants (`_xla_buffer_placement`). Two steps, as XLA's:
 
-  mark_host_offloads   (with the sharding-annotation removal, first) a
-                       placement in host memory whose every user moves the
-                       value back to the device becomes a `MoveToHost`
-                       custom call, those users `MoveToDevice` calls: side
-                       effects that no pass merges, fuses or looks through,
-                       so the value between them stays itself. Any other
-                       placement is the value itself (the program's results
-                       are placed by the caller, xla_gpu.pjrt, from jax's
-                       memory kinds).
+  HostOffloadMarker    (after call inlining: a remat's moves may sit in two
+                       calls) a placement in host memory whose value only
+                       comes back to the device becomes a `MoveToHost`
+                       custom call, the placements that bring it back
+                       `MoveToDevice` calls: custom calls with a side
+                       effect (as jax marks them) that no pass merges, fuses
+                       or looks through, so the value between them stays
+                       itself. Any other placement is the value itself (the
+                       program's results are placed by the caller,
+                       xla_gpu.pjrt, from jax's memory kinds).
   HostOffloader        (after fusion) each `MoveToHost` becomes a copy into
                        memory space 5 (`f32[..]{..:S(5)}`), each
                        `MoveToDevice` a copy back: plain copies (a memcpy
@@ -29,11 +30,12 @@ is where they live between the two copies."""
 from __future__ import annotations
 
 from ..module import HloComputation, HloInstruction, HloModule
-from ..shape import HOST_MEMORY_SPACE, Shape
+from ..shape import HOST_MEMORY_SPACE, Shape, same_shape
 from .pipeline import HloPass
 
-__all__ = ["HostOffloader", "mark_host_offloads", "MOVE_TO_HOST", "MOVE_TO_DEVICE",
-           "PLACEMENT_TARGET", "crosses_memory_spaces", "has_host_moves"]
+__all__ = ["HostOffloader", "HostOffloadMarker", "mark_host_offloads", "MOVE_TO_HOST",
+           "MOVE_TO_DEVICE", "PLACEMENT_TARGET", "crosses_memory_spaces", "has_host_moves",
+           "is_placement"]
 
 PLACEMENT_TARGET = "annotate_device_placement"
 PLACEMENT_KEY = "_xla_buffer_placement"
@@ -53,6 +55,11 @@ def _placement(inst: HloInstruction) -> str | None:
         return None
     attrs = inst.attrs.get("frontend_attributes")
     return attrs.get(PLACEMENT_KEY) if isinstance(attrs, dict) else None
+
+
+def is_placement(inst: HloInstruction) -> bool:
+    """An annotate_device_placement call (a memory placement jax states)."""
+    return _target(inst) == PLACEMENT_TARGET
 
 
 # How deep a value is followed through tuples and barriers.
@@ -124,6 +131,25 @@ def has_host_moves(module: HloModule) -> bool:
                for c in module.computations for i in c.instructions)
 
 
+class HostOffloadMarker(HloPass):
+    """Marks the offloads (mark_host_offloads) and makes every other
+    placement the value it places."""
+    name = "host-offload-marker"
+
+    def run(self, module: HloModule) -> bool:
+        changed = False
+        for comp in module.computations:
+            if mark_host_offloads(comp):
+                changed = True
+            for inst in list(comp.instructions):
+                if inst.parent is comp and is_placement(inst):
+                    if len(inst.operands) != 1:
+                        raise inst.error("a memory placement takes one operand")
+                    inst.replace_with(inst.operands[0])
+                    changed = True
+        return changed
+
+
 class HostOffloader(HloPass):
     name = "host-offloader"
 
@@ -142,7 +168,7 @@ class HostOffloader(HloPass):
                 # are, not their order (a memcpy).
                 moved = comp.add_instruction(HloInstruction.create(
                     "copy", operand.shape.in_memory_space(space), [operand], name=inst.name))
-                if moved.shape != inst.shape and target == MOVE_TO_DEVICE:
+                if target == MOVE_TO_DEVICE and not same_shape(moved.shape, inst.shape):
                     # The users read it in another layout: relaid on the device.
                     moved = comp.add_instruction(HloInstruction.create(
                         "copy", inst.shape.in_memory_space(0), [moved],

@@ -246,6 +246,13 @@ class LayoutAssignment(HloPass):
                 if not same_shape(old, user.shape):
                     self._keep_readers(user, old)
                 continue
+            if user.opcode in ("opt-barrier", "optimization-barrier"):
+                # A remat's barrier passes its tuple's buffers through as
+                # they are: it takes the new layouts, its readers are asked.
+                old, user.shape = user.shape, inst.shape
+                if not same_shape(old, user.shape):
+                    self._keep_readers(user, old)
+                continue
             if not _reads_buffer(user):
                 continue   # computes with the logical value: any layout
             if back is None:

@@ -3,7 +3,8 @@
   sharding annotations removed (one device: each is its operand),
   control-flow layouts (copies where a while, conditional or call and its
     computation disagree on a layout),
-  call inlining (optimization barriers kept, as XLA:GPU keeps them until
+  call inlining, host offloads marked (hlo.passes.host_offloading; other
+    memory placements removed) (optimization barriers kept, as XLA:GPU keeps them until
     after scheduling: a remat's recomputation stays), batched gather/scatter
     normalization, select-and-scatter as reduce-window + scatter,
     rng-bit-generator as elementwise Philox / Threefry over iotas,
@@ -66,7 +67,7 @@ from .reduction_rewrites import (ReductionDimensionGrouper, ReductionSplitter,
 from .rename_fusions import RenameFusions
 from .rng_bit_generator_expander import RngBitGeneratorExpander
 from .select_and_scatter_expander import SelectAndScatterExpander
-from .host_offloading import HostOffloader
+from .host_offloading import HostOffloader, HostOffloadMarker
 from .sharding_annotations import ShardingAnnotationRemover
 from .transpose_folding import TransposeFolding
 from .tuple_simplifier import TupleSimplifier
@@ -97,6 +98,7 @@ def optimization_pipeline(gemm_fusion_max_multiply_adds: int | None = None,
         ControlDepConverter(),
         ControlFlowLayouts(),
         CallInliner(),
+        HostOffloadMarker(),
         BatchedGatherScatterNormalizer(),
         SelectAndScatterExpander(),
         RngBitGeneratorExpander(),

@@ -16,12 +16,13 @@ On one device every annotation is the value itself:
   LayoutConstraint             jax's with_sharding_constraint with a layout:
                                a copy into that layout
   annotate_device_placement    the memory a value should live in (jax's
-                               compute_on and memory kinds): the value
-                               itself, but where a value goes to host
-                               memory and comes back (an offload), whose
-                               two moves become MoveToHost / MoveToDevice
-                               calls (hlo.passes.host_offloading) unless
-                               the remover is asked not to keep them
+                               compute_on and memory kinds): kept for
+                               HostOffloadMarker (hlo.passes.host_offloading,
+                               after call inlining: an offload's two moves
+                               may sit in two calls), which makes an offload
+                               two moves and every other placement the
+                               value itself; with `keep_placements=False`
+                               the value itself here
 
 Any other `xla.sdy.*` target is an annotation too when it looks like one:
 its result is its operand (one operand, same shape), or its operands as a
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from ..module import HloInstruction, HloModule
 from ..shape import Shape, same_shape
-from .host_offloading import mark_host_offloads
+from .host_offloading import is_placement
 from .pipeline import HloPass
 
 __all__ = ["ShardingAnnotationRemover", "ANNOTATION_TARGETS", "is_sharding_annotation"]
@@ -63,17 +64,17 @@ def _empty_tuple(shape: Shape) -> bool:
 class ShardingAnnotationRemover(HloPass):
     name = "sharding-annotation-remover"
 
-    def __init__(self, keep_host_offloads: bool = True):
-        # False: every placement is the value (a pipeline without the
-        # HostOffloader after it).
-        self.keep_host_offloads = keep_host_offloads
+    def __init__(self, keep_placements: bool = True):
+        # False: every memory placement is the value (a pipeline without
+        # HostOffloadMarker and HostOffloader after it).
+        self.keep_placements = keep_placements
 
     def run(self, module: HloModule) -> bool:
         changed = False
         for comp in module.computations:
-            if self.keep_host_offloads and mark_host_offloads(comp):
-                changed = True
             for inst in list(comp.instructions):
+                if self.keep_placements and is_placement(inst):
+                    continue
                 if inst.parent is comp and is_sharding_annotation(inst):
                     self._remove(inst)
                     changed = True

@@ -557,9 +557,10 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
             return self.value(inst.operands[0], s), s
         if target in CONSTRAINT_TARGETS or target in _DROPPED_TARGETS:
             return self.value(inst.operands[0], s), s
-        if target in _PER_DEVICE_TARGETS and len(inst.operands) == 1 and \
-                not inst.shape.is_tuple and not s.is_tuple:
-            return self.local(inst, s, [s])
+        if target in _PER_DEVICE_TARGETS:
+            if len(inst.operands) == 1 and not inst.shape.is_tuple and not s.is_tuple:
+                return self.local(inst, s, [s])
+            return self.value(inst.operands[0], s), s   # (a tuple's placement: dropped)
         if op == "iota":
             done = self.emit_iota(inst, s)
             if done is not None:

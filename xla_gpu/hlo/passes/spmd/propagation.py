@@ -351,7 +351,7 @@ def _scatter_forward(inst: HloInstruction, operand: HloSharding | None,
 
 
 def _loop_state(loop: HloInstruction, init: HloSharding | None,
-                n: int) -> HloSharding | None:
+                n: int, cache: dict | None = None) -> HloSharding | None:
     """A while loop's state sharding: its initial value's, where the body's
     root does not carry a stated cut (a tiled constraint) of that element
     that is more specific (the initial one not tiled)."""
@@ -374,7 +374,7 @@ def _loop_state(loop: HloInstruction, init: HloSharding | None,
         if carried is not None and (elements[k] is None or elements[k].kind != "tiled"):
             elements[k] = carried
             changed = True
-    written = _written_cuts(body, elements, n)
+    written = _written_cuts(body, elements, n, cache)
     for k, cut in written.items():
         elements[k] = cut
         changed = True
@@ -384,7 +384,8 @@ def _loop_state(loop: HloInstruction, init: HloSharding | None,
                                  for e in elements])
 
 
-def _written_cuts(body, elements: list, n: int) -> dict[int, HloSharding]:
+def _written_cuts(body, elements: list, n: int,
+                  cache: dict | None = None) -> dict[int, HloSharding]:
     """The state elements a loop body only writes into, slice by slice (a
     scan's stacked outputs: `dynamic-update-slice(state[k], update, i...)`
     and nothing else reads state[k]), that start uncut: each takes the cut
@@ -411,7 +412,14 @@ def _written_cuts(body, elements: list, n: int) -> dict[int, HloSharding]:
     order = body.instructions
     start = HloSharding.tuple_of([HloSharding.replicated() if e is None else e
                                   for e in elements])
-    found = propagate(body, {id(param): start}, n, order)
+    # (asked again each round of the caller's propagation: the body is
+    # propagated once per starting state)
+    key = (id(body), str(start))
+    found = cache.get(key) if cache is not None else None
+    if found is None:
+        found = propagate(body, {id(param): start}, n, order)
+        if cache is not None:
+            cache[key] = found
     out = {}
     for k, dus in candidates.items():
         update = found.get(id(dus.operands[1]))
@@ -666,6 +674,8 @@ class _Propagation:
         self.out: dict[int, HloSharding] = dict(fixed)
         self.first_round = True
         self.groups = groups or []
+        # Loop bodies propagated for the state they start with (_written_cuts).
+        self.loop_states: dict = {}
 
     def unify_groups(self) -> None:
         """Every member of a sharding group takes the group's sharding: a
@@ -767,7 +777,7 @@ class _Propagation:
             # the loop keeps its state cut as it starts, or as its body's
             # constraints cut what it carries over (the more specific: a
             # scan over layers whose body constrains its carry)
-            return _loop_state(inst, ops[0], self.n)
+            return _loop_state(inst, ops[0], self.n, self.loop_states)
         return None
 
     def convolution_forward(self, inst, lhs: HloSharding | None, rhs: HloSharding | None,
