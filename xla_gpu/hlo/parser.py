@@ -217,8 +217,6 @@ class _Parser(LiteralParsing):
             self.line_starts.append(i + 1)
             i = text.find("\n", i + 1)
         self.inst_name: str | None = None
-        # The memory space of the layout `layout` read last (0: the device's).
-        self.memory_space = 0
         # (instruction, key, _PendingRef)
         self.pending_refs: list[tuple[HloInstruction, str, _PendingRef]] = []
         # instruction -> (operand names with positions)
@@ -486,13 +484,10 @@ class _Parser(LiteralParsing):
             if elements is not None:
                 self.error(f"shape {etype}[{','.join(map(str, dims))}] has "
                            f"{elements} elements: its size does not fit in int64", start)
-        layout = None
-        self.memory_space = 0
+        layout, space = None, 0
         if self.peek() == "{":  # the layout follows the ']' directly
-            layout = self.layout(len(dims))
-        if self.memory_space:
-            return Shape(etype, tuple(dims), layout, None, self.memory_space)
-        return Shape(etype, tuple(dims), layout)
+            layout, space = self.layout(len(dims))
+        return Shape(etype, tuple(dims), layout, None, space)
 
     def _plain_shape(self) -> Shape | None:
         """The shape at `pos` when `_PLAIN_SHAPE` matches it and it is
@@ -526,8 +521,10 @@ class _Parser(LiteralParsing):
         self.pos = end
         return Shape(*known)
 
-    def layout(self, rank: int) -> tuple[int, ...]:
+    def layout(self, rank: int) -> tuple[tuple[int, ...] | None, int]:
+        """(minor-to-major, memory space) of the layout at `pos`."""
         start = self.pos
+        space = 0
         self.pos += 1
         minor_to_major: list[int] = []
         self.skip()
@@ -550,17 +547,17 @@ class _Parser(LiteralParsing):
                 self.pos += 1
             if depth:
                 self.error("unterminated layout", start)
-            space = _MEMORY_SPACE.search(self.text, details, self.pos)
-            if space is not None:
-                self.memory_space = int(space.group(1))
+            found = _MEMORY_SPACE.search(self.text, details, self.pos)
+            if found is not None:
+                space = int(found.group(1))
         else:
             self.expect("}")
         if minor_to_major and sorted(minor_to_major) != list(range(rank)):
             self.error(f"layout {{{','.join(map(str, minor_to_major))}}} is "
                        f"not a permutation of the {rank} dimensions", start)
         if not minor_to_major and rank:
-            return None  # `{}` on an array: no layout
-        return tuple(minor_to_major)
+            return None, space  # `{}` on an array: no layout
+        return tuple(minor_to_major), space
 
     # --------------------------------------------------------------- module
 

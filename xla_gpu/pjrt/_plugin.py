@@ -1138,16 +1138,23 @@ def _layout_modes(code: bytes) -> tuple[list[str], list[str]] | None:
     return _main_attributes(code, "mhlo.layout_mode")
 
 
-def _memory_kinds(code: bytes | None) -> tuple[list[str], list[str]] | None:
+def _memory_kinds(code: bytes | None) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The memory kind of each argument and result of the program's main
     function (jax's `mhlo.memory_kind`; "device" where none is given), or
     None when the program names none (or cannot be read): all "device"."""
     if not code or b"mhlo.memory_kind" not in code:
         return None
+    return _read_memory_kinds(code)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_memory_kinds(code: bytes) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    # (a compile asks three times: the HLO header, the partitioned program,
+    # the executable; reading the program costs ~40 ms on a large one)
     found = _main_attributes(code, "mhlo.memory_kind")
     if found is None:
         return None
-    args, results = ([kind or MEMORY_KIND for kind in kinds] for kinds in found)
+    args, results = (tuple(kind or MEMORY_KIND for kind in kinds) for kinds in found)
     for kind in args + results:
         if kind not in MEMORY_KINDS:
             raise _PjrtError(A.INVALID_ARGUMENT, f"xla_gpu: memory kind '{kind}' is not one "

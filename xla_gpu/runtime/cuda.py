@@ -290,7 +290,6 @@ class PinnedHostBuffer:
             self._finalizer = weakref.finalize(self, _free_host, host)
             self.ptr = int(_check("cuMemHostGetDevicePointer",
                                   _driver().cuMemHostGetDevicePointer(host, 0)))
-        self.host_ptr = host
 
 
 def _array_bytes(shape, dtype: np.dtype) -> int:

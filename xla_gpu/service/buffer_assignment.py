@@ -118,8 +118,6 @@ class BufferAssignment:
         self.share_elementwise = True
         self.allocations: list[Allocation] = []
         self.temp_allocation: Allocation | None = None
-        # The values offloaded to host memory (memory space 5), if any.
-        self.host_temp_allocation: Allocation | None = None
         self.donations: list[InputOutputAlias] = []   # those honoured
         self.heap_order = ""
         # buffer root -> (allocation index, offset)
@@ -883,9 +881,7 @@ def _pack_temporaries(ba: BufferAssignment, buffers: _BufferSet, size_of: dict[i
                             "than int64 can address")
     temp = Allocation(index=len(allocations), size=heap_size, kind="temp",
                       alignment=ba.alignment, memory_space=memory_space)
-    if memory_space:
-        ba.host_temp_allocation = temp
-    else:
+    if not memory_space:   # (the device's temp allocation; the host's is found by its space)
         ba.temp_allocation = temp
         ba.heap_order = result.order
     for root in temps:

@@ -30,13 +30,13 @@ def _control_predecessors(inst: HloInstruction,
     return out
 
 
-
 def _device_bytes(value) -> int:
     """The device memory a value takes: none for one offloaded to host
     memory (memory space 5). So the schedulers, minimizing the device
     peak, move a value to the host as soon as it is made and bring it back
     only when it is read (the offload's point)."""
     return 0 if value.shape.memory_space else value.size
+
 
 class ComputationMemoryModel:
     """What the schedulers of one computation need: for each instruction

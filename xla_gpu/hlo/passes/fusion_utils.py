@@ -42,6 +42,13 @@ FUSIBLE_OPCODES = ELEMENTWISE_OPCODES | frozenset({
     "gather", "reduce", "reduce-window", "scatter", "constant",
 })
 
+def moves_host_memory(inst: HloInstruction) -> bool:
+    """A copy to, from or in host memory (memory space 5, an offload's
+    move): a memcpy, never part of a kernel."""
+    return inst.opcode == "copy" and not inst.shape.is_tuple and bool(
+        inst.shape.memory_space or inst.operands[0].shape.memory_space)
+
+
 def is_fusible(inst: HloInstruction) -> bool:
     """Whether `inst` may go into a fusion at all."""
     if inst.opcode == "fusion":
@@ -51,9 +58,8 @@ def is_fusible(inst: HloInstruction) -> bool:
         return False
     if inst.attrs.get(CONTROL_PREDECESSORS):
         return False
-    if inst.opcode == "copy" and not inst.shape.is_tuple and (
-            inst.shape.memory_space or inst.operands[0].shape.memory_space):
-        return False   # a move to or from host memory: a memcpy of its own
+    if moves_host_memory(inst):
+        return False   # a memcpy of its own
     if inst.opcode == "constant":
         return is_effective_scalar(inst.shape)
     if inst.opcode == "scatter":

@@ -8,8 +8,8 @@ constants, tuples, get-tuple-element, bitcasts) stay as they are."""
 from __future__ import annotations
 
 from ..module import HloComputation, HloInstruction
-from .fusion_utils import FUSIBLE_OPCODES, body_acceptable, create_fusion, fusion_kind_for
-from .host_offloading import crosses_memory_spaces
+from .fusion_utils import (FUSIBLE_OPCODES, body_acceptable, create_fusion, fusion_kind_for,
+                           moves_host_memory)
 from .pipeline import InstructionPass
 
 __all__ = ["FusionWrapper", "NOT_WRAPPED"]
@@ -36,7 +36,7 @@ class FusionWrapper(InstructionPass):
             return False
         if inst.opcode not in FUSIBLE_OPCODES and inst.opcode != "copy":
             return False  # no emitter computes it: left to its own thunk
-        if crosses_memory_spaces(inst):
+        if moves_host_memory(inst):
             return False  # to or from host memory: a memcpy, not a kernel
         op = inst.opcode.replace("-", "_")
         fusion = create_fusion(inst, name=f"wrapped_{op}",

@@ -34,8 +34,7 @@ from ..shape import HOST_MEMORY_SPACE, Shape, same_shape
 from .pipeline import HloPass
 
 __all__ = ["HostOffloader", "HostOffloadMarker", "mark_host_offloads", "MOVE_TO_HOST",
-           "MOVE_TO_DEVICE", "PLACEMENT_TARGET", "crosses_memory_spaces", "has_host_moves",
-           "is_placement"]
+           "MOVE_TO_DEVICE", "PLACEMENT_TARGET", "has_host_moves", "is_placement"]
 
 PLACEMENT_TARGET = "annotate_device_placement"
 PLACEMENT_KEY = "_xla_buffer_placement"
@@ -117,13 +116,6 @@ def mark_host_offloads(comp: HloComputation) -> int:
             user.attrs["custom_call_target"] = MOVE_TO_DEVICE
         count += 1
     return count
-
-
-def crosses_memory_spaces(inst: HloInstruction) -> bool:
-    """A copy between two memory spaces (a move to or from host memory):
-    a memcpy, never part of a kernel."""
-    return inst.opcode == "copy" and not inst.shape.is_tuple and \
-        inst.shape.memory_space != inst.operands[0].shape.memory_space
 
 
 def has_host_moves(module: HloModule) -> bool:

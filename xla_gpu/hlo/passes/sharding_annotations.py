@@ -21,8 +21,7 @@ On one device every annotation is the value itself:
                                after call inlining: an offload's two moves
                                may sit in two calls), which makes an offload
                                two moves and every other placement the
-                               value itself; with `keep_placements=False`
-                               the value itself here
+                               value itself
 
 Any other `xla.sdy.*` target is an annotation too when it looks like one:
 its result is its operand (one operand, same shape), or its operands as a
@@ -64,18 +63,12 @@ def _empty_tuple(shape: Shape) -> bool:
 class ShardingAnnotationRemover(HloPass):
     name = "sharding-annotation-remover"
 
-    def __init__(self, keep_placements: bool = True):
-        # False: every memory placement is the value (a pipeline without
-        # HostOffloadMarker and HostOffloader after it).
-        self.keep_placements = keep_placements
-
     def run(self, module: HloModule) -> bool:
         changed = False
         for comp in module.computations:
             for inst in list(comp.instructions):
-                if self.keep_placements and is_placement(inst):
-                    continue
-                if inst.parent is comp and is_sharding_annotation(inst):
+                if inst.parent is comp and is_sharding_annotation(inst) and \
+                        not is_placement(inst):
                     self._remove(inst)
                     changed = True
         return changed

@@ -156,8 +156,8 @@ from .propagation import (CONSTRAINT_TARGETS, MANUAL_ENTRY_TARGETS, MANUAL_EXIT_
                           gather_batch_dims, gather_operand_batch_dims,
                           gather_passthrough_dims, permute_sharding,
                           propagate, remap_sharding, reshape_sharding,
-                          scatter_operand_batch_dims, scatter_update_scatter_dims,
-                          scatter_window_dims, sort_rows_sharding,
+                          scatter_kept_dims, scatter_operand_batch_dims,
+                          scatter_update_scatter_dims, sort_rows_sharding,
                           touched_dims)
 from .reshard import Emitter
 from .sharding import (HloSharding, ShardingError, open_dims, parse_sdy_shardings,
@@ -832,7 +832,7 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         operand, indices, updates = inst.operands
         rank, irank, urank = inst.shape.rank, indices.shape.rank, updates.shape.rank
         everything = list(range(rank))
-        window = scatter_window_dims(inst)
+        kept = scatter_kept_dims(inst)
         rows = scatter_operand_batch_dims(inst)
         a = inst.attrs
         rows_in_indices = dict(zip(a.get("input_batching_dims", ()),
@@ -840,10 +840,8 @@ class _Partitioner(Emitter, DotPartitioning, WindowedOps, ManualRegions, DataMov
         if s.kind == "tiled" and not s.has_manual_subgroup:
             counts = s.counts(rank)
             cut = [d for d in everything if counts[d] > 1]
-            if cut and all(d in window or d in rows for d in cut) and \
-                    s.is_even_for(inst.shape.dims):
-                to_updates = {d: {**window, **rows}[d] for d in cut}
-                updates_s = remap_sharding(s, to_updates, rank, urank)
+            if cut and all(d in kept for d in cut) and s.is_even_for(inst.shape.dims):
+                updates_s = remap_sharding(s, {d: kept[d] for d in cut}, rank, urank)
                 only_rows = replicate_dims(s, rank, [d for d in cut if d not in rows],
                                            keep=everything)
                 indices_s = remap_sharding(only_rows, {d: rows_in_indices[d] for d in cut

@@ -64,6 +64,7 @@ __all__ = ["propagate", "CONSTRAINT_TARGETS", "touched_dims", "reshape_dim_map",
            "convolution_batch_dims", "convolution_feature_dims", "convolution_group_dims",
            "convolution_group_layout", "gather_passthrough_dims", "gather_operand_batch_dims",
            "scatter_window_dims", "scatter_update_scatter_dims", "scatter_operand_batch_dims",
+           "scatter_kept_dims",
            "MANUAL_ENTRY_TARGETS", "MANUAL_EXIT_TARGETS", "PASS_THROUGH_TARGETS",
            "sort_rows_sharding"]
 
@@ -328,12 +329,18 @@ def scatter_operand_batch_dims(inst: HloInstruction) -> dict[int, int]:
     return {o: back[i] for o, i in zip(operand_dims, indices_dims) if i in back}
 
 
+def scatter_kept_dims(inst: HloInstruction) -> dict[int, int]:
+    """A one-operand scatter's operand dim -> its updates dim, for the dims
+    a cut of which it keeps (window dims taken whole, batching dims)."""
+    return {**scatter_window_dims(inst), **scatter_operand_batch_dims(inst)}
+
+
 def _scatter_forward(inst: HloInstruction, operand: HloSharding | None,
                      updates: HloSharding | None, n: int) -> HloSharding | None:
     """A scatter's result cut as its operand is, or as its updates are
     along the window and batching dims (the dims a scatter keeps)."""
     rank, urank = inst.shape.rank, inst.operands[2].shape.rank
-    kept = {**scatter_window_dims(inst), **scatter_operand_batch_dims(inst)}
+    kept = scatter_kept_dims(inst)
     found = []
     if operand is not None and operand.kind == "tiled":
         counts = operand.counts(rank)
@@ -891,7 +898,7 @@ class _Propagation:
             # (the operand as the result; the updates along the dims a
             # scatter keeps, where those are all that is cut)
             rank = user.shape.rank
-            kept = {**scatter_window_dims(user), **scatter_operand_batch_dims(user)}
+            kept = scatter_kept_dims(user)
             cut = [d for d, c in enumerate(s.counts(rank)) if c > 1]
             if any(d not in kept for d in cut):
                 return {}
