@@ -182,6 +182,54 @@ def test_loop_state_ordering_writes_after_the_old_value_is_read():
     assert not LoopStateOrdering().run(module)          # already ordered
 
 
+def test_loop_state_read_through_a_remat_barrier_is_read_before_it_is_overwritten():
+    """A remat in a scan body passes the old loop state through a tuple and
+    an optimization barrier (kept through the pipeline): reading the
+    barrier's element reads the old value, so the new value is written
+    after it (a sharded GPT step with remat blocks in a scan failed to
+    compile: "the module needs a copy there"), and the loop computes what
+    the interpreter does."""
+    text = """HloModule m
+body {
+  s = (s32[], f32[64], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[64] get-tuple-element(s), index=1
+  t = (f32[64]) tuple(x)
+  b = (f32[64]) opt-barrier(t)
+  r = f32[64] get-tuple-element(b), index=0
+  e = f32[64] exponential(r)
+  y = f32[64] get-tuple-element(s), index=2
+  m = f32[64] multiply(y, e)
+  n = f32[64] negate(x)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT o = (s32[], f32[64], f32[64]) tuple(j, n, m)
+}
+cond {
+  s = (s32[], f32[64], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  k = s32[] constant(3)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+ENTRY main {
+  x = f32[64] parameter(0)
+  y = f32[64] parameter(1)
+  z = s32[] constant(0)
+  t = (s32[], f32[64], f32[64]) tuple(z, x, y)
+  w = (s32[], f32[64], f32[64]) while(t), condition=cond, body=body
+  a = f32[64] get-tuple-element(w), index=1
+  c = f32[64] get-tuple-element(w), index=2
+  ROOT out = (f32[64], f32[64]) tuple(a, c)
+}"""
+    import xla_gpu
+    x = np.linspace(-1, 1, 64).astype(np.float32)
+    y = np.ones(64, np.float32)
+    want = hlo.evaluate(hlo.parse_module(text), x, y)
+    got = xla_gpu.compile(text, target="cpu", cache=False).run(x, y)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
 def test_an_array_loop_state_is_written_after_its_other_readers():
     """A loop whose state is one array (not a tuple): the root writes the
     parameter's buffer, so a side effect that reads the old value (a

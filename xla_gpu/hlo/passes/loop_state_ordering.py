@@ -22,6 +22,7 @@ from .util import free_name
 __all__ = ["LoopStateOrdering", "order_loop_state_updates"]
 
 _ASYNC_DONES = frozenset(ASYNC_COLLECTIVE_DONES.values())
+_BARRIERS = ("opt-barrier", "optimization-barrier")
 
 
 class LoopStateOrdering(HloPass):
@@ -124,17 +125,29 @@ def _order_element(body: HloComputation, by_name: dict[str, HloInstruction],
     state_root = body.root if k is not None else None
     readers: list[HloInstruction] = []
     old_values = list(old)
-    stack = list(old)
+    # (an instruction that holds the old value, where in it: () the value
+    # itself, (i, ...) tuple element i of it)
+    stack: list[tuple[HloInstruction, tuple[int, ...]]] = [(o, ()) for o in old]
     while stack:
-        current = stack.pop()
+        current, index = stack.pop()
         for user in current.users:
-            if user.opcode == "bitcast":
-                stack.append(user)
+            if user.opcode == "bitcast" and not index:
+                stack.append((user, ()))
                 old_values.append(user)
             elif user.opcode == "tuple" and user is not state_root:
-                # A tuple reads nothing: whoever takes it (an inner loop's
-                # state, a call) reads the value.
-                stack.append(user)
+                # A tuple reads nothing: its element is followed (whoever
+                # takes the tuple, an inner loop or a call, reads it).
+                stack.extend((user, (k, *index)) for k, operand in enumerate(user.operands)
+                             if operand is current)
+            elif user.opcode in _BARRIERS:
+                # A remat's barrier passes its tuple through: its element
+                # reads are reads of the old value.
+                stack.append((user, index))
+            elif user.opcode == "get-tuple-element" and index:
+                if user.attrs["index"] == index[0]:
+                    stack.append((user, index[1:]))
+                    if len(index) == 1:
+                        old_values.append(user)
             elif user is not state_root and user not in readers:
                 readers.append(user)
     shareable = {i for i, _, _ in in_place_pairs(writer)} | \
